@@ -1,0 +1,146 @@
+// modar/config.hpp: the model / training / device configuration.
+//
+// One struct per TOML section ([model], [mod], [dar], [train], [device]); the
+// field names ARE the TOML keys (an interface: see README "Configuration").
+// Parsing and validation live in cost_models/config.cpp; the planner, the
+// runtime, the CLI and the Python bindings all read the same structs.
+//
+// Conventions fixed by ../shared/design/SPEC.md section 1:
+//  * a value of 0 for n_kv_heads / d_head / d_ff means "the default"
+//    (n_heads, d_model / n_heads, 4d for GELU or 8d/3 rounded up to a multiple
+//    of 64 for SwiGLU); use the resolved_*() accessors, never the raw field.
+//  * MoD: layer l (0-based) is routed iff every > 0 and
+//    l % every == offset % every.  Default every = 0 (no MoD); the paper's
+//    variant is every = 2, offset = 1 (layers 1, 3, 5, ...).
+//    routed tokens per sequence k = clamp(round(capacity * seq_len), 1, seq_len).
+//  * DAR: K = block_layers layers per block, S = 2K branches per block,
+//    N = ceil(L / K) blocks, n = streams (attnres forces n = 1).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace modar {
+
+enum class MlpKind { gelu, swiglu };
+enum class RouterScale { linear, sigmoid };         // g(r) = r  |  g(r) = sigmoid(r)
+enum class CausalRouter { none, aux_loss, predictor };
+enum class DarVariant { none, attnres, dar, selfkv, fixedkv, crossv };
+enum class DType { fp32, bf16, fp16, fp64 };
+enum class Optimizer { adamw };
+enum class Recompute { none, selective, full };
+enum class AttentionFlops { causal, full, flash };  // SPEC section 2
+
+struct ModelConfig {
+  int64_t d_model = 2048;
+  int64_t n_layers = 24;
+  int64_t n_heads = 16;
+  int64_t n_kv_heads = 0;  // 0 = n_heads (MHA)
+  int64_t d_head = 0;      // 0 = d_model / n_heads
+  int64_t d_ff = 0;        // 0 = default for the MLP kind
+  MlpKind mlp = MlpKind::gelu;
+  int64_t vocab_size = 50304;
+  bool tie_embeddings = false;
+  int64_t seq_len = 2048;
+  double norm_eps = 1e-6;
+
+  int64_t resolved_kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
+  int64_t resolved_d_head() const { return d_head > 0 ? d_head : d_model / n_heads; }
+  int64_t resolved_d_ff() const {
+    if (d_ff > 0) return d_ff;
+    if (mlp == MlpKind::gelu) return 4 * d_model;
+    const int64_t raw = (8 * d_model + 2) / 3;  // round(8d/3)
+    return ((raw + 63) / 64) * 64;
+  }
+};
+
+struct ModConfig {
+  double capacity = 0.125;  // fraction of tokens a routed layer processes, (0, 1]
+  int64_t every = 0;        // 0 = no MoD; route every `every`-th layer
+  int64_t offset = 1;       // phase: layer l routed iff l % every == offset % every
+  RouterScale router_scale = RouterScale::linear;
+  CausalRouter causal_router = CausalRouter::none;
+  int64_t predictor_hidden = 256;
+
+  bool enabled() const { return every > 0; }
+  bool is_routed(int64_t layer) const {
+    return every > 0 && (layer % every) == (offset % every);
+  }
+  // k = clamp(round(c * s), 1, s)
+  int64_t routed_tokens_per_sequence(int64_t seq_len) const;
+};
+
+struct DarConfig {
+  DarVariant variant = DarVariant::none;
+  int64_t block_layers = 2;  // K; K = 1 is "Full" AttnRes / DAR
+  int64_t streams = 2;       // n; forced to 1 for attnres
+
+  bool enabled() const { return variant != DarVariant::none; }
+  int64_t resolved_streams() const {
+    return variant == DarVariant::none ? 0 : (variant == DarVariant::attnres ? 1 : streams);
+  }
+  int64_t branches_per_block() const { return 2 * block_layers; }                   // S
+  int64_t blocks(int64_t n_layers) const { return (n_layers + block_layers - 1) / block_layers; }  // N
+  // Outputs of the coefficient head W_l: n (alpha) + n (beta) + transport params
+  // (1 for n = 2: rho; n*n Sinkhorn logits for n > 2; 0 for n = 1).
+  static int64_t transport_params(int64_t n) { return n <= 1 ? 0 : (n == 2 ? 1 : n * n); }
+  int64_t coefficient_outputs() const {
+    const int64_t n = resolved_streams();
+    return n <= 1 ? 0 : 2 * n + transport_params(n);
+  }
+};
+
+struct TrainConfig {
+  int64_t micro_batch = 8;   // sequences per device per micro-step
+  int64_t global_batch = 0;  // sequences per optimizer step; 0 = micro_batch * device.count
+  DType dtype = DType::bf16;
+  Optimizer optimizer = Optimizer::adamw;
+  Recompute recompute = Recompute::none;
+};
+
+struct DeviceConfig {
+  std::string profile = "h200";  // a name from profiles/ or a path to a TOML profile
+  int64_t count = 1;
+};
+
+struct Config {
+  ModelConfig model;
+  ModConfig mod;
+  DarConfig dar;
+  TrainConfig train;
+  DeviceConfig device;
+  AttentionFlops attention_flops = AttentionFlops::causal;  // counting convention only
+};
+
+// ---- parsing and validation (cost_models/config.cpp) ----------------------
+// All of these throw modar::ConfigError (bad value / unknown key, with a
+// "did you mean" suggestion) or modar::FileError (missing / malformed file).
+
+// Parse a TOML document (text) into a Config; unknown sections/keys are errors.
+Config parse_config_toml(const std::string& toml_text, const std::string& source_name = "<string>");
+Config load_config_file(const std::string& path);
+// Apply one "section.key=value" override (CLI --set, Python kwargs).
+void apply_override(Config& config, const std::string& assignment);
+void apply_override(Config& config, const std::string& dotted_key, const std::string& value);
+// Check every field (ranges, divisibility, NaN); throws ConfigError.
+void validate(const Config& config);
+// Serialise back to TOML (round-trips through parse_config_toml).
+std::string to_toml(const Config& config);
+// Every valid dotted key, e.g. "mod.capacity" (for suggestions and docs).
+const std::vector<std::string>& config_keys();
+
+// enum <-> string, the names used in TOML / CLI / JSON.
+const char* to_string(MlpKind v);
+const char* to_string(RouterScale v);
+const char* to_string(CausalRouter v);
+const char* to_string(DarVariant v);
+const char* to_string(DType v);
+const char* to_string(Optimizer v);
+const char* to_string(Recompute v);
+const char* to_string(AttentionFlops v);
+int64_t dtype_bytes(DType v);
+
+}  // namespace modar

@@ -1,0 +1,56 @@
+// modar/profile.hpp: device profiles (TOML files in profiles/, or embedded).
+//
+// A profile holds the device's measured (or datasheet) ceilings and, when the
+// profiler made it, the measured time of each op kind over a grid of shapes.
+// Prediction (cost_models/timing.cpp): inside an op kind's measured grid,
+// interpolate log(time) in log(shape) space; outside, use a fitted
+// efficiency x roofline; every prediction says whether it extrapolated.
+// The file format is documented in profiles/README.md.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "modar/ops.hpp"
+
+namespace modar {
+
+struct DeviceCeilings {
+  double peak_flops_bf16 = 0.0;   // FLOP/s, dense matrix
+  double peak_flops_fp32 = 0.0;   // FLOP/s
+  double memory_bandwidth = 0.0;  // bytes/s
+  double launch_overhead_s = 0.0; // per op launch
+  double memory_bytes = 0.0;      // device memory capacity
+};
+
+struct OpMeasurement {
+  OpShape shape;
+  Pass pass = Pass::forward;
+  double median_s = 0.0;
+  double spread = 0.0;  // (p90 - p10) / median
+  int64_t repeats = 0;
+};
+
+struct DeviceProfile {
+  std::string name;          // "h200", "h200-measured", "cpu-generic", ...
+  std::string backend;       // "cuda" | "cpu" | "datasheet"
+  bool measured = false;     // false: ceilings from a datasheet, no op table
+  DeviceCeilings ceilings;
+  std::map<std::string, std::string> provenance;  // device, clocks, versions, date, how measured
+  std::vector<OpMeasurement> measurements;
+};
+
+// Load by name (embedded profile or profiles/<name>.toml) or path. Throws
+// FileError / ConfigError naming the file, the field and what is allowed.
+DeviceProfile load_profile(const std::string& name_or_path);
+DeviceProfile parse_profile_toml(const std::string& toml_text, const std::string& source_name);
+std::string to_toml(const DeviceProfile& profile);
+// Write atomically (temp file + rename): a killed writer never leaves a
+// half-written profile behind.
+void save_profile_atomically(const DeviceProfile& profile, const std::string& path);
+// Names of the embedded profiles ("h200", "cpu-generic", ...).
+std::vector<std::string> embedded_profile_names();
+
+}  // namespace modar
