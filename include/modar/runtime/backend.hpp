@@ -1,0 +1,491 @@
+// modar/runtime/backend.hpp: the backend interface of the reference runtime.
+//
+// One abstract class (ggml_backend_i-like) that every device implements: memory,
+// copies, a timer for the profiler, and one entry point per op of the shared
+// vocabulary (include/modar/ops.hpp), forward and backward.  The CPU backend
+// (runtime/cpu, Eigen) is the reference every other backend is tested against.
+//
+// ---- How a call flows (FlashAttention style) --------------------------------
+// The public op methods below are NON-virtual.  Each one first calls the
+// matching check_* function of runtime/op_checks.cpp (shapes, dtypes, devices;
+// throws modar::ShapeError naming the op, the argument and the mismatch), then
+// the protected virtual *_impl that a backend implements.  So argument checks
+// live in ONE place for all backends, and an *_impl may assume its arguments
+// are consistent.  Index VALUES (token ids, positions) are data, not shapes: the
+// CPU backend checks their range and throws ShapeError, the CUDA backend does not.
+//
+// ---- Conventions shared by every op -----------------------------------------
+//  * Layout: row-major, contiguous.  "rows" = product of all but the last dim.
+//  * Forward ops OVERWRITE their outputs (exceptions: gemm with beta != 0,
+//    scatter_add_scaled_forward and axpy, which update in place).
+//  * Backward ops ACCUMULATE (+=) into every gradient output (llm.c's residual
+//    convention, applied uniformly): zero gradients with fill(g, 0) first.  A
+//    gradient output given as an empty view is not computed.
+//  * dtypes: "float" = fp64 | fp32 | bf16.  Tensors of one op share the data
+//    dtype unless noted; statistics (rstd, lse, logits, p, loss, depth-read
+//    queries, DAR coefficient parameters and outputs) are in stats_type(data).
+//    bf16 ops compute in fp32.  Indices are i32.
+//  * Nothing aliases unless the op says so.
+//
+// ---- Split of the MoD / DAR maths into ops (see docs/runtime_ops.md) --------
+// MoD routed layer:  router_forward -> topk (or topk_ragged) -> gather_rows_forward
+//   (x and, for RoPE, the indices themselves are the original positions) -> the
+//   layer's branches on the packed rows -> scatter_add_scaled_forward.
+//   Ragged selections (predictor mode) use a PADDED layout [b, k_max]: unused
+//   index slots hold -1; gather writes zero rows for them, scatter skips them,
+//   and attention takes the per-sequence counts as valid_lengths.
+// Depth reads (AttnRes / DAR, dar_math.md 1.4, 4, 5):
+//   * the history bank is best laid out stream-major, bank[n][entries][T][d],
+//     so that stream j's completed prefix select(bank, j) sliced to [0, b) is a
+//     contiguous [b][T][d] tensor;
+//   * depth_read_prefix: ONE output stream per call, all S branch queries of the
+//     block at once (keys = stream kappa(j), values = stream nu(j)); n calls
+//     per block.  Source rstd is an input (computed once when the entry is
+//     written, with rmsnorm_forward and an empty `out`); the backward returns the
+//     FULL key gradient including the path through rstd (dar_math 5.1), so rstd
+//     itself is never differentiated separately;
+//   * depth_read_merge: the closed-form partial merge for one (branch, stream);
+//   * dar_coefficients: z = RMSNorm_unweighted([R_0..R_{n-1}]) per token,
+//     c = scale_g * (z W) + bias, alpha = sigmoid, beta = 2 sigmoid, and the
+//     transport matrix M (n = 2: [[rho, 1-rho], [1-rho, rho]], rho = sigmoid;
+//     n > 2: Sinkhorn(exp(c_M))), emitted as a full [T][n][n] matrix so the
+//     transport / write ops need not know n = 2 from n > 2;
+//   * dar_mix: h = sum_j alpha_j R_j (the branch input);
+//   * dar_write: P_new = M P + beta (x) y  (fused transport + gated write; with
+//     beta / y empty it is the pure transport P' = M P, see dar_transport_*).
+//
+// ---- Factory and the CUDA backend (link topology) ---------------------------
+// make_backend("cpu" | "cuda") lives in runtime/backend.cpp (target
+// modar_runtime).  The CUDA backend lives in runtime/cuda/ (target
+// modar_runtime_cuda, a STATIC library built only when MODAR_CUDA is ON) and
+// defines make_cuda_backend().  runtime/CMakeLists.txt links modar_runtime
+// PUBLIC to modar_runtime_cuda and defines MODAR_WITH_CUDA=1 on modar_runtime
+// when that target exists; modar_runtime_cuda links modar_runtime PUBLIC (for
+// Backend and the checks).  CMake allows this cycle between STATIC libraries
+// and repeats them on the link line.  Without CUDA, make_backend("cuda")
+// throws BackendError; make_cuda_backend() throws BackendError when no GPU is
+// present.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "modar/config.hpp"
+#include "modar/runtime/tensor.hpp"
+
+namespace modar::runtime {
+
+// Wall-clock of device work for the profiler: steady_clock on the CPU, CUDA
+// events on a GPU.  start() / stop() enqueue markers; elapsed_s() waits for
+// stop() to complete and returns the seconds between the two markers.
+class Timer {
+ public:
+  virtual ~Timer() = default;
+  virtual void start() = 0;
+  virtual void stop() = 0;
+  virtual double elapsed_s() = 0;
+};
+
+// ---- small POD parameter structs --------------------------------------------
+
+struct RopeParams {
+  // GPT-NeoX "half rotation": for i < d_h/2 the pair (x[i], x[i + d_h/2]) is
+  // rotated by angle pos * theta_base^(-2i/d_h):
+  //   x'[i] = x[i] cos - x[i+h] sin,   x'[i+h] = x[i+h] cos + x[i] sin.
+  double theta_base = 10000.0;
+};
+
+struct AttentionParams {
+  bool causal = true;          // key j visible to query i iff j <= i (and j < valid length)
+  double softmax_scale = 0.0;  // 0 = 1 / sqrt(d_h)
+};
+
+struct DarCoefficientParams {
+  double eps = 1e-6;            // RMSNorm eps of z
+  int sinkhorn_iterations = 20;  // n > 2 only: row-then-column normalisations
+};
+
+struct AdamWParams {
+  double learning_rate = 3e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double epsilon = 1e-8;
+  double weight_decay = 0.0;  // decoupled: p -= lr * wd * p
+  int64_t step = 1;           // 1-based step count for bias correction
+  double grad_scale = 1.0;    // gradients are multiplied by this first (clipping / loss scale)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;  // "cpu", "cuda:0 (NVIDIA H200)", ...
+  virtual DeviceKind device() const = 0;
+
+  // ---- memory -----------------------------------------------------------------
+  virtual void* allocate(int64_t bytes) = 0;  // throws BackendError on failure
+  virtual void deallocate(void* data) noexcept = 0;
+  // Host memory <-> a tensor of this backend (bytes = view.bytes()).
+  virtual void copy_from_host(const void* host, const TensorView& dst) = 0;
+  virtual void copy_to_host(const TensorView& src, void* host) = 0;
+  // Same dtype and numel, both on this backend.
+  void copy(const TensorView& src, const TensorView& dst);
+  // Every element = value (converted to dst's dtype).  Float or i32 tensors.
+  void fill(const TensorView& dst, double value);
+  // Same numel, float dtypes (e.g. fp32 <-> bf16, RNE).
+  void convert(const TensorView& src, const TensorView& dst);
+  virtual void synchronize() = 0;
+  virtual std::unique_ptr<Timer> make_timer() = 0;
+
+  // ---- GEMM ---------------------------------------------------------------------
+  // C = alpha * op(A) op(B) + beta * C, op(X) = X or X^T.
+  // All rank 3 -> batched over dim 0 (same batch).  Otherwise every operand is
+  // flattened to 2-D ([.., k] -> [rows, k]) and it is one GEMM: e.g. x [b, s, d]
+  // times W [d, f] into y [b, s, f], or the weight gradient dW = x^T dy.
+  // A and B share a float dtype; C has that dtype or fp32 (bf16 in, fp32 out).
+  void gemm(const TensorView& a, bool transpose_a, const TensorView& b, bool transpose_b,
+            const TensorView& c, double alpha = 1.0, double beta = 0.0);
+
+  // ---- RMSNorm ------------------------------------------------------------------
+  // out = x * rstd * weight, rstd = (mean(x^2) + eps)^-1/2 per row.
+  // x, out [.., d]; weight [d] or empty (unweighted); rstd [rows] stats.
+  // `out` may be empty: then only rstd is computed (depth-read key statistics).
+  void rmsnorm_forward(const TensorView& x, const TensorView& weight, const TensorView& out,
+                       const TensorView& rstd, double eps);
+  void rmsnorm_backward(const TensorView& dout, const TensorView& x, const TensorView& weight,
+                        const TensorView& rstd, const TensorView& dx, const TensorView& dweight);
+
+  // ---- RoPE ---------------------------------------------------------------------
+  // x, out [.., heads, d_h] (d_h even); positions i32 [rows of x without the heads
+  // dim], e.g. x [b, s, H, d_h] with positions [b, s].  Routed tokens pass their
+  // ORIGINAL positions (the top-k indices).  out may alias x.
+  void rope_forward(const TensorView& x, const TensorView& positions, const TensorView& out,
+                    const RopeParams& params);
+  // dx += R(pos)^T dout
+  void rope_backward(const TensorView& dout, const TensorView& positions, const TensorView& dx,
+                     const RopeParams& params);
+
+  // ---- attention ----------------------------------------------------------------
+  // q [b, s, H, d_h]; k, v [b, s, G, d_h] with H % G == 0 (query head h uses kv
+  // head h / (H/G)); out [b, s, H, d_h]; lse [b, H, s] stats (natural log of
+  // the softmax denominator, scores already scaled).  valid_lengths i32 [b] or
+  // empty (= all s): queries and keys at positions >= valid_lengths[i] are
+  // padding; their outputs and lse are 0 and they receive no gradient.
+  void attention_forward(const TensorView& q, const TensorView& k, const TensorView& v,
+                         const TensorView& valid_lengths, const TensorView& out,
+                         const TensorView& lse, const AttentionParams& params);
+  void attention_backward(const TensorView& dout, const TensorView& q, const TensorView& k,
+                          const TensorView& v, const TensorView& valid_lengths,
+                          const TensorView& out, const TensorView& lse, const TensorView& dq,
+                          const TensorView& dk, const TensorView& dv,
+                          const AttentionParams& params);
+
+  // ---- MoD router, top-k, gather, scatter ---------------------------------------
+  // logits[i] = x[i] . w;  x [.., d], w [d] (dtype of x), logits [rows] stats.
+  void router_forward(const TensorView& x, const TensorView& w, const TensorView& logits);
+  void router_backward(const TensorView& dlogits, const TensorView& x, const TensorView& w,
+                       const TensorView& dx, const TensorView& dw);
+  // Per sequence, EXACTLY k = indices.dim(1) positions with the largest logits;
+  // ties break toward the lower position; output positions ascending.
+  // logits [b, s] (fp32 / fp64), indices i32 [b, k], 1 <= k <= s.
+  void topk(const TensorView& logits, const TensorView& indices);
+  // Per-sequence k: counts i32 [b] with 0 <= counts[i] <= k_max = indices.dim(1);
+  // the first counts[i] slots as in topk, the rest -1.
+  void topk_ragged(const TensorView& logits, const TensorView& counts, const TensorView& indices);
+  // mask [b, s] (float) = 1 at the selected positions, 0 elsewhere (-1 skipped):
+  // the BCE targets of the MoD auxiliary loss / predictor.
+  void topk_mask(const TensorView& indices, const TensorView& mask);
+  // out[i, j] = x[i, indices[i, j]]  (zero row for index -1).
+  // x [b, s, d], indices i32 [b, k], out [b, k, d].
+  void gather_rows_forward(const TensorView& x, const TensorView& indices, const TensorView& out);
+  // dx[i, indices[i, j]] += dout[i, j]
+  void gather_rows_backward(const TensorView& dout, const TensorView& indices,
+                            const TensorView& dx);
+  // x[i, p] += g(r[i, p]) * delta[i, j] for p = indices[i, j] (-1 skipped), in place.
+  // x [b, s, d], indices i32 [b, k], router_logits [b, s] stats, delta [b, k, d].
+  // g(r) = r (RouterScale::linear, the paper's eq. 1) or sigmoid(r).
+  void scatter_add_scaled_forward(const TensorView& x, const TensorView& indices,
+                                  const TensorView& router_logits, const TensorView& delta,
+                                  RouterScale gate);
+  // dx = gradient w.r.t. the UPDATED x.  The gradient w.r.t. x before the update
+  // is dx itself (identity), so the op only produces
+  //   ddelta[i, j] += g(r) dx[i, p],   drouter_logits[i, p] += g'(r) <dx[i, p], delta[i, j]>.
+  void scatter_add_scaled_backward(const TensorView& dx, const TensorView& indices,
+                                   const TensorView& router_logits, const TensorView& delta,
+                                   RouterScale gate, const TensorView& ddelta,
+                                   const TensorView& drouter_logits);
+
+  // ---- depth reads (AttnRes / DAR) ----------------------------------------------
+  // For each query q and token t, over sources r = 0..R-1:
+  //   s_r = queries[q] . keys[r, t] * key_rstd[r, t]      (no 1/sqrt(d))
+  //   out[q, t] = sum_r softmax_r(s) values[r, t],  lse[q, t] = log sum_r exp(s_r)
+  // keys, values [R, T, d] (float); key_rstd [R, T], queries [Q, d], lse [Q, T]
+  // stats; out [Q, T, d] (float).  keys and values may be the same tensor.
+  void depth_read_prefix_forward(const TensorView& keys, const TensorView& key_rstd,
+                                 const TensorView& values, const TensorView& queries,
+                                 const TensorView& out, const TensorView& lse);
+  // dlse may be empty (= 0).  dkeys gets the full key gradient (through rstd);
+  // dkeys and dvalues may be the same tensor.
+  void depth_read_prefix_backward(const TensorView& dout, const TensorView& dlse,
+                                  const TensorView& keys, const TensorView& key_rstd,
+                                  const TensorView& values, const TensorView& queries,
+                                  const TensorView& out, const TensorView& lse,
+                                  const TensorView& dkeys, const TensorView& dvalues,
+                                  const TensorView& dqueries);
+  // Closed-form merge of the partial P into a prefix read (one branch, one stream):
+  //   s_P = query . partial_keys[t] * partial_key_rstd[t]
+  //   p[t] = sigmoid(s_P - prefix_lse[t]),  out[t] = prefix_out[t] + p (partial_values[t] - prefix_out[t])
+  // prefix_out, partial_keys, partial_values, out [T, d]; prefix_lse,
+  // partial_key_rstd, partial_weight (= p, saved for backward) [T]; query [d].
+  void depth_read_merge_forward(const TensorView& prefix_out, const TensorView& prefix_lse,
+                                const TensorView& partial_keys,
+                                const TensorView& partial_key_rstd,
+                                const TensorView& partial_values, const TensorView& query,
+                                const TensorView& out, const TensorView& partial_weight);
+  void depth_read_merge_backward(const TensorView& dout, const TensorView& prefix_out,
+                                 const TensorView& partial_keys,
+                                 const TensorView& partial_key_rstd,
+                                 const TensorView& partial_values, const TensorView& query,
+                                 const TensorView& partial_weight,
+                                 const TensorView& dprefix_out, const TensorView& dprefix_lse,
+                                 const TensorView& dpartial_keys,
+                                 const TensorView& dpartial_values, const TensorView& dquery);
+
+  // ---- DAR coefficient head, mix, transport / write -----------------------------
+  // retrieved [n, T, d] (float, n >= 2); weight [n*d, outputs], bias [outputs],
+  // scale [3] (alpha / beta / transport groups), alpha, beta [T, n],
+  // transport [T, n, n] or empty (first branch of a block: no transport),
+  // z_rstd [T]: all stats dtype.  outputs = 2n (+1 if n == 2, +n*n if n > 2, when
+  // transport is present).  c columns: [0, n) alpha, [n, 2n) beta, then transport
+  // (n = 2: rho; n > 2: row-major n x n Sinkhorn logits).
+  void dar_coefficients_forward(const TensorView& retrieved, const TensorView& weight,
+                                const TensorView& bias, const TensorView& scale,
+                                const TensorView& alpha, const TensorView& beta,
+                                const TensorView& transport, const TensorView& z_rstd,
+                                const DarCoefficientParams& params);
+  // dtransport may be empty (then no transport gradient); all outputs +=.
+  void dar_coefficients_backward(const TensorView& dalpha, const TensorView& dbeta,
+                                 const TensorView& dtransport, const TensorView& retrieved,
+                                 const TensorView& weight, const TensorView& bias,
+                                 const TensorView& scale, const TensorView& alpha,
+                                 const TensorView& beta, const TensorView& transport,
+                                 const TensorView& z_rstd, const TensorView& dretrieved,
+                                 const TensorView& dweight, const TensorView& dbias,
+                                 const TensorView& dscale, const DarCoefficientParams& params);
+  // out[t] = sum_j alpha[t, j] retrieved[j, t];  retrieved [n, T, d], alpha [T, n] stats.
+  void dar_mix_forward(const TensorView& retrieved, const TensorView& alpha,
+                       const TensorView& out);
+  void dar_mix_backward(const TensorView& dout, const TensorView& retrieved,
+                        const TensorView& alpha, const TensorView& dretrieved,
+                        const TensorView& dalpha);
+  // out[j, t] = sum_k transport[t, j, k] partial[k, t] + beta[t, j] y[t]
+  // partial, out [n, T, d]; y [T, d]; transport [T, n, n], beta [T, n] stats.
+  // transport and partial empty together -> no transport term (P^1 = beta (x) y);
+  // beta and y empty together -> pure transport.  out must not alias partial.
+  void dar_write_forward(const TensorView& transport, const TensorView& partial,
+                         const TensorView& beta, const TensorView& y, const TensorView& out);
+  void dar_write_backward(const TensorView& dout, const TensorView& transport,
+                          const TensorView& partial, const TensorView& beta, const TensorView& y,
+                          const TensorView& dtransport, const TensorView& dpartial,
+                          const TensorView& dbeta, const TensorView& dy);
+  // P' = M P (dar_write with no beta / y).
+  void dar_transport_forward(const TensorView& transport, const TensorView& partial,
+                             const TensorView& out);
+  void dar_transport_backward(const TensorView& dout, const TensorView& transport,
+                              const TensorView& partial, const TensorView& dtransport,
+                              const TensorView& dpartial);
+
+  // ---- elementwise --------------------------------------------------------------
+  // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+  void gelu_forward(const TensorView& x, const TensorView& out);
+  void gelu_backward(const TensorView& dout, const TensorView& x, const TensorView& dx);
+  // SwiGLU: out = silu(gate) * up, silu(a) = a sigmoid(a); gate, up, out [.., f].
+  void swiglu_forward(const TensorView& gate, const TensorView& up, const TensorView& out);
+  void swiglu_backward(const TensorView& dout, const TensorView& gate, const TensorView& up,
+                       const TensorView& dgate, const TensorView& dup);
+  // out = a + b (residual add; out may alias a or b).  Its backward is axpy.
+  void add(const TensorView& a, const TensorView& b, const TensorView& out);
+  // y += alpha x (gradient accumulation; x and y may differ in float dtype).
+  void axpy(double alpha, const TensorView& x, const TensorView& y);
+  // x *= alpha, in place.
+  void scale(const TensorView& x, double alpha);
+  // out = a * b elementwise (e.g. the folded depth query q' = w (.) gamma).
+  void mul_forward(const TensorView& a, const TensorView& b, const TensorView& out);
+  void mul_backward(const TensorView& dout, const TensorView& a, const TensorView& b,
+                    const TensorView& da, const TensorView& db);
+
+  // ---- losses, embedding, optimizer -----------------------------------------------
+  // loss [1] = mean over rows with targets >= 0 of (lse - logits[target]);
+  // logits [rows, V] (float); targets i32 [rows] (-1 = ignored); lse [rows] stats.
+  void cross_entropy_forward(const TensorView& logits, const TensorView& targets,
+                             const TensorView& loss, const TensorView& lse);
+  // dlogits += dloss * (softmax - onehot) / count
+  void cross_entropy_backward(double dloss, const TensorView& logits, const TensorView& targets,
+                              const TensorView& lse, const TensorView& dlogits);
+  // loss [1] = mean over rows of BCE(sigmoid(logits), targets); logits, targets [rows] stats.
+  void bce_with_logits_forward(const TensorView& logits, const TensorView& targets,
+                               const TensorView& loss);
+  void bce_with_logits_backward(double dloss, const TensorView& logits,
+                                const TensorView& targets, const TensorView& dlogits);
+  // out[i] = table[tokens[i]]; table [V, d], tokens i32 [..], out [.., d].
+  void embedding_forward(const TensorView& table, const TensorView& tokens,
+                         const TensorView& out);
+  void embedding_backward(const TensorView& dout, const TensorView& tokens,
+                          const TensorView& dtable);
+  // AdamW with decoupled weight decay and bias correction, in place:
+  //   g = grad_scale * grads;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+  //   p -= lr * (m / (1-b1^t) / (sqrt(v / (1-b2^t)) + eps) + wd * p)
+  // params, m, v: fp32 (master) or fp64; grads: any float dtype, same numel;
+  // params_lowp: empty or a bf16 / fp32 copy of the updated params (model weights).
+  void adamw_update(const TensorView& params, const TensorView& grads, const TensorView& m,
+                    const TensorView& v, const AdamWParams& hyper,
+                    const TensorView& params_lowp);
+
+ protected:
+  virtual void copy_impl(const TensorView& src, const TensorView& dst) = 0;
+  virtual void fill_impl(const TensorView& dst, double value) = 0;
+  virtual void convert_impl(const TensorView& src, const TensorView& dst) = 0;
+  virtual void gemm_impl(const TensorView& a, bool transpose_a, const TensorView& b,
+                         bool transpose_b, const TensorView& c, double alpha, double beta) = 0;
+  virtual void rmsnorm_forward_impl(const TensorView& x, const TensorView& weight,
+                                    const TensorView& out, const TensorView& rstd,
+                                    double eps) = 0;
+  virtual void rmsnorm_backward_impl(const TensorView& dout, const TensorView& x,
+                                     const TensorView& weight, const TensorView& rstd,
+                                     const TensorView& dx, const TensorView& dweight) = 0;
+  virtual void rope_forward_impl(const TensorView& x, const TensorView& positions,
+                                 const TensorView& out, const RopeParams& params) = 0;
+  virtual void rope_backward_impl(const TensorView& dout, const TensorView& positions,
+                                  const TensorView& dx, const RopeParams& params) = 0;
+  virtual void attention_forward_impl(const TensorView& q, const TensorView& k,
+                                      const TensorView& v, const TensorView& valid_lengths,
+                                      const TensorView& out, const TensorView& lse,
+                                      const AttentionParams& params) = 0;
+  virtual void attention_backward_impl(const TensorView& dout, const TensorView& q,
+                                       const TensorView& k, const TensorView& v,
+                                       const TensorView& valid_lengths, const TensorView& out,
+                                       const TensorView& lse, const TensorView& dq,
+                                       const TensorView& dk, const TensorView& dv,
+                                       const AttentionParams& params) = 0;
+  virtual void router_forward_impl(const TensorView& x, const TensorView& w,
+                                   const TensorView& logits) = 0;
+  virtual void router_backward_impl(const TensorView& dlogits, const TensorView& x,
+                                    const TensorView& w, const TensorView& dx,
+                                    const TensorView& dw) = 0;
+  virtual void topk_impl(const TensorView& logits, const TensorView& indices) = 0;
+  virtual void topk_ragged_impl(const TensorView& logits, const TensorView& counts,
+                                const TensorView& indices) = 0;
+  virtual void topk_mask_impl(const TensorView& indices, const TensorView& mask) = 0;
+  virtual void gather_rows_forward_impl(const TensorView& x, const TensorView& indices,
+                                        const TensorView& out) = 0;
+  virtual void gather_rows_backward_impl(const TensorView& dout, const TensorView& indices,
+                                         const TensorView& dx) = 0;
+  virtual void scatter_add_scaled_forward_impl(const TensorView& x, const TensorView& indices,
+                                               const TensorView& router_logits,
+                                               const TensorView& delta, RouterScale gate) = 0;
+  virtual void scatter_add_scaled_backward_impl(const TensorView& dx, const TensorView& indices,
+                                                const TensorView& router_logits,
+                                                const TensorView& delta, RouterScale gate,
+                                                const TensorView& ddelta,
+                                                const TensorView& drouter_logits) = 0;
+  virtual void depth_read_prefix_forward_impl(const TensorView& keys, const TensorView& key_rstd,
+                                              const TensorView& values,
+                                              const TensorView& queries, const TensorView& out,
+                                              const TensorView& lse) = 0;
+  virtual void depth_read_prefix_backward_impl(
+      const TensorView& dout, const TensorView& dlse, const TensorView& keys,
+      const TensorView& key_rstd, const TensorView& values, const TensorView& queries,
+      const TensorView& out, const TensorView& lse, const TensorView& dkeys,
+      const TensorView& dvalues, const TensorView& dqueries) = 0;
+  virtual void depth_read_merge_forward_impl(
+      const TensorView& prefix_out, const TensorView& prefix_lse, const TensorView& partial_keys,
+      const TensorView& partial_key_rstd, const TensorView& partial_values,
+      const TensorView& query, const TensorView& out, const TensorView& partial_weight) = 0;
+  virtual void depth_read_merge_backward_impl(
+      const TensorView& dout, const TensorView& prefix_out, const TensorView& partial_keys,
+      const TensorView& partial_key_rstd, const TensorView& partial_values,
+      const TensorView& query, const TensorView& partial_weight, const TensorView& dprefix_out,
+      const TensorView& dprefix_lse, const TensorView& dpartial_keys,
+      const TensorView& dpartial_values, const TensorView& dquery) = 0;
+  virtual void dar_coefficients_forward_impl(
+      const TensorView& retrieved, const TensorView& weight, const TensorView& bias,
+      const TensorView& scale, const TensorView& alpha, const TensorView& beta,
+      const TensorView& transport, const TensorView& z_rstd,
+      const DarCoefficientParams& params) = 0;
+  virtual void dar_coefficients_backward_impl(
+      const TensorView& dalpha, const TensorView& dbeta, const TensorView& dtransport,
+      const TensorView& retrieved, const TensorView& weight, const TensorView& bias,
+      const TensorView& scale, const TensorView& alpha, const TensorView& beta,
+      const TensorView& transport, const TensorView& z_rstd, const TensorView& dretrieved,
+      const TensorView& dweight, const TensorView& dbias, const TensorView& dscale,
+      const DarCoefficientParams& params) = 0;
+  virtual void dar_mix_forward_impl(const TensorView& retrieved, const TensorView& alpha,
+                                    const TensorView& out) = 0;
+  virtual void dar_mix_backward_impl(const TensorView& dout, const TensorView& retrieved,
+                                     const TensorView& alpha, const TensorView& dretrieved,
+                                     const TensorView& dalpha) = 0;
+  virtual void dar_write_forward_impl(const TensorView& transport, const TensorView& partial,
+                                      const TensorView& beta, const TensorView& y,
+                                      const TensorView& out) = 0;
+  virtual void dar_write_backward_impl(const TensorView& dout, const TensorView& transport,
+                                       const TensorView& partial, const TensorView& beta,
+                                       const TensorView& y, const TensorView& dtransport,
+                                       const TensorView& dpartial, const TensorView& dbeta,
+                                       const TensorView& dy) = 0;
+  virtual void gelu_forward_impl(const TensorView& x, const TensorView& out) = 0;
+  virtual void gelu_backward_impl(const TensorView& dout, const TensorView& x,
+                                  const TensorView& dx) = 0;
+  virtual void swiglu_forward_impl(const TensorView& gate, const TensorView& up,
+                                   const TensorView& out) = 0;
+  virtual void swiglu_backward_impl(const TensorView& dout, const TensorView& gate,
+                                    const TensorView& up, const TensorView& dgate,
+                                    const TensorView& dup) = 0;
+  virtual void add_impl(const TensorView& a, const TensorView& b, const TensorView& out) = 0;
+  virtual void axpy_impl(double alpha, const TensorView& x, const TensorView& y) = 0;
+  virtual void scale_impl(const TensorView& x, double alpha) = 0;
+  virtual void mul_forward_impl(const TensorView& a, const TensorView& b,
+                                const TensorView& out) = 0;
+  virtual void mul_backward_impl(const TensorView& dout, const TensorView& a,
+                                 const TensorView& b, const TensorView& da,
+                                 const TensorView& db) = 0;
+  virtual void cross_entropy_forward_impl(const TensorView& logits, const TensorView& targets,
+                                          const TensorView& loss, const TensorView& lse) = 0;
+  virtual void cross_entropy_backward_impl(double dloss, const TensorView& logits,
+                                           const TensorView& targets, const TensorView& lse,
+                                           const TensorView& dlogits) = 0;
+  virtual void bce_with_logits_forward_impl(const TensorView& logits,
+                                            const TensorView& targets,
+                                            const TensorView& loss) = 0;
+  virtual void bce_with_logits_backward_impl(double dloss, const TensorView& logits,
+                                             const TensorView& targets,
+                                             const TensorView& dlogits) = 0;
+  virtual void embedding_forward_impl(const TensorView& table, const TensorView& tokens,
+                                      const TensorView& out) = 0;
+  virtual void embedding_backward_impl(const TensorView& dout, const TensorView& tokens,
+                                       const TensorView& dtable) = 0;
+  virtual void adamw_update_impl(const TensorView& params, const TensorView& grads,
+                                 const TensorView& m, const TensorView& v,
+                                 const AdamWParams& hyper, const TensorView& params_lowp) = 0;
+};
+
+// ---- factory ------------------------------------------------------------------
+// "cpu" or "cuda"; anything else -> BackendError listing the allowed names.
+// "cuda" -> BackendError when modar was built without CUDA or no GPU is present.
+std::unique_ptr<Backend> make_backend(const std::string& name);
+std::unique_ptr<Backend> make_cpu_backend();
+// Defined in runtime/cuda/ only when MODAR_CUDA is ON (see the header comment).
+std::unique_ptr<Backend> make_cuda_backend();
+// Names make_backend accepts in this build ("cpu" and, with CUDA, "cuda").
+std::vector<std::string> available_backends();
+
+// ---- host helpers (tests, layers, profiler) --------------------------------------
+// Values converted to/from the tensor's dtype (i32 values are rounded).
+Tensor make_tensor(Backend& backend, const std::vector<int64_t>& shape, ScalarType dtype);
+Tensor make_tensor(Backend& backend, const std::vector<int64_t>& shape, ScalarType dtype,
+                   const std::vector<double>& values);
+void upload(Backend& backend, const std::vector<double>& values, const TensorView& dst);
+std::vector<double> download(Backend& backend, const TensorView& src);
+
+}  // namespace modar::runtime
