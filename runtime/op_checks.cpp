@@ -1,0 +1,581 @@
+// runtime/op_checks.cpp: argument checks shared by every backend (see
+// include/modar/runtime/op_checks.hpp).  Rules common to all ops:
+//   * every required tensor is non-null and lives on the backend's device;
+//   * data tensors of one op share one float dtype; statistics are in
+//     stats_type(data); indices are i32;
+//   * gradient outputs are optional (empty) or shaped like their input;
+//     parameter gradients may be the parameter's dtype or fp32.
+#include "modar/runtime/op_checks.hpp"
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "modar/errors.hpp"
+
+namespace modar::runtime {
+namespace {
+
+std::string dims_text(const std::vector<int64_t>& dims) {
+  std::ostringstream text;
+  text << '[';
+  for (size_t i = 0; i < dims.size(); ++i) {
+    text << (i ? ", " : "");
+    if (dims[i] < 0) {
+      text << '*';
+    } else {
+      text << dims[i];
+    }
+  }
+  text << ']';
+  return text.str();
+}
+
+class Checker {
+ public:
+  Checker(const char* op, DeviceKind device) : op_(op), device_(device) {}
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw ShapeError(std::string(op_) + ": " + what);
+  }
+  void require(bool condition, const std::string& what) const {
+    if (!condition) fail(what);
+  }
+
+  // Non-null, on the device, rank in [min_rank, max_rank].
+  void present(const char* name, const TensorView& t, int min_rank = 1,
+               int max_rank = kMaxTensorRank) const {
+    if (t.empty()) fail(std::string(name) + " is missing (null data)");
+    if (t.device != device_) {
+      fail(std::string(name) + " is " + t.describe() + "; expected a tensor on " +
+           to_string(device_));
+    }
+    if (t.rank < min_rank || t.rank > max_rank) {
+      fail(std::string(name) + " is " + t.describe() + "; expected rank " +
+           std::to_string(min_rank) +
+           (max_rank != min_rank ? ".." + std::to_string(max_rank) : std::string()));
+    }
+  }
+  void floating(const char* name, const TensorView& t) const {
+    present(name, t);
+    if (!is_floating(t.dtype)) {
+      fail(std::string(name) + " is " + t.describe() + "; expected fp64, fp32 or bf16");
+    }
+  }
+  void dtype(const char* name, const TensorView& t, ScalarType expected) const {
+    present(name, t);
+    if (t.dtype != expected) {
+      fail(std::string(name) + " is " + t.describe() + "; expected dtype " +
+           to_string(expected));
+    }
+  }
+  // Exact shape; a negative entry matches anything.
+  void shape(const char* name, const TensorView& t, const std::vector<int64_t>& dims) const {
+    present(name, t);
+    bool ok = t.rank == static_cast<int>(dims.size());
+    for (int i = 0; ok && i < t.rank; ++i) {
+      ok = dims[static_cast<size_t>(i)] < 0 || dims[static_cast<size_t>(i)] == t.shape[static_cast<size_t>(i)];
+    }
+    if (!ok) fail(std::string(name) + " is " + t.describe() + "; expected " + dims_text(dims));
+  }
+  void numel(const char* name, const TensorView& t, int64_t count) const {
+    present(name, t);
+    if (t.numel() != count) {
+      fail(std::string(name) + " is " + t.describe() + "; expected " + std::to_string(count) +
+           " elements");
+    }
+  }
+  void stats(const char* name, const TensorView& t, ScalarType data,
+             const std::vector<int64_t>& dims) const {
+    shape(name, t, dims);
+    dtype(name, t, stats_type(data));
+  }
+  void like(const char* name, const TensorView& t, const char* ref_name,
+            const TensorView& ref) const {
+    present(name, t);
+    if (t.dtype != ref.dtype || t.shape_vector() != ref.shape_vector()) {
+      fail(std::string(name) + " is " + t.describe() + "; expected the shape and dtype of " +
+           ref_name + " " + ref.describe());
+    }
+  }
+  void optional_like(const char* name, const TensorView& t, const char* ref_name,
+                     const TensorView& ref) const {
+    if (!t.empty()) like(name, t, ref_name, ref);
+  }
+  // Parameter gradient: the parameter's shape, its dtype or fp32 (or fp64).
+  void optional_param_grad(const char* name, const TensorView& t, const char* ref_name,
+                           const TensorView& ref) const {
+    if (t.empty()) return;
+    present(name, t);
+    const bool dtype_ok = t.dtype == ref.dtype || t.dtype == ScalarType::fp32 ||
+                          t.dtype == ScalarType::fp64;
+    if (!dtype_ok || t.shape_vector() != ref.shape_vector()) {
+      fail(std::string(name) + " is " + t.describe() + "; expected the shape of " + ref_name +
+           " " + ref.describe() + " with its dtype or fp32");
+    }
+  }
+
+ private:
+  const char* op_;
+  DeviceKind device_;
+};
+
+std::vector<int64_t> with_last(const TensorView& t, int64_t last) {
+  std::vector<int64_t> dims = t.shape_vector();
+  dims.back() = last;
+  return dims;
+}
+
+}  // namespace
+
+void check_copy(DeviceKind device, const TensorView& src, const TensorView& dst) {
+  Checker c("copy", device);
+  c.present("src", src);
+  c.present("dst", dst);
+  c.require(src.dtype == dst.dtype && src.numel() == dst.numel(),
+            "src " + src.describe() + " and dst " + dst.describe() +
+                " must have the same dtype and element count");
+}
+
+void check_fill(DeviceKind device, const TensorView& dst) {
+  Checker("fill", device).present("dst", dst);
+}
+
+void check_convert(DeviceKind device, const TensorView& src, const TensorView& dst) {
+  Checker c("convert", device);
+  c.floating("src", src);
+  c.floating("dst", dst);
+  c.require(src.numel() == dst.numel(), "src " + src.describe() + " and dst " +
+                                            dst.describe() + " must have the same element count");
+}
+
+void check_gemm(DeviceKind device, const TensorView& a, bool transpose_a, const TensorView& b,
+                bool transpose_b, const TensorView& c) {
+  Checker k("gemm", device);
+  k.floating("a", a);
+  k.floating("b", b);
+  k.floating("c", c);
+  k.require(a.dtype == b.dtype, "a " + a.describe() + " and b " + b.describe() +
+                                    " must share a dtype");
+  k.require(c.dtype == a.dtype || c.dtype == ScalarType::fp32,
+            "c " + c.describe() + " must have the dtype of a (" + to_string(a.dtype) +
+                ") or fp32");
+  const bool batched = a.rank == 3 && b.rank == 3 && c.rank == 3;
+  int64_t batch = 1;
+  int64_t a_rows, a_cols, b_rows, b_cols, c_rows, c_cols;
+  if (batched) {
+    batch = a.shape[0];
+    k.require(b.shape[0] == batch && c.shape[0] == batch,
+              "batched gemm needs one batch size: a " + a.describe() + ", b " + b.describe() +
+                  ", c " + c.describe());
+    a_rows = a.shape[1], a_cols = a.shape[2], b_rows = b.shape[1], b_cols = b.shape[2];
+    c_rows = c.shape[1], c_cols = c.shape[2];
+  } else {
+    a_rows = a.rows(), a_cols = a.dim(-1), b_rows = b.rows(), b_cols = b.dim(-1);
+    c_rows = c.rows(), c_cols = c.dim(-1);
+  }
+  const int64_t m = transpose_a ? a_cols : a_rows;
+  const int64_t k_a = transpose_a ? a_rows : a_cols;
+  const int64_t k_b = transpose_b ? b_cols : b_rows;
+  const int64_t n = transpose_b ? b_rows : b_cols;
+  k.require(k_a == k_b, std::string("inner dimensions differ: op(a) is ") +
+                            dims_text({m, k_a}) + " from a " + a.describe() +
+                            (transpose_a ? " (transposed)" : "") + ", op(b) is " +
+                            dims_text({k_b, n}) + " from b " + b.describe() +
+                            (transpose_b ? " (transposed)" : ""));
+  k.require(c_rows == m && c_cols == n, "c is " + c.describe() + "; expected " +
+                                            dims_text({m, n}) + " (as rows x columns)");
+}
+
+void check_rmsnorm_forward(DeviceKind device, const TensorView& x, const TensorView& weight,
+                           const TensorView& out, const TensorView& rstd, double eps) {
+  Checker c("rmsnorm_forward", device);
+  c.floating("x", x);
+  const int64_t d = x.dim(-1);
+  if (!weight.empty()) {
+    c.shape("weight", weight, {d});
+    c.dtype("weight", weight, x.dtype);
+  }
+  c.optional_like("out", out, "x", x);
+  c.stats("rstd", rstd, x.dtype, {x.rows()});
+  c.require(eps >= 0.0, "eps = " + std::to_string(eps) + ": must be >= 0");
+}
+
+void check_rmsnorm_backward(DeviceKind device, const TensorView& dout, const TensorView& x,
+                            const TensorView& weight, const TensorView& rstd,
+                            const TensorView& dx, const TensorView& dweight) {
+  Checker c("rmsnorm_backward", device);
+  c.floating("x", x);
+  c.like("dout", dout, "x", x);
+  if (!weight.empty()) {
+    c.shape("weight", weight, {x.dim(-1)});
+    c.dtype("weight", weight, x.dtype);
+    c.optional_param_grad("dweight", dweight, "weight", weight);
+  } else {
+    c.require(dweight.empty(), "dweight given without weight");
+  }
+  c.stats("rstd", rstd, x.dtype, {x.rows()});
+  c.optional_like("dx", dx, "x", x);
+}
+
+void check_rope(DeviceKind device, const char* op, const TensorView& x,
+                const TensorView& positions, const TensorView& out) {
+  Checker c(op, device);
+  c.floating("x", x);
+  c.require(x.rank >= 2, "x is " + x.describe() + "; expected [.., heads, d_h]");
+  c.require(x.dim(-1) % 2 == 0, "x is " + x.describe() + "; d_h must be even");
+  c.dtype("positions", positions, ScalarType::i32);
+  c.numel("positions", positions, x.rows() / x.dim(-2));
+  c.like("out", out, "x", x);
+}
+
+void check_attention_forward(DeviceKind device, const TensorView& q, const TensorView& k,
+                             const TensorView& v, const TensorView& valid_lengths,
+                             const TensorView& out, const TensorView& lse) {
+  Checker c("attention_forward", device);
+  c.floating("q", q);
+  c.shape("q", q, {-1, -1, -1, -1});
+  const int64_t b = q.shape[0], s = q.shape[1], heads = q.shape[2], d_h = q.shape[3];
+  c.shape("k", k, {b, s, -1, d_h});
+  c.dtype("k", k, q.dtype);
+  const int64_t kv_heads = k.shape[2];
+  c.require(kv_heads > 0 && heads % kv_heads == 0,
+            "k is " + k.describe() + "; expected [" + std::to_string(b) + ", " +
+                std::to_string(s) + ", G, " + std::to_string(d_h) + "] with H = " +
+                std::to_string(heads) + " divisible by G");
+  c.like("v", v, "k", k);
+  if (!valid_lengths.empty()) {
+    c.dtype("valid_lengths", valid_lengths, ScalarType::i32);
+    c.shape("valid_lengths", valid_lengths, {b});
+  }
+  c.like("out", out, "q", q);
+  c.stats("lse", lse, q.dtype, {b, heads, s});
+}
+
+void check_attention_backward(DeviceKind device, const TensorView& dout, const TensorView& q,
+                              const TensorView& k, const TensorView& v,
+                              const TensorView& valid_lengths, const TensorView& out,
+                              const TensorView& lse, const TensorView& dq, const TensorView& dk,
+                              const TensorView& dv) {
+  check_attention_forward(device, q, k, v, valid_lengths, out, lse);
+  Checker c("attention_backward", device);
+  c.like("dout", dout, "q", q);
+  c.optional_like("dq", dq, "q", q);
+  c.optional_like("dk", dk, "k", k);
+  c.optional_like("dv", dv, "v", v);
+}
+
+void check_router_forward(DeviceKind device, const TensorView& x, const TensorView& w,
+                          const TensorView& logits) {
+  Checker c("router_forward", device);
+  c.floating("x", x);
+  c.shape("w", w, {x.dim(-1)});
+  c.dtype("w", w, x.dtype);
+  c.dtype("logits", logits, stats_type(x.dtype));
+  c.numel("logits", logits, x.rows());
+}
+
+void check_router_backward(DeviceKind device, const TensorView& dlogits, const TensorView& x,
+                           const TensorView& w, const TensorView& dx, const TensorView& dw) {
+  check_router_forward(device, x, w, dlogits);
+  Checker c("router_backward", device);
+  c.optional_like("dx", dx, "x", x);
+  c.optional_param_grad("dw", dw, "w", w);
+}
+
+static void check_logits_2d(const Checker& c, const TensorView& logits) {
+  c.shape("logits", logits, {-1, -1});
+  c.require(logits.dtype == ScalarType::fp32 || logits.dtype == ScalarType::fp64,
+            "logits is " + logits.describe() + "; expected fp32 or fp64");
+}
+
+void check_topk(DeviceKind device, const TensorView& logits, const TensorView& indices) {
+  Checker c("topk", device);
+  check_logits_2d(c, logits);
+  c.dtype("indices", indices, ScalarType::i32);
+  c.shape("indices", indices, {logits.shape[0], -1});
+  c.require(indices.shape[1] >= 1 && indices.shape[1] <= logits.shape[1],
+            "k = " + std::to_string(indices.shape[1]) + " (indices " + indices.describe() +
+                "): must be in [1, s = " + std::to_string(logits.shape[1]) + "]");
+}
+
+void check_topk_ragged(DeviceKind device, const TensorView& logits, const TensorView& counts,
+                       const TensorView& indices) {
+  Checker c("topk_ragged", device);
+  check_logits_2d(c, logits);
+  c.dtype("counts", counts, ScalarType::i32);
+  c.shape("counts", counts, {logits.shape[0]});
+  c.dtype("indices", indices, ScalarType::i32);
+  c.shape("indices", indices, {logits.shape[0], -1});
+  c.require(indices.shape[1] <= logits.shape[1],
+            "k_max = " + std::to_string(indices.shape[1]) + " (indices " + indices.describe() +
+                "): must be <= s = " + std::to_string(logits.shape[1]));
+}
+
+void check_topk_mask(DeviceKind device, const TensorView& indices, const TensorView& mask) {
+  Checker c("topk_mask", device);
+  c.dtype("indices", indices, ScalarType::i32);
+  c.shape("indices", indices, {-1, -1});
+  c.floating("mask", mask);
+  c.shape("mask", mask, {indices.shape[0], -1});
+  c.require(indices.shape[1] <= mask.shape[1], "indices " + indices.describe() +
+                                                   " has more slots than mask " +
+                                                   mask.describe() + " has positions");
+}
+
+void check_gather_rows(DeviceKind device, const char* op, const TensorView& x,
+                       const TensorView& indices, const TensorView& out) {
+  Checker c(op, device);
+  c.floating("x", x);
+  c.shape("x", x, {-1, -1, -1});
+  c.dtype("indices", indices, ScalarType::i32);
+  c.shape("indices", indices, {x.shape[0], -1});
+  c.shape("out", out, {x.shape[0], indices.shape[1], x.shape[2]});
+  c.dtype("out", out, x.dtype);
+  c.require(indices.shape[1] <= x.shape[1], "indices " + indices.describe() +
+                                                " selects more rows than x " + x.describe() +
+                                                " has per sequence");
+}
+
+void check_scatter_add_scaled(DeviceKind device, const char* op, const TensorView& x,
+                              const TensorView& indices, const TensorView& router_logits,
+                              const TensorView& delta, const TensorView& ddelta,
+                              const TensorView& drouter_logits) {
+  Checker c(op, device);
+  c.floating("x", x);
+  c.shape("x", x, {-1, -1, -1});
+  const int64_t b = x.shape[0], s = x.shape[1], d = x.shape[2];
+  c.dtype("indices", indices, ScalarType::i32);
+  c.shape("indices", indices, {b, -1});
+  c.require(indices.shape[1] <= s, "indices " + indices.describe() + " has more slots than x " +
+                                       x.describe() + " has positions");
+  c.stats("router_logits", router_logits, x.dtype, {b, s});
+  c.shape("delta", delta, {b, indices.shape[1], d});
+  c.dtype("delta", delta, x.dtype);
+  c.optional_like("ddelta", ddelta, "delta", delta);
+  c.optional_like("drouter_logits", drouter_logits, "router_logits", router_logits);
+}
+
+void check_depth_read_prefix_forward(DeviceKind device, const TensorView& keys,
+                                     const TensorView& key_rstd, const TensorView& values,
+                                     const TensorView& queries, const TensorView& out,
+                                     const TensorView& lse) {
+  Checker c("depth_read_prefix", device);
+  c.floating("keys", keys);
+  c.shape("keys", keys, {-1, -1, -1});
+  const int64_t sources = keys.shape[0], tokens = keys.shape[1], d = keys.shape[2];
+  c.require(sources >= 1, "keys is " + keys.describe() + "; at least one source is needed");
+  c.stats("key_rstd", key_rstd, keys.dtype, {sources, tokens});
+  c.like("values", values, "keys", keys);
+  c.stats("queries", queries, keys.dtype, {-1, d});
+  const int64_t count = queries.shape[0];
+  c.shape("out", out, {count, tokens, d});
+  c.dtype("out", out, keys.dtype);
+  c.stats("lse", lse, keys.dtype, {count, tokens});
+}
+
+void check_depth_read_prefix_backward(DeviceKind device, const TensorView& dout,
+                                      const TensorView& dlse, const TensorView& keys,
+                                      const TensorView& key_rstd, const TensorView& values,
+                                      const TensorView& queries, const TensorView& out,
+                                      const TensorView& lse, const TensorView& dkeys,
+                                      const TensorView& dvalues, const TensorView& dqueries) {
+  check_depth_read_prefix_forward(device, keys, key_rstd, values, queries, out, lse);
+  Checker c("depth_read_prefix_backward", device);
+  c.like("dout", dout, "out", out);
+  c.optional_like("dlse", dlse, "lse", lse);
+  c.optional_like("dkeys", dkeys, "keys", keys);
+  c.optional_like("dvalues", dvalues, "values", values);
+  c.optional_like("dqueries", dqueries, "queries", queries);
+}
+
+void check_depth_read_merge(DeviceKind device, const char* op, const TensorView& prefix_out,
+                            const TensorView& prefix_lse, const TensorView& partial_keys,
+                            const TensorView& partial_key_rstd,
+                            const TensorView& partial_values, const TensorView& query,
+                            const TensorView& out, const TensorView& partial_weight) {
+  Checker c(op, device);
+  c.floating("prefix_out", prefix_out);
+  c.shape("prefix_out", prefix_out, {-1, -1});
+  const int64_t tokens = prefix_out.shape[0], d = prefix_out.shape[1];
+  if (!prefix_lse.empty()) c.stats("prefix_lse", prefix_lse, prefix_out.dtype, {tokens});
+  c.like("partial_keys", partial_keys, "prefix_out", prefix_out);
+  c.stats("partial_key_rstd", partial_key_rstd, prefix_out.dtype, {tokens});
+  c.like("partial_values", partial_values, "prefix_out", prefix_out);
+  c.stats("query", query, prefix_out.dtype, {d});
+  if (!out.empty()) c.like("out", out, "prefix_out", prefix_out);
+  c.stats("partial_weight", partial_weight, prefix_out.dtype, {tokens});
+}
+
+void check_depth_read_merge_grads(DeviceKind device, const TensorView& prefix_out,
+                                  const TensorView& query, const TensorView& dprefix_out,
+                                  const TensorView& dprefix_lse, const TensorView& dpartial_keys,
+                                  const TensorView& dpartial_values, const TensorView& dquery) {
+  Checker c("depth_read_merge_backward", device);
+  c.optional_like("dprefix_out", dprefix_out, "prefix_out", prefix_out);
+  if (!dprefix_lse.empty()) {
+    c.stats("dprefix_lse", dprefix_lse, prefix_out.dtype, {prefix_out.shape[0]});
+  }
+  c.optional_like("dpartial_keys", dpartial_keys, "prefix_out", prefix_out);
+  c.optional_like("dpartial_values", dpartial_values, "prefix_out", prefix_out);
+  c.optional_like("dquery", dquery, "query", query);
+}
+
+void check_dar_coefficients(DeviceKind device, const char* op, const TensorView& retrieved,
+                            const TensorView& weight, const TensorView& bias,
+                            const TensorView& scale, const TensorView& alpha,
+                            const TensorView& beta, const TensorView& transport,
+                            const TensorView& z_rstd, const DarCoefficientParams& params) {
+  Checker c(op, device);
+  c.floating("retrieved", retrieved);
+  c.shape("retrieved", retrieved, {-1, -1, -1});
+  const int64_t n = retrieved.shape[0], tokens = retrieved.shape[1], d = retrieved.shape[2];
+  c.require(n >= 2, "retrieved is " + retrieved.describe() +
+                        "; the coefficient head needs n >= 2 streams (n = 1 bypasses it)");
+  const ScalarType data = retrieved.dtype;
+  const int64_t outputs =
+      2 * n + (transport.empty() ? 0 : (n == 2 ? int64_t{1} : n * n));
+  c.stats("weight", weight, data, {n * d, outputs});
+  c.stats("bias", bias, data, {outputs});
+  c.stats("scale", scale, data, {3});
+  c.stats("alpha", alpha, data, {tokens, n});
+  c.stats("beta", beta, data, {tokens, n});
+  if (!transport.empty()) c.stats("transport", transport, data, {tokens, n, n});
+  c.stats("z_rstd", z_rstd, data, {tokens});
+  c.require(params.sinkhorn_iterations >= 1 || n == 2,
+            "sinkhorn_iterations = " + std::to_string(params.sinkhorn_iterations) +
+                ": must be >= 1");
+  c.require(params.eps >= 0.0, "eps = " + std::to_string(params.eps) + ": must be >= 0");
+}
+
+void check_dar_coefficients_grads(DeviceKind device, const TensorView& dalpha,
+                                  const TensorView& dbeta, const TensorView& dtransport,
+                                  const TensorView& retrieved, const TensorView& weight,
+                                  const TensorView& bias, const TensorView& scale,
+                                  const TensorView& alpha, const TensorView& transport,
+                                  const TensorView& dretrieved, const TensorView& dweight,
+                                  const TensorView& dbias, const TensorView& dscale) {
+  Checker c("dar_coefficients_backward", device);
+  c.like("dalpha", dalpha, "alpha", alpha);
+  c.like("dbeta", dbeta, "alpha", alpha);
+  if (!dtransport.empty()) {
+    c.require(!transport.empty(), "dtransport given without transport");
+    c.like("dtransport", dtransport, "transport", transport);
+  }
+  c.optional_like("dretrieved", dretrieved, "retrieved", retrieved);
+  c.optional_like("dweight", dweight, "weight", weight);
+  c.optional_like("dbias", dbias, "bias", bias);
+  c.optional_like("dscale", dscale, "scale", scale);
+}
+
+void check_dar_mix(DeviceKind device, const char* op, const TensorView& retrieved,
+                   const TensorView& alpha, const TensorView& out) {
+  Checker c(op, device);
+  c.floating("retrieved", retrieved);
+  c.shape("retrieved", retrieved, {-1, -1, -1});
+  const int64_t n = retrieved.shape[0], tokens = retrieved.shape[1], d = retrieved.shape[2];
+  c.stats("alpha", alpha, retrieved.dtype, {tokens, n});
+  c.shape("out", out, {tokens, d});
+  c.dtype("out", out, retrieved.dtype);
+}
+
+void check_dar_write(DeviceKind device, const char* op, const TensorView& transport,
+                     const TensorView& partial, const TensorView& beta, const TensorView& y,
+                     const TensorView& out) {
+  Checker c(op, device);
+  c.floating("out", out);
+  c.shape("out", out, {-1, -1, -1});
+  const int64_t n = out.shape[0], tokens = out.shape[1], d = out.shape[2];
+  c.require(transport.empty() == partial.empty(),
+            "transport and partial must be given together (or both empty)");
+  c.require(beta.empty() == y.empty(), "beta and y must be given together (or both empty)");
+  c.require(!(transport.empty() && beta.empty()), "nothing to write: all inputs empty");
+  if (!partial.empty()) {
+    c.like("partial", partial, "out", out);
+    c.stats("transport", transport, out.dtype, {tokens, n, n});
+    c.require(partial.data != out.data, "out must not alias partial");
+  }
+  if (!y.empty()) {
+    c.shape("y", y, {tokens, d});
+    c.dtype("y", y, out.dtype);
+    c.stats("beta", beta, out.dtype, {tokens, n});
+  }
+}
+
+void check_same_float(DeviceKind device, const char* op, const TensorView& reference,
+                      const char* reference_name, const TensorView& other,
+                      const char* other_name, bool optional) {
+  Checker c(op, device);
+  c.floating(reference_name, reference);
+  if (optional) {
+    c.optional_like(other_name, other, reference_name, reference);
+  } else {
+    c.like(other_name, other, reference_name, reference);
+  }
+}
+
+void check_axpy(DeviceKind device, const TensorView& x, const TensorView& y) {
+  Checker c("axpy", device);
+  c.floating("x", x);
+  c.floating("y", y);
+  c.require(x.numel() == y.numel(), "x " + x.describe() + " and y " + y.describe() +
+                                        " must have the same element count");
+}
+
+void check_cross_entropy(DeviceKind device, const char* op, const TensorView& logits,
+                         const TensorView& targets, const TensorView& loss,
+                         const TensorView& lse) {
+  Checker c(op, device);
+  c.floating("logits", logits);
+  c.require(logits.rank >= 2, "logits is " + logits.describe() + "; expected [.., V]");
+  c.dtype("targets", targets, ScalarType::i32);
+  c.numel("targets", targets, logits.rows());
+  if (!loss.empty()) c.stats("loss", loss, logits.dtype, {1});
+  c.stats("lse", lse, logits.dtype, {logits.rows()});
+}
+
+void check_bce_with_logits(DeviceKind device, const char* op, const TensorView& logits,
+                           const TensorView& targets, const TensorView& loss) {
+  Checker c(op, device);
+  c.floating("logits", logits);
+  c.require(logits.dtype != ScalarType::bf16, "logits is " + logits.describe() +
+                                                  "; expected fp32 or fp64 (statistics)");
+  c.like("targets", targets, "logits", logits);
+  if (!loss.empty()) c.stats("loss", loss, logits.dtype, {1});
+}
+
+void check_embedding(DeviceKind device, const char* op, const TensorView& table,
+                     const TensorView& tokens, const TensorView& out) {
+  Checker c(op, device);
+  c.floating("table", table);
+  c.shape("table", table, {-1, -1});
+  c.dtype("tokens", tokens, ScalarType::i32);
+  c.floating("out", out);
+  c.require(out.rank == tokens.rank + 1 && out.dim(-1) == table.shape[1] &&
+                out.rows() == tokens.numel(),
+            "out is " + out.describe() + "; expected the shape of tokens " + tokens.describe() +
+                " plus d = " + std::to_string(table.shape[1]));
+}
+
+void check_adamw(DeviceKind device, const TensorView& params, const TensorView& grads,
+                 const TensorView& m, const TensorView& v, const AdamWParams& hyper,
+                 const TensorView& params_lowp) {
+  Checker c("adamw_update", device);
+  c.floating("params", params);
+  c.require(params.dtype == ScalarType::fp32 || params.dtype == ScalarType::fp64,
+            "params is " + params.describe() + "; master weights must be fp32 or fp64");
+  c.floating("grads", grads);
+  c.numel("grads", grads, params.numel());
+  c.like("m", m, "params", params);
+  c.like("v", v, "params", params);
+  if (!params_lowp.empty()) {
+    c.floating("params_lowp", params_lowp);
+    c.numel("params_lowp", params_lowp, params.numel());
+  }
+  c.require(hyper.step >= 1, "step = " + std::to_string(hyper.step) + ": must be >= 1");
+  c.require(hyper.beta1 >= 0.0 && hyper.beta1 < 1.0 && hyper.beta2 >= 0.0 && hyper.beta2 < 1.0,
+            "beta1 / beta2 must be in [0, 1)");
+  c.require(hyper.epsilon > 0.0, "epsilon must be > 0");
+}
+
+}  // namespace modar::runtime
