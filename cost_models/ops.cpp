@@ -26,6 +26,63 @@ const char* to_string(OpKind kind) {
   return "unknown";
 }
 
+bool parse_op_kind(const std::string& name, OpKind* kind) {
+  for (int i = 0; i < kOpKindCount; ++i) {
+    if (name == to_string(static_cast<OpKind>(i))) {
+      *kind = static_cast<OpKind>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool parse_pass(const std::string& name, Pass* pass) {
+  for (Pass candidate : {Pass::forward, Pass::backward, Pass::recompute}) {
+    if (name == to_string(candidate)) {
+      *pass = candidate;
+      return true;
+    }
+  }
+  return false;
+}
+
+int op_dims_count(OpKind kind) {
+  switch (kind) {
+    case OpKind::gemm: return 4;
+    case OpKind::attention: return 7;
+    case OpKind::rmsnorm: return 2;
+    case OpKind::rope: return 3;
+    case OpKind::router: return 2;
+    case OpKind::topk: return 3;
+    case OpKind::gather: return 2;
+    case OpKind::scatter_add: return 2;
+    case OpKind::depth_read_prefix: return 6;
+    case OpKind::depth_read_merge: return 4;
+    case OpKind::dar_coefficients: return 4;
+    case OpKind::dar_write: return 5;
+    case OpKind::elementwise: return 3;
+    case OpKind::cross_entropy: return 2;
+    case OpKind::embedding: return 2;
+    case OpKind::optimizer_update: return 1;
+  }
+  return 7;
+}
+
+bool is_counted_kind(OpKind kind) {
+  switch (kind) {
+    case OpKind::gemm:
+    case OpKind::attention:
+    case OpKind::router:
+    case OpKind::depth_read_prefix:
+    case OpKind::depth_read_merge:
+    case OpKind::dar_coefficients:
+    case OpKind::dar_write:
+      return true;
+    default:
+      return false;
+  }
+}
+
 const char* to_string(Pass pass) {
   switch (pass) {
     case Pass::forward: return "forward";

@@ -122,6 +122,9 @@ struct Config {
 // Parse a TOML document (text) into a Config; unknown sections/keys are errors.
 Config parse_config_toml(const std::string& toml_text, const std::string& source_name = "<string>");
 Config load_config_file(const std::string& path);
+// Read a file, apply "section.key=value" overrides in order, then validate (so
+// an override may repair a value the file alone would fail on).
+Config load_config_file(const std::string& path, const std::vector<std::string>& overrides);
 // Apply one "section.key=value" override (CLI --set, Python kwargs).
 void apply_override(Config& config, const std::string& assignment);
 void apply_override(Config& config, const std::string& dotted_key, const std::string& value);
@@ -142,5 +145,19 @@ const char* to_string(Optimizer v);
 const char* to_string(Recompute v);
 const char* to_string(AttentionFlops v);
 int64_t dtype_bytes(DType v);
+
+// Parse an enum from its name; throws ConfigError naming `field`, the value and
+// the allowed names.  Used by the TOML reader, --set and CLI flags.
+AttentionFlops parse_attention_flops(const std::string& text, const std::string& field);
+
+// Shared by the config reader and the CLI for "did you mean" suggestions:
+// Levenshtein distance, and the candidate nearest to `word` ("" when none is
+// close enough to be a plausible typo).
+int64_t edit_distance(const std::string& a, const std::string& b);
+std::string nearest_name(const std::string& word, const std::vector<std::string>& candidates);
+
+// A double as the shortest text that reads back to the same value ("0.125",
+// "1e+20", "nan"): used in every error message and in TOML output.
+std::string format_number(double value);
 
 }  // namespace modar

@@ -8,25 +8,37 @@
 //
 //   kind               dims[0..]                                   notes
 //   gemm               m, n, k, batch                              C[m,n] = A[m,k] B[k,n]
-//   attention          b, H, G, s_q, s_k, d_h, causal(0/1)        causal among s_q (=s_k)
+//   attention          b, H, G, s_q, s_k, d_h, causal(0/1)        causal: query i sees keys
+//                                                                  <= i + (s_k - s_q)
 //   rmsnorm            rows, d
-//   rope               rows, heads, d_h
+//   rope               rows, heads, d_h                            heads = H + G (q and k)
 //   router             rows, d                                     logits r = x . w_r (GEMV)
 //   topk               b, s, k                                     per-sequence exact top-k
 //   gather             rows, d                                     rows gathered by index
 //   scatter_add        rows, d                                     x[idx] += g(r) * delta
-//   depth_read_prefix  T, sources, queries, d                      queries = S * n (block)
-//   depth_read_merge   T, n, d                                     closed-form partial merge
-//   dar_coefficients   T, n, d, outputs                            RMSNorm + [n d x outputs] head
-//   dar_write          T, n, d                                     P = M(rho) P + beta (x) y
+//   depth_read_prefix  T, sources, queries, d, n, variant          queries = S * n (block) or
+//                                                                  n (output read); variant =
+//                                                                  int(DarVariant): kappa / nu
+//   depth_read_merge   T, n, d, variant                            closed-form partial merge
+//   dar_coefficients   T, n, d, outputs                            RMSNorm + [n d x outputs]
+//                                                                  head + mix h = sum a_j R_j
+//   dar_write          T, n, d, transport(0/1), emit_rstd(0/1)     P = M(rho) P + beta (x) y
+//                                                                  (n = 1: P += y); emit_rstd:
+//                                                                  block end, rstd of the entry
 //   elementwise        elements, inputs, outputs                   GELU, SwiGLU, residual add
 //   cross_entropy      rows, vocab
 //   embedding          rows, d                                     lookup: 0 FLOPs, bytes only
 //   optimizer_update   params                                      AdamW, fp32 master
+//
+// Backward ops carry Pass::backward and the same dims as their forward op,
+// except GEMMs: a linear layer's backward is two plain GEMMs (dgrad, wgrad)
+// with their own m, n, k, so a GEMM is timed the same way in every pass.
+// op_dims_count(kind) says how many leading dims are meaningful.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <string>
 
 #include "modar/config.hpp"
 
@@ -75,5 +87,16 @@ struct OpRecord {
 
 const char* to_string(OpKind kind);
 const char* to_string(Pass pass);
+// Inverse of to_string; false when `name` is no op kind / pass.
+bool parse_op_kind(const std::string& name, OpKind* kind);
+bool parse_pass(const std::string& name, Pass* pass);
+// How many leading dims are meaningful for `kind` (the table above).
+int op_dims_count(OpKind kind);
+// True for the op kinds whose FLOPs are counted by default (SPEC section 2:
+// GEMMs, attention, router, LM head; plus the depth-read family, whose
+// FLOPs dar_math.md section 4.3 counts).  Norms, elementwise, top-k, gather,
+// scatter, cross-entropy, embedding and the optimizer are bytes-dominated
+// and reported but not counted.
+bool is_counted_kind(OpKind kind);
 
 }  // namespace modar

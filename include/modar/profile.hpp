@@ -18,11 +18,31 @@
 namespace modar {
 
 struct DeviceCeilings {
-  double peak_flops_bf16 = 0.0;   // FLOP/s, dense matrix
+  double peak_flops_bf16 = 0.0;   // FLOP/s, dense matrix (the MFU denominator)
   double peak_flops_fp32 = 0.0;   // FLOP/s
   double memory_bandwidth = 0.0;  // bytes/s
   double launch_overhead_s = 0.0; // per op launch
   double memory_bytes = 0.0;      // device memory capacity
+  // Ceilings the roofline uses (what a good kernel reaches: measured GEMM
+  // rate, device copy rate).  0 = use the peak.  MFU always divides by peak.
+  double achievable_flops_bf16 = 0.0;
+  double achievable_flops_fp32 = 0.0;
+  double achievable_bandwidth = 0.0;
+
+  // FLOP/s the roofline uses for an op of this dtype (fp16 counts as bf16).
+  double roofline_flops(DType dtype) const {
+    if (dtype == DType::fp32 || dtype == DType::fp64) {
+      return achievable_flops_fp32 > 0 ? achievable_flops_fp32 : peak_flops_fp32;
+    }
+    return achievable_flops_bf16 > 0 ? achievable_flops_bf16 : peak_flops_bf16;
+  }
+  double roofline_bandwidth() const {
+    return achievable_bandwidth > 0 ? achievable_bandwidth : memory_bandwidth;
+  }
+  // The MFU denominator for a training dtype.
+  double peak_flops(DType dtype) const {
+    return (dtype == DType::fp32 || dtype == DType::fp64) ? peak_flops_fp32 : peak_flops_bf16;
+  }
 };
 
 struct OpMeasurement {
@@ -52,5 +72,7 @@ std::string to_toml(const DeviceProfile& profile);
 void save_profile_atomically(const DeviceProfile& profile, const std::string& path);
 // Names of the embedded profiles ("h200", "cpu-generic", ...).
 std::vector<std::string> embedded_profile_names();
+// The TOML text an embedded profile was compiled from ("" if no such name).
+std::string embedded_profile_text(const std::string& name);
 
 }  // namespace modar

@@ -1,0 +1,367 @@
+// Shared CLI helpers (see cli_util.hpp).
+#include "cli_util.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+#include "modar/errors.hpp"
+
+namespace modar::cli {
+
+std::optional<std::string> ParsedArgs::value(const std::string& flag) const {
+  const auto it = values_.find(flag);
+  if (it == values_.end() || it->second.empty()) {
+    return std::nullopt;
+  }
+  return it->second.back();
+}
+
+std::string ParsedArgs::value_or(const std::string& flag, const std::string& fallback) const {
+  const std::optional<std::string> v = value(flag);
+  return v ? *v : fallback;
+}
+
+const std::vector<std::string>& ParsedArgs::values(const std::string& flag) const {
+  static const std::vector<std::string> kEmpty;
+  const auto it = values_.find(flag);
+  return it == values_.end() ? kEmpty : it->second;
+}
+
+bool wants_help(const Args& args) {
+  for (const std::string& arg : args) {
+    if (arg == "-h" || arg == "--help") {
+      return true;
+    }
+    if (arg == "--") {
+      break;
+    }
+  }
+  return false;
+}
+
+ParsedArgs parse_args(const Args& args, const std::vector<FlagSpec>& flags,
+                      const std::string& command, size_t min_positional, size_t max_positional,
+                      const std::string& positional_name) {
+  ParsedArgs parsed;
+  std::vector<std::string> flag_names;
+  for (const FlagSpec& spec : flags) {
+    flag_names.push_back(spec.name);
+  }
+  bool only_positional = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (only_positional || arg.size() < 2 || arg[0] != '-' ||
+        (arg[1] != '-' && (std::isdigit(static_cast<unsigned char>(arg[1])) || arg[1] == '.'))) {
+      parsed.positional.push_back(arg);
+      continue;
+    }
+    if (arg == "--") {
+      only_positional = true;
+      continue;
+    }
+    std::string name = arg;
+    std::optional<std::string> inline_value;
+    const size_t equals = arg.find('=');
+    if (equals != std::string::npos) {
+      name = arg.substr(0, equals);
+      inline_value = arg.substr(equals + 1);
+    }
+    const auto spec = std::find_if(flags.begin(), flags.end(),
+                                   [&](const FlagSpec& f) { return f.name == name; });
+    if (spec == flags.end()) {
+      std::string message = "unknown option '" + name + "' for modar " + command;
+      const std::string suggestion = nearest_name(name, flag_names);
+      if (!suggestion.empty()) {
+        message += "; did you mean '" + suggestion + "'?";
+      } else {
+        message += "; see modar " + command + " --help";
+      }
+      throw ConfigError(message);
+    }
+    if (!spec->repeatable && parsed.has(name)) {
+      throw ConfigError("option " + name + " given twice; it may be given once");
+    }
+    if (!spec->takes_value) {
+      if (inline_value) {
+        throw ConfigError("option " + name + " = " + *inline_value + ": takes no value");
+      }
+      parsed.add(name, "");
+      continue;
+    }
+    if (inline_value) {
+      parsed.add(name, *inline_value);
+      continue;
+    }
+    if (i + 1 >= args.size()) {
+      throw ConfigError("option " + name + " needs a value" +
+                        (spec->value_name.empty() ? "" : " (" + spec->value_name + ")"));
+    }
+    parsed.add(name, args[++i]);
+  }
+  if (parsed.positional.size() < min_positional) {
+    throw ConfigError("modar " + command + ": missing " + positional_name + " (see modar " +
+                      command + " --help)");
+  }
+  if (parsed.positional.size() > max_positional) {
+    throw ConfigError("modar " + command + ": unexpected argument '" +
+                      parsed.positional[max_positional] + "'; takes " +
+                      (max_positional == 0 ? std::string("no positional arguments")
+                                           : "at most " + std::to_string(max_positional) + " " +
+                                                 positional_name));
+  }
+  return parsed;
+}
+
+std::string usage_text(const std::string& command, const std::string& synopsis,
+                       const std::vector<FlagSpec>& flags, const std::string& description) {
+  std::string out = "usage: modar " + command + " " + synopsis + "\n";
+  if (!description.empty()) {
+    out += "\n" + description + "\n";
+  }
+  if (!flags.empty()) {
+    out += "\noptions:\n";
+    size_t width = 0;
+    std::vector<std::string> lefts;
+    for (const FlagSpec& flag : flags) {
+      std::string left = "  " + flag.name;
+      if (flag.takes_value) {
+        left += " " + (flag.value_name.empty() ? std::string("VALUE") : flag.value_name);
+      }
+      width = std::max(width, left.size());
+      lefts.push_back(left);
+    }
+    for (size_t i = 0; i < flags.size(); ++i) {
+      out += lefts[i] + std::string(width - lefts[i].size() + 2, ' ') + flags[i].help + "\n";
+    }
+    out += "  -h, --help" + std::string(width > 10 ? width - 10 + 2 : 2, ' ') + "show this help\n";
+  }
+  return out;
+}
+
+namespace {
+
+bool parse_double_text(const std::string& text, double* out) {
+  if (text.empty()) {
+    return false;
+  }
+  const char* begin = text.data();
+  const char* end = begin + text.size();
+  if (*begin == '+') {
+    ++begin;
+  }
+  const auto result = std::from_chars(begin, end, *out, std::chars_format::general);
+  return result.ec == std::errc() && result.ptr == end && std::isfinite(*out);
+}
+
+bool parse_int_text(const std::string& text, int64_t* out) {
+  if (text.empty()) {
+    return false;
+  }
+  const char* begin = text.data();
+  const char* end = begin + text.size();
+  if (*begin == '+') {
+    ++begin;
+  }
+  const auto result = std::from_chars(begin, end, *out);
+  return result.ec == std::errc() && result.ptr == end;
+}
+
+}  // namespace
+
+double parse_double(const std::string& flag, const std::string& text) {
+  double value = 0.0;
+  if (!parse_double_text(text, &value)) {
+    throw ConfigError(flag + " = " + text + ": must be a finite number");
+  }
+  return value;
+}
+
+double parse_positive_double(const std::string& flag, const std::string& text) {
+  const double value = parse_double(flag, text);
+  if (!(value > 0.0)) {
+    throw ConfigError(flag + " = " + text + ": must be a number > 0");
+  }
+  return value;
+}
+
+int64_t parse_int(const std::string& flag, const std::string& text) {
+  int64_t value = 0;
+  if (!parse_int_text(text, &value)) {
+    throw ConfigError(flag + " = " + text + ": must be an integer");
+  }
+  return value;
+}
+
+int64_t parse_positive_int(const std::string& flag, const std::string& text) {
+  const int64_t value = parse_int(flag, text);
+  if (value <= 0) {
+    throw ConfigError(flag + " = " + text + ": must be a positive integer");
+  }
+  return value;
+}
+
+size_t parse_choice(const std::string& flag, const std::string& text,
+                    const std::vector<std::string>& choices) {
+  for (size_t i = 0; i < choices.size(); ++i) {
+    if (text == choices[i]) {
+      return i;
+    }
+  }
+  std::string allowed;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    allowed += (i == 0 ? "" : (i + 1 == choices.size() ? " or " : ", ")) + choices[i];
+  }
+  throw ConfigError(flag + " = " + text + ": must be " + allowed);
+}
+
+Config load_config_with_overrides(const std::string& path, const std::vector<std::string>& sets) {
+  return load_config_file(path, sets);
+}
+
+Table::Table(std::vector<std::string> header) : header_(std::move(header)) {}
+
+void Table::add_row(std::vector<std::string> cells) {
+  cells.resize(header_.size());
+  rows_.push_back(std::move(cells));
+}
+
+void Table::add_rule() { rows_.emplace_back(); }
+
+std::string Table::render() const {
+  std::vector<size_t> widths(header_.size());
+  for (size_t c = 0; c < header_.size(); ++c) {
+    widths[c] = header_[c].size();
+    for (const auto& row : rows_) {
+      if (!row.empty()) {
+        widths[c] = std::max(widths[c], row[c].size());
+      }
+    }
+  }
+  auto is_numeric = [](const std::string& cell) {
+    return !cell.empty() && (std::isdigit(static_cast<unsigned char>(cell[0])) ||
+                             ((cell[0] == '-' || cell[0] == '+' || cell[0] == '.') &&
+                              cell.size() > 1));
+  };
+  std::string out;
+  auto emit_row = [&](const std::vector<std::string>& row, bool header) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      const size_t pad = widths[c] - row[c].size();
+      const bool right = !header && c > 0 && is_numeric(row[c]);
+      if (c > 0) {
+        line += "  ";
+      }
+      line += right ? std::string(pad, ' ') + row[c] : row[c] + std::string(pad, ' ');
+    }
+    while (!line.empty() && line.back() == ' ') {
+      line.pop_back();
+    }
+    out += line + "\n";
+  };
+  size_t total_width = 0;
+  for (size_t c = 0; c < widths.size(); ++c) {
+    total_width += widths[c] + (c ? 2 : 0);
+  }
+  emit_row(header_, true);
+  out += std::string(total_width, '-') + "\n";
+  for (const auto& row : rows_) {
+    if (row.empty()) {
+      out += std::string(total_width, '-') + "\n";
+    } else {
+      emit_row(row, false);
+    }
+  }
+  return out;
+}
+
+std::string format_sci(double value, int digits) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.*e", digits, value);
+  return buffer;
+}
+
+std::string format_fixed(double value, int decimals) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.*f", decimals, value);
+  return buffer;
+}
+
+namespace {
+
+std::string three_significant(double value) {
+  char buffer[64];
+  const double magnitude = std::fabs(value);
+  const int decimals = magnitude >= 100 ? 0 : (magnitude >= 10 ? 1 : 2);
+  std::snprintf(buffer, sizeof(buffer), "%.*f", decimals, value);
+  return buffer;
+}
+
+}  // namespace
+
+std::string format_count(double value) {
+  if (!std::isfinite(value)) {
+    return format_number(value);
+  }
+  static const struct {
+    double scale;
+    const char* suffix;
+  } kUnits[] = {{1e15, " P"}, {1e12, " T"}, {1e9, " G"}, {1e6, " M"}, {1e3, " k"}};
+  for (const auto& unit : kUnits) {
+    if (std::fabs(value) >= unit.scale) {
+      return three_significant(value / unit.scale) + unit.suffix;
+    }
+  }
+  return three_significant(value);
+}
+
+std::string format_bytes(double bytes) {
+  if (!std::isfinite(bytes)) {
+    return format_number(bytes);
+  }
+  static const struct {
+    double scale;
+    const char* suffix;
+  } kUnits[] = {{1099511627776.0, " TiB"}, {1073741824.0, " GiB"}, {1048576.0, " MiB"},
+                {1024.0, " KiB"}};
+  for (const auto& unit : kUnits) {
+    if (std::fabs(bytes) >= unit.scale) {
+      return three_significant(bytes / unit.scale) + unit.suffix;
+    }
+  }
+  return three_significant(bytes) + " B";
+}
+
+std::string format_seconds(double seconds) {
+  if (!std::isfinite(seconds)) {
+    return format_number(seconds);
+  }
+  const double magnitude = std::fabs(seconds);
+  if (magnitude >= 86400.0 * 2) {
+    return three_significant(seconds / 86400.0) + " d";
+  }
+  if (magnitude >= 3600.0 * 2) {
+    return three_significant(seconds / 3600.0) + " h";
+  }
+  if (magnitude >= 1.0 || magnitude == 0.0) {
+    return three_significant(seconds) + " s";
+  }
+  if (magnitude >= 1e-3) {
+    return three_significant(seconds * 1e3) + " ms";
+  }
+  if (magnitude >= 1e-6) {
+    return three_significant(seconds * 1e6) + " us";
+  }
+  return three_significant(seconds * 1e9) + " ns";
+}
+
+std::string format_percent(double fraction) {
+  if (!std::isfinite(fraction)) {
+    return format_number(fraction);
+  }
+  return format_fixed(fraction * 100.0, std::fabs(fraction) < 0.001 ? 3 : 1) + "%";
+}
+
+}  // namespace modar::cli

@@ -1,0 +1,99 @@
+// Helpers shared by the `modar` subcommands: flag parsing with clear errors,
+// strict number parsing, --set overrides, and table / unit formatting.
+//
+// Every parse error is a modar::ConfigError whose message names the flag, the
+// value and what is allowed; main() prints it on one line with exit code 2.
+//
+//   const std::vector<FlagSpec> flags = {
+//       {"--set", true, true, "KEY=VALUE", "override a config key (repeatable)"},
+//       {"--json", false, false, "", "print JSON instead of the report"}};
+//   const ParsedArgs parsed = parse_args(args, flags, "estimate", 1, 1);
+//   Config config = load_config_with_overrides(parsed.positional[0], parsed.values("--set"));
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "modar/config.hpp"
+
+namespace modar::cli {
+
+struct FlagSpec {
+  std::string name;          // "--json", "--set" (long form, with the dashes)
+  bool takes_value = false;  // "--flag VALUE" or "--flag=VALUE"
+  bool repeatable = false;   // may be given more than once (values kept in order)
+  std::string value_name;    // shown in the help, e.g. "KEY=VALUE"
+  std::string help;
+};
+
+class ParsedArgs {
+ public:
+  std::vector<std::string> positional;
+
+  bool has(const std::string& flag) const { return values_.count(flag) > 0; }
+  // The value of a flag given once (the last one for repeatable flags).
+  std::optional<std::string> value(const std::string& flag) const;
+  std::string value_or(const std::string& flag, const std::string& fallback) const;
+  // Every value of a repeatable flag, in command-line order (empty if absent).
+  const std::vector<std::string>& values(const std::string& flag) const;
+
+  void add(const std::string& flag, const std::string& value) { values_[flag].push_back(value); }
+
+ private:
+  std::map<std::string, std::vector<std::string>> values_;
+};
+
+// True when args contain -h / --help (check before parse_args).
+bool wants_help(const Args& args);
+
+// Parse `args` against `flags`.  Throws ConfigError on an unknown flag (with the
+// nearest valid one suggested), a missing value, a repeated non-repeatable
+// flag, or a positional count outside [min_positional, max_positional].
+ParsedArgs parse_args(const Args& args, const std::vector<FlagSpec>& flags,
+                      const std::string& command, size_t min_positional, size_t max_positional,
+                      const std::string& positional_name = "argument");
+
+// A help text: "usage: modar <command> <synopsis>" plus one line per flag.
+std::string usage_text(const std::string& command, const std::string& synopsis,
+                       const std::vector<FlagSpec>& flags, const std::string& description = "");
+
+// Strict numbers: the whole text must be a finite number (no NaN, inf or
+// trailing garbage); errors name the flag and the value.
+double parse_double(const std::string& flag, const std::string& text);
+double parse_positive_double(const std::string& flag, const std::string& text);
+int64_t parse_int(const std::string& flag, const std::string& text);
+int64_t parse_positive_int(const std::string& flag, const std::string& text);
+// Index of `text` in `choices`, or ConfigError listing them.
+size_t parse_choice(const std::string& flag, const std::string& text,
+                    const std::vector<std::string>& choices);
+
+// Read CONFIG, apply each "section.key=value" in order, validate.
+Config load_config_with_overrides(const std::string& path, const std::vector<std::string>& sets);
+
+// A plain-text table with aligned columns (numbers right-aligned).
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header);
+  void add_row(std::vector<std::string> cells);
+  // A horizontal rule before the next row (e.g. before a totals row).
+  void add_rule();
+  std::string render() const;
+
+ private:
+  std::vector<std::string> header_;
+  std::vector<std::vector<std::string>> rows_;  // an empty row is a rule
+};
+
+// Human-readable units.
+std::string format_sci(double value, int digits = 4);   // "9.0739e+09"
+std::string format_count(double value);                 // "1.31 B", "350 M", "12.3 k"
+std::string format_bytes(double bytes);                 // "1.50 GiB"
+std::string format_seconds(double seconds);             // "12.3 ms"
+std::string format_percent(double fraction);            // "12.3%"
+std::string format_fixed(double value, int decimals);   // "0.125"
+
+}  // namespace modar::cli

@@ -1,0 +1,690 @@
+// Model configuration: TOML reading, --set overrides, validation, TOML output.
+//
+// Every key is one row of kKeys below: its dotted name (the TOML section and
+// key), its type, and how it is read from / written to the Config.  Parsing
+// (TOML or --set text) only checks the *type* of a value; validate() checks
+// ranges and cross-field rules in one place, so a config built in code, read
+// from TOML or edited with --set is held to the same rules.  Every error is a
+// one-line modar::ConfigError / modar::FileError that names the key, the value
+// and what is allowed.
+#include "modar/config.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "modar/errors.hpp"
+#include "toml_text.hpp"
+
+namespace modar {
+
+int64_t ModConfig::routed_tokens_per_sequence(int64_t seq_len) const {
+  const int64_t rounded = std::llround(capacity * static_cast<double>(seq_len));
+  return std::clamp<int64_t>(rounded, 1, std::max<int64_t>(seq_len, 1));
+}
+
+// ---- enum names -----------------------------------------------------------
+
+const char* to_string(MlpKind v) { return v == MlpKind::gelu ? "gelu" : "swiglu"; }
+const char* to_string(RouterScale v) { return v == RouterScale::linear ? "linear" : "sigmoid"; }
+const char* to_string(CausalRouter v) {
+  switch (v) {
+    case CausalRouter::none: return "none";
+    case CausalRouter::aux_loss: return "aux_loss";
+    case CausalRouter::predictor: return "predictor";
+  }
+  return "unknown";
+}
+const char* to_string(DarVariant v) {
+  switch (v) {
+    case DarVariant::none: return "none";
+    case DarVariant::attnres: return "attnres";
+    case DarVariant::dar: return "dar";
+    case DarVariant::selfkv: return "selfkv";
+    case DarVariant::fixedkv: return "fixedkv";
+    case DarVariant::crossv: return "crossv";
+  }
+  return "unknown";
+}
+const char* to_string(DType v) {
+  switch (v) {
+    case DType::fp32: return "fp32";
+    case DType::bf16: return "bf16";
+    case DType::fp16: return "fp16";
+    case DType::fp64: return "fp64";
+  }
+  return "unknown";
+}
+const char* to_string(Optimizer) { return "adamw"; }
+const char* to_string(Recompute v) {
+  switch (v) {
+    case Recompute::none: return "none";
+    case Recompute::selective: return "selective";
+    case Recompute::full: return "full";
+  }
+  return "unknown";
+}
+const char* to_string(AttentionFlops v) {
+  switch (v) {
+    case AttentionFlops::causal: return "causal";
+    case AttentionFlops::full: return "full";
+    case AttentionFlops::flash: return "flash";
+  }
+  return "unknown";
+}
+int64_t dtype_bytes(DType v) {
+  switch (v) {
+    case DType::fp32: return 4;
+    case DType::bf16: return 2;
+    case DType::fp16: return 2;
+    case DType::fp64: return 8;
+  }
+  return 4;
+}
+
+// ---- small helpers ----------------------------------------------------------
+
+std::string format_number(double value) {
+  if (std::isnan(value)) {
+    return "nan";
+  }
+  if (std::isinf(value)) {
+    return value > 0 ? "inf" : "-inf";
+  }
+  char buffer[64];
+  const auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return std::string(buffer, result.ptr);
+}
+
+int64_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<int64_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) {
+    row[j] = static_cast<int64_t>(j);
+  }
+  for (size_t i = 1; i <= a.size(); ++i) {
+    int64_t diagonal = row[0];
+    row[0] = static_cast<int64_t>(i);
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const int64_t above = row[j];
+      const int64_t substitution = diagonal + (a[i - 1] == b[j - 1] ? 0 : 1);
+      row[j] = std::min({above + 1, row[j - 1] + 1, substitution});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string nearest_name(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  int64_t best_distance = 0;
+  for (const std::string& candidate : candidates) {
+    const int64_t distance = edit_distance(word, candidate);
+    if (best.empty() || distance < best_distance) {
+      best = candidate;
+      best_distance = distance;
+    }
+  }
+  // A plausible typo: at most a third of the word changed (and at least 2 edits allowed).
+  const int64_t allowed = std::max<int64_t>(2, static_cast<int64_t>(word.size()) / 3);
+  return best_distance <= allowed ? best : std::string();
+}
+
+namespace {
+
+[[noreturn]] void fail(const std::string& key, const std::string& value_text,
+                       const std::string& allowed) {
+  throw ConfigError(key + " = " + value_text + ": " + allowed);
+}
+
+std::string join_names(const std::vector<const char*>& names) {
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    out += (i == 0 ? "" : (i + 1 == names.size() ? " or " : ", "));
+    out += '"';
+    out += names[i];
+    out += '"';
+  }
+  return out;
+}
+
+// One scalar value from TOML or from --set text, already type-checked.
+struct Value {
+  int64_t integer = 0;
+  double real = 0.0;
+  bool boolean = false;
+  std::string text;
+};
+
+enum class KeyType { integer, real, boolean, choice, text };
+
+struct KeySpec {
+  const char* key;  // dotted: section.name
+  KeyType type;
+  std::vector<const char*> choices;  // KeyType::choice: allowed names, in enum order
+  void (*set)(Config&, const Value&);
+  std::string (*get)(const Config&);  // TOML literal
+};
+
+std::string quoted(const char* text) { return std::string("\"") + text + "\""; }
+std::string integer_literal(int64_t v) { return std::to_string(v); }
+std::string real_literal(double v) {
+  std::string text = format_number(v);
+  // TOML needs a '.' or exponent to read back as a float.
+  if (text.find_first_of(".eEn") == std::string::npos) {
+    text += ".0";
+  }
+  return text;
+}
+
+template <typename Enum>
+Enum enum_at(const Value& v) {
+  return static_cast<Enum>(v.integer);
+}
+
+const std::vector<KeySpec>& key_specs() {
+  static const std::vector<KeySpec> specs = {
+      // [model]
+      {"model.d_model", KeyType::integer, {},
+       [](Config& c, const Value& v) { c.model.d_model = v.integer; },
+       [](const Config& c) { return integer_literal(c.model.d_model); }},
+      {"model.n_layers", KeyType::integer, {},
+       [](Config& c, const Value& v) { c.model.n_layers = v.integer; },
+       [](const Config& c) { return integer_literal(c.model.n_layers); }},
+      {"model.n_heads", KeyType::integer, {},
+       [](Config& c, const Value& v) { c.model.n_heads = v.integer; },
+       [](const Config& c) { return integer_literal(c.model.n_heads); }},
+      {"model.n_kv_heads", KeyType::integer, {},
+       [](Config& c, const Value& v) { c.model.n_kv_heads = v.integer; },
+       [](const Config& c) { return integer_literal(c.model.n_kv_heads); }},
+      {"model.d_head", KeyType::integer, {},
+       [](Config& c, const Value& v) { c.model.d_head = v.integer; },
+       [](const Config& c) { return integer_literal(c.model.d_head); }},
+      {"model.d_ff", KeyType::integer, {},
+       [](Config& c, const Value& v) { c.model.d_ff = v.integer; },
+       [](const Config& c) { return integer_literal(c.model.d_ff); }},
+      {"model.mlp", KeyType::choice, {"gelu", "swiglu"},
+       [](Config& c, const Value& v) { c.model.mlp = enum_at<MlpKind>(v); },
+       [](const Config& c) { return quoted(to_string(c.model.mlp)); }},
+      {"model.vocab_size", KeyType::integer, {},
+       [](Config& c, const Value& v) { c.model.vocab_size = v.integer; },
+       [](const Config& c) { return integer_literal(c.model.vocab_size); }},
+      {"model.tie_embeddings", KeyType::boolean, {},
+       [](Config& c, const Value& v) { c.model.tie_embeddings = v.boolean; },
+       [](const Config& c) { return std::string(c.model.tie_embeddings ? "true" : "false"); }},
+      {"model.seq_len", KeyType::integer, {},
+       [](Config& c, const Value& v) { c.model.seq_len = v.integer; },
+       [](const Config& c) { return integer_literal(c.model.seq_len); }},
+      {"model.norm_eps", KeyType::real, {},
+       [](Config& c, const Value& v) { c.model.norm_eps = v.real; },
+       [](const Config& c) { return real_literal(c.model.norm_eps); }},
+      // [mod]
+      {"mod.capacity", KeyType::real, {},
+       [](Config& c, const Value& v) { c.mod.capacity = v.real; },
+       [](const Config& c) { return real_literal(c.mod.capacity); }},
+      {"mod.every", KeyType::integer, {},
+       [](Config& c, const Value& v) { c.mod.every = v.integer; },
+       [](const Config& c) { return integer_literal(c.mod.every); }},
+      {"mod.offset", KeyType::integer, {},
+       [](Config& c, const Value& v) { c.mod.offset = v.integer; },
+       [](const Config& c) { return integer_literal(c.mod.offset); }},
+      {"mod.router_scale", KeyType::choice, {"linear", "sigmoid"},
+       [](Config& c, const Value& v) { c.mod.router_scale = enum_at<RouterScale>(v); },
+       [](const Config& c) { return quoted(to_string(c.mod.router_scale)); }},
+      {"mod.causal_router", KeyType::choice, {"none", "aux_loss", "predictor"},
+       [](Config& c, const Value& v) { c.mod.causal_router = enum_at<CausalRouter>(v); },
+       [](const Config& c) { return quoted(to_string(c.mod.causal_router)); }},
+      {"mod.predictor_hidden", KeyType::integer, {},
+       [](Config& c, const Value& v) { c.mod.predictor_hidden = v.integer; },
+       [](const Config& c) { return integer_literal(c.mod.predictor_hidden); }},
+      // [dar]
+      {"dar.variant", KeyType::choice, {"none", "attnres", "dar", "selfkv", "fixedkv", "crossv"},
+       [](Config& c, const Value& v) { c.dar.variant = enum_at<DarVariant>(v); },
+       [](const Config& c) { return quoted(to_string(c.dar.variant)); }},
+      {"dar.block_layers", KeyType::integer, {},
+       [](Config& c, const Value& v) { c.dar.block_layers = v.integer; },
+       [](const Config& c) { return integer_literal(c.dar.block_layers); }},
+      {"dar.streams", KeyType::integer, {},
+       [](Config& c, const Value& v) { c.dar.streams = v.integer; },
+       [](const Config& c) { return integer_literal(c.dar.streams); }},
+      // [train]
+      {"train.micro_batch", KeyType::integer, {},
+       [](Config& c, const Value& v) { c.train.micro_batch = v.integer; },
+       [](const Config& c) { return integer_literal(c.train.micro_batch); }},
+      {"train.global_batch", KeyType::integer, {},
+       [](Config& c, const Value& v) { c.train.global_batch = v.integer; },
+       [](const Config& c) { return integer_literal(c.train.global_batch); }},
+      // Enum order of DType is fp32, bf16, fp16: the names below are in that order.
+      {"train.dtype", KeyType::choice, {"fp32", "bf16", "fp16"},
+       [](Config& c, const Value& v) { c.train.dtype = enum_at<DType>(v); },
+       [](const Config& c) { return quoted(to_string(c.train.dtype)); }},
+      {"train.optimizer", KeyType::choice, {"adamw"},
+       [](Config& c, const Value& v) { c.train.optimizer = enum_at<Optimizer>(v); },
+       [](const Config& c) { return quoted(to_string(c.train.optimizer)); }},
+      {"train.recompute", KeyType::choice, {"none", "selective", "full"},
+       [](Config& c, const Value& v) { c.train.recompute = enum_at<Recompute>(v); },
+       [](const Config& c) { return quoted(to_string(c.train.recompute)); }},
+      // [device]
+      {"device.profile", KeyType::text, {},
+       [](Config& c, const Value& v) { c.device.profile = v.text; },
+       [](const Config& c) {
+         std::string out = "\"";
+         for (char ch : c.device.profile) {
+           if (ch == '"' || ch == '\\') {
+             out += '\\';
+           }
+           out += ch;
+         }
+         return out + "\"";
+       }},
+      {"device.count", KeyType::integer, {},
+       [](Config& c, const Value& v) { c.device.count = v.integer; },
+       [](const Config& c) { return integer_literal(c.device.count); }},
+      // [counting]: conventions only (SPEC section 2), no effect on the model.
+      {"counting.attention_flops", KeyType::choice, {"causal", "full", "flash"},
+       [](Config& c, const Value& v) { c.attention_flops = enum_at<AttentionFlops>(v); },
+       [](const Config& c) { return quoted(to_string(c.attention_flops)); }},
+  };
+  return specs;
+}
+
+const KeySpec* find_spec(const std::string& dotted_key) {
+  for (const KeySpec& spec : key_specs()) {
+    if (dotted_key == spec.key) {
+      return &spec;
+    }
+  }
+  return nullptr;
+}
+
+std::vector<std::string> section_names() {
+  std::vector<std::string> sections;
+  for (const std::string& key : config_keys()) {
+    std::string section = key.substr(0, key.find('.'));
+    if (std::find(sections.begin(), sections.end(), section) == sections.end()) {
+      sections.push_back(section);
+    }
+  }
+  return sections;
+}
+
+[[noreturn]] void fail_unknown_key(const std::string& dotted_key, const std::string& where) {
+  const std::string suggestion = nearest_name(dotted_key, config_keys());
+  std::string message = "unknown key '" + dotted_key + "'" + where;
+  if (!suggestion.empty()) {
+    message += "; did you mean '" + suggestion + "'?";
+  } else {
+    message += "; valid keys are section.key with sections ";
+    const std::vector<std::string> sections = section_names();
+    for (size_t i = 0; i < sections.size(); ++i) {
+      message += (i ? ", " : "") + sections[i];
+    }
+    message += " (see docs/config.md)";
+  }
+  throw ConfigError(message);
+}
+
+int64_t choice_index(const KeySpec& spec, const std::string& text, const std::string& shown) {
+  for (size_t i = 0; i < spec.choices.size(); ++i) {
+    if (text == spec.choices[i]) {
+      return static_cast<int64_t>(i);
+    }
+  }
+  fail(spec.key, shown, "must be " + join_names(spec.choices));
+}
+
+// Strict text -> number: the whole text must be consumed; NaN / inf rejected.
+bool parse_int64_text(const std::string& text, int64_t* out) {
+  if (text.empty()) {
+    return false;
+  }
+  const char* begin = text.data();
+  const char* end = begin + text.size();
+  if (*begin == '+') {
+    ++begin;
+  }
+  const auto result = std::from_chars(begin, end, *out);
+  return result.ec == std::errc() && result.ptr == end;
+}
+
+bool parse_real_text(const std::string& text, double* out) {
+  if (text.empty()) {
+    return false;
+  }
+  const char* begin = text.data();
+  const char* end = begin + text.size();
+  if (*begin == '+') {
+    ++begin;
+  }
+  const auto result = std::from_chars(begin, end, *out, std::chars_format::general);
+  return result.ec == std::errc() && result.ptr == end && std::isfinite(*out);
+}
+
+Value value_from_text(const KeySpec& spec, const std::string& text) {
+  Value value;
+  switch (spec.type) {
+    case KeyType::integer:
+      if (!parse_int64_text(text, &value.integer)) {
+        fail(spec.key, text, "must be an integer");
+      }
+      break;
+    case KeyType::real:
+      if (!parse_real_text(text, &value.real)) {
+        fail(spec.key, text, "must be a finite number");
+      }
+      break;
+    case KeyType::boolean:
+      if (text == "true") {
+        value.boolean = true;
+      } else if (text == "false") {
+        value.boolean = false;
+      } else {
+        fail(spec.key, text, "must be true or false");
+      }
+      break;
+    case KeyType::choice: {
+      std::string bare = text;
+      if (bare.size() >= 2 && bare.front() == '"' && bare.back() == '"') {
+        bare = bare.substr(1, bare.size() - 2);
+      }
+      value.integer = choice_index(spec, bare, text);
+      break;
+    }
+    case KeyType::text:
+      value.text = text;
+      if (value.text.size() >= 2 && value.text.front() == '"' && value.text.back() == '"') {
+        value.text = value.text.substr(1, value.text.size() - 2);
+      }
+      break;
+  }
+  return value;
+}
+
+std::string describe_node(const toml::node& node) { return detail::toml_node_text(node); }
+
+Value value_from_node(const KeySpec& spec, const toml::node& node) {
+  Value value;
+  const std::string shown = describe_node(node);
+  switch (spec.type) {
+    case KeyType::integer:
+      if (!node.is_integer()) {
+        fail(spec.key, shown, "must be an integer");
+      }
+      value.integer = node.as_integer()->get();
+      break;
+    case KeyType::real:
+      if (node.is_integer()) {
+        value.real = static_cast<double>(node.as_integer()->get());
+      } else if (node.is_floating_point()) {
+        value.real = node.as_floating_point()->get();
+        if (!std::isfinite(value.real)) {
+          fail(spec.key, shown, "must be a finite number");
+        }
+      } else {
+        fail(spec.key, shown, "must be a number");
+      }
+      break;
+    case KeyType::boolean:
+      if (!node.is_boolean()) {
+        fail(spec.key, shown, "must be true or false");
+      }
+      value.boolean = node.as_boolean()->get();
+      break;
+    case KeyType::choice:
+      if (!node.is_string()) {
+        fail(spec.key, shown, "must be " + join_names(spec.choices));
+      }
+      value.integer = choice_index(spec, node.as_string()->get(), shown);
+      break;
+    case KeyType::text:
+      if (!node.is_string()) {
+        fail(spec.key, shown, "must be a string");
+      }
+      value.text = node.as_string()->get();
+      break;
+  }
+  return value;
+}
+
+std::string read_whole_file(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw FileError(std::string(what) + " '" + path + "': cannot open (missing or unreadable)");
+  }
+  std::ostringstream content;
+  content << in.rdbuf();
+  if (in.bad()) {
+    throw FileError(std::string(what) + " '" + path + "': read error");
+  }
+  return content.str();
+}
+
+}  // namespace
+
+const std::vector<std::string>& config_keys() {
+  static const std::vector<std::string> keys = [] {
+    std::vector<std::string> out;
+    for (const KeySpec& spec : key_specs()) {
+      out.emplace_back(spec.key);
+    }
+    return out;
+  }();
+  return keys;
+}
+
+AttentionFlops parse_attention_flops(const std::string& text, const std::string& field) {
+  if (text == "causal") {
+    return AttentionFlops::causal;
+  }
+  if (text == "full") {
+    return AttentionFlops::full;
+  }
+  if (text == "flash") {
+    return AttentionFlops::flash;
+  }
+  throw ConfigError(field + " = " + text + ": must be \"causal\", \"full\" or \"flash\"");
+}
+
+namespace {
+
+Config parse_config_toml_unvalidated(const std::string& toml_text, const std::string& source_name) {
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, source_name);
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    std::string description(e.description());
+    std::replace(description.begin(), description.end(), '\n', ' ');
+    throw FileError(source_name + ":" + std::to_string(where.line) + ":" +
+                    std::to_string(where.column) + ": malformed TOML: " + description);
+  }
+  Config config;
+  const std::string where = " in " + source_name;
+  for (const auto& [section_key, section_node] : root) {
+    const std::string section(section_key.str());
+    if (!section_node.is_table()) {
+      // A top-level key: either a misplaced key (e.g. "capacity = 0.5") or garbage.
+      fail_unknown_key(section, where + " (keys belong in a [section])");
+    }
+    for (const auto& [name_key, node] : *section_node.as_table()) {
+      const std::string dotted = section + "." + std::string(name_key.str());
+      const KeySpec* spec = find_spec(dotted);
+      if (spec == nullptr) {
+        fail_unknown_key(dotted, where);
+      }
+      spec->set(config, value_from_node(*spec, node));
+    }
+  }
+  return config;
+}
+
+}  // namespace
+
+Config parse_config_toml(const std::string& toml_text, const std::string& source_name) {
+  Config config = parse_config_toml_unvalidated(toml_text, source_name);
+  validate(config);
+  return config;
+}
+
+Config load_config_file(const std::string& path) {
+  return parse_config_toml(read_whole_file(path, "config file"), path);
+}
+
+Config load_config_file(const std::string& path, const std::vector<std::string>& overrides) {
+  Config config =
+      parse_config_toml_unvalidated(read_whole_file(path, "config file"), path);
+  for (const std::string& assignment : overrides) {
+    apply_override(config, assignment);
+  }
+  validate(config);
+  return config;
+}
+
+void apply_override(Config& config, const std::string& dotted_key, const std::string& value) {
+  const KeySpec* spec = find_spec(dotted_key);
+  if (spec == nullptr) {
+    fail_unknown_key(dotted_key, " in --set");
+  }
+  spec->set(config, value_from_text(*spec, value));
+}
+
+void apply_override(Config& config, const std::string& assignment) {
+  const size_t equals = assignment.find('=');
+  if (equals == std::string::npos || equals == 0) {
+    throw ConfigError("--set " + assignment + ": must be section.key=value, e.g. mod.capacity=0.125");
+  }
+  std::string key = assignment.substr(0, equals);
+  std::string value = assignment.substr(equals + 1);
+  auto trim = [](std::string& s) {
+    const size_t first = s.find_first_not_of(" \t");
+    const size_t last = s.find_last_not_of(" \t");
+    s = first == std::string::npos ? std::string() : s.substr(first, last - first + 1);
+  };
+  trim(key);
+  trim(value);
+  apply_override(config, key, value);
+}
+
+namespace {
+
+void require_positive(const char* key, int64_t value) {
+  if (value <= 0) {
+    fail(key, std::to_string(value), "must be a positive integer");
+  }
+}
+void require_non_negative(const char* key, int64_t value, const char* meaning_of_zero) {
+  if (value < 0) {
+    fail(key, std::to_string(value), std::string("must be >= 0 (0 = ") + meaning_of_zero + ")");
+  }
+}
+
+}  // namespace
+
+void validate(const Config& config) {
+  const ModelConfig& m = config.model;
+  require_positive("model.d_model", m.d_model);
+  require_positive("model.n_layers", m.n_layers);
+  require_positive("model.n_heads", m.n_heads);
+  require_non_negative("model.n_kv_heads", m.n_kv_heads, "same as n_heads");
+  require_non_negative("model.d_head", m.d_head, "d_model / n_heads");
+  require_non_negative("model.d_ff", m.d_ff, "the default width of the MLP kind");
+  require_positive("model.vocab_size", m.vocab_size);
+  require_positive("model.seq_len", m.seq_len);
+  if (m.d_head == 0 && m.d_model % m.n_heads != 0) {
+    fail("model.n_heads", std::to_string(m.n_heads),
+         "must divide model.d_model = " + std::to_string(m.d_model) +
+             " (or set model.d_head explicitly)");
+  }
+  if (m.n_heads % m.resolved_kv_heads() != 0) {
+    fail("model.n_kv_heads", std::to_string(m.n_kv_heads),
+         "must divide model.n_heads = " + std::to_string(m.n_heads));
+  }
+  if (m.n_kv_heads > m.n_heads) {
+    fail("model.n_kv_heads", std::to_string(m.n_kv_heads),
+         "must be <= model.n_heads = " + std::to_string(m.n_heads));
+  }
+  if (!(std::isfinite(m.norm_eps) && m.norm_eps > 0.0)) {
+    fail("model.norm_eps", format_number(m.norm_eps), "must be a finite number > 0");
+  }
+  const ModConfig& mod = config.mod;
+  if (!(std::isfinite(mod.capacity) && mod.capacity > 0.0 && mod.capacity <= 1.0)) {
+    fail("mod.capacity", format_number(mod.capacity), "must be in (0, 1]");
+  }
+  require_non_negative("mod.every", mod.every, "no MoD");
+  require_non_negative("mod.offset", mod.offset, "route layers 0, every, 2 every, ...");
+  if (mod.every > 0 && mod.offset >= mod.every) {
+    fail("mod.offset", std::to_string(mod.offset),
+         "must be < mod.every = " + std::to_string(mod.every));
+  }
+  require_positive("mod.predictor_hidden", mod.predictor_hidden);
+  const DarConfig& dar = config.dar;
+  if (dar.block_layers < 1 || dar.block_layers > m.n_layers) {
+    fail("dar.block_layers", std::to_string(dar.block_layers),
+         "must be in [1, model.n_layers = " + std::to_string(m.n_layers) + "]");
+  }
+  if (dar.streams < 1 || dar.streams > 16) {
+    fail("dar.streams", std::to_string(dar.streams), "must be in [1, 16]");
+  }
+  if ((dar.variant == DarVariant::dar) && dar.streams < 2) {
+    fail("dar.streams", std::to_string(dar.streams),
+         "must be >= 2 for dar.variant = \"dar\" (keys come from another stream)");
+  }
+  if ((dar.variant == DarVariant::fixedkv || dar.variant == DarVariant::crossv) &&
+      dar.streams != 2) {
+    fail("dar.streams", std::to_string(dar.streams),
+         std::string("must be 2 for dar.variant = \"") + to_string(dar.variant) + "\"");
+  }
+  const TrainConfig& t = config.train;
+  require_positive("train.micro_batch", t.micro_batch);
+  require_non_negative("train.global_batch", t.global_batch, "micro_batch * device.count");
+  require_positive("device.count", config.device.count);
+  const int64_t per_micro_step = t.micro_batch * config.device.count;
+  if (t.global_batch > 0 && t.global_batch % per_micro_step != 0) {
+    fail("train.global_batch", std::to_string(t.global_batch),
+         "must be a multiple of train.micro_batch * device.count = " +
+             std::to_string(per_micro_step));
+  }
+  if (t.dtype != DType::bf16 && t.dtype != DType::fp32 && t.dtype != DType::fp16) {
+    fail("train.dtype", to_string(t.dtype), "must be \"bf16\", \"fp16\" or \"fp32\"");
+  }
+  if (config.device.profile.empty()) {
+    fail("device.profile", "\"\"", "must name an embedded profile or a profile file path");
+  }
+  // Guard the arithmetic: sizes whose products overflow double-precision
+  // counting meaningfully are a typo, not a model.
+  const int64_t kMaxDimension = int64_t{1} << 24;
+  const std::pair<const char*, int64_t> dims[] = {
+      {"model.d_model", m.d_model},   {"model.n_layers", m.n_layers},
+      {"model.n_heads", m.n_heads},   {"model.d_ff", m.d_ff},
+      {"model.d_head", m.d_head},     {"model.vocab_size", m.vocab_size},
+      {"model.seq_len", m.seq_len},   {"train.micro_batch", t.micro_batch},
+      {"device.count", config.device.count}, {"mod.predictor_hidden", mod.predictor_hidden}};
+  for (const auto& [key, value] : dims) {
+    if (value > kMaxDimension) {
+      fail(key, std::to_string(value), "must be <= 16777216");
+    }
+  }
+  if (t.global_batch > (int64_t{1} << 40)) {
+    fail("train.global_batch", std::to_string(t.global_batch), "must be <= 2^40");
+  }
+}
+
+std::string to_toml(const Config& config) {
+  std::string out = "# modar configuration (see docs/config.md)\n";
+  std::string current_section;
+  for (const KeySpec& spec : key_specs()) {
+    const std::string dotted = spec.key;
+    const size_t dot = dotted.find('.');
+    const std::string section = dotted.substr(0, dot);
+    if (section != current_section) {
+      out += (current_section.empty() ? "\n[" : "\n[") + section + "]\n";
+      current_section = section;
+    }
+    out += dotted.substr(dot + 1) + " = " + spec.get(config) + "\n";
+  }
+  return out;
+}
+
+}  // namespace modar

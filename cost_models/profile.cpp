@@ -1,0 +1,376 @@
+// Device profiles: reading / writing the TOML format of profiles/README.md,
+// the embedded defaults (profiles/*.toml compiled in), and atomic saving.
+#include "modar/profile.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <toml++/toml.h>
+#include <unistd.h>
+
+#include "modar/errors.hpp"
+#include "toml_text.hpp"
+
+namespace modar {
+namespace detail {
+const std::vector<std::pair<const char*, const char*>>& embedded_profile_texts();
+}  // namespace detail
+
+namespace {
+
+[[noreturn]] void fail_field(const std::string& source, const std::string& field,
+                             const std::string& value, const std::string& allowed) {
+  throw ConfigError(source + ": " + field + " = " + value + ": " + allowed);
+}
+
+double read_number(const toml::node& node, const std::string& source, const std::string& field) {
+  double value = 0.0;
+  if (node.is_integer()) {
+    value = static_cast<double>(node.as_integer()->get());
+  } else if (node.is_floating_point()) {
+    value = node.as_floating_point()->get();
+  } else {
+    const std::string shown_text = detail::toml_node_text(node);
+    fail_field(source, field, shown_text, "must be a number");
+  }
+  if (!std::isfinite(value)) {
+    fail_field(source, field, format_number(value), "must be a finite number");
+  }
+  return value;
+}
+
+double read_non_negative(const toml::table& table, const char* key, const std::string& source,
+                         const std::string& prefix, bool required) {
+  const toml::node* node = table.get(key);
+  if (node == nullptr) {
+    if (required) {
+      throw ConfigError(source + ": " + prefix + key + " is missing (required)");
+    }
+    return 0.0;
+  }
+  const double value = read_number(*node, source, prefix + key);
+  if (value < 0.0 || (required && value == 0.0)) {
+    fail_field(source, prefix + key, format_number(value),
+               required ? "must be > 0" : "must be >= 0");
+  }
+  return value;
+}
+
+std::string read_string(const toml::table& table, const char* key, const std::string& source,
+                        const std::string& fallback) {
+  const toml::node* node = table.get(key);
+  if (node == nullptr) {
+    return fallback;
+  }
+  if (!node->is_string()) {
+    const std::string shown_text = detail::toml_node_text(*node);
+    fail_field(source, key, shown_text, "must be a string");
+  }
+  return node->as_string()->get();
+}
+
+std::string toml_string(const std::string& text) {
+  std::string out = "\"";
+  for (char ch : text) {
+    switch (ch) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(ch) < 0x20) {
+          char buffer[8];
+          std::snprintf(buffer, sizeof(buffer), "\\u%04x", ch);
+          out += buffer;
+        } else {
+          out += ch;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string toml_float(double value) {
+  std::string text = format_number(value);
+  if (text.find_first_of(".eEn") == std::string::npos) {
+    text += ".0";
+  }
+  return text;
+}
+
+bool looks_like_path(const std::string& name) {
+  return name.find('/') != std::string::npos || name.find('\\') != std::string::npos ||
+         (name.size() > 5 && name.compare(name.size() - 5, 5, ".toml") == 0);
+}
+
+std::string read_file_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw FileError("profile file '" + path + "': cannot open (missing or unreadable)");
+  }
+  std::ostringstream content;
+  content << in.rdbuf();
+  return content.str();
+}
+
+}  // namespace
+
+DeviceProfile parse_profile_toml(const std::string& toml_text, const std::string& source_name) {
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, source_name);
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    std::string description(e.description());
+    for (char& ch : description) {
+      if (ch == '\n') {
+        ch = ' ';
+      }
+    }
+    throw FileError(source_name + ":" + std::to_string(where.line) + ":" +
+                    std::to_string(where.column) + ": malformed TOML: " + description);
+  }
+  DeviceProfile profile;
+  profile.name = read_string(root, "name", source_name, "");
+  if (profile.name.empty()) {
+    throw ConfigError(source_name + ": name is missing (required, e.g. name = \"h200\")");
+  }
+  profile.backend = read_string(root, "backend", source_name, "datasheet");
+  if (const toml::node* measured = root.get("measured")) {
+    if (!measured->is_boolean()) {
+      const std::string shown_text = detail::toml_node_text(*measured);
+      fail_field(source_name, "measured", shown_text, "must be true or false");
+    }
+    profile.measured = measured->as_boolean()->get();
+  }
+  if (const toml::node* provenance = root.get("provenance")) {
+    if (!provenance->is_table()) {
+      fail_field(source_name, "provenance", "a value", "must be a table [provenance]");
+    }
+    for (const auto& [key, node] : *provenance->as_table()) {
+      profile.provenance[std::string(key.str())] =
+          node.is_string() ? node.as_string()->get() : detail::toml_node_text(node);
+    }
+  }
+  const toml::table* ceilings = root["ceilings"].as_table();
+  if (ceilings == nullptr) {
+    throw ConfigError(source_name + ": [ceilings] is missing (required)");
+  }
+  DeviceCeilings& c = profile.ceilings;
+  const std::string prefix = "ceilings.";
+  c.peak_flops_bf16 = read_non_negative(*ceilings, "peak_flops_bf16", source_name, prefix, true);
+  c.peak_flops_fp32 = read_non_negative(*ceilings, "peak_flops_fp32", source_name, prefix, true);
+  c.memory_bandwidth = read_non_negative(*ceilings, "memory_bandwidth", source_name, prefix, true);
+  c.memory_bytes = read_non_negative(*ceilings, "memory_bytes", source_name, prefix, true);
+  c.launch_overhead_s =
+      read_non_negative(*ceilings, "launch_overhead_s", source_name, prefix, false);
+  c.achievable_flops_bf16 =
+      read_non_negative(*ceilings, "achievable_flops_bf16", source_name, prefix, false);
+  c.achievable_flops_fp32 =
+      read_non_negative(*ceilings, "achievable_flops_fp32", source_name, prefix, false);
+  c.achievable_bandwidth =
+      read_non_negative(*ceilings, "achievable_bandwidth", source_name, prefix, false);
+  for (const auto& [key, node] : *ceilings) {
+    static const char* const kKnown[] = {
+        "peak_flops_bf16",   "peak_flops_fp32",       "memory_bandwidth",
+        "memory_bytes",      "launch_overhead_s",     "achievable_flops_bf16",
+        "achievable_flops_fp32", "achievable_bandwidth"};
+    bool known = false;
+    for (const char* name : kKnown) {
+      known = known || key.str() == name;
+    }
+    if (!known) {
+      throw ConfigError(source_name + ": unknown key 'ceilings." + std::string(key.str()) +
+                        "'; allowed: peak_flops_bf16, peak_flops_fp32, memory_bandwidth, "
+                        "memory_bytes, launch_overhead_s, achievable_flops_bf16, "
+                        "achievable_flops_fp32, achievable_bandwidth");
+    }
+  }
+
+  if (const toml::node* list = root.get("measurements")) {
+    const toml::array* array = list->as_array();
+    if (array == nullptr) {
+      fail_field(source_name, "measurements", "a value", "must be an array of tables [[measurements]]");
+    }
+    profile.measurements.reserve(array->size());
+    for (size_t i = 0; i < array->size(); ++i) {
+      const std::string where = "measurements[" + std::to_string(i) + "].";
+      const toml::table* entry = array->get(i)->as_table();
+      if (entry == nullptr) {
+        fail_field(source_name, "measurements[" + std::to_string(i) + "]", "a value",
+                   "must be a table");
+      }
+      OpMeasurement m;
+      const std::string kind_name = read_string(*entry, "kind", source_name, "");
+      if (!parse_op_kind(kind_name, &m.shape.kind)) {
+        fail_field(source_name, where + "kind", "\"" + kind_name + "\"",
+                   "must be an op kind of include/modar/ops.hpp (gemm, attention, ...)");
+      }
+      const std::string pass_name = read_string(*entry, "pass", source_name, "forward");
+      if (!parse_pass(pass_name, &m.pass)) {
+        fail_field(source_name, where + "pass", "\"" + pass_name + "\"",
+                   "must be \"forward\", \"backward\" or \"recompute\"");
+      }
+      const std::string dtype_name = read_string(*entry, "dtype", source_name, "bf16");
+      if (dtype_name == "bf16") {
+        m.shape.dtype = DType::bf16;
+      } else if (dtype_name == "fp32") {
+        m.shape.dtype = DType::fp32;
+      } else if (dtype_name == "fp16") {
+        m.shape.dtype = DType::fp16;
+      } else if (dtype_name == "fp64") {
+        m.shape.dtype = DType::fp64;
+      } else {
+        fail_field(source_name, where + "dtype", "\"" + dtype_name + "\"",
+                   "must be \"bf16\", \"fp16\", \"fp32\" or \"fp64\"");
+      }
+      const toml::array* dims = (*entry)["dims"].as_array();
+      const int expected = op_dims_count(m.shape.kind);
+      if (dims == nullptr || static_cast<int>(dims->size()) != expected) {
+        fail_field(source_name, where + "dims", dims == nullptr ? "missing" : "an array of " +
+                   std::to_string(dims->size()),
+                   "must be an array of " + std::to_string(expected) + " integers for " +
+                       kind_name + " (profiles/README.md)");
+      }
+      for (int d = 0; d < expected; ++d) {
+        const toml::node* dim = dims->get(static_cast<size_t>(d));
+        if (!dim->is_integer() || dim->as_integer()->get() < 0) {
+          const std::string shown_text = detail::toml_node_text(*dim);
+          fail_field(source_name, where + "dims[" + std::to_string(d) + "]", shown_text,
+                     "must be an integer >= 0");
+        }
+        m.shape.dims[static_cast<size_t>(d)] = dim->as_integer()->get();
+      }
+      const toml::node* median = entry->get("median_s");
+      if (median == nullptr) {
+        throw ConfigError(source_name + ": " + where + "median_s is missing (required)");
+      }
+      m.median_s = read_number(*median, source_name, where + "median_s");
+      if (m.median_s <= 0.0) {
+        fail_field(source_name, where + "median_s", format_number(m.median_s), "must be > 0");
+      }
+      if (const toml::node* spread = entry->get("spread")) {
+        m.spread = read_number(*spread, source_name, where + "spread");
+      }
+      if (const toml::node* repeats = entry->get("repeats")) {
+        if (!repeats->is_integer() || repeats->as_integer()->get() < 0) {
+          fail_field(source_name, where + "repeats", "a value", "must be an integer >= 0");
+        }
+        m.repeats = repeats->as_integer()->get();
+      }
+      profile.measurements.push_back(m);
+    }
+  }
+  return profile;
+}
+
+std::string to_toml(const DeviceProfile& profile) {
+  std::ostringstream out;
+  out << "# modar device profile (format: profiles/README.md)\n";
+  out << "name = " << toml_string(profile.name) << "\n";
+  out << "backend = " << toml_string(profile.backend) << "\n";
+  out << "measured = " << (profile.measured ? "true" : "false") << "\n\n";
+  out << "[provenance]\n";
+  for (const auto& [key, value] : profile.provenance) {
+    out << toml_string(key) << " = " << toml_string(value) << "\n";
+  }
+  const DeviceCeilings& c = profile.ceilings;
+  out << "\n[ceilings]\n";
+  out << "peak_flops_bf16 = " << toml_float(c.peak_flops_bf16) << "\n";
+  out << "peak_flops_fp32 = " << toml_float(c.peak_flops_fp32) << "\n";
+  out << "memory_bandwidth = " << toml_float(c.memory_bandwidth) << "\n";
+  out << "achievable_flops_bf16 = " << toml_float(c.achievable_flops_bf16) << "\n";
+  out << "achievable_flops_fp32 = " << toml_float(c.achievable_flops_fp32) << "\n";
+  out << "achievable_bandwidth = " << toml_float(c.achievable_bandwidth) << "\n";
+  out << "launch_overhead_s = " << toml_float(c.launch_overhead_s) << "\n";
+  out << "memory_bytes = " << toml_float(c.memory_bytes) << "\n";
+  for (const OpMeasurement& m : profile.measurements) {
+    out << "\n[[measurements]]\n";
+    out << "kind = \"" << to_string(m.shape.kind) << "\"\n";
+    out << "pass = \"" << to_string(m.pass) << "\"\n";
+    out << "dtype = \"" << to_string(m.shape.dtype) << "\"\n";
+    out << "dims = [";
+    for (int d = 0; d < op_dims_count(m.shape.kind); ++d) {
+      out << (d ? ", " : "") << m.shape.dims[static_cast<size_t>(d)];
+    }
+    out << "]\n";
+    out << "median_s = " << toml_float(m.median_s) << "\n";
+    out << "spread = " << toml_float(m.spread) << "\n";
+    out << "repeats = " << m.repeats << "\n";
+  }
+  return out.str();
+}
+
+void save_profile_atomically(const DeviceProfile& profile, const std::string& path) {
+  const std::string text = to_toml(profile);
+  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    if (!out) {
+      throw FileError("profile file '" + path + "': cannot write (directory missing or not writable)");
+    }
+    out << text;
+    out.flush();
+    if (!out) {
+      out.close();
+      std::remove(temporary.c_str());
+      throw FileError("profile file '" + path + "': write failed (disk full?)");
+    }
+  }
+  std::error_code error;
+  std::filesystem::rename(temporary, path, error);
+  if (error) {
+    std::remove(temporary.c_str());
+    throw FileError("profile file '" + path + "': cannot replace (" + error.message() + ")");
+  }
+}
+
+std::vector<std::string> embedded_profile_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, text] : detail::embedded_profile_texts()) {
+    names.emplace_back(name);
+  }
+  return names;
+}
+
+std::string embedded_profile_text(const std::string& name) {
+  for (const auto& [embedded_name, text] : detail::embedded_profile_texts()) {
+    if (name == embedded_name) {
+      return text;
+    }
+  }
+  return std::string();
+}
+
+DeviceProfile load_profile(const std::string& name_or_path) {
+  if (name_or_path.empty()) {
+    throw ConfigError("device.profile = \"\": must name an embedded profile or a profile file");
+  }
+  if (!looks_like_path(name_or_path)) {
+    const std::string text = embedded_profile_text(name_or_path);
+    if (!text.empty()) {
+      return parse_profile_toml(text, "embedded profile '" + name_or_path + "'");
+    }
+    // A profile saved into the source tree's profiles/ after this build.
+    const std::string in_tree = std::string(MODAR_SOURCE_DIR) + "/profiles/" + name_or_path + ".toml";
+    if (std::filesystem::exists(in_tree)) {
+      return parse_profile_toml(read_file_text(in_tree), in_tree);
+    }
+    const std::vector<std::string> names = embedded_profile_names();
+    std::string message = "device.profile = \"" + name_or_path + "\": no such profile; allowed: ";
+    for (size_t i = 0; i < names.size(); ++i) {
+      message += (i ? ", " : "") + names[i];
+    }
+    message += ", or a path to a profile .toml file";
+    const std::string suggestion = nearest_name(name_or_path, names);
+    if (!suggestion.empty()) {
+      message += " (did you mean '" + suggestion + "'?)";
+    }
+    throw ConfigError(message);
+  }
+  return parse_profile_toml(read_file_text(name_or_path), name_or_path);
+}
+
+}  // namespace modar
