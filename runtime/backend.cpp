@@ -32,8 +32,8 @@ void Backend::gemm(const TensorView& a, bool transpose_a, const TensorView& b, b
   gemm_impl(a, transpose_a, b, transpose_b, c, alpha, beta);
 }
 
-void Backend::rmsnorm_forward(const TensorView& x, const TensorView& weight,
-                              const TensorView& out, const TensorView& rstd, double eps) {
+void Backend::rmsnorm_forward(const TensorView& x, const TensorView& weight, const TensorView& out,
+                              const TensorView& rstd, double eps) {
   check_rmsnorm_forward(device(), x, weight, out, rstd, eps);
   rmsnorm_forward_impl(x, weight, out, rstd, eps);
 }
@@ -45,8 +45,8 @@ void Backend::rmsnorm_backward(const TensorView& dout, const TensorView& x,
   rmsnorm_backward_impl(dout, x, weight, rstd, dx, dweight);
 }
 
-void Backend::rope_forward(const TensorView& x, const TensorView& positions,
-                           const TensorView& out, const RopeParams& params) {
+void Backend::rope_forward(const TensorView& x, const TensorView& positions, const TensorView& out,
+                           const RopeParams& params) {
   check_rope(device(), "rope_forward", x, positions, out);
   rope_forward_impl(x, positions, out, params);
 }
@@ -64,24 +64,22 @@ void Backend::attention_forward(const TensorView& q, const TensorView& k, const 
   attention_forward_impl(q, k, v, valid_lengths, out, lse, params);
 }
 
-void Backend::attention_backward(const TensorView& dout, const TensorView& q,
-                                 const TensorView& k, const TensorView& v,
-                                 const TensorView& valid_lengths, const TensorView& out,
-                                 const TensorView& lse, const TensorView& dq,
+void Backend::attention_backward(const TensorView& dout, const TensorView& q, const TensorView& k,
+                                 const TensorView& v, const TensorView& valid_lengths,
+                                 const TensorView& out, const TensorView& lse, const TensorView& dq,
                                  const TensorView& dk, const TensorView& dv,
                                  const AttentionParams& params) {
   check_attention_backward(device(), dout, q, k, v, valid_lengths, out, lse, dq, dk, dv);
   attention_backward_impl(dout, q, k, v, valid_lengths, out, lse, dq, dk, dv, params);
 }
 
-void Backend::router_forward(const TensorView& x, const TensorView& w,
-                             const TensorView& logits) {
+void Backend::router_forward(const TensorView& x, const TensorView& w, const TensorView& logits) {
   check_router_forward(device(), x, w, logits);
   router_forward_impl(x, w, logits);
 }
 
-void Backend::router_backward(const TensorView& dlogits, const TensorView& x,
-                              const TensorView& w, const TensorView& dx, const TensorView& dw) {
+void Backend::router_backward(const TensorView& dlogits, const TensorView& x, const TensorView& w,
+                              const TensorView& dx, const TensorView& dw) {
   check_router_backward(device(), dlogits, x, w, dx, dw);
   router_backward_impl(dlogits, x, w, dx, dw);
 }
@@ -115,22 +113,20 @@ void Backend::gather_rows_backward(const TensorView& dout, const TensorView& ind
 }
 
 void Backend::scatter_add_scaled_forward(const TensorView& x, const TensorView& indices,
-                                         const TensorView& router_logits,
-                                         const TensorView& delta, RouterScale gate) {
-  check_scatter_add_scaled(device(), "scatter_add_scaled_forward", x, indices, router_logits,
-                           delta, TensorView{}, TensorView{});
+                                         const TensorView& router_logits, const TensorView& delta,
+                                         RouterScale gate) {
+  check_scatter_add_scaled(device(), "scatter_add_scaled_forward", x, indices, router_logits, delta,
+                           TensorView{}, TensorView{});
   scatter_add_scaled_forward_impl(x, indices, router_logits, delta, gate);
 }
 
 void Backend::scatter_add_scaled_backward(const TensorView& dx, const TensorView& indices,
-                                          const TensorView& router_logits,
-                                          const TensorView& delta, RouterScale gate,
-                                          const TensorView& ddelta,
+                                          const TensorView& router_logits, const TensorView& delta,
+                                          RouterScale gate, const TensorView& ddelta,
                                           const TensorView& drouter_logits) {
   check_scatter_add_scaled(device(), "scatter_add_scaled_backward", dx, indices, router_logits,
                            delta, ddelta, drouter_logits);
-  scatter_add_scaled_backward_impl(dx, indices, router_logits, delta, gate, ddelta,
-                                   drouter_logits);
+  scatter_add_scaled_backward_impl(dx, indices, router_logits, delta, gate, ddelta, drouter_logits);
 }
 
 void Backend::depth_read_prefix_forward(const TensorView& keys, const TensorView& key_rstd,
@@ -146,41 +142,39 @@ void Backend::depth_read_prefix_backward(const TensorView& dout, const TensorVie
                                          const TensorView& out, const TensorView& lse,
                                          const TensorView& dkeys, const TensorView& dvalues,
                                          const TensorView& dqueries) {
-  check_depth_read_prefix_backward(device(), dout, dlse, keys, key_rstd, values, queries, out,
-                                   lse, dkeys, dvalues, dqueries);
+  check_depth_read_prefix_backward(device(), dout, dlse, keys, key_rstd, values, queries, out, lse,
+                                   dkeys, dvalues, dqueries);
   depth_read_prefix_backward_impl(dout, dlse, keys, key_rstd, values, queries, out, lse, dkeys,
                                   dvalues, dqueries);
 }
 
-void Backend::depth_read_merge_forward(const TensorView& prefix_out,
-                                       const TensorView& prefix_lse,
+void Backend::depth_read_merge_forward(const TensorView& prefix_out, const TensorView& prefix_lse,
                                        const TensorView& partial_keys,
                                        const TensorView& partial_key_rstd,
-                                       const TensorView& partial_values,
-                                       const TensorView& query, const TensorView& out,
-                                       const TensorView& partial_weight) {
-  check_depth_read_merge(device(), "depth_read_merge_forward", prefix_out, prefix_lse,
-                         partial_keys, partial_key_rstd, partial_values, query, out,
-                         partial_weight);
-  if (prefix_lse.empty()) throw ShapeError("depth_read_merge_forward: prefix_lse is missing");
+                                       const TensorView& partial_values, const TensorView& query,
+                                       const TensorView& out, const TensorView& partial_weight) {
+  check_depth_read_merge(device(), "depth_read_merge_forward", prefix_out, prefix_lse, partial_keys,
+                         partial_key_rstd, partial_values, query, out, partial_weight);
+  if (prefix_lse.empty() || out.empty()) {
+    throw ShapeError("depth_read_merge_forward: prefix_lse and out are required");
+  }
   depth_read_merge_forward_impl(prefix_out, prefix_lse, partial_keys, partial_key_rstd,
                                 partial_values, query, out, partial_weight);
 }
 
 void Backend::depth_read_merge_backward(
     const TensorView& dout, const TensorView& prefix_out, const TensorView& partial_keys,
-    const TensorView& partial_key_rstd, const TensorView& partial_values,
-    const TensorView& query, const TensorView& partial_weight, const TensorView& dprefix_out,
-    const TensorView& dprefix_lse, const TensorView& dpartial_keys,
-    const TensorView& dpartial_values, const TensorView& dquery) {
+    const TensorView& partial_key_rstd, const TensorView& partial_values, const TensorView& query,
+    const TensorView& partial_weight, const TensorView& dprefix_out, const TensorView& dprefix_lse,
+    const TensorView& dpartial_keys, const TensorView& dpartial_values, const TensorView& dquery) {
   check_depth_read_merge(device(), "depth_read_merge_backward", prefix_out, TensorView{},
                          partial_keys, partial_key_rstd, partial_values, query, dout,
                          partial_weight);
-  check_depth_read_merge_grads(device(), prefix_out, query, dprefix_out, dprefix_lse,
-                               dpartial_keys, dpartial_values, dquery);
-  depth_read_merge_backward_impl(dout, prefix_out, partial_keys, partial_key_rstd,
-                                 partial_values, query, partial_weight, dprefix_out, dprefix_lse,
-                                 dpartial_keys, dpartial_values, dquery);
+  check_depth_read_merge_grads(device(), prefix_out, query, dprefix_out, dprefix_lse, dpartial_keys,
+                               dpartial_values, dquery);
+  depth_read_merge_backward_impl(dout, prefix_out, partial_keys, partial_key_rstd, partial_values,
+                                 query, partial_weight, dprefix_out, dprefix_lse, dpartial_keys,
+                                 dpartial_values, dquery);
 }
 
 void Backend::dar_coefficients_forward(const TensorView& retrieved, const TensorView& weight,
@@ -194,20 +188,22 @@ void Backend::dar_coefficients_forward(const TensorView& retrieved, const Tensor
                                 params);
 }
 
-void Backend::dar_coefficients_backward(
-    const TensorView& dalpha, const TensorView& dbeta, const TensorView& dtransport,
-    const TensorView& retrieved, const TensorView& weight, const TensorView& bias,
-    const TensorView& scale, const TensorView& alpha, const TensorView& beta,
-    const TensorView& transport, const TensorView& z_rstd, const TensorView& dretrieved,
-    const TensorView& dweight, const TensorView& dbias, const TensorView& dscale,
-    const DarCoefficientParams& params) {
+void Backend::dar_coefficients_backward(const TensorView& dalpha, const TensorView& dbeta,
+                                        const TensorView& dtransport, const TensorView& retrieved,
+                                        const TensorView& weight, const TensorView& bias,
+                                        const TensorView& scale, const TensorView& alpha,
+                                        const TensorView& beta, const TensorView& transport,
+                                        const TensorView& z_rstd, const TensorView& dretrieved,
+                                        const TensorView& dweight, const TensorView& dbias,
+                                        const TensorView& dscale,
+                                        const DarCoefficientParams& params) {
   check_dar_coefficients(device(), "dar_coefficients_backward", retrieved, weight, bias, scale,
                          alpha, beta, transport, z_rstd, params);
-  check_dar_coefficients_grads(device(), dalpha, dbeta, dtransport, retrieved, weight, bias,
-                               scale, alpha, transport, dretrieved, dweight, dbias, dscale);
-  dar_coefficients_backward_impl(dalpha, dbeta, dtransport, retrieved, weight, bias, scale,
-                                 alpha, beta, transport, z_rstd, dretrieved, dweight, dbias,
-                                 dscale, params);
+  check_dar_coefficients_grads(device(), dalpha, dbeta, dtransport, retrieved, weight, bias, scale,
+                               alpha, transport, dretrieved, dweight, dbias, dscale);
+  dar_coefficients_backward_impl(dalpha, dbeta, dtransport, retrieved, weight, bias, scale, alpha,
+                                 beta, transport, z_rstd, dretrieved, dweight, dbias, dscale,
+                                 params);
 }
 
 void Backend::dar_mix_forward(const TensorView& retrieved, const TensorView& alpha,
@@ -220,8 +216,8 @@ void Backend::dar_mix_backward(const TensorView& dout, const TensorView& retriev
                                const TensorView& alpha, const TensorView& dretrieved,
                                const TensorView& dalpha) {
   check_dar_mix(device(), "dar_mix_backward", retrieved, alpha, dout);
-  check_same_float(device(), "dar_mix_backward", retrieved, "retrieved", dretrieved,
-                   "dretrieved", true);
+  check_same_float(device(), "dar_mix_backward", retrieved, "retrieved", dretrieved, "dretrieved",
+                   true);
   check_same_float(device(), "dar_mix_backward", alpha, "alpha", dalpha, "dalpha", true);
   dar_mix_backward_impl(dout, retrieved, alpha, dretrieved, dalpha);
 }
@@ -274,16 +270,14 @@ void Backend::gelu_backward(const TensorView& dout, const TensorView& x, const T
   gelu_backward_impl(dout, x, dx);
 }
 
-void Backend::swiglu_forward(const TensorView& gate, const TensorView& up,
-                             const TensorView& out) {
+void Backend::swiglu_forward(const TensorView& gate, const TensorView& up, const TensorView& out) {
   check_same_float(device(), "swiglu_forward", gate, "gate", up, "up", false);
   check_same_float(device(), "swiglu_forward", gate, "gate", out, "out", false);
   swiglu_forward_impl(gate, up, out);
 }
 
-void Backend::swiglu_backward(const TensorView& dout, const TensorView& gate,
-                              const TensorView& up, const TensorView& dgate,
-                              const TensorView& dup) {
+void Backend::swiglu_backward(const TensorView& dout, const TensorView& gate, const TensorView& up,
+                              const TensorView& dgate, const TensorView& dup) {
   const char* op = "swiglu_backward";
   check_same_float(device(), op, gate, "gate", up, "up", false);
   check_same_float(device(), op, gate, "gate", dout, "dout", false);
@@ -327,7 +321,8 @@ void Backend::mul_backward(const TensorView& dout, const TensorView& a, const Te
 void Backend::cross_entropy_forward(const TensorView& logits, const TensorView& targets,
                                     const TensorView& loss, const TensorView& lse) {
   check_cross_entropy(device(), "cross_entropy_forward", logits, targets, loss, lse);
-  if (loss.empty()) throw ShapeError("cross_entropy_forward: loss is missing");
+  if (loss.empty())
+    throw ShapeError("cross_entropy_forward: loss is missing");
   cross_entropy_forward_impl(logits, targets, loss, lse);
 }
 
@@ -335,15 +330,15 @@ void Backend::cross_entropy_backward(double dloss, const TensorView& logits,
                                      const TensorView& targets, const TensorView& lse,
                                      const TensorView& dlogits) {
   check_cross_entropy(device(), "cross_entropy_backward", logits, targets, TensorView{}, lse);
-  check_same_float(device(), "cross_entropy_backward", logits, "logits", dlogits, "dlogits",
-                   false);
+  check_same_float(device(), "cross_entropy_backward", logits, "logits", dlogits, "dlogits", false);
   cross_entropy_backward_impl(dloss, logits, targets, lse, dlogits);
 }
 
 void Backend::bce_with_logits_forward(const TensorView& logits, const TensorView& targets,
                                       const TensorView& loss) {
   check_bce_with_logits(device(), "bce_with_logits_forward", logits, targets, loss);
-  if (loss.empty()) throw ShapeError("bce_with_logits_forward: loss is missing");
+  if (loss.empty())
+    throw ShapeError("bce_with_logits_forward: loss is missing");
   bce_with_logits_forward_impl(logits, targets, loss);
 }
 
@@ -371,8 +366,8 @@ void Backend::embedding_backward(const TensorView& dout, const TensorView& token
   embedding_backward_impl(dout, tokens, dtable);
 }
 
-void Backend::adamw_update(const TensorView& params, const TensorView& grads,
-                           const TensorView& m, const TensorView& v, const AdamWParams& hyper,
+void Backend::adamw_update(const TensorView& params, const TensorView& grads, const TensorView& m,
+                           const TensorView& v, const AdamWParams& hyper,
                            const TensorView& params_lowp) {
   check_adamw(device(), params, grads, m, v, hyper, params_lowp);
   adamw_update_impl(params, grads, m, v, hyper, params_lowp);
@@ -389,7 +384,8 @@ std::vector<std::string> available_backends() {
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& name) {
-  if (name == "cpu") return make_cpu_backend();
+  if (name == "cpu")
+    return make_cpu_backend();
   if (name == "cuda") {
 #if defined(MODAR_WITH_CUDA)
     return make_cuda_backend();

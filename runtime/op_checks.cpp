@@ -39,13 +39,15 @@ class Checker {
     throw ShapeError(std::string(op_) + ": " + what);
   }
   void require(bool condition, const std::string& what) const {
-    if (!condition) fail(what);
+    if (!condition)
+      fail(what);
   }
 
   // Non-null, on the device, rank in [min_rank, max_rank].
   void present(const char* name, const TensorView& t, int min_rank = 1,
                int max_rank = kMaxTensorRank) const {
-    if (t.empty()) fail(std::string(name) + " is missing (null data)");
+    if (t.empty())
+      fail(std::string(name) + " is missing (null data)");
     if (t.device != device_) {
       fail(std::string(name) + " is " + t.describe() + "; expected a tensor on " +
            to_string(device_));
@@ -65,8 +67,7 @@ class Checker {
   void dtype(const char* name, const TensorView& t, ScalarType expected) const {
     present(name, t);
     if (t.dtype != expected) {
-      fail(std::string(name) + " is " + t.describe() + "; expected dtype " +
-           to_string(expected));
+      fail(std::string(name) + " is " + t.describe() + "; expected dtype " + to_string(expected));
     }
   }
   // Exact shape; a negative entry matches anything.
@@ -74,9 +75,11 @@ class Checker {
     present(name, t);
     bool ok = t.rank == static_cast<int>(dims.size());
     for (int i = 0; ok && i < t.rank; ++i) {
-      ok = dims[static_cast<size_t>(i)] < 0 || dims[static_cast<size_t>(i)] == t.shape[static_cast<size_t>(i)];
+      ok = dims[static_cast<size_t>(i)] < 0 ||
+           dims[static_cast<size_t>(i)] == t.shape[static_cast<size_t>(i)];
     }
-    if (!ok) fail(std::string(name) + " is " + t.describe() + "; expected " + dims_text(dims));
+    if (!ok)
+      fail(std::string(name) + " is " + t.describe() + "; expected " + dims_text(dims));
   }
   void numel(const char* name, const TensorView& t, int64_t count) const {
     present(name, t);
@@ -100,18 +103,20 @@ class Checker {
   }
   void optional_like(const char* name, const TensorView& t, const char* ref_name,
                      const TensorView& ref) const {
-    if (!t.empty()) like(name, t, ref_name, ref);
+    if (!t.empty())
+      like(name, t, ref_name, ref);
   }
   // Parameter gradient: the parameter's shape, its dtype or fp32 (or fp64).
   void optional_param_grad(const char* name, const TensorView& t, const char* ref_name,
                            const TensorView& ref) const {
-    if (t.empty()) return;
+    if (t.empty())
+      return;
     present(name, t);
-    const bool dtype_ok = t.dtype == ref.dtype || t.dtype == ScalarType::fp32 ||
-                          t.dtype == ScalarType::fp64;
+    const bool dtype_ok =
+        t.dtype == ref.dtype || t.dtype == ScalarType::fp32 || t.dtype == ScalarType::fp64;
     if (!dtype_ok || t.shape_vector() != ref.shape_vector()) {
-      fail(std::string(name) + " is " + t.describe() + "; expected the shape of " + ref_name +
-           " " + ref.describe() + " with its dtype or fp32");
+      fail(std::string(name) + " is " + t.describe() + "; expected the shape of " + ref_name + " " +
+           ref.describe() + " with its dtype or fp32");
     }
   }
 
@@ -119,12 +124,6 @@ class Checker {
   const char* op_;
   DeviceKind device_;
 };
-
-std::vector<int64_t> with_last(const TensorView& t, int64_t last) {
-  std::vector<int64_t> dims = t.shape_vector();
-  dims.back() = last;
-  return dims;
-}
 
 }  // namespace
 
@@ -145,8 +144,8 @@ void check_convert(DeviceKind device, const TensorView& src, const TensorView& d
   Checker c("convert", device);
   c.floating("src", src);
   c.floating("dst", dst);
-  c.require(src.numel() == dst.numel(), "src " + src.describe() + " and dst " +
-                                            dst.describe() + " must have the same element count");
+  c.require(src.numel() == dst.numel(), "src " + src.describe() + " and dst " + dst.describe() +
+                                            " must have the same element count");
 }
 
 void check_gemm(DeviceKind device, const TensorView& a, bool transpose_a, const TensorView& b,
@@ -155,19 +154,18 @@ void check_gemm(DeviceKind device, const TensorView& a, bool transpose_a, const 
   k.floating("a", a);
   k.floating("b", b);
   k.floating("c", c);
-  k.require(a.dtype == b.dtype, "a " + a.describe() + " and b " + b.describe() +
-                                    " must share a dtype");
+  k.require(a.dtype == b.dtype,
+            "a " + a.describe() + " and b " + b.describe() + " must share a dtype");
   k.require(c.dtype == a.dtype || c.dtype == ScalarType::fp32,
-            "c " + c.describe() + " must have the dtype of a (" + to_string(a.dtype) +
-                ") or fp32");
+            "c " + c.describe() + " must have the dtype of a (" + to_string(a.dtype) + ") or fp32");
   const bool batched = a.rank == 3 && b.rank == 3 && c.rank == 3;
   int64_t batch = 1;
   int64_t a_rows, a_cols, b_rows, b_cols, c_rows, c_cols;
   if (batched) {
     batch = a.shape[0];
-    k.require(b.shape[0] == batch && c.shape[0] == batch,
-              "batched gemm needs one batch size: a " + a.describe() + ", b " + b.describe() +
-                  ", c " + c.describe());
+    k.require(b.shape[0] == batch && c.shape[0] == batch, "batched gemm needs one batch size: a " +
+                                                              a.describe() + ", b " + b.describe() +
+                                                              ", c " + c.describe());
     a_rows = a.shape[1], a_cols = a.shape[2], b_rows = b.shape[1], b_cols = b.shape[2];
     c_rows = c.shape[1], c_cols = c.shape[2];
   } else {
@@ -178,13 +176,12 @@ void check_gemm(DeviceKind device, const TensorView& a, bool transpose_a, const 
   const int64_t k_a = transpose_a ? a_rows : a_cols;
   const int64_t k_b = transpose_b ? b_cols : b_rows;
   const int64_t n = transpose_b ? b_rows : b_cols;
-  k.require(k_a == k_b, std::string("inner dimensions differ: op(a) is ") +
-                            dims_text({m, k_a}) + " from a " + a.describe() +
-                            (transpose_a ? " (transposed)" : "") + ", op(b) is " +
-                            dims_text({k_b, n}) + " from b " + b.describe() +
+  k.require(k_a == k_b, std::string("inner dimensions differ: op(a) is ") + dims_text({m, k_a}) +
+                            " from a " + a.describe() + (transpose_a ? " (transposed)" : "") +
+                            ", op(b) is " + dims_text({k_b, n}) + " from b " + b.describe() +
                             (transpose_b ? " (transposed)" : ""));
-  k.require(c_rows == m && c_cols == n, "c is " + c.describe() + "; expected " +
-                                            dims_text({m, n}) + " (as rows x columns)");
+  k.require(c_rows == m && c_cols == n,
+            "c is " + c.describe() + "; expected " + dims_text({m, n}) + " (as rows x columns)");
 }
 
 void check_rmsnorm_forward(DeviceKind device, const TensorView& x, const TensorView& weight,
@@ -202,8 +199,8 @@ void check_rmsnorm_forward(DeviceKind device, const TensorView& x, const TensorV
 }
 
 void check_rmsnorm_backward(DeviceKind device, const TensorView& dout, const TensorView& x,
-                            const TensorView& weight, const TensorView& rstd,
-                            const TensorView& dx, const TensorView& dweight) {
+                            const TensorView& weight, const TensorView& rstd, const TensorView& dx,
+                            const TensorView& dweight) {
   Checker c("rmsnorm_backward", device);
   c.floating("x", x);
   c.like("dout", dout, "x", x);
@@ -218,8 +215,8 @@ void check_rmsnorm_backward(DeviceKind device, const TensorView& dout, const Ten
   c.optional_like("dx", dx, "x", x);
 }
 
-void check_rope(DeviceKind device, const char* op, const TensorView& x,
-                const TensorView& positions, const TensorView& out) {
+void check_rope(DeviceKind device, const char* op, const TensorView& x, const TensorView& positions,
+                const TensorView& out) {
   Checker c(op, device);
   c.floating("x", x);
   c.require(x.rank >= 2, "x is " + x.describe() + "; expected [.., heads, d_h]");
@@ -240,9 +237,9 @@ void check_attention_forward(DeviceKind device, const TensorView& q, const Tenso
   c.dtype("k", k, q.dtype);
   const int64_t kv_heads = k.shape[2];
   c.require(kv_heads > 0 && heads % kv_heads == 0,
-            "k is " + k.describe() + "; expected [" + std::to_string(b) + ", " +
-                std::to_string(s) + ", G, " + std::to_string(d_h) + "] with H = " +
-                std::to_string(heads) + " divisible by G");
+            "k is " + k.describe() + "; expected [" + std::to_string(b) + ", " + std::to_string(s) +
+                ", G, " + std::to_string(d_h) + "] with H = " + std::to_string(heads) +
+                " divisible by G");
   c.like("v", v, "k", k);
   if (!valid_lengths.empty()) {
     c.dtype("valid_lengths", valid_lengths, ScalarType::i32);
@@ -319,8 +316,8 @@ void check_topk_mask(DeviceKind device, const TensorView& indices, const TensorV
   c.floating("mask", mask);
   c.shape("mask", mask, {indices.shape[0], -1});
   c.require(indices.shape[1] <= mask.shape[1], "indices " + indices.describe() +
-                                                   " has more slots than mask " +
-                                                   mask.describe() + " has positions");
+                                                   " has more slots than mask " + mask.describe() +
+                                                   " has positions");
 }
 
 void check_gather_rows(DeviceKind device, const char* op, const TensorView& x,
@@ -391,19 +388,21 @@ void check_depth_read_prefix_backward(DeviceKind device, const TensorView& dout,
 
 void check_depth_read_merge(DeviceKind device, const char* op, const TensorView& prefix_out,
                             const TensorView& prefix_lse, const TensorView& partial_keys,
-                            const TensorView& partial_key_rstd,
-                            const TensorView& partial_values, const TensorView& query,
-                            const TensorView& out, const TensorView& partial_weight) {
+                            const TensorView& partial_key_rstd, const TensorView& partial_values,
+                            const TensorView& query, const TensorView& out,
+                            const TensorView& partial_weight) {
   Checker c(op, device);
   c.floating("prefix_out", prefix_out);
   c.shape("prefix_out", prefix_out, {-1, -1});
   const int64_t tokens = prefix_out.shape[0], d = prefix_out.shape[1];
-  if (!prefix_lse.empty()) c.stats("prefix_lse", prefix_lse, prefix_out.dtype, {tokens});
+  if (!prefix_lse.empty())
+    c.stats("prefix_lse", prefix_lse, prefix_out.dtype, {tokens});
   c.like("partial_keys", partial_keys, "prefix_out", prefix_out);
   c.stats("partial_key_rstd", partial_key_rstd, prefix_out.dtype, {tokens});
   c.like("partial_values", partial_values, "prefix_out", prefix_out);
   c.stats("query", query, prefix_out.dtype, {d});
-  if (!out.empty()) c.like("out", out, "prefix_out", prefix_out);
+  if (!out.empty())
+    c.like("out", out, "prefix_out", prefix_out);
   c.stats("partial_weight", partial_weight, prefix_out.dtype, {tokens});
 }
 
@@ -433,18 +432,18 @@ void check_dar_coefficients(DeviceKind device, const char* op, const TensorView&
   c.require(n >= 2, "retrieved is " + retrieved.describe() +
                         "; the coefficient head needs n >= 2 streams (n = 1 bypasses it)");
   const ScalarType data = retrieved.dtype;
-  const int64_t outputs =
-      2 * n + (transport.empty() ? 0 : (n == 2 ? int64_t{1} : n * n));
+  const int64_t outputs = 2 * n + (transport.empty() ? 0 : (n == 2 ? int64_t{1} : n * n));
   c.stats("weight", weight, data, {n * d, outputs});
   c.stats("bias", bias, data, {outputs});
   c.stats("scale", scale, data, {3});
   c.stats("alpha", alpha, data, {tokens, n});
   c.stats("beta", beta, data, {tokens, n});
-  if (!transport.empty()) c.stats("transport", transport, data, {tokens, n, n});
+  if (!transport.empty())
+    c.stats("transport", transport, data, {tokens, n, n});
   c.stats("z_rstd", z_rstd, data, {tokens});
-  c.require(params.sinkhorn_iterations >= 1 || n == 2,
-            "sinkhorn_iterations = " + std::to_string(params.sinkhorn_iterations) +
-                ": must be >= 1");
+  c.require(
+      params.sinkhorn_iterations >= 1 || n == 2,
+      "sinkhorn_iterations = " + std::to_string(params.sinkhorn_iterations) + ": must be >= 1");
   c.require(params.eps >= 0.0, "eps = " + std::to_string(params.eps) + ": must be >= 0");
 }
 
@@ -503,8 +502,8 @@ void check_dar_write(DeviceKind device, const char* op, const TensorView& transp
 }
 
 void check_same_float(DeviceKind device, const char* op, const TensorView& reference,
-                      const char* reference_name, const TensorView& other,
-                      const char* other_name, bool optional) {
+                      const char* reference_name, const TensorView& other, const char* other_name,
+                      bool optional) {
   Checker c(op, device);
   c.floating(reference_name, reference);
   if (optional) {
@@ -518,19 +517,19 @@ void check_axpy(DeviceKind device, const TensorView& x, const TensorView& y) {
   Checker c("axpy", device);
   c.floating("x", x);
   c.floating("y", y);
-  c.require(x.numel() == y.numel(), "x " + x.describe() + " and y " + y.describe() +
-                                        " must have the same element count");
+  c.require(x.numel() == y.numel(),
+            "x " + x.describe() + " and y " + y.describe() + " must have the same element count");
 }
 
 void check_cross_entropy(DeviceKind device, const char* op, const TensorView& logits,
-                         const TensorView& targets, const TensorView& loss,
-                         const TensorView& lse) {
+                         const TensorView& targets, const TensorView& loss, const TensorView& lse) {
   Checker c(op, device);
   c.floating("logits", logits);
   c.require(logits.rank >= 2, "logits is " + logits.describe() + "; expected [.., V]");
   c.dtype("targets", targets, ScalarType::i32);
   c.numel("targets", targets, logits.rows());
-  if (!loss.empty()) c.stats("loss", loss, logits.dtype, {1});
+  if (!loss.empty())
+    c.stats("loss", loss, logits.dtype, {1});
   c.stats("lse", lse, logits.dtype, {logits.rows()});
 }
 
@@ -538,10 +537,11 @@ void check_bce_with_logits(DeviceKind device, const char* op, const TensorView& 
                            const TensorView& targets, const TensorView& loss) {
   Checker c(op, device);
   c.floating("logits", logits);
-  c.require(logits.dtype != ScalarType::bf16, "logits is " + logits.describe() +
-                                                  "; expected fp32 or fp64 (statistics)");
+  c.require(logits.dtype != ScalarType::bf16,
+            "logits is " + logits.describe() + "; expected fp32 or fp64 (statistics)");
   c.like("targets", targets, "logits", logits);
-  if (!loss.empty()) c.stats("loss", loss, logits.dtype, {1});
+  if (!loss.empty())
+    c.stats("loss", loss, logits.dtype, {1});
 }
 
 void check_embedding(DeviceKind device, const char* op, const TensorView& table,
@@ -551,10 +551,10 @@ void check_embedding(DeviceKind device, const char* op, const TensorView& table,
   c.shape("table", table, {-1, -1});
   c.dtype("tokens", tokens, ScalarType::i32);
   c.floating("out", out);
-  c.require(out.rank == tokens.rank + 1 && out.dim(-1) == table.shape[1] &&
-                out.rows() == tokens.numel(),
-            "out is " + out.describe() + "; expected the shape of tokens " + tokens.describe() +
-                " plus d = " + std::to_string(table.shape[1]));
+  c.require(
+      out.rank == tokens.rank + 1 && out.dim(-1) == table.shape[1] && out.rows() == tokens.numel(),
+      "out is " + out.describe() + "; expected the shape of tokens " + tokens.describe() +
+          " plus d = " + std::to_string(table.shape[1]));
 }
 
 void check_adamw(DeviceKind device, const TensorView& params, const TensorView& grads,

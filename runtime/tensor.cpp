@@ -11,33 +11,45 @@ namespace modar::runtime {
 
 const char* to_string(ScalarType type) {
   switch (type) {
-    case ScalarType::fp64: return "fp64";
-    case ScalarType::fp32: return "fp32";
-    case ScalarType::bf16: return "bf16";
-    case ScalarType::i32: return "i32";
+    case ScalarType::fp64:
+      return "fp64";
+    case ScalarType::fp32:
+      return "fp32";
+    case ScalarType::bf16:
+      return "bf16";
+    case ScalarType::i32:
+      return "i32";
   }
   return "?";
 }
 
 const char* to_string(DeviceKind device) {
   switch (device) {
-    case DeviceKind::cpu: return "cpu";
-    case DeviceKind::cuda: return "cuda";
+    case DeviceKind::cpu:
+      return "cpu";
+    case DeviceKind::cuda:
+      return "cuda";
   }
   return "?";
 }
 
 int64_t scalar_bytes(ScalarType type) {
   switch (type) {
-    case ScalarType::fp64: return 8;
-    case ScalarType::fp32: return 4;
-    case ScalarType::bf16: return 2;
-    case ScalarType::i32: return 4;
+    case ScalarType::fp64:
+      return 8;
+    case ScalarType::fp32:
+      return 4;
+    case ScalarType::bf16:
+      return 2;
+    case ScalarType::i32:
+      return 4;
   }
   return 0;
 }
 
-bool is_floating(ScalarType type) { return type != ScalarType::i32; }
+bool is_floating(ScalarType type) {
+  return type != ScalarType::i32;
+}
 
 ScalarType stats_type(ScalarType type) {
   return type == ScalarType::fp64 ? ScalarType::fp64 : ScalarType::fp32;
@@ -45,10 +57,14 @@ ScalarType stats_type(ScalarType type) {
 
 ScalarType scalar_type(DType dtype) {
   switch (dtype) {
-    case DType::fp64: return ScalarType::fp64;
-    case DType::fp32: return ScalarType::fp32;
-    case DType::bf16: return ScalarType::bf16;
-    case DType::fp16: break;
+    case DType::fp64:
+      return ScalarType::fp64;
+    case DType::fp32:
+      return ScalarType::fp32;
+    case DType::bf16:
+      return ScalarType::bf16;
+    case DType::fp16:
+      break;
   }
   throw ShapeError(std::string("dtype = ") + modar::to_string(dtype) +
                    ": the runtime supports fp64, fp32 and bf16");
@@ -64,26 +80,33 @@ int64_t TensorView::dim(int i) const {
 }
 
 int64_t TensorView::numel() const {
-  if (rank == 0) return 0;
+  if (rank == 0)
+    return 0;
   int64_t count = 1;
-  for (int i = 0; i < rank; ++i) count *= shape[static_cast<size_t>(i)];
+  for (int i = 0; i < rank; ++i)
+    count *= shape[static_cast<size_t>(i)];
   return count;
 }
 
 int64_t TensorView::rows() const {
-  if (rank == 0) return 0;
+  if (rank == 0)
+    return 0;
   int64_t count = 1;
-  for (int i = 0; i + 1 < rank; ++i) count *= shape[static_cast<size_t>(i)];
+  for (int i = 0; i + 1 < rank; ++i)
+    count *= shape[static_cast<size_t>(i)];
   return count;
 }
 
 std::string TensorView::describe() const {
-  if (empty() && rank == 0) return "<empty>";
+  if (empty() && rank == 0)
+    return "<empty>";
   std::ostringstream text;
   text << '[';
-  for (int i = 0; i < rank; ++i) text << (i ? ", " : "") << shape[static_cast<size_t>(i)];
+  for (int i = 0; i < rank; ++i)
+    text << (i ? ", " : "") << shape[static_cast<size_t>(i)];
   text << "] " << to_string(dtype) << ' ' << to_string(device);
-  if (empty()) text << " (null data)";
+  if (empty())
+    text << " (null data)";
   return text.str();
 }
 
@@ -104,8 +127,8 @@ TensorView make_view(void* data, ScalarType dtype, DeviceKind device,
   view.rank = static_cast<int>(shape.size());
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] < 0) {
-      throw ShapeError("tensor dimension " + std::to_string(i) + " = " +
-                       std::to_string(shape[i]) + ": must be >= 0");
+      throw ShapeError("tensor dimension " + std::to_string(i) + " = " + std::to_string(shape[i]) +
+                       ": must be >= 0");
     }
     view.shape[i] = shape[i];
   }
@@ -122,7 +145,8 @@ TensorView reshape(const TensorView& view, const std::vector<int64_t>& shape) {
 }
 
 TensorView flatten_rows(const TensorView& view) {
-  if (view.rank < 1) throw ShapeError("flatten_rows of " + view.describe() + ": rank 0");
+  if (view.rank < 1)
+    throw ShapeError("flatten_rows of " + view.describe() + ": rank 0");
   return make_view(view.data, view.dtype, view.device, {view.rows(), view.dim(-1)});
 }
 
@@ -141,11 +165,13 @@ TensorView slice(const TensorView& view, int64_t begin, int64_t count) {
 }
 
 TensorView select(const TensorView& view, int64_t index) {
-  if (view.rank < 2) throw ShapeError("select on " + view.describe() + ": rank must be >= 2");
+  if (view.rank < 2)
+    throw ShapeError("select on " + view.describe() + ": rank must be >= 2");
   TensorView one = slice(view, index, 1);
   TensorView result = one;
   result.rank = view.rank - 1;
-  for (int i = 0; i < result.rank; ++i) result.shape[static_cast<size_t>(i)] = one.shape[static_cast<size_t>(i + 1)];
+  for (int i = 0; i < result.rank; ++i)
+    result.shape[static_cast<size_t>(i)] = one.shape[static_cast<size_t>(i + 1)];
   result.shape[static_cast<size_t>(result.rank)] = 0;
   return result;
 }
@@ -171,10 +197,13 @@ Tensor& Tensor::operator=(Tensor&& other) noexcept {
   return *this;
 }
 
-Tensor::~Tensor() { release(); }
+Tensor::~Tensor() {
+  release();
+}
 
 void Tensor::release() noexcept {
-  if (backend_ && view_.data) backend_->deallocate(view_.data);
+  if (backend_ && view_.data)
+    backend_->deallocate(view_.data);
   backend_ = nullptr;
   view_ = TensorView{};
 }

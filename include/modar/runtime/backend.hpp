@@ -103,7 +103,7 @@ struct AttentionParams {
 };
 
 struct DarCoefficientParams {
-  double eps = 1e-6;            // RMSNorm eps of z
+  double eps = 1e-6;             // RMSNorm eps of z
   int sinkhorn_iterations = 20;  // n > 2 only: row-then-column normalisations
 };
 
@@ -236,21 +236,19 @@ class Backend {
                                   const TensorView& dqueries);
   // Closed-form merge of the partial P into a prefix read (one branch, one stream):
   //   s_P = query . partial_keys[t] * partial_key_rstd[t]
-  //   p[t] = sigmoid(s_P - prefix_lse[t]),  out[t] = prefix_out[t] + p (partial_values[t] - prefix_out[t])
+  //   p[t] = sigmoid(s_P - prefix_lse[t]),  out[t] = prefix_out[t] + p (partial_values[t] -
+  //   prefix_out[t])
   // prefix_out, partial_keys, partial_values, out [T, d]; prefix_lse,
   // partial_key_rstd, partial_weight (= p, saved for backward) [T]; query [d].
   void depth_read_merge_forward(const TensorView& prefix_out, const TensorView& prefix_lse,
-                                const TensorView& partial_keys,
-                                const TensorView& partial_key_rstd,
+                                const TensorView& partial_keys, const TensorView& partial_key_rstd,
                                 const TensorView& partial_values, const TensorView& query,
                                 const TensorView& out, const TensorView& partial_weight);
   void depth_read_merge_backward(const TensorView& dout, const TensorView& prefix_out,
-                                 const TensorView& partial_keys,
-                                 const TensorView& partial_key_rstd,
+                                 const TensorView& partial_keys, const TensorView& partial_key_rstd,
                                  const TensorView& partial_values, const TensorView& query,
-                                 const TensorView& partial_weight,
-                                 const TensorView& dprefix_out, const TensorView& dprefix_lse,
-                                 const TensorView& dpartial_keys,
+                                 const TensorView& partial_weight, const TensorView& dprefix_out,
+                                 const TensorView& dprefix_lse, const TensorView& dpartial_keys,
                                  const TensorView& dpartial_values, const TensorView& dquery);
 
   // ---- DAR coefficient head, mix, transport / write -----------------------------
@@ -275,8 +273,7 @@ class Backend {
                                  const TensorView& dweight, const TensorView& dbias,
                                  const TensorView& dscale, const DarCoefficientParams& params);
   // out[t] = sum_j alpha[t, j] retrieved[j, t];  retrieved [n, T, d], alpha [T, n] stats.
-  void dar_mix_forward(const TensorView& retrieved, const TensorView& alpha,
-                       const TensorView& out);
+  void dar_mix_forward(const TensorView& retrieved, const TensorView& alpha, const TensorView& out);
   void dar_mix_backward(const TensorView& dout, const TensorView& retrieved,
                         const TensorView& alpha, const TensorView& dretrieved,
                         const TensorView& dalpha);
@@ -327,11 +324,10 @@ class Backend {
   // loss [1] = mean over rows of BCE(sigmoid(logits), targets); logits, targets [rows] stats.
   void bce_with_logits_forward(const TensorView& logits, const TensorView& targets,
                                const TensorView& loss);
-  void bce_with_logits_backward(double dloss, const TensorView& logits,
-                                const TensorView& targets, const TensorView& dlogits);
+  void bce_with_logits_backward(double dloss, const TensorView& logits, const TensorView& targets,
+                                const TensorView& dlogits);
   // out[i] = table[tokens[i]]; table [V, d], tokens i32 [..], out [.., d].
-  void embedding_forward(const TensorView& table, const TensorView& tokens,
-                         const TensorView& out);
+  void embedding_forward(const TensorView& table, const TensorView& tokens, const TensorView& out);
   void embedding_backward(const TensorView& dout, const TensorView& tokens,
                           const TensorView& dtable);
   // AdamW with decoupled weight decay and bias correction, in place:
@@ -340,8 +336,7 @@ class Backend {
   // params, m, v: fp32 (master) or fp64; grads: any float dtype, same numel;
   // params_lowp: empty or a bf16 / fp32 copy of the updated params (model weights).
   void adamw_update(const TensorView& params, const TensorView& grads, const TensorView& m,
-                    const TensorView& v, const AdamWParams& hyper,
-                    const TensorView& params_lowp);
+                    const TensorView& v, const AdamWParams& hyper, const TensorView& params_lowp);
 
  protected:
   virtual void copy_impl(const TensorView& src, const TensorView& dst) = 0;
@@ -350,8 +345,7 @@ class Backend {
   virtual void gemm_impl(const TensorView& a, bool transpose_a, const TensorView& b,
                          bool transpose_b, const TensorView& c, double alpha, double beta) = 0;
   virtual void rmsnorm_forward_impl(const TensorView& x, const TensorView& weight,
-                                    const TensorView& out, const TensorView& rstd,
-                                    double eps) = 0;
+                                    const TensorView& out, const TensorView& rstd, double eps) = 0;
   virtual void rmsnorm_backward_impl(const TensorView& dout, const TensorView& x,
                                      const TensorView& weight, const TensorView& rstd,
                                      const TensorView& dx, const TensorView& dweight) = 0;
@@ -359,10 +353,9 @@ class Backend {
                                  const TensorView& out, const RopeParams& params) = 0;
   virtual void rope_backward_impl(const TensorView& dout, const TensorView& positions,
                                   const TensorView& dx, const RopeParams& params) = 0;
-  virtual void attention_forward_impl(const TensorView& q, const TensorView& k,
-                                      const TensorView& v, const TensorView& valid_lengths,
-                                      const TensorView& out, const TensorView& lse,
-                                      const AttentionParams& params) = 0;
+  virtual void attention_forward_impl(const TensorView& q, const TensorView& k, const TensorView& v,
+                                      const TensorView& valid_lengths, const TensorView& out,
+                                      const TensorView& lse, const AttentionParams& params) = 0;
   virtual void attention_backward_impl(const TensorView& dout, const TensorView& q,
                                        const TensorView& k, const TensorView& v,
                                        const TensorView& valid_lengths, const TensorView& out,
@@ -391,29 +384,29 @@ class Backend {
                                                 const TensorView& ddelta,
                                                 const TensorView& drouter_logits) = 0;
   virtual void depth_read_prefix_forward_impl(const TensorView& keys, const TensorView& key_rstd,
-                                              const TensorView& values,
-                                              const TensorView& queries, const TensorView& out,
-                                              const TensorView& lse) = 0;
-  virtual void depth_read_prefix_backward_impl(
-      const TensorView& dout, const TensorView& dlse, const TensorView& keys,
-      const TensorView& key_rstd, const TensorView& values, const TensorView& queries,
-      const TensorView& out, const TensorView& lse, const TensorView& dkeys,
-      const TensorView& dvalues, const TensorView& dqueries) = 0;
+                                              const TensorView& values, const TensorView& queries,
+                                              const TensorView& out, const TensorView& lse) = 0;
+  virtual void depth_read_prefix_backward_impl(const TensorView& dout, const TensorView& dlse,
+                                               const TensorView& keys, const TensorView& key_rstd,
+                                               const TensorView& values, const TensorView& queries,
+                                               const TensorView& out, const TensorView& lse,
+                                               const TensorView& dkeys, const TensorView& dvalues,
+                                               const TensorView& dqueries) = 0;
   virtual void depth_read_merge_forward_impl(
       const TensorView& prefix_out, const TensorView& prefix_lse, const TensorView& partial_keys,
-      const TensorView& partial_key_rstd, const TensorView& partial_values,
-      const TensorView& query, const TensorView& out, const TensorView& partial_weight) = 0;
+      const TensorView& partial_key_rstd, const TensorView& partial_values, const TensorView& query,
+      const TensorView& out, const TensorView& partial_weight) = 0;
   virtual void depth_read_merge_backward_impl(
       const TensorView& dout, const TensorView& prefix_out, const TensorView& partial_keys,
-      const TensorView& partial_key_rstd, const TensorView& partial_values,
-      const TensorView& query, const TensorView& partial_weight, const TensorView& dprefix_out,
+      const TensorView& partial_key_rstd, const TensorView& partial_values, const TensorView& query,
+      const TensorView& partial_weight, const TensorView& dprefix_out,
       const TensorView& dprefix_lse, const TensorView& dpartial_keys,
       const TensorView& dpartial_values, const TensorView& dquery) = 0;
-  virtual void dar_coefficients_forward_impl(
-      const TensorView& retrieved, const TensorView& weight, const TensorView& bias,
-      const TensorView& scale, const TensorView& alpha, const TensorView& beta,
-      const TensorView& transport, const TensorView& z_rstd,
-      const DarCoefficientParams& params) = 0;
+  virtual void dar_coefficients_forward_impl(const TensorView& retrieved, const TensorView& weight,
+                                             const TensorView& bias, const TensorView& scale,
+                                             const TensorView& alpha, const TensorView& beta,
+                                             const TensorView& transport, const TensorView& z_rstd,
+                                             const DarCoefficientParams& params) = 0;
   virtual void dar_coefficients_backward_impl(
       const TensorView& dalpha, const TensorView& dbeta, const TensorView& dtransport,
       const TensorView& retrieved, const TensorView& weight, const TensorView& bias,
@@ -447,16 +440,14 @@ class Backend {
   virtual void scale_impl(const TensorView& x, double alpha) = 0;
   virtual void mul_forward_impl(const TensorView& a, const TensorView& b,
                                 const TensorView& out) = 0;
-  virtual void mul_backward_impl(const TensorView& dout, const TensorView& a,
-                                 const TensorView& b, const TensorView& da,
-                                 const TensorView& db) = 0;
+  virtual void mul_backward_impl(const TensorView& dout, const TensorView& a, const TensorView& b,
+                                 const TensorView& da, const TensorView& db) = 0;
   virtual void cross_entropy_forward_impl(const TensorView& logits, const TensorView& targets,
                                           const TensorView& loss, const TensorView& lse) = 0;
   virtual void cross_entropy_backward_impl(double dloss, const TensorView& logits,
                                            const TensorView& targets, const TensorView& lse,
                                            const TensorView& dlogits) = 0;
-  virtual void bce_with_logits_forward_impl(const TensorView& logits,
-                                            const TensorView& targets,
+  virtual void bce_with_logits_forward_impl(const TensorView& logits, const TensorView& targets,
                                             const TensorView& loss) = 0;
   virtual void bce_with_logits_backward_impl(double dloss, const TensorView& logits,
                                              const TensorView& targets,
@@ -466,8 +457,8 @@ class Backend {
   virtual void embedding_backward_impl(const TensorView& dout, const TensorView& tokens,
                                        const TensorView& dtable) = 0;
   virtual void adamw_update_impl(const TensorView& params, const TensorView& grads,
-                                 const TensorView& m, const TensorView& v,
-                                 const AdamWParams& hyper, const TensorView& params_lowp) = 0;
+                                 const TensorView& m, const TensorView& v, const AdamWParams& hyper,
+                                 const TensorView& params_lowp) = 0;
 };
 
 // ---- factory ------------------------------------------------------------------

@@ -24,10 +24,10 @@ void check_gemm(DeviceKind device, const TensorView& a, bool transpose_a, const 
 void check_rmsnorm_forward(DeviceKind device, const TensorView& x, const TensorView& weight,
                            const TensorView& out, const TensorView& rstd, double eps);
 void check_rmsnorm_backward(DeviceKind device, const TensorView& dout, const TensorView& x,
-                            const TensorView& weight, const TensorView& rstd,
-                            const TensorView& dx, const TensorView& dweight);
-void check_rope(DeviceKind device, const char* op, const TensorView& x,
-                const TensorView& positions, const TensorView& out);
+                            const TensorView& weight, const TensorView& rstd, const TensorView& dx,
+                            const TensorView& dweight);
+void check_rope(DeviceKind device, const char* op, const TensorView& x, const TensorView& positions,
+                const TensorView& out);
 void check_attention_forward(DeviceKind device, const TensorView& q, const TensorView& k,
                              const TensorView& v, const TensorView& valid_lengths,
                              const TensorView& out, const TensorView& lse);
@@ -62,9 +62,9 @@ void check_depth_read_prefix_backward(DeviceKind device, const TensorView& dout,
                                       const TensorView& dvalues, const TensorView& dqueries);
 void check_depth_read_merge(DeviceKind device, const char* op, const TensorView& prefix_out,
                             const TensorView& prefix_lse, const TensorView& partial_keys,
-                            const TensorView& partial_key_rstd,
-                            const TensorView& partial_values, const TensorView& query,
-                            const TensorView& out, const TensorView& partial_weight);
+                            const TensorView& partial_key_rstd, const TensorView& partial_values,
+                            const TensorView& query, const TensorView& out,
+                            const TensorView& partial_weight);
 void check_depth_read_merge_grads(DeviceKind device, const TensorView& prefix_out,
                                   const TensorView& query, const TensorView& dprefix_out,
                                   const TensorView& dprefix_lse, const TensorView& dpartial_keys,
@@ -87,12 +87,11 @@ void check_dar_write(DeviceKind device, const char* op, const TensorView& transp
                      const TensorView& partial, const TensorView& beta, const TensorView& y,
                      const TensorView& out);
 void check_same_float(DeviceKind device, const char* op, const TensorView& reference,
-                      const char* reference_name, const TensorView& other,
-                      const char* other_name, bool optional);
+                      const char* reference_name, const TensorView& other, const char* other_name,
+                      bool optional);
 void check_axpy(DeviceKind device, const TensorView& x, const TensorView& y);
 void check_cross_entropy(DeviceKind device, const char* op, const TensorView& logits,
-                         const TensorView& targets, const TensorView& loss,
-                         const TensorView& lse);
+                         const TensorView& targets, const TensorView& loss, const TensorView& lse);
 void check_bce_with_logits(DeviceKind device, const char* op, const TensorView& logits,
                            const TensorView& targets, const TensorView& loss);
 void check_embedding(DeviceKind device, const char* op, const TensorView& table,

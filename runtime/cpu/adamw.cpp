@@ -1,0 +1,45 @@
+// runtime/cpu/adamw.cpp: AdamW (Loshchilov & Hutter) with decoupled weight
+// decay and bias correction, on fp32 (or fp64) master weights, in place:
+//   g = grad_scale * grad
+//   m = b1 m + (1 - b1) g,   v = b2 v + (1 - b2) g^2
+//   m_hat = m / (1 - b1^t),  v_hat = v / (1 - b2^t)
+//   p -= lr * (m_hat / (sqrt(v_hat) + eps) + wd * p)
+// params_lowp (optional) receives the updated weights in the model dtype.
+#include <cmath>
+
+#include "cpu_backend.hpp"
+#include "cpu_common.hpp"
+
+namespace modar::runtime::cpu {
+
+void CpuBackend::adamw_update_impl(const TensorView& params, const TensorView& grads,
+                                   const TensorView& m, const TensorView& v,
+                                   const AdamWParams& hyper, const TensorView& params_lowp) {
+  const int64_t count = params.numel();
+  dispatch_compute(params.dtype, [&](auto tag) {
+    using C = decltype(tag);
+    Input<C> g_in(grads);
+    C* p = params.ptr<C>();
+    C* m_p = m.ptr<C>();
+    C* v_p = v.ptr<C>();
+    const double step = static_cast<double>(hyper.step);
+    const C correction1 = static_cast<C>(1.0 - std::pow(hyper.beta1, step));
+    const C correction2 = static_cast<C>(1.0 - std::pow(hyper.beta2, step));
+    const C b1 = static_cast<C>(hyper.beta1), b2 = static_cast<C>(hyper.beta2);
+    const C lr = static_cast<C>(hyper.learning_rate), wd = static_cast<C>(hyper.weight_decay);
+    const C eps = static_cast<C>(hyper.epsilon), grad_scale = static_cast<C>(hyper.grad_scale);
+    MODAR_PARALLEL_FOR
+    for (int64_t i = 0; i < count; ++i) {
+      const C g = grad_scale * g_in[i];
+      m_p[i] = b1 * m_p[i] + (C(1) - b1) * g;
+      v_p[i] = b2 * v_p[i] + (C(1) - b2) * g * g;
+      const C m_hat = m_p[i] / correction1;
+      const C v_hat = v_p[i] / correction2;
+      p[i] -= lr * (m_hat / (std::sqrt(v_hat) + eps) + wd * p[i]);
+    }
+    if (!params_lowp.empty())
+      store_converted(p, params_lowp, false);
+  });
+}
+
+}  // namespace modar::runtime::cpu
