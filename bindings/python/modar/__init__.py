@@ -1,0 +1,48 @@
+"""modar: a compute-budget planner for transformers with Mixture-of-Depths (MoD)
+and Dual Attention Residuals (DAR).
+
+The numbers come from the C++ core (modar._core); every result's .to_dict()
+is the document the `modar` CLI prints with --json for the same inputs.
+
+    >>> import modar
+    >>> plan = modar.optimal(flops=1e20)
+    >>> plan.to_pandas()[["arch", "shape.n_layers", "shape.d_model", "loss"]]
+"""
+
+from __future__ import annotations
+
+from . import _core
+from ._config import Config
+from ._core import BackendError, ConfigError, FileError, ShapeError
+from ._planner import (
+    FitResult,
+    OptimalResult,
+    SweepResult,
+    closed_form_optimum,
+    fit,
+    optimal,
+    sweep,
+)
+from ._profile import Profile, load_profile, profile_names
+from ._cli import cli_path
+
+__version__ = _core.__version__
+
+__all__ = [
+    "BackendError",
+    "Config",
+    "ConfigError",
+    "FileError",
+    "FitResult",
+    "OptimalResult",
+    "Profile",
+    "ShapeError",
+    "SweepResult",
+    "cli_path",
+    "closed_form_optimum",
+    "fit",
+    "load_profile",
+    "optimal",
+    "profile_names",
+    "sweep",
+]
