@@ -6,6 +6,7 @@
 
 #include "bindings.hpp"
 #include "modar/cost_model.hpp"
+#include "modar/errors.hpp"
 #include "modar/profile.hpp"
 
 namespace modar::python {
@@ -31,6 +32,22 @@ void bind_estimate(py::module_& m) {
     m.def("save_profile", &save_profile_atomically, py::arg("profile"), py::arg("path"),
           "Write the profile TOML atomically (temporary file + rename).");
     m.def("embedded_profile_names", &embedded_profile_names);
+
+    m.def(
+        "estimate",
+        [](const Config& config, const DeviceProfile& profile, const std::string& step_name) {
+            StepKind step = StepKind::train;
+            if (step_name == "decode") {
+                step = StepKind::decode;
+            } else if (step_name != "train") {
+                throw ConfigError("step = \"" + step_name + "\": allowed: train, decode");
+            }
+            const Estimate result = estimate(config, profile, step);
+            return estimate_to_json(config, profile, step, result);
+        },
+        py::arg("config"), py::arg("profile"), py::arg("step") = "train",
+        py::call_guard<py::gil_scoped_release>(),
+        "FLOPs, parameters, memory and step time; the `modar estimate --json` document.");
 }
 
 }  // namespace modar::python

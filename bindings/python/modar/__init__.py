@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from . import _core
 from ._config import Config
+from ._estimate import EstimateResult, estimate
 from ._core import BackendError, ConfigError, FileError, ShapeError
 from ._planner import (
     FitResult,
@@ -31,6 +32,7 @@ __version__ = _core.__version__
 __all__ = [
     "BackendError",
     "Config",
+    "EstimateResult",
     "ConfigError",
     "FileError",
     "FitResult",
@@ -40,6 +42,7 @@ __all__ = [
     "SweepResult",
     "cli_path",
     "closed_form_optimum",
+    "estimate",
     "fit",
     "load_profile",
     "optimal",

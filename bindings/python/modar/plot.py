@@ -96,8 +96,7 @@ def isoflop_curves(
         xs, ys = zip(*points)
         colour = colours[budgets.index(budget)]
         style = _ARCH_STYLE.get(arch, dict(linestyle="-", marker="x"))
-        ax.plot(xs, ys, color=colour, linestyle=style["linestyle"], linewidth=1.4,
-                label=f"{arch}, {budget:.0e} FLOPs")
+        ax.plot(xs, ys, color=colour, linestyle=style["linestyle"], linewidth=1.4)
         best = min(points, key=lambda p: p[1])
         ax.plot([best[0]], [best[1]], marker="*", markersize=13, color=colour,
                 markeredgecolor="black", linestyle="none")
@@ -106,7 +105,16 @@ def isoflop_curves(
     ax.set_ylabel("predicted loss")
     ax.set_title(title or "isoFLOP curves (star: minimum of each curve)")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
+    # Two legends in one: colour = budget, line style = architecture.
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=colours[i], linewidth=2.5, label=f"{b:.0e} FLOPs")
+               for i, b in enumerate(budgets)]
+    handles += [Line2D([], [], color="black", linestyle=_ARCH_STYLE.get(a, {}).get("linestyle", "-"),
+                       label=a) for a in sorted({a for _, a in curves})]
+    handles.append(Line2D([], [], marker="*", markersize=11, color="white", markeredgecolor="black",
+                          linestyle="none", label="minimum"))
+    ax.legend(handles=handles, fontsize=8, ncol=2)
     _save(fig, path, dpi)
     return fig
 
