@@ -474,6 +474,14 @@ const std::vector<std::string>& config_keys() {
   return keys;
 }
 
+std::vector<std::pair<std::string, std::string>> config_values(const Config& config) {
+  std::vector<std::pair<std::string, std::string>> values;
+  for (const KeySpec& spec : key_specs()) {
+    values.emplace_back(spec.key, spec.get(config));
+  }
+  return values;
+}
+
 AttentionFlops parse_attention_flops(const std::string& text, const std::string& field) {
   if (text == "causal") {
     return AttentionFlops::causal;

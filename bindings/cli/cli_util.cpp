@@ -102,11 +102,11 @@ ParsedArgs parse_args(const Args& args, const std::vector<FlagSpec>& flags,
     parsed.add(name, args[++i]);
   }
   if (parsed.positional.size() < min_positional) {
-    throw ConfigError("modar " + command + ": missing " + positional_name + " (see modar " +
+    throw ConfigError("missing " + positional_name + " (see modar " +
                       command + " --help)");
   }
   if (parsed.positional.size() > max_positional) {
-    throw ConfigError("modar " + command + ": unexpected argument '" +
+    throw ConfigError("unexpected argument '" +
                       parsed.positional[max_positional] + "'; takes " +
                       (max_positional == 0 ? std::string("no positional arguments")
                                            : "at most " + std::to_string(max_positional) + " " +

@@ -134,6 +134,9 @@ void validate(const Config& config);
 std::string to_toml(const Config& config);
 // Every valid dotted key, e.g. "mod.capacity" (for suggestions and docs).
 const std::vector<std::string>& config_keys();
+// (dotted key, value as a TOML literal) for every key, in config_keys() order.
+// The literals are valid JSON too (numbers, true/false, "strings").
+std::vector<std::pair<std::string, std::string>> config_values(const Config& config);
 
 // enum <-> string, the names used in TOML / CLI / JSON.
 const char* to_string(MlpKind v);

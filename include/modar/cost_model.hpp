@@ -15,12 +15,40 @@
 namespace modar {
 
 enum class StepKind { train, decode };
+const char* to_string(StepKind step);
+
+// FLOPs (per the counting convention) and minimum bytes moved by ONE op of
+// this shape in this pass.  The single place where per-op costs are defined:
+// the lowering, the timing model and the profiler all call it.  Attention
+// FLOPs follow `convention`; the time model uses AttentionFlops::flash, which
+// is what a causal FlashAttention kernel executes (half square forward, 2.5x
+// forward in backward).
+struct OpCost {
+  double flops = 0.0;
+  double bytes = 0.0;
+};
+OpCost op_cost(const OpShape& shape, Pass pass, AttentionFlops convention = AttentionFlops::causal);
 
 // Lowering: the op list of one step (training: forward + backward (+ recompute)
 // of one micro-batch plus the optimizer update; decode: one token per sequence
 // with a KV cache of seq_len tokens).  Identical layers are merged through
-// OpRecord::multiplicity.
+// OpRecord::multiplicity.  Order: forward ops, then recompute ops, then
+// backward ops (reverse layer order), then the optimizer update.
 std::vector<OpRecord> lower(const Config& config, StepKind step = StepKind::train);
+// The same into a caller-owned buffer: it is cleared and refilled, its
+// capacity kept, so repeated lowering allocates nothing after warm-up.
+using OpList = std::vector<OpRecord>;
+void lower_into(const Config& config, StepKind step, OpList& ops);
+
+// Shape facts of a configuration that several counts share.
+struct LayerCounts {
+  int64_t routed_layers = 0;       // MoD-routed layers
+  int64_t full_layers = 0;         // n_layers - routed_layers
+  int64_t routed_tokens_per_sequence = 0;  // k (training / prefill)
+  int64_t dar_blocks = 0;          // N (0 without DAR)
+  int64_t dar_streams = 0;         // n (0 without DAR, 1 for attnres)
+};
+LayerCounts layer_counts(const Config& config);
 
 struct ParamCounts {
   double total = 0;
@@ -29,12 +57,18 @@ struct ParamCounts {
 };
 
 struct FlopCounts {
+  // All per-token numbers divide by the tokens of the step (training: micro
+  // batch x seq_len; decode: the new tokens, one per sequence).
   double forward_per_token = 0;
+  double forward_attention_per_token = 0;  // the sequence-attention part of forward
+  double forward_router_per_token = 0;     // MoD router / predictor part of forward
+  double forward_dar_per_token = 0;        // AttnRes / DAR depth-read part of forward
   double backward_per_token = 0;
   double recompute_per_token = 0;
   double train_per_token = 0;  // model FLOPs: forward + backward
   double train_per_step = 0;   // model FLOPs per optimizer step (global batch)
   double hardware_per_step = 0;  // + recompute
+  double tokens_per_step = 0;    // global batch x seq_len (decode: new tokens)
 };
 
 struct MemoryBreakdown {  // bytes per device
@@ -47,6 +81,7 @@ struct MemoryBreakdown {  // bytes per device
   double router_buffers = 0;
   double workspace = 0;    // transient peak (logits, attention scratch)
   double peak = 0;         // peak over the step (not a sum of buckets)
+  double capacity = 0;     // the device's memory (profile)
   bool fits = true;        // peak <= device memory
 };
 
@@ -64,6 +99,13 @@ struct TimeEstimate {
   double mfu = 0;           // model FLOPs / (time * peak * devices)
   double hfu = 0;
   bool extrapolated = false;  // some op was outside the profile's measured grid
+  bool calibrated = false;    // the profile had measurements for some op of the step
+  double micro_batch_s = 0;   // forward + backward (+ recompute) of one micro-batch
+  double optimizer_s = 0;     // the optimizer update (once per step)
+  int64_t accumulation_steps = 1;  // micro-batches per optimizer step per device
+  int64_t ops_interpolated = 0;    // op records timed inside a measured grid
+  int64_t ops_extrapolated = 0;    // op records timed by fitted efficiency x roofline
+  int64_t ops_roofline = 0;        // op records with no measurement of their kind
   std::array<OpKindTime, kOpKindCount> by_kind{};
 };
 
@@ -75,6 +117,33 @@ struct Estimate {
   std::string conventions;  // human-readable summary of the counting conventions
 };
 
+// Time prediction from a profile, with the measurements pre-indexed by op
+// kind / pass / dtype (build once, reuse for many configurations).  Inside a
+// measured grid: multilinear interpolation of log(time) in log(dims);
+// outside: the kind's fitted efficiency (geometric mean of measured /
+// roofline) times the roofline; kinds never measured: plain roofline
+// max(flops / peak, bytes / bandwidth) + launch overhead.
+class TimingModel {
+ public:
+  explicit TimingModel(const DeviceProfile& profile);
+  ~TimingModel();
+  TimingModel(TimingModel&&) noexcept;
+  TimingModel& operator=(TimingModel&&) noexcept;
+  TimingModel(const TimingModel&) = delete;
+  TimingModel& operator=(const TimingModel&) = delete;
+
+  enum class Source : uint8_t { roofline, interpolated, extrapolated };
+  // Seconds for one copy of `op`; *source says how it was obtained.
+  double op_time_s(const OpShape& shape, Pass pass, Source* source) const;
+  double roofline_s(const OpShape& shape, Pass pass) const;
+  const DeviceProfile& profile() const { return *profile_; }
+
+ private:
+  struct Index;
+  const DeviceProfile* profile_;
+  Index* index_;  // null when the profile has no measurements
+};
+
 ParamCounts count_params(const Config& config);
 FlopCounts count_flops(const Config& config);
 MemoryBreakdown estimate_memory(const Config& config, const DeviceProfile& profile,
@@ -83,5 +152,20 @@ MemoryBreakdown estimate_memory(const Config& config, const DeviceProfile& profi
 double predict_op_time_s(const OpRecord& op, const DeviceProfile& profile, bool* extrapolated);
 Estimate estimate(const Config& config, const DeviceProfile& profile,
                   StepKind step = StepKind::train);
+
+// The hot-path form of estimate() for sweeps: `timing` pre-indexes the
+// profile, `scratch` is reused, `out` is overwritten (its string capacity is
+// reused).  After the first call it allocates nothing.  No validation: call
+// validate() on configurations that did not come from a validated source.
+void estimate_into(const Config& config, const TimingModel& timing, StepKind step,
+                   OpList& scratch, Estimate& out);
+
+// The --json document of `modar estimate` (also what the Python bindings'
+// Estimate.to_dict() returns): keys documented in docs/cost_model.md.
+std::string estimate_to_json(const Config& config, const DeviceProfile& profile, StepKind step,
+                             const Estimate& estimate);
+
+// The counting conventions as printed in every output.
+std::string conventions_text(const Config& config, const DeviceProfile& profile, StepKind step);
 
 }  // namespace modar

@@ -1,0 +1,24 @@
+// Internal pieces of the cost model shared between its source files.
+#pragma once
+
+#include "modar/cost_model.hpp"
+
+namespace modar::detail {
+
+// Parameters in closed form (no lowering); flop_active is left 0.
+ParamCounts closed_form_params(const Config& config);
+// Sequences per optimizer step over all devices (training), or new tokens'
+// sequences (decode).
+int64_t global_sequences(const Config& config);
+// Micro-batches per optimizer step per device.
+int64_t accumulation_steps(const Config& config);
+// Counts from an already lowered op list (one micro-batch).
+FlopCounts flop_counts_from_ops(const Config& config, StepKind step, const OpList& ops);
+// N_f from the lowered forward ops.
+double flop_active_from_ops(const Config& config, StepKind step, const OpList& ops);
+MemoryBreakdown memory_from_params(const Config& config, double total_params,
+                                   double device_memory_bytes, StepKind step);
+// Tokens of one lowered micro-step (training: micro_batch * seq_len; decode: micro_batch).
+int64_t tokens_per_micro_step(const Config& config, StepKind step);
+
+}  // namespace modar::detail

@@ -1,0 +1,142 @@
+// Parameter and FLOP counts (SPEC section 2).
+//
+// Parameters are counted in closed form from the shapes.  FLOPs are NOT
+// computed by a second formula: they are the sums of the lowered ops' FLOPs
+// (op_cost in lowering.cpp), so the report, the planner and the runtime's op
+// list can never disagree.
+#include "cost_model_internal.hpp"
+
+namespace modar {
+namespace detail {
+
+ParamCounts closed_form_params(const Config& config) {
+  const ModelConfig& m = config.model;
+  const double width = static_cast<double>(m.d_model);
+  const double heads = static_cast<double>(m.n_heads);
+  const double kv_heads = static_cast<double>(m.resolved_kv_heads());
+  const double d_head = static_cast<double>(m.resolved_d_head());
+  const double d_ff = static_cast<double>(m.resolved_d_ff());
+  const double layers = static_cast<double>(m.n_layers);
+  const double vocab = static_cast<double>(m.vocab_size);
+
+  const double attention = width * (heads + 2.0 * kv_heads) * d_head + heads * d_head * width;
+  const double mlp = (m.mlp == MlpKind::swiglu ? 3.0 : 2.0) * width * d_ff;
+  const double norms = 2.0 * width;
+  double body = layers * (attention + mlp + norms) + width;  // + final norm
+
+  const LayerCounts counts = layer_counts(config);
+  const double routed = static_cast<double>(counts.routed_layers);
+  body += routed * width;  // router vectors w_r
+  if (config.mod.causal_router == CausalRouter::predictor) {
+    const double hidden = static_cast<double>(config.mod.predictor_hidden);
+    body += routed * (width * hidden + hidden + hidden + 1.0);
+  }
+  if (config.dar.enabled()) {
+    const double n = static_cast<double>(counts.dar_streams);
+    const double blocks = static_cast<double>(counts.dar_blocks);
+    const double branches = 2.0 * layers;
+    // Per branch and stream a pseudo-query w and a key-norm weight gamma; the
+    // output read has its own per stream.
+    body += (branches + 1.0) * n * 2.0 * width;
+    if (counts.dar_streams >= 2) {
+      // Coefficient head per branch: W (n d x outputs) + bias (outputs) + 3
+      // scales; first branches of a block have no transport outputs.
+      const double base_outputs = 2.0 * n;
+      const double transport = static_cast<double>(DarConfig::transport_params(counts.dar_streams));
+      const double first = blocks;
+      const double later = branches - blocks;
+      body += first * (n * width * base_outputs + base_outputs + 3.0);
+      body += later * (n * width * (base_outputs + transport) + base_outputs + transport + 3.0);
+    }
+  }
+  ParamCounts params;
+  const double embedding = vocab * width;
+  const double head = m.tie_embeddings ? 0.0 : vocab * width;
+  params.total = body + embedding + head;
+  params.non_embedding = body;
+  return params;
+}
+
+int64_t global_sequences(const Config& config) {
+  return config.train.global_batch > 0 ? config.train.global_batch
+                                       : config.train.micro_batch * config.device.count;
+}
+
+int64_t accumulation_steps(const Config& config) {
+  const int64_t per_micro_step = config.train.micro_batch * config.device.count;
+  return std::max<int64_t>(1, global_sequences(config) / per_micro_step);
+}
+
+int64_t tokens_per_micro_step(const Config& config, StepKind step) {
+  return step == StepKind::train ? config.train.micro_batch * config.model.seq_len
+                                 : config.train.micro_batch;
+}
+
+FlopCounts flop_counts_from_ops(const Config& config, StepKind step, const OpList& ops) {
+  FlopCounts flops;
+  double forward = 0, backward = 0, recompute = 0, attention = 0, router = 0, dar = 0;
+  for (const OpRecord& op : ops) {
+    if (!is_counted_kind(op.shape.kind)) {
+      continue;
+    }
+    const double total = op.flops * static_cast<double>(op.multiplicity);
+    switch (op.pass) {
+      case Pass::forward:
+        forward += total;
+        if (op.shape.kind == OpKind::attention) {
+          attention += total;
+        } else if (op.shape.kind == OpKind::router ||
+                   (op.label[0] == 'm' && op.label[1] == 'o' && op.label[2] == 'd')) {
+          router += total;  // the router GEMV and the predictor GEMMs ("mod.*")
+        } else if (op.shape.kind != OpKind::gemm) {
+          dar += total;
+        }
+        break;
+      case Pass::backward: backward += total; break;
+      case Pass::recompute: recompute += total; break;
+    }
+  }
+  const double tokens = static_cast<double>(tokens_per_micro_step(config, step));
+  flops.forward_per_token = forward / tokens;
+  flops.forward_attention_per_token = attention / tokens;
+  flops.forward_router_per_token = router / tokens;
+  flops.forward_dar_per_token = dar / tokens;
+  flops.backward_per_token = backward / tokens;
+  flops.recompute_per_token = recompute / tokens;
+  flops.train_per_token = flops.forward_per_token + flops.backward_per_token;
+  // Training: the global batch's tokens; decode: one new token per sequence
+  // of the micro-batch on every device.
+  flops.tokens_per_step =
+      step == StepKind::train
+          ? static_cast<double>(global_sequences(config)) * static_cast<double>(config.model.seq_len)
+          : static_cast<double>(config.train.micro_batch * config.device.count);
+  flops.train_per_step = flops.train_per_token * flops.tokens_per_step;
+  flops.hardware_per_step =
+      (flops.train_per_token + flops.recompute_per_token) * flops.tokens_per_step;
+  return flops;
+}
+
+double flop_active_from_ops(const Config& config, StepKind step, const OpList& ops) {
+  const FlopCounts flops = flop_counts_from_ops(config, step, ops);
+  return (flops.forward_per_token - flops.forward_attention_per_token) / 2.0;
+}
+
+}  // namespace detail
+
+ParamCounts count_params(const Config& config) {
+  validate(config);
+  ParamCounts params = detail::closed_form_params(config);
+  thread_local OpList ops;
+  lower_into(config, StepKind::train, ops);
+  params.flop_active = detail::flop_active_from_ops(config, StepKind::train, ops);
+  return params;
+}
+
+FlopCounts count_flops(const Config& config) {
+  validate(config);
+  thread_local OpList ops;
+  lower_into(config, StepKind::train, ops);
+  return detail::flop_counts_from_ops(config, StepKind::train, ops);
+}
+
+}  // namespace modar

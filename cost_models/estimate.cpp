@@ -1,0 +1,137 @@
+// estimate(): lower once, then derive FLOPs, parameters, memory and time from
+// the same op list.
+//
+// Step time = accumulation_steps x (sum over the micro-batch's ops of
+// multiplicity x op time) + the optimizer update; one stream, no overlap, no
+// data-parallel communication (a lower bound on multi-device steps).
+// tokens/s = tokens per step / step time (all devices); MFU = model FLOPs per
+// step / (step time x peak x devices), HFU the same with recompute FLOPs.
+#include "cost_model_internal.hpp"
+
+namespace modar {
+
+std::string conventions_text(const Config& config, const DeviceProfile& profile, StepKind step) {
+  std::string text;
+  text.reserve(900);
+  text += "1 multiply-add = 2 FLOPs; GEMM backward = 2x forward; attention FLOPs: ";
+  switch (config.attention_flops) {
+    case AttentionFlops::causal:
+      text += "causal (half of the s x s square, Megatron-LM), backward 2x";
+      break;
+    case AttentionFlops::full:
+      text += "full (the whole s x s square, nanoGPT / PaLM), backward 2x";
+      break;
+    case AttentionFlops::flash:
+      text += "flash (half square, backward 2.5x: FlashAttention's 7/2)";
+      break;
+  }
+  text += "; MoD routed layers: k x k square, linear FLOPs on k tokens per sequence";
+  text += "; counted: GEMMs, attention, MoD router/predictor, LM head, AttnRes/DAR depth reads "
+          "(dar_math 4.3); not counted (bytes only): norms, RoPE, softmax/top-k, elementwise, "
+          "gather/scatter, cross-entropy, embedding lookup, optimizer";
+  text += "; N_f = forward FLOPs per token without attention / 2";
+  if (step == StepKind::train) {
+    text += "; training FLOPs = forward + backward (model FLOPs, MFU)";
+    if (config.train.recompute != Recompute::none) {
+      text += std::string(" + ") + to_string(config.train.recompute) +
+              " recompute (hardware FLOPs, HFU)";
+    }
+    text += "; memory: bf16/fp16 weights, fp32 gradients, AdamW fp32 master + m + v, peak at the "
+            "forward/backward boundary";
+  } else {
+    text += "; decode: one new token per sequence over a KV cache of seq_len tokens (routed "
+            "layers: k tokens; expected routed fraction = capacity)";
+  }
+  text += "; time: ";
+  text += profile.measured ? "measured op table of profile '" : "uncalibrated roofline of profile '";
+  text += profile.name;
+  text += profile.measured ? "' (log-space interpolation, fitted efficiency outside the grid)"
+                           : "' (datasheet ceilings, not measured)";
+  text += ", one stream, no communication";
+  if (config.dar.enabled()) {
+    text += "; DAR coefficients: modar's mHC-style parameterisation (the paper's exact equations "
+            "are not public)";
+  }
+  return text;
+}
+
+void estimate_into(const Config& config, const TimingModel& timing, StepKind step,
+                   OpList& scratch, Estimate& out) {
+  lower_into(config, step, scratch);
+  const DeviceProfile& profile = timing.profile();
+
+  out.params = detail::closed_form_params(config);
+  out.flops = detail::flop_counts_from_ops(config, step, scratch);
+  out.params.flop_active = step == StepKind::train
+                               ? (out.flops.forward_per_token -
+                                  out.flops.forward_attention_per_token) / 2.0
+                               : 0.0;
+  if (step != StepKind::train) {
+    // N_f is a property of the model: take it from the training lowering.
+    thread_local OpList train_ops;
+    lower_into(config, StepKind::train, train_ops);
+    out.params.flop_active = detail::flop_active_from_ops(config, StepKind::train, train_ops);
+    out.flops.backward_per_token = 0.0;
+    out.flops.train_per_token = out.flops.forward_per_token;
+    out.flops.train_per_step = out.flops.forward_per_token * out.flops.tokens_per_step;
+    out.flops.hardware_per_step = out.flops.train_per_step;
+  }
+  out.memory = detail::memory_from_params(config, out.params.total, profile.ceilings.memory_bytes,
+                                          step);
+
+  TimeEstimate& time = out.time;
+  time = TimeEstimate{};
+  for (int i = 0; i < kOpKindCount; ++i) {
+    time.by_kind[static_cast<size_t>(i)].kind = static_cast<OpKind>(i);
+  }
+  const int64_t accumulation = step == StepKind::train ? detail::accumulation_steps(config) : 1;
+  time.accumulation_steps = accumulation;
+  for (const OpRecord& op : scratch) {
+    TimingModel::Source source = TimingModel::Source::roofline;
+    const double one_s = timing.op_time_s(op.shape, op.pass, &source);
+    const bool per_step = op.shape.kind == OpKind::optimizer_update;
+    const double copies =
+        static_cast<double>(op.multiplicity) * (per_step ? 1.0 : static_cast<double>(accumulation));
+    const double seconds = one_s * copies;
+    if (per_step) {
+      time.optimizer_s += seconds;
+    } else {
+      time.micro_batch_s += one_s * static_cast<double>(op.multiplicity);
+    }
+    OpKindTime& bucket = time.by_kind[static_cast<size_t>(op.shape.kind)];
+    bucket.count += static_cast<int64_t>(copies);
+    bucket.flops += op.flops * copies;
+    bucket.bytes += op.bytes * copies;
+    bucket.time_s += seconds;
+    switch (source) {
+      case TimingModel::Source::interpolated: ++time.ops_interpolated; break;
+      case TimingModel::Source::extrapolated: ++time.ops_extrapolated; break;
+      case TimingModel::Source::roofline: ++time.ops_roofline; break;
+    }
+  }
+  time.extrapolated = time.ops_extrapolated > 0;
+  time.calibrated = time.ops_interpolated + time.ops_extrapolated > 0;
+  time.step_s = static_cast<double>(accumulation) * time.micro_batch_s + time.optimizer_s;
+  const double devices = static_cast<double>(config.device.count);
+  const double peak = profile.ceilings.peak_flops(config.train.dtype) * devices;
+  if (time.step_s > 0.0) {
+    time.tokens_per_s = out.flops.tokens_per_step / time.step_s;
+    if (peak > 0.0) {
+      time.mfu = out.flops.train_per_step / (time.step_s * peak);
+      time.hfu = out.flops.hardware_per_step / (time.step_s * peak);
+    }
+  }
+  // Assign into the existing buffer: no allocation once its capacity suffices.
+  out.conventions.assign(conventions_text(config, profile, step));
+}
+
+Estimate estimate(const Config& config, const DeviceProfile& profile, StepKind step) {
+  validate(config);
+  const TimingModel timing(profile);
+  OpList ops;
+  Estimate out;
+  estimate_into(config, timing, step, ops, out);
+  return out;
+}
+
+}  // namespace modar

@@ -1,0 +1,122 @@
+// The JSON document of an estimate (`modar estimate --json`, Python to_dict()).
+#include "modar/cost_model.hpp"
+#include "modar/json.hpp"
+
+namespace modar {
+
+std::string estimate_to_json(const Config& config, const DeviceProfile& profile, StepKind step,
+                             const Estimate& e) {
+  JsonWriter json;
+  json.begin_object();
+  json.field("step", to_string(step));
+
+  json.key("config").begin_object();
+  std::string section;
+  for (const auto& [dotted, literal] : config_values(config)) {
+    const size_t dot = dotted.find('.');
+    const std::string this_section = dotted.substr(0, dot);
+    if (this_section != section) {
+      if (!section.empty()) {
+        json.end_object();
+      }
+      json.key(this_section).begin_object();
+      section = this_section;
+    }
+    json.key(dotted.substr(dot + 1)).raw(literal);
+  }
+  if (!section.empty()) {
+    json.end_object();
+  }
+  json.end_object();
+
+  const LayerCounts counts = layer_counts(config);
+  json.key("shape").begin_object();
+  json.field("d_head", config.model.resolved_d_head());
+  json.field("n_kv_heads", config.model.resolved_kv_heads());
+  json.field("d_ff", config.model.resolved_d_ff());
+  json.field("routed_layers", counts.routed_layers);
+  json.field("routed_tokens_per_sequence", counts.routed_tokens_per_sequence);
+  json.field("dar_blocks", counts.dar_blocks);
+  json.field("dar_streams", counts.dar_streams);
+  json.end_object();
+
+  json.key("params").begin_object();
+  json.field("total", e.params.total);
+  json.field("non_embedding", e.params.non_embedding);
+  json.field("flop_active", e.params.flop_active);
+  json.end_object();
+
+  json.key("flops").begin_object();
+  json.field("forward_per_token", e.flops.forward_per_token);
+  json.field("forward_attention_per_token", e.flops.forward_attention_per_token);
+  json.field("forward_router_per_token", e.flops.forward_router_per_token);
+  json.field("forward_dar_per_token", e.flops.forward_dar_per_token);
+  json.field("backward_per_token", e.flops.backward_per_token);
+  json.field("recompute_per_token", e.flops.recompute_per_token);
+  json.field("train_per_token", e.flops.train_per_token);
+  json.field("train_per_step", e.flops.train_per_step);
+  json.field("hardware_per_step", e.flops.hardware_per_step);
+  json.field("tokens_per_step", e.flops.tokens_per_step);
+  json.end_object();
+
+  json.key("memory").begin_object();
+  json.field("peak_bytes", e.memory.peak);
+  json.field("capacity_bytes", e.memory.capacity);
+  json.field("fits", e.memory.fits);
+  json.key("breakdown").begin_object();
+  json.field("weights", e.memory.weights);
+  json.field("gradients", e.memory.gradients);
+  json.field("optimizer", e.memory.optimizer);
+  json.field("activations", e.memory.activations);
+  json.field("dar_bank", e.memory.dar_bank);
+  json.field("kv_cache", e.memory.kv_cache);
+  json.field("router_buffers", e.memory.router_buffers);
+  json.field("workspace", e.memory.workspace);
+  json.end_object();
+  json.end_object();
+
+  json.key("time").begin_object();
+  json.field("step_s", e.time.step_s);
+  json.field("tokens_per_s", e.time.tokens_per_s);
+  json.field("mfu", e.time.mfu);
+  json.field("hfu", e.time.hfu);
+  json.field("micro_batch_s", e.time.micro_batch_s);
+  json.field("optimizer_s", e.time.optimizer_s);
+  json.field("accumulation_steps", e.time.accumulation_steps);
+  json.field("calibrated", e.time.calibrated);
+  json.field("extrapolated", e.time.extrapolated);
+  json.field("ops_interpolated", e.time.ops_interpolated);
+  json.field("ops_extrapolated", e.time.ops_extrapolated);
+  json.field("ops_roofline", e.time.ops_roofline);
+  json.key("by_kind").begin_array();
+  for (const OpKindTime& kind : e.time.by_kind) {
+    if (kind.count == 0) {
+      continue;
+    }
+    json.begin_object();
+    json.field("kind", to_string(kind.kind));
+    json.field("count", kind.count);
+    json.field("flops", kind.flops);
+    json.field("bytes", kind.bytes);
+    json.field("time_s", kind.time_s);
+    json.field("share", e.time.step_s > 0 ? kind.time_s / e.time.step_s : 0.0);
+    json.end_object();
+  }
+  json.end_array();
+  json.end_object();
+
+  json.key("conventions").begin_object();
+  json.field("text", e.conventions);
+  json.field("attention_flops", to_string(config.attention_flops));
+  json.field("flop_per_fma", int64_t{2});
+  json.field("gemm_backward_factor", 2.0);
+  json.field("profile", profile.name);
+  json.field("profile_measured", profile.measured);
+  json.field("recompute", to_string(config.train.recompute));
+  json.end_object();
+
+  json.end_object();
+  return json.str() + "\n";
+}
+
+}  // namespace modar

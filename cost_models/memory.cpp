@@ -1,0 +1,153 @@
+// Memory per device over one step (SPEC section 3, planner_anchors 2.5).
+//
+// Training (bytes; B = bytes per element of train.dtype, T = micro_batch x
+// seq_len, R = micro_batch x k for routed layers):
+//   weights      P x B
+//   gradients    P x 4                 (fp32 gradient accumulation, Megatron main_grad)
+//   optimizer    P x 12 (bf16/fp16: fp32 master + m + v) or P x 8 (fp32: m + v)
+//   activations  saved for backward, per layer with rows r (r = T, or R routed):
+//                  none:      B r (4d + (H+2G)d_h + H d_h + u + d_ff) + 8 r + 4 b H s_eff
+//                  selective: B r (2d + (H+2G)d_h + H d_h + u)        + 8 r + 4 b H s_eff
+//                  full:      B T d (the layer input only)
+//                where u = d_ff (GELU) or 2 d_ff (SwiGLU); the elements are: norm
+//                inputs and outputs of both branches (4d), Q K V, the attention
+//                output, the up projection, the activation output; 8 r = two fp32
+//                rstd; 4 b H s_eff = the fp32 softmax log-sum-exp (FlashAttention
+//                stores no s x s matrix).  Selective recompute re-runs the norms
+//                and the activation.  Routed layers also keep their input x (B T d,
+//                for the router gradient) and delta (B R d, for dg).  Plus the
+//                head's final-norm input and output (2 B T d + 4 T) and token ids.
+//                AttnRes / DAR: each branch's output y (2 L B T d; dar_math 5.5).
+//   router_buffers  per routed layer fp32 logits (4 T), int32 index + fp32 g (8 R),
+//                predictor hidden activations (B T hidden).
+//   dar_bank     (N+1) n T d B bank + (N+1) n T 4 rstd + per-branch fp32 lse (n)
+//                and coefficients (2n + m) per token (dar_math 4.4, 5.5).
+//   workspace    the largest transient alive at the forward/backward boundary:
+//                max(head: T V (B + 4) logits and fp32 loss gradient,
+//                    one layer's backward: 2 B T d residual gradients + the widest
+//                    intermediate gradient + recomputed activations of one layer
+//                    (full: all of them; selective: norms and activation) + DAR's
+//                    live partial n T d B and phase-1 outputs S n T (d B + 4)).
+//   peak         weights + gradients + optimizer + activations + router_buffers +
+//                dar_bank + workspace.  Every saved activation is alive at the
+//                forward/backward boundary, which is therefore the step's peak;
+//                the transients of other moments are smaller and counted by the max.
+// Decode: weights, the KV cache (2 G d_h B per cached token per layer; routed
+// layers cache only their k routed tokens per sequence), the bank of the
+// current token, and one layer's activations plus fp32 logits as workspace.
+#include <algorithm>
+
+#include "cost_model_internal.hpp"
+
+namespace modar {
+namespace detail {
+
+MemoryBreakdown memory_from_params(const Config& config, double total_params,
+                                   double device_memory_bytes, StepKind step) {
+  const ModelConfig& m = config.model;
+  const LayerCounts counts = layer_counts(config);
+  const double B = static_cast<double>(dtype_bytes(config.train.dtype));
+  const double width = static_cast<double>(m.d_model);
+  const double heads = static_cast<double>(m.n_heads);
+  const double kv_heads = static_cast<double>(m.resolved_kv_heads());
+  const double d_head = static_cast<double>(m.resolved_d_head());
+  const double d_ff = static_cast<double>(m.resolved_d_ff());
+  const double up_width = m.mlp == MlpKind::swiglu ? 2.0 * d_ff : d_ff;
+  const double qkv_width = (heads + 2.0 * kv_heads) * d_head;
+  const double vocab = static_cast<double>(m.vocab_size);
+  const double b = static_cast<double>(config.train.micro_batch);
+  const double s = static_cast<double>(m.seq_len);
+  const double k = static_cast<double>(counts.routed_tokens_per_sequence);
+  const double full_layers = static_cast<double>(counts.full_layers);
+  const double routed_layers = static_cast<double>(counts.routed_layers);
+  const double layers = static_cast<double>(m.n_layers);
+  const double n = static_cast<double>(counts.dar_streams);
+  const double blocks = static_cast<double>(counts.dar_blocks);
+  const bool depth_reads = config.dar.enabled();
+
+  MemoryBreakdown mem;
+  mem.capacity = device_memory_bytes;
+  mem.weights = total_params * B;
+
+  if (step == StepKind::decode) {
+    const double cache_per_token = 2.0 * kv_heads * d_head * B;
+    mem.kv_cache = cache_per_token * b * (full_layers * s + routed_layers * k);
+    if (depth_reads) {
+      mem.dar_bank = (blocks + 1.0) * n * b * (width * B + 4.0);
+    }
+    mem.router_buffers = routed_layers * b * 8.0;
+    mem.workspace = b * vocab * 4.0 + b * B * (4.0 * width + qkv_width + up_width + d_ff);
+  } else {
+    const double T = b * s;
+    const double R = b * k;
+    const bool low_precision = config.train.dtype != DType::fp32;
+    mem.gradients = total_params * 4.0;
+    mem.optimizer = total_params * (low_precision ? 12.0 : 8.0);
+
+    const Recompute policy = config.train.recompute;
+    const double saved_elements_per_row =
+        policy == Recompute::selective
+            ? 2.0 * width + qkv_width + heads * d_head + up_width
+            : 4.0 * width + qkv_width + heads * d_head + up_width + d_ff;
+    auto layer_saved = [&](double rows, double sequence_len) {
+      return B * rows * saved_elements_per_row + 8.0 * rows + 4.0 * b * heads * sequence_len;
+    };
+    double activations = 0.0;
+    if (policy == Recompute::full) {
+      activations += layers * B * T * width;
+    } else {
+      activations += full_layers * layer_saved(T, s);
+      activations += routed_layers * (layer_saved(R, k) + B * T * width + B * R * width);
+      if (depth_reads) {
+        activations += 2.0 * layers * B * T * width;  // branch outputs y
+      }
+    }
+    activations += 2.0 * B * T * width + 4.0 * T + 4.0 * T;  // final norm in/out, rstd, token ids
+    mem.activations = activations;
+
+    mem.router_buffers = routed_layers * (4.0 * T + 8.0 * R);
+    if (config.mod.causal_router == CausalRouter::predictor && policy != Recompute::full) {
+      mem.router_buffers +=
+          routed_layers * B * T * static_cast<double>(config.mod.predictor_hidden);
+    }
+
+    double dar_transient = 0.0;
+    if (depth_reads) {
+      const double branches = 2.0 * layers;
+      const double coefficient_outputs =
+          counts.dar_streams >= 2
+              ? 2.0 * n + static_cast<double>(DarConfig::transport_params(counts.dar_streams))
+              : 0.0;
+      mem.dar_bank = (blocks + 1.0) * n * T * (width * B + 4.0) +
+                     branches * T * 4.0 * (n + coefficient_outputs);
+      const double branches_per_block = static_cast<double>(config.dar.branches_per_block());
+      dar_transient = n * T * width * B + branches_per_block * n * T * (width * B + 4.0);
+    }
+
+    const double head_workspace = T * vocab * (B + 4.0);
+    double layer_workspace = 2.0 * B * T * width + B * T * std::max(up_width, qkv_width);
+    if (policy == Recompute::full) {
+      layer_workspace += B * T * (4.0 * width + qkv_width + heads * d_head + up_width + d_ff) +
+                         8.0 * T + 4.0 * b * heads * s;
+    } else if (policy == Recompute::selective) {
+      layer_workspace += B * T * (2.0 * width + d_ff);
+    }
+    layer_workspace += dar_transient;
+    mem.workspace = std::max(head_workspace, layer_workspace);
+  }
+  mem.peak = mem.weights + mem.gradients + mem.optimizer + mem.activations + mem.router_buffers +
+             mem.dar_bank + mem.kv_cache + mem.workspace;
+  mem.fits = device_memory_bytes <= 0.0 || mem.peak <= device_memory_bytes;
+  return mem;
+}
+
+}  // namespace detail
+
+MemoryBreakdown estimate_memory(const Config& config, const DeviceProfile& profile,
+                                StepKind step) {
+  validate(config);
+  return detail::memory_from_params(config, detail::closed_form_params(config).total,
+                                    profile.ceilings.memory_bytes, step);
+}
+
+}  // namespace modar

@@ -1,0 +1,324 @@
+// Op time prediction from a device profile (SPEC section 3).
+//
+// Roofline: max(executed FLOPs / ceiling, bytes / bandwidth) + launch overhead,
+// with the profile's achievable ceilings (peak when none) and the FLOPs a
+// FlashAttention-style kernel executes (op_cost with AttentionFlops::flash),
+// whatever counting convention the report uses.
+//
+// Calibrated: measurements are grouped by (kind, pass class, dtype, the
+// categorical dims: causal flag, streams, variant, mode, ...).  Each group's
+// other dims span a grid (the sorted distinct values per dim); inside it,
+// log(time) is interpolated multilinearly in log(dims), which is exact for a
+// power law.  Outside the grid (or at a missing grid point) the time is the
+// kind's fitted efficiency (geometric mean of measured / roofline over all its
+// measurements) times the roofline, flagged as extrapolated.  GEMMs are timed
+// the same in every pass (a dgrad / wgrad GEMM is a GEMM); recompute ops are
+// timed as forward ops.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "modar/cost_model.hpp"
+
+namespace modar {
+namespace {
+
+constexpr int kMaxDims = 7;
+
+Pass pass_class(OpKind kind, Pass pass) {
+  if (kind == OpKind::gemm || pass == Pass::recompute) {
+    return Pass::forward;
+  }
+  return pass;
+}
+
+// Dims that are flags / small categorical values: they must match exactly.
+bool is_categorical(OpKind kind, int dim) {
+  switch (kind) {
+    case OpKind::attention: return dim == 6;
+    case OpKind::depth_read_prefix: return dim == 4 || dim == 5;
+    case OpKind::depth_read_merge: return dim == 1 || dim == 3;
+    case OpKind::dar_coefficients: return dim == 1 || dim == 3;
+    case OpKind::dar_write: return dim == 1 || dim == 3 || dim == 4;
+    case OpKind::elementwise: return dim == 1 || dim == 2;
+    default: return false;
+  }
+}
+
+}  // namespace
+
+struct TimingModel::Index {
+  struct Grid {
+    Pass pass = Pass::forward;
+    DType dtype = DType::bf16;
+    std::array<int64_t, kMaxDims> categorical{};  // values of the categorical dims
+    std::vector<int> axes_dims;                    // dims that span the grid
+    std::vector<std::vector<double>> axes;         // distinct values per axis (ascending)
+    std::vector<double> log_time;                  // row-major over axes; NaN = missing
+    std::array<int64_t, kMaxDims> exact{};         // dims with one value: must match
+  };
+  struct Efficiency {
+    Pass pass = Pass::forward;
+    DType dtype = DType::bf16;
+    double log_sum = 0.0;
+    int64_t count = 0;
+  };
+  std::array<std::vector<Grid>, kOpKindCount> grids;
+  std::array<std::vector<Efficiency>, kOpKindCount> efficiency;
+};
+
+TimingModel::TimingModel(const DeviceProfile& profile) : profile_(&profile), index_(nullptr) {
+  if (profile.measurements.empty()) {
+    return;
+  }
+  index_ = new Index();
+  // Group the measurements.
+  struct Member {
+    size_t group;
+    const OpMeasurement* measurement;
+  };
+  std::vector<Member> members;
+  for (const OpMeasurement& m : profile.measurements) {
+    const OpKind kind = m.shape.kind;
+    const Pass pass = pass_class(kind, m.pass);
+    auto& grids = index_->grids[static_cast<size_t>(kind)];
+    const int dims = op_dims_count(kind);
+    std::array<int64_t, kMaxDims> categorical{};
+    for (int i = 0; i < dims; ++i) {
+      if (is_categorical(kind, i)) {
+        categorical[static_cast<size_t>(i)] = m.shape.dims[static_cast<size_t>(i)];
+      }
+    }
+    size_t group = grids.size();
+    for (size_t g = 0; g < grids.size(); ++g) {
+      if (grids[g].pass == pass && grids[g].dtype == m.shape.dtype &&
+          grids[g].categorical == categorical) {
+        group = g;
+        break;
+      }
+    }
+    if (group == grids.size()) {
+      Index::Grid grid;
+      grid.pass = pass;
+      grid.dtype = m.shape.dtype;
+      grid.categorical = categorical;
+      grids.push_back(grid);
+    }
+    members.push_back({group + (static_cast<size_t>(kind) << 32), &m});
+
+    // Efficiency of this measurement against the roofline.
+    auto& fits = index_->efficiency[static_cast<size_t>(kind)];
+    auto fit = std::find_if(fits.begin(), fits.end(), [&](const Index::Efficiency& e) {
+      return e.pass == pass && e.dtype == m.shape.dtype;
+    });
+    if (fit == fits.end()) {
+      fits.push_back({pass, m.shape.dtype, 0.0, 0});
+      fit = fits.end() - 1;
+    }
+    fit->log_sum += std::log(m.median_s / roofline_s(m.shape, m.pass));
+    fit->count += 1;
+  }
+  // Build each grid's axes and fill its values.
+  for (int kind_index = 0; kind_index < kOpKindCount; ++kind_index) {
+    const OpKind kind = static_cast<OpKind>(kind_index);
+    const int dims = op_dims_count(kind);
+    auto& grids = index_->grids[static_cast<size_t>(kind_index)];
+    for (size_t g = 0; g < grids.size(); ++g) {
+      Index::Grid& grid = grids[g];
+      const size_t key = g + (static_cast<size_t>(kind_index) << 32);
+      std::vector<std::vector<double>> values(static_cast<size_t>(dims));
+      for (const Member& member : members) {
+        if (member.group != key) {
+          continue;
+        }
+        for (int i = 0; i < dims; ++i) {
+          if (!is_categorical(kind, i)) {
+            values[static_cast<size_t>(i)].push_back(
+                static_cast<double>(member.measurement->shape.dims[static_cast<size_t>(i)]));
+          }
+        }
+      }
+      for (int i = 0; i < dims; ++i) {
+        auto& v = values[static_cast<size_t>(i)];
+        if (is_categorical(kind, i) || v.empty()) {
+          continue;
+        }
+        std::sort(v.begin(), v.end());
+        v.erase(std::unique(v.begin(), v.end()), v.end());
+        if (v.size() == 1) {
+          // One value: queries must match it exactly.
+          grid.exact[static_cast<size_t>(i)] = static_cast<int64_t>(v.front());
+          continue;
+        }
+        // Zero has no logarithm: such points cannot be interpolated between.
+        v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return x <= 0.0; }), v.end());
+        grid.axes_dims.push_back(i);
+        grid.axes.push_back(v);
+      }
+      size_t total = 1;
+      for (const auto& axis : grid.axes) {
+        total *= axis.size();
+      }
+      grid.log_time.assign(total, std::numeric_limits<double>::quiet_NaN());
+      for (const Member& member : members) {
+        if (member.group != key) {
+          continue;
+        }
+        const OpShape& shape = member.measurement->shape;
+        bool matches = true;
+        for (int i = 0; i < dims; ++i) {
+          const bool on_axis = std::find(grid.axes_dims.begin(), grid.axes_dims.end(), i) !=
+                               grid.axes_dims.end();
+          if (!is_categorical(kind, i) && !on_axis &&
+              shape.dims[static_cast<size_t>(i)] != grid.exact[static_cast<size_t>(i)]) {
+            matches = false;
+          }
+        }
+        if (!matches) {
+          continue;
+        }
+        size_t flat = 0;
+        for (size_t a = 0; a < grid.axes.size() && matches; ++a) {
+          const double value = static_cast<double>(shape.dims[static_cast<size_t>(grid.axes_dims[a])]);
+          const auto& axis = grid.axes[a];
+          const size_t position =
+              static_cast<size_t>(std::lower_bound(axis.begin(), axis.end(), value) - axis.begin());
+          matches = position < axis.size() && axis[position] == value;
+          flat = flat * axis.size() + position;
+        }
+        if (matches) {
+          grid.log_time[flat] = std::log(member.measurement->median_s);
+        }
+      }
+    }
+  }
+}
+
+TimingModel::~TimingModel() { delete index_; }
+TimingModel::TimingModel(TimingModel&& other) noexcept
+    : profile_(other.profile_), index_(other.index_) {
+  other.index_ = nullptr;
+}
+TimingModel& TimingModel::operator=(TimingModel&& other) noexcept {
+  if (this != &other) {
+    delete index_;
+    profile_ = other.profile_;
+    index_ = other.index_;
+    other.index_ = nullptr;
+  }
+  return *this;
+}
+
+double TimingModel::roofline_s(const OpShape& shape, Pass pass) const {
+  const DeviceCeilings& c = profile_->ceilings;
+  const OpCost cost = op_cost(shape, pass, AttentionFlops::flash);
+  const double flops_rate = c.roofline_flops(shape.dtype);
+  const double bandwidth = c.roofline_bandwidth();
+  const double compute_s = flops_rate > 0.0 ? cost.flops / flops_rate : 0.0;
+  const double memory_s = bandwidth > 0.0 ? cost.bytes / bandwidth : 0.0;
+  return std::max(compute_s, memory_s) + c.launch_overhead_s;
+}
+
+double TimingModel::op_time_s(const OpShape& shape, Pass pass, Source* source) const {
+  const double roofline = roofline_s(shape, pass);
+  if (index_ == nullptr) {
+    *source = Source::roofline;
+    return roofline;
+  }
+  const OpKind kind = shape.kind;
+  const Pass klass = pass_class(kind, pass);
+  const int dims = op_dims_count(kind);
+  for (const Index::Grid& grid : index_->grids[static_cast<size_t>(kind)]) {
+    if (grid.pass != klass || grid.dtype != shape.dtype) {
+      continue;
+    }
+    bool matches = true;
+    for (int i = 0; i < dims && matches; ++i) {
+      if (is_categorical(kind, i)) {
+        matches = grid.categorical[static_cast<size_t>(i)] == shape.dims[static_cast<size_t>(i)];
+      }
+    }
+    if (!matches) {
+      continue;
+    }
+    // Locate the query on each axis; dims off the axes must match exactly.
+    bool inside = true;
+    for (int i = 0; i < dims && inside; ++i) {
+      const bool on_axis = std::find(grid.axes_dims.begin(), grid.axes_dims.end(), i) !=
+                           grid.axes_dims.end();
+      if (!is_categorical(kind, i) && !on_axis) {
+        inside = shape.dims[static_cast<size_t>(i)] == grid.exact[static_cast<size_t>(i)];
+      }
+    }
+    const size_t axes = grid.axes.size();
+    std::array<size_t, kMaxDims> lower{};
+    std::array<double, kMaxDims> weight{};
+    for (size_t a = 0; a < axes && inside; ++a) {
+      const auto& axis = grid.axes[a];
+      const double value = static_cast<double>(shape.dims[static_cast<size_t>(grid.axes_dims[a])]);
+      if (value < axis.front() || value > axis.back() || value <= 0.0) {
+        inside = false;
+        break;
+      }
+      size_t upper = static_cast<size_t>(std::lower_bound(axis.begin(), axis.end(), value) -
+                                         axis.begin());
+      if (axis[upper] == value) {
+        lower[a] = upper;
+        weight[a] = 0.0;
+      } else {
+        lower[a] = upper - 1;
+        weight[a] = (std::log(value) - std::log(axis[upper - 1])) /
+                    (std::log(axis[upper]) - std::log(axis[upper - 1]));
+      }
+    }
+    if (!inside) {
+      continue;
+    }
+    // Multilinear interpolation over the 2^axes corners.
+    double log_time = 0.0;
+    bool complete = true;
+    for (size_t corner = 0; corner < (size_t{1} << axes) && complete; ++corner) {
+      double corner_weight = 1.0;
+      size_t flat = 0;
+      for (size_t a = 0; a < axes; ++a) {
+        const bool high = (corner >> a) & 1U;
+        const double w = high ? weight[a] : 1.0 - weight[a];
+        corner_weight *= w;
+        const size_t position = lower[a] + (high && weight[a] > 0.0 ? 1 : 0);
+        flat = flat * grid.axes[a].size() + position;
+      }
+      if (corner_weight == 0.0) {
+        continue;
+      }
+      const double value = grid.log_time[flat];
+      if (std::isnan(value)) {
+        complete = false;
+      }
+      log_time += corner_weight * value;
+    }
+    if (complete) {
+      *source = Source::interpolated;
+      return std::exp(log_time);
+    }
+  }
+  for (const Index::Efficiency& fit : index_->efficiency[static_cast<size_t>(kind)]) {
+    if (fit.pass == klass && fit.dtype == shape.dtype && fit.count > 0) {
+      *source = Source::extrapolated;
+      return std::exp(fit.log_sum / static_cast<double>(fit.count)) * roofline;
+    }
+  }
+  *source = Source::roofline;
+  return roofline;
+}
+
+double predict_op_time_s(const OpRecord& op, const DeviceProfile& profile, bool* extrapolated) {
+  const TimingModel timing(profile);
+  TimingModel::Source source = TimingModel::Source::roofline;
+  const double seconds = timing.op_time_s(op.shape, op.pass, &source);
+  if (extrapolated != nullptr) {
+    *extrapolated = source == TimingModel::Source::extrapolated;
+  }
+  return seconds;
+}
+
+}  // namespace modar
