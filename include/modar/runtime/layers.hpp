@@ -1,0 +1,429 @@
+// modar/runtime/layers.hpp: the reference runtime's layers, built ONLY on the
+// Backend interface (backend.hpp), so the same code runs on the CPU (Eigen)
+// and CUDA backends.  Maths: ../shared/design/SPEC.md section 1 and dar_math.md.
+//
+// Pieces (each with forward and backward; backward ACCUMULATES into the
+// parameter gradients, like every backend op):
+//
+//  * Buffer / MemoryTracker  a Tensor whose bytes are counted, so a model step
+//    can report the peak bytes it held (compared with the cost model's memory
+//    estimate by `modar validate`).  Every allocation of the layers and the
+//    model goes through a Buffer.
+//  * Parameter / ParameterSet  value + gradient (+ fp32 master when the value is
+//    bf16) + AdamW moments; deterministic initialisation from a seed.
+//  * AttentionBranch, MlpBranch  y = f(RMSNorm(h)): pre-norm causal attention
+//    (RoPE at given positions, GQA, per-sequence valid lengths) and the GELU /
+//    SwiGLU MLP.  Weights are [in, out]: y = x W.
+//  * TransformerLayer  both branches on the plain residual stream:
+//        a = Attn(RMSNorm(x)),  m = MLP(RMSNorm(x + a)),  delta = a + m,
+//        out = x + delta.
+//    delta is formed first and added once, so the MoD routed layer with unit
+//    gate and capacity 1 reproduces this layer bit for bit (see RoutedLayer).
+//  * RoutedLayer  the MoD block (SPEC 1.1): r = w_r . x, per-sequence top-k
+//    (ascending, ties to the lower position), gather, the layer's branches on
+//    the k tokens with RoPE at their ORIGINAL positions, delta = a + m (never
+//    X~ again), scatter x_i += g(r_i) delta_i.  Router gradient through g(r).
+//    Optional BCE auxiliary loss on the router logits and a predictor MLP
+//    (stop-gradient input, one GELU hidden layer) trained by BCE on the top-k
+//    mask.  Decode: route iff sigmoid(logit) > 0.5 with a KV cache that holds
+//    routed tokens only.
+//  * DepthResidual  AttnRes (n = 1) and DAR (n >= 2, variants dar / selfkv /
+//    fixedkv / crossv) around arbitrary branches, two-phase (prefix read once
+//    per block + closed-form merge of the partial), mHC-style coefficient heads.
+//    It owns the history bank; the model drives it branch by branch.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "modar/config.hpp"
+#include "modar/runtime/backend.hpp"
+#include "modar/runtime/tensor.hpp"
+
+namespace modar::runtime {
+
+// ---- memory accounting -------------------------------------------------------
+
+class MemoryTracker {
+ public:
+  void on_allocate(int64_t bytes);
+  void on_release(int64_t bytes);
+  int64_t live_bytes() const { return live_bytes_; }
+  int64_t peak_bytes() const { return peak_bytes_; }
+  // Start a new peak measurement from the bytes live now.
+  void reset_peak() { peak_bytes_ = live_bytes_; }
+
+ private:
+  int64_t live_bytes_ = 0;
+  int64_t peak_bytes_ = 0;
+};
+
+// A Tensor whose bytes are counted by a MemoryTracker (nullptr: not counted).
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Backend& backend, MemoryTracker* tracker, const std::vector<int64_t>& shape,
+         ScalarType dtype);
+  Buffer(Buffer&& other) noexcept;
+  Buffer& operator=(Buffer&& other) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer();
+
+  const TensorView& view() const { return tensor_.view(); }
+  operator const TensorView&() const { return tensor_.view(); }  // NOLINT
+  bool empty() const { return tensor_.empty(); }
+  int64_t dim(int i) const { return tensor_.dim(i); }
+  int64_t numel() const { return tensor_.numel(); }
+  ScalarType dtype() const { return tensor_.dtype(); }
+  void reset();
+
+ private:
+  void release() noexcept;
+  Tensor tensor_;
+  MemoryTracker* tracker_ = nullptr;
+};
+
+// What every layer call needs: the backend, the tracker, the compute dtype.
+struct Context {
+  Backend& backend;
+  MemoryTracker* tracker = nullptr;
+  ScalarType dtype = ScalarType::fp32;  // activations and matrix weights
+
+  ScalarType stats() const { return stats_type(dtype); }
+  Buffer make(const std::vector<int64_t>& shape, ScalarType type) const;
+  Buffer make(const std::vector<int64_t>& shape) const { return make(shape, dtype); }
+  Buffer zeros(const std::vector<int64_t>& shape, ScalarType type) const;
+  Buffer zeros(const std::vector<int64_t>& shape) const { return zeros(shape, dtype); }
+  Buffer copy_of(const TensorView& src) const;
+  // i32 tensor from host values.
+  Buffer indices(const std::vector<int64_t>& shape, const std::vector<int32_t>& values) const;
+};
+
+// ---- parameters ---------------------------------------------------------------
+
+// Deterministic generator (splitmix64 + Box-Muller): the same numbers on every
+// platform and standard library, so a seed names one initialisation.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t next_u64();
+  double uniform();  // [0, 1)
+  double normal();   // N(0, 1)
+
+ private:
+  uint64_t state_;
+};
+
+struct Init {
+  enum class Kind { constant, normal, values } kind = Kind::constant;
+  double value = 0.0;  // constant value, or the normal's standard deviation
+  std::vector<double> values;
+  static Init constant_value(double v) { return {Kind::constant, v, {}}; }
+  static Init normal_std(double std) { return {Kind::normal, std, {}}; }
+  static Init from_values(std::vector<double> v) { return {Kind::values, 0.0, std::move(v)}; }
+};
+
+struct Parameter {
+  std::string name;
+  Buffer value;   // what the ops read (compute dtype, or stats dtype for AttnRes / DAR)
+  Buffer grad;    // same dtype and shape as value
+  Buffer master;  // fp32 master copy when value is bf16, else empty
+  Buffer adam_m, adam_v;
+  // The tensor AdamW updates (master when present, else value).
+  const TensorView& optimizer_view() const { return master.empty() ? value.view() : master.view(); }
+};
+
+class ParameterSet {
+ public:
+  Parameter& add(const Context& ctx, const std::string& name, const std::vector<int64_t>& shape,
+                 ScalarType dtype, const Init& init, Rng& rng);
+  void zero_grads(Backend& backend);
+  void adamw_step(Backend& backend, const AdamWParams& hyper);
+  int64_t count() const;  // number of scalars
+  const std::vector<std::unique_ptr<Parameter>>& all() const { return params_; }
+  Parameter* find(const std::string& name) const;
+
+ private:
+  std::vector<std::unique_ptr<Parameter>> params_;
+};
+
+// ---- branch shapes ------------------------------------------------------------
+
+struct BranchShape {
+  int64_t d_model = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t d_head = 0;
+  int64_t d_ff = 0;
+  MlpKind mlp = MlpKind::gelu;
+  double norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  static BranchShape from(const ModelConfig& model);
+};
+
+// Decode-time KV cache of one attention branch (one sequence), head-major
+// [G][capacity][d_h] so that one kv head's keys are a contiguous [R, d_h] block.
+struct KvCache {
+  Buffer keys, values;
+  int64_t capacity = 0;
+  int64_t count = 0;  // tokens held (a routed layer holds routed tokens only)
+};
+
+// ---- the two branches ---------------------------------------------------------
+
+class AttentionBranch {
+ public:
+  struct Saved {
+    Buffer x, rstd, u, q, k, v, o, lse;
+    TensorView positions, valid_lengths;  // not owned: the caller keeps them alive
+  };
+  AttentionBranch(ParameterSet& params, const Context& ctx, const std::string& prefix,
+                  const BranchShape& shape, Rng& rng, double out_std);
+  // x [b, s, d]; positions i32 [b, s]; valid_lengths i32 [b] or empty.  Returns
+  // y [b, s, d].  saved == nullptr: inference (nothing kept).
+  Buffer forward(const Context& ctx, const TensorView& x, const TensorView& positions,
+                 const TensorView& valid_lengths, Saved* saved) const;
+  // dx += d y / d x applied to dy; parameter gradients +=.
+  void backward(const Context& ctx, const TensorView& dy, Saved& saved, const TensorView& dx) const;
+  // One token x [1, 1, d] at `position`: appends its key / value to the cache.
+  Buffer decode(const Context& ctx, const TensorView& x, int32_t position, KvCache& cache) const;
+  KvCache make_cache(const Context& ctx, int64_t capacity) const;
+
+ private:
+  BranchShape shape_;
+  Parameter *norm_, *wq_, *wk_, *wv_, *wo_;
+};
+
+class MlpBranch {
+ public:
+  struct Saved {
+    Buffer x, rstd, u, pre, gate, up, hidden;
+  };
+  MlpBranch(ParameterSet& params, const Context& ctx, const std::string& prefix,
+            const BranchShape& shape, Rng& rng, double out_std);
+  Buffer forward(const Context& ctx, const TensorView& x, Saved* saved) const;
+  void backward(const Context& ctx, const TensorView& dy, Saved& saved, const TensorView& dx) const;
+
+ private:
+  BranchShape shape_;
+  Parameter *norm_, *w_in_, *w_gate_, *w_up_, *w_out_;
+};
+
+// ---- a transformer layer on the plain residual stream ---------------------------
+
+class TransformerLayer {
+ public:
+  struct Saved {
+    AttentionBranch::Saved attn;
+    MlpBranch::Saved mlp;
+  };
+  TransformerLayer(ParameterSet& params, const Context& ctx, const std::string& prefix,
+                   const BranchShape& shape, Rng& rng, double out_std);
+  // delta = a + m for x [b, s, d] (x itself is not changed).
+  Buffer delta_forward(const Context& ctx, const TensorView& x, const TensorView& positions,
+                       const TensorView& valid_lengths, Saved* saved) const;
+  // dx += (d delta / d x)^T ddelta.
+  void delta_backward(const Context& ctx, const TensorView& ddelta, Saved& saved,
+                      const TensorView& dx) const;
+  // x += delta in place (the dense layer).
+  void forward_inplace(const Context& ctx, const TensorView& x, const TensorView& positions,
+                       Saved* saved) const;
+  // dx: in = gradient w.r.t. the layer output, out = w.r.t. its input.
+  void backward_inplace(const Context& ctx, const TensorView& dx, Saved& saved) const;
+
+  const AttentionBranch& attention() const { return attention_; }
+  const MlpBranch& mlp() const { return mlp_; }
+
+ private:
+  AttentionBranch attention_;
+  MlpBranch mlp_;
+};
+
+// ---- the MoD routed layer --------------------------------------------------------
+
+struct RoutingOptions {
+  double capacity = 0.125;  // k = clamp(round(c s), 1, s)  (ModConfig)
+  RouterScale gate = RouterScale::linear;
+  // g(r) = 1 exactly, the router receives no gradient.  Not a training mode:
+  // it exists so that capacity 1 can be checked against the dense layer bit
+  // for bit (SPEC 1.1 "c = 1 with every = 1 reproduces the dense model").
+  bool unit_gate = false;
+  CausalRouter causal = CausalRouter::none;
+  int64_t predictor_hidden = 256;
+  double aux_loss_weight = 0.01;  // weight of the router BCE term in the total loss
+  static RoutingOptions from(const ModConfig& mod);
+};
+
+class RoutedLayer {
+ public:
+  struct Saved {
+    Buffer x;           // layer input [b, s, d] (router input)
+    Buffer logits;      // router logits [b, s] (stats)
+    Buffer gate_input;  // what the scatter reads as r: logits, or ones for unit_gate
+    Buffer indices;     // i32 [b, k]
+    Buffer positions;   // i32 [b, k] (original positions; padding slots 0)
+    Buffer counts;      // i32 [b] valid routed tokens per sequence (forced / ragged selections)
+    Buffer gathered;    // X~ [b, k, d]
+    Buffer delta;       // [b, k, d]
+    Buffer mask;        // [b, s] stats top-k mask (BCE target) when a causal router is on
+    Buffer pred_hidden_pre, pred_hidden, pred_logits;
+    TransformerLayer::Saved core;
+    Buffer branch_out[2];  // routed-branch mode: f(h~) of attention / MLP
+    Buffer dlogits;        // routed-branch mode: router gradient of both branches
+  };
+  struct Losses {
+    double router_aux = 0.0;  // unweighted BCE of router logits vs the mask
+    double predictor = 0.0;   // BCE of predictor logits vs the mask
+    double predictor_accuracy = 0.0;
+  };
+  // A fixed selection (decode check, experiments): per sequence ascending
+  // positions; sequences may differ in length.
+  struct Selection {
+    std::vector<std::vector<int32_t>> positions;
+  };
+
+  RoutedLayer(ParameterSet& params, const Context& ctx, const std::string& prefix,
+              const BranchShape& shape, const RoutingOptions& routing, Rng& rng, double out_std);
+  int64_t routed_tokens(int64_t seq_len) const;
+  // x [b, s, d] updated in place.  `forced` selects the routed tokens instead
+  // of top-k (no auxiliary losses then).
+  Losses forward_inplace(const Context& ctx, const TensorView& x, Saved* saved,
+                         const Selection* forced = nullptr) const;
+  void backward_inplace(const Context& ctx, const TensorView& dx, Saved& saved) const;
+
+  // Decode, one sequence: x [1, 1, d] at `position`, updated in place.  Routed
+  // iff sigmoid(logit) > 0.5, logit = predictor's (CausalRouter::predictor) or
+  // the router's.  Returns whether the token was routed.
+  bool decode_inplace(const Context& ctx, const TensorView& x, int32_t position,
+                      KvCache& cache) const;
+
+  // Routed-branch mode (inside AttnRes / DAR, where each branch has its own
+  // input h): branch 0 (attention) routes on its input and fills `saved`;
+  // branch 1 (MLP) reuses the selection.  Returns y [b, s, d] = g(r) f(h~) at
+  // the routed tokens, 0 elsewhere.  `losses` is filled by branch 0.
+  Buffer branch_forward(const Context& ctx, int branch, const TensorView& h, Saved& saved,
+                        Losses* losses) const;
+  // dh += d y / d h applied to dy (call branch 1 first, then branch 0).
+  void branch_backward(const Context& ctx, int branch, const TensorView& dy, Saved& saved,
+                       const TensorView& dh) const;
+  KvCache make_cache(const Context& ctx, int64_t capacity) const {
+    return core_.attention().make_cache(ctx, capacity);
+  }
+
+  const RoutingOptions& routing() const { return routing_; }
+  const TransformerLayer& core() const { return core_; }
+
+ private:
+  Buffer predictor_logits(const Context& ctx, const TensorView& x, Saved* saved) const;
+  // Router logits, selection (top-k or forced), causal-router losses.
+  Losses route(const Context& ctx, const TensorView& x, Saved& st, const Selection* forced) const;
+  // Auxiliary / predictor gradients and the router backward (dx += ...).
+  void route_backward(const Context& ctx, const TensorView& dlogits, Saved& st,
+                      const TensorView& dx) const;
+  TensorView positions_of(const Saved& st) const {
+    return st.positions.empty() ? st.indices.view() : st.positions.view();
+  }
+  TensorView gate_input_of(const Saved& st) const {
+    return st.gate_input.empty() ? st.logits.view() : st.gate_input.view();
+  }
+  void predictor_backward(const Context& ctx, const TensorView& dlogits, Saved& saved) const;
+
+  RoutingOptions routing_;
+  BranchShape shape_;
+  TransformerLayer core_;
+  Parameter* router_;
+  Parameter *pred_in_ = nullptr, *pred_out_ = nullptr;
+};
+
+// ---- AttnRes / DAR --------------------------------------------------------------
+
+// kappa / nu of SPEC 1.2 (n = 1: both the identity).
+struct StreamRoles {
+  std::vector<int> key_stream;    // kappa(j)
+  std::vector<int> value_stream;  // nu(j)
+  static StreamRoles of(DarVariant variant, int64_t streams);
+};
+
+struct DepthOptions {
+  DarVariant variant = DarVariant::attnres;
+  int64_t streams = 1;             // n (1 for attnres)
+  int64_t total_branches = 0;      // 2 L
+  int64_t branches_per_block = 2;  // S (attnres Full: 1; DAR Full: 2)
+  double norm_eps = 1e-6;          // rstd of keys / z
+  double coefficient_std = 0.02;   // W_l init
+  double beta_bias_spread = 0.2;   // symmetry breaking of the write gates (see .cpp)
+  double rho_bias = 4.0;           // sigmoid(4) = 0.982: transport starts near identity
+  static DepthOptions from(const Config& config);
+};
+
+// The history bank and the depth reads around a sequence of branches.  Usage
+// (forward):  begin(embedding) ; for each branch: h = read(l) ; y = f_l(h) ;
+// write(l, y) ; after the last: h_out = read_output().  Backward in reverse:
+// dy = write_backward(l, ...) ... see model.cpp.  All tensors are [T, d] with
+// T = b * s (the depth reads are token-wise).
+class DepthResidual {
+ public:
+  DepthResidual(ParameterSet& params, const Context& ctx, const DepthOptions& options, int64_t d,
+                Rng& rng);
+  ~DepthResidual();
+  DepthResidual(const DepthResidual&) = delete;
+  DepthResidual& operator=(const DepthResidual&) = delete;
+  const DepthOptions& options() const { return options_; }
+  int64_t blocks() const;  // N
+  int64_t entries() const { return blocks() + 1; }
+
+  // ---- forward ----
+  void begin(const Context& ctx, const TensorView& embedding, int64_t tokens);
+  // The branch input h_l [T, d] (a view owned by this object, valid until the
+  // branch's write).
+  TensorView read(const Context& ctx, int64_t branch);
+  void write(const Context& ctx, int64_t branch, const TensorView& y);
+  // The final read over all entries (no partial) mixed over streams.
+  TensorView read_output(const Context& ctx);
+
+  // ---- backward (strict reverse order) ----
+  void begin_backward(const Context& ctx, const TensorView& dh_out);
+  // Gradient w.r.t. y_l for the last written branch not yet processed; the
+  // caller runs the branch backward and then calls read_backward(l, dh).
+  TensorView write_backward(const Context& ctx, int64_t branch);
+  void read_backward(const Context& ctx, int64_t branch, const TensorView& dh);
+  // d loss / d embedding, += into dembedding [T, d].  Frees the saved state.
+  void finish_backward(const Context& ctx, const TensorView& dembedding);
+
+  void set_saving(bool saving) { saving_ = saving; }
+
+ private:
+  struct BranchState;
+  struct BlockState;
+  int64_t block_of(int64_t branch) const { return branch / options_.branches_per_block; }
+  int64_t position_in_block(int64_t branch) const { return branch % options_.branches_per_block; }
+  int64_t first_branch(int64_t block) const { return block * options_.branches_per_block; }
+  int64_t block_size(int64_t block) const;
+  void start_block(const Context& ctx, int64_t block);
+  void prefix_backward(const Context& ctx, int64_t block);
+  TensorView bank_stream(int j) const;       // [E, T, d]
+  TensorView bank_rstd_stream(int j) const;  // [E, T]
+  TensorView dbank_stream(int j) const;
+
+  DepthOptions options_;
+  StreamRoles roles_;
+  int64_t d_ = 0;
+  int64_t tokens_ = 0;
+  bool saving_ = true;
+  Parameter *query_, *key_norm_;  // [n, 2L + 1, d] each (last row: output read), stats dtype
+  std::vector<Parameter*> coef_weight_, coef_bias_, coef_scale_;  // per branch (+ output), n >= 2
+  Buffer folded_query_;  // q' = w (.) gamma  [n, 2L + 1, d]
+  Buffer dfolded_query_;
+  Buffer bank_, bank_rstd_, dbank_;
+  std::vector<std::unique_ptr<BlockState>> block_states_;
+  std::vector<std::unique_ptr<BranchState>> branch_states_;
+  Buffer partial_, partial_rstd_;  // P^i [n, T, d], rstd [n, T]
+  Buffer dpartial_;
+  std::unique_ptr<BranchState> output_state_;
+};
+
+}  // namespace modar::runtime

@@ -1,0 +1,95 @@
+// modar/runtime/model.hpp: a whole small model's training step, built from the
+// same modar::Config the planner reads (SPEC section 1):
+//
+//   tokens -> embedding -> L layers -> final RMSNorm -> LM head (tied or untied)
+//          -> cross-entropy;  backward;  AdamW.
+//
+// Layers: dense, or MoD-routed where config.mod.is_routed(l) (capacity, g(r),
+// auxiliary loss / predictor from [mod]).  Residual: the plain residual stream,
+// or AttnRes / DAR (config.dar.*) around every branch (layers.hpp
+// DepthResidual).  MoD inside an AttnRes / DAR model routes each branch of a
+// routed layer: the router reads the layer's attention-branch input h, both
+// branches run on the same top-k tokens of their own inputs, and each branch's
+// output is g(r) f(h~) at the routed tokens and 0 elsewhere.
+//
+// Initialisation is deterministic from ModelOptions::seed (GPT-2 style: matrix
+// weights N(0, 0.02^2), output projections N(0, (0.02 / sqrt(2L))^2), norms 1).
+// Every byte the model allocates is counted, so a step reports its peak bytes
+// (parameters + gradients + AdamW state + activations + transients).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "modar/config.hpp"
+#include "modar/runtime/backend.hpp"
+#include "modar/runtime/layers.hpp"
+
+namespace modar::runtime {
+
+struct ModelOptions {
+  ScalarType dtype = ScalarType::fp32;  // activations / weights (fp64 for gradient checks)
+  uint64_t seed = 1;
+  double rope_theta = 10000.0;
+  double router_aux_loss_weight = 0.01;
+  bool unit_router_gate = false;  // g(r) = 1 (identity checks only, see RoutingOptions)
+  AdamWParams adamw;              // .step is managed by the model
+};
+
+struct StepResult {
+  double loss = 0.0;        // the optimised objective: lm + weighted router aux + predictor BCE
+  double lm_loss = 0.0;     // mean cross-entropy
+  double router_aux = 0.0;  // mean over routed layers of the router BCE (unweighted)
+  double predictor = 0.0;   // mean over routed layers of the predictor BCE
+  double predictor_accuracy = 0.0;
+  int64_t peak_bytes = 0;   // peak bytes held during the step
+};
+
+class Model {
+ public:
+  Model(Backend& backend, const Config& config, const ModelOptions& options = {});
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  // tokens, targets: i32 [b, s] on the backend (targets -1 = ignored).
+  // Zeroes the gradients, runs forward and backward.
+  StepResult forward_backward(const TensorView& tokens, const TensorView& targets);
+  // Forward only (nothing saved for backward).
+  StepResult evaluate(const TensorView& tokens, const TensorView& targets);
+  void optimizer_step();
+  // forward_backward + optimizer_step; peak_bytes covers all of it.
+  StepResult train_step(const TensorView& tokens, const TensorView& targets);
+
+  // Host ids -> an i32 [b, s] tensor on this model's backend (not counted).
+  Buffer make_tokens(const std::vector<int32_t>& ids, int64_t batch, int64_t seq) const;
+  // Logits [b * s, V] of the last evaluate() / forward_backward() call.
+  std::vector<double> last_logits() const;
+
+  ParameterSet& parameters() { return params_; }
+  const Config& config() const { return config_; }
+  const MemoryTracker& memory() const { return tracker_; }
+  Backend& backend() const { return backend_; }
+  int64_t routed_layers() const;
+
+ private:
+  struct LayerSlot;
+  StepResult run(const TensorView& tokens, const TensorView& targets, bool with_backward);
+  Context context() { return Context{backend_, &tracker_, options_.dtype}; }
+
+  Backend& backend_;
+  Config config_;
+  ModelOptions options_;
+  MemoryTracker tracker_;
+  ParameterSet params_;
+  Parameter* embedding_ = nullptr;
+  Parameter* final_norm_ = nullptr;
+  Parameter* head_ = nullptr;  // null when tied
+  std::vector<std::unique_ptr<LayerSlot>> layers_;
+  std::unique_ptr<DepthResidual> depth_;
+  Buffer last_logits_;
+  int64_t step_ = 0;
+};
+
+}  // namespace modar::runtime

@@ -1,0 +1,275 @@
+// A whole small model's training step (include/modar/runtime/model.hpp).
+#include "modar/runtime/model.hpp"
+
+#include <cmath>
+
+#include "modar/errors.hpp"
+
+namespace modar::runtime {
+
+struct Model::LayerSlot {
+  std::unique_ptr<TransformerLayer> dense;
+  std::unique_ptr<RoutedLayer> routed;
+  // Saved activations of the current step (plain residual / depth residual).
+  TransformerLayer::Saved dense_saved;
+  RoutedLayer::Saved routed_saved;
+  AttentionBranch::Saved attn_saved;
+  MlpBranch::Saved mlp_saved;
+};
+
+namespace {
+
+void check_model_config(const Config& config) {
+  const ModelConfig& m = config.model;
+  auto require = [](bool ok, const std::string& what) {
+    if (!ok) {
+      throw ConfigError(what);
+    }
+  };
+  require(m.d_model >= 2, "model.d_model = " + std::to_string(m.d_model) + ": must be >= 2");
+  require(m.n_layers >= 1, "model.n_layers = " + std::to_string(m.n_layers) + ": must be >= 1");
+  require(m.n_heads >= 1, "model.n_heads = " + std::to_string(m.n_heads) + ": must be >= 1");
+  require(m.vocab_size >= 2,
+          "model.vocab_size = " + std::to_string(m.vocab_size) + ": must be >= 2");
+  require(m.resolved_d_head() % 2 == 0,
+          "model.d_head = " + std::to_string(m.resolved_d_head()) + ": must be even (RoPE)");
+  require(m.n_heads % m.resolved_kv_heads() == 0,
+          "model.n_kv_heads = " + std::to_string(m.resolved_kv_heads()) +
+              ": must divide model.n_heads = " + std::to_string(m.n_heads));
+  if (config.dar.enabled()) {
+    require(config.dar.block_layers >= 1,
+            "dar.block_layers = " + std::to_string(config.dar.block_layers) + ": must be >= 1");
+  }
+}
+
+}  // namespace
+
+Model::Model(Backend& backend, const Config& config, const ModelOptions& options)
+    : backend_(backend), config_(config), options_(options) {
+  check_model_config(config);
+  const ModelConfig& m = config.model;
+  const Context ctx = context();
+  Rng rng(options.seed);
+  const int64_t d = m.d_model;
+  embedding_ = &params_.add(ctx, "embedding", {m.vocab_size, d}, options.dtype,
+                            Init::normal_std(0.02), rng);
+  BranchShape shape = BranchShape::from(m);
+  shape.rope_theta = options.rope_theta;
+  const double out_std = 0.02 / std::sqrt(2.0 * static_cast<double>(m.n_layers));
+  RoutingOptions routing = RoutingOptions::from(config.mod);
+  routing.aux_loss_weight = options.router_aux_loss_weight;
+  routing.unit_gate = options.unit_router_gate;
+  for (int64_t l = 0; l < m.n_layers; ++l) {
+    auto slot = std::make_unique<LayerSlot>();
+    const std::string prefix = "layer" + std::to_string(l);
+    if (config.mod.is_routed(l)) {
+      slot->routed = std::make_unique<RoutedLayer>(params_, ctx, prefix, shape, routing, rng, out_std);
+    } else {
+      slot->dense = std::make_unique<TransformerLayer>(params_, ctx, prefix, shape, rng, out_std);
+    }
+    layers_.push_back(std::move(slot));
+  }
+  if (config.dar.enabled()) {
+    depth_ = std::make_unique<DepthResidual>(params_, ctx, DepthOptions::from(config), d, rng);
+  }
+  final_norm_ = &params_.add(ctx, "final_norm", {d}, options.dtype, Init::constant_value(1.0), rng);
+  if (!m.tie_embeddings) {
+    head_ = &params_.add(ctx, "head", {d, m.vocab_size}, options.dtype, Init::normal_std(0.02), rng);
+  }
+}
+
+Model::~Model() = default;
+
+int64_t Model::routed_layers() const {
+  int64_t count = 0;
+  for (const auto& slot : layers_) {
+    count += slot->routed ? 1 : 0;
+  }
+  return count;
+}
+
+Buffer Model::make_tokens(const std::vector<int32_t>& ids, int64_t batch, int64_t seq) const {
+  const Context ctx{backend_, nullptr, options_.dtype};
+  return ctx.indices({batch, seq}, ids);
+}
+
+std::vector<double> Model::last_logits() const { return download(backend_, last_logits_); }
+
+StepResult Model::forward_backward(const TensorView& tokens, const TensorView& targets) {
+  tracker_.reset_peak();
+  StepResult result = run(tokens, targets, true);
+  result.peak_bytes = tracker_.peak_bytes();
+  return result;
+}
+
+StepResult Model::evaluate(const TensorView& tokens, const TensorView& targets) {
+  tracker_.reset_peak();
+  StepResult result = run(tokens, targets, false);
+  result.peak_bytes = tracker_.peak_bytes();
+  return result;
+}
+
+void Model::optimizer_step() {
+  AdamWParams hyper = options_.adamw;
+  hyper.step = ++step_;
+  params_.adamw_step(backend_, hyper);
+}
+
+StepResult Model::train_step(const TensorView& tokens, const TensorView& targets) {
+  tracker_.reset_peak();
+  StepResult result = run(tokens, targets, true);
+  optimizer_step();
+  result.peak_bytes = tracker_.peak_bytes();
+  return result;
+}
+
+StepResult Model::run(const TensorView& tokens, const TensorView& targets, bool with_backward) {
+  Backend& be = backend_;
+  const Context ctx = context();
+  const ModelConfig& m = config_.model;
+  if (tokens.rank != 2 || targets.rank != 2 || tokens.shape != targets.shape ||
+      tokens.dtype != ScalarType::i32 || targets.dtype != ScalarType::i32) {
+    throw ShapeError("model step: tokens " + tokens.describe() + " and targets " +
+                     targets.describe() + " must both be i32 [b, s]");
+  }
+  const int64_t batch = tokens.dim(0), seq = tokens.dim(1), d = m.d_model, rows = batch * seq;
+  if (with_backward) {
+    params_.zero_grads(be);
+  }
+  StepResult result;
+  int64_t routed_count = 0;
+  auto add_losses = [&](const RoutedLayer::Losses& losses) {
+    result.router_aux += losses.router_aux;
+    result.predictor += losses.predictor;
+    result.predictor_accuracy += losses.predictor_accuracy;
+    ++routed_count;
+  };
+
+  // ---- forward ----
+  Buffer x = ctx.make({batch, seq, d});
+  be.embedding_forward(embedding_->value, tokens, x);
+  std::vector<int32_t> position_values(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) {
+    position_values[static_cast<size_t>(i)] = static_cast<int32_t>(i % seq);
+  }
+  Buffer positions = ctx.indices({batch, seq}, position_values);
+
+  Buffer final_input;  // [b, s, d]: the residual stream, or the depth output read
+  if (!depth_) {
+    for (auto& slot : layers_) {
+      if (slot->dense) {
+        slot->dense->forward_inplace(ctx, x, positions, with_backward ? &slot->dense_saved : nullptr);
+      } else {
+        add_losses(slot->routed->forward_inplace(ctx, x, with_backward ? &slot->routed_saved : nullptr));
+      }
+    }
+    final_input = std::move(x);
+  } else {
+    depth_->set_saving(with_backward);
+    depth_->begin(ctx, x, rows);
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      LayerSlot& slot = *layers_[l];
+      const int64_t attn_branch = 2 * static_cast<int64_t>(l);
+      for (int branch = 0; branch < 2; ++branch) {
+        const TensorView h = reshape(depth_->read(ctx, attn_branch + branch), {batch, seq, d});
+        Buffer y;
+        if (slot.routed) {
+          RoutedLayer::Losses losses;
+          y = slot.routed->branch_forward(ctx, branch, h, slot.routed_saved, &losses);
+          if (branch == 0) {
+            add_losses(losses);
+          }
+        } else if (branch == 0) {
+          y = slot.dense->attention().forward(ctx, h, positions, TensorView{},
+                                              with_backward ? &slot.attn_saved : nullptr);
+        } else {
+          y = slot.dense->mlp().forward(ctx, h, with_backward ? &slot.mlp_saved : nullptr);
+        }
+        depth_->write(ctx, attn_branch + branch, y);
+      }
+    }
+    final_input = ctx.copy_of(reshape(depth_->read_output(ctx), {batch, seq, d}));
+    x.reset();
+  }
+  if (routed_count > 0) {
+    result.router_aux /= static_cast<double>(routed_count);
+    result.predictor /= static_cast<double>(routed_count);
+    result.predictor_accuracy /= static_cast<double>(routed_count);
+  }
+
+  Buffer final_rstd = ctx.make({rows}, ctx.stats());
+  Buffer final_u = ctx.make({batch, seq, d});
+  be.rmsnorm_forward(final_input, final_norm_->value, final_u, final_rstd, m.norm_eps);
+  last_logits_ = ctx.make({rows, m.vocab_size});
+  const TensorView u_rows = reshape(final_u, {rows, d});
+  if (head_ != nullptr) {
+    be.gemm(u_rows, false, head_->value, false, last_logits_);
+  } else {
+    be.gemm(u_rows, false, embedding_->value, true, last_logits_);
+  }
+  Buffer loss = ctx.make({1}, ctx.stats());
+  Buffer lse = ctx.make({rows}, ctx.stats());
+  const TensorView target_rows = reshape(targets, {rows});
+  be.cross_entropy_forward(last_logits_, target_rows, loss, lse);
+  result.lm_loss = download(be, loss)[0];
+  const double aux_weight =
+      config_.mod.causal_router == CausalRouter::aux_loss ? options_.router_aux_loss_weight : 0.0;
+  result.loss = result.lm_loss + aux_weight * result.router_aux * routed_count +
+                result.predictor * routed_count;
+  if (!with_backward) {
+    return result;
+  }
+
+  // ---- backward ----
+  Buffer dlogits = ctx.zeros({rows, m.vocab_size});
+  be.cross_entropy_backward(1.0, last_logits_, target_rows, lse, dlogits);
+  Buffer du = ctx.make({rows, d});
+  if (head_ != nullptr) {
+    be.gemm(dlogits, false, head_->value, true, du);
+    be.gemm(u_rows, true, dlogits, false, head_->grad, 1.0, 1.0);
+  } else {
+    be.gemm(dlogits, false, embedding_->value, false, du);
+    be.gemm(dlogits, true, u_rows, false, embedding_->grad, 1.0, 1.0);
+  }
+  dlogits.reset();
+  Buffer dx = ctx.zeros({batch, seq, d});
+  be.rmsnorm_backward(reshape(du, {batch, seq, d}), final_input, final_norm_->value, final_rstd,
+                      dx, final_norm_->grad);
+  du.reset();
+  final_u.reset();
+  final_input.reset();
+  if (!depth_) {
+    for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
+      LayerSlot& slot = **it;
+      if (slot.dense) {
+        slot.dense->backward_inplace(ctx, dx, slot.dense_saved);
+      } else {
+        slot.routed->backward_inplace(ctx, dx, slot.routed_saved);
+      }
+    }
+  } else {
+    depth_->begin_backward(ctx, dx);
+    be.fill(dx, 0.0);  // reused below as d embedding
+    for (int64_t l = static_cast<int64_t>(layers_.size()) - 1; l >= 0; --l) {
+      LayerSlot& slot = *layers_[static_cast<size_t>(l)];
+      for (int branch = 1; branch >= 0; --branch) {
+        const int64_t index = 2 * l + branch;
+        const TensorView dy = reshape(depth_->write_backward(ctx, index), {batch, seq, d});
+        Buffer dh = ctx.zeros({batch, seq, d});
+        if (slot.routed) {
+          slot.routed->branch_backward(ctx, branch, dy, slot.routed_saved, dh);
+        } else if (branch == 0) {
+          slot.dense->attention().backward(ctx, dy, slot.attn_saved, dh);
+        } else {
+          slot.dense->mlp().backward(ctx, dy, slot.mlp_saved, dh);
+        }
+        depth_->read_backward(ctx, index, dh);
+      }
+    }
+    depth_->finish_backward(ctx, dx);
+  }
+  be.embedding_backward(dx, tokens, embedding_->grad);
+  return result;
+}
+
+}  // namespace modar::runtime
