@@ -16,7 +16,11 @@ inline std::string toml_node_text(const toml::node& node) {
     return std::to_string(v->get());
   }
   if (const auto* v = node.as_floating_point()) {
-    return format_number(v->get());
+    std::string text = format_number(v->get());
+    if (text.find_first_of(".eEn") == std::string::npos) {
+      text += ".0";  // show 2.0 as written, not as the integer 2
+    }
+    return text;
   }
   if (const auto* v = node.as_boolean()) {
     return v->get() ? "true" : "false";
