@@ -4,7 +4,7 @@
 //   s_r = q' . key[r, t] * rstd[r, t],  lse = log sum_r exp(s_r),
 //   out[q, t] = sum_r exp(s_r - lse) value[r, t]
 // Backward (dar_math 5.1), with a_r = exp(s_r - lse), k^_r = key[r, t] rstd_r:
-//   dp_r = <value_r, dout>,  Delta = sum_r a_r dp_r,  ds_r = a_r (dp_r - Delta + dlse)
+//   dp_r = <value_r, dout>,  Delta = <out, dout>,  ds_r = a_r (dp_r - Delta + dlse)
 //   dvalue_r += a_r dout;  dkey_r += ds_r rstd_r (q' - s_r k^_r / d);  dq' += sum ds_r k^_r
 // (the key term includes the path through rstd, so rstd is never differentiated).
 // Merge (dar_math 5.2): s_P = q' . k_P rstd_P, p = sigmoid(s_P - lse),
@@ -113,7 +113,14 @@ __global__ void __launch_bounds__(kRowThreads)
       const T* dout = dout_all + (q * p.tokens + t) * p.d;
       const float lse = p.lse[q * p.tokens + t];
       const float dlse = p.dlse != nullptr ? p.dlse[q * p.tokens + t] : 0.0f;
-      float delta = 0.0f;
+      // Delta = <out, dout> (as the CPU backend; equals sum_r a_r dp_r when out
+      // is the forward's output, but stays consistent with a rounded bf16 out).
+      const T* out = static_cast<const T*>(p.out) + (q * p.tokens + t) * p.d;
+      float partial_delta = 0.0f;
+      for (int64_t c = threadIdx.x; c < p.d; c += kRowThreads) {
+        partial_delta += load_float(out + c) * load_float(dout + c);
+      }
+      const float delta = block_sum(partial_delta, scratch);
       for (int64_t r = 0; r < p.sources; ++r) {
         const int64_t row = (r * p.tokens + t) * p.d;
         float partial_score = 0.0f;
@@ -125,7 +132,6 @@ __global__ void __launch_bounds__(kRowThreads)
         const float score = block_sum(partial_score, scratch) * p.key_rstd[r * p.tokens + t];
         const float dp = block_sum(partial_dp, scratch);
         const float weight = expf(score - lse);
-        delta += weight * dp;  // identical in every thread
         if (threadIdx.x == 0) {
           scores[r] = score;
           weights[r] = weight;
