@@ -12,6 +12,33 @@ ParamCounts closed_form_params(const Config& config);
 int64_t global_sequences(const Config& config);
 // Micro-batches per optimizer step per device.
 int64_t accumulation_steps(const Config& config);
+// Sums the counted FLOPs of lowered ops (one micro-batch) by pass and part.
+struct FlopAccumulator {
+  double forward = 0, backward = 0, recompute = 0, attention = 0, router = 0, depth_reads = 0;
+  void add(const OpRecord& op) {
+    if (!is_counted_kind(op.shape.kind)) {
+      return;
+    }
+    const double total = op.flops * static_cast<double>(op.multiplicity);
+    switch (op.pass) {
+      case Pass::forward:
+        forward += total;
+        if (op.shape.kind == OpKind::attention) {
+          attention += total;
+        } else if (op.shape.kind == OpKind::router ||
+                   (op.label[0] == 'm' && op.label[1] == 'o' && op.label[2] == 'd')) {
+          router += total;  // the router GEMV and the predictor GEMMs (labels "mod.*")
+        } else if (op.shape.kind != OpKind::gemm) {
+          depth_reads += total;  // AttnRes / DAR ops
+        }
+        break;
+      case Pass::backward: backward += total; break;
+      case Pass::recompute: recompute += total; break;
+    }
+  }
+  FlopCounts finish(const Config& config, StepKind step) const;
+};
+
 // Counts from an already lowered op list (one micro-batch).
 FlopCounts flop_counts_from_ops(const Config& config, StepKind step, const OpList& ops);
 // N_f from the lowered forward ops.

@@ -72,35 +72,13 @@ int64_t tokens_per_micro_step(const Config& config, StepKind step) {
                                  : config.train.micro_batch;
 }
 
-FlopCounts flop_counts_from_ops(const Config& config, StepKind step, const OpList& ops) {
+FlopCounts FlopAccumulator::finish(const Config& config, StepKind step) const {
   FlopCounts flops;
-  double forward = 0, backward = 0, recompute = 0, attention = 0, router = 0, dar = 0;
-  for (const OpRecord& op : ops) {
-    if (!is_counted_kind(op.shape.kind)) {
-      continue;
-    }
-    const double total = op.flops * static_cast<double>(op.multiplicity);
-    switch (op.pass) {
-      case Pass::forward:
-        forward += total;
-        if (op.shape.kind == OpKind::attention) {
-          attention += total;
-        } else if (op.shape.kind == OpKind::router ||
-                   (op.label[0] == 'm' && op.label[1] == 'o' && op.label[2] == 'd')) {
-          router += total;  // the router GEMV and the predictor GEMMs ("mod.*")
-        } else if (op.shape.kind != OpKind::gemm) {
-          dar += total;
-        }
-        break;
-      case Pass::backward: backward += total; break;
-      case Pass::recompute: recompute += total; break;
-    }
-  }
   const double tokens = static_cast<double>(tokens_per_micro_step(config, step));
   flops.forward_per_token = forward / tokens;
   flops.forward_attention_per_token = attention / tokens;
   flops.forward_router_per_token = router / tokens;
-  flops.forward_dar_per_token = dar / tokens;
+  flops.forward_dar_per_token = depth_reads / tokens;
   flops.backward_per_token = backward / tokens;
   flops.recompute_per_token = recompute / tokens;
   flops.train_per_token = flops.forward_per_token + flops.backward_per_token;
@@ -114,6 +92,14 @@ FlopCounts flop_counts_from_ops(const Config& config, StepKind step, const OpLis
   flops.hardware_per_step =
       (flops.train_per_token + flops.recompute_per_token) * flops.tokens_per_step;
   return flops;
+}
+
+FlopCounts flop_counts_from_ops(const Config& config, StepKind step, const OpList& ops) {
+  FlopAccumulator sums;
+  for (const OpRecord& op : ops) {
+    sums.add(op);
+  }
+  return sums.finish(config, step);
 }
 
 double flop_active_from_ops(const Config& config, StepKind step, const OpList& ops) {

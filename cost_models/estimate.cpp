@@ -61,24 +61,8 @@ void estimate_into(const Config& config, const TimingModel& timing, StepKind ste
   const DeviceProfile& profile = timing.profile();
 
   out.params = detail::closed_form_params(config);
-  out.flops = detail::flop_counts_from_ops(config, step, scratch);
-  out.params.flop_active = step == StepKind::train
-                               ? (out.flops.forward_per_token -
-                                  out.flops.forward_attention_per_token) / 2.0
-                               : 0.0;
-  if (step != StepKind::train) {
-    // N_f is a property of the model: take it from the training lowering.
-    thread_local OpList train_ops;
-    lower_into(config, StepKind::train, train_ops);
-    out.params.flop_active = detail::flop_active_from_ops(config, StepKind::train, train_ops);
-    out.flops.backward_per_token = 0.0;
-    out.flops.train_per_token = out.flops.forward_per_token;
-    out.flops.train_per_step = out.flops.forward_per_token * out.flops.tokens_per_step;
-    out.flops.hardware_per_step = out.flops.train_per_step;
-  }
-  out.memory = detail::memory_from_params(config, out.params.total, profile.ceilings.memory_bytes,
-                                          step);
 
+  // One pass over the ops: FLOP sums and times.
   TimeEstimate& time = out.time;
   time = TimeEstimate{};
   for (int i = 0; i < kOpKindCount; ++i) {
@@ -86,9 +70,11 @@ void estimate_into(const Config& config, const TimingModel& timing, StepKind ste
   }
   const int64_t accumulation = step == StepKind::train ? detail::accumulation_steps(config) : 1;
   time.accumulation_steps = accumulation;
+  detail::FlopAccumulator sums;
   for (const OpRecord& op : scratch) {
+    sums.add(op);
     TimingModel::Source source = TimingModel::Source::roofline;
-    const double one_s = timing.op_time_s(op.shape, op.pass, &source);
+    const double one_s = timing.op_time_s(op, &source);
     const bool per_step = op.shape.kind == OpKind::optimizer_update;
     const double copies =
         static_cast<double>(op.multiplicity) * (per_step ? 1.0 : static_cast<double>(accumulation));
@@ -109,6 +95,24 @@ void estimate_into(const Config& config, const TimingModel& timing, StepKind ste
       case TimingModel::Source::roofline: ++time.ops_roofline; break;
     }
   }
+  out.flops = sums.finish(config, step);
+  out.params.flop_active = step == StepKind::train
+                               ? (out.flops.forward_per_token -
+                                  out.flops.forward_attention_per_token) / 2.0
+                               : 0.0;
+  if (step != StepKind::train) {
+    // N_f is a property of the model: take it from the training lowering.
+    thread_local OpList train_ops;
+    lower_into(config, StepKind::train, train_ops);
+    out.params.flop_active = detail::flop_active_from_ops(config, StepKind::train, train_ops);
+    out.flops.backward_per_token = 0.0;
+    out.flops.train_per_token = out.flops.forward_per_token;
+    out.flops.train_per_step = out.flops.forward_per_token * out.flops.tokens_per_step;
+    out.flops.hardware_per_step = out.flops.train_per_step;
+  }
+  out.memory = detail::memory_from_params(config, out.params.total, profile.ceilings.memory_bytes,
+                                          step);
+
   time.extrapolated = time.ops_extrapolated > 0;
   time.calibrated = time.ops_interpolated + time.ops_extrapolated > 0;
   time.step_s = static_cast<double>(accumulation) * time.micro_batch_s + time.optimizer_s;
@@ -121,8 +125,39 @@ void estimate_into(const Config& config, const TimingModel& timing, StepKind ste
       time.hfu = out.flops.hardware_per_step / (time.step_s * peak);
     }
   }
-  // Assign into the existing buffer: no allocation once its capacity suffices.
-  out.conventions.assign(conventions_text(config, profile, step));
+  // The text depends on a few switches only: build it once per combination
+  // and copy it into the caller's buffer (no allocation once it is large enough).
+  struct CachedConventions {
+    AttentionFlops attention;
+    Recompute recompute;
+    StepKind step;
+    bool depth_reads;
+    bool measured;
+    const DeviceProfile* profile;
+    std::string profile_name;
+    std::string text;
+  };
+  thread_local std::vector<CachedConventions> cache;
+  const CachedConventions* hit = nullptr;
+  for (const CachedConventions& entry : cache) {
+    if (entry.attention == config.attention_flops && entry.recompute == config.train.recompute &&
+        entry.step == step && entry.depth_reads == config.dar.enabled() &&
+        entry.profile == &profile && entry.measured == profile.measured &&
+        entry.profile_name == profile.name) {
+      hit = &entry;
+      break;
+    }
+  }
+  if (hit == nullptr) {
+    if (cache.size() > 64) {
+      cache.clear();
+    }
+    cache.push_back({config.attention_flops, config.train.recompute, step, config.dar.enabled(),
+                     profile.measured, &profile, profile.name,
+                     conventions_text(config, profile, step)});
+    hit = &cache.back();
+  }
+  out.conventions.assign(hit->text);
 }
 
 Estimate estimate(const Config& config, const DeviceProfile& profile, StepKind step) {

@@ -56,7 +56,12 @@ struct TimingModel::Index {
     std::vector<std::vector<double>> axes;         // distinct values per axis (ascending)
     std::vector<double> log_time;                  // row-major over axes; NaN = missing
     std::array<int64_t, kMaxDims> exact{};         // dims with one value: must match
+    // Per dim: kCategorical, kExact, or the index of its axis.
+    std::array<int8_t, kMaxDims> role{};
+    std::vector<std::vector<double>> log_axes;     // log of the axes' values
   };
+  static constexpr int8_t kCategorical = -1;
+  static constexpr int8_t kExact = -2;
   struct Efficiency {
     Pass pass = Pass::forward;
     DType dtype = DType::bf16;
@@ -68,6 +73,14 @@ struct TimingModel::Index {
 };
 
 TimingModel::TimingModel(const DeviceProfile& profile) : profile_(&profile), index_(nullptr) {
+  const DeviceCeilings& c = profile.ceilings;
+  const double bf16 = c.roofline_flops(DType::bf16);
+  const double fp32 = c.roofline_flops(DType::fp32);
+  const double bandwidth = c.roofline_bandwidth();
+  seconds_per_flop_bf16_ = bf16 > 0.0 ? 1.0 / bf16 : 0.0;
+  seconds_per_flop_fp32_ = fp32 > 0.0 ? 1.0 / fp32 : 0.0;
+  seconds_per_byte_ = bandwidth > 0.0 ? 1.0 / bandwidth : 0.0;
+  launch_overhead_s_ = c.launch_overhead_s;
   if (profile.measurements.empty()) {
     return;
   }
@@ -155,6 +168,20 @@ TimingModel::TimingModel(const DeviceProfile& profile) : profile_(&profile), ind
         grid.axes_dims.push_back(i);
         grid.axes.push_back(v);
       }
+      for (int i = 0; i < kMaxDims; ++i) {
+        grid.role[static_cast<size_t>(i)] = Index::kExact;
+        if (i < dims && is_categorical(kind, i)) {
+          grid.role[static_cast<size_t>(i)] = Index::kCategorical;
+        }
+      }
+      for (size_t a = 0; a < grid.axes_dims.size(); ++a) {
+        grid.role[static_cast<size_t>(grid.axes_dims[a])] = static_cast<int8_t>(a);
+        std::vector<double> logs;
+        for (double v : grid.axes[a]) {
+          logs.push_back(std::log(v));
+        }
+        grid.log_axes.push_back(logs);
+      }
       size_t total = 1;
       for (const auto& axis : grid.axes) {
         total *= axis.size();
@@ -196,7 +223,12 @@ TimingModel::TimingModel(const DeviceProfile& profile) : profile_(&profile), ind
 
 TimingModel::~TimingModel() { delete index_; }
 TimingModel::TimingModel(TimingModel&& other) noexcept
-    : profile_(other.profile_), index_(other.index_) {
+    : profile_(other.profile_),
+      index_(other.index_),
+      seconds_per_flop_bf16_(other.seconds_per_flop_bf16_),
+      seconds_per_flop_fp32_(other.seconds_per_flop_fp32_),
+      seconds_per_byte_(other.seconds_per_byte_),
+      launch_overhead_s_(other.launch_overhead_s_) {
   other.index_ = nullptr;
 }
 TimingModel& TimingModel::operator=(TimingModel&& other) noexcept {
@@ -204,19 +236,25 @@ TimingModel& TimingModel::operator=(TimingModel&& other) noexcept {
     delete index_;
     profile_ = other.profile_;
     index_ = other.index_;
+    seconds_per_flop_bf16_ = other.seconds_per_flop_bf16_;
+    seconds_per_flop_fp32_ = other.seconds_per_flop_fp32_;
+    seconds_per_byte_ = other.seconds_per_byte_;
+    launch_overhead_s_ = other.launch_overhead_s_;
     other.index_ = nullptr;
   }
   return *this;
 }
 
+double TimingModel::roofline_from_cost_s(DType dtype, double executed_flops,
+                                         double bytes) const {
+  const double per_flop =
+      (dtype == DType::fp32 || dtype == DType::fp64) ? seconds_per_flop_fp32_ : seconds_per_flop_bf16_;
+  return std::max(executed_flops * per_flop, bytes * seconds_per_byte_) + launch_overhead_s_;
+}
+
 double TimingModel::roofline_s(const OpShape& shape, Pass pass) const {
-  const DeviceCeilings& c = profile_->ceilings;
   const OpCost cost = op_cost(shape, pass, AttentionFlops::flash);
-  const double flops_rate = c.roofline_flops(shape.dtype);
-  const double bandwidth = c.roofline_bandwidth();
-  const double compute_s = flops_rate > 0.0 ? cost.flops / flops_rate : 0.0;
-  const double memory_s = bandwidth > 0.0 ? cost.bytes / bandwidth : 0.0;
-  return std::max(compute_s, memory_s) + c.launch_overhead_s;
+  return roofline_from_cost_s(shape.dtype, cost.flops, cost.bytes);
 }
 
 double TimingModel::op_time_s(const OpShape& shape, Pass pass, Source* source) const {
@@ -225,6 +263,25 @@ double TimingModel::op_time_s(const OpShape& shape, Pass pass, Source* source) c
     *source = Source::roofline;
     return roofline;
   }
+  return calibrated_s(shape, pass, roofline, source);
+}
+
+double TimingModel::op_time_s(const OpRecord& op, Source* source) const {
+  // Only attention FLOPs depend on the counting convention; the time uses the
+  // executed ones.  Every other kind's recorded FLOPs are the executed FLOPs.
+  const double executed_flops = op.shape.kind == OpKind::attention
+                                    ? op_cost(op.shape, op.pass, AttentionFlops::flash).flops
+                                    : op.flops;
+  const double roofline = roofline_from_cost_s(op.shape.dtype, executed_flops, op.bytes);
+  if (index_ == nullptr) {
+    *source = Source::roofline;
+    return roofline;
+  }
+  return calibrated_s(op.shape, op.pass, roofline, source);
+}
+
+double TimingModel::calibrated_s(const OpShape& shape, Pass pass, double roofline,
+                                 Source* source) const {
   const OpKind kind = shape.kind;
   const Pass klass = pass_class(kind, pass);
   const int dims = op_dims_count(kind);
@@ -232,43 +289,36 @@ double TimingModel::op_time_s(const OpShape& shape, Pass pass, Source* source) c
     if (grid.pass != klass || grid.dtype != shape.dtype) {
       continue;
     }
-    bool matches = true;
-    for (int i = 0; i < dims && matches; ++i) {
-      if (is_categorical(kind, i)) {
-        matches = grid.categorical[static_cast<size_t>(i)] == shape.dims[static_cast<size_t>(i)];
-      }
-    }
-    if (!matches) {
-      continue;
-    }
-    // Locate the query on each axis; dims off the axes must match exactly.
-    bool inside = true;
-    for (int i = 0; i < dims && inside; ++i) {
-      const bool on_axis = std::find(grid.axes_dims.begin(), grid.axes_dims.end(), i) !=
-                           grid.axes_dims.end();
-      if (!is_categorical(kind, i) && !on_axis) {
-        inside = shape.dims[static_cast<size_t>(i)] == grid.exact[static_cast<size_t>(i)];
-      }
-    }
+    // Categorical and single-valued dims must match; locate the others.
     const size_t axes = grid.axes.size();
     std::array<size_t, kMaxDims> lower{};
     std::array<double, kMaxDims> weight{};
-    for (size_t a = 0; a < axes && inside; ++a) {
-      const auto& axis = grid.axes[a];
-      const double value = static_cast<double>(shape.dims[static_cast<size_t>(grid.axes_dims[a])]);
-      if (value < axis.front() || value > axis.back() || value <= 0.0) {
-        inside = false;
-        break;
-      }
-      size_t upper = static_cast<size_t>(std::lower_bound(axis.begin(), axis.end(), value) -
-                                         axis.begin());
-      if (axis[upper] == value) {
-        lower[a] = upper;
-        weight[a] = 0.0;
+    bool inside = true;
+    for (int i = 0; i < dims && inside; ++i) {
+      const int8_t role = grid.role[static_cast<size_t>(i)];
+      const int64_t query = shape.dims[static_cast<size_t>(i)];
+      if (role == Index::kCategorical) {
+        inside = grid.categorical[static_cast<size_t>(i)] == query;
+      } else if (role == Index::kExact) {
+        inside = grid.exact[static_cast<size_t>(i)] == query;
       } else {
-        lower[a] = upper - 1;
-        weight[a] = (std::log(value) - std::log(axis[upper - 1])) /
-                    (std::log(axis[upper]) - std::log(axis[upper - 1]));
+        const size_t a = static_cast<size_t>(role);
+        const auto& axis = grid.axes[a];
+        const double value = static_cast<double>(query);
+        if (axis.empty() || value < axis.front() || value > axis.back() || value <= 0.0) {
+          inside = false;
+          break;
+        }
+        const size_t upper = static_cast<size_t>(
+            std::lower_bound(axis.begin(), axis.end(), value) - axis.begin());
+        if (axis[upper] == value) {
+          lower[a] = upper;
+          weight[a] = 0.0;
+        } else {
+          const auto& logs = grid.log_axes[a];
+          lower[a] = upper - 1;
+          weight[a] = (std::log(value) - logs[upper - 1]) / (logs[upper] - logs[upper - 1]);
+        }
       }
     }
     if (!inside) {
@@ -282,8 +332,7 @@ double TimingModel::op_time_s(const OpShape& shape, Pass pass, Source* source) c
       size_t flat = 0;
       for (size_t a = 0; a < axes; ++a) {
         const bool high = (corner >> a) & 1U;
-        const double w = high ? weight[a] : 1.0 - weight[a];
-        corner_weight *= w;
+        corner_weight *= high ? weight[a] : 1.0 - weight[a];
         const size_t position = lower[a] + (high && weight[a] > 0.0 ? 1 : 0);
         flat = flat * grid.axes[a].size() + position;
       }

@@ -133,15 +133,24 @@ class TimingModel {
   TimingModel& operator=(const TimingModel&) = delete;
 
   enum class Source : uint8_t { roofline, interpolated, extrapolated };
-  // Seconds for one copy of `op`; *source says how it was obtained.
+  // Seconds for one copy of an op of this shape; *source says how it was obtained.
   double op_time_s(const OpShape& shape, Pass pass, Source* source) const;
+  // The same for a lowered op, reusing its FLOPs / bytes (the fast path).
+  double op_time_s(const OpRecord& op, Source* source) const;
   double roofline_s(const OpShape& shape, Pass pass) const;
+  // The profile this model reads; it must outlive the TimingModel.
   const DeviceProfile& profile() const { return *profile_; }
 
  private:
   struct Index;
+  double roofline_from_cost_s(DType dtype, double executed_flops, double bytes) const;
+  double calibrated_s(const OpShape& shape, Pass pass, double roofline, Source* source) const;
   const DeviceProfile* profile_;
   Index* index_;  // null when the profile has no measurements
+  double seconds_per_flop_bf16_ = 0.0;  // 1 / roofline FLOP rate (0 when unknown)
+  double seconds_per_flop_fp32_ = 0.0;
+  double seconds_per_byte_ = 0.0;
+  double launch_overhead_s_ = 0.0;
 };
 
 ParamCounts count_params(const Config& config);
