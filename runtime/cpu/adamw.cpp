@@ -28,7 +28,7 @@ void CpuBackend::adamw_update_impl(const TensorView& params, const TensorView& g
     const C b1 = static_cast<C>(hyper.beta1), b2 = static_cast<C>(hyper.beta2);
     const C lr = static_cast<C>(hyper.learning_rate), wd = static_cast<C>(hyper.weight_decay);
     const C eps = static_cast<C>(hyper.epsilon), grad_scale = static_cast<C>(hyper.grad_scale);
-    MODAR_PARALLEL_FOR
+    MODAR_PARALLEL_FOR_IF(worth_threads(count))
     for (int64_t i = 0; i < count; ++i) {
       const C g = grad_scale * g_in[i];
       m_p[i] = b1 * m_p[i] + (C(1) - b1) * g;

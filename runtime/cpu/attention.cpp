@@ -106,7 +106,7 @@ void CpuBackend::attention_forward_impl(const TensorView& q, const TensorView& k
     C* lse_p = lse.ptr<C>();
     const int64_t q_stride = dims.heads * dims.d_head, kv_stride = dims.kv_heads * dims.d_head;
     const int64_t pairs = dims.batch * dims.heads;
-    MODAR_PARALLEL_FOR
+    MODAR_PARALLEL_FOR_IF(worth_threads(pairs * dims.seq * dims.seq * dims.d_head))
     for (int64_t pair = 0; pair < pairs; ++pair) {
       const int64_t seq_index = pair / dims.heads, head = pair % dims.heads;
       const int64_t kv_head = head / dims.group, n = lengths[static_cast<size_t>(seq_index)];
@@ -152,7 +152,7 @@ void CpuBackend::attention_backward_impl(const TensorView& dout, const TensorVie
     const int64_t q_stride = dims.heads * dims.d_head, kv_stride = dims.kv_heads * dims.d_head;
     const int64_t pairs = dims.batch * dims.kv_heads;
     const C scale = static_cast<C>(dims.scale);
-    MODAR_PARALLEL_FOR
+    MODAR_PARALLEL_FOR_IF(worth_threads(pairs * dims.seq * dims.seq * dims.d_head))
     for (int64_t pair = 0; pair < pairs; ++pair) {
       const int64_t seq_index = pair / dims.kv_heads, kv_head = pair % dims.kv_heads;
       const int64_t n = lengths[static_cast<size_t>(seq_index)];

@@ -22,13 +22,24 @@
 #include "modar/errors.hpp"
 #include "modar/runtime/tensor.hpp"
 
+// Loops over independent rows / tokens run on OpenMP threads when the work is
+// large enough to pay for a parallel region (tiny ops stay serial: on a busy
+// 2-core machine a parallel region costs more than a few thousand FMAs).
+#define MODAR_CPU_PRAGMA(text) _Pragma(#text)
 #if defined(_OPENMP)
-#define MODAR_PARALLEL_FOR _Pragma("omp parallel for schedule(static)")
+#define MODAR_PARALLEL_FOR_IF(condition) \
+  MODAR_CPU_PRAGMA(omp parallel for schedule(static) if (condition))
 #else
-#define MODAR_PARALLEL_FOR
+#define MODAR_PARALLEL_FOR_IF(condition)
 #endif
 
 namespace modar::runtime::cpu {
+
+// Multiply-adds (or elements) below which a loop stays on one thread.
+inline constexpr int64_t kParallelMinWork = int64_t{1} << 18;
+inline bool worth_threads(int64_t work) {
+  return work >= kParallelMinWork;
+}
 
 template <class C>
 constexpr ScalarType scalar_type_of() {

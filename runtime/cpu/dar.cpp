@@ -124,7 +124,7 @@ void CpuBackend::dar_coefficients_forward_impl(const TensorView& retrieved,
     C* beta_p = beta.ptr<C>();
     C* m_p = transport.empty() ? nullptr : transport.ptr<C>();
     C* rstd_p = z_rstd.ptr<C>();
-    MODAR_PARALLEL_FOR
+    MODAR_PARALLEL_FOR_IF(worth_threads(tokens * width * outputs))
     for (int64_t t = 0; t < tokens; ++t) {
       C sum_squares = 0;
       for (int64_t j = 0; j < n; ++j) {
@@ -284,7 +284,7 @@ void CpuBackend::dar_mix_forward_impl(const TensorView& retrieved, const TensorV
     Input<C> r_in(retrieved);
     Output<C> out_w(out, OutputMode::overwrite);
     const C* a = alpha.ptr<C>();
-    MODAR_PARALLEL_FOR
+    MODAR_PARALLEL_FOR_IF(worth_threads(tokens * n * d))
     for (int64_t t = 0; t < tokens; ++t) {
       C* dst = out_w.data() + t * d;
       for (int64_t c = 0; c < d; ++c)
@@ -310,7 +310,7 @@ void CpuBackend::dar_mix_backward_impl(const TensorView& dout, const TensorView&
     Output<C> dr_acc(dretrieved, OutputMode::accumulate);
     const C* a = alpha.ptr<C>();
     C* da = dalpha.empty() ? nullptr : dalpha.ptr<C>();
-    MODAR_PARALLEL_FOR
+    MODAR_PARALLEL_FOR_IF(worth_threads(tokens * n * d))
     for (int64_t t = 0; t < tokens; ++t) {
       const C* grad = g_in.data() + t * d;
       for (int64_t j = 0; j < n; ++j) {
@@ -342,7 +342,7 @@ void CpuBackend::dar_write_forward_impl(const TensorView& transport, const Tenso
     Output<C> out_w(out, OutputMode::overwrite);
     const C* m = transport.empty() ? nullptr : transport.ptr<C>();
     const C* bt = beta.empty() ? nullptr : beta.ptr<C>();
-    MODAR_PARALLEL_FOR
+    MODAR_PARALLEL_FOR_IF(worth_threads(tokens * n * (n + 1) * d))
     for (int64_t t = 0; t < tokens; ++t) {
       for (int64_t j = 0; j < n; ++j) {
         C* dst = out_w.data() + (j * tokens + t) * d;
@@ -382,7 +382,7 @@ void CpuBackend::dar_write_backward_impl(const TensorView& dout, const TensorVie
     const C* bt = beta.empty() ? nullptr : beta.ptr<C>();
     C* dm = dtransport.empty() ? nullptr : dtransport.ptr<C>();
     C* db = dbeta.empty() ? nullptr : dbeta.ptr<C>();
-    MODAR_PARALLEL_FOR
+    MODAR_PARALLEL_FOR_IF(worth_threads(tokens * n * (n + 1) * d))
     for (int64_t t = 0; t < tokens; ++t) {
       for (int64_t j = 0; j < n; ++j) {
         const C* grad = g_in.data() + (j * tokens + t) * d;

@@ -55,7 +55,7 @@ void CpuBackend::depth_read_prefix_forward_impl(const TensorView& keys, const Te
     const C* rstd = key_rstd.ptr<C>();
     const C* q = queries.ptr<C>();
     C* lse_p = lse.ptr<C>();
-    MODAR_PARALLEL_FOR
+    MODAR_PARALLEL_FOR_IF(worth_threads(tokens * query_count * sources * d))
     for (int64_t t = 0; t < tokens; ++t) {
       std::vector<C> scores(static_cast<size_t>(sources));
       for (int64_t qi = 0; qi < query_count; ++qi) {
@@ -111,7 +111,7 @@ void CpuBackend::depth_read_prefix_backward_impl(const TensorView& dout, const T
     std::vector<C> dq_partial(dqueries.empty() ? 0 : static_cast<size_t>(chunks * query_count * d),
                               C(0));
     const C inv_d = C(1) / static_cast<C>(d);
-    MODAR_PARALLEL_FOR
+    MODAR_PARALLEL_FOR_IF(worth_threads(tokens * query_count * sources * d))
     for (int64_t chunk = 0; chunk < chunks; ++chunk) {
       std::vector<C> scores(static_cast<size_t>(sources));
       for (int64_t t = chunk * kTokenChunk; t < std::min(tokens, (chunk + 1) * kTokenChunk); ++t) {
@@ -171,7 +171,7 @@ void CpuBackend::depth_read_merge_forward_impl(
     const C* lse = prefix_lse.ptr<C>();
     const C* rstd = partial_key_rstd.ptr<C>();
     C* weight = partial_weight.ptr<C>();
-    MODAR_PARALLEL_FOR
+    MODAR_PARALLEL_FOR_IF(worth_threads(tokens * d))
     for (int64_t t = 0; t < tokens; ++t) {
       const C s = dot(q, pk_in.data() + t * d, d) * rstd[t];
       const C p = sigmoid(s - lse[t]);
@@ -208,7 +208,7 @@ void CpuBackend::depth_read_merge_backward_impl(
     const int64_t chunks = (tokens + kTokenChunk - 1) / kTokenChunk;
     std::vector<C> dq_partial(dquery.empty() ? 0 : static_cast<size_t>(chunks * d), C(0));
     const C inv_d = C(1) / static_cast<C>(d);
-    MODAR_PARALLEL_FOR
+    MODAR_PARALLEL_FOR_IF(worth_threads(tokens * d))
     for (int64_t chunk = 0; chunk < chunks; ++chunk) {
       for (int64_t t = chunk * kTokenChunk; t < std::min(tokens, (chunk + 1) * kTokenChunk); ++t) {
         const C p = weight[t];

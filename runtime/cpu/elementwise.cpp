@@ -42,7 +42,7 @@ void CpuBackend::gelu_forward_impl(const TensorView& x, const TensorView& out) {
     using C = decltype(tag);
     Input<C> x_in(x);
     Output<C> out_w(out, OutputMode::overwrite);
-    MODAR_PARALLEL_FOR
+    MODAR_PARALLEL_FOR_IF(worth_threads(count))
     for (int64_t i = 0; i < count; ++i)
       out_w[i] = gelu_terms(x_in[i]).value;
     out_w.commit();
@@ -56,7 +56,7 @@ void CpuBackend::gelu_backward_impl(const TensorView& dout, const TensorView& x,
     using C = decltype(tag);
     Input<C> x_in(x), g_in(dout);
     Output<C> dx_acc(dx, OutputMode::accumulate);
-    MODAR_PARALLEL_FOR
+    MODAR_PARALLEL_FOR_IF(worth_threads(count))
     for (int64_t i = 0; i < count; ++i)
       dx_acc[i] += g_in[i] * gelu_terms(x_in[i]).derivative;
     dx_acc.commit();
@@ -70,7 +70,7 @@ void CpuBackend::swiglu_forward_impl(const TensorView& gate, const TensorView& u
     using C = decltype(tag);
     Input<C> a_in(gate), b_in(up);
     Output<C> out_w(out, OutputMode::overwrite);
-    MODAR_PARALLEL_FOR
+    MODAR_PARALLEL_FOR_IF(worth_threads(count))
     for (int64_t i = 0; i < count; ++i)
       out_w[i] = a_in[i] * sigmoid(a_in[i]) * b_in[i];
     out_w.commit();
@@ -87,7 +87,7 @@ void CpuBackend::swiglu_backward_impl(const TensorView& dout, const TensorView& 
     Output<C> da_acc(dgate, OutputMode::accumulate), db_acc(dup, OutputMode::accumulate);
     C* da = da_acc.data();
     C* db = db_acc.data();
-    MODAR_PARALLEL_FOR
+    MODAR_PARALLEL_FOR_IF(worth_threads(count))
     for (int64_t i = 0; i < count; ++i) {
       const C a = a_in[i];
       const C s = sigmoid(a);
@@ -107,7 +107,7 @@ void CpuBackend::add_impl(const TensorView& a, const TensorView& b, const Tensor
     using C = decltype(tag);
     Input<C> a_in(a), b_in(b);  // out may alias a or b: elementwise, read before write
     Output<C> out_w(out, OutputMode::overwrite);
-    MODAR_PARALLEL_FOR
+    MODAR_PARALLEL_FOR_IF(worth_threads(count))
     for (int64_t i = 0; i < count; ++i)
       out_w[i] = a_in[i] + b_in[i];
     out_w.commit();
@@ -121,7 +121,7 @@ void CpuBackend::axpy_impl(double alpha, const TensorView& x, const TensorView& 
     Input<C> x_in(x);
     Output<C> y_acc(y, OutputMode::accumulate);
     const C factor = static_cast<C>(alpha);
-    MODAR_PARALLEL_FOR
+    MODAR_PARALLEL_FOR_IF(worth_threads(count))
     for (int64_t i = 0; i < count; ++i)
       y_acc[i] += factor * x_in[i];
     y_acc.commit();
@@ -134,7 +134,7 @@ void CpuBackend::scale_impl(const TensorView& x, double alpha) {
     using C = decltype(tag);
     Output<C> x_mod(x, OutputMode::modify);
     const C factor = static_cast<C>(alpha);
-    MODAR_PARALLEL_FOR
+    MODAR_PARALLEL_FOR_IF(worth_threads(count))
     for (int64_t i = 0; i < count; ++i)
       x_mod[i] *= factor;
     x_mod.commit();
@@ -147,7 +147,7 @@ void CpuBackend::mul_forward_impl(const TensorView& a, const TensorView& b, cons
     using C = decltype(tag);
     Input<C> a_in(a), b_in(b);
     Output<C> out_w(out, OutputMode::overwrite);
-    MODAR_PARALLEL_FOR
+    MODAR_PARALLEL_FOR_IF(worth_threads(count))
     for (int64_t i = 0; i < count; ++i)
       out_w[i] = a_in[i] * b_in[i];
     out_w.commit();
@@ -163,7 +163,7 @@ void CpuBackend::mul_backward_impl(const TensorView& dout, const TensorView& a, 
     Output<C> da_acc(da, OutputMode::accumulate), db_acc(db, OutputMode::accumulate);
     C* da_p = da_acc.data();
     C* db_p = db_acc.data();
-    MODAR_PARALLEL_FOR
+    MODAR_PARALLEL_FOR_IF(worth_threads(count))
     for (int64_t i = 0; i < count; ++i) {
       if (da_p)
         da_p[i] += g_in[i] * b_in[i];

@@ -24,7 +24,7 @@ void CpuBackend::cross_entropy_forward_impl(const TensorView& logits, const Tens
     using C = decltype(tag);
     Input<C> x_in(logits);
     C* lse_p = lse.ptr<C>();
-    MODAR_PARALLEL_FOR
+    MODAR_PARALLEL_FOR_IF(worth_threads(rows * vocab))
     for (int64_t i = 0; i < rows; ++i) {
       const C* row = x_in.data() + i * vocab;
       C row_max = row[0];
@@ -64,7 +64,7 @@ void CpuBackend::cross_entropy_backward_impl(double dloss, const TensorView& log
     Output<C> dx_acc(dlogits, OutputMode::accumulate);
     const C* lse_p = lse.ptr<C>();
     const C factor = static_cast<C>(dloss / static_cast<double>(counted));
-    MODAR_PARALLEL_FOR
+    MODAR_PARALLEL_FOR_IF(worth_threads(rows * vocab))
     for (int64_t i = 0; i < rows; ++i) {
       if (target[i] < 0)
         continue;

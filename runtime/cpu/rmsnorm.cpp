@@ -27,7 +27,7 @@ void CpuBackend::rmsnorm_forward_impl(const TensorView& x, const TensorView& wei
     const C* xp = x_in.data();
     const C* wp = w_in.data();
     C* op = out_w.data();
-    MODAR_PARALLEL_FOR
+    MODAR_PARALLEL_FOR_IF(worth_threads(rows * d))
     for (int64_t r = 0; r < rows; ++r) {
       const C* row = xp + r * d;
       C sum_squares = 0;
@@ -61,7 +61,7 @@ void CpuBackend::rmsnorm_backward_impl(const TensorView& dout, const TensorView&
     const C* wp = w_in.data();
     C* dxp = dx_acc.data();
     if (dxp) {
-      MODAR_PARALLEL_FOR
+      MODAR_PARALLEL_FOR_IF(worth_threads(rows * d))
       for (int64_t r = 0; r < rows; ++r) {
         const C* xr = xp + r * d;
         const C* gr = gp + r * d;

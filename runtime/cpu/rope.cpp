@@ -27,7 +27,7 @@ void rotate(const C* x, const int32_t* positions, C* out, int64_t position_rows,
     inverse_frequency[static_cast<size_t>(i)] =
         std::pow(theta_base, -2.0 * static_cast<double>(i) / static_cast<double>(d_head));
   }
-  MODAR_PARALLEL_FOR
+  MODAR_PARALLEL_FOR_IF(worth_threads(position_rows * heads * d_head))
   for (int64_t r = 0; r < position_rows; ++r) {
     const double position = positions[r];
     for (int64_t i = 0; i < half; ++i) {

@@ -29,15 +29,18 @@ void naive_attention(const Dims& dm, const std::vector<double>& q, const std::ve
         std::vector<double> scores;
         for (int64_t j = 0; j < lengths[b] && (!causal || j <= i); ++j) {
           double sc = 0;
-          for (int64_t c = 0; c < dm.d_head; ++c) sc += q[qi(b, i, h, c)] * k[ki(b, j, g, c)];
+          for (int64_t c = 0; c < dm.d_head; ++c)
+            sc += q[qi(b, i, h, c)] * k[ki(b, j, g, c)];
           scores.push_back(sc * scale);
         }
         double z = 0;
-        for (double sc : scores) z += std::exp(sc);
+        for (double sc : scores)
+          z += std::exp(sc);
         lse[(b * dm.heads + h) * dm.s + i] = std::log(z);
         for (size_t j = 0; j < scores.size(); ++j) {
           for (int64_t c = 0; c < dm.d_head; ++c) {
-            out[qi(b, i, h, c)] += std::exp(scores[j]) / z * v[ki(b, static_cast<int64_t>(j), g, c)];
+            out[qi(b, i, h, c)] +=
+                std::exp(scores[j]) / z * v[ki(b, static_cast<int64_t>(j), g, c)];
           }
         }
       }
@@ -76,7 +79,8 @@ TEST(OpsAttention, FirstQueryCopiesFirstValue) {
   Tensor v = random_tensor({1, 3, 1, 4}, 7), out = zeros({1, 3, 1, 4}), lse = zeros({1, 1, 3});
   cpu().attention_forward(q, k, v, TensorView{}, out, lse, AttentionParams{});
   const auto o = values_of(out), vv = values_of(v);
-  for (int c = 0; c < 4; ++c) EXPECT_NEAR(o[c], vv[c], 1e-15);
+  for (int c = 0; c < 4; ++c)
+    EXPECT_NEAR(o[c], vv[c], 1e-15);
 }
 
 TEST(OpsAttention, GradientsMatchFiniteDifferences) {
@@ -114,7 +118,8 @@ TEST(OpsAttention, Bf16CloseToFp64AndShapeErrors) {
   Tensor q16 = tensor({1, 16, 2, 16}, values_of(q), ScalarType::bf16);
   Tensor k16 = tensor({1, 16, 1, 16}, values_of(k), ScalarType::bf16);
   Tensor v16 = tensor({1, 16, 1, 16}, values_of(v), ScalarType::bf16);
-  Tensor out16 = zeros({1, 16, 2, 16}, ScalarType::bf16), lse32 = zeros({1, 2, 16}, ScalarType::fp32);
+  Tensor out16 = zeros({1, 16, 2, 16}, ScalarType::bf16),
+         lse32 = zeros({1, 2, 16}, ScalarType::fp32);
   cpu().attention_forward(q16, k16, v16, TensorView{}, out16, lse32, AttentionParams{});
   EXPECT_LT(relative_error(values_of(out16), values_of(out)), 0.03);
   (void)dm;

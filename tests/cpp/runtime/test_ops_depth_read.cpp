@@ -13,7 +13,8 @@ std::vector<double> host_rstd(const std::vector<double>& x, int64_t rows, int64_
   std::vector<double> r(static_cast<size_t>(rows));
   for (int64_t i = 0; i < rows; ++i) {
     double ss = 0;
-    for (int64_t c = 0; c < d; ++c) ss += x[i * d + c] * x[i * d + c];
+    for (int64_t c = 0; c < d; ++c)
+      ss += x[i * d + c] * x[i * d + c];
     r[i] = 1.0 / std::sqrt(ss / d + kEps);
   }
   return r;
@@ -27,15 +28,18 @@ void naive_read(const std::vector<std::vector<double>>& keys,
   std::vector<double> s;
   for (const auto& k : keys) {
     double ss = 0, qk = 0;
-    for (size_t c = 0; c < d; ++c) ss += k[c] * k[c], qk += q[c] * k[c];
+    for (size_t c = 0; c < d; ++c)
+      ss += k[c] * k[c], qk += q[c] * k[c];
     s.push_back(qk / std::sqrt(ss / static_cast<double>(d) + kEps));
   }
   double z = 0;
-  for (double v : s) z += std::exp(v);
+  for (double v : s)
+    z += std::exp(v);
   lse = std::log(z);
   out.assign(d, 0.0);
   for (size_t r = 0; r < keys.size(); ++r) {
-    for (size_t c = 0; c < d; ++c) out[c] += std::exp(s[r]) / z * values[r][c];
+    for (size_t c = 0; c < d; ++c)
+      out[c] += std::exp(s[r]) / z * values[r][c];
   }
 }
 
@@ -48,8 +52,8 @@ struct PrefixRun {
 };
 
 PrefixRun run_prefix(const std::vector<double>& keys, const std::vector<double>& values,
-                     const std::vector<double>& queries, int64_t sources, int64_t tokens,
-                     int64_t d, int64_t query_count) {
+                     const std::vector<double>& queries, int64_t sources, int64_t tokens, int64_t d,
+                     int64_t query_count) {
   Tensor kt = tensor({sources, tokens, d}, keys), vt = tensor({sources, tokens, d}, values);
   Tensor rstd = tensor({sources, tokens}, host_rstd(keys, sources * tokens, d));
   Tensor qt = tensor({query_count, d}, queries);
@@ -91,7 +95,8 @@ TEST(OpsDepthRead, ZeroQueriesGiveUniformWeights) {
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t c = 0; c < d; ++c) {
       double mean = 0;
-      for (int64_t r = 0; r < sources; ++r) mean += values[(r * tokens + t) * d + c] / sources;
+      for (int64_t r = 0; r < sources; ++r)
+        mean += values[(r * tokens + t) * d + c] / sources;
       EXPECT_NEAR(out[t * d + c], mean, 1e-15);
     }
     EXPECT_NEAR(values_of(run.lse)[t], std::log(3.0), 1e-15);
@@ -111,14 +116,20 @@ std::vector<double> two_phase_forward(const TwoPhase& in, Tensor* out_keep = nul
   Tensor prstd = tensor({t}, host_rstd(in.partial_keys, t, d));
   Tensor q = tensor({d}, in.queries), h = zeros({t, d}), p = zeros({t});
   cpu().depth_read_merge_forward(select(run.out, 0), select(run.lse, 0), pk, prstd, pv, q, h, p);
-  if (out_keep) *out_keep = std::move(h);
+  if (out_keep)
+    *out_keep = std::move(h);
   return out_keep ? values_of(*out_keep) : values_of(h);
 }
 
 TEST(OpsDepthRead, TwoPhaseEqualsOneShotSoftmaxIncludingPartial) {
-  TwoPhase in{random_values(3 * 4 * 8, 6, -2, 2), random_values(3 * 4 * 8, 7),
-              random_values(8, 8, -1.5, 1.5), random_values(4 * 8, 9, -2, 2),
-              random_values(4 * 8, 10), 3, 4, 8};
+  TwoPhase in{random_values(3 * 4 * 8, 6, -2, 2),
+              random_values(3 * 4 * 8, 7),
+              random_values(8, 8, -1.5, 1.5),
+              random_values(4 * 8, 9, -2, 2),
+              random_values(4 * 8, 10),
+              3,
+              4,
+              8};
   const auto h = two_phase_forward(in);
   for (int64_t t = 0; t < in.tokens; ++t) {
     std::vector<std::vector<double>> ks, vs;
@@ -144,7 +155,8 @@ TEST(OpsDepthRead, PrefixGradientsMatchFiniteDifferences) {
     const auto w = random_values(qn * tokens * d, 14);
     const auto u = random_values(qn * tokens, 15);
     auto loss = [&] {
-      PrefixRun run = run_prefix(keys, shared_bank ? keys : values, queries, sources, tokens, d, qn);
+      PrefixRun run =
+          run_prefix(keys, shared_bank ? keys : values, queries, sources, tokens, d, qn);
       return project(run.out, w) + project(run.lse, u);
     };
     const std::vector<int64_t> bank_shape{sources, tokens, d};
@@ -160,7 +172,8 @@ TEST(OpsDepthRead, PrefixGradientsMatchFiniteDifferences) {
                                      dvalues, dq);
     expect_gradient(shared_bank ? "prefix dbank (shared)" : "prefix dkeys", keys, loss,
                     values_of(dk));
-    if (!shared_bank) expect_gradient("prefix dvalues", values, loss, values_of(dv));
+    if (!shared_bank)
+      expect_gradient("prefix dvalues", values, loss, values_of(dv));
     expect_gradient("prefix dqueries", queries, loss, values_of(dq));
   }
 }
@@ -203,9 +216,14 @@ TEST(OpsDepthRead, ChainedTwoPhaseBackwardMatchesFiniteDifferences) {
   // Merge backward feeds dlse into the prefix backward; the total gradient must
   // equal that of the one-shot softmax (checked here by finite differences of
   // the two-phase forward, which equals the one-shot read).
-  TwoPhase in{random_values(2 * 3 * 4, 22, -2, 2), random_values(2 * 3 * 4, 23),
-              random_values(4, 24), random_values(3 * 4, 25, -2, 2), random_values(3 * 4, 26),
-              2, 3, 4};
+  TwoPhase in{random_values(2 * 3 * 4, 22, -2, 2),
+              random_values(2 * 3 * 4, 23),
+              random_values(4, 24),
+              random_values(3 * 4, 25, -2, 2),
+              random_values(3 * 4, 26),
+              2,
+              3,
+              4};
   const int64_t s = in.sources, t = in.tokens, d = in.d;
   const auto w = random_values(t * d, 27);
   auto loss = [&] { return dot(two_phase_forward(in), w); };
@@ -237,9 +255,8 @@ TEST(OpsDepthRead, ShapeErrors) {
       [&] { cpu().depth_read_prefix_forward(keys, wrong_rstd, values, queries, out, lse); },
       "key_rstd is [4, 3] fp64 cpu; expected [3, 4]");
   Tensor q32 = zeros({2, 8}, ScalarType::fp32);
-  expect_shape_error(
-      [&] { cpu().depth_read_prefix_forward(keys, rstd, values, q32, out, lse); },
-      "expected dtype fp64");
+  expect_shape_error([&] { cpu().depth_read_prefix_forward(keys, rstd, values, q32, out, lse); },
+                     "expected dtype fp64");
 }
 
 }  // namespace

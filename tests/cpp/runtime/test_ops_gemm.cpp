@@ -7,8 +7,8 @@ namespace {
 // Naive reference; a is stored [a_rows, a_cols] row-major (op applied here).
 std::vector<double> naive_gemm(const std::vector<double>& a, int64_t a_rows, int64_t a_cols,
                                bool ta, const std::vector<double>& b, int64_t b_rows,
-                               int64_t b_cols, bool tb, const std::vector<double>& c0,
-                               double alpha, double beta) {
+                               int64_t b_cols, bool tb, const std::vector<double>& c0, double alpha,
+                               double beta) {
   const int64_t m = ta ? a_cols : a_rows, k = ta ? a_rows : a_cols, n = tb ? b_rows : b_cols;
   std::vector<double> c(static_cast<size_t>(m * n));
   for (int64_t i = 0; i < m; ++i) {
@@ -36,8 +36,8 @@ TEST(OpsGemm, AllTransposeCombinationsMatchNaive) {
       Tensor bt = tensor(tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}, b);
       Tensor ct = tensor({m, n}, c0);
       cpu().gemm(at, ta, bt, tb, ct, 0.5, -2.0);
-      const auto expected = naive_gemm(a, ta ? k : m, ta ? m : k, ta, b, tb ? n : k, tb ? k : n,
-                                       tb, c0, 0.5, -2.0);
+      const auto expected =
+          naive_gemm(a, ta ? k : m, ta ? m : k, ta, b, tb ? n : k, tb ? k : n, tb, c0, 0.5, -2.0);
       EXPECT_LT(relative_error(values_of(ct), expected), 1e-14) << "ta=" << ta << " tb=" << tb;
     }
   }
@@ -56,17 +56,15 @@ TEST(OpsGemm, FlattensLeadingDimsAndBatches) {
   const auto x = random_values(24, 1), w = random_values(20, 2);
   Tensor xt = tensor({2, 3, 4}, x), wt = tensor({4, 5}, w), yt = zeros({2, 3, 5});
   cpu().gemm(xt, false, wt, false, yt);
-  EXPECT_LT(relative_error(values_of(yt),
-                           naive_gemm(x, 6, 4, false, w, 4, 5, false,
-                                      std::vector<double>(30, 0.0), 1.0, 0.0)),
+  EXPECT_LT(relative_error(values_of(yt), naive_gemm(x, 6, 4, false, w, 4, 5, false,
+                                                     std::vector<double>(30, 0.0), 1.0, 0.0)),
             1e-14);
   // Weight gradient dW = x^T dy over the flattened rows.
   const auto dy = random_values(30, 3);
   Tensor dyt = tensor({2, 3, 5}, dy), dwt = zeros({4, 5});
   cpu().gemm(xt, true, dyt, false, dwt);
-  EXPECT_LT(relative_error(values_of(dwt),
-                           naive_gemm(x, 6, 4, true, dy, 6, 5, false,
-                                      std::vector<double>(20, 0.0), 1.0, 0.0)),
+  EXPECT_LT(relative_error(values_of(dwt), naive_gemm(x, 6, 4, true, dy, 6, 5, false,
+                                                      std::vector<double>(20, 0.0), 1.0, 0.0)),
             1e-14);
   // Batched: all rank 3.
   const auto bb = random_values(2 * 4 * 2, 4);
@@ -76,8 +74,8 @@ TEST(OpsGemm, FlattensLeadingDimsAndBatches) {
   for (int batch = 0; batch < 2; ++batch) {
     const std::vector<double> a_part(x.begin() + batch * 12, x.begin() + (batch + 1) * 12);
     const std::vector<double> b_part(bb.begin() + batch * 8, bb.begin() + (batch + 1) * 8);
-    const auto expected = naive_gemm(a_part, 3, 4, false, b_part, 4, 2, false,
-                                     std::vector<double>(6, 0.0), 1.0, 0.0);
+    const auto expected =
+        naive_gemm(a_part, 3, 4, false, b_part, 4, 2, false, std::vector<double>(6, 0.0), 1.0, 0.0);
     const std::vector<double> got(c.begin() + batch * 6, c.begin() + (batch + 1) * 6);
     EXPECT_LT(relative_error(got, expected), 1e-14);
   }
@@ -86,8 +84,8 @@ TEST(OpsGemm, FlattensLeadingDimsAndBatches) {
 TEST(OpsGemm, Bf16AndFp32WithinTheirPrecision) {
   const int64_t m = 16, n = 24, k = 64;
   const auto a = random_values(m * k, 5), b = random_values(k * n, 6);
-  const auto exact = naive_gemm(a, m, k, false, b, k, n, false,
-                                std::vector<double>(m * n, 0.0), 1.0, 0.0);
+  const auto exact =
+      naive_gemm(a, m, k, false, b, k, n, false, std::vector<double>(m * n, 0.0), 1.0, 0.0);
   Tensor a32 = tensor({m, k}, a, ScalarType::fp32), b32 = tensor({k, n}, b, ScalarType::fp32);
   Tensor c32 = zeros({m, n}, ScalarType::fp32);
   cpu().gemm(a32, false, b32, false, c32);
@@ -95,10 +93,12 @@ TEST(OpsGemm, Bf16AndFp32WithinTheirPrecision) {
   // bf16 inputs: compare with the exact product of the ROUNDED inputs (8-bit
   // mantissa), so only the fp32 accumulation and the final rounding remain.
   std::vector<double> a_r(a.size()), b_r(b.size());
-  for (size_t i = 0; i < a.size(); ++i) a_r[i] = bf16_to_float(float_to_bf16(static_cast<float>(a[i])));
-  for (size_t i = 0; i < b.size(); ++i) b_r[i] = bf16_to_float(float_to_bf16(static_cast<float>(b[i])));
-  const auto exact_rounded = naive_gemm(a_r, m, k, false, b_r, k, n, false,
-                                        std::vector<double>(m * n, 0.0), 1.0, 0.0);
+  for (size_t i = 0; i < a.size(); ++i)
+    a_r[i] = bf16_to_float(float_to_bf16(static_cast<float>(a[i])));
+  for (size_t i = 0; i < b.size(); ++i)
+    b_r[i] = bf16_to_float(float_to_bf16(static_cast<float>(b[i])));
+  const auto exact_rounded =
+      naive_gemm(a_r, m, k, false, b_r, k, n, false, std::vector<double>(m * n, 0.0), 1.0, 0.0);
   Tensor a16 = tensor({m, k}, a, ScalarType::bf16), b16 = tensor({k, n}, b, ScalarType::bf16);
   Tensor c16 = zeros({m, n}, ScalarType::bf16), c_f32 = zeros({m, n}, ScalarType::fp32);
   cpu().gemm(a16, false, b16, false, c16);

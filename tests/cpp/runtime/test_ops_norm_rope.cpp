@@ -40,7 +40,8 @@ TEST(OpsRmsnorm, GradientsMatchFiniteDifferences) {
     Tensor dout = tensor({rows, d}, proj), dx = zeros({rows, d}), dw = zeros({d});
     cpu().rmsnorm_backward(dout, xt, weight, rstd, dx, weighted ? dw.view() : TensorView{});
     expect_gradient("rmsnorm dx", x, loss, values_of(dx));
-    if (weighted) expect_gradient("rmsnorm dweight", w, loss, values_of(dw));
+    if (weighted)
+      expect_gradient("rmsnorm dweight", w, loss, values_of(dw));
   }
 }
 
@@ -52,10 +53,12 @@ TEST(OpsRmsnorm, BackwardAccumulatesAndBf16Runs) {
   cpu().rmsnorm_backward(dout, x, TensorView{}, rstd, dx_twice, TensorView{});
   cpu().rmsnorm_backward(dout, x, TensorView{}, rstd, dx_twice, TensorView{});
   auto once = values_of(dx_once), twice = values_of(dx_twice);
-  for (double& v : once) v *= 2;
+  for (double& v : once)
+    v *= 2;
   EXPECT_LT(relative_error(twice, once), 1e-15);
   // bf16 data, fp32 statistics, result within bf16 precision of fp64.
-  Tensor x16 = tensor({2, 8}, values_of(x), ScalarType::bf16), out16 = zeros({2, 8}, ScalarType::bf16);
+  Tensor x16 = tensor({2, 8}, values_of(x), ScalarType::bf16),
+         out16 = zeros({2, 8}, ScalarType::bf16);
   Tensor rstd32 = zeros({2}, ScalarType::fp32);
   cpu().rmsnorm_forward(x16, TensorView{}, out16, rstd32, 1e-6);
   EXPECT_LT(relative_error(values_of(out16), values_of(out)), 2.0 / 128);
@@ -93,7 +96,8 @@ TEST(OpsRope, MatchesComplexRotationAtGivenPositions) {
   const auto got = values_of(out);
   EXPECT_LT(relative_error(got, naive_rope(x, positions, heads, d_head, 10000.0)), 1e-13);
   // Position 0 is the identity.
-  for (int64_t i = 0; i < heads * d_head; ++i) EXPECT_NEAR(got[static_cast<size_t>(i)], x[static_cast<size_t>(i)], 1e-15);
+  for (int64_t i = 0; i < heads * d_head; ++i)
+    EXPECT_NEAR(got[static_cast<size_t>(i)], x[static_cast<size_t>(i)], 1e-15);
   // In place (out aliases x).
   cpu().rope_forward(xt, pos, xt, RopeParams{10000.0});
   EXPECT_LT(relative_error(values_of(xt), got), 1e-15);

@@ -34,7 +34,8 @@ TEST(OpsTopk, ExactlyKAscendingTiesTowardLowerPosition) {
 TEST(OpsTopk, MatchesSortReferenceOnRandomLogitsWithTies) {
   const int64_t b = 3, s = 50, k = 13;
   auto logits = random_values(b * s, 4);
-  for (double& v : logits) v = std::round(v * 4) / 4;  // many ties
+  for (double& v : logits)
+    v = std::round(v * 4) / 4;  // many ties
   const auto got = topk_of(logits, b, s, k);
   for (int64_t i = 0; i < b; ++i) {
     // Reference: position p is selected iff fewer than k positions beat it,
@@ -46,7 +47,8 @@ TEST(OpsTopk, MatchesSortReferenceOnRandomLogitsWithTies) {
         const double lq = logits[i * s + q], lp = logits[i * s + p];
         better += (lq > lp || (lq == lp && q < p)) ? 1 : 0;
       }
-      if (better < k) expected.push_back(static_cast<double>(p));
+      if (better < k)
+        expected.push_back(static_cast<double>(p));
     }
     ASSERT_EQ(expected.size(), static_cast<size_t>(k));
     EXPECT_EQ(std::vector<double>(got.begin() + i * k, got.begin() + (i + 1) * k), expected);
@@ -82,7 +84,8 @@ TEST(OpsRouter, ForwardAndGradients) {
   cpu().router_forward(xt, wt, logits);
   for (int64_t i = 0; i < rows; ++i) {
     double expected = 0;
-    for (int64_t c = 0; c < d; ++c) expected += x[i * d + c] * w[c];
+    for (int64_t c = 0; c < d; ++c)
+      expected += x[i * d + c] * w[c];
     EXPECT_NEAR(values_of(logits)[i], expected, 1e-15);
   }
   Tensor g = tensor({rows}, proj), dx = zeros({2, 2, d}), dw = zeros({d});
@@ -128,10 +131,12 @@ TEST(OpsScatter, ForwardMatchesNaiveAndGradients) {
     for (int64_t i = 0; i < b; ++i) {
       for (int64_t j = 0; j < k; ++j) {
         const int p = static_cast<int>(indices[i * k + j]);
-        if (p < 0) continue;
+        if (p < 0)
+          continue;
         const double rv = r[i * s + p];
         const double gv = gate == RouterScale::linear ? rv : 1.0 / (1.0 + std::exp(-rv));
-        for (int64_t c = 0; c < d; ++c) expected[(i * s + p) * d + c] += gv * delta[(i * k + j) * d + c];
+        for (int64_t c = 0; c < d; ++c)
+          expected[(i * s + p) * d + c] += gv * delta[(i * k + j) * d + c];
       }
     }
     EXPECT_LT(relative_error(values_of(xt), expected), 1e-15);

@@ -45,7 +45,8 @@ TEST(OpsTensor, FactoryNamesBackends) {
   EXPECT_EQ(make_backend("cpu")->name(), "cpu");
   EXPECT_THROW(make_backend("tpu"), BackendError);
   bool has_cuda = false;
-  for (const auto& name : available_backends()) has_cuda = has_cuda || name == "cuda";
+  for (const auto& name : available_backends())
+    has_cuda = has_cuda || name == "cuda";
   if (!has_cuda) {
     try {
       make_backend("cuda");
@@ -61,7 +62,8 @@ TEST(OpsTensor, UploadDownloadFillConvertCopy) {
   for (ScalarType dtype : {ScalarType::fp64, ScalarType::fp32, ScalarType::bf16}) {
     Tensor t = tensor({4}, values, dtype);
     const auto back = values_of(t);
-    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(back[i], values[i]);  // exact in all three
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_EQ(back[i], values[i]);  // exact in all three
   }
   Tensor ids = tensor({3}, {0, 7, -1}, ScalarType::i32);
   EXPECT_EQ(values_of(ids), (std::vector<double>{0, 7, -1}));
@@ -88,7 +90,8 @@ TEST(OpsTensor, TimerMeasuresElapsedTime) {
   auto timer = cpu().make_timer();
   timer->start();
   volatile double sink = 0;
-  for (int i = 0; i < 100000; ++i) sink = sink + std::sqrt(static_cast<double>(i));
+  for (int i = 0; i < 100000; ++i)
+    sink = sink + std::sqrt(static_cast<double>(i));
   timer->stop();
   EXPECT_GT(timer->elapsed_s(), 0.0);
   EXPECT_LT(timer->elapsed_s(), 10.0);

@@ -35,13 +35,15 @@ inline std::vector<double> random_values(size_t count, uint32_t seed, double low
   std::mt19937 generator(seed);
   std::uniform_real_distribution<double> distribution(low, high);
   std::vector<double> values(count);
-  for (double& v : values) v = distribution(generator);
+  for (double& v : values)
+    v = distribution(generator);
   return values;
 }
 
 inline int64_t product(const std::vector<int64_t>& shape) {
   int64_t count = 1;
-  for (int64_t d : shape) count *= d;
+  for (int64_t d : shape)
+    count *= d;
   return count;
 }
 
@@ -62,11 +64,14 @@ inline Tensor random_tensor(const std::vector<int64_t>& shape, uint32_t seed,
   return tensor(shape, random_values(static_cast<size_t>(product(shape)), seed, low, high), dtype);
 }
 
-inline std::vector<double> values_of(const TensorView& view) { return download(cpu(), view); }
+inline std::vector<double> values_of(const TensorView& view) {
+  return download(cpu(), view);
+}
 
 inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
   double sum = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) sum += a[i] * b[i];
+  for (size_t i = 0; i < a.size(); ++i)
+    sum += a[i] * b[i];
   return sum;
 }
 
@@ -77,7 +82,8 @@ inline double project(const TensorView& t, const std::vector<double>& w) {
 
 inline double max_abs(const std::vector<double>& v) {
   double m = 0.0;
-  for (double x : v) m = std::max(m, std::abs(x));
+  for (double x : v)
+    m = std::max(m, std::abs(x));
   return m;
 }
 
@@ -85,7 +91,8 @@ inline double max_abs(const std::vector<double>& v) {
 inline double relative_error(const std::vector<double>& a, const std::vector<double>& b,
                              double floor = 1e-3) {
   double diff = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) diff = std::max(diff, std::abs(a[i] - b[i]));
+  for (size_t i = 0; i < a.size(); ++i)
+    diff = std::max(diff, std::abs(a[i] - b[i]));
   return diff / std::max(max_abs(b), floor);
 }
 
