@@ -1,13 +1,74 @@
-// PLACEHOLDER: replaced by the issue that builds `modar fit`.
+// `modar fit RUNS.csv`: fit L(N, D) = E + A / N^alpha + B / D^beta to your own
+// runs (Huber loss on log-loss, grid of starts, BFGS, bootstrap) and write the
+// fit as TOML for `modar optimal --fit PATH`.
 #include <cstdio>
+#include <string>
 
+#include "cli_util.hpp"
 #include "commands.hpp"
+#include "modar/errors.hpp"
+#include "modar/planner.hpp"
 
 namespace modar::cli {
 
-int cmd_fit(const Args&) {
-  std::fputs("modar fit: not built yet\n", stderr);
-  return 1;
+int cmd_fit(const Args& args) {
+  const std::vector<FlagSpec> flags = {
+      {"--output", true, false, "PATH", "fit TOML to write (default: RUNS with .fit.toml)"},
+      {"--bootstrap", true, false, "N", "bootstrap resamples for the uncertainty (default 200)"},
+      {"--seed", true, false, "S", "bootstrap random seed"},
+      {"--delta", true, false, "D", "Huber delta on log-loss residuals (default 1e-3)"},
+      {"--json", false, false, "", "print JSON"},
+  };
+  if (wants_help(args)) {
+    std::fputs(usage_text("fit", "RUNS.csv [options]", flags,
+                          "RUNS.csv: a header row with columns loss, D (or tokens) and N (FLOP-"
+                          "active parameters; or n_flop_active, params) or config (a TOML path "
+                          "whose N_f the cost model counts).  Extra columns are ignored.")
+                   .c_str(),
+               stdout);
+    return 0;
+  }
+  const ParsedArgs parsed = parse_args(args, flags, "fit", 1, 1, "RUNS.csv");
+  const std::string runs_path = parsed.positional[0];
+  FitOptions options;
+  if (const auto v = parsed.value("--bootstrap")) {
+    options.bootstrap_samples = static_cast<int>(parse_int("--bootstrap", *v));
+    if (options.bootstrap_samples < 0 || options.bootstrap_samples > 100000) {
+      throw ConfigError("--bootstrap " + *v + ": must be in [0, 100000]");
+    }
+  }
+  if (const auto v = parsed.value("--seed")) {
+    options.seed = static_cast<uint64_t>(parse_int("--seed", *v));
+  }
+  if (const auto v = parsed.value("--delta")) {
+    options.huber_delta = parse_positive_double("--delta", *v);
+  }
+  std::string output = parsed.value_or("--output", "");
+  if (output.empty()) {
+    const auto dot = runs_path.rfind('.');
+    const auto slash = runs_path.rfind('/');
+    const bool has_extension =
+        dot != std::string::npos && (slash == std::string::npos || dot > slash);
+    output = (has_extension ? runs_path.substr(0, dot) : runs_path) + ".fit.toml";
+  }
+
+  const std::vector<RunRecord> runs = load_runs_csv(runs_path);
+  FitResult result = fit_runs(runs, options);
+  result.fit.name = output;
+  result.fit.source = "modar fit " + runs_path + ": " + result.fit.source;
+  save_fit_atomically(result.fit, output);
+  if (parsed.has("--json")) {
+    std::fputs((to_json(result) + "\n").c_str(), stdout);
+  } else {
+    std::fputs(to_text(result).c_str(), stdout);
+    const ClosedFormOptimum at_1e20 = closed_form_optimum(result.fit.params, 1e20);
+    std::printf(
+        "compute-optimal at 1e20 FLOPs under this fit: N* = %.3g, D* = %.3g (%.1f tokens "
+        "per parameter)\n",
+        at_1e20.n_opt, at_1e20.tokens_opt, at_1e20.tokens_opt / at_1e20.n_opt);
+    std::printf("wrote %s (use: modar optimal --fit %s ...)\n", output.c_str(), output.c_str());
+  }
+  return 0;
 }
 
 }  // namespace modar::cli

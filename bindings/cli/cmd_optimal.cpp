@@ -1,13 +1,85 @@
-// PLACEHOLDER: replaced by the issue that builds `modar optimal`.
+// `modar optimal`: isoFLOP- / wall-clock-optimal configurations for a budget
+// (SPEC section 4).  All the work is modar::optimal(); this file parses flags.
 #include <cstdio>
 
+#include "cli_util.hpp"
 #include "commands.hpp"
+#include "modar/errors.hpp"
+#include "modar/planner.hpp"
+#include "planner_cli.hpp"
 
 namespace modar::cli {
 
-int cmd_optimal(const Args&) {
-  std::fputs("modar optimal: not built yet\n", stderr);
-  return 1;
+namespace {
+
+std::vector<FlagSpec> optimal_flags() {
+  std::vector<FlagSpec> flags = {
+      {"--flops", true, false, "C", "training-FLOP budget (model FLOPs, e.g. 1e20)"},
+      {"--gpu-hours", true, false, "H", "device-hour budget on --profile (step time decides)"},
+      {"--arch", true, false, "LIST", "baseline,mod,dar,mod+dar (default: all four)"},
+      {"--capacity", true, false, "C", "MoD capacity fraction (default 0.125)"},
+      {"--every", true, false, "N", "MoD: route every N-th layer (default 2)"},
+      {"--block-layers", true, false, "K", "DAR layers per block (default 2; 1 = Full DAR)"},
+      {"--streams", true, false, "N", "DAR streams (default 2)"},
+  };
+  for (FlagSpec& flag : planner_common_flags()) {
+    flags.push_back(flag);
+  }
+  return flags;
+}
+
+}  // namespace
+
+int cmd_optimal(const Args& args) {
+  const std::vector<FlagSpec> flags = optimal_flags();
+  if (wants_help(args)) {
+    std::fputs(usage_text("optimal", "--flops C | --gpu-hours H [options]", flags,
+                          "For a budget, the isoFLOP-optimal configuration of each architecture "
+                          "and, for those with a loss prior, the fastest-stepping configuration "
+                          "whose predicted loss matches the optimal baseline.")
+                   .c_str(),
+               stdout);
+    return 0;
+  }
+  const ParsedArgs parsed = parse_args(args, flags, "optimal", 0, 0);
+  OptimalRequest request;
+  if (const auto v = parsed.value("--flops")) {
+    request.train_flops = parse_budget("--flops", *v);
+  }
+  if (const auto v = parsed.value("--gpu-hours")) {
+    request.gpu_hours = parse_budget("--gpu-hours", *v);
+  }
+  if (!request.train_flops && !request.gpu_hours) {
+    throw ConfigError("modar optimal: no budget; give --flops C and/or --gpu-hours H");
+  }
+  if (const auto v = parsed.value("--arch")) {
+    request.archs = parse_list("--arch", *v);
+  }
+  if (const auto v = parsed.value("--capacity")) {
+    request.capacity = parse_positive_double("--capacity", *v);
+  }
+  if (const auto v = parsed.value("--every")) {
+    request.every = parse_positive_int("--every", *v);
+  }
+  if (const auto v = parsed.value("--block-layers")) {
+    request.dar_block_layers = parse_positive_int("--block-layers", *v);
+  }
+  if (const auto v = parsed.value("--streams")) {
+    request.dar_streams = parse_positive_int("--streams", *v);
+  }
+  request.fit = parsed.value_or("--fit", "epoch");
+  request.eps_overrides = parse_eps_overrides(parsed.value_or("--eps", ""));
+  request.profile = parsed.value_or("--profile", "h200");
+  if (const auto v = parsed.value("--gpus")) {
+    request.gpus = parse_positive_int("--gpus", *v);
+  }
+  request.base = planner_base_config(parsed);
+  request.shapes = planner_shape_options(parsed);
+
+  const OptimalResult result = optimal(request);
+  const std::string text = parsed.has("--json") ? to_json(result) : to_table(result);
+  std::fputs(text.c_str(), stdout);
+  return 0;
 }
 
 }  // namespace modar::cli

@@ -1,0 +1,25 @@
+// Flags shared by `modar optimal` and `modar sweep` (the base configuration,
+// the shape search, the architecture knobs, the fit and the eps overrides).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "cli_util.hpp"
+#include "modar/planner.hpp"
+
+namespace modar::cli {
+
+std::vector<FlagSpec> planner_common_flags();
+// --config / --set / --seq-len / --micro-batch / --global-batch / --recompute /
+// --mlp / --vocab into a validated base Config.
+Config planner_base_config(const ParsedArgs& parsed);
+ShapeSearchOptions planner_shape_options(const ParsedArgs& parsed);
+// "a,b,c" -> pieces (empty pieces are an error naming the flag).
+std::vector<std::string> parse_list(const std::string& flag, const std::string& text);
+std::vector<double> parse_positive_double_list(const std::string& flag, const std::string& text);
+std::vector<int64_t> parse_positive_int_list(const std::string& flag, const std::string& text);
+// --flops budget: a finite positive number ("0", "-1", "nan", "inf" rejected).
+double parse_budget(const std::string& flag, const std::string& text);
+
+}  // namespace modar::cli

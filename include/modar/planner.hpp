@@ -1,0 +1,325 @@
+// modar/planner.hpp: scaling laws, architecture priors, shape search and the
+// isoFLOP- / wall-clock-optimal recommendations (SPEC section 4).
+//
+// The planner never counts a FLOP, a parameter, a byte or a second itself: every
+// such number comes from cost_model.hpp (count_params, count_flops,
+// estimate_memory, estimate).  What lives here is the loss model
+//
+//     L(N_f, D) = E + eps * A / N_f^alpha + B / D^beta,
+//
+// with N_f = ParamCounts::flop_active, the search over concrete shapes, and the
+// selection rules.  Training FLOPs C = 3 * F_fwd(per token) * D (model FLOPs).
+//
+// The CLI (`modar optimal | sweep | fit`) and the Python bindings call exactly
+// these functions; the JSON text the CLI prints is to_json(...) of the results.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "modar/config.hpp"
+#include "modar/cost_model.hpp"
+
+namespace modar {
+
+// ---- loss model and fits (planner/scaling_law.cpp) --------------------------
+
+struct LossFitParams {
+  double E = 0.0;
+  double A = 0.0;
+  double B = 0.0;
+  double alpha = 0.0;
+  double beta = 0.0;
+};
+
+struct LossFit {
+  std::string name;    // "epoch", "hoffmann", or the file it was read from
+  std::string source;  // citation or "modar fit <file>"
+  LossFitParams params;
+  std::optional<LossFitParams> standard_errors;  // bootstrap SE, when known
+};
+
+// Built-in fits: "epoch" (Besiroglu et al. 2024, the default) and "hoffmann"
+// (Hoffmann et al. 2022, approach 3, as printed).
+std::vector<std::string> builtin_fit_names();
+// A built-in name, or a path to a fit TOML written by `modar fit`.  Throws
+// ConfigError (unknown name) or FileError (missing / malformed file).
+LossFit load_fit(const std::string& name_or_path);
+LossFit parse_fit_toml(const std::string& toml_text, const std::string& source_name);
+std::string to_toml(const LossFit& fit);
+void save_fit_atomically(const LossFit& fit, const std::string& path);
+
+// E + eps * A / N_f^alpha + B / D^beta.
+double predicted_loss(const LossFitParams& fit, double eps, double n_flop_active, double tokens);
+
+// Hoffmann eq. 4 under C = 6 N D (SPEC 4): G = (alpha eps A / (beta B))^(1/(alpha+beta)),
+// N* = G (C/6)^(beta/(alpha+beta)), D* = (C/6)^(alpha/(alpha+beta)) / G.
+struct ClosedFormOptimum {
+  double G = 0.0;
+  double n_opt = 0.0;
+  double tokens_opt = 0.0;
+  double loss = 0.0;
+};
+ClosedFormOptimum closed_form_optimum(const LossFitParams& fit, double train_flops,
+                                      double eps = 1.0);
+
+// ---- architecture efficiency priors (planner/priors.cpp) --------------------
+
+// eps for one architecture configuration under one fit.  known = false means no
+// published prior exists: the planner then reports FLOPs, memory and time and
+// marks the loss unknown (JSON null) instead of guessing.
+struct EfficiencyPrior {
+  bool known = false;
+  double eps = 1.0;
+  std::string key;         // "baseline", "mod", "dar", "mod+dar"
+  std::string source;      // paper and figure / table, or "--eps override"
+  std::string derivation;  // the arithmetic, one step per line
+};
+
+// --eps overrides: "mod=0.94,dar=0.97" -> {"mod": 0.94, "dar": 0.97}.  Keys are
+// architecture names (baseline, mod, dar, mod+dar); values in (0, 2].
+using EpsOverrides = std::map<std::string, double>;
+EpsOverrides parse_eps_overrides(const std::string& text);
+
+// Prior for a concrete configuration: which architecture it is follows from
+// config.mod / config.dar.  Published priors: MoD capacity 0.125 every 2 (MoD
+// paper section 4.1, figure 4 minima); DAR n = 2, default retrieval (DAR paper
+// table 3 text: -2.03 / -2.22 / -5.12 %).  Everything else is unknown unless
+// overridden.
+EfficiencyPrior efficiency_prior(const Config& config, const LossFit& fit,
+                                 const EpsOverrides& overrides = {});
+// The derivations of the two published priors under `fit` (for docs / output).
+std::vector<EfficiencyPrior> published_priors(const LossFit& fit);
+
+// ---- architectures -----------------------------------------------------------
+
+struct ArchSpec {
+  std::string name = "baseline";  // baseline | mod | dar | mod+dar
+  ModConfig mod;                  // every = 0 for baseline / dar
+  DarConfig dar;                  // variant none for baseline / mod
+};
+std::vector<std::string> arch_names();
+// Apply the MoD / DAR knobs to the architecture name; throws ConfigError on an
+// unknown name (listing the allowed ones).
+ArchSpec make_arch(const std::string& name, double capacity = 0.125, int64_t every = 2,
+                   int64_t dar_block_layers = 2, int64_t dar_streams = 2);
+
+// ---- shape search (planner/shape_search.cpp) ---------------------------------
+
+struct ShapeSearchOptions {
+  double aspect_min = 32.0;   // d_model / n_layers band; the MoD paper found depth
+  double aspect_max = 128.0;  // better than width, so ties break toward depth
+  int64_t d_model_multiple = 128;
+  int64_t min_layers = 2;
+  int64_t max_layers = 256;
+  int64_t max_d_model = 32768;
+  int64_t gqa_group = 1;  // query heads per KV head (1 = MHA)
+  // Shapes whose N_f is within this relative distance of the closest one count
+  // as "equally close"; among them the deepest wins.
+  double depth_tolerance = 0.05;
+};
+
+struct Shape {
+  int64_t n_layers = 0;
+  int64_t d_model = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t d_head = 0;
+  int64_t d_ff = 0;
+  double aspect_ratio() const { return double(d_model) / double(n_layers); }
+};
+
+// d_head = 64 below d_model 2048, else 128; KV heads per gqa_group; d_ff the
+// MLP kind's default.  Writes the shape into a copy of `base`.
+Shape make_shape(int64_t n_layers, int64_t d_model, const ModelConfig& base,
+                 const ShapeSearchOptions& options);
+Config with_shape(const Config& base, const Shape& shape);
+
+struct ShapeCandidate {
+  Shape shape;
+  ParamCounts params;
+  double forward_flops_per_token = 0.0;
+  double train_flops_per_token = 0.0;  // model FLOPs: forward + backward
+};
+
+// All shapes of `base`'s architecture whose N_f lies in [n_f_min, n_f_max],
+// sorted by N_f.  Counts come from count_params / count_flops.
+std::vector<ShapeCandidate> enumerate_shapes(const Config& base, double n_f_min, double n_f_max,
+                                             const ShapeSearchOptions& options);
+// The shape whose N_f is closest to target_n_f (in log distance), preferring
+// depth among near-ties.  Throws ConfigError if no shape exists in the band.
+ShapeCandidate closest_shape(const Config& base, double target_n_f,
+                             const ShapeSearchOptions& options);
+// Same, over an already enumerated (N_f-sorted) table.
+const ShapeCandidate* closest_in_table(const std::vector<ShapeCandidate>& table, double target_n_f,
+                                       double depth_tolerance);
+
+// ---- recommendations (planner/optimal.cpp) -----------------------------------
+
+struct OptimalRequest {
+  // At least one budget.  With both, the tighter one decides the tokens.
+  std::optional<double> train_flops;  // FLOP budget C (model FLOPs)
+  std::optional<double> gpu_hours;    // device-hours (all devices together) on `profile`
+  std::string profile = "h200";
+  int64_t gpus = 1;
+  std::vector<std::string> archs = {"baseline", "mod", "dar", "mod+dar"};
+  std::string fit = "epoch";  // built-in name or fit TOML path
+  EpsOverrides eps_overrides;
+  Config base;  // seq_len, vocab, MLP kind, micro-batch, recompute, dtype, ...
+  ShapeSearchOptions shapes;
+  double capacity = 0.125;
+  int64_t every = 2;
+  int64_t dar_block_layers = 2;
+  int64_t dar_streams = 2;
+  // Relative N_f grid step of the isoFLOP curve and its half-width (factor).
+  double grid_step = 1.02;
+  double grid_half_width = 6.0;
+};
+
+struct Recommendation {
+  std::string arch;
+  std::string role;       // "isoflop_optimal" | "parity_fastest"
+  std::string selection;  // how it was chosen, one line
+  Config config;
+  Shape shape;
+  ParamCounts params;
+  FlopCounts flops;
+  double tokens = 0.0;
+  double train_flops_total = 0.0;  // 3 * F_fwd * D (model FLOPs)
+  double hardware_flops_total = 0.0;
+  std::optional<double> loss;  // nullopt: no prior, loss unknown
+  EfficiencyPrior prior;
+  MemoryBreakdown memory;
+  TimeEstimate time;
+  double train_hours = 0.0;  // wall-clock on `gpus` devices
+  // Ratios to the isoFLOP-optimal baseline (0 when there is no baseline).
+  double ratio_params_total = 0.0;
+  double ratio_params_flop_active = 0.0;
+  double ratio_forward_flops = 0.0;
+  double ratio_step_time = 0.0;
+  double ratio_tokens = 0.0;
+  double ratio_train_hours = 0.0;
+};
+
+struct OptimalResult {
+  OptimalRequest request;
+  LossFit fit;
+  std::string profile_name;
+  std::vector<EfficiencyPrior> priors;  // one per requested architecture
+  std::vector<Recommendation> recommendations;
+  std::vector<std::string> notes;  // e.g. "mod+dar: no published prior ..."
+  std::string conventions;
+  int64_t candidates_evaluated = 0;
+};
+
+// Throws ConfigError for bad budgets / names and FileError for bad files.
+OptimalResult optimal(const OptimalRequest& request);
+std::string to_json(const OptimalResult& result);
+std::string to_table(const OptimalResult& result);
+
+// ---- sweep (planner/sweep.cpp) -------------------------------------------------
+
+struct SweepRequest {
+  std::vector<double> budgets_flops;
+  std::vector<std::string> archs = {"baseline", "mod"};
+  std::vector<double> capacities = {0.125};
+  std::vector<int64_t> everys = {2};
+  std::vector<int64_t> block_layers = {2};
+  std::vector<int64_t> streams = {2};
+  std::string fit = "epoch";
+  EpsOverrides eps_overrides;
+  std::string profile = "h200";
+  int64_t gpus = 1;
+  bool with_time = true;  // memory and step time per candidate (slower)
+  Config base;
+  ShapeSearchOptions shapes;
+  double grid_step = 1.05;
+  double grid_half_width = 6.0;
+};
+
+struct SweepRow {
+  double budget_flops = 0.0;
+  std::string arch;
+  double capacity = 0.0;
+  int64_t every = 0;
+  int64_t block_layers = 0;
+  int64_t streams = 0;
+  Shape shape;
+  ParamCounts params;
+  double forward_flops_per_token = 0.0;
+  double tokens = 0.0;
+  std::optional<double> loss;
+  double eps = 1.0;
+  bool eps_known = false;
+  bool has_time = false;
+  double peak_memory_bytes = 0.0;
+  bool fits = true;
+  double step_s = 0.0;
+  double tokens_per_s = 0.0;
+  double train_hours = 0.0;
+};
+
+// Streams every evaluated candidate to `sink`; returns the number of rows.
+int64_t sweep(const SweepRequest& request, const std::function<void(const SweepRow&)>& sink);
+std::vector<SweepRow> sweep(const SweepRequest& request);
+std::string sweep_csv_header();
+std::string to_csv_line(const SweepRow& row);
+std::string to_json_line(const SweepRow& row);
+
+// ---- fitting a law to your own runs (planner/fit.cpp) ----------------------------
+
+struct RunRecord {
+  double n_flop_active = 0.0;
+  double tokens = 0.0;
+  double loss = 0.0;
+  int64_t line = 0;  // 1-based line in the CSV
+};
+
+// Header row required; columns (case-insensitive, any order): `loss`, `D` (or
+// `tokens`), and `N` (or `n_flop_active`, `params`) or `config` (a TOML path,
+// relative to the CSV's folder, whose N_f comes from count_params).  Extra
+// columns are ignored.  Throws FileError "<file>:<line>: ..." on malformed rows.
+std::vector<RunRecord> parse_runs_csv(const std::string& text, const std::string& source_name,
+                                      const std::string& base_dir = ".");
+std::vector<RunRecord> load_runs_csv(const std::string& path);
+
+struct FitOptions {
+  double huber_delta = 1e-3;  // Hoffmann et al.'s delta, on log-loss residuals
+  int bootstrap_samples = 200;
+  uint64_t seed = 20240402;
+};
+
+struct FitParamSummary {
+  double estimate = 0.0;
+  double standard_error = 0.0;  // bootstrap
+  double ci_low = 0.0;          // 2.5 % bootstrap percentile
+  double ci_high = 0.0;         // 97.5 %
+};
+
+struct FitResult {
+  LossFit fit;
+  FitParamSummary E, A, B, alpha, beta;
+  double objective = 0.0;  // summed Huber loss at the optimum
+  int64_t runs = 0;
+  int64_t starts = 0;  // grid starting points tried
+  int64_t bootstrap_samples = 0;
+  double rms_log_residual = 0.0;
+};
+
+// Minimise sum_i Huber_delta(log L_hat(N_i, D_i) - log L_i) over
+// (a = log A, b = log B, e = log E, alpha, beta) with BFGS from a grid of
+// starting points (Hoffmann et al. 2022 appendix D.2; Besiroglu et al. 2024 sum
+// rather than average the Huber loss).  Needs at least 5 runs.
+FitResult fit_runs(const std::vector<RunRecord>& runs, const FitOptions& options = {});
+std::string to_json(const FitResult& result);
+std::string to_text(const FitResult& result);
+
+// Write text to <path>.tmp.<pid>, then rename over <path> (no half-written
+// file is ever left behind); throws FileError.
+void save_text_atomically(const std::string& path, const std::string& text);
+
+}  // namespace modar

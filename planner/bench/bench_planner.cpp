@@ -1,0 +1,60 @@
+// Planner speed: process CPU time of optimal() (four architectures, full shape
+// search, one budget) at several budgets, and the sweep rate in candidates per
+// second with and without per-candidate memory / step-time estimates.
+// Prints a table; no assertions (SPEC: speed is shown by programs, not tests).
+#include <cstdio>
+#include <ctime>
+#include <string>
+
+#include "modar/planner.hpp"
+
+namespace {
+
+double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+}  // namespace
+
+int main() {
+  std::printf("modar optimal: 4 architectures (baseline, mod, dar, mod+dar), profile h200\n");
+  std::printf("%-10s %10s %12s %14s\n", "budget", "CPU s", "candidates", "candidates/s");
+  for (const double budget : {6e18, 1e20, 1e22, 1e24}) {
+    modar::OptimalRequest request;
+    request.train_flops = budget;
+    const int repeats = 3;
+    int64_t candidates = 0;
+    const double start = cpu_seconds();
+    for (int r = 0; r < repeats; ++r) {
+      candidates = modar::optimal(request).candidates_evaluated;
+    }
+    const double per_call = (cpu_seconds() - start) / repeats;
+    std::printf("%-10.0e %10.4f %12lld %14.0f\n", budget, per_call,
+                static_cast<long long>(candidates), double(candidates) / per_call);
+  }
+
+  std::printf(
+      "\nmodar sweep: budgets 6e18,2e19,1e20; arch baseline, mod (c 0.125,0.25,0.5 x "
+      "every 1,2), dar (K 1,2,4 x n 2,3), mod+dar\n");
+  std::printf("%-26s %10s %10s %14s\n", "mode", "CPU s", "rows", "candidates/s");
+  for (const bool with_time : {false, true}) {
+    modar::SweepRequest request;
+    request.budgets_flops = {6e18, 2e19, 1e20};
+    request.archs = {"baseline", "mod", "dar", "mod+dar"};
+    request.capacities = {0.125, 0.25, 0.5};
+    request.everys = {1, 2};
+    request.block_layers = {1, 2, 4};
+    request.streams = {2, 3};
+    request.with_time = with_time;
+    int64_t rows = 0;
+    const double start = cpu_seconds();
+    modar::sweep(request, [&](const modar::SweepRow&) { ++rows; });
+    const double elapsed = cpu_seconds() - start;
+    std::printf("%-26s %10.3f %10lld %14.0f\n",
+                with_time ? "counts + memory + time" : "counts + loss only", elapsed,
+                static_cast<long long>(rows), double(rows) / elapsed);
+  }
+  return 0;
+}

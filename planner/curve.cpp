@@ -1,0 +1,82 @@
+#include <algorithm>
+#include <cmath>
+
+#include "modar/errors.hpp"
+#include "planner_internal.hpp"
+#include "planner_text.hpp"
+
+namespace modar::detail {
+
+void check_budget(const char* flag, const std::optional<double>& value) {
+  if (!value) {
+    return;
+  }
+  if (!std::isfinite(*value) || *value <= 0) {
+    throw ConfigError(std::string(flag) + " " + format_number(*value) +
+                      ": must be a positive finite number");
+  }
+}
+
+Config arch_config(const Config& base, const ArchSpec& arch) {
+  Config config = base;
+  config.mod = arch.mod;
+  config.dar = arch.dar;
+  return config;
+}
+
+std::vector<ShapeCandidate> canonical_curve(const Config& arch_base, double center_n_f,
+                                            double half_width, double step,
+                                            const ShapeSearchOptions& options) {
+  const double margin = 1.1;
+  const std::vector<ShapeCandidate> table = enumerate_shapes(
+      arch_base, center_n_f / (half_width * margin), center_n_f * half_width * margin, options);
+  std::vector<ShapeCandidate> curve;
+  const double log_step = std::log(step);
+  const int64_t half_points = static_cast<int64_t>(std::ceil(std::log(half_width) / log_step));
+  for (int64_t i = -half_points; i <= half_points; ++i) {
+    const double target = center_n_f * std::exp(double(i) * log_step);
+    const ShapeCandidate* chosen = closest_in_table(table, target, options.depth_tolerance);
+    if (chosen == nullptr) {
+      continue;
+    }
+    const bool duplicate = std::any_of(curve.begin(), curve.end(), [&](const ShapeCandidate& c) {
+      return c.shape.n_layers == chosen->shape.n_layers && c.shape.d_model == chosen->shape.d_model;
+    });
+    if (!duplicate) {
+      curve.push_back(*chosen);
+    }
+  }
+  std::sort(curve.begin(), curve.end(), [](const ShapeCandidate& l, const ShapeCandidate& r) {
+    return l.params.flop_active < r.params.flop_active;
+  });
+  return curve;
+}
+
+double smallest_shape_n_f(const Config& arch_base, const ShapeSearchOptions& options) {
+  const int64_t layers = options.min_layers;
+  const int64_t step = options.d_model_multiple;
+  const int64_t d_model = std::max<int64_t>(
+      step,
+      ((static_cast<int64_t>(std::ceil(options.aspect_min * layers)) + step - 1) / step) * step);
+  return count_params(with_shape(arch_base, make_shape(layers, d_model, arch_base.model, options)))
+      .flop_active;
+}
+
+double largest_shape_n_f(const Config& arch_base, const ShapeSearchOptions& options) {
+  const int64_t layers = options.max_layers;
+  const int64_t step = options.d_model_multiple;
+  const int64_t d_model = std::max<int64_t>(
+      step, std::min<int64_t>(options.max_d_model,
+                              (static_cast<int64_t>(options.aspect_max * layers) / step) * step));
+  return count_params(with_shape(arch_base, make_shape(layers, d_model, arch_base.model, options)))
+      .flop_active;
+}
+
+double tokens_per_step(const Config& config) {
+  const int64_t sequences = config.train.global_batch > 0
+                                ? config.train.global_batch
+                                : config.train.micro_batch * config.device.count;
+  return double(sequences) * double(config.model.seq_len);
+}
+
+}  // namespace modar::detail

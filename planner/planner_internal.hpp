@@ -1,0 +1,32 @@
+// Internal pieces shared by optimal.cpp and sweep.cpp.  Not a public header.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "modar/planner.hpp"
+
+namespace modar::detail {
+
+// Validate a budget value given on the CLI / API; throws ConfigError.
+void check_budget(const char* flag, const std::optional<double>& value);
+
+// Configuration of an architecture on top of the user's base configuration.
+Config arch_config(const Config& base, const ArchSpec& arch);
+
+// The isoFLOP curve's candidates: for each target N_f on a log grid
+// [center / half_width, center * half_width] with ratio `step`, the closest
+// shape (depth-preferred); consecutive duplicates removed; sorted by N_f.
+std::vector<ShapeCandidate> canonical_curve(const Config& arch_base, double center_n_f,
+                                            double half_width, double step,
+                                            const ShapeSearchOptions& options);
+
+// N_f of the smallest / largest shape the search options allow.
+double smallest_shape_n_f(const Config& arch_base, const ShapeSearchOptions& options);
+double largest_shape_n_f(const Config& arch_base, const ShapeSearchOptions& options);
+
+// Tokens per optimizer step of a configuration (global batch * seq_len).
+double tokens_per_step(const Config& config);
+
+}  // namespace modar::detail

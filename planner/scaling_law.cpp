@@ -1,0 +1,184 @@
+// Parametric loss model L(N_f, D) = E + eps A / N_f^alpha + B / D^beta: the
+// built-in fits, fit files, and the closed-form compute-optimal allocation
+// (Hoffmann et al. 2022 eq. 4; SPEC section 4).
+#include <toml++/toml.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "modar/errors.hpp"
+#include "modar/planner.hpp"
+#include "planner_text.hpp"
+
+namespace modar {
+
+namespace {
+
+LossFit epoch_fit() {
+  LossFit fit;
+  fit.name = "epoch";
+  fit.source =
+      "Besiroglu et al. 2024, 'Chinchilla Scaling: A replication attempt' (arXiv 2404.10102), "
+      "Epoch AI refit of Hoffmann et al.'s approach 3";
+  fit.params = {1.8172, 482.01, 2085.43, 0.3478, 0.3658};
+  fit.standard_errors = LossFitParams{0.03, 124.58, 1293.23, 0.02, 0.02};
+  return fit;
+}
+
+LossFit hoffmann_fit() {
+  LossFit fit;
+  fit.name = "hoffmann";
+  fit.source =
+      "Hoffmann et al. 2022, 'Training Compute-Optimal Large Language Models' "
+      "(arXiv 2203.15556), approach 3, constants as printed";
+  fit.params = {1.69, 406.4, 410.7, 0.34, 0.28};
+  return fit;
+}
+
+bool looks_like_path(const std::string& s) {
+  return s.find('/') != std::string::npos || s.find('.') != std::string::npos;
+}
+
+void check_params(const LossFitParams& p, const std::string& where) {
+  const auto bad = [&](const char* field, double value, const char* allowed) {
+    throw FileError(where + ": fit." + field + " = " + format_number(value) + ": must be " +
+                    allowed);
+  };
+  if (!std::isfinite(p.E) || p.E < 0)
+    bad("E", p.E, "finite and >= 0");
+  if (!std::isfinite(p.A) || p.A <= 0)
+    bad("A", p.A, "finite and > 0");
+  if (!std::isfinite(p.B) || p.B <= 0)
+    bad("B", p.B, "finite and > 0");
+  if (!std::isfinite(p.alpha) || p.alpha <= 0 || p.alpha > 3)
+    bad("alpha", p.alpha, "in (0, 3]");
+  if (!std::isfinite(p.beta) || p.beta <= 0 || p.beta > 3)
+    bad("beta", p.beta, "in (0, 3]");
+}
+
+LossFitParams read_params(const toml::table& table, const std::string& where,
+                          const std::string& section) {
+  LossFitParams p;
+  const std::pair<const char*, double*> fields[] = {
+      {"E", &p.E}, {"A", &p.A}, {"B", &p.B}, {"alpha", &p.alpha}, {"beta", &p.beta}};
+  for (const auto& [key, slot] : fields) {
+    const auto value = table[key].value<double>();
+    if (!value) {
+      throw FileError(where + ": " + section + "." + key +
+                      " is missing or not a number; a fit needs E, A, B, alpha, beta");
+    }
+    *slot = *value;
+  }
+  return p;
+}
+
+}  // namespace
+
+std::vector<std::string> builtin_fit_names() {
+  return {"epoch", "hoffmann"};
+}
+
+LossFit load_fit(const std::string& name_or_path) {
+  if (name_or_path == "epoch" || name_or_path.empty()) {
+    return epoch_fit();
+  }
+  if (name_or_path == "hoffmann") {
+    return hoffmann_fit();
+  }
+  if (!looks_like_path(name_or_path)) {
+    throw ConfigError("--fit " + name_or_path +
+                      ": unknown fit; allowed: epoch, hoffmann, or a TOML file written by "
+                      "`modar fit`");
+  }
+  std::ifstream in(name_or_path, std::ios::binary);
+  if (!in) {
+    throw FileError("fit file " + name_or_path + ": cannot open (" + std::strerror(errno) +
+                    "); allowed: epoch, hoffmann, or a TOML file written by `modar fit`");
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_fit_toml(text.str(), name_or_path);
+}
+
+LossFit parse_fit_toml(const std::string& toml_text, const std::string& source_name) {
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, source_name);
+  } catch (const toml::parse_error& e) {
+    const auto& begin = e.source().begin;
+    throw FileError(source_name + ":" + std::to_string(begin.line) +
+                    ": malformed TOML: " + std::string(e.description()));
+  }
+  const toml::table* fit_table = root["fit"].as_table();
+  if (fit_table == nullptr) {
+    throw FileError(source_name + ": no [fit] table; expected a file written by `modar fit`");
+  }
+  for (const auto& [key, node] : *fit_table) {
+    static const char* const kAllowed[] = {"name", "source", "E",    "A",
+                                           "B",    "alpha",  "beta", "standard_errors"};
+    bool known = false;
+    for (const char* allowed : kAllowed) {
+      known = known || key.str() == allowed;
+    }
+    if (!known) {
+      throw FileError(source_name + ": unknown key fit." + std::string(key.str()) +
+                      "; allowed: name, source, E, A, B, alpha, beta, [fit.standard_errors]");
+    }
+  }
+  LossFit fit;
+  fit.name = source_name;
+  fit.source = (*fit_table)["source"].value_or(std::string("fit file ") + source_name);
+  fit.params = read_params(*fit_table, source_name, "fit");
+  check_params(fit.params, source_name);
+  if (const toml::table* se = (*fit_table)["standard_errors"].as_table()) {
+    fit.standard_errors = read_params(*se, source_name, "fit.standard_errors");
+  }
+  return fit;
+}
+
+std::string to_toml(const LossFit& fit) {
+  std::string out = "# Scaling-law fit L(N_f, D) = E + A / N_f^alpha + B / D^beta (modar)\n";
+  out += "# N_f = FLOP-active parameters, D = training tokens.\n[fit]\n";
+  out += "name = " + toml_quote(fit.name) + "\n";
+  out += "source = " + toml_quote(fit.source) + "\n";
+  const auto write = [&](const LossFitParams& p) {
+    out += "E = " + format_toml_float(p.E) + "\n";
+    out += "A = " + format_toml_float(p.A) + "\n";
+    out += "B = " + format_toml_float(p.B) + "\n";
+    out += "alpha = " + format_toml_float(p.alpha) + "\n";
+    out += "beta = " + format_toml_float(p.beta) + "\n";
+  };
+  write(fit.params);
+  if (fit.standard_errors) {
+    out += "\n[fit.standard_errors]  # bootstrap\n";
+    write(*fit.standard_errors);
+  }
+  return out;
+}
+
+void save_fit_atomically(const LossFit& fit, const std::string& path) {
+  write_file_atomically(path, to_toml(fit));
+}
+
+double predicted_loss(const LossFitParams& fit, double eps, double n_flop_active, double tokens) {
+  return fit.E + eps * fit.A / std::pow(n_flop_active, fit.alpha) +
+         fit.B / std::pow(tokens, fit.beta);
+}
+
+ClosedFormOptimum closed_form_optimum(const LossFitParams& fit, double train_flops, double eps) {
+  const double sum = fit.alpha + fit.beta;
+  ClosedFormOptimum out;
+  out.G = std::pow(fit.alpha * eps * fit.A / (fit.beta * fit.B), 1.0 / sum);
+  out.n_opt = out.G * std::pow(train_flops / 6.0, fit.beta / sum);
+  out.tokens_opt = std::pow(train_flops / 6.0, fit.alpha / sum) / out.G;
+  out.loss = predicted_loss(fit, eps, out.n_opt, out.tokens_opt);
+  return out;
+}
+
+}  // namespace modar

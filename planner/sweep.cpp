@@ -1,0 +1,188 @@
+// `modar sweep`: every candidate the planner evaluates, for notebooks that
+// draw isoFLOP curves like the MoD paper's figure 4: budget x architecture x
+// (capacity x every) x (K x n) x shape on the isoFLOP curve.
+#include <cmath>
+#include <cstdio>
+
+#include "modar/errors.hpp"
+#include "modar/planner.hpp"
+#include "planner_internal.hpp"
+#include "planner_text.hpp"
+
+namespace modar {
+
+int64_t sweep(const SweepRequest& request, const std::function<void(const SweepRow&)>& sink) {
+  if (request.budgets_flops.empty()) {
+    throw ConfigError(
+        "--flops: no budget; allowed: one or more positive FLOP budgets, "
+        "comma-separated");
+  }
+  for (const double budget : request.budgets_flops) {
+    detail::check_budget("--flops", budget);
+  }
+  if (request.archs.empty()) {
+    throw ConfigError("--arch: empty; allowed: baseline, mod, dar, mod+dar");
+  }
+  if (request.gpus < 1) {
+    throw ConfigError("--gpus " + std::to_string(request.gpus) + ": must be >= 1");
+  }
+  if (!(request.grid_step > 1.0) || !(request.grid_half_width > 1.0)) {
+    throw ConfigError("grid step / half width: must be > 1");
+  }
+  for (const std::string& name : request.archs) {
+    make_arch(name);  // validates the name
+  }
+  const LossFit fit = load_fit(request.fit);
+  std::optional<DeviceProfile> profile;
+  if (request.with_time) {
+    profile = load_profile(request.profile);
+  }
+  Config base = request.base;
+  base.device.count = request.gpus;
+  base.device.profile = request.profile;
+  base.mod = ModConfig{};
+  base.dar = DarConfig{};
+  validate(base);
+
+  // Expand the architecture knobs.
+  std::vector<ArchSpec> variants;
+  for (const std::string& name : request.archs) {
+    const bool mod = name == "mod" || name == "mod+dar";
+    const bool dar = name == "dar" || name == "mod+dar";
+    const std::vector<double> capacities = mod ? request.capacities : std::vector<double>{1.0};
+    const std::vector<int64_t> everys = mod ? request.everys : std::vector<int64_t>{0};
+    const std::vector<int64_t> blocks = dar ? request.block_layers : std::vector<int64_t>{0};
+    const std::vector<int64_t> streams = dar ? request.streams : std::vector<int64_t>{0};
+    for (const double c : capacities) {
+      for (const int64_t e : everys) {
+        for (const int64_t k : blocks) {
+          for (const int64_t n : streams) {
+            variants.push_back(
+                make_arch(name, mod ? c : 0.125, mod ? e : 2, dar ? k : 2, dar ? n : 2));
+          }
+        }
+      }
+    }
+  }
+
+  int64_t rows = 0;
+  for (const double budget : request.budgets_flops) {
+    const ClosedFormOptimum dense = closed_form_optimum(fit.params, budget);
+    for (const ArchSpec& arch : variants) {
+      const Config arch_base = detail::arch_config(base, arch);
+      const EfficiencyPrior prior = efficiency_prior(arch_base, fit, request.eps_overrides);
+      const double centre =
+          prior.known ? closed_form_optimum(fit.params, budget, prior.eps).n_opt : dense.n_opt;
+      for (const ShapeCandidate& candidate : detail::canonical_curve(
+               arch_base, centre, request.grid_half_width, request.grid_step, request.shapes)) {
+        SweepRow row;
+        row.budget_flops = budget;
+        row.arch = arch.name;
+        row.capacity = arch.mod.enabled() ? arch.mod.capacity : 1.0;
+        row.every = arch.mod.every;
+        row.block_layers = arch.dar.enabled() ? arch.dar.block_layers : 0;
+        row.streams = arch.dar.resolved_streams();
+        row.shape = candidate.shape;
+        row.params = candidate.params;
+        row.forward_flops_per_token = candidate.forward_flops_per_token;
+        row.tokens = budget / candidate.train_flops_per_token;
+        row.eps = prior.eps;
+        row.eps_known = prior.known;
+        if (prior.known) {
+          row.loss =
+              predicted_loss(fit.params, prior.eps, candidate.params.flop_active, row.tokens);
+        }
+        if (profile) {
+          const Estimate est = estimate(with_shape(arch_base, candidate.shape), *profile);
+          row.has_time = true;
+          row.peak_memory_bytes = est.memory.peak;
+          row.fits = est.memory.fits;
+          row.step_s = est.time.step_s;
+          row.tokens_per_s = est.time.tokens_per_s;
+          row.train_hours =
+              est.time.tokens_per_s > 0 ? row.tokens / est.time.tokens_per_s / 3600.0 : 0;
+        }
+        sink(row);
+        ++rows;
+      }
+    }
+  }
+  return rows;
+}
+
+std::vector<SweepRow> sweep(const SweepRequest& request) {
+  std::vector<SweepRow> rows;
+  sweep(request, [&](const SweepRow& row) { rows.push_back(row); });
+  return rows;
+}
+
+std::string sweep_csv_header() {
+  return "budget_flops,arch,capacity,every,block_layers,streams,n_layers,d_model,n_heads,"
+         "n_kv_heads,d_head,d_ff,aspect_ratio,params_total,params_non_embedding,"
+         "params_flop_active,forward_flops_per_token,tokens,eps,loss,peak_memory_bytes,fits,"
+         "step_s,tokens_per_s,train_hours";
+}
+
+std::string to_csv_line(const SweepRow& row) {
+  std::string out;
+  const auto num = [&](double v) { out += format_number(v) + ","; };
+  const auto integer = [&](int64_t v) { out += std::to_string(v) + ","; };
+  num(row.budget_flops);
+  out += row.arch + ",";
+  num(row.capacity);
+  integer(row.every);
+  integer(row.block_layers);
+  integer(row.streams);
+  integer(row.shape.n_layers);
+  integer(row.shape.d_model);
+  integer(row.shape.n_heads);
+  integer(row.shape.n_kv_heads);
+  integer(row.shape.d_head);
+  integer(row.shape.d_ff);
+  num(row.shape.aspect_ratio());
+  num(row.params.total);
+  num(row.params.non_embedding);
+  num(row.params.flop_active);
+  num(row.forward_flops_per_token);
+  num(row.tokens);
+  out += row.eps_known ? format_number(row.eps) + "," : ",";  // empty cell = unknown
+  out += row.loss ? format_number(*row.loss) + "," : ",";
+  if (row.has_time) {
+    num(row.peak_memory_bytes);
+    out += row.fits ? "true," : "false,";
+    num(row.step_s);
+    num(row.tokens_per_s);
+    out += format_number(row.train_hours);
+  } else {
+    out += ",,,,";
+  }
+  return out;
+}
+
+std::string to_json_line(const SweepRow& row) {
+  JsonWriter json(0);
+  json.begin_object();
+  json.field("budget_flops", row.budget_flops).field("arch", row.arch);
+  json.field("capacity", row.capacity).field("every", row.every);
+  json.field("block_layers", row.block_layers).field("streams", row.streams);
+  json.field("n_layers", row.shape.n_layers).field("d_model", row.shape.d_model);
+  json.field("n_heads", row.shape.n_heads).field("n_kv_heads", row.shape.n_kv_heads);
+  json.field("d_head", row.shape.d_head).field("d_ff", row.shape.d_ff);
+  json.field("aspect_ratio", row.shape.aspect_ratio());
+  json.field("params_total", row.params.total);
+  json.field("params_non_embedding", row.params.non_embedding);
+  json.field("params_flop_active", row.params.flop_active);
+  json.field("forward_flops_per_token", row.forward_flops_per_token);
+  json.field("tokens", row.tokens);
+  json_optional(json, "eps", row.eps_known ? std::optional<double>(row.eps) : std::nullopt);
+  json_optional(json, "loss", row.loss);
+  if (row.has_time) {
+    json.field("peak_memory_bytes", row.peak_memory_bytes).field("fits", row.fits);
+    json.field("step_s", row.step_s).field("tokens_per_s", row.tokens_per_s);
+    json.field("train_hours", row.train_hours);
+  }
+  json.end_object();
+  return json.str();
+}
+
+}  // namespace modar

@@ -1,0 +1,135 @@
+// `modar optimal | sweep | fit` on bad input: exit code 2 and exactly one line
+// on stderr saying what is wrong and what is allowed.  Runs the real binary.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace {
+
+struct CliRun {
+  int exit_code;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+CliRun run_cli(const std::string& args) {
+  const std::string dir = ::testing::TempDir();
+  const std::string out = dir + "/modar_planner_cli.out";
+  const std::string err = dir + "/modar_planner_cli.err";
+  const std::string command = std::string(MODAR_CLI_PATH) + " " + args + " > " + out + " 2> " + err;
+  const int status = std::system(command.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+}
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+void expect_one_line_error(const std::string& args, const std::string& needle) {
+  const CliRun run = run_cli(args);
+  EXPECT_EQ(run.exit_code, 2) << args << "\n" << run.err;
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << args << "\n" << run.err;
+  EXPECT_NE(run.err.find(needle), std::string::npos) << args << "\n" << run.err;
+  EXPECT_TRUE(run.out.empty()) << args << "\n" << run.out;
+}
+
+TEST(PlannerCli, BadBudgets) {
+  expect_one_line_error("optimal --flops 0", "positive finite");
+  expect_one_line_error("optimal --flops -1e20", "positive finite");
+  expect_one_line_error("optimal --flops nan", "--flops");
+  expect_one_line_error("optimal --flops inf", "--flops");
+  expect_one_line_error("optimal --flops 1e10", "too small for any shape");
+  expect_one_line_error("optimal --gpu-hours 0", "positive finite");
+  expect_one_line_error("optimal", "no budget");
+  expect_one_line_error("sweep --flops 1e20,0", "positive finite");
+}
+
+TEST(PlannerCli, UnknownNames) {
+  expect_one_line_error("optimal --flops 1e20 --arch baseline,moe",
+                        "allowed: baseline, mod, dar, mod+dar");
+  expect_one_line_error("optimal --flops 1e20 --fit chinchilla", "allowed: epoch, hoffmann");
+  expect_one_line_error("optimal --flops 1e20 --eps mod=abc", "(0, 2]");
+  expect_one_line_error("optimal --flops 1e20 --frobnicate", "unknown option");
+}
+
+TEST(PlannerCli, MissingOrMalformedFiles) {
+  expect_one_line_error("optimal --flops 1e20 --fit /nonexistent/fit.toml", "cannot open");
+  const std::string bad_fit = write_temp("modar_bad_fit.toml", "[fit]\nE = 1.0\nA = 3\n");
+  expect_one_line_error("optimal --flops 1e20 --fit " + bad_fit, "fit.B");
+  expect_one_line_error("optimal --flops 1e20 --profile /nonexistent/profile.toml", "profile");
+  const std::string bad_profile = write_temp("modar_bad_profile.toml", "this is [not toml\n");
+  expect_one_line_error("optimal --flops 1e20 --profile " + bad_profile, "modar_bad_profile.toml");
+  expect_one_line_error("fit /nonexistent/runs.csv", "cannot open");
+  const std::string bad_runs =
+      write_temp("modar_bad_runs.csv", "N,D,loss\n1e8,2e9,3.1\n1e8,4e9,oops\n");
+  expect_one_line_error("fit " + bad_runs, "modar_bad_runs.csv:3:");
+}
+
+TEST(PlannerCli, OptimalJsonHasTheContractFields) {
+  const CliRun run = run_cli("optimal --flops 1e20 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  for (const char* key : {"\"recommendations\"",
+                          "\"arch\"",
+                          "\"role\"",
+                          "\"isoflop_optimal\"",
+                          "\"parity_fastest\"",
+                          "\"total\"",
+                          "\"flop_active\"",
+                          "\"tokens\"",
+                          "\"n_layers\"",
+                          "\"d_model\"",
+                          "\"n_heads\"",
+                          "\"n_kv_heads\"",
+                          "\"d_ff\"",
+                          "\"forward_per_token\"",
+                          "\"train_total\"",
+                          "\"loss\"",
+                          "\"peak_bytes\"",
+                          "\"fits\"",
+                          "\"step_s\"",
+                          "\"train_hours\"",
+                          "\"fit\"",
+                          "\"eps\"",
+                          "\"conventions\""}) {
+    EXPECT_NE(run.out.find(key), std::string::npos) << key;
+  }
+  // mod+dar has no published prior: its loss is null, not a number.
+  EXPECT_NE(run.out.find("\"loss\": null"), std::string::npos);
+}
+
+TEST(PlannerCli, FitWritesATomlThatOptimalAccepts) {
+  std::string csv = "N,D,loss\n";
+  for (const double n : {2e7, 5e7, 1e8, 2e8, 5e8}) {
+    for (const double d : {2e9, 1e10, 5e10}) {
+      const double loss = 1.9 + 400.0 / std::pow(n, 0.33) + 1800.0 / std::pow(d, 0.36);
+      char line[128];
+      std::snprintf(line, sizeof line, "%.6g,%.6g,%.9g\n", n, d, loss);
+      csv += line;
+    }
+  }
+  const std::string runs = write_temp("modar_runs.csv", csv);
+  const std::string fit = ::testing::TempDir() + "/modar_runs_fit.toml";
+  const CliRun fitted = run_cli("fit " + runs + " --bootstrap 10 --output " + fit);
+  ASSERT_EQ(fitted.exit_code, 0) << fitted.err;
+  EXPECT_NE(fitted.out.find("alpha"), std::string::npos);
+  const CliRun planned = run_cli("optimal --flops 1e20 --arch baseline --fit " + fit);
+  EXPECT_EQ(planned.exit_code, 0) << planned.err;
+}
+
+}  // namespace

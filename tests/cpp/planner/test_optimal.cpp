@@ -1,0 +1,196 @@
+// Recommendations: the numeric search agrees with the closed form for dense
+// models; the MoD paper's findings come out of the default model; memory is
+// respected; wall-clock budgets use step time.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <stdexcept>
+
+#include "modar/errors.hpp"
+#include "modar/planner.hpp"
+
+namespace {
+
+const modar::Recommendation& find(const modar::OptimalResult& result, const std::string& arch,
+                                  const std::string& role) {
+  for (const modar::Recommendation& rec : result.recommendations) {
+    if (rec.arch == arch && rec.role == role) {
+      return rec;
+    }
+  }
+  throw std::runtime_error("no recommendation " + arch + " / " + role);
+}
+
+TEST(Optimal, DenseSearchAgreesWithClosedForm) {
+  // With a short sequence the attention FLOPs vanish next to 6 N_f per token,
+  // so C = 3 F_fwd D reduces to Hoffmann's C = 6 N D and the discrete optimum
+  // must sit on the closed form (within shape granularity).
+  for (const std::string fit : {"epoch", "hoffmann"}) {
+    for (const double flops : {1e19, 1e21}) {
+      modar::OptimalRequest request;
+      request.train_flops = flops;
+      request.archs = {"baseline"};
+      request.fit = fit;
+      request.base.model.seq_len = 64;
+      request.base.train.micro_batch = 1;
+      const modar::OptimalResult result = modar::optimal(request);
+      const modar::Recommendation& rec = find(result, "baseline", "isoflop_optimal");
+      const auto closed = modar::closed_form_optimum(modar::load_fit(fit).params, flops);
+      EXPECT_NEAR(rec.params.flop_active / closed.n_opt, 1.0, 0.06) << fit << " " << flops;
+      EXPECT_NEAR(rec.tokens / closed.tokens_opt, 1.0, 0.06) << fit << " " << flops;
+      ASSERT_TRUE(rec.loss.has_value());
+      EXPECT_GE(*rec.loss, closed.loss - 1e-9);
+      EXPECT_LT(*rec.loss, closed.loss * 1.001);
+      // The budget is spent: 3 F_fwd D = C.
+      EXPECT_NEAR(3.0 * rec.flops.forward_per_token * rec.tokens / flops, 1.0, 1e-6);
+    }
+  }
+}
+
+TEST(Optimal, ReproducesModPaperFindings) {
+  // MoD paper section 4.1 / figure 4, default model (Epoch fit, MoD 12.5 %
+  // every 2, seq 2048, H200 profile).
+  for (const double flops : {6e18, 2e19, 1e20}) {
+    modar::OptimalRequest request;
+    request.train_flops = flops;
+    request.archs = {"baseline", "mod"};
+    const modar::OptimalResult result = modar::optimal(request);
+    const auto& baseline = find(result, "baseline", "isoflop_optimal");
+    const auto& mod = find(result, "mod", "isoflop_optimal");
+    const auto& parity = find(result, "mod", "parity_fastest");
+    // (1) more parameters (paper: roughly 1.5-2x) ...
+    const double params_ratio = mod.params.total / baseline.params.total;
+    EXPECT_GT(params_ratio, 1.35) << flops;
+    EXPECT_LT(params_ratio, 2.1) << flops;
+    // ... at about the same forward FLOPs per token (0.8-1.05x).
+    const double flops_ratio = mod.flops.forward_per_token / baseline.flops.forward_per_token;
+    EXPECT_GE(flops_ratio, 0.8) << flops;
+    EXPECT_LE(flops_ratio, 1.05) << flops;
+    // ... and a lower predicted loss (paper: 3.13 -> 3.09 at 6e18).
+    EXPECT_LT(*mod.loss, *baseline.loss);
+    // (2) a smaller MoD matches the optimal baseline's loss and steps faster.
+    EXPECT_LE(*parity.loss, *baseline.loss);
+    EXPECT_LT(parity.time.step_s, baseline.time.step_s) << flops;
+    EXPECT_LT(parity.flops.forward_per_token, baseline.flops.forward_per_token);
+    // Same budget: 3 F_fwd D = C for every recommendation.
+    for (const auto* rec : {&baseline, &mod, &parity}) {
+      EXPECT_NEAR(rec->train_flops_total / flops, 1.0, 1e-9);
+    }
+    if (flops == 6e18) {
+      // Paper: the isoFLOP-optimal baseline at 6e18 has ~220M parameters.
+      EXPECT_GT(baseline.params.total, 1.5e8);
+      EXPECT_LT(baseline.params.total, 3.2e8);
+    }
+  }
+}
+
+TEST(Optimal, UnknownPriorsReportLossAsUnknown) {
+  modar::OptimalRequest request;
+  request.train_flops = 1e20;
+  request.archs = {"baseline", "mod+dar"};
+  const modar::OptimalResult result = modar::optimal(request);
+  const auto& combined = find(result, "mod+dar", "isoflop_optimal");
+  EXPECT_FALSE(combined.loss.has_value());
+  EXPECT_FALSE(combined.prior.known);
+  EXPECT_GT(combined.time.step_s, 0.0);
+  EXPECT_GT(combined.memory.peak, 0.0);
+  // No parity recommendation without a prior.
+  EXPECT_THROW(find(result, "mod+dar", "parity_fastest"), std::runtime_error);
+  // With an override it gets a loss.
+  request.eps_overrides = modar::parse_eps_overrides("mod+dar=0.85");
+  const auto with_prior = modar::optimal(request);
+  EXPECT_TRUE(find(with_prior, "mod+dar", "isoflop_optimal").loss.has_value());
+}
+
+TEST(Optimal, RecommendedShapeFitsWheneverAnyCandidateFits) {
+  for (const int64_t micro_batch : {8, 14, 96}) {
+    modar::OptimalRequest request;
+    request.train_flops = 1e21;
+    request.archs = {"baseline"};
+    request.base.train.micro_batch = micro_batch;
+    const auto result = modar::optimal(request);
+    const auto& rec = find(result, "baseline", "isoflop_optimal");
+
+    modar::SweepRequest sweep;
+    sweep.budgets_flops = {1e21};
+    sweep.archs = {"baseline"};
+    sweep.base.train.micro_batch = micro_batch;
+    sweep.grid_step = request.grid_step;
+    sweep.grid_half_width = request.grid_half_width;
+    bool any_fits = false;
+    double best_fitting_loss = INFINITY;
+    for (const modar::SweepRow& row : modar::sweep(sweep)) {
+      if (row.fits) {
+        any_fits = true;
+        best_fitting_loss = std::min(best_fitting_loss, *row.loss);
+      }
+    }
+    EXPECT_EQ(rec.memory.fits, any_fits) << micro_batch;
+    if (any_fits) {
+      // Ties within 0.05 % of the lowest loss go to the shape nearest the
+      // isoFLOP parabola's vertex (planner/optimal.cpp).
+      EXPECT_LE(*rec.loss, best_fitting_loss * (1.0 + 5e-4) + 1e-12);
+    }
+  }
+}
+
+TEST(Optimal, WallClockBudgetUsesStepTime) {
+  modar::OptimalRequest request;
+  request.gpu_hours = 100.0;
+  request.gpus = 4;
+  request.archs = {"baseline", "dar"};
+  const auto result = modar::optimal(request);
+  for (const modar::Recommendation& rec : result.recommendations) {
+    // tokens = gpu_hours / gpus * 3600 * tokens/s of that configuration.
+    EXPECT_NEAR(rec.tokens / (100.0 / 4 * 3600.0 * rec.time.tokens_per_s), 1.0, 1e-9);
+    EXPECT_NEAR(rec.train_hours, 25.0, 1e-6);
+  }
+  // DAR costs time: at the same shape it gets fewer tokens per hour.
+  const auto& dar = find(result, "dar", "isoflop_optimal");
+  EXPECT_GT(dar.time.step_s, 0.0);
+}
+
+TEST(Optimal, BadBudgets) {
+  modar::OptimalRequest request;
+  EXPECT_THROW(modar::optimal(request), modar::ConfigError);  // no budget
+  for (const double bad : {0.0, -1.0, double(NAN), double(INFINITY), 1e10}) {
+    request.train_flops = bad;
+    EXPECT_THROW(modar::optimal(request), modar::ConfigError) << bad;
+  }
+  request.train_flops = 1e20;
+  request.archs = {"moe"};
+  EXPECT_THROW(modar::optimal(request), modar::ConfigError);
+  request.archs = {"baseline"};
+  request.fit = "nope";
+  EXPECT_THROW(modar::optimal(request), modar::ConfigError);
+}
+
+TEST(Sweep, RowsCoverEveryCombination) {
+  modar::SweepRequest request;
+  request.budgets_flops = {6e18, 1e20};
+  request.archs = {"baseline", "mod"};
+  request.capacities = {0.125, 0.5};
+  request.everys = {1, 2};
+  request.with_time = false;
+  std::set<std::string> seen;
+  int64_t unknown = 0;
+  for (const modar::SweepRow& row : modar::sweep(request)) {
+    seen.insert(row.arch + "/" + std::to_string(row.capacity) + "/" + std::to_string(row.every) +
+                "/" + std::to_string(row.budget_flops));
+    EXPECT_NEAR(3.0 * row.forward_flops_per_token * row.tokens / row.budget_flops, 1.0, 1e-6);
+    if (!row.loss) {
+      ++unknown;
+      EXPECT_FALSE(row.eps_known);
+    }
+    const std::string csv = modar::to_csv_line(row);
+    const std::string header = modar::sweep_csv_header();
+    EXPECT_EQ(std::count(csv.begin(), csv.end(), ','),
+              std::count(header.begin(), header.end(), ','));
+  }
+  EXPECT_EQ(seen.size(), 2u * (1 + 4));
+  EXPECT_GT(unknown, 0);  // capacity 0.5 and every 1 have no prior
+}
+
+}  // namespace
