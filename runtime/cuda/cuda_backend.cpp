@@ -747,6 +747,9 @@ class CudaBackend final : public Backend {
   // Rewinds the arena and carves one fp32 buffer per count (0 -> nullptr).
   // Grows the arena first if this op needs more than any op before it.
   std::array<float*, 3> scratch_floats(std::initializer_list<int64_t> counts) {
+    if (counts.size() > 3) {
+      throw BackendError("cuda backend: at most 3 scratch buffers per op");
+    }
     size_t needed = 0;
     for (const int64_t count : counts) {
       const size_t bytes = static_cast<size_t>(count) * sizeof(float);

@@ -115,11 +115,12 @@ __device__ void sinkhorn_backward(const float* c, int n, int iterations, const f
 }
 
 // Per token: rstd_z and u = z W, summed over the block.  Returns rstd_z; u in
-// every thread.
+// every thread.  With use_saved_rstd (backward) z uses the saved z_rstd, as
+// the CPU backend does.
 template <typename T>
 __device__ float coefficient_projection(const DarCoefficientLaunchParams& p, int64_t t,
-                                        float (&u)[kMaxOut], float* scratch_many,
-                                        float* scratch) {
+                                        float (&u)[kMaxOut], float* scratch_many, float* scratch,
+                                        bool use_saved_rstd) {
   const T* retrieved = static_cast<const T*>(p.retrieved);
   const int outputs = static_cast<int>(p.outputs);
   float sum_sq = 0.0f;
@@ -137,7 +138,9 @@ __device__ float coefficient_projection(const DarCoefficientLaunchParams& p, int
     }
   }
   sum_sq = block_sum(sum_sq, scratch);
-  const float rstd = rsqrtf(sum_sq / static_cast<float>(p.streams * p.d) + p.eps);
+  const float rstd = use_saved_rstd
+                         ? p.z_rstd[t]
+                         : rsqrtf(sum_sq / static_cast<float>(p.streams * p.d) + p.eps);
   block_sum_many(u, outputs, scratch_many);
 #pragma unroll
   for (int i = 0; i < kMaxOut; ++i) u[i] *= rstd;  // z W = rstd (R W)
@@ -151,7 +154,7 @@ __global__ void __launch_bounds__(kRowThreads)
   __shared__ float scratch_many[32 * kMaxOut];
   const int64_t t = blockIdx.x;
   float u[kMaxOut];
-  const float rstd = coefficient_projection<T>(p, t, u, scratch_many, scratch);
+  const float rstd = coefficient_projection<T>(p, t, u, scratch_many, scratch, false);
   if (threadIdx.x != 0) {
     return;
   }
@@ -197,7 +200,7 @@ __global__ void __launch_bounds__(kRowThreads)
   const int n = static_cast<int>(p.streams);
   const int outputs = static_cast<int>(p.outputs);
   float u[kMaxOut];
-  const float rstd = coefficient_projection<T>(p, t, u, scratch_many, scratch);
+  const float rstd = coefficient_projection<T>(p, t, u, scratch_many, scratch, true);
   if (threadIdx.x == 0) {
     float dc[kMaxOut];
     for (int i = 0; i < kMaxOut; ++i) dc[i] = 0.0f;
