@@ -9,12 +9,13 @@
 // and what is allowed.
 #include "modar/config.hpp"
 
+#include <toml++/toml.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <fstream>
 #include <sstream>
-#include <toml++/toml.h>
 
 #include "modar/errors.hpp"
 #include "toml_text.hpp"
@@ -28,59 +29,88 @@ int64_t ModConfig::routed_tokens_per_sequence(int64_t seq_len) const {
 
 // ---- enum names -----------------------------------------------------------
 
-const char* to_string(MlpKind v) { return v == MlpKind::gelu ? "gelu" : "swiglu"; }
-const char* to_string(RouterScale v) { return v == RouterScale::linear ? "linear" : "sigmoid"; }
+const char* to_string(MlpKind v) {
+  return v == MlpKind::gelu ? "gelu" : "swiglu";
+}
+const char* to_string(RouterScale v) {
+  return v == RouterScale::linear ? "linear" : "sigmoid";
+}
 const char* to_string(CausalRouter v) {
   switch (v) {
-    case CausalRouter::none: return "none";
-    case CausalRouter::aux_loss: return "aux_loss";
-    case CausalRouter::predictor: return "predictor";
+    case CausalRouter::none:
+      return "none";
+    case CausalRouter::aux_loss:
+      return "aux_loss";
+    case CausalRouter::predictor:
+      return "predictor";
   }
   return "unknown";
 }
 const char* to_string(DarVariant v) {
   switch (v) {
-    case DarVariant::none: return "none";
-    case DarVariant::attnres: return "attnres";
-    case DarVariant::dar: return "dar";
-    case DarVariant::selfkv: return "selfkv";
-    case DarVariant::fixedkv: return "fixedkv";
-    case DarVariant::crossv: return "crossv";
+    case DarVariant::none:
+      return "none";
+    case DarVariant::attnres:
+      return "attnres";
+    case DarVariant::dar:
+      return "dar";
+    case DarVariant::selfkv:
+      return "selfkv";
+    case DarVariant::fixedkv:
+      return "fixedkv";
+    case DarVariant::crossv:
+      return "crossv";
   }
   return "unknown";
 }
 const char* to_string(DType v) {
   switch (v) {
-    case DType::fp32: return "fp32";
-    case DType::bf16: return "bf16";
-    case DType::fp16: return "fp16";
-    case DType::fp64: return "fp64";
+    case DType::fp32:
+      return "fp32";
+    case DType::bf16:
+      return "bf16";
+    case DType::fp16:
+      return "fp16";
+    case DType::fp64:
+      return "fp64";
   }
   return "unknown";
 }
-const char* to_string(Optimizer) { return "adamw"; }
+const char* to_string(Optimizer) {
+  return "adamw";
+}
 const char* to_string(Recompute v) {
   switch (v) {
-    case Recompute::none: return "none";
-    case Recompute::selective: return "selective";
-    case Recompute::full: return "full";
+    case Recompute::none:
+      return "none";
+    case Recompute::selective:
+      return "selective";
+    case Recompute::full:
+      return "full";
   }
   return "unknown";
 }
 const char* to_string(AttentionFlops v) {
   switch (v) {
-    case AttentionFlops::causal: return "causal";
-    case AttentionFlops::full: return "full";
-    case AttentionFlops::flash: return "flash";
+    case AttentionFlops::causal:
+      return "causal";
+    case AttentionFlops::full:
+      return "full";
+    case AttentionFlops::flash:
+      return "flash";
   }
   return "unknown";
 }
 int64_t dtype_bytes(DType v) {
   switch (v) {
-    case DType::fp32: return 4;
-    case DType::bf16: return 2;
-    case DType::fp16: return 2;
-    case DType::fp64: return 8;
+    case DType::fp32:
+      return 4;
+    case DType::bf16:
+      return 2;
+    case DType::fp16:
+      return 2;
+    case DType::fp64:
+      return 8;
   }
   return 4;
 }
@@ -168,8 +198,12 @@ struct KeySpec {
   std::string (*get)(const Config&);  // TOML literal
 };
 
-std::string quoted(const char* text) { return std::string("\"") + text + "\""; }
-std::string integer_literal(int64_t v) { return std::to_string(v); }
+std::string quoted(const char* text) {
+  return std::string("\"") + text + "\"";
+}
+std::string integer_literal(int64_t v) {
+  return std::to_string(v);
+}
 std::string real_literal(double v) {
   std::string text = format_number(v);
   // TOML needs a '.' or exponent to read back as a float.
@@ -187,87 +221,139 @@ Enum enum_at(const Value& v) {
 const std::vector<KeySpec>& key_specs() {
   static const std::vector<KeySpec> specs = {
       // [model]
-      {"model.d_model", KeyType::integer, {},
+      {"model.d_model",
+       KeyType::integer,
+       {},
        [](Config& c, const Value& v) { c.model.d_model = v.integer; },
        [](const Config& c) { return integer_literal(c.model.d_model); }},
-      {"model.n_layers", KeyType::integer, {},
+      {"model.n_layers",
+       KeyType::integer,
+       {},
        [](Config& c, const Value& v) { c.model.n_layers = v.integer; },
        [](const Config& c) { return integer_literal(c.model.n_layers); }},
-      {"model.n_heads", KeyType::integer, {},
+      {"model.n_heads",
+       KeyType::integer,
+       {},
        [](Config& c, const Value& v) { c.model.n_heads = v.integer; },
        [](const Config& c) { return integer_literal(c.model.n_heads); }},
-      {"model.n_kv_heads", KeyType::integer, {},
+      {"model.n_kv_heads",
+       KeyType::integer,
+       {},
        [](Config& c, const Value& v) { c.model.n_kv_heads = v.integer; },
        [](const Config& c) { return integer_literal(c.model.n_kv_heads); }},
-      {"model.d_head", KeyType::integer, {},
+      {"model.d_head",
+       KeyType::integer,
+       {},
        [](Config& c, const Value& v) { c.model.d_head = v.integer; },
        [](const Config& c) { return integer_literal(c.model.d_head); }},
-      {"model.d_ff", KeyType::integer, {},
+      {"model.d_ff",
+       KeyType::integer,
+       {},
        [](Config& c, const Value& v) { c.model.d_ff = v.integer; },
        [](const Config& c) { return integer_literal(c.model.d_ff); }},
-      {"model.mlp", KeyType::choice, {"gelu", "swiglu"},
+      {"model.mlp",
+       KeyType::choice,
+       {"gelu", "swiglu"},
        [](Config& c, const Value& v) { c.model.mlp = enum_at<MlpKind>(v); },
        [](const Config& c) { return quoted(to_string(c.model.mlp)); }},
-      {"model.vocab_size", KeyType::integer, {},
+      {"model.vocab_size",
+       KeyType::integer,
+       {},
        [](Config& c, const Value& v) { c.model.vocab_size = v.integer; },
        [](const Config& c) { return integer_literal(c.model.vocab_size); }},
-      {"model.tie_embeddings", KeyType::boolean, {},
+      {"model.tie_embeddings",
+       KeyType::boolean,
+       {},
        [](Config& c, const Value& v) { c.model.tie_embeddings = v.boolean; },
        [](const Config& c) { return std::string(c.model.tie_embeddings ? "true" : "false"); }},
-      {"model.seq_len", KeyType::integer, {},
+      {"model.seq_len",
+       KeyType::integer,
+       {},
        [](Config& c, const Value& v) { c.model.seq_len = v.integer; },
        [](const Config& c) { return integer_literal(c.model.seq_len); }},
-      {"model.norm_eps", KeyType::real, {},
+      {"model.norm_eps",
+       KeyType::real,
+       {},
        [](Config& c, const Value& v) { c.model.norm_eps = v.real; },
        [](const Config& c) { return real_literal(c.model.norm_eps); }},
       // [mod]
-      {"mod.capacity", KeyType::real, {},
+      {"mod.capacity",
+       KeyType::real,
+       {},
        [](Config& c, const Value& v) { c.mod.capacity = v.real; },
        [](const Config& c) { return real_literal(c.mod.capacity); }},
-      {"mod.every", KeyType::integer, {},
+      {"mod.every",
+       KeyType::integer,
+       {},
        [](Config& c, const Value& v) { c.mod.every = v.integer; },
        [](const Config& c) { return integer_literal(c.mod.every); }},
-      {"mod.offset", KeyType::integer, {},
+      {"mod.offset",
+       KeyType::integer,
+       {},
        [](Config& c, const Value& v) { c.mod.offset = v.integer; },
        [](const Config& c) { return integer_literal(c.mod.offset); }},
-      {"mod.router_scale", KeyType::choice, {"linear", "sigmoid"},
+      {"mod.router_scale",
+       KeyType::choice,
+       {"linear", "sigmoid"},
        [](Config& c, const Value& v) { c.mod.router_scale = enum_at<RouterScale>(v); },
        [](const Config& c) { return quoted(to_string(c.mod.router_scale)); }},
-      {"mod.causal_router", KeyType::choice, {"none", "aux_loss", "predictor"},
+      {"mod.causal_router",
+       KeyType::choice,
+       {"none", "aux_loss", "predictor"},
        [](Config& c, const Value& v) { c.mod.causal_router = enum_at<CausalRouter>(v); },
        [](const Config& c) { return quoted(to_string(c.mod.causal_router)); }},
-      {"mod.predictor_hidden", KeyType::integer, {},
+      {"mod.predictor_hidden",
+       KeyType::integer,
+       {},
        [](Config& c, const Value& v) { c.mod.predictor_hidden = v.integer; },
        [](const Config& c) { return integer_literal(c.mod.predictor_hidden); }},
       // [dar]
-      {"dar.variant", KeyType::choice, {"none", "attnres", "dar", "selfkv", "fixedkv", "crossv"},
+      {"dar.variant",
+       KeyType::choice,
+       {"none", "attnres", "dar", "selfkv", "fixedkv", "crossv"},
        [](Config& c, const Value& v) { c.dar.variant = enum_at<DarVariant>(v); },
        [](const Config& c) { return quoted(to_string(c.dar.variant)); }},
-      {"dar.block_layers", KeyType::integer, {},
+      {"dar.block_layers",
+       KeyType::integer,
+       {},
        [](Config& c, const Value& v) { c.dar.block_layers = v.integer; },
        [](const Config& c) { return integer_literal(c.dar.block_layers); }},
-      {"dar.streams", KeyType::integer, {},
+      {"dar.streams",
+       KeyType::integer,
+       {},
        [](Config& c, const Value& v) { c.dar.streams = v.integer; },
        [](const Config& c) { return integer_literal(c.dar.streams); }},
       // [train]
-      {"train.micro_batch", KeyType::integer, {},
+      {"train.micro_batch",
+       KeyType::integer,
+       {},
        [](Config& c, const Value& v) { c.train.micro_batch = v.integer; },
        [](const Config& c) { return integer_literal(c.train.micro_batch); }},
-      {"train.global_batch", KeyType::integer, {},
+      {"train.global_batch",
+       KeyType::integer,
+       {},
        [](Config& c, const Value& v) { c.train.global_batch = v.integer; },
        [](const Config& c) { return integer_literal(c.train.global_batch); }},
       // Enum order of DType is fp32, bf16, fp16: the names below are in that order.
-      {"train.dtype", KeyType::choice, {"fp32", "bf16", "fp16"},
+      {"train.dtype",
+       KeyType::choice,
+       {"fp32", "bf16", "fp16"},
        [](Config& c, const Value& v) { c.train.dtype = enum_at<DType>(v); },
        [](const Config& c) { return quoted(to_string(c.train.dtype)); }},
-      {"train.optimizer", KeyType::choice, {"adamw"},
+      {"train.optimizer",
+       KeyType::choice,
+       {"adamw"},
        [](Config& c, const Value& v) { c.train.optimizer = enum_at<Optimizer>(v); },
        [](const Config& c) { return quoted(to_string(c.train.optimizer)); }},
-      {"train.recompute", KeyType::choice, {"none", "selective", "full"},
+      {"train.recompute",
+       KeyType::choice,
+       {"none", "selective", "full"},
        [](Config& c, const Value& v) { c.train.recompute = enum_at<Recompute>(v); },
        [](const Config& c) { return quoted(to_string(c.train.recompute)); }},
       // [device]
-      {"device.profile", KeyType::text, {},
+      {"device.profile",
+       KeyType::text,
+       {},
        [](Config& c, const Value& v) { c.device.profile = v.text; },
        [](const Config& c) {
          std::string out = "\"";
@@ -279,11 +365,15 @@ const std::vector<KeySpec>& key_specs() {
          }
          return out + "\"";
        }},
-      {"device.count", KeyType::integer, {},
+      {"device.count",
+       KeyType::integer,
+       {},
        [](Config& c, const Value& v) { c.device.count = v.integer; },
        [](const Config& c) { return integer_literal(c.device.count); }},
       // [counting]: conventions only (SPEC section 2), no effect on the model.
-      {"counting.attention_flops", KeyType::choice, {"causal", "full", "flash"},
+      {"counting.attention_flops",
+       KeyType::choice,
+       {"causal", "full", "flash"},
        [](Config& c, const Value& v) { c.attention_flops = enum_at<AttentionFlops>(v); },
        [](const Config& c) { return quoted(to_string(c.attention_flops)); }},
   };
@@ -402,7 +492,9 @@ Value value_from_text(const KeySpec& spec, const std::string& text) {
   return value;
 }
 
-std::string describe_node(const toml::node& node) { return detail::toml_node_text(node); }
+std::string describe_node(const toml::node& node) {
+  return detail::toml_node_text(node);
+}
 
 Value value_from_node(const KeySpec& spec, const toml::node& node) {
   Value value;
@@ -541,8 +633,7 @@ Config load_config_file(const std::string& path) {
 }
 
 Config load_config_file(const std::string& path, const std::vector<std::string>& overrides) {
-  Config config =
-      parse_config_toml_unvalidated(read_whole_file(path, "config file"), path);
+  Config config = parse_config_toml_unvalidated(read_whole_file(path, "config file"), path);
   for (const std::string& assignment : overrides) {
     apply_override(config, assignment);
   }
@@ -561,7 +652,8 @@ void apply_override(Config& config, const std::string& dotted_key, const std::st
 void apply_override(Config& config, const std::string& assignment) {
   const size_t equals = assignment.find('=');
   if (equals == std::string::npos || equals == 0) {
-    throw ConfigError("--set " + assignment + ": must be section.key=value, e.g. mod.capacity=0.125");
+    throw ConfigError("--set " + assignment +
+                      ": must be section.key=value, e.g. mod.capacity=0.125");
   }
   std::string key = assignment.substr(0, equals);
   std::string value = assignment.substr(equals + 1);
@@ -663,12 +755,16 @@ void validate(const Config& config) {
   // Guard the arithmetic: sizes whose products overflow double-precision
   // counting meaningfully are a typo, not a model.
   const int64_t kMaxDimension = int64_t{1} << 24;
-  const std::pair<const char*, int64_t> dims[] = {
-      {"model.d_model", m.d_model},   {"model.n_layers", m.n_layers},
-      {"model.n_heads", m.n_heads},   {"model.d_ff", m.d_ff},
-      {"model.d_head", m.d_head},     {"model.vocab_size", m.vocab_size},
-      {"model.seq_len", m.seq_len},   {"train.micro_batch", t.micro_batch},
-      {"device.count", config.device.count}, {"mod.predictor_hidden", mod.predictor_hidden}};
+  const std::pair<const char*, int64_t> dims[] = {{"model.d_model", m.d_model},
+                                                  {"model.n_layers", m.n_layers},
+                                                  {"model.n_heads", m.n_heads},
+                                                  {"model.d_ff", m.d_ff},
+                                                  {"model.d_head", m.d_head},
+                                                  {"model.vocab_size", m.vocab_size},
+                                                  {"model.seq_len", m.seq_len},
+                                                  {"train.micro_batch", t.micro_batch},
+                                                  {"device.count", config.device.count},
+                                                  {"mod.predictor_hidden", mod.predictor_hidden}};
   for (const auto& [key, value] : dims) {
     if (value > kMaxDimension) {
       fail(key, std::to_string(value), "must be <= 16777216");

@@ -32,8 +32,12 @@ struct FlopAccumulator {
           depth_reads += total;  // AttnRes / DAR ops
         }
         break;
-      case Pass::backward: backward += total; break;
-      case Pass::recompute: recompute += total; break;
+      case Pass::backward:
+        backward += total;
+        break;
+      case Pass::recompute:
+        recompute += total;
+        break;
     }
   }
   FlopCounts finish(const Config& config, StepKind step) const;

@@ -84,10 +84,10 @@ FlopCounts FlopAccumulator::finish(const Config& config, StepKind step) const {
   flops.train_per_token = flops.forward_per_token + flops.backward_per_token;
   // Training: the global batch's tokens; decode: one new token per sequence
   // of the micro-batch on every device.
-  flops.tokens_per_step =
-      step == StepKind::train
-          ? static_cast<double>(global_sequences(config)) * static_cast<double>(config.model.seq_len)
-          : static_cast<double>(config.train.micro_batch * config.device.count);
+  flops.tokens_per_step = step == StepKind::train
+                              ? static_cast<double>(global_sequences(config)) *
+                                    static_cast<double>(config.model.seq_len)
+                              : static_cast<double>(config.train.micro_batch * config.device.count);
   flops.train_per_step = flops.train_per_token * flops.tokens_per_step;
   flops.hardware_per_step =
       (flops.train_per_token + flops.recompute_per_token) * flops.tokens_per_step;

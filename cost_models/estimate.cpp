@@ -26,9 +26,10 @@ std::string conventions_text(const Config& config, const DeviceProfile& profile,
       break;
   }
   text += "; MoD routed layers: k x k square, linear FLOPs on k tokens per sequence";
-  text += "; counted: GEMMs, attention, MoD router/predictor, LM head, AttnRes/DAR depth reads "
-          "(dar_math 4.3); not counted (bytes only): norms, RoPE, softmax/top-k, elementwise, "
-          "gather/scatter, cross-entropy, embedding lookup, optimizer";
+  text +=
+      "; counted: GEMMs, attention, MoD router/predictor, LM head, AttnRes/DAR depth reads "
+      "(dar_math 4.3); not counted (bytes only): norms, RoPE, softmax/top-k, elementwise, "
+      "gather/scatter, cross-entropy, embedding lookup, optimizer";
   text += "; N_f = forward FLOPs per token without attention / 2";
   if (step == StepKind::train) {
     text += "; training FLOPs = forward + backward (model FLOPs, MFU)";
@@ -36,27 +37,31 @@ std::string conventions_text(const Config& config, const DeviceProfile& profile,
       text += std::string(" + ") + to_string(config.train.recompute) +
               " recompute (hardware FLOPs, HFU)";
     }
-    text += "; memory: bf16/fp16 weights, fp32 gradients, AdamW fp32 master + m + v, peak at the "
-            "forward/backward boundary";
+    text +=
+        "; memory: bf16/fp16 weights, fp32 gradients, AdamW fp32 master + m + v, peak at the "
+        "forward/backward boundary";
   } else {
-    text += "; decode: one new token per sequence over a KV cache of seq_len tokens (routed "
-            "layers: k tokens; expected routed fraction = capacity)";
+    text +=
+        "; decode: one new token per sequence over a KV cache of seq_len tokens (routed "
+        "layers: k tokens; expected routed fraction = capacity)";
   }
   text += "; time: ";
-  text += profile.measured ? "measured op table of profile '" : "uncalibrated roofline of profile '";
+  text +=
+      profile.measured ? "measured op table of profile '" : "uncalibrated roofline of profile '";
   text += profile.name;
   text += profile.measured ? "' (log-space interpolation, fitted efficiency outside the grid)"
                            : "' (datasheet ceilings, not measured)";
   text += ", one stream, no communication";
   if (config.dar.enabled()) {
-    text += "; DAR coefficients: modar's mHC-style parameterisation (the paper's exact equations "
-            "are not public)";
+    text +=
+        "; DAR coefficients: modar's mHC-style parameterisation (the paper's exact equations "
+        "are not public)";
   }
   return text;
 }
 
-void estimate_into(const Config& config, const TimingModel& timing, StepKind step,
-                   OpList& scratch, Estimate& out) {
+void estimate_into(const Config& config, const TimingModel& timing, StepKind step, OpList& scratch,
+                   Estimate& out) {
   lower_into(config, step, scratch);
   const DeviceProfile& profile = timing.profile();
 
@@ -90,16 +95,22 @@ void estimate_into(const Config& config, const TimingModel& timing, StepKind ste
     bucket.bytes += op.bytes * copies;
     bucket.time_s += seconds;
     switch (source) {
-      case TimingModel::Source::interpolated: ++time.ops_interpolated; break;
-      case TimingModel::Source::extrapolated: ++time.ops_extrapolated; break;
-      case TimingModel::Source::roofline: ++time.ops_roofline; break;
+      case TimingModel::Source::interpolated:
+        ++time.ops_interpolated;
+        break;
+      case TimingModel::Source::extrapolated:
+        ++time.ops_extrapolated;
+        break;
+      case TimingModel::Source::roofline:
+        ++time.ops_roofline;
+        break;
     }
   }
   out.flops = sums.finish(config, step);
-  out.params.flop_active = step == StepKind::train
-                               ? (out.flops.forward_per_token -
-                                  out.flops.forward_attention_per_token) / 2.0
-                               : 0.0;
+  out.params.flop_active =
+      step == StepKind::train
+          ? (out.flops.forward_per_token - out.flops.forward_attention_per_token) / 2.0
+          : 0.0;
   if (step != StepKind::train) {
     // N_f is a property of the model: take it from the training lowering.
     thread_local OpList train_ops;
@@ -110,8 +121,8 @@ void estimate_into(const Config& config, const TimingModel& timing, StepKind ste
     out.flops.train_per_step = out.flops.forward_per_token * out.flops.tokens_per_step;
     out.flops.hardware_per_step = out.flops.train_per_step;
   }
-  out.memory = detail::memory_from_params(config, out.params.total, profile.ceilings.memory_bytes,
-                                          step);
+  out.memory =
+      detail::memory_from_params(config, out.params.total, profile.ceilings.memory_bytes, step);
 
   time.extrapolated = time.ops_extrapolated > 0;
   time.calibrated = time.ops_interpolated + time.ops_extrapolated > 0;

@@ -5,8 +5,8 @@
 // CLASS (full layer, MoD-routed layer; with AttnRes / DAR also per branch
 // class: first / middle / last branch of a block, and one prefix read per
 // block) and emits each op once with its multiplicity, so the list length does
-// not grow with depth (only DAR's per-block prefix reads grow with the number
-// of blocks N).
+// not grow with depth (DAR's per-block prefix reads, which differ only in their
+// source count, are folded into at most three records with exact sums).
 //
 // Training step of one micro-batch (T = micro_batch * seq_len tokens):
 //   embedding -> [layers] -> final RMSNorm -> LM head GEMM -> cross-entropy,
@@ -41,11 +41,15 @@
 
 namespace modar {
 
-const char* to_string(StepKind step) { return step == StepKind::train ? "train" : "decode"; }
+const char* to_string(StepKind step) {
+  return step == StepKind::train ? "train" : "decode";
+}
 
 namespace {
 
-double d(int64_t v) { return static_cast<double>(v); }
+double d(int64_t v) {
+  return static_cast<double>(v);
+}
 
 // Scored (query, key) pairs of one head of one sequence under a convention.
 double attention_pairs(const OpShape& s, AttentionFlops convention) {
@@ -61,9 +65,12 @@ double attention_pairs(const OpShape& s, AttentionFlops convention) {
 
 }  // namespace
 
-OpCost op_cost(const OpShape& s, Pass pass, AttentionFlops convention) {
+namespace {
+
+// The body of op_cost, inlined into the lowering's hot loop; B = bytes per
+// element of s.dtype.
+inline OpCost op_cost_with_bytes(const OpShape& s, Pass pass, AttentionFlops convention, double B) {
   const auto& x = s.dims;
-  const double B = d(dtype_bytes(s.dtype));
   const bool backward = pass == Pass::backward;
   OpCost c;
   switch (s.kind) {
@@ -115,7 +122,7 @@ OpCost op_cost(const OpShape& s, Pass pass, AttentionFlops convention) {
     }
     case OpKind::topk: {
       const double b = d(x[0]), seq = d(x[1]), k = d(x[2]);
-      c.flops = 0.0;  // comparisons, not counted
+      c.flops = 0.0;                          // comparisons, not counted
       c.bytes = 4.0 * b * seq + 8.0 * b * k;  // read fp32 logits, write int32 index + fp32 score
       break;
     }
@@ -160,9 +167,9 @@ OpCost op_cost(const OpShape& s, Pass pass, AttentionFlops convention) {
       const double forward_flops = tokens * (2.0 * nd + 2.0 * nd * outputs + 2.0 * nd);
       c.flops = backward ? 2.0 * forward_flops : forward_flops;
       const double weights = B * nd * outputs;
-      c.bytes = backward ? B * (2.0 * nd + 2.0 * width) * tokens + 2.0 * weights +
-                               8.0 * outputs * tokens
-                         : B * (nd + width) * tokens + weights + 4.0 * outputs * tokens;
+      c.bytes = backward
+                    ? B * (2.0 * nd + 2.0 * width) * tokens + 2.0 * weights + 8.0 * outputs * tokens
+                    : B * (nd + width) * tokens + weights + 4.0 * outputs * tokens;
       break;
     }
     case OpKind::dar_write: {
@@ -216,6 +223,12 @@ OpCost op_cost(const OpShape& s, Pass pass, AttentionFlops convention) {
   return c;
 }
 
+}  // namespace
+
+OpCost op_cost(const OpShape& s, Pass pass, AttentionFlops convention) {
+  return op_cost_with_bytes(s, pass, convention, d(dtype_bytes(s.dtype)));
+}
+
 LayerCounts layer_counts(const Config& config) {
   LayerCounts counts;
   const int64_t layers = config.model.n_layers;
@@ -253,6 +266,7 @@ class Lowerer {
       : config_(config),
         train_(step == StepKind::train),
         dtype_(config.train.dtype),
+        bytes_per_element_(static_cast<double>(dtype_bytes(config.train.dtype))),
         convention_(config.attention_flops),
         ops_(ops),
         recompute_(recompute),
@@ -267,7 +281,7 @@ class Lowerer {
     if (multiplicity <= 0) {
       return;
     }
-    OpRecord op;
+    OpRecord& op = list.emplace_back();
     op.shape.kind = kind;
     op.shape.dtype = dtype_;
     size_t i = 0;
@@ -276,12 +290,11 @@ class Lowerer {
     }
     op.pass = pass;
     op.multiplicity = multiplicity;
-    const OpCost cost = op_cost(op.shape, pass, convention_);
+    const OpCost cost = op_cost_with_bytes(op.shape, pass, convention_, bytes_per_element_);
     op.flops = cost.flops;
     op.bytes = cost.bytes;
     op.label = label;
     op.counts_as_model_flops = is_counted_kind(kind) && pass != Pass::recompute;
-    list.push_back(op);
   }
 
   // A forward op, its recompute copy when the policy re-runs it, and (when
@@ -320,8 +333,8 @@ class Lowerer {
                         bool causal, int64_t multiplicity);
   void mlp_branch(int64_t rows, int64_t multiplicity);
   void residual_add(int64_t rows, int64_t multiplicity) {
-    forward(OpKind::elementwise, {rows * config_.model.d_model, 2, 1}, multiplicity,
-            "residual.add", Recomputed::full_only, nullptr);  // backward: identity
+    forward(OpKind::elementwise, {rows * config_.model.d_model, 2, 1}, multiplicity, "residual.add",
+            Recomputed::full_only, nullptr);  // backward: identity
   }
   void router(int64_t rows, int64_t multiplicity);
   void dar_branch_ops(int64_t branch_class, int64_t multiplicity);
@@ -341,8 +354,8 @@ class Lowerer {
     forward(OpKind::scatter_add, {rows, config_.model.d_model}, multiplicity, label,
             Recomputed::full_only, nullptr);
     if (train_) {
-      push(backward_, OpKind::gather, Pass::backward, {rows, config_.model.d_model},
-           multiplicity, "mod.scatter.bwd");
+      push(backward_, OpKind::gather, Pass::backward, {rows, config_.model.d_model}, multiplicity,
+           "mod.scatter.bwd");
     }
   }
 
@@ -376,6 +389,7 @@ class Lowerer {
   const Config& config_;
   const bool train_;
   const DType dtype_;
+  const double bytes_per_element_;
   const AttentionFlops convention_;
   OpList& ops_;
   OpList& recompute_;
@@ -383,8 +397,8 @@ class Lowerer {
   LayerCounts counts_;
 };
 
-void Lowerer::attention_branch(int64_t rows, int64_t sequences, int64_t query_len,
-                               int64_t key_len, bool causal, int64_t multiplicity) {
+void Lowerer::attention_branch(int64_t rows, int64_t sequences, int64_t query_len, int64_t key_len,
+                               bool causal, int64_t multiplicity) {
   const ModelConfig& m = config_.model;
   const int64_t heads = m.n_heads;
   const int64_t kv_heads = m.resolved_kv_heads();
@@ -395,8 +409,9 @@ void Lowerer::attention_branch(int64_t rows, int64_t sequences, int64_t query_le
          {"attn.qkv", "attn.qkv.dgrad", "attn.qkv.wgrad"}, Recomputed::full_only);
   forward(OpKind::rope, {rows, heads + kv_heads, d_head}, multiplicity, "attn.rope",
           Recomputed::cheap, "attn.rope.bwd");
-  forward(OpKind::attention, {sequences, heads, kv_heads, query_len, key_len, d_head, causal ? 1 : 0},
-          multiplicity, "attn.core", Recomputed::full_only, "attn.core.bwd");
+  forward(OpKind::attention,
+          {sequences, heads, kv_heads, query_len, key_len, d_head, causal ? 1 : 0}, multiplicity,
+          "attn.core", Recomputed::full_only, "attn.core.bwd");
   linear(rows, heads * d_head, m.d_model, multiplicity,
          {"attn.out", "attn.out.dgrad", "attn.out.wgrad"}, Recomputed::full_only);
 }
@@ -493,8 +508,7 @@ void Lowerer::dar_branch_ops(int64_t branch_class, int64_t multiplicity) {
             Recomputed::full_only, "dar.merge.bwd");
   }
   if (n >= 2) {
-    const int64_t outputs =
-        2 * n + (branch_class == 0 ? 0 : DarConfig::transport_params(n));
+    const int64_t outputs = 2 * n + (branch_class == 0 ? 0 : DarConfig::transport_params(n));
     forward(OpKind::dar_coefficients, {T, n, width, outputs}, multiplicity, "dar.coefficients",
             Recomputed::full_only, "dar.coefficients.bwd");
   }
@@ -515,9 +529,28 @@ void Lowerer::layers_with_depth_reads() {
   forward(OpKind::dar_write, {T, n, width, 2, 1}, 1, "dar.bank_init", Recomputed::never,
           "dar.bank_init.bwd");
   // Phase 1: one prefix read per block b = 1..N over sources H_0..H_{b-1}.
-  for (int64_t block = 1; block <= N; ++block) {
-    const int64_t block_layers = std::min(K, layers - (block - 1) * K);
-    forward(OpKind::depth_read_prefix, {T, block, 2 * block_layers * n, width, n, variant}, 1,
+  // The reads differ only in their source count b, and their FLOPs and bytes
+  // are linear in it, so the complete blocks 1..F are emitted as two records
+  // whose source counts floor / ceil of the mean keep the sums exact (F/2
+  // reads of F/2 sources and F - F/2 of F/2 + 1 sum to F(F+1)/2); a shorter
+  // last block (K not dividing L) keeps its own record.  The list length thus
+  // stays independent of depth.
+  const int64_t last_block_layers = layers - (N - 1) * K;
+  const int64_t complete_blocks = last_block_layers == K ? N : N - 1;
+  const int64_t queries = 2 * K * n;
+  const int64_t half = complete_blocks / 2;
+  if (complete_blocks % 2 == 1) {
+    // Odd F: the mean (F+1)/2 is a whole number of sources.
+    forward(OpKind::depth_read_prefix, {T, (complete_blocks + 1) / 2, queries, width, n, variant},
+            complete_blocks, "dar.prefix", Recomputed::never, "dar.prefix.bwd");
+  } else if (half > 0) {
+    forward(OpKind::depth_read_prefix, {T, half, queries, width, n, variant}, half, "dar.prefix",
+            Recomputed::never, "dar.prefix.bwd");
+    forward(OpKind::depth_read_prefix, {T, half + 1, queries, width, n, variant}, half,
+            "dar.prefix", Recomputed::never, "dar.prefix.bwd");
+  }
+  if (complete_blocks < N) {
+    forward(OpKind::depth_read_prefix, {T, N, 2 * last_block_layers * n, width, n, variant}, 1,
             "dar.prefix", Recomputed::never, "dar.prefix.bwd");
   }
   // Per-branch ops by class: N first, 2L - 2N middle, N last branches.

@@ -86,9 +86,8 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
 
     const Recompute policy = config.train.recompute;
     const double saved_elements_per_row =
-        policy == Recompute::selective
-            ? 2.0 * width + qkv_width + heads * d_head + up_width
-            : 4.0 * width + qkv_width + heads * d_head + up_width + d_ff;
+        policy == Recompute::selective ? 2.0 * width + qkv_width + heads * d_head + up_width
+                                       : 4.0 * width + qkv_width + heads * d_head + up_width + d_ff;
     auto layer_saved = [&](double rows, double sequence_len) {
       return B * rows * saved_elements_per_row + 8.0 * rows + 4.0 * b * heads * sequence_len;
     };
@@ -143,8 +142,7 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
 
 }  // namespace detail
 
-MemoryBreakdown estimate_memory(const Config& config, const DeviceProfile& profile,
-                                StepKind step) {
+MemoryBreakdown estimate_memory(const Config& config, const DeviceProfile& profile, StepKind step) {
   validate(config);
   return detail::memory_from_params(config, detail::closed_form_params(config).total,
                                     profile.ceilings.memory_bytes, step);

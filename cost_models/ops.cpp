@@ -6,22 +6,38 @@ namespace modar {
 
 const char* to_string(OpKind kind) {
   switch (kind) {
-    case OpKind::gemm: return "gemm";
-    case OpKind::attention: return "attention";
-    case OpKind::rmsnorm: return "rmsnorm";
-    case OpKind::rope: return "rope";
-    case OpKind::router: return "router";
-    case OpKind::topk: return "topk";
-    case OpKind::gather: return "gather";
-    case OpKind::scatter_add: return "scatter_add";
-    case OpKind::depth_read_prefix: return "depth_read_prefix";
-    case OpKind::depth_read_merge: return "depth_read_merge";
-    case OpKind::dar_coefficients: return "dar_coefficients";
-    case OpKind::dar_write: return "dar_write";
-    case OpKind::elementwise: return "elementwise";
-    case OpKind::cross_entropy: return "cross_entropy";
-    case OpKind::embedding: return "embedding";
-    case OpKind::optimizer_update: return "optimizer_update";
+    case OpKind::gemm:
+      return "gemm";
+    case OpKind::attention:
+      return "attention";
+    case OpKind::rmsnorm:
+      return "rmsnorm";
+    case OpKind::rope:
+      return "rope";
+    case OpKind::router:
+      return "router";
+    case OpKind::topk:
+      return "topk";
+    case OpKind::gather:
+      return "gather";
+    case OpKind::scatter_add:
+      return "scatter_add";
+    case OpKind::depth_read_prefix:
+      return "depth_read_prefix";
+    case OpKind::depth_read_merge:
+      return "depth_read_merge";
+    case OpKind::dar_coefficients:
+      return "dar_coefficients";
+    case OpKind::dar_write:
+      return "dar_write";
+    case OpKind::elementwise:
+      return "elementwise";
+    case OpKind::cross_entropy:
+      return "cross_entropy";
+    case OpKind::embedding:
+      return "embedding";
+    case OpKind::optimizer_update:
+      return "optimizer_update";
   }
   return "unknown";
 }
@@ -48,46 +64,50 @@ bool parse_pass(const std::string& name, Pass* pass) {
 
 int op_dims_count(OpKind kind) {
   switch (kind) {
-    case OpKind::gemm: return 4;
-    case OpKind::attention: return 7;
-    case OpKind::rmsnorm: return 2;
-    case OpKind::rope: return 3;
-    case OpKind::router: return 2;
-    case OpKind::topk: return 3;
-    case OpKind::gather: return 2;
-    case OpKind::scatter_add: return 2;
-    case OpKind::depth_read_prefix: return 6;
-    case OpKind::depth_read_merge: return 4;
-    case OpKind::dar_coefficients: return 4;
-    case OpKind::dar_write: return 5;
-    case OpKind::elementwise: return 3;
-    case OpKind::cross_entropy: return 2;
-    case OpKind::embedding: return 2;
-    case OpKind::optimizer_update: return 1;
+    case OpKind::gemm:
+      return 4;
+    case OpKind::attention:
+      return 7;
+    case OpKind::rmsnorm:
+      return 2;
+    case OpKind::rope:
+      return 3;
+    case OpKind::router:
+      return 2;
+    case OpKind::topk:
+      return 3;
+    case OpKind::gather:
+      return 2;
+    case OpKind::scatter_add:
+      return 2;
+    case OpKind::depth_read_prefix:
+      return 6;
+    case OpKind::depth_read_merge:
+      return 4;
+    case OpKind::dar_coefficients:
+      return 4;
+    case OpKind::dar_write:
+      return 5;
+    case OpKind::elementwise:
+      return 3;
+    case OpKind::cross_entropy:
+      return 2;
+    case OpKind::embedding:
+      return 2;
+    case OpKind::optimizer_update:
+      return 1;
   }
   return 7;
 }
 
-bool is_counted_kind(OpKind kind) {
-  switch (kind) {
-    case OpKind::gemm:
-    case OpKind::attention:
-    case OpKind::router:
-    case OpKind::depth_read_prefix:
-    case OpKind::depth_read_merge:
-    case OpKind::dar_coefficients:
-    case OpKind::dar_write:
-      return true;
-    default:
-      return false;
-  }
-}
-
 const char* to_string(Pass pass) {
   switch (pass) {
-    case Pass::forward: return "forward";
-    case Pass::backward: return "backward";
-    case Pass::recompute: return "recompute";
+    case Pass::forward:
+      return "forward";
+    case Pass::backward:
+      return "backward";
+    case Pass::recompute:
+      return "recompute";
   }
   return "unknown";
 }

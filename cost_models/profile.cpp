@@ -2,13 +2,14 @@
 // the embedded defaults (profiles/*.toml compiled in), and atomic saving.
 #include "modar/profile.hpp"
 
+#include <toml++/toml.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <toml++/toml.h>
-#include <unistd.h>
 
 #include "modar/errors.hpp"
 #include "toml_text.hpp"
@@ -75,10 +76,18 @@ std::string toml_string(const std::string& text) {
   std::string out = "\"";
   for (char ch : text) {
     switch (ch) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(ch) < 0x20) {
           char buffer[8];
@@ -173,10 +182,10 @@ DeviceProfile parse_profile_toml(const std::string& toml_text, const std::string
   c.achievable_bandwidth =
       read_non_negative(*ceilings, "achievable_bandwidth", source_name, prefix, false);
   for (const auto& [key, node] : *ceilings) {
-    static const char* const kKnown[] = {
-        "peak_flops_bf16",   "peak_flops_fp32",       "memory_bandwidth",
-        "memory_bytes",      "launch_overhead_s",     "achievable_flops_bf16",
-        "achievable_flops_fp32", "achievable_bandwidth"};
+    static const char* const kKnown[] = {"peak_flops_bf16",       "peak_flops_fp32",
+                                         "memory_bandwidth",      "memory_bytes",
+                                         "launch_overhead_s",     "achievable_flops_bf16",
+                                         "achievable_flops_fp32", "achievable_bandwidth"};
     bool known = false;
     for (const char* name : kKnown) {
       known = known || key.str() == name;
@@ -192,7 +201,8 @@ DeviceProfile parse_profile_toml(const std::string& toml_text, const std::string
   if (const toml::node* list = root.get("measurements")) {
     const toml::array* array = list->as_array();
     if (array == nullptr) {
-      fail_field(source_name, "measurements", "a value", "must be an array of tables [[measurements]]");
+      fail_field(source_name, "measurements", "a value",
+                 "must be an array of tables [[measurements]]");
     }
     profile.measurements.reserve(array->size());
     for (size_t i = 0; i < array->size(); ++i) {
@@ -229,8 +239,8 @@ DeviceProfile parse_profile_toml(const std::string& toml_text, const std::string
       const toml::array* dims = (*entry)["dims"].as_array();
       const int expected = op_dims_count(m.shape.kind);
       if (dims == nullptr || static_cast<int>(dims->size()) != expected) {
-        fail_field(source_name, where + "dims", dims == nullptr ? "missing" : "an array of " +
-                   std::to_string(dims->size()),
+        fail_field(source_name, where + "dims",
+                   dims == nullptr ? "missing" : "an array of " + std::to_string(dims->size()),
                    "must be an array of " + std::to_string(expected) + " integers for " +
                        kind_name + " (profiles/README.md)");
       }
@@ -309,7 +319,8 @@ void save_profile_atomically(const DeviceProfile& profile, const std::string& pa
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
     if (!out) {
-      throw FileError("profile file '" + path + "': cannot write (directory missing or not writable)");
+      throw FileError("profile file '" + path +
+                      "': cannot write (directory missing or not writable)");
     }
     out << text;
     out.flush();
@@ -354,7 +365,8 @@ DeviceProfile load_profile(const std::string& name_or_path) {
       return parse_profile_toml(text, "embedded profile '" + name_or_path + "'");
     }
     // A profile saved into the source tree's profiles/ after this build.
-    const std::string in_tree = std::string(MODAR_SOURCE_DIR) + "/profiles/" + name_or_path + ".toml";
+    const std::string in_tree =
+        std::string(MODAR_SOURCE_DIR) + "/profiles/" + name_or_path + ".toml";
     if (std::filesystem::exists(in_tree)) {
       return parse_profile_toml(read_file_text(in_tree), in_tree);
     }

@@ -35,13 +35,20 @@ Pass pass_class(OpKind kind, Pass pass) {
 // Dims that are flags / small categorical values: they must match exactly.
 bool is_categorical(OpKind kind, int dim) {
   switch (kind) {
-    case OpKind::attention: return dim == 6;
-    case OpKind::depth_read_prefix: return dim == 4 || dim == 5;
-    case OpKind::depth_read_merge: return dim == 1 || dim == 3;
-    case OpKind::dar_coefficients: return dim == 1 || dim == 3;
-    case OpKind::dar_write: return dim == 1 || dim == 3 || dim == 4;
-    case OpKind::elementwise: return dim == 1 || dim == 2;
-    default: return false;
+    case OpKind::attention:
+      return dim == 6;
+    case OpKind::depth_read_prefix:
+      return dim == 4 || dim == 5;
+    case OpKind::depth_read_merge:
+      return dim == 1 || dim == 3;
+    case OpKind::dar_coefficients:
+      return dim == 1 || dim == 3;
+    case OpKind::dar_write:
+      return dim == 1 || dim == 3 || dim == 4;
+    case OpKind::elementwise:
+      return dim == 1 || dim == 2;
+    default:
+      return false;
   }
 }
 
@@ -52,13 +59,13 @@ struct TimingModel::Index {
     Pass pass = Pass::forward;
     DType dtype = DType::bf16;
     std::array<int64_t, kMaxDims> categorical{};  // values of the categorical dims
-    std::vector<int> axes_dims;                    // dims that span the grid
-    std::vector<std::vector<double>> axes;         // distinct values per axis (ascending)
-    std::vector<double> log_time;                  // row-major over axes; NaN = missing
-    std::array<int64_t, kMaxDims> exact{};         // dims with one value: must match
+    std::vector<int> axes_dims;                   // dims that span the grid
+    std::vector<std::vector<double>> axes;        // distinct values per axis (ascending)
+    std::vector<double> log_time;                 // row-major over axes; NaN = missing
+    std::array<int64_t, kMaxDims> exact{};        // dims with one value: must match
     // Per dim: kCategorical, kExact, or the index of its axis.
     std::array<int8_t, kMaxDims> role{};
-    std::vector<std::vector<double>> log_axes;     // log of the axes' values
+    std::vector<std::vector<double>> log_axes;  // log of the axes' values
   };
   static constexpr int8_t kCategorical = -1;
   static constexpr int8_t kExact = -2;
@@ -194,8 +201,8 @@ TimingModel::TimingModel(const DeviceProfile& profile) : profile_(&profile), ind
         const OpShape& shape = member.measurement->shape;
         bool matches = true;
         for (int i = 0; i < dims; ++i) {
-          const bool on_axis = std::find(grid.axes_dims.begin(), grid.axes_dims.end(), i) !=
-                               grid.axes_dims.end();
+          const bool on_axis =
+              std::find(grid.axes_dims.begin(), grid.axes_dims.end(), i) != grid.axes_dims.end();
           if (!is_categorical(kind, i) && !on_axis &&
               shape.dims[static_cast<size_t>(i)] != grid.exact[static_cast<size_t>(i)]) {
             matches = false;
@@ -206,7 +213,8 @@ TimingModel::TimingModel(const DeviceProfile& profile) : profile_(&profile), ind
         }
         size_t flat = 0;
         for (size_t a = 0; a < grid.axes.size() && matches; ++a) {
-          const double value = static_cast<double>(shape.dims[static_cast<size_t>(grid.axes_dims[a])]);
+          const double value =
+              static_cast<double>(shape.dims[static_cast<size_t>(grid.axes_dims[a])]);
           const auto& axis = grid.axes[a];
           const size_t position =
               static_cast<size_t>(std::lower_bound(axis.begin(), axis.end(), value) - axis.begin());
@@ -221,7 +229,9 @@ TimingModel::TimingModel(const DeviceProfile& profile) : profile_(&profile), ind
   }
 }
 
-TimingModel::~TimingModel() { delete index_; }
+TimingModel::~TimingModel() {
+  delete index_;
+}
 TimingModel::TimingModel(TimingModel&& other) noexcept
     : profile_(other.profile_),
       index_(other.index_),
@@ -245,10 +255,9 @@ TimingModel& TimingModel::operator=(TimingModel&& other) noexcept {
   return *this;
 }
 
-double TimingModel::roofline_from_cost_s(DType dtype, double executed_flops,
-                                         double bytes) const {
-  const double per_flop =
-      (dtype == DType::fp32 || dtype == DType::fp64) ? seconds_per_flop_fp32_ : seconds_per_flop_bf16_;
+double TimingModel::roofline_from_cost_s(DType dtype, double executed_flops, double bytes) const {
+  const double per_flop = (dtype == DType::fp32 || dtype == DType::fp64) ? seconds_per_flop_fp32_
+                                                                         : seconds_per_flop_bf16_;
   return std::max(executed_flops * per_flop, bytes * seconds_per_byte_) + launch_overhead_s_;
 }
 
@@ -309,8 +318,8 @@ double TimingModel::calibrated_s(const OpShape& shape, Pass pass, double rooflin
           inside = false;
           break;
         }
-        const size_t upper = static_cast<size_t>(
-            std::lower_bound(axis.begin(), axis.end(), value) - axis.begin());
+        const size_t upper =
+            static_cast<size_t>(std::lower_bound(axis.begin(), axis.end(), value) - axis.begin());
         if (axis[upper] == value) {
           lower[a] = upper;
           weight[a] = 0.0;

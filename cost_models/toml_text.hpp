@@ -1,8 +1,9 @@
 // Internal: how a TOML value is shown in an error message.
 #pragma once
 
-#include <string>
 #include <toml++/toml.h>
+
+#include <string>
 
 #include "modar/config.hpp"
 

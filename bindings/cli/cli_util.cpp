@@ -69,8 +69,8 @@ ParsedArgs parse_args(const Args& args, const std::vector<FlagSpec>& flags,
       name = arg.substr(0, equals);
       inline_value = arg.substr(equals + 1);
     }
-    const auto spec = std::find_if(flags.begin(), flags.end(),
-                                   [&](const FlagSpec& f) { return f.name == name; });
+    const auto spec =
+        std::find_if(flags.begin(), flags.end(), [&](const FlagSpec& f) { return f.name == name; });
     if (spec == flags.end()) {
       std::string message = "unknown option '" + name + "' for modar " + command;
       const std::string suggestion = nearest_name(name, flag_names);
@@ -102,15 +102,13 @@ ParsedArgs parse_args(const Args& args, const std::vector<FlagSpec>& flags,
     parsed.add(name, args[++i]);
   }
   if (parsed.positional.size() < min_positional) {
-    throw ConfigError("missing " + positional_name + " (see modar " +
-                      command + " --help)");
+    throw ConfigError("missing " + positional_name + " (see modar " + command + " --help)");
   }
   if (parsed.positional.size() > max_positional) {
-    throw ConfigError("unexpected argument '" +
-                      parsed.positional[max_positional] + "'; takes " +
-                      (max_positional == 0 ? std::string("no positional arguments")
-                                           : "at most " + std::to_string(max_positional) + " " +
-                                                 positional_name));
+    throw ConfigError("unexpected argument '" + parsed.positional[max_positional] + "'; takes " +
+                      (max_positional == 0
+                           ? std::string("no positional arguments")
+                           : "at most " + std::to_string(max_positional) + " " + positional_name));
   }
   return parsed;
 }
@@ -228,7 +226,9 @@ void Table::add_row(std::vector<std::string> cells) {
   rows_.push_back(std::move(cells));
 }
 
-void Table::add_rule() { rows_.emplace_back(); }
+void Table::add_rule() {
+  rows_.emplace_back();
+}
 
 std::string Table::render() const {
   std::vector<size_t> widths(header_.size());
@@ -241,9 +241,9 @@ std::string Table::render() const {
     }
   }
   auto is_numeric = [](const std::string& cell) {
-    return !cell.empty() && (std::isdigit(static_cast<unsigned char>(cell[0])) ||
-                             ((cell[0] == '-' || cell[0] == '+' || cell[0] == '.') &&
-                              cell.size() > 1));
+    return !cell.empty() &&
+           (std::isdigit(static_cast<unsigned char>(cell[0])) ||
+            ((cell[0] == '-' || cell[0] == '+' || cell[0] == '.') && cell.size() > 1));
   };
   std::string out;
   auto emit_row = [&](const std::vector<std::string>& row, bool header) {
@@ -324,8 +324,8 @@ std::string format_bytes(double bytes) {
   static const struct {
     double scale;
     const char* suffix;
-  } kUnits[] = {{1099511627776.0, " TiB"}, {1073741824.0, " GiB"}, {1048576.0, " MiB"},
-                {1024.0, " KiB"}};
+  } kUnits[] = {
+      {1099511627776.0, " TiB"}, {1073741824.0, " GiB"}, {1048576.0, " MiB"}, {1024.0, " KiB"}};
   for (const auto& unit : kUnits) {
     if (std::fabs(bytes) >= unit.scale) {
       return three_significant(bytes / unit.scale) + unit.suffix;

@@ -89,11 +89,11 @@ class Table {
 };
 
 // Human-readable units.
-std::string format_sci(double value, int digits = 4);   // "9.0739e+09"
-std::string format_count(double value);                 // "1.31 B", "350 M", "12.3 k"
-std::string format_bytes(double bytes);                 // "1.50 GiB"
-std::string format_seconds(double seconds);             // "12.3 ms"
-std::string format_percent(double fraction);            // "12.3%"
-std::string format_fixed(double value, int decimals);   // "0.125"
+std::string format_sci(double value, int digits = 4);  // "9.0739e+09"
+std::string format_count(double value);                // "1.31 B", "350 M", "12.3 k"
+std::string format_bytes(double bytes);                // "1.50 GiB"
+std::string format_seconds(double seconds);            // "12.3 ms"
+std::string format_percent(double fraction);           // "12.3%"
+std::string format_fixed(double value, int decimals);  // "0.125"
 
 }  // namespace modar::cli

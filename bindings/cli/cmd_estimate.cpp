@@ -14,10 +14,12 @@ namespace {
 
 const std::vector<FlagSpec>& estimate_flags() {
   static const std::vector<FlagSpec> flags = {
-      {"--set", true, true, "KEY=VALUE", "override a config key, e.g. mod.capacity=0.125 (repeatable)"},
+      {"--set", true, true, "KEY=VALUE",
+       "override a config key, e.g. mod.capacity=0.125 (repeatable)"},
       {"--attention-flops", true, false, "causal|full|flash",
        "attention FLOP convention (default: the config's counting.attention_flops, causal)"},
-      {"--profile", true, false, "NAME|PATH", "device profile (default: the config's device.profile)"},
+      {"--profile", true, false, "NAME|PATH",
+       "device profile (default: the config's device.profile)"},
       {"--step", true, false, "train|decode", "which step to estimate (default train)"},
       {"--ops", false, false, "", "also list every lowered op record"},
       {"--json", false, false, "", "print the JSON document instead of the report"},
@@ -41,9 +43,10 @@ std::string mod_line(const Config& c, const LayerCounts& counts) {
   }
   return "capacity " + format_number(c.mod.capacity) + ", every " + std::to_string(c.mod.every) +
          ", offset " + std::to_string(c.mod.offset) + ": " + std::to_string(counts.routed_layers) +
-         " of " + std::to_string(c.model.n_layers) + " layers routed, k = " +
-         std::to_string(counts.routed_tokens_per_sequence) + " tokens per sequence; g = " +
-         to_string(c.mod.router_scale) + ", causal router " + to_string(c.mod.causal_router);
+         " of " + std::to_string(c.model.n_layers) +
+         " layers routed, k = " + std::to_string(counts.routed_tokens_per_sequence) +
+         " tokens per sequence; g = " + to_string(c.mod.router_scale) + ", causal router " +
+         to_string(c.mod.causal_router);
 }
 
 std::string dar_line(const Config& c, const LayerCounts& counts) {
@@ -51,8 +54,8 @@ std::string dar_line(const Config& c, const LayerCounts& counts) {
     return "none";
   }
   return std::string(to_string(c.dar.variant)) + ", K = " + std::to_string(c.dar.block_layers) +
-         " layers per block, N = " + std::to_string(counts.dar_blocks) + " blocks, n = " +
-         std::to_string(counts.dar_streams) + " stream(s)";
+         " layers per block, N = " + std::to_string(counts.dar_blocks) +
+         " blocks, n = " + std::to_string(counts.dar_streams) + " stream(s)";
 }
 
 std::string report(const Config& config, const DeviceProfile& profile, StepKind step,
@@ -65,17 +68,17 @@ std::string report(const Config& config, const DeviceProfile& profile, StepKind 
   out += "mod         " + mod_line(config, counts) + "\n";
   out += "dar         " + dar_line(config, counts) + "\n";
   out += "train       micro_batch " + std::to_string(config.train.micro_batch) + ", global_batch " +
-         std::to_string(config.train.global_batch > 0 ? config.train.global_batch
-                                                      : config.train.micro_batch *
-                                                            config.device.count) +
+         std::to_string(config.train.global_batch > 0
+                            ? config.train.global_batch
+                            : config.train.micro_batch * config.device.count) +
          " sequences (" + std::to_string(e.time.accumulation_steps) +
          " micro-batch(es) per step per device), " + to_string(config.train.dtype) + ", " +
          to_string(config.train.optimizer) + ", recompute " + to_string(config.train.recompute) +
          ", " + std::to_string(config.device.count) + " device(s)\n\n";
 
-  out += "parameters  total " + format_count(e.params.total) + " (" +
-         format_sci(e.params.total) + "), non-embedding " + format_count(e.params.non_embedding) +
-         ", FLOP-active N_f " + format_count(e.params.flop_active) + "\n";
+  out += "parameters  total " + format_count(e.params.total) + " (" + format_sci(e.params.total) +
+         "), non-embedding " + format_count(e.params.non_embedding) + ", FLOP-active N_f " +
+         format_count(e.params.flop_active) + "\n";
   out += "FLOPs/token forward " + format_sci(e.flops.forward_per_token) + " (attention " +
          format_sci(e.flops.forward_attention_per_token, 3) + ", router " +
          format_sci(e.flops.forward_router_per_token, 3) + ", depth reads " +
@@ -122,8 +125,8 @@ std::string report(const Config& config, const DeviceProfile& profile, StepKind 
       {"router buffers", format_bytes(mem.router_buffers), format_sci(mem.router_buffers, 3)});
   memory.add_row({"dar bank", format_bytes(mem.dar_bank), format_sci(mem.dar_bank, 3)});
   memory.add_row({"kv cache", format_bytes(mem.kv_cache), format_sci(mem.kv_cache, 3)});
-  memory.add_row({"workspace (peak transient)", format_bytes(mem.workspace),
-                  format_sci(mem.workspace, 3)});
+  memory.add_row(
+      {"workspace (peak transient)", format_bytes(mem.workspace), format_sci(mem.workspace, 3)});
   memory.add_rule();
   memory.add_row({"peak", format_bytes(mem.peak), format_sci(mem.peak, 3)});
   out += memory.render();
@@ -157,8 +160,8 @@ std::string report(const Config& config, const DeviceProfile& profile, StepKind 
         }
         dims += std::to_string(op.shape.dims[static_cast<size_t>(d)]);
       }
-      ops.add_row({std::to_string(i), to_string(op.pass), op.label, to_string(op.shape.kind),
-                   dims, std::to_string(op.multiplicity), format_sci(op.flops, 3),
+      ops.add_row({std::to_string(i), to_string(op.pass), op.label, to_string(op.shape.kind), dims,
+                   std::to_string(op.multiplicity), format_sci(op.flops, 3),
                    format_bytes(op.bytes)});
     }
     out += "lowered ops (one micro-batch; x = multiplicity)\n" + ops.render() + "\n";
@@ -188,17 +191,16 @@ int cmd_estimate(const Args& args) {
   if (const auto profile_name = parsed.value("--profile")) {
     sets.push_back("device.profile=" + *profile_name);
   }
-  const StepKind step = parse_choice("--step", parsed.value_or("--step", "train"),
-                                     {"train", "decode"}) == 0
-                            ? StepKind::train
-                            : StepKind::decode;
+  const StepKind step =
+      parse_choice("--step", parsed.value_or("--step", "train"), {"train", "decode"}) == 0
+          ? StepKind::train
+          : StepKind::decode;
   const Config config = load_config_with_overrides(parsed.positional[0], sets);
   const DeviceProfile profile = load_profile(config.device.profile);
   const Estimate e = estimate(config, profile, step);
-  const std::string text = parsed.has("--json")
-                               ? estimate_to_json(config, profile, step, e)
-                               : report(config, profile, step, e, parsed.positional[0],
-                                        parsed.has("--ops"));
+  const std::string text = parsed.has("--json") ? estimate_to_json(config, profile, step, e)
+                                                : report(config, profile, step, e,
+                                                         parsed.positional[0], parsed.has("--ops"));
   std::fputs(text.c_str(), stdout);
   return std::fflush(stdout) == 0 ? 0 : 1;
 }

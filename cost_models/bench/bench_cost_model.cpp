@@ -173,9 +173,8 @@ int main(int argc, char** argv) {
   }
   std::printf("%s\n", std::string(102, '-').c_str());
   const std::vector<modar::Config>& mixed = families[3].configs;
-  const Row convenience = time_loop(mixed, seconds, [&](const modar::Config& c) {
-    return modar::estimate(c, h200).time.step_s;
-  });
+  const Row convenience = time_loop(
+      mixed, seconds, [&](const modar::Config& c) { return modar::estimate(c, h200).time.step_s; });
   std::printf("%-20s %-30s %14.0f %14.0f\n", "MoD + DAR", "estimate() (allocates)",
               convenience.per_cpu_s, convenience.per_wall_s);
   const Row flops_only = time_loop(mixed, seconds, [&](const modar::Config& c) {

@@ -26,7 +26,7 @@
 namespace modar {
 
 enum class MlpKind { gelu, swiglu };
-enum class RouterScale { linear, sigmoid };         // g(r) = r  |  g(r) = sigmoid(r)
+enum class RouterScale { linear, sigmoid };  // g(r) = r  |  g(r) = sigmoid(r)
 enum class CausalRouter { none, aux_loss, predictor };
 enum class DarVariant { none, attnres, dar, selfkv, fixedkv, crossv };
 enum class DType { fp32, bf16, fp16, fp64 };
@@ -50,8 +50,10 @@ struct ModelConfig {
   int64_t resolved_kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
   int64_t resolved_d_head() const { return d_head > 0 ? d_head : d_model / n_heads; }
   int64_t resolved_d_ff() const {
-    if (d_ff > 0) return d_ff;
-    if (mlp == MlpKind::gelu) return 4 * d_model;
+    if (d_ff > 0)
+      return d_ff;
+    if (mlp == MlpKind::gelu)
+      return 4 * d_model;
     const int64_t raw = (8 * d_model + 2) / 3;  // round(8d/3)
     return ((raw + 63) / 64) * 64;
   }
@@ -66,9 +68,7 @@ struct ModConfig {
   int64_t predictor_hidden = 256;
 
   bool enabled() const { return every > 0; }
-  bool is_routed(int64_t layer) const {
-    return every > 0 && (layer % every) == (offset % every);
-  }
+  bool is_routed(int64_t layer) const { return every > 0 && (layer % every) == (offset % every); }
   // k = clamp(round(c * s), 1, s)
   int64_t routed_tokens_per_sequence(int64_t seq_len) const;
 };
@@ -82,8 +82,10 @@ struct DarConfig {
   int64_t resolved_streams() const {
     return variant == DarVariant::none ? 0 : (variant == DarVariant::attnres ? 1 : streams);
   }
-  int64_t branches_per_block() const { return 2 * block_layers; }                   // S
-  int64_t blocks(int64_t n_layers) const { return (n_layers + block_layers - 1) / block_layers; }  // N
+  int64_t branches_per_block() const { return 2 * block_layers; }  // S
+  int64_t blocks(int64_t n_layers) const {
+    return (n_layers + block_layers - 1) / block_layers;
+  }  // N
   // Outputs of the coefficient head W_l: n (alpha) + n (beta) + transport params
   // (1 for n = 2: rho; n*n Sinkhorn logits for n > 2; 0 for n = 1).
   static int64_t transport_params(int64_t n) { return n <= 1 ? 0 : (n == 2 ? 1 : n * n); }

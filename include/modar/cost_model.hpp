@@ -42,11 +42,11 @@ void lower_into(const Config& config, StepKind step, OpList& ops);
 
 // Shape facts of a configuration that several counts share.
 struct LayerCounts {
-  int64_t routed_layers = 0;       // MoD-routed layers
-  int64_t full_layers = 0;         // n_layers - routed_layers
+  int64_t routed_layers = 0;               // MoD-routed layers
+  int64_t full_layers = 0;                 // n_layers - routed_layers
   int64_t routed_tokens_per_sequence = 0;  // k (training / prefill)
-  int64_t dar_blocks = 0;          // N (0 without DAR)
-  int64_t dar_streams = 0;         // n (0 without DAR, 1 for attnres)
+  int64_t dar_blocks = 0;                  // N (0 without DAR)
+  int64_t dar_streams = 0;                 // n (0 without DAR, 1 for attnres)
 };
 LayerCounts layer_counts(const Config& config);
 
@@ -65,8 +65,8 @@ struct FlopCounts {
   double forward_dar_per_token = 0;        // AttnRes / DAR depth-read part of forward
   double backward_per_token = 0;
   double recompute_per_token = 0;
-  double train_per_token = 0;  // model FLOPs: forward + backward
-  double train_per_step = 0;   // model FLOPs per optimizer step (global batch)
+  double train_per_token = 0;    // model FLOPs: forward + backward
+  double train_per_step = 0;     // model FLOPs per optimizer step (global batch)
   double hardware_per_step = 0;  // + recompute
   double tokens_per_step = 0;    // global batch x seq_len (decode: new tokens)
 };
@@ -79,10 +79,10 @@ struct MemoryBreakdown {  // bytes per device
   double dar_bank = 0;     // history bank + per-token fp32 statistics
   double kv_cache = 0;     // decode only
   double router_buffers = 0;
-  double workspace = 0;    // transient peak (logits, attention scratch)
-  double peak = 0;         // peak over the step (not a sum of buckets)
-  double capacity = 0;     // the device's memory (profile)
-  bool fits = true;        // peak <= device memory
+  double workspace = 0;  // transient peak (logits, attention scratch)
+  double peak = 0;       // peak over the step (not a sum of buckets)
+  double capacity = 0;   // the device's memory (profile)
+  bool fits = true;      // peak <= device memory
 };
 
 struct OpKindTime {
@@ -98,10 +98,10 @@ struct TimeEstimate {
   double tokens_per_s = 0;  // per the whole job (all devices)
   double mfu = 0;           // model FLOPs / (time * peak * devices)
   double hfu = 0;
-  bool extrapolated = false;  // some op was outside the profile's measured grid
-  bool calibrated = false;    // the profile had measurements for some op of the step
-  double micro_batch_s = 0;   // forward + backward (+ recompute) of one micro-batch
-  double optimizer_s = 0;     // the optimizer update (once per step)
+  bool extrapolated = false;       // some op was outside the profile's measured grid
+  bool calibrated = false;         // the profile had measurements for some op of the step
+  double micro_batch_s = 0;        // forward + backward (+ recompute) of one micro-batch
+  double optimizer_s = 0;          // the optimizer update (once per step)
   int64_t accumulation_steps = 1;  // micro-batches per optimizer step per device
   int64_t ops_interpolated = 0;    // op records timed inside a measured grid
   int64_t ops_extrapolated = 0;    // op records timed by fitted efficiency x roofline
@@ -146,7 +146,7 @@ class TimingModel {
   double roofline_from_cost_s(DType dtype, double executed_flops, double bytes) const;
   double calibrated_s(const OpShape& shape, Pass pass, double roofline, Source* source) const;
   const DeviceProfile* profile_;
-  Index* index_;  // null when the profile has no measurements
+  Index* index_;                        // null when the profile has no measurements
   double seconds_per_flop_bf16_ = 0.0;  // 1 / roofline FLOP rate (0 when unknown)
   double seconds_per_flop_fp32_ = 0.0;
   double seconds_per_byte_ = 0.0;
@@ -166,8 +166,8 @@ Estimate estimate(const Config& config, const DeviceProfile& profile,
 // profile, `scratch` is reused, `out` is overwritten (its string capacity is
 // reused).  After the first call it allocates nothing.  No validation: call
 // validate() on configurations that did not come from a validated source.
-void estimate_into(const Config& config, const TimingModel& timing, StepKind step,
-                   OpList& scratch, Estimate& out);
+void estimate_into(const Config& config, const TimingModel& timing, StepKind step, OpList& scratch,
+                   Estimate& out);
 
 // The --json document of `modar estimate` (also what the Python bindings'
 // Estimate.to_dict() returns): keys documented in docs/cost_model.md.

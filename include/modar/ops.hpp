@@ -79,9 +79,9 @@ struct OpRecord {
   OpShape shape;
   Pass pass = Pass::forward;
   int64_t multiplicity = 1;
-  double flops = 0.0;          // counted FLOPs (1 FMA = 2), per the active conventions
-  double bytes = 0.0;          // minimum bytes moved (reads + writes)
-  const char* label = "";      // static string, e.g. "attn.qkv", "mlp.up", "router"
+  double flops = 0.0;                 // counted FLOPs (1 FMA = 2), per the active conventions
+  double bytes = 0.0;                 // minimum bytes moved (reads + writes)
+  const char* label = "";             // static string, e.g. "attn.qkv", "mlp.up", "router"
   bool counts_as_model_flops = true;  // false for recompute and for ops outside the counted set
 };
 
@@ -97,6 +97,19 @@ int op_dims_count(OpKind kind);
 // FLOPs dar_math.md section 4.3 counts).  Norms, elementwise, top-k, gather,
 // scatter, cross-entropy, embedding and the optimizer are bytes-dominated
 // and reported but not counted.
-bool is_counted_kind(OpKind kind);
+inline bool is_counted_kind(OpKind kind) {
+  switch (kind) {
+    case OpKind::gemm:
+    case OpKind::attention:
+    case OpKind::router:
+    case OpKind::depth_read_prefix:
+    case OpKind::depth_read_merge:
+    case OpKind::dar_coefficients:
+    case OpKind::dar_write:
+      return true;
+    default:
+      return false;
+  }
+}
 
 }  // namespace modar

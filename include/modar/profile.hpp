@@ -18,11 +18,11 @@
 namespace modar {
 
 struct DeviceCeilings {
-  double peak_flops_bf16 = 0.0;   // FLOP/s, dense matrix (the MFU denominator)
-  double peak_flops_fp32 = 0.0;   // FLOP/s
-  double memory_bandwidth = 0.0;  // bytes/s
-  double launch_overhead_s = 0.0; // per op launch
-  double memory_bytes = 0.0;      // device memory capacity
+  double peak_flops_bf16 = 0.0;    // FLOP/s, dense matrix (the MFU denominator)
+  double peak_flops_fp32 = 0.0;    // FLOP/s
+  double memory_bandwidth = 0.0;   // bytes/s
+  double launch_overhead_s = 0.0;  // per op launch
+  double memory_bytes = 0.0;       // device memory capacity
   // Ceilings the roofline uses (what a good kernel reaches: measured GEMM
   // rate, device copy rate).  0 = use the peak.  MFU always divides by peak.
   double achievable_flops_bf16 = 0.0;
@@ -54,9 +54,9 @@ struct OpMeasurement {
 };
 
 struct DeviceProfile {
-  std::string name;          // "h200", "h200-measured", "cpu-generic", ...
-  std::string backend;       // "cuda" | "cpu" | "datasheet"
-  bool measured = false;     // false: ceilings from a datasheet, no op table
+  std::string name;       // "h200", "h200-measured", "cpu-generic", ...
+  std::string backend;    // "cuda" | "cpu" | "datasheet"
+  bool measured = false;  // false: ceilings from a datasheet, no op table
   DeviceCeilings ceilings;
   std::map<std::string, std::string> provenance;  // device, clocks, versions, date, how measured
   std::vector<OpMeasurement> measurements;

@@ -27,8 +27,8 @@ Result run(const std::string& arguments) {
   const std::string dir = testing::TempDir();
   const std::string out_path = dir + "/modar_cli_out.txt";
   const std::string err_path = dir + "/modar_cli_err.txt";
-  const std::string command = std::string(MODAR_CLI_PATH) + " " + arguments + " >" + out_path +
-                              " 2>" + err_path;
+  const std::string command =
+      std::string(MODAR_CLI_PATH) + " " + arguments + " >" + out_path + " 2>" + err_path;
   const int status = std::system(command.c_str());
   Result r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -68,9 +68,9 @@ void expect_bad_input(const std::string& arguments, std::initializer_list<const 
 }
 
 TEST(CliEstimate, ReportOnEveryExample) {
-  for (const char* name : {"dense.toml", "mod_best.toml", "dar_block.toml", "mod_dar.toml",
-                           "attnres_block.toml", "tiny.toml", "tiny_mod_dar.toml",
-                           "narayanan_fixture.toml"}) {
+  for (const char* name :
+       {"dense.toml", "mod_best.toml", "dar_block.toml", "mod_dar.toml", "attnres_block.toml",
+        "tiny.toml", "tiny_mod_dar.toml", "narayanan_fixture.toml"}) {
     const Result r = run("estimate " + example(name));
     SCOPED_TRACE(name);
     EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -85,20 +85,22 @@ TEST(CliEstimate, NarayananFixtureFromTheCommandLine) {
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_NE(r.out.find("train 9.0739e+09"), std::string::npos) << r.out;
   // Switching the convention on the command line changes the count.
-  const Result causal = run("estimate " + example("narayanan_fixture.toml") +
-                            " --attention-flops causal");
+  const Result causal =
+      run("estimate " + example("narayanan_fixture.toml") + " --attention-flops causal");
   EXPECT_EQ(causal.out.find("train 9.0739e+09"), std::string::npos);
 }
 
 TEST(CliEstimate, JsonHasTheDocumentedKeys) {
   const Result r = run("estimate " + example("mod_dar.toml") + " --json --set mod.capacity=0.25");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* key :
-       {"\"params\"", "\"total\"", "\"non_embedding\"", "\"flop_active\"", "\"flops\"",
-        "\"forward_per_token\"", "\"train_per_token\"", "\"train_per_step\"", "\"memory\"",
-        "\"peak_bytes\"", "\"breakdown\"", "\"weights\"", "\"gradients\"", "\"optimizer\"",
-        "\"activations\"", "\"dar_bank\"", "\"kv_cache\"", "\"time\"", "\"step_s\"",
-        "\"tokens_per_s\"", "\"mfu\"", "\"conventions\"", "\"capacity\": 0.25"}) {
+  for (const char* key : {"\"params\"",          "\"total\"",          "\"non_embedding\"",
+                          "\"flop_active\"",     "\"flops\"",          "\"forward_per_token\"",
+                          "\"train_per_token\"", "\"train_per_step\"", "\"memory\"",
+                          "\"peak_bytes\"",      "\"breakdown\"",      "\"weights\"",
+                          "\"gradients\"",       "\"optimizer\"",      "\"activations\"",
+                          "\"dar_bank\"",        "\"kv_cache\"",       "\"time\"",
+                          "\"step_s\"",          "\"tokens_per_s\"",   "\"mfu\"",
+                          "\"conventions\"",     "\"capacity\": 0.25"}) {
     EXPECT_NE(r.out.find(key), std::string::npos) << key;
   }
 }
@@ -113,13 +115,15 @@ TEST(CliEstimate, DecodeStepAndOps) {
 
 TEST(CliEstimate, BadInputIsOneLineAndExitCodeTwo) {
   const std::string tiny = example("tiny.toml");
-  expect_bad_input("estimate /nonexistent/config.toml", {"/nonexistent/config.toml", "cannot open"});
+  expect_bad_input("estimate /nonexistent/config.toml",
+                   {"/nonexistent/config.toml", "cannot open"});
   expect_bad_input("estimate " + write_temp("malformed.toml", "[model\nd_model = 3\n"),
                    {"malformed.toml:1:", "malformed TOML"});
   expect_bad_input("estimate " + write_temp("unknown.toml", "[mod]\ncapcity = 0.5\n"),
                    {"mod.capcity", "did you mean 'mod.capacity'"});
   expect_bad_input("estimate " + tiny + " --set mod.capacity=0", {"mod.capacity = 0", "(0, 1]"});
-  expect_bad_input("estimate " + tiny + " --set mod.capacity=1.5", {"mod.capacity = 1.5", "(0, 1]"});
+  expect_bad_input("estimate " + tiny + " --set mod.capacity=1.5",
+                   {"mod.capacity = 1.5", "(0, 1]"});
   expect_bad_input("estimate " + tiny + " --set model.n_heads=5",
                    {"model.n_heads = 5", "must divide model.d_model = 64"});
   expect_bad_input("estimate " + tiny + " --set model.n_kv_heads=3",
@@ -142,8 +146,9 @@ TEST(CliEstimate, BadInputIsOneLineAndExitCodeTwo) {
 }
 
 TEST(CliEstimate, NoCrashOnGarbageFiles) {
-  for (const char* text : {"", "\x01\x02\xff\xfe", "[[model]]\n", "model = 3\n", "[model]\nd_model = 1e400\n",
-                           "[model]\nd_model = 99999999999999999999\n", "[device]\nprofile = 3\n"}) {
+  for (const char* text :
+       {"", "\x01\x02\xff\xfe", "[[model]]\n", "model = 3\n", "[model]\nd_model = 1e400\n",
+        "[model]\nd_model = 99999999999999999999\n", "[device]\nprofile = 3\n"}) {
     const Result r = run("estimate " + write_temp("garbage.toml", text));
     SCOPED_TRACE(text);
     EXPECT_TRUE(r.exit_code == 0 || r.exit_code == 2) << r.exit_code << " " << r.err;

@@ -102,7 +102,8 @@ TEST(Config, OutOfRangeValuesNameKeyValueAndAllowed) {
             "explicitly)");
   EXPECT_EQ(with("model.n_kv_heads=3"),
             "ConfigError: model.n_kv_heads = 3: must divide model.n_heads = 16");
-  EXPECT_EQ(with("model.d_model=-8"), "ConfigError: model.d_model = -8: must be a positive integer");
+  EXPECT_EQ(with("model.d_model=-8"),
+            "ConfigError: model.d_model = -8: must be a positive integer");
   EXPECT_EQ(with("model.n_layers=2.5"), "ConfigError: model.n_layers = 2.5: must be an integer");
   EXPECT_EQ(with("model.mlp=relu"),
             "ConfigError: model.mlp = relu: must be \"gelu\" or \"swiglu\"");
@@ -127,7 +128,8 @@ TEST(Config, TomlTypeErrorsAndNaN) {
             "ConfigError: model.n_layers = -3: must be a positive integer");
   EXPECT_EQ(error_of([] { parse_config_toml("[model]\nn_layers = 2.0\n"); }),
             "ConfigError: model.n_layers = 2.0: must be an integer");
-  const std::string malformed = error_of([] { parse_config_toml("[model\nd_model = 3\n", "m.toml"); });
+  const std::string malformed =
+      error_of([] { parse_config_toml("[model\nd_model = 3\n", "m.toml"); });
   EXPECT_EQ(malformed.rfind("FileError: m.toml:1:", 0), 0u) << malformed;
   EXPECT_NE(malformed.find("malformed TOML"), std::string::npos);
 }

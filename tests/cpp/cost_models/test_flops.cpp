@@ -192,9 +192,9 @@ double dar_extra_flops_per_token(double d, int64_t L, int64_t K, double n, bool 
   if (attnres) {
     return rstd + phase1 + phase2 + output;
   }
-  const double predictor = branches * 2.0 * n * d +                    // RMS over n d
+  const double predictor = branches * 2.0 * n * d +                            // RMS over n d
                            static_cast<double>(N) * 2.0 * n * d * (2.0 * n) +  // i = 1: 2n outputs
-                           later * 2.0 * n * d * (2.0 * n + 1.0);      // i >= 2: 2n + 1
+                           later * 2.0 * n * d * (2.0 * n + 1.0);              // i >= 2: 2n + 1
   const double mix = branches * 2.0 * n * d;
   const double transport = later * 2.0 * n * n * d;
   const double write = branches * 2.0 * n * d;

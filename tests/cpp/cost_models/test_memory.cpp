@@ -36,9 +36,9 @@ TEST(Memory, TinyTrainingByHand) {
   const double P = 131392;
   EXPECT_EQ(count_params(c).total, P);
   const MemoryBreakdown m = estimate_memory(c, profile_with_memory(1e12));
-  EXPECT_EQ(m.weights, 4 * P);     // fp32 weights
-  EXPECT_EQ(m.gradients, 4 * P);   // fp32 gradients
-  EXPECT_EQ(m.optimizer, 8 * P);   // AdamW m + v (fp32 training: no separate master)
+  EXPECT_EQ(m.weights, 4 * P);    // fp32 weights
+  EXPECT_EQ(m.gradients, 4 * P);  // fp32 gradients
+  EXPECT_EQ(m.optimizer, 8 * P);  // AdamW m + v (fp32 training: no separate master)
   // Saved per layer (no recompute), 64 rows x 4 bytes x (4d norms in/out 256
   // + QKV 192 + attention output 64 + up 256 + GELU output 256 = 1024)
   // = 262144, two fp32 rstd 8 x 64 = 512, lse 4 x b x H x s = 1024.
@@ -107,7 +107,8 @@ TEST(Memory, DarBankMatchesDarMath44) {
     DarVariant variant;
     int64_t K;
     double n, N, bank_mb;
-  } cases[] = {{DarVariant::attnres, 2, 1, 8, 151}, {DarVariant::dar, 2, 2, 8, 302},
+  } cases[] = {{DarVariant::attnres, 2, 1, 8, 151},
+               {DarVariant::dar, 2, 2, 8, 302},
                {DarVariant::dar, 1, 2, 16, 570}};
   for (const Case& k : cases) {
     c.dar.variant = k.variant;

@@ -21,7 +21,7 @@ TEST(Profile, EmbeddedProfilesLoadFromAnyDirectory) {
   ASSERT_EQ(::chdir(here.c_str()), 0);
   EXPECT_EQ(h200.name, "h200");
   EXPECT_FALSE(h200.measured);
-  EXPECT_EQ(h200.ceilings.peak_flops_bf16, 989e12);   // SPEC section 3 datasheet
+  EXPECT_EQ(h200.ceilings.peak_flops_bf16, 989e12);  // SPEC section 3 datasheet
   EXPECT_EQ(h200.ceilings.memory_bandwidth, 4.8e12);
   EXPECT_EQ(h200.ceilings.achievable_flops_bf16, 790e12);  // SPEC's spot measurement
   EXPECT_EQ(h200.ceilings.achievable_bandwidth, 4.3e12);
@@ -75,18 +75,20 @@ TEST(Profile, SaveAtomicallyRoundTrips) {
 }
 
 TEST(Profile, BadProfilesNameTheField) {
-  const std::string base = "name = \"x\"\n[ceilings]\npeak_flops_bf16 = 1e12\npeak_flops_fp32 = 1e12\n"
-                           "memory_bandwidth = 1e12\nmemory_bytes = 1e9\n";
+  const std::string base =
+      "name = \"x\"\n[ceilings]\npeak_flops_bf16 = 1e12\npeak_flops_fp32 = 1e12\n"
+      "memory_bandwidth = 1e12\nmemory_bytes = 1e9\n";
   EXPECT_NO_THROW(parse_profile_toml(base, "p.toml"));
   try {
-    parse_profile_toml(base + "[[measurements]]\nkind = \"gemm\"\ndims = [1, 2, 3]\nmedian_s = 1e-3\n",
-                       "p.toml");
+    parse_profile_toml(
+        base + "[[measurements]]\nkind = \"gemm\"\ndims = [1, 2, 3]\nmedian_s = 1e-3\n", "p.toml");
     FAIL();
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("measurements[0].dims"), std::string::npos) << e.what();
   }
   EXPECT_THROW(parse_profile_toml(base + "[[measurements]]\nkind = \"conv\"\ndims = [1]\n"
-                                         "median_s = 1e-3\n", "p.toml"),
+                                         "median_s = 1e-3\n",
+                                  "p.toml"),
                ConfigError);
   EXPECT_THROW(parse_profile_toml("name = \"x\"\n", "p.toml"), ConfigError);  // no [ceilings]
   EXPECT_THROW(parse_profile_toml("name = ", "p.toml"), FileError);
