@@ -45,13 +45,13 @@ struct DepthResidual::BlockState {
 };
 
 struct DepthResidual::BranchState {
-  Buffer retrieved;      // R [n, T, d]
-  Buffer merge_weight;   // p [n, T] (i >= 1)
+  Buffer retrieved;     // R [n, T, d]
+  Buffer merge_weight;  // p [n, T] (i >= 1)
   Buffer alpha, beta, transport, z_rstd;
-  Buffer h;              // mixed branch input [T, d] (n >= 2)
-  Buffer y;              // branch output copy (n >= 2)
+  Buffer h;                                // mixed branch input [T, d] (n >= 2)
+  Buffer y;                                // branch output copy (n >= 2)
   Buffer partial_prev, partial_prev_rstd;  // P^{i-1} (i >= 1)
-  Buffer out_lse;        // output read: lse [n, T]
+  Buffer out_lse;                          // output read: lse [n, T]
   Buffer dy, dbeta, dtransport;
 };
 
@@ -64,8 +64,8 @@ TensorView row(const TensorView& matrix, int64_t index) {
 
 }  // namespace
 
-DepthResidual::DepthResidual(ParameterSet& params, const Context& ctx,
-                             const DepthOptions& options, int64_t d, Rng& rng)
+DepthResidual::DepthResidual(ParameterSet& params, const Context& ctx, const DepthOptions& options,
+                             int64_t d, Rng& rng)
     : options_(options), roles_(StreamRoles::of(options.variant, options.streams)), d_(d) {
   const int64_t n = options.streams;
   if (n < 1 || (options.variant == DarVariant::attnres && n != 1) ||
@@ -79,8 +79,8 @@ DepthResidual::DepthResidual(ParameterSet& params, const Context& ctx,
   const int64_t queries = options.total_branches + 1;
   const ScalarType stats = ctx.stats();
   query_ = &params.add(ctx, "depth.query", {n, queries, d}, stats, Init::constant_value(0.0), rng);
-  key_norm_ = &params.add(ctx, "depth.key_norm", {n, queries, d}, stats, Init::constant_value(1.0),
-                          rng);
+  key_norm_ =
+      &params.add(ctx, "depth.key_norm", {n, queries, d}, stats, Init::constant_value(1.0), rng);
   if (n >= 2) {
     const int64_t transport = DarConfig::transport_params(n);
     for (int64_t l = 0; l <= options.total_branches; ++l) {
@@ -106,8 +106,8 @@ DepthResidual::DepthResidual(ParameterSet& params, const Context& ctx,
                                          Init::normal_std(options.coefficient_std), rng));
       coef_bias_.push_back(
           &params.add(ctx, prefix + ".coef_bias", {outputs}, stats, Init::from_values(bias), rng));
-      coef_scale_.push_back(&params.add(ctx, prefix + ".coef_scale", {3}, stats,
-                                        Init::constant_value(1.0), rng));
+      coef_scale_.push_back(
+          &params.add(ctx, prefix + ".coef_scale", {3}, stats, Init::constant_value(1.0), rng));
     }
   }
 }
@@ -122,9 +122,15 @@ int64_t DepthResidual::block_size(int64_t block) const {
   return std::min(options_.branches_per_block, options_.total_branches - first_branch(block));
 }
 
-TensorView DepthResidual::bank_stream(int j) const { return select(bank_, j); }
-TensorView DepthResidual::bank_rstd_stream(int j) const { return select(bank_rstd_, j); }
-TensorView DepthResidual::dbank_stream(int j) const { return select(dbank_, j); }
+TensorView DepthResidual::bank_stream(int j) const {
+  return select(bank_, j);
+}
+TensorView DepthResidual::bank_rstd_stream(int j) const {
+  return select(bank_rstd_, j);
+}
+TensorView DepthResidual::dbank_stream(int j) const {
+  return select(dbank_, j);
+}
 
 void DepthResidual::begin(const Context& ctx, const TensorView& embedding, int64_t tokens) {
   Backend& be = ctx.backend;
@@ -185,11 +191,11 @@ TensorView DepthResidual::read(const Context& ctx, int64_t branch) {
     if (i == 0) {
       be.copy(select(bs.out[static_cast<size_t>(j)], 0), select(state->retrieved, j));
     } else {
-      be.depth_read_merge_forward(
-          select(bs.out[static_cast<size_t>(j)], i), select(bs.lse[static_cast<size_t>(j)], i),
-          select(partial_, key), select(partial_rstd_, key), select(partial_, value),
-          row(select(folded_query_, j), branch), select(state->retrieved, j),
-          select(state->merge_weight, j));
+      be.depth_read_merge_forward(select(bs.out[static_cast<size_t>(j)], i),
+                                  select(bs.lse[static_cast<size_t>(j)], i), select(partial_, key),
+                                  select(partial_rstd_, key), select(partial_, value),
+                                  row(select(folded_query_, j), branch),
+                                  select(state->retrieved, j), select(state->merge_weight, j));
     }
   }
   TensorView h;
@@ -206,8 +212,8 @@ TensorView DepthResidual::read(const Context& ctx, int64_t branch) {
     params.eps = options_.norm_eps;
     const size_t l = static_cast<size_t>(branch);
     be.dar_coefficients_forward(state->retrieved, coef_weight_[l]->value, coef_bias_[l]->value,
-                                coef_scale_[l]->value, state->alpha, state->beta,
-                                state->transport, state->z_rstd, params);
+                                coef_scale_[l]->value, state->alpha, state->beta, state->transport,
+                                state->z_rstd, params);
     state->h = ctx.make({tokens_, d_});
     be.dar_mix_forward(state->retrieved, state->alpha, state->h);
     h = state->h.view();
@@ -318,11 +324,10 @@ void DepthResidual::begin_backward(const Context& ctx, const TensorView& dh_out_
     const size_t l = static_cast<size_t>(last);
     DarCoefficientParams params;
     params.eps = options_.norm_eps;
-    be.dar_coefficients_backward(dalpha, dbeta, TensorView{}, state.retrieved,
-                                 coef_weight_[l]->value, coef_bias_[l]->value,
-                                 coef_scale_[l]->value, state.alpha, state.beta, TensorView{},
-                                 state.z_rstd, dretrieved, coef_weight_[l]->grad,
-                                 coef_bias_[l]->grad, coef_scale_[l]->grad, params);
+    be.dar_coefficients_backward(
+        dalpha, dbeta, TensorView{}, state.retrieved, coef_weight_[l]->value, coef_bias_[l]->value,
+        coef_scale_[l]->value, state.alpha, state.beta, TensorView{}, state.z_rstd, dretrieved,
+        coef_weight_[l]->grad, coef_bias_[l]->grad, coef_scale_[l]->grad, params);
   }
   for (int j = 0; j < n; ++j) {
     const int key = roles_.key_stream[static_cast<size_t>(j)];
@@ -351,7 +356,8 @@ TensorView DepthResidual::write_backward(const Context& ctx, int64_t branch) {
     }
     for (int j = 0; j < n; ++j) {
       bs.dout.push_back(ctx.zeros(bs.out[static_cast<size_t>(j)].view().shape_vector()));
-      bs.dlse.push_back(ctx.zeros(bs.lse[static_cast<size_t>(j)].view().shape_vector(), ctx.stats()));
+      bs.dlse.push_back(
+          ctx.zeros(bs.lse[static_cast<size_t>(j)].view().shape_vector(), ctx.stats()));
     }
   }
   state.dy = ctx.zeros({tokens_, d_});

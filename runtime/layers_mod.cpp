@@ -143,8 +143,7 @@ RoutedLayer::Losses RoutedLayer::route(const Context& ctx, const TensorView& x, 
       for (size_t i = 0; i < logits.size(); ++i) {
         correct += ((logits[i] > 0.0) == (mask[i] > 0.5)) ? 1 : 0;
       }
-      losses.predictor_accuracy =
-          static_cast<double>(correct) / static_cast<double>(logits.size());
+      losses.predictor_accuracy = static_cast<double>(correct) / static_cast<double>(logits.size());
     }
   }
   return losses;
@@ -188,8 +187,8 @@ void RoutedLayer::backward_inplace(const Context& ctx, const TensorView& dx, Sav
   Backend& be = ctx.backend;
   Buffer ddelta = ctx.zeros(st.delta.view().shape_vector());
   Buffer dlogits = ctx.zeros(st.logits.view().shape_vector(), ctx.stats());
-  be.scatter_add_scaled_backward(dx, st.indices, gate_input_of(st), st.delta, routing_.gate,
-                                 ddelta, routing_.unit_gate ? TensorView{} : dlogits.view());
+  be.scatter_add_scaled_backward(dx, st.indices, gate_input_of(st), st.delta, routing_.gate, ddelta,
+                                 routing_.unit_gate ? TensorView{} : dlogits.view());
   Buffer dgathered = ctx.zeros(st.delta.view().shape_vector());
   core_.delta_backward(ctx, ddelta, st.core, dgathered);
   ddelta.reset();
@@ -199,8 +198,8 @@ void RoutedLayer::backward_inplace(const Context& ctx, const TensorView& dx, Sav
   st = Saved{};
 }
 
-Buffer RoutedLayer::branch_forward(const Context& ctx, int branch, const TensorView& h,
-                                   Saved& st, Losses* losses) const {
+Buffer RoutedLayer::branch_forward(const Context& ctx, int branch, const TensorView& h, Saved& st,
+                                   Losses* losses) const {
   Backend& be = ctx.backend;
   if (branch == 0) {
     st = Saved{};
@@ -222,8 +221,8 @@ Buffer RoutedLayer::branch_forward(const Context& ctx, int branch, const TensorV
   return y;
 }
 
-void RoutedLayer::branch_backward(const Context& ctx, int branch, const TensorView& dy,
-                                  Saved& st, const TensorView& dh) const {
+void RoutedLayer::branch_backward(const Context& ctx, int branch, const TensorView& dy, Saved& st,
+                                  const TensorView& dh) const {
   Backend& be = ctx.backend;
   if (st.dlogits.empty()) {
     st.dlogits = ctx.zeros(st.logits.view().shape_vector(), ctx.stats());

@@ -51,8 +51,8 @@ Model::Model(Backend& backend, const Config& config, const ModelOptions& options
   const Context ctx = context();
   Rng rng(options.seed);
   const int64_t d = m.d_model;
-  embedding_ = &params_.add(ctx, "embedding", {m.vocab_size, d}, options.dtype,
-                            Init::normal_std(0.02), rng);
+  embedding_ =
+      &params_.add(ctx, "embedding", {m.vocab_size, d}, options.dtype, Init::normal_std(0.02), rng);
   BranchShape shape = BranchShape::from(m);
   shape.rope_theta = options.rope_theta;
   const double out_std = 0.02 / std::sqrt(2.0 * static_cast<double>(m.n_layers));
@@ -63,7 +63,8 @@ Model::Model(Backend& backend, const Config& config, const ModelOptions& options
     auto slot = std::make_unique<LayerSlot>();
     const std::string prefix = "layer" + std::to_string(l);
     if (config.mod.is_routed(l)) {
-      slot->routed = std::make_unique<RoutedLayer>(params_, ctx, prefix, shape, routing, rng, out_std);
+      slot->routed =
+          std::make_unique<RoutedLayer>(params_, ctx, prefix, shape, routing, rng, out_std);
     } else {
       slot->dense = std::make_unique<TransformerLayer>(params_, ctx, prefix, shape, rng, out_std);
     }
@@ -74,7 +75,8 @@ Model::Model(Backend& backend, const Config& config, const ModelOptions& options
   }
   final_norm_ = &params_.add(ctx, "final_norm", {d}, options.dtype, Init::constant_value(1.0), rng);
   if (!m.tie_embeddings) {
-    head_ = &params_.add(ctx, "head", {d, m.vocab_size}, options.dtype, Init::normal_std(0.02), rng);
+    head_ =
+        &params_.add(ctx, "head", {d, m.vocab_size}, options.dtype, Init::normal_std(0.02), rng);
   }
 }
 
@@ -93,7 +95,9 @@ Buffer Model::make_tokens(const std::vector<int32_t>& ids, int64_t batch, int64_
   return ctx.indices({batch, seq}, ids);
 }
 
-std::vector<double> Model::last_logits() const { return download(backend_, last_logits_); }
+std::vector<double> Model::last_logits() const {
+  return download(backend_, last_logits_);
+}
 
 StepResult Model::forward_backward(const TensorView& tokens, const TensorView& targets) {
   tracker_.reset_peak();
@@ -158,9 +162,11 @@ StepResult Model::run(const TensorView& tokens, const TensorView& targets, bool 
   if (!depth_) {
     for (auto& slot : layers_) {
       if (slot->dense) {
-        slot->dense->forward_inplace(ctx, x, positions, with_backward ? &slot->dense_saved : nullptr);
+        slot->dense->forward_inplace(ctx, x, positions,
+                                     with_backward ? &slot->dense_saved : nullptr);
       } else {
-        add_losses(slot->routed->forward_inplace(ctx, x, with_backward ? &slot->routed_saved : nullptr));
+        add_losses(
+            slot->routed->forward_inplace(ctx, x, with_backward ? &slot->routed_saved : nullptr));
       }
     }
     final_input = std::move(x);
@@ -233,8 +239,8 @@ StepResult Model::run(const TensorView& tokens, const TensorView& targets, bool 
   }
   dlogits.reset();
   Buffer dx = ctx.zeros({batch, seq, d});
-  be.rmsnorm_backward(reshape(du, {batch, seq, d}), final_input, final_norm_->value, final_rstd,
-                      dx, final_norm_->grad);
+  be.rmsnorm_backward(reshape(du, {batch, seq, d}), final_input, final_norm_->value, final_rstd, dx,
+                      final_norm_->grad);
   du.reset();
   final_u.reset();
   final_input.reset();

@@ -43,8 +43,8 @@ struct Shape {
 struct Options {
   std::string backend = "cpu";
   ScalarType dtype = ScalarType::fp32;
-  std::vector<Shape> shapes = {{256, 256, 1}, {256, 1024, 1}, {512, 1024, 1}, {512, 2048, 1},
-                               {256, 1024, 4}};
+  std::vector<Shape> shapes = {
+      {256, 256, 1}, {256, 1024, 1}, {512, 1024, 1}, {512, 2048, 1}, {256, 1024, 4}};
   int64_t head_dim = 64;
   double capacity = 0.125;
   int reps = 3;
@@ -69,7 +69,8 @@ int64_t parse_int(const std::string& flag, const std::string& text) {
   try {
     size_t used = 0;
     const long long v = std::stoll(text, &used);
-    if (used == text.size() && v > 0) return v;
+    if (used == text.size() && v > 0)
+      return v;
   } catch (const std::exception&) {
   }
   usage(flag + " = " + text + ": expected a positive integer");
@@ -80,16 +81,20 @@ Options parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(flag + ": missing value");
+      if (i + 1 >= argc)
+        usage(flag + ": missing value");
       return argv[++i];
     };
     if (flag == "--backend") {
       o.backend = value();
     } else if (flag == "--dtype") {
       const std::string v = value();
-      if (v == "fp32") o.dtype = ScalarType::fp32;
-      else if (v == "bf16") o.dtype = ScalarType::bf16;
-      else usage("--dtype = " + v + ": allowed fp32, bf16");
+      if (v == "fp32")
+        o.dtype = ScalarType::fp32;
+      else if (v == "bf16")
+        o.dtype = ScalarType::bf16;
+      else
+        usage("--dtype = " + v + ": allowed fp32, bf16");
     } else if (flag == "--shapes") {
       o.shapes.clear();
       std::string list = value();
@@ -111,7 +116,8 @@ Options parse(int argc, char** argv) {
     } else if (flag == "--capacity") {
       const std::string v = value();
       o.capacity = std::atof(v.c_str());
-      if (!(o.capacity > 0.0 && o.capacity <= 1.0)) usage("--capacity = " + v + ": must be in (0, 1]");
+      if (!(o.capacity > 0.0 && o.capacity <= 1.0))
+        usage("--capacity = " + v + ": must be in (0, 1]");
     } else if (flag == "--reps") {
       o.reps = static_cast<int>(parse_int(flag, value()));
     } else if (flag == "--warmup") {
@@ -141,7 +147,8 @@ Options parse(int argc, char** argv) {
 
 // Median seconds of `body` over reps, after warmup runs.
 double median_seconds(Backend& backend, int warmup, int reps, const std::function<void()>& body) {
-  for (int i = 0; i < warmup; ++i) body();
+  for (int i = 0; i < warmup; ++i)
+    body();
   backend.synchronize();
   std::unique_ptr<Timer> timer = backend.make_timer();
   std::vector<double> times;
@@ -166,9 +173,10 @@ BranchShape layer_shape(int64_t d, int64_t head_dim) {
 }
 
 void bench_layers(Backend& backend, const Options& o) {
-  std::printf("MoD routed layer (capacity %.4g, g(r) = r) vs dense layer: forward + backward, "
-              "median of %d (backend %s, %s)\n",
-              o.capacity, o.reps, backend.name().c_str(), to_string(o.dtype));
+  std::printf(
+      "MoD routed layer (capacity %.4g, g(r) = r) vs dense layer: forward + backward, "
+      "median of %d (backend %s, %s)\n",
+      o.capacity, o.reps, backend.name().c_str(), to_string(o.dtype));
   std::printf("%6s %6s %4s %4s %6s | %12s %12s | %8s\n", "d", "s", "b", "H", "k", "dense_ms",
               "routed_ms", "speedup");
   for (const Shape& sh : o.shapes) {
@@ -183,14 +191,17 @@ void bench_layers(Backend& backend, const Options& o) {
     RoutedLayer routed(params, ctx, "routed", shape, routing, rng, 0.02);
     // Inputs: random (never time on zeros), uploaded once.
     std::vector<double> host(static_cast<size_t>(sh.b * sh.s * sh.d));
-    for (double& v : host) v = rng.normal();
+    for (double& v : host)
+      v = rng.normal();
     Buffer x0 = ctx.make({sh.b, sh.s, sh.d});
     upload(backend, host, x0);
-    for (double& v : host) v = rng.normal();
+    for (double& v : host)
+      v = rng.normal();
     Buffer dy = ctx.make({sh.b, sh.s, sh.d});
     upload(backend, host, dy);
     std::vector<int32_t> pos(static_cast<size_t>(sh.b * sh.s));
-    for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i % sh.s);
+    for (size_t i = 0; i < pos.size(); ++i)
+      pos[i] = static_cast<int32_t>(i % sh.s);
     Buffer positions = ctx.indices({sh.b, sh.s}, pos);
     Buffer x = ctx.make({sh.b, sh.s, sh.d});
     Buffer dx = ctx.make({sh.b, sh.s, sh.d});
@@ -228,12 +239,12 @@ void bench_model(Backend& backend, const Options& o) {
                               {"Block AttnRes (K=2)", DarVariant::attnres, 2},
                               {"Block DAR n=2 (K=2)", DarVariant::dar, 2},
                               {"Full DAR n=2 (K=1)", DarVariant::dar, 1}};
-  std::printf("\nTraining step (forward + backward + AdamW), L=%lld d=%lld s=%lld b=%lld V=%lld, "
-              "median of %d (backend %s, %s)\n",
-              static_cast<long long>(o.model_layers), static_cast<long long>(o.model_d),
-              static_cast<long long>(o.model_seq), static_cast<long long>(o.model_batch),
-              static_cast<long long>(o.model_vocab), o.reps, backend.name().c_str(),
-              to_string(o.dtype));
+  std::printf(
+      "\nTraining step (forward + backward + AdamW), L=%lld d=%lld s=%lld b=%lld V=%lld, "
+      "median of %d (backend %s, %s)\n",
+      static_cast<long long>(o.model_layers), static_cast<long long>(o.model_d),
+      static_cast<long long>(o.model_seq), static_cast<long long>(o.model_batch),
+      static_cast<long long>(o.model_vocab), o.reps, backend.name().c_str(), to_string(o.dtype));
   std::printf("%-22s | %10s %10s %12s\n", "residual", "step_ms", "overhead", "peak_MiB");
   double plain_s = 0.0;
   for (const Variant& v : variants) {
@@ -250,20 +261,22 @@ void bench_model(Backend& backend, const Options& o) {
     options.dtype = o.dtype;
     Model model(backend, config, options);
     std::vector<int32_t> ids(static_cast<size_t>(o.model_batch * o.model_seq));
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 7919 + 13) % o.model_vocab);
+    for (size_t i = 0; i < ids.size(); ++i)
+      ids[i] = static_cast<int32_t>((i * 7919 + 13) % o.model_vocab);
     Buffer tokens = model.make_tokens(ids, o.model_batch, o.model_seq);
     std::rotate(ids.begin(), ids.begin() + 1, ids.end());
     Buffer targets = model.make_tokens(ids, o.model_batch, o.model_seq);
     int64_t peak = 0;
-    const double step_s = median_seconds(backend, o.warmup, o.reps, [&]() {
-      peak = model.train_step(tokens, targets).peak_bytes;
-    });
-    if (v.dar == DarVariant::none) plain_s = step_s;
+    const double step_s = median_seconds(
+        backend, o.warmup, o.reps, [&]() { peak = model.train_step(tokens, targets).peak_bytes; });
+    if (v.dar == DarVariant::none)
+      plain_s = step_s;
     std::printf("%-22s | %10.3f %9.1f%% %12.1f\n", v.name, step_s * 1e3,
                 100.0 * (step_s / plain_s - 1.0), static_cast<double>(peak) / (1024.0 * 1024.0));
     std::fflush(stdout);
   }
-  std::printf("(DAR coefficient heads: modar's mHC-style reconstruction, see docs/runtime_layers.md)\n");
+  std::printf(
+      "(DAR coefficient heads: modar's mHC-style reconstruction, see docs/runtime_layers.md)\n");
 }
 
 }  // namespace
@@ -272,8 +285,10 @@ int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   try {
     std::unique_ptr<Backend> backend = make_backend(o.backend);
-    if (o.layers) bench_layers(*backend, o);
-    if (o.model) bench_model(*backend, o);
+    if (o.layers)
+      bench_layers(*backend, o);
+    if (o.model)
+      bench_model(*backend, o);
   } catch (const modar::ConfigError& e) {
     std::fprintf(stderr, "modar_bench_layers: %s\n", e.what());
     return 2;

@@ -43,7 +43,7 @@ struct StepResult {
   double router_aux = 0.0;  // mean over routed layers of the router BCE (unweighted)
   double predictor = 0.0;   // mean over routed layers of the predictor BCE
   double predictor_accuracy = 0.0;
-  int64_t peak_bytes = 0;   // peak bytes held during the step
+  int64_t peak_bytes = 0;  // peak bytes held during the step
 };
 
 class Model {

@@ -22,7 +22,9 @@ inline Backend& cpu_backend() {
   return *backend;
 }
 
-inline Context fp64_context() { return Context{cpu_backend(), nullptr, ScalarType::fp64}; }
+inline Context fp64_context() {
+  return Context{cpu_backend(), nullptr, ScalarType::fp64};
+}
 
 inline std::vector<double> random_values(int64_t count, uint64_t seed, double scale = 1.0) {
   Rng rng(seed);
@@ -51,10 +53,9 @@ inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
 // Central differences of `loss` (which must only READ parameter values) against
 // the gradients currently stored in `params`, at up to `samples` entries per
 // parameter tensor.  Tolerance: |fd - analytic| <= tol * (1 + |analytic|).
-inline void expect_parameter_gradients(ParameterSet& params, const std::function<double()>& loss,
-                                       int samples = 4, double tol = 1e-6, double step = 1e-5,
-                                       const std::function<bool(const std::string&)>& include =
-                                           nullptr) {
+inline void expect_parameter_gradients(
+    ParameterSet& params, const std::function<double()>& loss, int samples = 4, double tol = 1e-6,
+    double step = 1e-5, const std::function<bool(const std::string&)>& include = nullptr) {
   Backend& be = cpu_backend();
   int checked = 0;
   for (const auto& p : params.all()) {

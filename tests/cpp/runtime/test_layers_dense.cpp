@@ -65,7 +65,8 @@ TEST(DenseLayer, EqualsItsBranchesComposed) {
   Buffer x0 = host_tensor(ctx, {b, s, d}, x_host);
   Buffer a = layer.attention().forward(ctx, x0, positions, TensorView{}, nullptr);
   std::vector<double> mid = download(ctx.backend, a);
-  for (size_t i = 0; i < mid.size(); ++i) mid[i] += x_host[i];
+  for (size_t i = 0; i < mid.size(); ++i)
+    mid[i] += x_host[i];
   Buffer x1 = host_tensor(ctx, {b, s, d}, mid);
   const std::vector<double> m = download(ctx.backend, layer.mlp().forward(ctx, x1, nullptr));
   for (size_t i = 0; i < out.size(); ++i) {

@@ -13,7 +13,9 @@ namespace {
 constexpr double kNormEps = 1e-6;
 using Matrix = std::vector<std::vector<double>>;  // [T][d]
 
-double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+double sigmoid(double x) {
+  return 1.0 / (1.0 + std::exp(-x));
+}
 
 struct NaiveDepth {
   int64_t n, d, tokens, branches, per_block;
@@ -43,11 +45,13 @@ struct NaiveDepth {
     }
     const double top = *std::max_element(scores.begin(), scores.end());
     double z = 0.0;
-    for (double s : scores) z += std::exp(s - top);
+    for (double s : scores)
+      z += std::exp(s - top);
     std::vector<double> out(d, 0.0);
     for (size_t r = 0; r < scores.size(); ++r) {
       const double a = std::exp(scores[r] - top) / z;
-      for (size_t c = 0; c < d; ++c) out[c] += a * (*values[r])[c];
+      for (size_t c = 0; c < d; ++c)
+        out[c] += a * (*values[r])[c];
     }
     return out;
   }
@@ -59,9 +63,11 @@ struct NaiveDepth {
   Coefficients coefficients(int64_t l, const std::vector<std::vector<double>>& retrieved,
                             bool with_transport) const {
     std::vector<double> z;
-    for (const auto& r : retrieved) z.insert(z.end(), r.begin(), r.end());
+    for (const auto& r : retrieved)
+      z.insert(z.end(), r.begin(), r.end());
     double ss = 0.0;
-    for (double v : z) ss += v * v;
+    for (double v : z)
+      ss += v * v;
     const double rstd = 1.0 / std::sqrt(ss / static_cast<double>(z.size()) + kNormEps);
     const auto& W = weight[static_cast<size_t>(l)];
     const auto& b = bias[static_cast<size_t>(l)];
@@ -70,8 +76,10 @@ struct NaiveDepth {
     std::vector<double> c(outputs);
     for (size_t o = 0; o < outputs; ++o) {
       double acc = 0.0;
-      for (size_t i = 0; i < z.size(); ++i) acc += z[i] * rstd * W[i * outputs + o];
-      const size_t group = o < static_cast<size_t>(n) ? 0 : (o < static_cast<size_t>(2 * n) ? 1 : 2);
+      for (size_t i = 0; i < z.size(); ++i)
+        acc += z[i] * rstd * W[i * outputs + o];
+      const size_t group =
+          o < static_cast<size_t>(n) ? 0 : (o < static_cast<size_t>(2 * n) ? 1 : 2);
       c[o] = g[group] * acc + b[o];
     }
     Coefficients k;
@@ -91,13 +99,17 @@ struct NaiveDepth {
         for (int it = 0; it < 20; ++it) {
           for (auto& rowv : k.transport) {
             double s = 0.0;
-            for (double v : rowv) s += v;
-            for (double& v : rowv) v /= s;
+            for (double v : rowv)
+              s += v;
+            for (double& v : rowv)
+              v /= s;
           }
           for (int64_t b2 = 0; b2 < n; ++b2) {
             double s = 0.0;
-            for (int64_t a = 0; a < n; ++a) s += k.transport[a][b2];
-            for (int64_t a = 0; a < n; ++a) k.transport[a][b2] /= s;
+            for (int64_t a = 0; a < n; ++a)
+              s += k.transport[a][b2];
+            for (int64_t a = 0; a < n; ++a)
+              k.transport[a][b2] /= s;
           }
         }
       }
@@ -130,11 +142,13 @@ TEST_P(DepthTwoPhase, EqualsNaiveSoftmaxOverAllSources) {
   DepthResidual depth(params, ctx, options, d, rng);
   randomize_parameters(params, 77, 0.4);
 
-  NaiveDepth naive{n, d, tokens, branches, dc.per_block, StreamRoles::of(dc.variant, n), {}, {}, {}, {}};
+  NaiveDepth naive{n,  d,  tokens, branches, dc.per_block, StreamRoles::of(dc.variant, n),
+                   {}, {}, {},     {}};
   {
     const std::vector<double> w = download(ctx.backend, params.find("depth.query")->value);
     const std::vector<double> g = download(ctx.backend, params.find("depth.key_norm")->value);
-    for (size_t i = 0; i < w.size(); ++i) naive.folded.push_back(w[i] * g[i]);
+    for (size_t i = 0; i < w.size(); ++i)
+      naive.folded.push_back(w[i] * g[i]);
     if (n >= 2) {
       for (int64_t l = 0; l <= branches; ++l) {
         const std::string prefix =
@@ -147,10 +161,12 @@ TEST_P(DepthTwoPhase, EqualsNaiveSoftmaxOverAllSources) {
   }
   const std::vector<double> embedding = random_values(tokens * d, 5);
   std::vector<std::vector<double>> branch_scale;
-  for (int64_t l = 0; l < branches; ++l) branch_scale.push_back(random_values(d, 100 + l, 1.5));
+  for (int64_t l = 0; l < branches; ++l)
+    branch_scale.push_back(random_values(d, 100 + l, 1.5));
   auto branch = [&](int64_t l, const std::vector<double>& h) {  // y = tanh(c_l (.) h) per token
     std::vector<double> y(h.size());
-    for (size_t i = 0; i < h.size(); ++i) y[i] = std::tanh(branch_scale[l][i % d] * h[i]);
+    for (size_t i = 0; i < h.size(); ++i)
+      y[i] = std::tanh(branch_scale[l][i % d] * h[i]);
     return y;
   };
 
@@ -194,7 +210,8 @@ TEST_P(DepthTwoPhase, EqualsNaiveSoftmaxOverAllSources) {
       } else {
         coef = naive.coefficients(l, retrieved, i > 0);
         for (int64_t j = 0; j < n; ++j)
-          for (int64_t c = 0; c < d; ++c) h[c] += coef.alpha[j] * retrieved[j][c];
+          for (int64_t c = 0; c < d; ++c)
+            h[c] += coef.alpha[j] * retrieved[j][c];
       }
       for (int64_t c = 0; c < d; ++c) {
         EXPECT_NEAR(engine_inputs[l][t * d + c], h[c], 1e-12)
@@ -209,14 +226,16 @@ TEST_P(DepthTwoPhase, EqualsNaiveSoftmaxOverAllSources) {
           } else {
             double v = coef.beta[j] * y[c];
             if (i > 0) {
-              for (int64_t k = 0; k < n; ++k) v += coef.transport[j][k] * partial[k][c];
+              for (int64_t k = 0; k < n; ++k)
+                v += coef.transport[j][k] * partial[k][c];
             }
             next[j][c] = v;
           }
         }
       }
       partial = next;
-      if (i == block_len - 1) bank.push_back(partial);
+      if (i == block_len - 1)
+        bank.push_back(partial);
     }
     // output read
     std::vector<std::vector<double>> retrieved;
@@ -234,7 +253,8 @@ TEST_P(DepthTwoPhase, EqualsNaiveSoftmaxOverAllSources) {
     } else {
       const auto coef = naive.coefficients(branches, retrieved, false);
       for (int64_t j = 0; j < n; ++j)
-        for (int64_t c = 0; c < d; ++c) h[c] += coef.alpha[j] * retrieved[j][c];
+        for (int64_t c = 0; c < d; ++c)
+          h[c] += coef.alpha[j] * retrieved[j][c];
     }
     for (int64_t c = 0; c < d; ++c) {
       EXPECT_NEAR(engine_out[t * d + c], h[c], 1e-12) << "output token " << t;
@@ -243,17 +263,18 @@ TEST_P(DepthTwoPhase, EqualsNaiveSoftmaxOverAllSources) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Variants, DepthTwoPhase,
-    ::testing::Values(DepthCase{"attnres_block4", DarVariant::attnres, 1, 4},
-                      DepthCase{"attnres_full", DarVariant::attnres, 1, 1},
-                      DepthCase{"dar_block4", DarVariant::dar, 2, 4},
-                      DepthCase{"dar_full", DarVariant::dar, 2, 2},
-                      DepthCase{"selfkv", DarVariant::selfkv, 2, 4},
-                      DepthCase{"fixedkv", DarVariant::fixedkv, 2, 4},
-                      DepthCase{"crossv", DarVariant::crossv, 2, 4},
-                      DepthCase{"dar_n3", DarVariant::dar, 3, 4}),
-    [](const ::testing::TestParamInfo<DepthCase>& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Variants, DepthTwoPhase,
+                         ::testing::Values(DepthCase{"attnres_block4", DarVariant::attnres, 1, 4},
+                                           DepthCase{"attnres_full", DarVariant::attnres, 1, 1},
+                                           DepthCase{"dar_block4", DarVariant::dar, 2, 4},
+                                           DepthCase{"dar_full", DarVariant::dar, 2, 2},
+                                           DepthCase{"selfkv", DarVariant::selfkv, 2, 4},
+                                           DepthCase{"fixedkv", DarVariant::fixedkv, 2, 4},
+                                           DepthCase{"crossv", DarVariant::crossv, 2, 4},
+                                           DepthCase{"dar_n3", DarVariant::dar, 3, 4}),
+                         [](const ::testing::TestParamInfo<DepthCase>& info) {
+                           return std::string(info.param.name);
+                         });
 
 TEST(StreamRoles, MatchSpecTable) {
   const StreamRoles dar = StreamRoles::of(DarVariant::dar, 2);
@@ -290,7 +311,8 @@ TEST(DepthResidual, ZeroQueriesGiveUniformDepthWeights) {
   Buffer y = host_tensor(ctx, {2, 4}, y0);
   depth.write(ctx, 0, y);
   const std::vector<double> h1 = download(ctx.backend, depth.read(ctx, 1));
-  for (size_t i = 0; i < h1.size(); ++i) EXPECT_NEAR(h1[i], 0.5 * (emb[i] + y0[i]), 1e-14);
+  for (size_t i = 0; i < h1.size(); ++i)
+    EXPECT_NEAR(h1[i], 0.5 * (emb[i] + y0[i]), 1e-14);
 }
 
 }  // namespace

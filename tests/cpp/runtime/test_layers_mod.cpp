@@ -41,8 +41,10 @@ TEST_P(RoutedLayerGradients, MatchFiniteDifferences) {
   // BCE (aux_loss mode) + predictor BCE (predictor mode).
   auto objective = [&](const RoutedLayer::Losses& losses, const std::vector<double>& out) {
     double value = dot(out, weights);
-    if (c.causal == CausalRouter::aux_loss) value += routing.aux_loss_weight * losses.router_aux;
-    if (c.causal == CausalRouter::predictor) value += losses.predictor;
+    if (c.causal == CausalRouter::aux_loss)
+      value += routing.aux_loss_weight * losses.router_aux;
+    if (c.causal == CausalRouter::predictor)
+      value += losses.predictor;
     return value;
   };
   auto loss = [&]() {
@@ -148,7 +150,8 @@ TEST(RoutedLayer, CapacityOneWithLinearGateScalesTheDenseDeltaByR) {
   const std::vector<double> out_r = download(ctx.backend, xr), out_d = download(ctx.backend, xd);
   for (int64_t t = 0; t < kBatch * kSeq; ++t) {
     double r = 0.0;
-    for (int64_t c = 0; c < d; ++c) r += w_r[c] * x_host[t * d + c];
+    for (int64_t c = 0; c < d; ++c)
+      r += w_r[c] * x_host[t * d + c];
     for (int64_t c = 0; c < d; ++c) {
       const size_t i = static_cast<size_t>(t * d + c);
       EXPECT_NEAR(out_r[i], x_host[i] + r * (out_d[i] - x_host[i]), 1e-12);
@@ -193,9 +196,8 @@ TEST(RoutedLayer, TopKIsDeterministicUnderTiesAndKeepsOtherTokens) {
     const std::vector<double> out = download(ctx.backend, x);
     for (int64_t b = 0; b < kBatch; ++b) {
       for (int64_t t = 0; t < kSeq; ++t) {
-        const bool routed =
-            std::find(expected.begin() + b * 3, expected.begin() + b * 3 + 3, t) !=
-            expected.begin() + b * 3 + 3;
+        const bool routed = std::find(expected.begin() + b * 3, expected.begin() + b * 3 + 3, t) !=
+                            expected.begin() + b * 3 + 3;
         for (int64_t c = 0; c < d; ++c) {
           const size_t i = static_cast<size_t>((b * kSeq + t) * d + c);
           if (!routed) {

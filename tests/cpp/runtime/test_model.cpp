@@ -68,90 +68,91 @@ TEST_P(ModelGradients, MatchFiniteDifferences) {
       },
       3, 1e-6, 1e-5, [&](const std::string& name) { return !is_predictor(name); });
   if (config.mod.causal_router == CausalRouter::predictor) {
-    expect_parameter_gradients(model.parameters(),
-                               [&]() { return model.evaluate(tokens, targets).loss; }, 6, 1e-6,
-                               1e-5, is_predictor);
+    expect_parameter_gradients(
+        model.parameters(), [&]() { return model.evaluate(tokens, targets).loss; }, 6, 1e-6, 1e-5,
+        is_predictor);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Architectures, ModelGradients,
-    ::testing::Values(
-        ModelCase{"dense_gelu", [](Config&) {}},
-        ModelCase{"dense_swiglu_tied",
-                  [](Config& c) {
-                    c.model.mlp = MlpKind::swiglu;
-                    c.model.tie_embeddings = true;
-                  }},
-        ModelCase{"mod_linear_every2",
-                  [](Config& c) {
-                    c.mod.every = 2;
-                    c.mod.capacity = 0.5;
-                  }},
-        ModelCase{"mod_sigmoid_aux_every1",
-                  [](Config& c) {
-                    c.mod.every = 1;
-                    c.mod.capacity = 0.34;
-                    c.mod.router_scale = RouterScale::sigmoid;
-                    c.mod.causal_router = CausalRouter::aux_loss;
-                  }},
-        ModelCase{"mod_predictor",
-                  [](Config& c) {
-                    c.mod.every = 2;
-                    c.mod.capacity = 0.5;
-                    c.mod.causal_router = CausalRouter::predictor;
-                    c.mod.predictor_hidden = 8;
-                  }},
-        ModelCase{"attnres_block",
-                  [](Config& c) {
-                    c.dar.variant = DarVariant::attnres;
-                    c.dar.block_layers = 2;
-                  }},
-        ModelCase{"attnres_full",
-                  [](Config& c) {
-                    c.dar.variant = DarVariant::attnres;
-                    c.dar.block_layers = 1;
-                  }},
-        ModelCase{"dar_block",
-                  [](Config& c) {
-                    c.dar.variant = DarVariant::dar;
-                    c.dar.block_layers = 2;
-                  }},
-        ModelCase{"dar_full",
-                  [](Config& c) {
-                    c.dar.variant = DarVariant::dar;
-                    c.dar.block_layers = 1;
-                  }},
-        ModelCase{"selfkv",
-                  [](Config& c) {
-                    c.dar.variant = DarVariant::selfkv;
-                    c.dar.block_layers = 2;
-                  }},
-        ModelCase{"fixedkv",
-                  [](Config& c) {
-                    c.dar.variant = DarVariant::fixedkv;
-                    c.dar.block_layers = 2;
-                  }},
-        ModelCase{"crossv",
-                  [](Config& c) {
-                    c.dar.variant = DarVariant::crossv;
-                    c.dar.block_layers = 2;
-                  }},
-        ModelCase{"dar_n3",
-                  [](Config& c) {
-                    c.dar.variant = DarVariant::dar;
-                    c.dar.streams = 3;
-                    c.dar.block_layers = 2;
-                  }},
-        ModelCase{"mod_in_dar",
-                  [](Config& c) {
-                    c.dar.variant = DarVariant::dar;
-                    c.dar.block_layers = 2;
-                    c.mod.every = 2;
-                    c.mod.capacity = 0.5;
-                    c.mod.causal_router = CausalRouter::aux_loss;
-                  }}),
-    [](const ::testing::TestParamInfo<ModelCase>& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Architectures, ModelGradients,
+                         ::testing::Values(ModelCase{"dense_gelu", [](Config&) {}},
+                                           ModelCase{"dense_swiglu_tied",
+                                                     [](Config& c) {
+                                                       c.model.mlp = MlpKind::swiglu;
+                                                       c.model.tie_embeddings = true;
+                                                     }},
+                                           ModelCase{"mod_linear_every2",
+                                                     [](Config& c) {
+                                                       c.mod.every = 2;
+                                                       c.mod.capacity = 0.5;
+                                                     }},
+                                           ModelCase{"mod_sigmoid_aux_every1",
+                                                     [](Config& c) {
+                                                       c.mod.every = 1;
+                                                       c.mod.capacity = 0.34;
+                                                       c.mod.router_scale = RouterScale::sigmoid;
+                                                       c.mod.causal_router = CausalRouter::aux_loss;
+                                                     }},
+                                           ModelCase{"mod_predictor",
+                                                     [](Config& c) {
+                                                       c.mod.every = 2;
+                                                       c.mod.capacity = 0.5;
+                                                       c.mod.causal_router =
+                                                           CausalRouter::predictor;
+                                                       c.mod.predictor_hidden = 8;
+                                                     }},
+                                           ModelCase{"attnres_block",
+                                                     [](Config& c) {
+                                                       c.dar.variant = DarVariant::attnres;
+                                                       c.dar.block_layers = 2;
+                                                     }},
+                                           ModelCase{"attnres_full",
+                                                     [](Config& c) {
+                                                       c.dar.variant = DarVariant::attnres;
+                                                       c.dar.block_layers = 1;
+                                                     }},
+                                           ModelCase{"dar_block",
+                                                     [](Config& c) {
+                                                       c.dar.variant = DarVariant::dar;
+                                                       c.dar.block_layers = 2;
+                                                     }},
+                                           ModelCase{"dar_full",
+                                                     [](Config& c) {
+                                                       c.dar.variant = DarVariant::dar;
+                                                       c.dar.block_layers = 1;
+                                                     }},
+                                           ModelCase{"selfkv",
+                                                     [](Config& c) {
+                                                       c.dar.variant = DarVariant::selfkv;
+                                                       c.dar.block_layers = 2;
+                                                     }},
+                                           ModelCase{"fixedkv",
+                                                     [](Config& c) {
+                                                       c.dar.variant = DarVariant::fixedkv;
+                                                       c.dar.block_layers = 2;
+                                                     }},
+                                           ModelCase{"crossv",
+                                                     [](Config& c) {
+                                                       c.dar.variant = DarVariant::crossv;
+                                                       c.dar.block_layers = 2;
+                                                     }},
+                                           ModelCase{"dar_n3",
+                                                     [](Config& c) {
+                                                       c.dar.variant = DarVariant::dar;
+                                                       c.dar.streams = 3;
+                                                       c.dar.block_layers = 2;
+                                                     }},
+                                           ModelCase{"mod_in_dar",
+                                                     [](Config& c) {
+                                                       c.dar.variant = DarVariant::dar;
+                                                       c.dar.block_layers = 2;
+                                                       c.mod.every = 2;
+                                                       c.mod.capacity = 0.5;
+                                                       c.mod.causal_router = CausalRouter::aux_loss;
+                                                     }}),
+                         [](const ::testing::TestParamInfo<ModelCase>& info) {
+                           return std::string(info.param.name);
+                         });
 
 // SPEC 1.1: MoD at capacity 1, every layer routed, with g(r) = 1, reproduces
 // the dense model exactly (loss, logits and every shared gradient, bit for bit).
@@ -205,7 +206,8 @@ TEST_P(DarEqualsAttnRes, WithIdenticalStreamsAndUnitCoefficients) {
   const int64_t rows = 2 * 3 + 1, d = 16;
   const std::vector<double> q = random_values(rows * d, 70, 0.5);
   std::vector<double> gamma = random_values(rows * d, 71, 0.1);
-  for (double& g : gamma) g += 1.0;
+  for (double& g : gamma)
+    g += 1.0;
   set_parameter(attn.parameters(), "depth.query", q);
   set_parameter(attn.parameters(), "depth.key_norm", gamma);
   std::vector<double> q2 = q, gamma2 = gamma;
@@ -217,7 +219,8 @@ TEST_P(DarEqualsAttnRes, WithIdenticalStreamsAndUnitCoefficients) {
     if (p->name.find(".coef_weight") != std::string::npos ||
         p->name.find(".coef_bias") != std::string::npos) {
       std::vector<double> v(static_cast<size_t>(p->value.numel()), 0.0);
-      if (p->name.find(".coef_bias") != std::string::npos && v.size() == 5) v[4] = 0.3;  // rho
+      if (p->name.find(".coef_bias") != std::string::npos && v.size() == 5)
+        v[4] = 0.3;  // rho
       upload(cpu_backend(), v, p->value);
     }
   }
@@ -227,12 +230,13 @@ TEST_P(DarEqualsAttnRes, WithIdenticalStreamsAndUnitCoefficients) {
   const StepResult b = dar.evaluate(tokens, targets);
   EXPECT_NEAR(a.loss, b.loss, 1e-12);
   const std::vector<double> la = attn.last_logits(), lb = dar.last_logits();
-  for (size_t i = 0; i < la.size(); ++i) EXPECT_NEAR(la[i], lb[i], 1e-11);
+  for (size_t i = 0; i < la.size(); ++i)
+    EXPECT_NEAR(la[i], lb[i], 1e-11);
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, DarEqualsAttnRes,
-                         ::testing::Values(DarVariant::dar, DarVariant::selfkv,
-                                           DarVariant::fixedkv, DarVariant::crossv));
+                         ::testing::Values(DarVariant::dar, DarVariant::selfkv, DarVariant::fixedkv,
+                                           DarVariant::crossv));
 
 // The DAR init breaks the stream symmetry (layers.hpp / layers_depth.cpp):
 // after one step from the default init the two streams' gradients differ.
@@ -245,7 +249,8 @@ TEST(ModelInit, DarStreamsAreNotSymmetricAtInit) {
   Buffer tokens = model.make_tokens(token_ids(kBatch * kSeq, 13, 0), kBatch, kSeq);
   Buffer targets = model.make_tokens(token_ids(kBatch * kSeq, 13, 1), kBatch, kSeq);
   model.forward_backward(tokens, targets);
-  const std::vector<double> g = download(cpu_backend(), model.parameters().find("depth.query")->grad);
+  const std::vector<double> g =
+      download(cpu_backend(), model.parameters().find("depth.query")->grad);
   const size_t half = g.size() / 2;
   double diff = 0.0, norm = 0.0;
   for (size_t i = 0; i < half; ++i) {
@@ -289,32 +294,35 @@ TEST_P(ModelTraining, ReducesLossOnAFixedSequence) {
   Model model(cpu_backend(), config, options);
   const int64_t b = 2, s = 16;
   std::vector<int32_t> ids(static_cast<size_t>(b * s + 1));
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((5 * i * i + 3 * i) % 16);
+  for (size_t i = 0; i < ids.size(); ++i)
+    ids[i] = static_cast<int32_t>((5 * i * i + 3 * i) % 16);
   std::vector<int32_t> inputs(ids.begin(), ids.end() - 1), next(ids.begin() + 1, ids.end());
   Buffer tokens = model.make_tokens(inputs, b, s);
   Buffer targets = model.make_tokens(next, b, s);
   const double first = model.train_step(tokens, targets).lm_loss;
   double last = first;
-  for (int step = 0; step < 40; ++step) last = model.train_step(tokens, targets).lm_loss;
+  for (int step = 0; step < 40; ++step)
+    last = model.train_step(tokens, targets).lm_loss;
   EXPECT_NEAR(first, std::log(16.0), 0.3);  // near-uniform predictions at init
   EXPECT_LT(last, 0.5 * first);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Architectures, ModelTraining,
-    ::testing::Values(ModelCase{"dense", [](Config&) {}},
-                      ModelCase{"mod",
-                                [](Config& c) {
-                                  c.mod.every = 2;
-                                  c.mod.offset = 1;
-                                  c.mod.capacity = 0.5;
-                                }},
-                      ModelCase{"dar",
-                                [](Config& c) {
-                                  c.dar.variant = DarVariant::dar;
-                                  c.dar.block_layers = 1;
-                                }}),
-    [](const ::testing::TestParamInfo<ModelCase>& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Architectures, ModelTraining,
+                         ::testing::Values(ModelCase{"dense", [](Config&) {}},
+                                           ModelCase{"mod",
+                                                     [](Config& c) {
+                                                       c.mod.every = 2;
+                                                       c.mod.offset = 1;
+                                                       c.mod.capacity = 0.5;
+                                                     }},
+                                           ModelCase{"dar",
+                                                     [](Config& c) {
+                                                       c.dar.variant = DarVariant::dar;
+                                                       c.dar.block_layers = 1;
+                                                     }}),
+                         [](const ::testing::TestParamInfo<ModelCase>& info) {
+                           return std::string(info.param.name);
+                         });
 
 // The peak covers parameters + gradients + both AdamW moments (4 copies of the
 // parameters in fp32) plus at least the logits of the step; a forward-only
