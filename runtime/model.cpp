@@ -278,4 +278,34 @@ StepResult Model::run(const TensorView& tokens, const TensorView& targets, bool 
   return result;
 }
 
+StepResult measure_training_step(Backend& backend, const Config& config, int warmup,
+                                 uint64_t seed) {
+  ModelOptions options;
+  options.dtype = scalar_type(config.train.dtype);
+  options.seed = seed;
+  const int64_t batch = config.train.micro_batch, seq = config.model.seq_len;
+  if (batch < 1 || seq < 1) {
+    throw ConfigError("train.micro_batch = " + std::to_string(batch) +
+                      ", model.seq_len = " + std::to_string(seq) + ": both must be >= 1");
+  }
+  Model model(backend, config, options);
+  const int64_t vocab = config.model.vocab_size;
+  std::vector<int32_t> ids(static_cast<size_t>(batch * seq + 1));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(vocab));
+  }
+  Buffer tokens = model.make_tokens(std::vector<int32_t>(ids.begin(), ids.end() - 1), batch, seq);
+  Buffer targets = model.make_tokens(std::vector<int32_t>(ids.begin() + 1, ids.end()), batch, seq);
+  for (int i = 0; i < warmup; ++i) {
+    model.train_step(tokens, targets);
+  }
+  backend.synchronize();
+  std::unique_ptr<Timer> timer = backend.make_timer();
+  timer->start();
+  StepResult result = model.train_step(tokens, targets);
+  timer->stop();
+  result.step_s = timer->elapsed_s();
+  return result;
+}
+
 }  // namespace modar::runtime

@@ -44,6 +44,7 @@ struct StepResult {
   double predictor = 0.0;   // mean over routed layers of the predictor BCE
   double predictor_accuracy = 0.0;
   int64_t peak_bytes = 0;  // peak bytes held during the step
+  double step_s = 0.0;     // wall time of the step (measure_training_step only)
 };
 
 class Model {
@@ -91,5 +92,14 @@ class Model {
   Buffer last_logits_;
   int64_t step_ = 0;
 };
+
+// Build the model of `config` on `backend` (dtype config.train.dtype, batch
+// config.train.micro_batch, sequence config.model.seq_len), run `warmup`
+// training steps and then one measured step on deterministic synthetic tokens.
+// Returns that step's result: peak_bytes (parameters + gradients + AdamW state
+// + activations + transients, as allocated by the model) and step_s (backend
+// timer).  This is what `modar validate` compares with the cost model.
+StepResult measure_training_step(Backend& backend, const Config& config, int warmup = 1,
+                                 uint64_t seed = 1);
 
 }  // namespace modar::runtime

@@ -341,5 +341,20 @@ TEST(ModelMemory, PeakBytesCoverStateAndActivations) {
   EXPECT_EQ(model.memory().live_bytes(), state_bytes + logits_bytes);  // state + kept logits
 }
 
+TEST(ModelMemory, MeasureTrainingStepUsesTheConfig) {
+  Config config = tiny_config();
+  config.train.micro_batch = 3;
+  config.train.dtype = DType::fp32;
+  const StepResult small = measure_training_step(cpu_backend(), config, 0);
+  config.train.micro_batch = 6;
+  const StepResult large = measure_training_step(cpu_backend(), config, 0);
+  EXPECT_TRUE(std::isfinite(small.loss));
+  EXPECT_GT(small.step_s, 0.0);
+  // Twice the tokens: at least the extra logits (3 * 6 rows * V * 4 bytes) more.
+  EXPECT_GE(large.peak_bytes - small.peak_bytes, 3 * 6 * config.model.vocab_size * 4);
+  config.train.dtype = DType::fp16;
+  EXPECT_THROW(measure_training_step(cpu_backend(), config, 0), ShapeError);
+}
+
 }  // namespace
 }  // namespace modar::runtime::layer_tests
