@@ -43,6 +43,19 @@ struct FlopAccumulator {
   FlopCounts finish(const Config& config, StepKind step) const;
 };
 
+// Receives lowered ops one at a time (streaming lowering: nothing is stored).
+class OpConsumer {
+ public:
+  virtual void take(const OpRecord& op) = 0;
+
+ protected:
+  ~OpConsumer() = default;
+};
+// The ops of lower_into(), in an unspecified order, handed to `consumer`
+// (total_params sizes the optimizer update).
+void lower_streaming(const Config& config, StepKind step, double total_params,
+                     OpConsumer& consumer);
+
 // Counts from an already lowered op list (one micro-batch).
 FlopCounts flop_counts_from_ops(const Config& config, StepKind step, const OpList& ops);
 // N_f from the lowered forward ops.

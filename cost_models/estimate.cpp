@@ -60,14 +60,61 @@ std::string conventions_text(const Config& config, const DeviceProfile& profile,
   return text;
 }
 
-void estimate_into(const Config& config, const TimingModel& timing, StepKind step, OpList& scratch,
-                   Estimate& out) {
-  lower_into(config, step, scratch);
-  const DeviceProfile& profile = timing.profile();
+namespace {
 
+// Sums FLOPs and op times as the lowering streams the ops.
+class StepAccumulator final : public detail::OpConsumer {
+ public:
+  StepAccumulator(const TimingModel& timing, TimeEstimate& time, int64_t accumulation)
+      : timing_(timing), time_(time), accumulation_(static_cast<double>(accumulation)) {}
+
+  void take(const OpRecord& op) override {
+    sums.add(op);
+    TimingModel::Source source = TimingModel::Source::roofline;
+    const double one_s = timing_.op_time_s(op, &source);
+    const double multiplicity = static_cast<double>(op.multiplicity);
+    const bool per_step = op.shape.kind == OpKind::optimizer_update;
+    const double copies = per_step ? multiplicity : multiplicity * accumulation_;
+    const double seconds = one_s * copies;
+    if (per_step) {
+      time_.optimizer_s += seconds;
+    } else {
+      time_.micro_batch_s += one_s * multiplicity;
+    }
+    OpKindTime& bucket = time_.by_kind[static_cast<size_t>(op.shape.kind)];
+    bucket.count += static_cast<int64_t>(copies);
+    bucket.flops += op.flops * copies;
+    bucket.bytes += op.bytes * copies;
+    bucket.time_s += seconds;
+    switch (source) {
+      case TimingModel::Source::interpolated:
+        ++time_.ops_interpolated;
+        break;
+      case TimingModel::Source::extrapolated:
+        ++time_.ops_extrapolated;
+        break;
+      case TimingModel::Source::roofline:
+        ++time_.ops_roofline;
+        break;
+    }
+  }
+
+  detail::FlopAccumulator sums;
+
+ private:
+  const TimingModel& timing_;
+  TimeEstimate& time_;
+  const double accumulation_;
+};
+
+}  // namespace
+
+void estimate_into(const Config& config, const TimingModel& timing, StepKind step,
+                   OpList& /*scratch*/, Estimate& out) {
+  const DeviceProfile& profile = timing.profile();
   out.params = detail::closed_form_params(config);
 
-  // One pass over the ops: FLOP sums and times.
+  // The lowering streams its ops straight into the sums (nothing stored).
   TimeEstimate& time = out.time;
   time = TimeEstimate{};
   for (int i = 0; i < kOpKindCount; ++i) {
@@ -75,37 +122,9 @@ void estimate_into(const Config& config, const TimingModel& timing, StepKind ste
   }
   const int64_t accumulation = step == StepKind::train ? detail::accumulation_steps(config) : 1;
   time.accumulation_steps = accumulation;
-  detail::FlopAccumulator sums;
-  for (const OpRecord& op : scratch) {
-    sums.add(op);
-    TimingModel::Source source = TimingModel::Source::roofline;
-    const double one_s = timing.op_time_s(op, &source);
-    const bool per_step = op.shape.kind == OpKind::optimizer_update;
-    const double copies =
-        static_cast<double>(op.multiplicity) * (per_step ? 1.0 : static_cast<double>(accumulation));
-    const double seconds = one_s * copies;
-    if (per_step) {
-      time.optimizer_s += seconds;
-    } else {
-      time.micro_batch_s += one_s * static_cast<double>(op.multiplicity);
-    }
-    OpKindTime& bucket = time.by_kind[static_cast<size_t>(op.shape.kind)];
-    bucket.count += static_cast<int64_t>(copies);
-    bucket.flops += op.flops * copies;
-    bucket.bytes += op.bytes * copies;
-    bucket.time_s += seconds;
-    switch (source) {
-      case TimingModel::Source::interpolated:
-        ++time.ops_interpolated;
-        break;
-      case TimingModel::Source::extrapolated:
-        ++time.ops_extrapolated;
-        break;
-      case TimingModel::Source::roofline:
-        ++time.ops_roofline;
-        break;
-    }
-  }
+  StepAccumulator accumulator(timing, time, accumulation);
+  detail::lower_streaming(config, step, out.params.total, accumulator);
+  const detail::FlopAccumulator& sums = accumulator.sums;
   out.flops = sums.finish(config, step);
   out.params.flop_active =
       step == StepKind::train
@@ -113,9 +132,14 @@ void estimate_into(const Config& config, const TimingModel& timing, StepKind ste
           : 0.0;
   if (step != StepKind::train) {
     // N_f is a property of the model: take it from the training lowering.
-    thread_local OpList train_ops;
-    lower_into(config, StepKind::train, train_ops);
-    out.params.flop_active = detail::flop_active_from_ops(config, StepKind::train, train_ops);
+    struct ForwardSums final : detail::OpConsumer {
+      void take(const OpRecord& op) override { sums.add(op); }
+      detail::FlopAccumulator sums;
+    } train;
+    detail::lower_streaming(config, StepKind::train, out.params.total, train);
+    const FlopCounts train_flops = train.sums.finish(config, StepKind::train);
+    out.params.flop_active =
+        (train_flops.forward_per_token - train_flops.forward_attention_per_token) / 2.0;
     out.flops.backward_per_token = 0.0;
     out.flops.train_per_token = out.flops.forward_per_token;
     out.flops.train_per_step = out.flops.forward_per_token * out.flops.tokens_per_step;

@@ -262,7 +262,12 @@ struct LinearLabels {
 
 class Lowerer {
  public:
-  Lowerer(const Config& config, StepKind step, OpList& ops, OpList& recompute, OpList& backward)
+  // Record mode: ops go to the three lists (forward, recompute, backward).
+  // Streaming mode (`stream` set): every op is handed to the consumer as it is
+  // made and nothing is stored (estimate_into's hot path; sums do not depend
+  // on the order).
+  Lowerer(const Config& config, StepKind step, OpList& ops, OpList& recompute, OpList& backward,
+          detail::OpConsumer* stream)
       : config_(config),
         train_(step == StepKind::train),
         dtype_(config.train.dtype),
@@ -270,18 +275,15 @@ class Lowerer {
         convention_(config.attention_flops),
         ops_(ops),
         recompute_(recompute),
-        backward_(backward) {}
+        backward_(backward),
+        stream_(stream) {}
 
   void run();
 
  private:
   // --- emission ------------------------------------------------------------
-  void push(OpList& list, OpKind kind, Pass pass, std::initializer_list<int64_t> dims,
-            int64_t multiplicity, const char* label) {
-    if (multiplicity <= 0) {
-      return;
-    }
-    OpRecord& op = list.emplace_back();
+  void fill(OpRecord& op, OpKind kind, Pass pass, std::initializer_list<int64_t> dims,
+            int64_t multiplicity, const char* label) const {
     op.shape.kind = kind;
     op.shape.dtype = dtype_;
     size_t i = 0;
@@ -295,6 +297,20 @@ class Lowerer {
     op.bytes = cost.bytes;
     op.label = label;
     op.counts_as_model_flops = is_counted_kind(kind) && pass != Pass::recompute;
+  }
+
+  void push(OpList& list, OpKind kind, Pass pass, std::initializer_list<int64_t> dims,
+            int64_t multiplicity, const char* label) {
+    if (multiplicity <= 0) {
+      return;
+    }
+    if (stream_ != nullptr) {
+      OpRecord op;
+      fill(op, kind, pass, dims, multiplicity, label);
+      stream_->take(op);
+      return;
+    }
+    fill(list.emplace_back(), kind, pass, dims, multiplicity, label);
   }
 
   // A forward op, its recompute copy when the policy re-runs it, and (when
@@ -394,6 +410,7 @@ class Lowerer {
   OpList& ops_;
   OpList& recompute_;
   OpList& backward_;
+  detail::OpConsumer* stream_;
   LayerCounts counts_;
 };
 
@@ -609,30 +626,52 @@ void Lowerer::run() {
 
 }  // namespace
 
+namespace {
+
+OpRecord optimizer_update(const Config& config, double total_params) {
+  OpRecord update;
+  update.shape.kind = OpKind::optimizer_update;
+  update.shape.dtype = config.train.dtype;
+  update.shape.dims[0] = static_cast<int64_t>(total_params);
+  update.pass = Pass::forward;
+  const OpCost cost = op_cost(update.shape, update.pass, config.attention_flops);
+  update.flops = cost.flops;
+  update.bytes = cost.bytes;
+  update.label = "optimizer.adamw";
+  update.counts_as_model_flops = false;
+  return update;
+}
+
+}  // namespace
+
 void lower_into(const Config& config, StepKind step, OpList& ops) {
   thread_local OpList recompute;
   thread_local OpList backward;
   ops.clear();
   recompute.clear();
   backward.clear();
-  Lowerer lowerer(config, step, ops, recompute, backward);
+  Lowerer lowerer(config, step, ops, recompute, backward, nullptr);
   lowerer.run();
   ops.insert(ops.end(), recompute.begin(), recompute.end());
   ops.insert(ops.end(), backward.rbegin(), backward.rend());
   if (step == StepKind::train) {
-    OpRecord update;
-    update.shape.kind = OpKind::optimizer_update;
-    update.shape.dtype = config.train.dtype;
-    update.shape.dims[0] = static_cast<int64_t>(detail::closed_form_params(config).total);
-    update.pass = Pass::forward;
-    const OpCost cost = op_cost(update.shape, update.pass, config.attention_flops);
-    update.flops = cost.flops;
-    update.bytes = cost.bytes;
-    update.label = "optimizer.adamw";
-    update.counts_as_model_flops = false;
-    ops.push_back(update);
+    ops.push_back(optimizer_update(config, detail::closed_form_params(config).total));
   }
 }
+
+namespace detail {
+
+void lower_streaming(const Config& config, StepKind step, double total_params,
+                     OpConsumer& consumer) {
+  thread_local OpList unused;
+  Lowerer lowerer(config, step, unused, unused, unused, &consumer);
+  lowerer.run();
+  if (step == StepKind::train) {
+    consumer.take(optimizer_update(config, total_params));
+  }
+}
+
+}  // namespace detail
 
 std::vector<OpRecord> lower(const Config& config, StepKind step) {
   validate(config);

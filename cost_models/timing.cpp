@@ -15,6 +15,7 @@
 // the same in every pass (a dgrad / wgrad GEMM is a GEMM); recompute ops are
 // timed as forward ops.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 
@@ -55,6 +56,7 @@ bool is_categorical(OpKind kind, int dim) {
 }  // namespace
 
 struct TimingModel::Index {
+  uint64_t id = 0;  // unique per model: keys the per-thread lookup cache
   struct Grid {
     Pass pass = Pass::forward;
     DType dtype = DType::bf16;
@@ -91,7 +93,9 @@ TimingModel::TimingModel(const DeviceProfile& profile) : profile_(&profile), ind
   if (profile.measurements.empty()) {
     return;
   }
+  static std::atomic<uint64_t> next_id{1};
   index_ = new Index();
+  index_->id = next_id.fetch_add(1);
   // Group the measurements.
   struct Member {
     size_t group;
@@ -289,8 +293,55 @@ double TimingModel::op_time_s(const OpRecord& op, Source* source) const {
   return calibrated_s(op.shape, op.pass, roofline, source);
 }
 
+namespace {
+
+// A per-thread direct-mapped cache of calibrated lookups: sweeps evaluate the
+// same op shapes over and over (only depth or capacity changes), and a grid
+// lookup costs logs, a binary search per axis and 2^axes corners.
+struct CachedLookup {
+  uint64_t model_id = 0;  // 0 = empty
+  OpShape shape;
+  Pass pass = Pass::forward;
+  TimingModel::Source source = TimingModel::Source::roofline;
+  double seconds = 0.0;
+};
+constexpr size_t kLookupCacheSize = 4096;
+
+size_t lookup_slot(uint64_t model_id, const OpShape& shape, Pass pass) {
+  uint64_t h = model_id * 0x9E3779B97F4A7C15ULL;
+  h ^= static_cast<uint64_t>(shape.kind) | (static_cast<uint64_t>(shape.dtype) << 8) |
+       (static_cast<uint64_t>(pass) << 16);
+  for (int64_t v : shape.dims) {
+    h = (h ^ static_cast<uint64_t>(v)) * 0x100000001B3ULL;
+  }
+  return static_cast<size_t>(h ^ (h >> 29)) & (kLookupCacheSize - 1);
+}
+
+bool same_shape(const OpShape& a, const OpShape& b) {
+  return a.kind == b.kind && a.dtype == b.dtype && a.dims == b.dims;
+}
+
+}  // namespace
+
 double TimingModel::calibrated_s(const OpShape& shape, Pass pass, double roofline,
                                  Source* source) const {
+  thread_local std::vector<CachedLookup> cache(kLookupCacheSize);
+  CachedLookup& slot = cache[lookup_slot(index_->id, shape, pass)];
+  if (slot.model_id == index_->id && slot.pass == pass && same_shape(slot.shape, shape)) {
+    *source = slot.source;
+    return slot.seconds;
+  }
+  const double seconds = calibrated_uncached_s(shape, pass, roofline, source);
+  slot.model_id = index_->id;
+  slot.shape = shape;
+  slot.pass = pass;
+  slot.source = *source;
+  slot.seconds = seconds;
+  return seconds;
+}
+
+double TimingModel::calibrated_uncached_s(const OpShape& shape, Pass pass, double roofline,
+                                          Source* source) const {
   const OpKind kind = shape.kind;
   const Pass klass = pass_class(kind, pass);
   const int dims = op_dims_count(kind);

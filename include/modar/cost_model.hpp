@@ -145,6 +145,8 @@ class TimingModel {
   struct Index;
   double roofline_from_cost_s(DType dtype, double executed_flops, double bytes) const;
   double calibrated_s(const OpShape& shape, Pass pass, double roofline, Source* source) const;
+  double calibrated_uncached_s(const OpShape& shape, Pass pass, double roofline,
+                               Source* source) const;
   const DeviceProfile* profile_;
   Index* index_;                        // null when the profile has no measurements
   double seconds_per_flop_bf16_ = 0.0;  // 1 / roofline FLOP rate (0 when unknown)
@@ -163,9 +165,11 @@ Estimate estimate(const Config& config, const DeviceProfile& profile,
                   StepKind step = StepKind::train);
 
 // The hot-path form of estimate() for sweeps: `timing` pre-indexes the
-// profile, `scratch` is reused, `out` is overwritten (its string capacity is
-// reused).  After the first call it allocates nothing.  No validation: call
-// validate() on configurations that did not come from a validated source.
+// profile, the lowering streams its ops straight into the sums (nothing is
+// stored; `scratch` is kept for source compatibility and left untouched),
+// `out` is overwritten (its string capacity is reused).  After the first call
+// it allocates nothing.  No validation: call validate() on configurations
+// that did not come from a validated source.
 void estimate_into(const Config& config, const TimingModel& timing, StepKind step, OpList& scratch,
                    Estimate& out);
 

@@ -278,3 +278,30 @@ TEST(Flops, DecodeStepByHand) {
 
 }  // namespace
 }  // namespace modar
+
+namespace modar {
+namespace {
+
+TEST(Flops, ModPlusDarIsModPlusTheDepthReadExtras) {
+  // With MoD + DAR the depth-read ops run on all T tokens (docs/cost_model.md),
+  // so the combined count is the MoD count plus the dar_math 4.3 extras.
+  Config mod;
+  mod.model.d_model = 256;
+  mod.model.n_layers = 6;
+  mod.model.n_heads = 4;
+  mod.model.vocab_size = 512;
+  mod.model.seq_len = 64;
+  mod.train.micro_batch = 2;
+  mod.mod.every = 2;
+  mod.mod.capacity = 0.25;
+  Config both = mod;
+  both.dar.variant = DarVariant::dar;
+  both.dar.block_layers = 2;
+  both.dar.streams = 2;
+  const double extras = dar_extra_flops_per_token(256, 6, 2, 2, false);
+  EXPECT_NEAR((count_flops(both).forward_per_token - count_flops(mod).forward_per_token) / extras,
+              1.0, 1e-12);
+}
+
+}  // namespace
+}  // namespace modar
