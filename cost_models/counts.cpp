@@ -109,20 +109,31 @@ double flop_active_from_ops(const Config& config, StepKind step, const OpList& o
 
 }  // namespace detail
 
+namespace {
+
+// Streams a training lowering into FLOP sums (nothing stored).
+FlopCounts train_flops(const Config& config, double total_params) {
+  struct Sums final : detail::OpConsumer {
+    void take(const OpRecord& op) override { sums.add(op); }
+    detail::FlopAccumulator sums;
+  } consumer;
+  detail::lower_streaming(config, StepKind::train, total_params, consumer);
+  return consumer.sums.finish(config, StepKind::train);
+}
+
+}  // namespace
+
 ParamCounts count_params(const Config& config) {
   validate(config);
   ParamCounts params = detail::closed_form_params(config);
-  thread_local OpList ops;
-  lower_into(config, StepKind::train, ops);
-  params.flop_active = detail::flop_active_from_ops(config, StepKind::train, ops);
+  const FlopCounts flops = train_flops(config, params.total);
+  params.flop_active = (flops.forward_per_token - flops.forward_attention_per_token) / 2.0;
   return params;
 }
 
 FlopCounts count_flops(const Config& config) {
   validate(config);
-  thread_local OpList ops;
-  lower_into(config, StepKind::train, ops);
-  return detail::flop_counts_from_ops(config, StepKind::train, ops);
+  return train_flops(config, detail::closed_form_params(config).total);
 }
 
 }  // namespace modar
