@@ -53,7 +53,13 @@ std::vector<ShapeCandidate> canonical_curve(const Config& arch_base, double cent
 }
 
 double smallest_shape_n_f(const Config& arch_base, const ShapeSearchOptions& options) {
-  const int64_t layers = options.min_layers;
+  int64_t layers = options.min_layers;
+  if (arch_base.dar.enabled()) {
+    layers = std::max(layers, arch_base.dar.block_layers);
+  }
+  if (arch_base.mod.enabled()) {
+    layers = std::max(layers, arch_base.mod.every);
+  }
   const int64_t step = options.d_model_multiple;
   const int64_t d_model = std::max<int64_t>(
       step,

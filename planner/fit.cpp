@@ -365,7 +365,7 @@ FitResult fit_runs(const std::vector<RunRecord>& input, const FitOptions& option
   result.beta = summarise(p.beta, samples[4]);
 
   result.fit.name = "fit";
-  result.fit.source = "modar fit: " + std::to_string(runs.size()) +
+  result.fit.source = std::to_string(runs.size()) +
                       " runs, Huber(delta=" + format_number(options.huber_delta) +
                       ") on log-loss, BFGS from " + std::to_string(starts) + " starts, " +
                       std::to_string(options.bootstrap_samples) + " bootstrap samples";

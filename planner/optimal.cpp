@@ -406,7 +406,10 @@ OptimalResult optimal(const OptimalRequest& request) {
     set_ratios(rec, baseline_rec);
     result.recommendations.push_back(rec);
     if (!prior.known) {
-      result.notes.push_back(arch.name + ": " + prior.derivation);
+      result.notes.push_back(arch.name +
+                             ": no published prior, loss not predicted; shape chosen with the "
+                             "optimal baseline's forward FLOPs per token; --eps " +
+                             arch.name + "=V predicts it");
     } else if (solution.parity >= 0) {
       Recommendation parity = make_recommendation(
           arch.name, "parity_fastest", solution.parity_selection,
@@ -574,7 +577,7 @@ std::string to_table(const OptimalResult& result) {
   };
   add("architecture", [](const Recommendation& r) { return r.arch; });
   add("role", [](const Recommendation& r) {
-    return std::string(r.role == "isoflop_optimal" ? "isoFLOP-opt" : "parity-fast");
+    return std::string(r.role == "isoflop_optimal" ? "optimal" : "parity-fastest");
   });
   add("layers x d_model", [](const Recommendation& r) {
     return std::to_string(r.shape.n_layers) + " x " + std::to_string(r.shape.d_model);

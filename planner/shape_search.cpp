@@ -89,7 +89,15 @@ std::vector<ShapeCandidate> enumerate_shapes(const Config& base, double n_f_min,
     candidate.train_flops_per_token = flops.train_per_token;
     return candidate;
   };
-  for (int64_t layers = options.min_layers; layers <= options.max_layers; ++layers) {
+  // A DAR block needs K layers and MoD routing needs at least `every` layers.
+  int64_t first_layers = options.min_layers;
+  if (base.dar.enabled()) {
+    first_layers = std::max(first_layers, base.dar.block_layers);
+  }
+  if (base.mod.enabled()) {
+    first_layers = std::max(first_layers, base.mod.every);
+  }
+  for (int64_t layers = first_layers; layers <= options.max_layers; ++layers) {
     const int64_t d_low = std::max(
         step, round_up(static_cast<int64_t>(std::ceil(options.aspect_min * layers)), step));
     const int64_t d_high =
