@@ -1,13 +1,75 @@
-// PLACEHOLDER: replaced by the issue that builds `modar validate`.
+// `modar validate`: measured vs predicted step time and peak memory on
+// held-out configurations (runtime/validate.cpp).
 #include <cstdio>
+#include <string>
+#include <vector>
 
+#include "cli_util.hpp"
 #include "commands.hpp"
+#include "modar/errors.hpp"
+#include "modar/runtime/backend.hpp"
+#include "modar/runtime/profiler.hpp"
+#include "modar/runtime/validate.hpp"
 
 namespace modar::cli {
+namespace {
 
-int cmd_validate(const Args&) {
-  std::fputs("modar validate: not built yet\n", stderr);
-  return 1;
+const std::vector<FlagSpec> kFlags = {
+    {"--profile", true, false, "PATH", "a profile written by `modar profile` (required)"},
+    {"--backend", true, false, "cpu|cuda", "the backend to run on (default cpu)"},
+    {"--json", false, false, "", "print JSON (cases[], step_time, memory) instead of the table"},
+    {"--quick", false, false, "", "fewer, smaller held-out configurations"},
+    {"--rounds", true, false, "N", "interleaved timing rounds per case (default 7)"},
+    {"--threads", true, false, "N", "CPU threads (default: all)"},
+    {"--quiet", false, false, "", "no progress lines on stderr"},
+};
+
+constexpr const char* kDescription =
+    "Runs held-out configurations (not on the profile's grid: dense, MoD at several\n"
+    "capacities, AttnRes, DAR; single layers and whole small training steps) on the\n"
+    "runtime and compares the median measured step time and peak memory with the cost\n"
+    "model's prediction from the profile.  error = (predicted - measured) / measured.\n";
+
+}  // namespace
+
+int cmd_validate(const Args& args) {
+  if (wants_help(args)) {
+    std::fputs(usage_text("validate", "--profile PATH [--backend cpu|cuda] [--json] [--quick]",
+                          kFlags, kDescription)
+                   .c_str(),
+               stdout);
+    return 0;
+  }
+  const ParsedArgs parsed = parse_args(args, kFlags, "validate", 0, 0);
+  if (!parsed.has("--profile")) {
+    throw ConfigError("--profile is missing: give a profile written by `modar profile --out PATH`");
+  }
+  const std::vector<std::string> backends = {"cpu", "cuda"};
+  const std::string backend_name =
+      backends[parse_choice("--backend", parsed.value_or("--backend", "cpu"), backends)];
+  const DeviceProfile profile =
+      runtime::load_measured_profile(*parsed.value("--profile"), backend_name);
+  runtime::ValidationOptions options;
+  options.quick = parsed.has("--quick");
+  if (parsed.has("--rounds")) {
+    options.rounds = static_cast<int>(parse_positive_int("--rounds", *parsed.value("--rounds")));
+  }
+  if (parsed.has("--threads")) {
+    runtime::set_cpu_threads(
+        static_cast<int>(parse_positive_int("--threads", *parsed.value("--threads"))));
+  }
+  options.progress = parsed.has("--quiet") ? nullptr : stderr;
+  std::unique_ptr<runtime::Backend> backend;
+  try {
+    backend = runtime::make_backend(backend_name);
+  } catch (const BackendError& e) {
+    throw ConfigError(std::string("--backend ") + backend_name + ": " + e.what());
+  }
+  const runtime::ValidationReport report = runtime::run_validation(*backend, profile, options);
+  const std::string text =
+      parsed.has("--json") ? runtime::validation_json(report) : runtime::validation_text(report);
+  std::fputs(text.c_str(), stdout);
+  return 0;
 }
 
 }  // namespace modar::cli

@@ -1,0 +1,164 @@
+// modar/runtime/profiler.hpp: time the runtime's ops and write a device profile.
+//
+// The profiler executes every op kind of the shared vocabulary (ops.hpp) on a
+// Backend over a grid of OpShapes, forward and backward, and records the
+// median time with its spread.  cost_models (TimingModel) interpolates those
+// times in log-space to predict a configuration's step time (SPEC section 3).
+//
+// Timing rules (SPEC 3, runtime_notes 2.6, CUTLASS / llm.c / ggml practice):
+//  * inputs are random (uniform in [-1, 1], positive where the op needs it,
+//    valid indices), never zeros;
+//  * untimed warm-up calls first (allocation, first-touch, clocks);
+//  * each timing sample covers `inner` back-to-back calls (so that a sample is
+//    long enough for the timer), with device timers (Backend::make_timer:
+//    steady_clock on the CPU, CUDA events on a GPU);
+//  * calls rotate over enough copies of the op's tensors that the copies
+//    together exceed the rotation size (default 2x the last-level cache), so a
+//    repeat does not find its inputs in the cache the previous one warmed;
+//  * the median of the samples is the time; (p90 - p10) / median the spread;
+//  * each (shape, pass) gets a time budget; at least `min_repeats` samples;
+//  * shapes whose tensors do not fit in the memory limit are skipped, with the
+//    reason recorded in the profile's provenance.
+//
+// A run checkpoints its partial table to OUT.partial (atomically) after every
+// shape; `resume` continues from it.  The final profile carries
+// provenance.status = "complete" and provenance.measurement_count, so that a
+// partial or truncated file is refused with a clear message
+// (load_measured_profile).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "modar/ops.hpp"
+#include "modar/profile.hpp"
+#include "modar/runtime/backend.hpp"
+
+namespace modar::runtime {
+
+// ---- statistics ---------------------------------------------------------------
+
+struct TimingStats {
+  double median_s = 0.0;
+  double p10_s = 0.0;
+  double p90_s = 0.0;
+  int64_t repeats = 0;
+  double spread() const { return median_s > 0.0 ? (p90_s - p10_s) / median_s : 0.0; }
+};
+// Median and 10th / 90th percentiles (linear interpolation between order
+// statistics, the "type 7" definition of numpy / R).  Throws std::invalid_argument
+// for an empty sample.
+TimingStats summarize_samples(std::vector<double> samples_s);
+
+// ---- the grid -----------------------------------------------------------------
+
+struct ProfilePoint {
+  OpShape shape;
+  Pass pass = Pass::forward;
+};
+
+enum class GridSize : uint8_t { quick, full };
+const char* to_string(GridSize size);
+
+// The shapes profiled per op kind.  Every kind's grid is a full tensor
+// product over the dims that vary (what TimingModel interpolates over), with
+// the values chosen to cover what the planner lowers typical configurations
+// into; the CPU grid is scaled down to what 2 cores finish in minutes.
+// docs/profiler.md lists the values.
+std::vector<ProfilePoint> profile_grid(GridSize size, DeviceKind device, DType dtype);
+
+// The same identity used for resume and for tests: kind, pass, dtype, dims.
+bool same_point(const OpShape& a, Pass pass_a, const OpShape& b, Pass pass_b);
+// "gemm forward fp32 [256, 1024, 64, 1]".
+std::string describe(const OpShape& shape, Pass pass);
+
+// ---- measuring one op -----------------------------------------------------------
+
+// Bytes of one copy of the tensors the op touches in this pass (inputs,
+// outputs, saved state).  Throws ShapeError for shapes the runtime cannot
+// execute (e.g. attention with s_q != s_k).
+int64_t op_working_set_bytes(const OpShape& shape, Pass pass);
+
+struct TimingOptions {
+  double budget_s = 0.25;  // wall time aimed at per (shape, pass), warm-up included
+  int min_repeats = 5;     // samples, even past the budget
+  int max_repeats = 101;
+  double min_sample_s = 2e-4;  // a sample covers enough calls to last this long
+  int64_t rotation_bytes = 0;  // copies of the tensors until their total exceeds this
+  int max_copies = 256;
+  int64_t memory_limit_bytes = 0;  // 0: no limit
+  uint64_t seed = 0x6d6f646172ULL;
+};
+
+struct OpTiming {
+  bool skipped = false;
+  std::string skip_reason;  // when skipped
+  OpMeasurement measurement;
+  TimingStats stats;
+  int copies = 0;           // rotated tensor sets
+  int64_t inner_calls = 0;  // calls per sample
+  int64_t working_set_bytes = 0;
+};
+
+// Execute `shape` in `pass` on `backend` per the timing rules above.
+OpTiming measure_op(Backend& backend, const OpShape& shape, Pass pass,
+                    const TimingOptions& options);
+
+// ---- the machine ----------------------------------------------------------------
+
+struct HostFacts {
+  std::string cpu_model;       // /proc/cpuinfo "model name"
+  int64_t l2_cache_bytes = 0;  // per core, /sys/devices/system/cpu/cpu0/cache
+  int64_t last_level_cache_bytes = 0;
+  int64_t memory_total_bytes = 0;  // /proc/meminfo MemTotal
+  int64_t memory_available_bytes = 0;
+  int logical_cpus = 0;
+};
+HostFacts read_host_facts();
+
+// Compiler, flags (from predefined macros), Eigen version, OpenMP, modar version.
+std::map<std::string, std::string> build_provenance();
+
+// Threads the CPU backend's parallel loops and Eigen use (OpenMP); 0 = keep.
+void set_cpu_threads(int threads);
+int cpu_threads();
+
+// ---- a whole run -------------------------------------------------------------------
+
+struct ProfileOptions {
+  std::string backend_name = "cpu";  // recorded; must match backend.device()
+  GridSize grid = GridSize::quick;
+  DType dtype = DType::fp32;
+  int threads = 0;       // CPU: OpenMP threads (0 = the default)
+  std::string out_path;  // the profile; OUT.partial holds the checkpoint
+  bool resume = false;
+  TimingOptions timing;  // rotation / memory limit 0 = from the machine
+  // Device facts the backend interface cannot report yet (GPU L2 size and
+  // memory): 0 = a documented default for the device kind.
+  int64_t device_cache_bytes = 0;
+  int64_t device_memory_bytes = 0;
+  std::vector<ProfilePoint> points;  // empty: profile_grid(grid, device, dtype)
+  std::FILE* progress = nullptr;     // progress lines with an ETA (stderr in the CLI)
+  bool measure_ceilings = true;
+};
+
+// Path of the checkpoint of a run writing `out_path`.
+std::string partial_path(const std::string& out_path);
+
+// Measure the ceilings and every grid point, checkpointing to OUT.partial,
+// write OUT atomically, remove the checkpoint, and return the profile.
+DeviceProfile run_profile(Backend& backend, const ProfileOptions& options);
+
+// Read a profile written by the profiler and check it: not partial, not
+// truncated (measurement_count matches), measured, and of `expected_backend`
+// ("" = any).  FileError / ConfigError with a message that says what to do.
+DeviceProfile load_measured_profile(const std::string& path, const std::string& expected_backend);
+// The same checks on a parsed profile (`source` names it in messages).
+void check_measured_profile(const DeviceProfile& profile, const std::string& source,
+                            const std::string& expected_backend);
+
+}  // namespace modar::runtime

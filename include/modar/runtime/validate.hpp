@@ -1,0 +1,104 @@
+// modar/runtime/validate.hpp: measured vs predicted step time and peak memory.
+//
+// `modar validate` runs held-out configurations (shapes that are NOT points of
+// the profile's grid: dense, MoD at several capacities, AttnRes, DAR; single
+// layers and whole small training steps) on the reference runtime (Model::
+// train_step), and compares
+//   * the median measured step time with the cost model's estimate() on the
+//     profile (the sum over lower(config)'s ops, each interpolated in the
+//     profile's measured grid), and
+//   * the runtime's tracked peak bytes with estimate().memory.peak.
+// error = (predicted - measured) / measured.
+//
+// Noise (the machine may be shared): every model is built and warmed up
+// first, then the cases are timed in interleaved rounds (round r times one
+// step of every case), so a burst of load hits all cases alike; the median of
+// the rounds is the case's time.  The executed op list is traced (a Backend
+// wrapper that counts every call) and compared with lower(): GEMM calls and
+// FLOPs per step, so a mismatch between what the runtime runs and what the
+// cost model lowers is reported next to the error it causes.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "modar/config.hpp"
+#include "modar/cost_model.hpp"
+#include "modar/profile.hpp"
+#include "modar/runtime/backend.hpp"
+
+namespace modar::runtime {
+
+struct ValidationCase {
+  std::string name;   // "mod-c0.125-step", ...
+  std::string scope;  // "layer" (one layer, small vocab) | "step" (whole small model)
+  Config config;
+};
+
+// The held-out configurations for a device kind (quick: fewer, smaller).
+// dtype: what the runtime computes in (CPU fp32, GPU bf16).
+std::vector<ValidationCase> validation_cases(bool quick, DeviceKind device, DType dtype);
+
+struct ValidationOptions {
+  bool quick = false;
+  int warmup_steps = 2;
+  int rounds = 7;  // interleaved timing rounds (the median is taken)
+  uint64_t seed = 1;
+  std::FILE* progress = nullptr;
+  std::vector<ValidationCase> cases;  // empty: validation_cases(quick, device, dtype)
+};
+
+// What the runtime executed in one training step, counted by a tracing Backend.
+struct ExecutedOps {
+  int64_t calls = 0;  // every op call
+  int64_t gemm_calls = 0;
+  double gemm_flops = 0.0;                            // 2 m n k summed
+  std::array<int64_t, kOpKindCount> calls_by_kind{};  // mapped to the op vocabulary
+};
+
+struct CaseResult {
+  ValidationCase validation_case;
+  double measured_step_s = 0.0;  // median over rounds
+  double measured_spread = 0.0;  // (p90 - p10) / median
+  int64_t rounds = 0;
+  double predicted_step_s = 0.0;      // estimate(config, profile).time.step_s
+  double step_error = 0.0;            // (predicted - measured) / measured
+  double measured_peak_bytes = 0.0;   // Model::train_step peak
+  double predicted_peak_bytes = 0.0;  // estimate().memory.peak
+  double memory_error = 0.0;
+  bool extrapolated = false;
+  int64_t ops_interpolated = 0, ops_extrapolated = 0, ops_roofline = 0;
+  // Executed vs lowered (per training step).
+  ExecutedOps executed;
+  int64_t lowered_gemm_ops = 0;  // with multiplicity
+  double lowered_gemm_flops = 0.0;
+  double predicted_gemm_s_lowered = 0.0;   // the GEMM part of predicted_step_s
+  double predicted_gemm_s_executed = 0.0;  // the same model on the traced GEMM shapes
+  std::array<double, kOpKindCount> predicted_by_kind_s{};
+};
+
+struct ValidationReport {
+  std::string profile_name;
+  std::string backend;
+  std::vector<CaseResult> cases;
+  double step_median_abs_error = 0.0;
+  double step_max_abs_error = 0.0;
+  double memory_median_abs_error = 0.0;
+  double memory_max_abs_error = 0.0;
+  std::string load_average_before, load_average_after;  // /proc/loadavg
+  std::string method;                                   // how noise was handled, in words
+};
+
+ValidationReport run_validation(Backend& backend, const DeviceProfile& profile,
+                                const ValidationOptions& options);
+
+// The machine-readable report (`modar validate --json`): cases[],
+// step_time.{median,max}_abs_error, memory.{median,max}_abs_error (fractions).
+std::string validation_json(const ValidationReport& report);
+// The human-readable table.
+std::string validation_text(const ValidationReport& report);
+
+}  // namespace modar::runtime

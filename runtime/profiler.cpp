@@ -1,0 +1,811 @@
+// runtime/profiler.cpp: timing one op, the machine's ceilings, a whole
+// profiling run with checkpoint / resume, and the strict profile loader.
+// The timing rules are in the header (modar/runtime/profiler.hpp); how each op
+// kind is executed is in profiler_ops.cpp, which shapes in profiler_grid.cpp.
+#include "modar/runtime/profiler.hpp"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <new>
+#include <sstream>
+
+#include "modar/errors.hpp"
+#include "profiler_internal.hpp"
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+#if defined(MODAR_WITH_CUDA)
+#include "modar/runtime/cuda_backend.hpp"
+#endif
+
+#ifndef MODAR_VERSION
+#define MODAR_VERSION "0.1.0"
+#endif
+
+namespace modar::runtime {
+
+using profiler_detail::BenchSpec;
+
+// ---- statistics ---------------------------------------------------------------
+
+TimingStats summarize_samples(std::vector<double> samples_s) {
+  if (samples_s.empty()) {
+    throw std::invalid_argument("summarize_samples: no samples");
+  }
+  std::sort(samples_s.begin(), samples_s.end());
+  auto quantile = [&](double q) {
+    const double position = q * static_cast<double>(samples_s.size() - 1);
+    const size_t below = static_cast<size_t>(std::floor(position));
+    const size_t above = std::min(below + 1, samples_s.size() - 1);
+    const double fraction = position - static_cast<double>(below);
+    return samples_s[below] + fraction * (samples_s[above] - samples_s[below]);
+  };
+  TimingStats stats;
+  stats.median_s = quantile(0.5);
+  stats.p10_s = quantile(0.1);
+  stats.p90_s = quantile(0.9);
+  stats.repeats = static_cast<int64_t>(samples_s.size());
+  return stats;
+}
+
+bool same_point(const OpShape& a, Pass pass_a, const OpShape& b, Pass pass_b) {
+  if (a.kind != b.kind || a.dtype != b.dtype || pass_a != pass_b) {
+    return false;
+  }
+  for (int i = 0; i < op_dims_count(a.kind); ++i) {
+    if (a.dims[static_cast<size_t>(i)] != b.dims[static_cast<size_t>(i)]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string describe(const OpShape& shape, Pass pass) {
+  std::string text = std::string(to_string(shape.kind)) + " " + to_string(pass) + " " +
+                     to_string(shape.dtype) + " [";
+  for (int i = 0; i < op_dims_count(shape.kind); ++i) {
+    text += (i ? ", " : "") + std::to_string(shape.dims[static_cast<size_t>(i)]);
+  }
+  return text + "]";
+}
+
+// ---- one op ---------------------------------------------------------------------
+
+int64_t op_working_set_bytes(const OpShape& shape, Pass pass) {
+  const BenchSpec spec = profiler_detail::bench_spec(shape, pass);
+  int64_t bytes = 0;
+  for (const auto& tensor : spec.tensors) {
+    bytes += profiler_detail::spec_bytes(tensor);
+  }
+  return bytes;
+}
+
+namespace {
+
+std::string gib(int64_t bytes) {
+  std::ostringstream out;
+  out.precision(3);
+  out << static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0) << " GiB";
+  return out.str();
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+OpTiming measure_op(Backend& backend, const OpShape& shape, Pass pass,
+                    const TimingOptions& options) {
+  OpTiming result;
+  result.measurement.shape = shape;
+  result.measurement.pass = pass;
+  BenchSpec spec;
+  try {
+    spec = profiler_detail::bench_spec(shape, pass);
+  } catch (const ShapeError& e) {
+    result.skipped = true;
+    result.skip_reason = e.what();
+    return result;
+  }
+  int64_t set_bytes = 0;
+  for (const auto& tensor : spec.tensors) {
+    set_bytes += profiler_detail::spec_bytes(tensor);
+  }
+  result.working_set_bytes = set_bytes;
+  if (options.memory_limit_bytes > 0 && set_bytes > options.memory_limit_bytes) {
+    result.skipped = true;
+    result.skip_reason = "needs " + gib(set_bytes) +
+                         " for one copy of its tensors; the memory limit is " +
+                         gib(options.memory_limit_bytes);
+    return result;
+  }
+  int64_t copies = 1;
+  if (options.rotation_bytes > set_bytes && set_bytes > 0) {
+    copies = (options.rotation_bytes + set_bytes - 1) / set_bytes;
+  }
+  copies = std::clamp<int64_t>(copies, 1, std::max(1, options.max_copies));
+  if (options.memory_limit_bytes > 0) {
+    copies = std::clamp<int64_t>(options.memory_limit_bytes / std::max<int64_t>(set_bytes, 1), 1,
+                                 copies);
+  }
+  result.copies = static_cast<int>(copies);
+
+  // Allocate every copy; fill copy 0 with random data and clone it (the copies
+  // only have to live at different addresses).
+  std::vector<std::vector<Tensor>> sets;
+  std::vector<std::vector<TensorView>> views;
+  try {
+    sets.resize(static_cast<size_t>(copies));
+    for (auto& set : sets) {
+      for (const auto& tensor : spec.tensors) {
+        set.emplace_back(backend, tensor.shape, tensor.type);
+      }
+    }
+  } catch (const BackendError& e) {
+    result.skipped = true;
+    result.skip_reason = std::string("allocation failed: ") + e.what();
+    return result;
+  } catch (const std::bad_alloc&) {
+    result.skipped = true;
+    result.skip_reason = "allocation failed: out of memory (" + gib(set_bytes * copies) + ")";
+    return result;
+  }
+  for (size_t i = 0; i < spec.tensors.size(); ++i) {
+    profiler_detail::fill_tensor(backend, sets[0][i].view(), spec.tensors[i],
+                                 options.seed + 7919 * i);
+  }
+  for (size_t c = 0; c < sets.size(); ++c) {
+    if (c > 0) {
+      for (size_t i = 0; i < spec.tensors.size(); ++i) {
+        backend.copy(sets[0][i].view(), sets[c][i].view());
+      }
+    }
+    std::vector<TensorView> set_views;
+    for (const Tensor& tensor : sets[c]) {
+      set_views.push_back(tensor.view());
+    }
+    views.push_back(std::move(set_views));
+  }
+  try {
+    if (spec.setup) {
+      for (const auto& set : views) {
+        spec.setup(backend, set);
+      }
+    }
+    backend.synchronize();
+
+    const double start_s = now_s();
+    auto timer = backend.make_timer();
+    size_t next = 0;
+    auto run_calls = [&](int64_t calls) {
+      timer->start();
+      for (int64_t i = 0; i < calls; ++i) {
+        spec.run(backend, views[next]);
+        next = (next + 1) % views.size();
+      }
+      timer->stop();
+      return timer->elapsed_s();
+    };
+    // Warm-up: at least two calls, then until the copies were all touched or a
+    // fifth of the budget is spent.
+    double warm_s = run_calls(1);
+    int64_t warm_calls = 1;
+    while (warm_calls < 2 || (warm_calls < copies && now_s() - start_s < 0.2 * options.budget_s)) {
+      warm_s += run_calls(1);
+      ++warm_calls;
+    }
+    // The per-call estimate ignores the very first call (first touch, caches).
+    const double per_call_s =
+        std::max(1e-9, warm_calls > 1 ? (warm_s - 0.0) / static_cast<double>(warm_calls) : warm_s);
+    const int64_t inner =
+        std::max<int64_t>(1, static_cast<int64_t>(std::ceil(options.min_sample_s / per_call_s)));
+    const double remaining_s = std::max(0.0, options.budget_s - (now_s() - start_s));
+    const int64_t affordable =
+        static_cast<int64_t>(remaining_s / (per_call_s * static_cast<double>(inner)));
+    const int64_t repeats = std::clamp<int64_t>(affordable, options.min_repeats,
+                                                std::max(options.min_repeats, options.max_repeats));
+    std::vector<double> samples;
+    samples.reserve(static_cast<size_t>(repeats));
+    for (int64_t r = 0; r < repeats; ++r) {
+      samples.push_back(run_calls(inner) / static_cast<double>(inner));
+    }
+    result.stats = summarize_samples(samples);
+    result.inner_calls = inner;
+  } catch (const ShapeError& e) {
+    result.skipped = true;
+    result.skip_reason = std::string("the backend rejected it: ") + e.what();
+    return result;
+  }
+  result.measurement.median_s = result.stats.median_s;
+  result.measurement.spread = result.stats.spread();
+  result.measurement.repeats = result.stats.repeats;
+  return result;
+}
+
+// ---- the machine ---------------------------------------------------------------------
+
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return std::string();
+  }
+  std::ostringstream content;
+  content << in.rdbuf();
+  return content.str();
+}
+
+std::string trim(std::string text) {
+  const auto first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos) {
+    return std::string();
+  }
+  const auto last = text.find_last_not_of(" \t\r\n");
+  return text.substr(first, last - first + 1);
+}
+
+// "1024K" / "32M" / "48K" -> bytes (sysfs cache sizes).
+int64_t parse_cache_size(const std::string& text) {
+  const std::string value = trim(text);
+  if (value.empty()) {
+    return 0;
+  }
+  char* end = nullptr;
+  const long long number = std::strtoll(value.c_str(), &end, 10);
+  int64_t scale = 1;
+  if (end != nullptr && (*end == 'K' || *end == 'k'))
+    scale = 1024;
+  if (end != nullptr && (*end == 'M' || *end == 'm'))
+    scale = 1024 * 1024;
+  if (end != nullptr && (*end == 'G' || *end == 'g'))
+    scale = int64_t{1024} * 1024 * 1024;
+  return static_cast<int64_t>(number) * scale;
+}
+
+int64_t meminfo_bytes(const std::string& meminfo, const std::string& key) {
+  const auto at = meminfo.find(key + ":");
+  if (at == std::string::npos) {
+    return 0;
+  }
+  return static_cast<int64_t>(std::strtoll(meminfo.c_str() + at + key.size() + 1, nullptr, 10)) *
+         1024;
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm parts{};
+  gmtime_r(&now, &parts);
+  char buffer[32];
+  std::strftime(buffer, sizeof(buffer), "%Y-%m-%dT%H:%M:%SZ", &parts);
+  return buffer;
+}
+
+std::string number_text(double value) {
+  std::ostringstream out;
+  out.precision(4);
+  out << value;
+  return out.str();
+}
+
+}  // namespace
+
+HostFacts read_host_facts() {
+  HostFacts facts;
+  const std::string cpuinfo = read_text("/proc/cpuinfo");
+  const auto at = cpuinfo.find("model name");
+  if (at != std::string::npos) {
+    const auto colon = cpuinfo.find(':', at);
+    const auto end = cpuinfo.find('\n', at);
+    facts.cpu_model = trim(cpuinfo.substr(colon + 1, end - colon - 1));
+  }
+  for (size_t pos = cpuinfo.find("processor"); pos != std::string::npos;
+       pos = cpuinfo.find("processor", pos + 1)) {
+    if (pos == 0 || cpuinfo[pos - 1] == '\n') {
+      ++facts.logical_cpus;
+    }
+  }
+  for (int index = 0; index < 8; ++index) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index);
+    const std::string level = trim(read_text(dir + "/level"));
+    const std::string type = trim(read_text(dir + "/type"));
+    if (level.empty()) {
+      continue;
+    }
+    const int64_t size = parse_cache_size(read_text(dir + "/size"));
+    if (type == "Instruction") {
+      continue;
+    }
+    if (level == "2") {
+      facts.l2_cache_bytes = size;
+    }
+    facts.last_level_cache_bytes = std::max(facts.last_level_cache_bytes, size);
+  }
+  const std::string meminfo = read_text("/proc/meminfo");
+  facts.memory_total_bytes = meminfo_bytes(meminfo, "MemTotal");
+  facts.memory_available_bytes = meminfo_bytes(meminfo, "MemAvailable");
+  return facts;
+}
+
+std::map<std::string, std::string> build_provenance() {
+  std::map<std::string, std::string> p;
+#if defined(__clang__)
+  p["compiler"] = std::string("clang ") + __clang_version__;
+#elif defined(__GNUC__)
+  p["compiler"] = std::string("gcc ") + __VERSION__;
+#else
+  p["compiler"] = "unknown";
+#endif
+  std::string flags;
+#if defined(__OPTIMIZE__)
+  flags += "optimized";
+#else
+  flags += "not optimized";
+#endif
+#if defined(NDEBUG)
+  flags += ", NDEBUG";
+#endif
+#if defined(__AVX512F__)
+  flags += ", AVX-512F";
+#endif
+#if defined(__AVX2__)
+  flags += ", AVX2";
+#endif
+#if defined(__FMA__)
+  flags += ", FMA";
+#endif
+#if !defined(__AVX2__) && !defined(__AVX512F__)
+  flags += ", baseline SIMD only (no -march=native)";
+#endif
+  p["compiler_flags"] = flags + " (from the compiler's predefined macros)";
+  p["eigen"] = std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) +
+               "." + std::to_string(EIGEN_MINOR_VERSION) +
+               " (SIMD: " + Eigen::SimdInstructionSetsInUse() + ")";
+#if defined(_OPENMP)
+  p["openmp"] = std::to_string(_OPENMP);
+#else
+  p["openmp"] = "off";
+#endif
+  p["modar_version"] = MODAR_VERSION;
+  return p;
+}
+
+void set_cpu_threads(int threads) {
+  if (threads <= 0) {
+    return;
+  }
+#if defined(_OPENMP)
+  omp_set_num_threads(threads);
+#endif
+  Eigen::setNbThreads(threads);
+}
+
+int cpu_threads() {
+#if defined(_OPENMP)
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+// ---- a whole run ------------------------------------------------------------------------
+
+std::string partial_path(const std::string& out_path) {
+  return out_path + ".partial";
+}
+
+namespace {
+
+// GPU facts the Backend interface does not report (yet): documented defaults.
+constexpr int64_t kDefaultGpuL2Bytes = int64_t{50} * 1024 * 1024;  // H100 / H200
+constexpr int64_t kDefaultGpuMemoryBytes = int64_t{80} * 1000 * 1000 * 1000;
+
+std::string profile_name_from(const std::string& out_path, const std::string& backend) {
+  std::string stem = std::filesystem::path(out_path).stem().string();
+  return stem.empty() ? backend + "-measured" : stem;
+}
+
+std::string format_duration(double seconds) {
+  const int64_t total = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
+  std::ostringstream out;
+  if (total >= 3600) {
+    out << total / 3600 << "h" << (total % 3600) / 60 << "m";
+  } else {
+    out << total / 60 << "m" << (total % 60) << "s";
+  }
+  return out.str();
+}
+
+std::string format_time(double seconds) {
+  std::ostringstream out;
+  out.precision(3);
+  if (seconds < 1e-3) {
+    out << seconds * 1e6 << " us";
+  } else if (seconds < 1.0) {
+    out << seconds * 1e3 << " ms";
+  } else {
+    out << seconds << " s";
+  }
+  return out.str();
+}
+
+// Median time of `run` (at least 3 samples, about `budget_s`).
+double time_call(Backend& backend, const std::function<void()>& run, double budget_s,
+                 int64_t inner = 1) {
+  auto timer = backend.make_timer();
+  run();
+  backend.synchronize();
+  std::vector<double> samples;
+  const double start = now_s();
+  while (samples.size() < 3 || (now_s() - start < budget_s && samples.size() < 101)) {
+    timer->start();
+    for (int64_t i = 0; i < inner; ++i) {
+      run();
+    }
+    timer->stop();
+    samples.push_back(timer->elapsed_s() / static_cast<double>(inner));
+  }
+  return summarize_samples(samples).median_s;
+}
+
+struct CeilingReport {
+  DeviceCeilings ceilings;
+  std::string how;
+};
+
+CeilingReport measure_ceilings(Backend& backend, DeviceKind device, int64_t cache_bytes,
+                               int64_t memory_limit, double memory_bytes) {
+  CeilingReport report;
+  DeviceCeilings& c = report.ceilings;
+  std::ostringstream how;
+  profiler_detail::TensorSpec uniform;
+  uniform.fill = profiler_detail::Fill::uniform;
+  // Peak GEMM rate: a large square GEMM per dtype.
+  const int64_t n = device == DeviceKind::cpu ? 2048 : 16384;
+  for (const ScalarType type : {ScalarType::fp32, ScalarType::bf16}) {
+    Tensor a(backend, {n, n}, type), b(backend, {n, n}, type), out(backend, {n, n}, type);
+    uniform.type = type;
+    profiler_detail::fill_tensor(backend, a.view(), uniform, 11);
+    profiler_detail::fill_tensor(backend, b.view(), uniform, 12);
+    const double seconds = time_call(
+        backend, [&] { backend.gemm(a.view(), false, b.view(), false, out.view()); }, 1.0);
+    const double rate = 2.0 * static_cast<double>(n) * n * n / seconds;
+    if (type == ScalarType::fp32) {
+      c.peak_flops_fp32 = c.achievable_flops_fp32 = rate;
+    } else {
+      c.peak_flops_bf16 = c.achievable_flops_bf16 = rate;
+    }
+    how << "GEMM " << n << "^3 " << to_string(type) << ": " << number_text(rate / 1e9)
+        << " GFLOP/s; ";
+  }
+  // Bandwidth: a device copy well past the cache (bytes read + bytes written).
+  int64_t copy_bytes = std::max<int64_t>(8 * cache_bytes, int64_t{256} << 20);
+  if (device != DeviceKind::cpu) {
+    copy_bytes = std::max<int64_t>(copy_bytes, int64_t{2} << 30);
+  }
+  if (memory_limit > 0) {
+    copy_bytes = std::min<int64_t>(copy_bytes, memory_limit / 4);
+  }
+  {
+    const int64_t elements = copy_bytes / 4;
+    Tensor src(backend, {elements}, ScalarType::fp32), dst(backend, {elements}, ScalarType::fp32);
+    uniform.type = ScalarType::fp32;
+    profiler_detail::fill_tensor(backend, src.view(), uniform, 13);
+    backend.copy(src.view(), dst.view());
+    const double seconds = time_call(
+        backend, [&] { backend.copy(src.view(), dst.view()); }, 1.0);
+    c.memory_bandwidth = c.achievable_bandwidth = 2.0 * static_cast<double>(copy_bytes) / seconds;
+    how << "copy of " << (copy_bytes >> 20) << " MiB: " << number_text(c.memory_bandwidth / 1e9)
+        << " GB/s (read + write); ";
+  }
+  // Launch / dispatch overhead: a 16-element add, back to back.
+  {
+    Tensor a(backend, {16}, ScalarType::fp32), b(backend, {16}, ScalarType::fp32),
+        out(backend, {16}, ScalarType::fp32);
+    uniform.type = ScalarType::fp32;
+    profiler_detail::fill_tensor(backend, a.view(), uniform, 14);
+    profiler_detail::fill_tensor(backend, b.view(), uniform, 15);
+    c.launch_overhead_s = time_call(
+        backend, [&] { backend.add(a.view(), b.view(), out.view()); }, 0.3, 1000);
+    how << "16-element add: " << format_time(c.launch_overhead_s) << " per call";
+  }
+  c.memory_bytes = memory_bytes;
+  report.how = how.str();
+  return report;
+}
+
+bool point_done(const DeviceProfile& profile, const ProfilePoint& point) {
+  for (const OpMeasurement& m : profile.measurements) {
+    if (same_point(m.shape, m.pass, point.shape, point.pass)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string read_file_or_throw(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw FileError("profile file '" + path + "': cannot open (missing or unreadable)");
+  }
+  std::ostringstream content;
+  content << in.rdbuf();
+  return content.str();
+}
+
+}  // namespace
+
+DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
+  if (options.out_path.empty()) {
+    throw ConfigError("--out: a path is required (where the profile is written)");
+  }
+  const DeviceKind device = backend.device();
+  const HostFacts host = read_host_facts();
+  set_cpu_threads(options.threads);
+
+  TimingOptions timing = options.timing;
+  int64_t cache_bytes = 0;
+  double memory_bytes = 0.0;
+  std::string cache_source;
+  if (device == DeviceKind::cpu) {
+    cache_bytes = host.last_level_cache_bytes > 0 ? host.last_level_cache_bytes : int64_t{32} << 20;
+    cache_source = host.last_level_cache_bytes > 0 ? "last-level cache from sysfs"
+                                                   : "sysfs unreadable: assumed 32 MiB";
+    memory_bytes = static_cast<double>(host.memory_total_bytes);
+    if (timing.memory_limit_bytes == 0 && host.memory_available_bytes > 0) {
+      timing.memory_limit_bytes = host.memory_available_bytes / 2;
+    }
+  } else {
+    int64_t reported_l2 = 0, reported_memory = 0;
+#if defined(MODAR_WITH_CUDA)
+    const CudaDeviceInfo info = cuda_device_info(0);
+    reported_l2 = info.l2_cache_bytes;
+    reported_memory = info.memory_bytes;
+#endif
+    cache_bytes = options.device_cache_bytes > 0 ? options.device_cache_bytes
+                  : reported_l2 > 0              ? reported_l2
+                                                 : kDefaultGpuL2Bytes;
+    cache_source = options.device_cache_bytes > 0 ? "L2 size given on the command line"
+                   : reported_l2 > 0              ? "L2 size reported by the CUDA device"
+                                                  : "L2 assumed 50 MiB (H100 / H200): not reported";
+    memory_bytes = static_cast<double>(options.device_memory_bytes > 0 ? options.device_memory_bytes
+                                       : reported_memory > 0           ? reported_memory
+                                                                       : kDefaultGpuMemoryBytes);
+    if (timing.memory_limit_bytes == 0) {
+      timing.memory_limit_bytes = static_cast<int64_t>(0.8 * memory_bytes);
+    }
+  }
+  if (timing.rotation_bytes == 0) {
+    timing.rotation_bytes = 2 * cache_bytes;
+  }
+  const std::vector<ProfilePoint> points =
+      options.points.empty() ? profile_grid(options.grid, device, options.dtype) : options.points;
+
+  DeviceProfile profile;
+  const std::string checkpoint = partial_path(options.out_path);
+  bool resumed = false;
+  if (options.resume && std::filesystem::exists(checkpoint)) {
+    DeviceProfile previous;
+    try {
+      previous = parse_profile_toml(read_file_or_throw(checkpoint), checkpoint);
+    } catch (const std::invalid_argument& e) {
+      throw FileError(checkpoint + ": cannot resume from a damaged checkpoint (" + e.what() +
+                      "); delete it and run without --resume");
+    } catch (const FileError& e) {
+      throw FileError(checkpoint + ": cannot resume from a damaged checkpoint (" + e.what() +
+                      "); delete it and run without --resume");
+    }
+    const auto field = [&](const char* key) {
+      const auto it = previous.provenance.find(key);
+      return it == previous.provenance.end() ? std::string() : it->second;
+    };
+    if (previous.backend != options.backend_name) {
+      throw ConfigError(checkpoint + ": backend = \"" + previous.backend +
+                        "\": the checkpoint was measured on another backend than --backend " +
+                        options.backend_name + "; delete it or resume with the same backend");
+    }
+    if (field("grid") != to_string(options.grid) || field("dtype") != to_string(options.dtype)) {
+      throw ConfigError(checkpoint + ": grid = \"" + field("grid") + "\", dtype = \"" +
+                        field("dtype") + "\": the checkpoint is of another grid / dtype than " +
+                        "this run (" + to_string(options.grid) + ", " + to_string(options.dtype) +
+                        "); resume with the same flags or delete it");
+    }
+    profile = std::move(previous);
+    resumed = true;
+  } else {
+    profile.name = profile_name_from(options.out_path, options.backend_name);
+    profile.backend = options.backend_name;
+    profile.measured = true;
+  }
+  // Provenance of this run (a resumed run keeps the first run's start date).
+  std::map<std::string, std::string>& p = profile.provenance;
+  for (const auto& [key, value] : build_provenance()) {
+    p[key] = value;
+  }
+  p["backend_device"] = backend.name();
+  p["device"] = device == DeviceKind::cpu
+                    ? (host.cpu_model.empty() ? "unknown CPU" : host.cpu_model)
+                    : backend.name();
+  p["host_cpu"] = host.cpu_model;
+  p["threads"] = std::to_string(device == DeviceKind::cpu ? cpu_threads() : 0);
+  p["logical_cpus"] = std::to_string(host.logical_cpus);
+  p["grid"] = to_string(options.grid);
+  p["dtype"] = to_string(options.dtype);
+  p["rotation_bytes"] = std::to_string(timing.rotation_bytes) + " (2 x " + cache_source + ")";
+  p["memory_limit_bytes"] = std::to_string(timing.memory_limit_bytes);
+  p["timing"] = "median of >= " + std::to_string(timing.min_repeats) +
+                " samples (each >= " + number_text(timing.min_sample_s) +
+                " s of back-to-back calls) after warm-up; " + number_text(timing.budget_s) +
+                " s budget per shape; inputs random, rotated over copies exceeding the rotation "
+                "size; spread = (p90 - p10) / median";
+  p["load_average_at_start"] = trim(read_text("/proc/loadavg"));
+  if (!resumed) {
+    p["date"] = utc_now();
+  } else {
+    p["resumed"] = utc_now();
+  }
+  if (device != DeviceKind::cpu) {
+#if defined(MODAR_WITH_CUDA)
+    for (const auto& [key, value] : cuda_provenance(0)) {
+      p[key] = value;
+    }
+#else
+    p["gpu_facts"] = "built without CUDA: GPU facts unavailable";
+#endif
+  }
+  p["status"] = "partial";
+  p.erase("measurement_count");
+
+  auto checkpoint_now = [&] {
+    p["measurement_count"] = std::to_string(profile.measurements.size());
+    save_profile_atomically(profile, checkpoint);
+  };
+
+  if (options.measure_ceilings && !(resumed && p.count("ceilings_how") > 0)) {
+    if (options.progress != nullptr) {
+      std::fprintf(options.progress, "modar profile: measuring ceilings (GEMM, copy, dispatch)\n");
+    }
+    const CeilingReport report =
+        measure_ceilings(backend, device, cache_bytes, timing.memory_limit_bytes, memory_bytes);
+    profile.ceilings = report.ceilings;
+    p["ceilings_how"] = report.how + "; peak = achievable = measured (no datasheet)";
+  } else if (!resumed) {
+    DeviceCeilings& c = profile.ceilings;
+    c.peak_flops_fp32 = c.peak_flops_bf16 = c.memory_bandwidth = 1.0;
+    c.memory_bytes = memory_bytes > 0 ? memory_bytes : 1.0;
+    p["ceilings_how"] = "not measured (placeholders)";
+  }
+  checkpoint_now();
+
+  int64_t skipped = 0;
+  for (auto it = p.begin(); it != p.end();) {
+    it = it->first.rfind("skipped.", 0) == 0 ? p.erase(it) : std::next(it);
+  }
+  size_t todo = 0;
+  for (const ProfilePoint& point : points) {
+    todo += point_done(profile, point) ? 0 : 1;
+  }
+  if (options.progress != nullptr) {
+    std::fprintf(options.progress,
+                 "modar profile: %zu shapes (%zu already measured%s), grid %s, %s\n", points.size(),
+                 points.size() - todo, resumed ? ", resumed" : "", to_string(options.grid),
+                 to_string(options.dtype));
+  }
+  const double start_s = now_s();
+  size_t done = 0;
+  size_t index = 0;
+  for (const ProfilePoint& point : points) {
+    ++index;
+    if (point_done(profile, point)) {
+      continue;
+    }
+    const OpTiming timed = measure_op(backend, point.shape, point.pass, timing);
+    ++done;
+    if (timed.skipped) {
+      ++skipped;
+      char key[32];
+      std::snprintf(key, sizeof(key), "skipped.%04lld", static_cast<long long>(skipped));
+      p[key] = describe(point.shape, point.pass) + ": " + timed.skip_reason;
+    } else {
+      profile.measurements.push_back(timed.measurement);
+    }
+    checkpoint_now();
+    if (options.progress != nullptr) {
+      const double elapsed = now_s() - start_s;
+      const double eta = elapsed / static_cast<double>(done) * static_cast<double>(todo - done);
+      if (timed.skipped) {
+        std::fprintf(options.progress, "[%4zu/%zu] %s: skipped (%s)\n", index, points.size(),
+                     describe(point.shape, point.pass).c_str(), timed.skip_reason.c_str());
+      } else {
+        std::fprintf(options.progress, "[%4zu/%zu] %-52s %10s +-%4.1f%% x%-3d elapsed %s ETA %s\n",
+                     index, points.size(), describe(point.shape, point.pass).c_str(),
+                     format_time(timed.stats.median_s).c_str(), 50.0 * timed.stats.spread(),
+                     timed.copies, format_duration(elapsed).c_str(), format_duration(eta).c_str());
+      }
+      std::fflush(options.progress);
+    }
+  }
+  // The GEMM ceiling is the best rate any GEMM of the profile's dtype reached.
+  for (const OpMeasurement& m : profile.measurements) {
+    if (m.shape.kind != OpKind::gemm || m.median_s <= 0.0) {
+      continue;
+    }
+    const double rate = 2.0 * static_cast<double>(m.shape.dims[0]) * m.shape.dims[1] *
+                        m.shape.dims[2] * std::max<int64_t>(m.shape.dims[3], 1) / m.median_s;
+    DeviceCeilings& c = profile.ceilings;
+    if (m.shape.dtype == DType::fp32 && rate > c.achievable_flops_fp32) {
+      c.achievable_flops_fp32 = c.peak_flops_fp32 = rate;
+    } else if (m.shape.dtype == DType::bf16 && rate > c.achievable_flops_bf16) {
+      c.achievable_flops_bf16 = c.peak_flops_bf16 = rate;
+    }
+  }
+  p["skipped_count"] = std::to_string(skipped);
+  p["duration_s"] = number_text(now_s() - start_s) + " (grid, this invocation)";
+  p["status"] = "complete";
+  p["measurement_count"] = std::to_string(profile.measurements.size());
+  save_profile_atomically(profile, options.out_path);
+  std::error_code ignored;
+  std::filesystem::remove(checkpoint, ignored);
+  return profile;
+}
+
+// ---- loading ---------------------------------------------------------------------------
+
+void check_measured_profile(const DeviceProfile& profile, const std::string& source,
+                            const std::string& expected_backend) {
+  const auto status = profile.provenance.find("status");
+  if (status != profile.provenance.end() && status->second != "complete") {
+    throw FileError(source + ": provenance.status = \"" + status->second +
+                    "\": a partial profile (the checkpoint of an interrupted `modar profile` "
+                    "run); finish it with `modar profile --resume --out <the final path>`");
+  }
+  const auto count = profile.provenance.find("measurement_count");
+  if (count != profile.provenance.end()) {
+    char* end = nullptr;
+    const long long expected = std::strtoll(count->second.c_str(), &end, 10);
+    if (end == count->second.c_str() || *end != '\0' ||
+        expected != static_cast<long long>(profile.measurements.size())) {
+      throw FileError(source + ": provenance.measurement_count = \"" + count->second +
+                      "\" but the file holds " + std::to_string(profile.measurements.size()) +
+                      " measurements: the profile is truncated or corrupted; measure it again "
+                      "with `modar profile`");
+    }
+  }
+  if (!profile.measured || profile.measurements.empty()) {
+    throw ConfigError(source + ": measured = " + (profile.measured ? "true" : "false") + " with " +
+                      std::to_string(profile.measurements.size()) +
+                      " measurements: a measured profile (written by `modar profile`) is needed");
+  }
+  if (!expected_backend.empty() && profile.backend != expected_backend) {
+    throw ConfigError(source + ": backend = \"" + profile.backend +
+                      "\": this profile was measured on the " + profile.backend +
+                      " backend, not on " + expected_backend +
+                      "; use a profile made by `modar "
+                      "profile --backend " +
+                      expected_backend + "`");
+  }
+}
+
+DeviceProfile load_measured_profile(const std::string& path, const std::string& expected_backend) {
+  const std::string text = read_file_or_throw(path);
+  DeviceProfile profile;
+  try {
+    profile = parse_profile_toml(text, path);
+  } catch (const FileError& e) {
+    throw FileError(std::string(e.what()) + " (the profile is corrupted or truncated)");
+  } catch (const ConfigError& e) {
+    throw FileError(std::string(e.what()) + " (the profile is corrupted or truncated)");
+  }
+  check_measured_profile(profile, path, expected_backend);
+  return profile;
+}
+
+}  // namespace modar::runtime

@@ -1,0 +1,204 @@
+// runtime/profiler_grid.cpp: which shapes the profiler times.
+//
+// TimingModel (cost_models/timing.cpp) interpolates log(time) multilinearly in
+// log(dims) over a FULL tensor-product grid per (kind, pass, dtype,
+// categorical dims), so every kind's grid here is a tensor product over the
+// dims that vary; dims that are categorical (attention causal, DAR streams /
+// variant / mode, elementwise arity) get one grid per value the lowering
+// emits.  Values cover what lower() produces for the configurations a device
+// of this kind is used for:
+//   * CPU: small models (d 64 .. 1024, tokens 16 .. 4096, d_ff up to 4096,
+//     vocab up to 16384), the range `modar validate` runs on;
+//   * GPU: LLM shapes (tokens 256 .. 64K, d 512 .. 8192, d_ff up to 32K,
+//     vocab 50K), axis steps of 4x (quick) or 2x (full).
+// The lists are documented in docs/profiler.md; changing them changes which
+// predictions interpolate and which extrapolate.
+#include <string>
+#include <vector>
+
+#include "modar/runtime/profiler.hpp"
+
+namespace modar::runtime {
+namespace {
+
+using Axis = std::vector<int64_t>;
+
+struct Axes {
+  Axis gemm;           // m, n, k
+  Axis tokens;         // rows of token-wise ops
+  Axis width;          // d
+  Axis attn_heads;     // H (= G, b = 1): b * H is what scales
+  Axis attn_seq;       // s_q = s_k
+  Axis attn_head_dim;  // d_h
+  Axis rope_heads;     // H + G
+  Axis topk_batch, topk_seq, topk_k;
+  Axis depth_tokens, depth_sources, depth_queries_per_stream;
+  Axis elements;  // elementwise
+  Axis ce_rows, vocab;
+  Axis params;
+};
+
+Axis powers(int64_t first, int64_t last, int64_t factor) {
+  Axis axis;
+  for (int64_t v = first; v <= last; v *= factor) {
+    axis.push_back(v);
+  }
+  return axis;
+}
+
+Axes axes_for(GridSize size, DeviceKind device) {
+  const bool full = size == GridSize::full;
+  Axes a;
+  if (device == DeviceKind::cpu) {
+    a.gemm = full ? powers(16, 8192, 2) : powers(16, 4096, 4);
+    a.tokens = full ? powers(16, 16384, 2) : powers(16, 4096, 4);
+    a.width = full ? powers(64, 2048, 2) : Axis{64, 256, 1024};
+    a.attn_heads = full ? Axis{1, 2, 4, 8, 16, 32} : Axis{1, 4, 16};
+    a.attn_seq = full ? powers(16, 4096, 2) : powers(16, 1024, 4);
+    a.attn_head_dim = full ? Axis{16, 32, 64, 128} : Axis{32, 64};
+    a.rope_heads = full ? powers(2, 64, 2) : Axis{2, 8, 32};
+    a.topk_batch = full ? Axis{1, 4, 16} : Axis{1, 8};
+    a.topk_seq = full ? powers(16, 4096, 2) : powers(64, 4096, 4);
+    a.topk_k = full ? Axis{1, 4, 16} : Axis{2, 16, 64};
+    a.depth_tokens = full ? powers(64, 8192, 2) : powers(64, 4096, 4);
+    a.depth_sources = full ? Axis{1, 2, 4, 8, 16} : Axis{1, 3, 9};
+    a.depth_queries_per_stream = full ? Axis{1, 2, 4, 8} : Axis{1, 4};
+    a.elements = full ? powers(1024, 1 << 24, 2) : powers(4096, 1 << 24, 4);
+    a.ce_rows = full ? powers(64, 8192, 2) : powers(64, 4096, 4);
+    a.vocab = full ? powers(256, 32768, 2) : powers(256, 16384, 4);
+    a.params = full ? powers(1 << 12, 1 << 26, 2) : powers(1 << 14, 1 << 24, 4);
+  } else {
+    a.gemm = full ? powers(128, 65536, 2) : powers(256, 65536, 4);
+    a.tokens = full ? powers(256, 65536, 2) : powers(256, 65536, 4);
+    a.width = full ? powers(256, 16384, 2) : Axis{512, 2048, 8192};
+    a.attn_heads = full ? powers(4, 256, 2) : Axis{4, 16, 64, 256};
+    a.attn_seq = full ? powers(64, 16384, 2) : powers(64, 16384, 4);
+    a.attn_head_dim = Axis{64, 128};
+    a.rope_heads = full ? powers(4, 128, 2) : Axis{8, 32, 128};
+    a.topk_batch = full ? Axis{1, 4, 16, 64} : Axis{1, 8, 64};
+    a.topk_seq = full ? powers(256, 32768, 2) : powers(256, 16384, 4);
+    a.topk_k = full ? Axis{16, 64, 256} : Axis{16, 256};
+    a.depth_tokens = full ? powers(1024, 131072, 2) : powers(1024, 65536, 4);
+    a.depth_sources = full ? Axis{1, 2, 4, 8, 16, 32} : Axis{1, 4, 16};
+    a.depth_queries_per_stream = full ? Axis{1, 2, 4, 8} : Axis{1, 4};
+    a.elements = full ? powers(1 << 16, 1 << 30, 2) : powers(1 << 16, 1 << 30, 4);
+    a.ce_rows = full ? powers(256, 65536, 2) : powers(256, 65536, 4);
+    a.vocab = full ? Axis{8192, 16384, 32768, 65536, 131072} : Axis{16384, 65536};
+    a.params = full ? powers(1 << 20, 1 << 30, 2) : powers(1 << 20, 1 << 30, 4);
+  }
+  return a;
+}
+
+class GridBuilder {
+ public:
+  explicit GridBuilder(DType dtype) : dtype_(dtype) {}
+
+  void add(OpKind kind, std::initializer_list<int64_t> dims, bool with_backward) {
+    ProfilePoint point;
+    point.shape.kind = kind;
+    point.shape.dtype = dtype_;
+    size_t i = 0;
+    for (int64_t v : dims) {
+      point.shape.dims[i++] = v;
+    }
+    point.pass = Pass::forward;
+    points_.push_back(point);
+    if (with_backward) {
+      point.pass = Pass::backward;
+      points_.push_back(point);
+    }
+  }
+  void add_pass(OpKind kind, Pass pass, std::initializer_list<int64_t> dims) {
+    ProfilePoint point;
+    point.shape.kind = kind;
+    point.shape.dtype = dtype_;
+    size_t i = 0;
+    for (int64_t v : dims) {
+      point.shape.dims[i++] = v;
+    }
+    point.pass = pass;
+    points_.push_back(point);
+  }
+  std::vector<ProfilePoint> take() { return std::move(points_); }
+
+ private:
+  DType dtype_;
+  std::vector<ProfilePoint> points_;
+};
+
+}  // namespace
+
+const char* to_string(GridSize size) {
+  return size == GridSize::quick ? "quick" : "full";
+}
+
+std::vector<ProfilePoint> profile_grid(GridSize size, DeviceKind device, DType dtype) {
+  const Axes a = axes_for(size, device);
+  GridBuilder grid(dtype);
+  // GEMM: timed the same in every pass, so forward only (m, n, k; batch 1).
+  for (int64_t m : a.gemm)
+    for (int64_t n : a.gemm)
+      for (int64_t k : a.gemm)
+        grid.add(OpKind::gemm, {m, n, k, 1}, false);
+  // Attention: causal, s_q = s_k, MHA (G = H), one sequence: TimingModel
+  // scales by b * H (see docs/profiler.md).
+  for (int64_t heads : a.attn_heads)
+    for (int64_t s : a.attn_seq)
+      for (int64_t dh : a.attn_head_dim)
+        grid.add(OpKind::attention, {1, heads, heads, s, s, dh, 1}, true);
+  for (int64_t rows : a.tokens)
+    for (int64_t d : a.width) {
+      grid.add(OpKind::rmsnorm, {rows, d}, true);
+      grid.add(OpKind::router, {rows, d}, true);
+      grid.add(OpKind::gather, {rows, d}, true);
+      grid.add(OpKind::scatter_add, {rows, d}, true);
+      grid.add(OpKind::embedding, {rows, d}, true);
+    }
+  for (int64_t rows : a.tokens)
+    for (int64_t heads : a.rope_heads)
+      for (int64_t dh : a.attn_head_dim)
+        grid.add(OpKind::rope, {rows, heads, dh}, true);
+  for (int64_t b : a.topk_batch)
+    for (int64_t s : a.topk_seq)
+      for (int64_t k : a.topk_k)
+        grid.add(OpKind::topk, {b, s, k}, false);
+  // Depth reads: AttnRes (n = 1) and DAR (n = 2, default variant).
+  const int64_t attnres = static_cast<int64_t>(DarVariant::attnres);
+  const int64_t dar = static_cast<int64_t>(DarVariant::dar);
+  for (const auto& [n, variant] : {std::pair<int64_t, int64_t>{1, attnres}, {2, dar}}) {
+    for (int64_t T : a.depth_tokens)
+      for (int64_t sources : a.depth_sources)
+        for (int64_t q : a.depth_queries_per_stream)
+          for (int64_t d : a.width)
+            grid.add(OpKind::depth_read_prefix, {T, sources, q * n, d, n, variant}, true);
+    for (int64_t T : a.depth_tokens)
+      for (int64_t d : a.width) {
+        grid.add(OpKind::depth_read_merge, {T, n, d, variant}, true);
+        if (n >= 2) {
+          grid.add(OpKind::dar_coefficients, {T, n, d, 2 * n}, true);
+          grid.add(OpKind::dar_coefficients, {T, n, d, 2 * n + DarConfig::transport_params(n)},
+                   true);
+        }
+        grid.add(OpKind::dar_write, {T, n, d, 2, 1}, true);  // bank init
+        grid.add(OpKind::dar_write, {T, n, d, 0, 0}, true);  // first branch of a block
+        grid.add(OpKind::dar_write, {T, n, d, 1, 0}, true);  // middle branch
+        grid.add(OpKind::dar_write, {T, n, d, 1, 1}, true);  // last branch (+ entry rstd)
+      }
+  }
+  // Elementwise, by (inputs, outputs) as the lowering emits them.
+  for (int64_t e : a.elements) {
+    grid.add_pass(OpKind::elementwise, Pass::forward, {e, 1, 1});   // GELU
+    grid.add_pass(OpKind::elementwise, Pass::forward, {e, 2, 1});   // residual add / SwiGLU
+    grid.add_pass(OpKind::elementwise, Pass::backward, {e, 2, 1});  // GELU backward
+    grid.add_pass(OpKind::elementwise, Pass::backward, {e, 3, 2});  // SwiGLU backward
+    grid.add_pass(OpKind::elementwise, Pass::backward, {e, 1, 1});  // predictor activation
+  }
+  for (int64_t rows : a.ce_rows)
+    for (int64_t vocab : a.vocab)
+      grid.add(OpKind::cross_entropy, {rows, vocab}, true);
+  for (int64_t p : a.params)
+    grid.add(OpKind::optimizer_update, {p}, false);
+  return grid.take();
+}
+
+}  // namespace modar::runtime
