@@ -356,12 +356,20 @@ const std::vector<KeySpec>& key_specs() {
        {},
        [](Config& c, const Value& v) { c.device.profile = v.text; },
        [](const Config& c) {
+         // Escapes valid in both TOML basic strings and JSON.
          std::string out = "\"";
          for (char ch : c.device.profile) {
            if (ch == '"' || ch == '\\') {
              out += '\\';
+             out += ch;
+           } else if (static_cast<unsigned char>(ch) < 0x20) {
+             static const char* const kHex = "0123456789abcdef";
+             out += "\\u00";
+             out += kHex[(ch >> 4) & 0xF];
+             out += kHex[ch & 0xF];
+           } else {
+             out += ch;
            }
-           out += ch;
          }
          return out + "\"";
        }},
@@ -769,6 +777,24 @@ void validate(const Config& config) {
     if (value > kMaxDimension) {
       fail(key, std::to_string(value), "must be <= 16777216");
     }
+  }
+  // Products the lowering forms in 64-bit integers (rows x widths) and the
+  // parameter count must stay far from overflow.
+  const double tokens = static_cast<double>(t.micro_batch) * static_cast<double>(m.seq_len);
+  if (tokens > static_cast<double>(int64_t{1} << 34)) {
+    fail("train.micro_batch", std::to_string(t.micro_batch),
+         "train.micro_batch * model.seq_len must be <= 2^34 tokens");
+  }
+  const double width = static_cast<double>(
+      std::max<int64_t>({m.d_model, m.resolved_d_ff(),
+                         m.resolved_d_head() * (m.n_heads + 2 * m.resolved_kv_heads())}));
+  const double rough_params =
+      static_cast<double>(m.n_layers) * 3.0 * width * width +
+      2.0 * static_cast<double>(m.vocab_size) * static_cast<double>(m.d_model);
+  if (rough_params > 1e17) {
+    fail(
+        "model.n_layers", std::to_string(m.n_layers),
+        "the model would exceed 1e17 parameters (check model.d_model, model.d_ff, model.n_layers)");
   }
   if (t.global_batch > (int64_t{1} << 40)) {
     fail("train.global_batch", std::to_string(t.global_batch), "must be <= 2^40");
