@@ -288,11 +288,12 @@ OptimalResult optimal(const OptimalRequest& request) {
         sci(smallest) + "; allowed: a budget of at least ~" + sci(minimum_flops, 2) + " FLOPs");
   }
   if (dense.n_opt > largest) {
+    const double maximum_flops = 6.0 * std::pow(largest / dense.G, exponent);
     throw ConfigError("budget " + sci(centre_flops) +
-                      " FLOPs: too large for the shape search: "
-                      "the compute-optimal N_f " +
-                      sci(dense.n_opt) + " exceeds the largest shape's " + sci(largest) +
-                      "; allowed: raise max layers / max d_model");
+                      " FLOPs: too large for the shape search: the compute-optimal N_f " +
+                      sci(dense.n_opt) + " exceeds the largest shape's (" +
+                      std::to_string(request.shapes.max_layers) + " layers) " + sci(largest) +
+                      "; allowed: a budget of at most ~" + sci(maximum_flops, 2) + " FLOPs");
   }
 
   const auto solve = [&](const ArchSpec& arch, const EfficiencyPrior& prior,
