@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <exception>
 #include <functional>
 #include <string>
@@ -145,21 +146,31 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// Median seconds of `body` over reps, after warmup runs.
-double median_seconds(Backend& backend, int warmup, int reps, const std::function<void()>& body) {
+// Median seconds of `body` over reps, after warmup runs: wall time from the
+// backend's timer and, on the CPU backend, process CPU time (std::clock),
+// which is the better measure of the work on a machine shared with other jobs.
+struct Timing {
+  double wall_s = 0.0;
+  double cpu_s = 0.0;
+};
+
+Timing median_seconds(Backend& backend, int warmup, int reps, const std::function<void()>& body) {
   for (int i = 0; i < warmup; ++i)
     body();
   backend.synchronize();
   std::unique_ptr<Timer> timer = backend.make_timer();
-  std::vector<double> times;
+  std::vector<double> wall, cpu;
   for (int i = 0; i < reps; ++i) {
+    const std::clock_t cpu_start = std::clock();
     timer->start();
     body();
     timer->stop();
-    times.push_back(timer->elapsed_s());
+    wall.push_back(timer->elapsed_s());
+    cpu.push_back(static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC);
   }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  std::sort(wall.begin(), wall.end());
+  std::sort(cpu.begin(), cpu.end());
+  return {wall[wall.size() / 2], cpu[cpu.size() / 2]};
 }
 
 BranchShape layer_shape(int64_t d, int64_t head_dim) {
@@ -177,8 +188,12 @@ void bench_layers(Backend& backend, const Options& o) {
       "MoD routed layer (capacity %.4g, g(r) = r) vs dense layer: forward + backward, "
       "median of %d (backend %s, %s)\n",
       o.capacity, o.reps, backend.name().c_str(), to_string(o.dtype));
-  std::printf("%6s %6s %4s %4s %6s | %12s %12s | %8s\n", "d", "s", "b", "H", "k", "dense_ms",
+  const bool cpu = backend.device() == DeviceKind::cpu;
+  std::printf("%6s %6s %4s %4s %6s | %12s %12s %8s", "d", "s", "b", "H", "k", "dense_ms",
               "routed_ms", "speedup");
+  if (cpu)
+    std::printf(" | %12s %12s %8s", "dense_cpu_ms", "routed_cpu_ms", "speedup");
+  std::printf("\n");
   for (const Shape& sh : o.shapes) {
     MemoryTracker tracker;
     const Context ctx{backend, &tracker, o.dtype};
@@ -206,25 +221,30 @@ void bench_layers(Backend& backend, const Options& o) {
     Buffer x = ctx.make({sh.b, sh.s, sh.d});
     Buffer dx = ctx.make({sh.b, sh.s, sh.d});
 
-    const double dense_s = median_seconds(backend, o.warmup, o.reps, [&]() {
+    const Timing dense_t = median_seconds(backend, o.warmup, o.reps, [&]() {
       backend.copy(x0, x);
       backend.copy(dy, dx);
       TransformerLayer::Saved saved;
       dense.forward_inplace(ctx, x, positions, &saved);
       dense.backward_inplace(ctx, dx, saved);
     });
-    const double routed_s = median_seconds(backend, o.warmup, o.reps, [&]() {
+    const Timing routed_t = median_seconds(backend, o.warmup, o.reps, [&]() {
       backend.copy(x0, x);
       backend.copy(dy, dx);
       RoutedLayer::Saved saved;
       routed.forward_inplace(ctx, x, &saved);
       routed.backward_inplace(ctx, dx, saved);
     });
-    std::printf("%6lld %6lld %4lld %4lld %6lld | %12.3f %12.3f | %7.2fx\n",
+    std::printf("%6lld %6lld %4lld %4lld %6lld | %12.3f %12.3f %7.2fx",
                 static_cast<long long>(sh.d), static_cast<long long>(sh.s),
                 static_cast<long long>(sh.b), static_cast<long long>(shape.n_heads),
-                static_cast<long long>(routed.routed_tokens(sh.s)), dense_s * 1e3, routed_s * 1e3,
-                dense_s / routed_s);
+                static_cast<long long>(routed.routed_tokens(sh.s)), dense_t.wall_s * 1e3,
+                routed_t.wall_s * 1e3, dense_t.wall_s / routed_t.wall_s);
+    if (cpu) {
+      std::printf(" | %12.3f %12.3f %7.2fx", dense_t.cpu_s * 1e3, routed_t.cpu_s * 1e3,
+                  dense_t.cpu_s / routed_t.cpu_s);
+    }
+    std::printf("\n");
     std::fflush(stdout);
   }
 }
@@ -234,19 +254,25 @@ void bench_model(Backend& backend, const Options& o) {
     const char* name;
     DarVariant dar;
     int64_t block_layers;
+    int64_t mod_every;
   };
-  const Variant variants[] = {{"plain residual", DarVariant::none, 2},
-                              {"Block AttnRes (K=2)", DarVariant::attnres, 2},
-                              {"Block DAR n=2 (K=2)", DarVariant::dar, 2},
-                              {"Full DAR n=2 (K=1)", DarVariant::dar, 1}};
+  const Variant variants[] = {{"plain residual", DarVariant::none, 2, 0},
+                              {"Block AttnRes (K=2)", DarVariant::attnres, 2, 0},
+                              {"Block DAR n=2 (K=2)", DarVariant::dar, 2, 0},
+                              {"Full DAR n=2 (K=1)", DarVariant::dar, 1, 0},
+                              {"MoD (--capacity) every 2", DarVariant::none, 2, 2}};
   std::printf(
       "\nTraining step (forward + backward + AdamW), L=%lld d=%lld s=%lld b=%lld V=%lld, "
       "median of %d (backend %s, %s)\n",
       static_cast<long long>(o.model_layers), static_cast<long long>(o.model_d),
       static_cast<long long>(o.model_seq), static_cast<long long>(o.model_batch),
       static_cast<long long>(o.model_vocab), o.reps, backend.name().c_str(), to_string(o.dtype));
-  std::printf("%-22s | %10s %10s %12s\n", "residual", "step_ms", "overhead", "peak_MiB");
-  double plain_s = 0.0;
+  const bool cpu = backend.device() == DeviceKind::cpu;
+  std::printf("%-24s | %10s %10s", "residual / routing", "step_ms", "vs_plain");
+  if (cpu)
+    std::printf(" %10s %10s", "cpu_ms", "vs_plain");
+  std::printf(" %10s\n", "peak_MiB");
+  Timing plain;
   for (const Variant& v : variants) {
     Config config;
     config.model.d_model = o.model_d;
@@ -257,22 +283,30 @@ void bench_model(Backend& backend, const Options& o) {
     config.dar.variant = v.dar;
     config.dar.block_layers = v.block_layers;
     config.dar.streams = 2;
+    config.mod.every = v.mod_every;
+    config.mod.capacity = o.capacity;
     ModelOptions options;
     options.dtype = o.dtype;
     Model model(backend, config, options);
     std::vector<int32_t> ids(static_cast<size_t>(o.model_batch * o.model_seq));
-    for (size_t i = 0; i < ids.size(); ++i)
-      ids[i] = static_cast<int32_t>((i * 7919 + 13) % o.model_vocab);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      ids[i] = static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(o.model_vocab));
+    }
     Buffer tokens = model.make_tokens(ids, o.model_batch, o.model_seq);
     std::rotate(ids.begin(), ids.begin() + 1, ids.end());
     Buffer targets = model.make_tokens(ids, o.model_batch, o.model_seq);
     int64_t peak = 0;
-    const double step_s = median_seconds(
-        backend, o.warmup, o.reps, [&]() { peak = model.train_step(tokens, targets).peak_bytes; });
-    if (v.dar == DarVariant::none)
-      plain_s = step_s;
-    std::printf("%-22s | %10.3f %9.1f%% %12.1f\n", v.name, step_s * 1e3,
-                100.0 * (step_s / plain_s - 1.0), static_cast<double>(peak) / (1024.0 * 1024.0));
+    const Timing t = median_seconds(backend, o.warmup, o.reps,
+                                    [&]() { peak = model.train_step(tokens, targets).peak_bytes; });
+    if (v.dar == DarVariant::none && v.mod_every == 0) {
+      plain = t;
+    }
+    std::printf("%-24s | %10.3f %+9.1f%%", v.name, t.wall_s * 1e3,
+                100.0 * (t.wall_s / plain.wall_s - 1.0));
+    if (cpu) {
+      std::printf(" %10.3f %+9.1f%%", t.cpu_s * 1e3, 100.0 * (t.cpu_s / plain.cpu_s - 1.0));
+    }
+    std::printf(" %10.1f\n", static_cast<double>(peak) / (1024.0 * 1024.0));
     std::fflush(stdout);
   }
   std::printf(
