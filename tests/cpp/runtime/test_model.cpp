@@ -358,3 +358,34 @@ TEST(ModelMemory, MeasureTrainingStepUsesTheConfig) {
 
 }  // namespace
 }  // namespace modar::runtime::layer_tests
+
+namespace modar::runtime::layer_tests {
+namespace {
+
+// Bad configurations are typed errors naming the field, not crashes.
+TEST(ModelConfigErrors, AreConfigErrorsNamingTheField) {
+  Config config = tiny_config();
+  config.model.n_kv_heads = 3;  // does not divide n_heads = 2
+  try {
+    Model model(cpu_backend(), config);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.n_kv_heads"), std::string::npos) << e.what();
+  }
+  config = tiny_config();
+  config.dar.variant = DarVariant::dar;
+  config.dar.streams = 1;
+  EXPECT_THROW(Model(cpu_backend(), config), ConfigError);
+  config = tiny_config();
+  config.mod.every = 1;
+  config.mod.capacity = 1.5;
+  EXPECT_THROW(Model(cpu_backend(), config), ConfigError);
+  config = tiny_config();
+  Model model(cpu_backend(), config);
+  Buffer tokens = model.make_tokens(token_ids(kBatch * kSeq, 13, 0), kBatch, kSeq);
+  Buffer wrong = model.make_tokens(token_ids(kSeq, 13, 0), 1, kSeq);
+  EXPECT_THROW(model.forward_backward(tokens, wrong), ShapeError);
+}
+
+}  // namespace
+}  // namespace modar::runtime::layer_tests
