@@ -2,6 +2,7 @@
 // checks exit codes, the one-line errors, and the report / JSON.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -24,9 +25,12 @@ std::string slurp(const std::string& path) {
 }
 
 Result run(const std::string& arguments) {
-  const std::string dir = testing::TempDir();
-  const std::string out_path = dir + "/modar_cli_out.txt";
-  const std::string err_path = dir + "/modar_cli_err.txt";
+  // Unique names: ctest runs the tests of this file as parallel processes.
+  static int calls = 0;
+  const std::string stem = testing::TempDir() + "/modar_cli_" + std::to_string(::getpid()) + "_" +
+                           std::to_string(++calls);
+  const std::string out_path = stem + ".out";
+  const std::string err_path = stem + ".err";
   const std::string command =
       std::string(MODAR_CLI_PATH) + " " + arguments + " >" + out_path + " 2>" + err_path;
   const int status = std::system(command.c_str());
@@ -34,6 +38,8 @@ Result run(const std::string& arguments) {
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   r.out = slurp(out_path);
   r.err = slurp(err_path);
+  std::remove(out_path.c_str());
+  std::remove(err_path.c_str());
   return r;
 }
 
@@ -42,7 +48,7 @@ std::string example(const std::string& name) {
 }
 
 std::string write_temp(const std::string& name, const std::string& text) {
-  const std::string path = testing::TempDir() + "/" + name;
+  const std::string path = testing::TempDir() + "/" + std::to_string(::getpid()) + "_" + name;
   std::ofstream(path) << text;
   return path;
 }
