@@ -85,28 +85,34 @@ TEST(OpsAttention, FirstQueryCopiesFirstValue) {
 
 TEST(OpsAttention, GradientsMatchFiniteDifferences) {
   const Dims dm{2, 5, 4, 2, 4};
-  auto q = random_values(dm.b * dm.s * dm.heads * dm.d_head, 11);
-  auto k = random_values(dm.b * dm.s * dm.kv_heads * dm.d_head, 12);
-  auto v = random_values(dm.b * dm.s * dm.kv_heads * dm.d_head, 13);
-  const auto proj = random_values(q.size(), 14);
-  Tensor len = tensor({dm.b}, {3, 5}, ScalarType::i32);
-  const std::vector<int64_t> q_shape{dm.b, dm.s, dm.heads, dm.d_head};
-  const std::vector<int64_t> kv_shape{dm.b, dm.s, dm.kv_heads, dm.d_head};
-  auto loss = [&] {
+  for (bool causal : {true, false}) {
+    auto q = random_values(dm.b * dm.s * dm.heads * dm.d_head, 11);
+    auto k = random_values(dm.b * dm.s * dm.kv_heads * dm.d_head, 12);
+    auto v = random_values(dm.b * dm.s * dm.kv_heads * dm.d_head, 13);
+    const auto proj = random_values(q.size(), 14);
+    Tensor len = tensor({dm.b}, {3, 5}, ScalarType::i32);
+    const std::vector<int64_t> q_shape{dm.b, dm.s, dm.heads, dm.d_head};
+    const std::vector<int64_t> kv_shape{dm.b, dm.s, dm.kv_heads, dm.d_head};
+    AttentionParams params;
+    params.causal = causal;
+    params.softmax_scale = causal ? 0.0 : 0.3;  // explicit scale on the full variant
+    auto loss = [&] {
+      Tensor qt = tensor(q_shape, q), kt = tensor(kv_shape, k), vt = tensor(kv_shape, v);
+      Tensor out = zeros(q_shape), lse = zeros({dm.b, dm.heads, dm.s});
+      cpu().attention_forward(qt, kt, vt, len, out, lse, params);
+      return project(out, proj);
+    };
     Tensor qt = tensor(q_shape, q), kt = tensor(kv_shape, k), vt = tensor(kv_shape, v);
     Tensor out = zeros(q_shape), lse = zeros({dm.b, dm.heads, dm.s});
-    cpu().attention_forward(qt, kt, vt, len, out, lse, AttentionParams{});
-    return project(out, proj);
-  };
-  Tensor qt = tensor(q_shape, q), kt = tensor(kv_shape, k), vt = tensor(kv_shape, v);
-  Tensor out = zeros(q_shape), lse = zeros({dm.b, dm.heads, dm.s});
-  cpu().attention_forward(qt, kt, vt, len, out, lse, AttentionParams{});
-  Tensor dout = tensor(q_shape, proj), dq = zeros(q_shape), dk = zeros(kv_shape),
-         dv = zeros(kv_shape);
-  cpu().attention_backward(dout, qt, kt, vt, len, out, lse, dq, dk, dv, AttentionParams{});
-  expect_gradient("attention dq", q, loss, values_of(dq));
-  expect_gradient("attention dk", k, loss, values_of(dk));
-  expect_gradient("attention dv", v, loss, values_of(dv));
+    cpu().attention_forward(qt, kt, vt, len, out, lse, params);
+    Tensor dout = tensor(q_shape, proj), dq = zeros(q_shape), dk = zeros(kv_shape),
+           dv = zeros(kv_shape);
+    cpu().attention_backward(dout, qt, kt, vt, len, out, lse, dq, dk, dv, params);
+    const std::string tag = causal ? " (causal)" : " (full)";
+    expect_gradient("attention dq" + tag, q, loss, values_of(dq));
+    expect_gradient("attention dk" + tag, k, loss, values_of(dk));
+    expect_gradient("attention dv" + tag, v, loss, values_of(dv));
+  }
 }
 
 TEST(OpsAttention, Bf16CloseToFp64AndShapeErrors) {

@@ -223,6 +223,25 @@ TEST(OpsDarWrite, GradientsMatchFiniteDifferences) {
   expect_gradient("write dy", y, loss, values_of(dy));
 }
 
+TEST(OpsDarWrite, FirstBranchWriteGradients) {
+  // P^1 = beta (x) y (no transport term): gradients for beta and y only.
+  const int64_t n = 2, tokens = 2, d = 3;
+  auto beta = random_values(tokens * n, 55, 0, 2);
+  auto y = random_values(tokens * d, 56);
+  const auto w = random_values(n * tokens * d, 57);
+  auto loss = [&] {
+    Tensor bt = tensor({tokens, n}, beta), yt = tensor({tokens, d}, y), out = zeros({n, tokens, d});
+    cpu().dar_write_forward(TensorView{}, TensorView{}, bt, yt, out);
+    return project(out, w);
+  };
+  Tensor bt = tensor({tokens, n}, beta), yt = tensor({tokens, d}, y);
+  Tensor dout = tensor({n, tokens, d}, w), dbeta = zeros({tokens, n}), dy = zeros({tokens, d});
+  cpu().dar_write_backward(dout, TensorView{}, TensorView{}, bt, yt, TensorView{}, TensorView{},
+                           dbeta, dy);
+  expect_gradient("first write dbeta", beta, loss, values_of(dbeta));
+  expect_gradient("first write dy", y, loss, values_of(dy));
+}
+
 TEST(OpsDarWrite, RhoGradientThroughCoefficientsAndTransport) {
   // d loss / d c_rho through M(rho) = [[rho, 1-rho], [1-rho, rho]]: the
   // transport backward gives dM, the coefficient head maps it to the bias of

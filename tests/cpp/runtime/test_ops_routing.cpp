@@ -154,5 +154,25 @@ TEST(OpsScatter, ForwardMatchesNaiveAndGradients) {
   }
 }
 
+TEST(OpsScatter, Bf16ResidualMatchesFp32WithinRounding) {
+  const int64_t b = 1, s = 6, d = 8, k = 3;
+  const auto x = random_values(b * s * d, 15), delta = random_values(b * k * d, 16);
+  Tensor idx = tensor({b, k}, {0, 2, 5}, ScalarType::i32);
+  Tensor r = tensor({b, s}, random_values(b * s, 17), ScalarType::fp32);
+  Tensor x32 = tensor({b, s, d}, x, ScalarType::fp32),
+         d32 = tensor({b, k, d}, delta, ScalarType::fp32);
+  Tensor x16 = tensor({b, s, d}, x, ScalarType::bf16),
+         d16 = tensor({b, k, d}, delta, ScalarType::bf16);
+  cpu().scatter_add_scaled_forward(x32, idx, r, d32, RouterScale::sigmoid);
+  cpu().scatter_add_scaled_forward(x16, idx, r, d16, RouterScale::sigmoid);
+  const auto a = values_of(x16), ref = values_of(x32);
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_NEAR(a[i], ref[i], 3.0 / 256) << i;
+  // Unselected rows pass through bf16 storage unchanged (one rounding of x).
+  for (int64_t c = 0; c < d; ++c) {
+    EXPECT_EQ(a[1 * d + c], bf16_to_float(float_to_bf16(static_cast<float>(x[1 * d + c]))));
+  }
+}
+
 }  // namespace
 }  // namespace modar::runtime::testing
