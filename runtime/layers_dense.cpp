@@ -319,4 +319,15 @@ void TransformerLayer::backward_inplace(const Context& ctx, const TensorView& dx
   ctx.backend.axpy(1.0, dx_delta, dx);
 }
 
+void TransformerLayer::decode_inplace(const Context& ctx, const TensorView& x, int32_t position,
+                                      KvCache& cache) const {
+  Backend& be = ctx.backend;
+  Buffer a = attention_.decode(ctx, x, position, cache);
+  Buffer x_mid = ctx.make(x.shape_vector());
+  be.add(x, a, x_mid);
+  Buffer m = mlp_.forward(ctx, x_mid, nullptr);
+  be.add(a, m, a);
+  be.add(x, a, x);
+}
+
 }  // namespace modar::runtime

@@ -99,6 +99,47 @@ std::vector<double> Model::last_logits() const {
   return download(backend_, last_logits_);
 }
 
+Model::DecodeState Model::begin_decode(int64_t max_tokens) const {
+  if (depth_) {
+    throw ConfigError(std::string("dar.variant = ") + to_string(config_.dar.variant) +
+                      ": decoding is implemented for the plain residual only");
+  }
+  const Context ctx{backend_, nullptr, options_.dtype};
+  DecodeState state;
+  for (const auto& slot : layers_) {
+    state.caches.push_back(slot->dense ? slot->dense->attention().make_cache(ctx, max_tokens)
+                                       : slot->routed->make_cache(ctx, max_tokens));
+  }
+  return state;
+}
+
+std::vector<double> Model::decode_step(DecodeState& state, int32_t token) const {
+  Backend& be = backend_;
+  const Context ctx{backend_, nullptr, options_.dtype};
+  const int64_t d = config_.model.d_model;
+  const int32_t position = static_cast<int32_t>(state.position++);
+  Buffer ids = ctx.indices({1, 1}, {token});
+  Buffer x = ctx.make({1, 1, d});
+  be.embedding_forward(embedding_->value, ids, x);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    if (layers_[l]->dense) {
+      layers_[l]->dense->decode_inplace(ctx, x, position, state.caches[l]);
+    } else {
+      layers_[l]->routed->decode_inplace(ctx, x, position, state.caches[l]);
+    }
+  }
+  Buffer rstd = ctx.make({1}, ctx.stats());
+  Buffer u = ctx.make({1, d});
+  be.rmsnorm_forward(reshape(x, {1, d}), final_norm_->value, u, rstd, config_.model.norm_eps);
+  Buffer logits = ctx.make({1, config_.model.vocab_size});
+  if (head_ != nullptr) {
+    be.gemm(u, false, head_->value, false, logits);
+  } else {
+    be.gemm(u, false, embedding_->value, true, logits);
+  }
+  return download(be, logits);
+}
+
 StepResult Model::forward_backward(const TensorView& tokens, const TensorView& targets) {
   tracker_.reset_peak();
   StepResult result = run(tokens, targets, true);

@@ -234,6 +234,9 @@ class TransformerLayer {
                        Saved* saved) const;
   // dx: in = gradient w.r.t. the layer output, out = w.r.t. its input.
   void backward_inplace(const Context& ctx, const TensorView& dx, Saved& saved) const;
+  // Decode one token x [1, 1, d] at `position` in place, appending to `cache`.
+  void decode_inplace(const Context& ctx, const TensorView& x, int32_t position,
+                      KvCache& cache) const;
 
   const AttentionBranch& attention() const { return attention_; }
   const MlpBranch& mlp() const { return mlp_; }

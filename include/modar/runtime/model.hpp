@@ -63,6 +63,18 @@ class Model {
   // forward_backward + optimizer_step; peak_bytes covers all of it.
   StepResult train_step(const TensorView& tokens, const TensorView& targets);
 
+  // Autoregressive decoding, one sequence, plain-residual models (dense and MoD
+  // layers; AttnRes / DAR decoding is not implemented: ConfigError).  Each
+  // layer keeps a KV cache; a routed layer routes a token iff
+  // sigmoid(logit) > 0.5 (predictor or router) and caches routed tokens only.
+  struct DecodeState {
+    std::vector<KvCache> caches;  // one per layer
+    int64_t position = 0;
+  };
+  DecodeState begin_decode(int64_t max_tokens) const;
+  // Feeds `token` at the next position; returns the next-token logits [V].
+  std::vector<double> decode_step(DecodeState& state, int32_t token) const;
+
   // Host ids -> an i32 [b, s] tensor on this model's backend (not counted).
   Buffer make_tokens(const std::vector<int32_t>& ids, int64_t batch, int64_t seq) const;
   // Logits [b * s, V] of the last evaluate() / forward_backward() call.
