@@ -37,8 +37,9 @@ void DeviceArena::reserve(size_t capacity_bytes) {
 void* DeviceArena::allocate(size_t bytes) {
   const size_t rounded = (bytes + kAlignmentBytes - 1) / kAlignmentBytes * kAlignmentBytes;
   if (rounded > capacity_bytes_ - used_bytes_) {
-    throw BackendError("device arena: request of " + std::to_string(bytes) + " bytes does not fit (" +
-                       std::to_string(used_bytes_) + " of " + std::to_string(capacity_bytes_) +
+    throw BackendError("device arena: request of " + std::to_string(bytes) +
+                       " bytes does not fit (" + std::to_string(used_bytes_) + " of " +
+                       std::to_string(capacity_bytes_) +
                        " bytes in use); reserve a larger arena before the step");
   }
   char* pointer = base_ + used_bytes_;

@@ -36,16 +36,16 @@ namespace {
 constexpr int kTile = 32;
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * kWarpSize;
-constexpr int kRowsPerWarp = kTile / kWarps;  // 8
+constexpr int kRowsPerWarp = kTile / kWarps;                          // 8
 constexpr int kMaxColumnsPerLane = kAttentionMaxHeadDim / kWarpSize;  // 8
 constexpr float kNegativeInfinity = -__builtin_huge_valf();
 
-__device__ __forceinline__ int64_t qo_offset(const AttentionLaunchParams& p, int64_t b,
-                                             int64_t pos, int64_t head) {
+__device__ __forceinline__ int64_t qo_offset(const AttentionLaunchParams& p, int64_t b, int64_t pos,
+                                             int64_t head) {
   return ((b * p.seq + pos) * p.heads + head) * p.d_head;
 }
-__device__ __forceinline__ int64_t kv_offset(const AttentionLaunchParams& p, int64_t b,
-                                             int64_t pos, int64_t head) {
+__device__ __forceinline__ int64_t kv_offset(const AttentionLaunchParams& p, int64_t b, int64_t pos,
+                                             int64_t head) {
   return ((b * p.seq + pos) * p.kv_heads + head) * p.d_head;
 }
 
@@ -66,9 +66,9 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads) attention_forward_kernel(AttentionLaunchParams p) {
   extern __shared__ float shared[];
   const int d = static_cast<int>(p.d_head);
-  float* q_tile = shared;                     // [32][d]      (broadcast rows)
-  float* k_tile = q_tile + kTile * d;         // [32][d + 1]  (lane = key)
-  float* v_tile = k_tile + kTile * (d + 1);   // [32][d]      (lane = column)
+  float* q_tile = shared;                    // [32][d]      (broadcast rows)
+  float* k_tile = q_tile + kTile * d;        // [32][d + 1]  (lane = key)
+  float* v_tile = k_tile + kTile * (d + 1);  // [32][d]      (lane = column)
   const int64_t b = blockIdx.z;
   const int64_t h = blockIdx.y;
   const int64_t g = h / (p.heads / p.kv_heads);
@@ -163,8 +163,8 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(AttentionLa
 // D[b, h, i] = <dout_i, out_i>; one warp per (b, i, h).
 template <typename T>
 __global__ void attention_delta_kernel(AttentionLaunchParams p) {
-  const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) +
-                       threadIdx.x / kWarpSize;
+  const int64_t item =
+      static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   if (item >= p.batch * p.seq * p.heads) {
     return;
@@ -190,12 +190,12 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads) attention_dkdv_kernel(AttentionLaunchParams p) {
   extern __shared__ float shared[];
   const int d = static_cast<int>(p.d_head);
-  float* k_tile = shared;                      // [32][d]     broadcast rows
-  float* v_tile = k_tile + kTile * d;          // [32][d]     broadcast rows
-  float* q_tile = v_tile + kTile * d;          // [32][d + 1] lane = query (dots), lane = column
-  float* do_tile = q_tile + kTile * (d + 1);   // [32][d + 1]
-  float* lse_tile = do_tile + kTile * (d + 1); // [32]
-  float* delta_tile = lse_tile + kTile;        // [32]
+  float* k_tile = shared;                       // [32][d]     broadcast rows
+  float* v_tile = k_tile + kTile * d;           // [32][d]     broadcast rows
+  float* q_tile = v_tile + kTile * d;           // [32][d + 1] lane = query (dots), lane = column
+  float* do_tile = q_tile + kTile * (d + 1);    // [32][d + 1]
+  float* lse_tile = do_tile + kTile * (d + 1);  // [32]
+  float* delta_tile = lse_tile + kTile;         // [32]
   const int64_t b = blockIdx.z;
   const int64_t g = blockIdx.y;
   const int64_t k0 = static_cast<int64_t>(blockIdx.x) * kTile;
@@ -297,10 +297,10 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads) attention_dq_kernel(AttentionLaunchParams p) {
   extern __shared__ float shared[];
   const int d = static_cast<int>(p.d_head);
-  float* q_tile = shared;                     // [32][d]     broadcast rows
-  float* do_tile = q_tile + kTile * d;        // [32][d]     broadcast rows
-  float* k_tile = do_tile + kTile * d;        // [32][d + 1] lane = key (dots), lane = column
-  float* v_tile = k_tile + kTile * (d + 1);   // [32][d + 1] lane = key
+  float* q_tile = shared;                    // [32][d]     broadcast rows
+  float* do_tile = q_tile + kTile * d;       // [32][d]     broadcast rows
+  float* k_tile = do_tile + kTile * d;       // [32][d + 1] lane = key (dots), lane = column
+  float* v_tile = k_tile + kTile * (d + 1);  // [32][d + 1] lane = key
   const int64_t b = blockIdx.z;
   const int64_t h = blockIdx.y;
   const int64_t g = h / (p.heads / p.kv_heads);

@@ -48,9 +48,9 @@ inline void check_cublas(cublasStatus_t status, const char* call, const char* fi
 #define MODAR_CUDA_CHECK_LAUNCH() \
   ::modar::gpu::check_cuda(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
 // MODAR_GPU_REQUIRE(op, cond, message-expression): message is only built on failure.
-#define MODAR_GPU_REQUIRE(op, cond, message)                 \
-  do {                                                       \
-    if (!(cond)) {                                           \
-      ::modar::gpu::throw_argument_error((op), (message));   \
-    }                                                        \
+#define MODAR_GPU_REQUIRE(op, cond, message)               \
+  do {                                                     \
+    if (!(cond)) {                                         \
+      ::modar::gpu::throw_argument_error((op), (message)); \
+    }                                                      \
   } while (false)

@@ -22,12 +22,22 @@ namespace modar::gpu {
 inline constexpr unsigned kFullWarpMask = 0xffffffffu;
 inline constexpr int kWarpSize = 32;
 
-__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
-__device__ __forceinline__ float load_float(const float* p) { return *p; }
-__device__ __forceinline__ float load_float(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-__device__ __forceinline__ void store_float(float* p, float v) { *p = v; }
-__device__ __forceinline__ void store_float(__nv_bfloat16* p, float v) { *p = __float2bfloat16(v); }
+__device__ __forceinline__ float load_float(const float* p) {
+  return *p;
+}
+__device__ __forceinline__ float load_float(const __nv_bfloat16* p) {
+  return __bfloat162float(*p);
+}
+__device__ __forceinline__ void store_float(float* p, float v) {
+  *p = v;
+}
+__device__ __forceinline__ void store_float(__nv_bfloat16* p, float v) {
+  *p = __float2bfloat16(v);
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -81,7 +91,9 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return result;
 }
 
-__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float sigmoid(float x) {
+  return 1.0f / (1.0f + expf(-x));
+}
 
 }  // namespace modar::gpu
 

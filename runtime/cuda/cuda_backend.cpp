@@ -16,14 +16,16 @@
 // to the largest op's need.  The cuBLASLt workspace is allocated once.
 // All work is ordered on one non-blocking stream; copy_to_host / synchronize
 // wait for it.
+#include "modar/runtime/cuda_backend.hpp"
+
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <initializer_list>
 #include <map>
-#include <cmath>
 #include <memory>
 #include <string>
 
@@ -39,7 +41,6 @@
 #include "loss.cuh"
 #include "modar/errors.hpp"
 #include "modar/runtime/backend.hpp"
-#include "modar/runtime/cuda_backend.hpp"
 #include "norm.cuh"
 #include "rope.cuh"
 #include "topk.cuh"
@@ -190,8 +191,8 @@ class CudaBackend final : public Backend {
   }
 
   void convert_impl(const TensorView& src, const TensorView& dst) override {
-    gpu::launch_convert(src.data, elem("convert", src), dst.data, elem("convert", dst),
-                        src.numel(), stream_);
+    gpu::launch_convert(src.data, elem("convert", src), dst.data, elem("convert", dst), src.numel(),
+                        stream_);
   }
 
   // ---- GEMM --------------------------------------------------------------------------
@@ -251,9 +252,9 @@ class CudaBackend final : public Backend {
     gpu::launch_rmsnorm_forward(p, stream_);
   }
 
-  void rmsnorm_backward_impl(const TensorView& dout, const TensorView& x,
-                             const TensorView& weight, const TensorView& rstd,
-                             const TensorView& dx, const TensorView& dweight) override {
+  void rmsnorm_backward_impl(const TensorView& dout, const TensorView& x, const TensorView& weight,
+                             const TensorView& rstd, const TensorView& dx,
+                             const TensorView& dweight) override {
     gpu::RmsNormBackwardParams p;
     p.dout = dout.data;
     p.x = x.data;
@@ -277,8 +278,8 @@ class CudaBackend final : public Backend {
     launch_rope("rope_forward", x, positions, out, params, false);
   }
 
-  void rope_backward_impl(const TensorView& dout, const TensorView& positions,
-                          const TensorView& dx, const RopeParams& params) override {
+  void rope_backward_impl(const TensorView& dout, const TensorView& positions, const TensorView& dx,
+                          const RopeParams& params) override {
     launch_rope("rope_backward", dout, positions, dx, params, true);
   }
 
@@ -286,18 +287,18 @@ class CudaBackend final : public Backend {
   void attention_forward_impl(const TensorView& q, const TensorView& k, const TensorView& v,
                               const TensorView& valid_lengths, const TensorView& out,
                               const TensorView& lse, const AttentionParams& params) override {
-    gpu::AttentionLaunchParams p = attention_params("attention_forward", q, k, v, valid_lengths,
-                                                    out, lse, params);
+    gpu::AttentionLaunchParams p =
+        attention_params("attention_forward", q, k, v, valid_lengths, out, lse, params);
     gpu::launch_attention_forward(p, stream_);
   }
 
   void attention_backward_impl(const TensorView& dout, const TensorView& q, const TensorView& k,
                                const TensorView& v, const TensorView& valid_lengths,
-                               const TensorView& out, const TensorView& lse,
-                               const TensorView& dq, const TensorView& dk, const TensorView& dv,
+                               const TensorView& out, const TensorView& lse, const TensorView& dq,
+                               const TensorView& dk, const TensorView& dv,
                                const AttentionParams& params) override {
-    gpu::AttentionLaunchParams p = attention_params("attention_backward", q, k, v, valid_lengths,
-                                                    out, lse, params);
+    gpu::AttentionLaunchParams p =
+        attention_params("attention_backward", q, k, v, valid_lengths, out, lse, params);
     p.dout = dout.data;
     p.dq = dq.data;
     p.dk = dk.data;
@@ -309,17 +310,17 @@ class CudaBackend final : public Backend {
   // ---- MoD router, top-k, gather, scatter -----------------------------------------------
   void router_forward_impl(const TensorView& x, const TensorView& w,
                            const TensorView& logits) override {
-    gpu::launch_router_forward(x.data, w.data, stats("router_forward", logits), x.rows(),
-                               x.dim(-1), elem("router_forward", x), stream_);
+    gpu::launch_router_forward(x.data, w.data, stats("router_forward", logits), x.rows(), x.dim(-1),
+                               elem("router_forward", x), stream_);
   }
 
   void router_backward_impl(const TensorView& dlogits, const TensorView& x, const TensorView& w,
                             const TensorView& dx, const TensorView& dw) override {
     const int64_t d = x.dim(-1);
     float* partial = dw.empty() ? nullptr : scratch_floats({gpu::kReduceSplits * d})[0];
-    gpu::launch_router_backward(stats("router_backward", dlogits), x.data, w.data, dx.data,
-                                dw.data, dw.empty() ? Elem::fp32 : elem("router_backward", dw),
-                                partial, x.rows(), d, elem("router_backward", x), stream_);
+    gpu::launch_router_backward(stats("router_backward", dlogits), x.data, w.data, dx.data, dw.data,
+                                dw.empty() ? Elem::fp32 : elem("router_backward", dw), partial,
+                                x.rows(), d, elem("router_backward", x), stream_);
   }
 
   void topk_impl(const TensorView& logits, const TensorView& indices) override {
@@ -364,9 +365,9 @@ class CudaBackend final : public Backend {
   void scatter_add_scaled_forward_impl(const TensorView& x, const TensorView& indices,
                                        const TensorView& router_logits, const TensorView& delta,
                                        RouterScale gate) override {
-    gpu::launch_scatter_add_scaled_forward(
-        routed("scatter_add_scaled_forward", x, indices), x.data,
-        stats("scatter_add_scaled_forward", router_logits), delta.data, gate_kind(gate), stream_);
+    gpu::launch_scatter_add_scaled_forward(routed("scatter_add_scaled_forward", x, indices), x.data,
+                                           stats("scatter_add_scaled_forward", router_logits),
+                                           delta.data, gate_kind(gate), stream_);
   }
 
   void scatter_add_scaled_backward_impl(const TensorView& dx, const TensorView& indices,
@@ -453,8 +454,8 @@ class CudaBackend final : public Backend {
 
   void depth_read_merge_backward_impl(
       const TensorView& dout, const TensorView& prefix_out, const TensorView& partial_keys,
-      const TensorView& partial_key_rstd, const TensorView& partial_values,
-      const TensorView& query, const TensorView& partial_weight, const TensorView& dprefix_out,
+      const TensorView& partial_key_rstd, const TensorView& partial_values, const TensorView& query,
+      const TensorView& partial_weight, const TensorView& dprefix_out,
       const TensorView& dprefix_lse, const TensorView& dpartial_keys,
       const TensorView& dpartial_values, const TensorView& dquery) override {
     const char* op = "depth_read_merge_backward";
@@ -486,19 +487,21 @@ class CudaBackend final : public Backend {
                                      const TensorView& alpha, const TensorView& beta,
                                      const TensorView& transport, const TensorView& z_rstd,
                                      const DarCoefficientParams& params) override {
-    gpu::DarCoefficientLaunchParams p = coefficient_params(
-        "dar_coefficients_forward", retrieved, weight, bias, scale, alpha, beta, transport,
-        z_rstd, params);
+    gpu::DarCoefficientLaunchParams p =
+        coefficient_params("dar_coefficients_forward", retrieved, weight, bias, scale, alpha, beta,
+                           transport, z_rstd, params);
     gpu::launch_dar_coefficients_forward(p, stream_);
   }
 
-  void dar_coefficients_backward_impl(
-      const TensorView& dalpha, const TensorView& dbeta, const TensorView& dtransport,
-      const TensorView& retrieved, const TensorView& weight, const TensorView& bias,
-      const TensorView& scale, const TensorView& alpha, const TensorView& beta,
-      const TensorView& transport, const TensorView& z_rstd, const TensorView& dretrieved,
-      const TensorView& dweight, const TensorView& dbias, const TensorView& dscale,
-      const DarCoefficientParams& params) override {
+  void dar_coefficients_backward_impl(const TensorView& dalpha, const TensorView& dbeta,
+                                      const TensorView& dtransport, const TensorView& retrieved,
+                                      const TensorView& weight, const TensorView& bias,
+                                      const TensorView& scale, const TensorView& alpha,
+                                      const TensorView& beta, const TensorView& transport,
+                                      const TensorView& z_rstd, const TensorView& dretrieved,
+                                      const TensorView& dweight, const TensorView& dbias,
+                                      const TensorView& dscale,
+                                      const DarCoefficientParams& params) override {
     const char* op = "dar_coefficients_backward";
     gpu::DarCoefficientLaunchParams p = coefficient_params(op, retrieved, weight, bias, scale,
                                                            alpha, beta, transport, z_rstd, params);
@@ -560,31 +563,42 @@ class CudaBackend final : public Backend {
 
   // ---- elementwise ---------------------------------------------------------------------------
   void gelu_forward_impl(const TensorView& x, const TensorView& out) override {
-    gpu::ActivationParams p{gpu::UnaryOp::gelu_forward, x.data, nullptr, nullptr, out.data,
-                            nullptr, x.numel(), elem("gelu_forward", x)};
+    gpu::ActivationParams p{
+        gpu::UnaryOp::gelu_forward, x.data, nullptr, nullptr, out.data, nullptr, x.numel(),
+        elem("gelu_forward", x)};
     gpu::launch_activation(p, stream_);
   }
 
   void gelu_backward_impl(const TensorView& dout, const TensorView& x,
                           const TensorView& dx) override {
-    if (dx.empty()) return;
-    gpu::ActivationParams p{gpu::UnaryOp::gelu_backward, x.data, nullptr, dout.data, dx.data,
-                            nullptr, x.numel(), elem("gelu_backward", x)};
+    if (dx.empty())
+      return;
+    gpu::ActivationParams p{
+        gpu::UnaryOp::gelu_backward, x.data, nullptr, dout.data, dx.data, nullptr, x.numel(),
+        elem("gelu_backward", x)};
     gpu::launch_activation(p, stream_);
   }
 
   void swiglu_forward_impl(const TensorView& gate, const TensorView& up,
                            const TensorView& out) override {
-    gpu::ActivationParams p{gpu::UnaryOp::swiglu_forward, gate.data, up.data, nullptr, out.data,
-                            nullptr, gate.numel(), elem("swiglu_forward", gate)};
+    gpu::ActivationParams p{
+        gpu::UnaryOp::swiglu_forward, gate.data, up.data, nullptr, out.data, nullptr, gate.numel(),
+        elem("swiglu_forward", gate)};
     gpu::launch_activation(p, stream_);
   }
 
   void swiglu_backward_impl(const TensorView& dout, const TensorView& gate, const TensorView& up,
                             const TensorView& dgate, const TensorView& dup) override {
-    if (dgate.empty() && dup.empty()) return;
-    gpu::ActivationParams p{gpu::UnaryOp::swiglu_backward, gate.data, up.data, dout.data,
-                            dgate.data, dup.data, gate.numel(), elem("swiglu_backward", gate)};
+    if (dgate.empty() && dup.empty())
+      return;
+    gpu::ActivationParams p{gpu::UnaryOp::swiglu_backward,
+                            gate.data,
+                            up.data,
+                            dout.data,
+                            dgate.data,
+                            dup.data,
+                            gate.numel(),
+                            elem("swiglu_backward", gate)};
     gpu::launch_activation(p, stream_);
   }
 
@@ -601,10 +615,8 @@ class CudaBackend final : public Backend {
     gpu::launch_scale(x.data, static_cast<float>(alpha), x.numel(), elem("scale", x), stream_);
   }
 
-  void mul_forward_impl(const TensorView& a, const TensorView& b,
-                        const TensorView& out) override {
-    gpu::launch_mul_forward(a.data, b.data, out.data, a.numel(), elem("mul_forward", a),
-                            stream_);
+  void mul_forward_impl(const TensorView& a, const TensorView& b, const TensorView& out) override {
+    gpu::launch_mul_forward(a.data, b.data, out.data, a.numel(), elem("mul_forward", a), stream_);
   }
 
   void mul_backward_impl(const TensorView& dout, const TensorView& a, const TensorView& b,
@@ -633,7 +645,8 @@ class CudaBackend final : public Backend {
                                    const TensorView& targets, const TensorView& lse,
                                    const TensorView& dlogits) override {
     const char* op = "cross_entropy_backward";
-    if (dlogits.empty()) return;
+    if (dlogits.empty())
+      return;
     gpu::CrossEntropyParams p;
     p.logits = logits.data;
     p.targets = targets.ptr<int32_t>();
@@ -650,7 +663,8 @@ class CudaBackend final : public Backend {
   void bce_with_logits_forward_impl(const TensorView& logits, const TensorView& targets,
                                     const TensorView& loss) override {
     const char* op = "bce_with_logits_forward";
-    if (loss.empty() || logits.numel() == 0) return;
+    if (loss.empty() || logits.numel() == 0)
+      return;
     gpu::launch_bce_with_logits_forward(stats(op, logits), stats(op, targets), stats(op, loss),
                                         logits.numel(), stream_);
   }
@@ -659,7 +673,8 @@ class CudaBackend final : public Backend {
                                      const TensorView& targets,
                                      const TensorView& dlogits) override {
     const char* op = "bce_with_logits_backward";
-    if (dlogits.empty() || logits.numel() == 0) return;
+    if (dlogits.empty() || logits.numel() == 0)
+      return;
     gpu::launch_bce_with_logits_backward(static_cast<float>(dloss), stats(op, logits),
                                          stats(op, targets), stats(op, dlogits), logits.numel(),
                                          stream_);
@@ -674,11 +689,11 @@ class CudaBackend final : public Backend {
 
   void embedding_backward_impl(const TensorView& dout, const TensorView& tokens,
                                const TensorView& dtable) override {
-    if (dtable.empty()) return;
-    gpu::launch_embedding_backward(dout.data, elem("embedding_backward", dout),
-                                   tokens.ptr<int32_t>(), dtable.data,
-                                   elem("embedding_backward", dtable), tokens.numel(),
-                                   dtable.shape[1], stream_);
+    if (dtable.empty())
+      return;
+    gpu::launch_embedding_backward(
+        dout.data, elem("embedding_backward", dout), tokens.ptr<int32_t>(), dtable.data,
+        elem("embedding_backward", dtable), tokens.numel(), dtable.shape[1], stream_);
   }
 
   void adamw_update_impl(const TensorView& params, const TensorView& grads, const TensorView& m,
@@ -771,7 +786,8 @@ class CudaBackend final : public Backend {
 
   void launch_rope(const char* op, const TensorView& in, const TensorView& positions,
                    const TensorView& out, const RopeParams& params, bool backward) {
-    if (out.empty()) return;
+    if (out.empty())
+      return;
     gpu::RopeLaunchParams p;
     p.in = in.data;
     p.out = out.data;
@@ -802,9 +818,9 @@ class CudaBackend final : public Backend {
     p.heads = q.shape[2];
     p.kv_heads = k.shape[2];
     p.d_head = q.shape[3];
-    p.softmax_scale = static_cast<float>(
-        params.softmax_scale > 0.0 ? params.softmax_scale
-                                   : 1.0 / std::sqrt(static_cast<double>(p.d_head)));
+    p.softmax_scale = static_cast<float>(params.softmax_scale > 0.0
+                                             ? params.softmax_scale
+                                             : 1.0 / std::sqrt(static_cast<double>(p.d_head)));
     p.causal = params.causal;
     p.type = elem(op, q);
     return p;
@@ -823,10 +839,9 @@ class CudaBackend final : public Backend {
   }
 
   static gpu::DarCoefficientLaunchParams coefficient_params(
-      const char* op, const TensorView& retrieved, const TensorView& weight,
-      const TensorView& bias, const TensorView& scale, const TensorView& alpha,
-      const TensorView& beta, const TensorView& transport, const TensorView& z_rstd,
-      const DarCoefficientParams& params) {
+      const char* op, const TensorView& retrieved, const TensorView& weight, const TensorView& bias,
+      const TensorView& scale, const TensorView& alpha, const TensorView& beta,
+      const TensorView& transport, const TensorView& z_rstd, const DarCoefficientParams& params) {
     gpu::DarCoefficientLaunchParams p;
     p.retrieved = retrieved.data;
     p.weight = stats(op, weight);
@@ -884,7 +899,9 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(0); }
+std::unique_ptr<Backend> make_cuda_backend() {
+  return std::make_unique<CudaBackend>(0);
+}
 
 CudaDeviceInfo cuda_device_info(int device) {
   const int count = device_count_or_throw();
@@ -944,6 +961,8 @@ std::map<std::string, std::string> cuda_provenance(int device) {
   return out;
 }
 
-int64_t cuda_l2_cache_bytes(int device) { return cuda_device_info(device).l2_cache_bytes; }
+int64_t cuda_l2_cache_bytes(int device) {
+  return cuda_device_info(device).l2_cache_bytes;
+}
 
 }  // namespace modar::runtime

@@ -44,23 +44,29 @@ __device__ __forceinline__ int coefficient_group(int i, int n) {
 // normalisations, and (as on the CPU) its gradient is taken as zero.
 __device__ void sinkhorn_start(const float* c, int n, int iterations, float* m) {
   float max_logit = c[0];
-  for (int e = 1; e < n * n; ++e) max_logit = fmaxf(max_logit, c[e]);
-  for (int e = 0; e < n * n; ++e) m[e] = expf(c[e] - max_logit);
+  for (int e = 1; e < n * n; ++e)
+    max_logit = fmaxf(max_logit, c[e]);
+  for (int e = 0; e < n * n; ++e)
+    m[e] = expf(c[e] - max_logit);
 }
 
 __device__ void normalise_rows(float* m, int n) {
   for (int i = 0; i < n; ++i) {
     float sum = 0.0f;
-    for (int j = 0; j < n; ++j) sum += m[i * n + j];
-    for (int j = 0; j < n; ++j) m[i * n + j] /= sum;
+    for (int j = 0; j < n; ++j)
+      sum += m[i * n + j];
+    for (int j = 0; j < n; ++j)
+      m[i * n + j] /= sum;
   }
 }
 
 __device__ void normalise_columns(float* m, int n) {
   for (int j = 0; j < n; ++j) {
     float sum = 0.0f;
-    for (int i = 0; i < n; ++i) sum += m[i * n + j];
-    for (int i = 0; i < n; ++i) m[i * n + j] /= sum;
+    for (int i = 0; i < n; ++i)
+      sum += m[i * n + j];
+    for (int i = 0; i < n; ++i)
+      m[i * n + j] /= sum;
   }
 }
 
@@ -85,10 +91,12 @@ __device__ void sinkhorn_backward(const float* c, int n, int iterations, const f
   float grad[kMaxN * kMaxN];
   float x[kMaxN * kMaxN];
   float y[kMaxN * kMaxN];
-  for (int e = 0; e < n * n; ++e) grad[e] = dm[e];
+  for (int e = 0; e < n * n; ++e)
+    grad[e] = dm[e];
   for (int step = 2 * iterations - 1; step >= 0; --step) {
     sinkhorn_state(c, n, iterations, step, x);  // input of this normalisation
-    for (int e = 0; e < n * n; ++e) y[e] = x[e];
+    for (int e = 0; e < n * n; ++e)
+      y[e] = x[e];
     const bool rows = step % 2 == 0;
     if (rows) {
       normalise_rows(y, n);
@@ -111,7 +119,8 @@ __device__ void sinkhorn_backward(const float* c, int n, int iterations, const f
     }
   }
   sinkhorn_start(c, n, iterations, x);
-  for (int e = 0; e < n * n; ++e) dc[e] = grad[e] * x[e];  // d exp(c) = exp(c) dc
+  for (int e = 0; e < n * n; ++e)
+    dc[e] = grad[e] * x[e];  // d exp(c) = exp(c) dc
 }
 
 // Per token: rstd_z and u = z W, summed over the block.  Returns rstd_z; u in
@@ -125,7 +134,8 @@ __device__ float coefficient_projection(const DarCoefficientLaunchParams& p, int
   const int outputs = static_cast<int>(p.outputs);
   float sum_sq = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kMaxOut; ++i) u[i] = 0.0f;
+  for (int i = 0; i < kMaxOut; ++i)
+    u[i] = 0.0f;
   for (int64_t jc = threadIdx.x; jc < p.streams * p.d; jc += blockDim.x) {
     const int64_t j = jc / p.d;
     const int64_t c = jc - j * p.d;
@@ -134,16 +144,17 @@ __device__ float coefficient_projection(const DarCoefficientLaunchParams& p, int
     const float* w_row = p.weight + jc * p.outputs;
 #pragma unroll
     for (int i = 0; i < kMaxOut; ++i) {
-      if (i < outputs) u[i] += r * w_row[i];
+      if (i < outputs)
+        u[i] += r * w_row[i];
     }
   }
   sum_sq = block_sum(sum_sq, scratch);
-  const float rstd = use_saved_rstd
-                         ? p.z_rstd[t]
-                         : rsqrtf(sum_sq / static_cast<float>(p.streams * p.d) + p.eps);
+  const float rstd =
+      use_saved_rstd ? p.z_rstd[t] : rsqrtf(sum_sq / static_cast<float>(p.streams * p.d) + p.eps);
   block_sum_many(u, outputs, scratch_many);
 #pragma unroll
-  for (int i = 0; i < kMaxOut; ++i) u[i] *= rstd;  // z W = rstd (R W)
+  for (int i = 0; i < kMaxOut; ++i)
+    u[i] *= rstd;  // z W = rstd (R W)
   return rstd;
 }
 
@@ -184,7 +195,8 @@ __global__ void __launch_bounds__(kRowThreads)
         normalise_rows(local, n);
         normalise_columns(local, n);
       }
-      for (int e = 0; e < n * n; ++e) m[e] = local[e];
+      for (int e = 0; e < n * n; ++e)
+        m[e] = local[e];
     }
   }
 }
@@ -203,7 +215,8 @@ __global__ void __launch_bounds__(kRowThreads)
   const float rstd = coefficient_projection<T>(p, t, u, scratch_many, scratch, true);
   if (threadIdx.x == 0) {
     float dc[kMaxOut];
-    for (int i = 0; i < kMaxOut; ++i) dc[i] = 0.0f;
+    for (int i = 0; i < kMaxOut; ++i)
+      dc[i] = 0.0f;
     for (int j = 0; j < n; ++j) {
       const float a = p.alpha[t * n + j];
       const float b = p.beta[t * n + j];
@@ -230,7 +243,8 @@ __global__ void __launch_bounds__(kRowThreads)
       du_shared[i] = dc[i] * p.scale[g];
       p.token_dc[t * outputs + i] = dc[i];
     }
-    for (int g = 0; g < 3; ++g) p.token_dscale[t * 3 + g] = group_sums[g];
+    for (int g = 0; g < 3; ++g)
+      p.token_dscale[t * 3 + g] = group_sums[g];
   }
   __syncthreads();
   if (p.dretrieved == nullptr) {
@@ -245,11 +259,13 @@ __global__ void __launch_bounds__(kRowThreads)
     const int64_t c = jc - j * p.d;
     const float* w_row = p.weight + jc * p.outputs;
     float dz = 0.0f;
-    for (int i = 0; i < outputs; ++i) dz += w_row[i] * du_shared[i];
+    for (int i = 0; i < outputs; ++i)
+      dz += w_row[i] * du_shared[i];
     dot += dz * load_float(retrieved + (j * p.tokens + t) * p.d + c) * rstd;
   }
   dot = block_sum(dot, scratch);
-  if (threadIdx.x == 0) dz_dot_shared = dot;
+  if (threadIdx.x == 0)
+    dz_dot_shared = dot;
   __syncthreads();
   const float mean_dot = dz_dot_shared / static_cast<float>(p.streams * p.d);
   for (int64_t jc = threadIdx.x; jc < p.streams * p.d; jc += blockDim.x) {
@@ -258,7 +274,8 @@ __global__ void __launch_bounds__(kRowThreads)
     const int64_t index = (j * p.tokens + t) * p.d + c;
     const float* w_row = p.weight + jc * p.outputs;
     float dz = 0.0f;
-    for (int i = 0; i < outputs; ++i) dz += w_row[i] * du_shared[i];
+    for (int i = 0; i < outputs; ++i)
+      dz += w_row[i] * du_shared[i];
     const float z = load_float(retrieved + index) * rstd;
     store_float(dretrieved + index, load_float(dretrieved + index) + rstd * (dz - z * mean_dot));
   }
@@ -291,13 +308,15 @@ __global__ void coefficients_dweight_partial_kernel(DarCoefficientLaunchParams p
     const float z = load_float(retrieved + (j * p.tokens + t) * p.d + c) * p.z_rstd[t];
 #pragma unroll
     for (int i = 0; i < kMaxOut; ++i) {
-      if (i < outputs) acc[i] += z * p.token_dc[t * outputs + i] * scales[i];
+      if (i < outputs)
+        acc[i] += z * p.token_dc[t * outputs + i] * scales[i];
     }
   }
   float* out = p.partial + (blockIdx.y * p.streams * p.d + jc) * p.outputs;
 #pragma unroll
   for (int i = 0; i < kMaxOut; ++i) {
-    if (i < outputs) out[i] = acc[i];
+    if (i < outputs)
+      out[i] = acc[i];
   }
 }
 
@@ -308,7 +327,8 @@ __global__ void column_sum_kernel(const float* matrix, int64_t rows, int64_t col
     return;
   }
   float sum = 0.0f;
-  for (int64_t row = 0; row < rows; ++row) sum += matrix[row * columns + c];
+  for (int64_t row = 0; row < rows; ++row)
+    sum += matrix[row * columns + c];
   out[c] += sum;
 }
 
@@ -339,7 +359,8 @@ __global__ void __launch_bounds__(kRowThreads) mix_backward_kernel(DarMixParams 
   T* dretrieved = static_cast<T*>(p.dretrieved);
   float dots[kMaxN];
 #pragma unroll
-  for (int j = 0; j < kMaxN; ++j) dots[j] = 0.0f;
+  for (int j = 0; j < kMaxN; ++j)
+    dots[j] = 0.0f;
   for (int64_t c = threadIdx.x; c < p.d; c += blockDim.x) {
     const float g = load_float(dout + c);
 #pragma unroll
@@ -348,8 +369,7 @@ __global__ void __launch_bounds__(kRowThreads) mix_backward_kernel(DarMixParams 
         const int64_t index = j * total + t * p.d + c;
         dots[j] += g * load_float(retrieved + index);
         if (dretrieved != nullptr) {
-          store_float(dretrieved + index,
-                      load_float(dretrieved + index) + p.alpha[t * n + j] * g);
+          store_float(dretrieved + index, load_float(dretrieved + index) + p.alpha[t * n + j] * g);
         }
       }
     }
@@ -357,7 +377,8 @@ __global__ void __launch_bounds__(kRowThreads) mix_backward_kernel(DarMixParams 
   if (p.dalpha != nullptr) {
     block_sum_many(dots, n, scratch_many);
     if (threadIdx.x == 0) {
-      for (int j = 0; j < n; ++j) p.dalpha[t * n + j] += dots[j];
+      for (int j = 0; j < n; ++j)
+        p.dalpha[t * n + j] += dots[j];
     }
   }
 }
@@ -378,7 +399,8 @@ __global__ void write_forward_kernel(DarWriteParams p) {
     float value = 0.0f;
     if (partial != nullptr) {
       const float* m_row = p.transport + (t * n + j) * n;
-      for (int k = 0; k < n; ++k) value += m_row[k] * load_float(partial + k * plane + tc);
+      for (int k = 0; k < n; ++k)
+        value += m_row[k] * load_float(partial + k * plane + tc);
     }
     if (y != nullptr) {
       value += p.beta[t * n + j] * load_float(y + tc);
@@ -403,7 +425,8 @@ __global__ void __launch_bounds__(kRowThreads) write_backward_kernel(DarWritePar
   // dots[j * n + k] = <dout[j], P[k]>, dots[n*n + j] = <dout[j], y>
   float dots[kMaxDots];
 #pragma unroll
-  for (int i = 0; i < kMaxDots; ++i) dots[i] = 0.0f;
+  for (int i = 0; i < kMaxDots; ++i)
+    dots[i] = 0.0f;
   for (int64_t c = threadIdx.x; c < p.d; c += blockDim.x) {
     const int64_t tc = t * p.d + c;
     float g[kMaxN];
@@ -411,7 +434,8 @@ __global__ void __launch_bounds__(kRowThreads) write_backward_kernel(DarWritePar
 #pragma unroll
     for (int j = 0; j < kMaxN; ++j) {
       g[j] = j < n ? load_float(dout + j * plane + tc) : 0.0f;
-      if (j < n && y != nullptr) dy_sum += p.beta[t * n + j] * g[j];
+      if (j < n && y != nullptr)
+        dy_sum += p.beta[t * n + j] * g[j];
     }
 #pragma unroll
     for (int k = 0; k < kMaxN; ++k) {
@@ -434,7 +458,8 @@ __global__ void __launch_bounds__(kRowThreads) write_backward_kernel(DarWritePar
       const float y_c = load_float(y + tc);
 #pragma unroll
       for (int j = 0; j < kMaxN; ++j) {
-        if (j < n) dots[kMaxN * kMaxN + j] += g[j] * y_c;
+        if (j < n)
+          dots[kMaxN * kMaxN + j] += g[j] * y_c;
       }
       if (dy != nullptr) {
         store_float(dy + tc, load_float(dy + tc) + dy_sum);
@@ -446,9 +471,11 @@ __global__ void __launch_bounds__(kRowThreads) write_backward_kernel(DarWritePar
   if (threadIdx.x == 0) {
     for (int j = 0; j < n; ++j) {
       if (p.dtransport != nullptr && partial != nullptr) {
-        for (int k = 0; k < n; ++k) p.dtransport[(t * n + j) * n + k] += dots[j * kMaxN + k];
+        for (int k = 0; k < n; ++k)
+          p.dtransport[(t * n + j) * n + k] += dots[j * kMaxN + k];
       }
-      if (p.dbeta != nullptr && y != nullptr) p.dbeta[t * n + j] += dots[kMaxN * kMaxN + j];
+      if (p.dbeta != nullptr && y != nullptr)
+        p.dbeta[t * n + j] += dots[kMaxN * kMaxN + j];
     }
   }
 }
@@ -470,19 +497,18 @@ void check_coefficients(const char* op, const DarCoefficientLaunchParams& p) {
   MODAR_GPU_REQUIRE(op, p.outputs >= 2 * p.streams && p.outputs <= kDarMaxOutputs,
                     "outputs must be in [2n, " + std::to_string(kDarMaxOutputs) + "], got " +
                         std::to_string(p.outputs));
-  MODAR_GPU_REQUIRE(op,
-                    p.sinkhorn_iterations >= 0 &&
-                        p.sinkhorn_iterations <= kDarMaxSinkhornIterations,
-                    "sinkhorn_iterations must be in [0, " +
-                        std::to_string(kDarMaxSinkhornIterations) + "], got " +
-                        std::to_string(p.sinkhorn_iterations));
+  MODAR_GPU_REQUIRE(
+      op, p.sinkhorn_iterations >= 0 && p.sinkhorn_iterations <= kDarMaxSinkhornIterations,
+      "sinkhorn_iterations must be in [0, " + std::to_string(kDarMaxSinkhornIterations) +
+          "], got " + std::to_string(p.sinkhorn_iterations));
 }
 
 }  // namespace
 
 void launch_dar_coefficients_forward(const DarCoefficientLaunchParams& p, cudaStream_t stream) {
   check_coefficients("dar_coefficients_forward", p);
-  if (p.tokens == 0) return;
+  if (p.tokens == 0)
+    return;
   const auto blocks = static_cast<unsigned>(p.tokens);
   if (p.type == Elem::fp32) {
     coefficients_forward_kernel<float><<<blocks, kRowThreads, 0, stream>>>(p);
@@ -498,7 +524,8 @@ void launch_dar_coefficients_backward(const DarCoefficientLaunchParams& p, cudaS
                     p.token_dc != nullptr && p.token_dscale != nullptr &&
                         (p.dweight == nullptr || p.partial != nullptr),
                     "missing scratch buffers");
-  if (p.tokens == 0) return;
+  if (p.tokens == 0)
+    return;
   const auto blocks = static_cast<unsigned>(p.tokens);
   if (p.type == Elem::fp32) {
     coefficients_backward_kernel<float><<<blocks, kRowThreads, 0, stream>>>(p);
@@ -516,8 +543,7 @@ void launch_dar_coefficients_backward(const DarCoefficientLaunchParams& p, cudaS
     MODAR_CUDA_CHECK_LAUNCH();
   }
   if (p.dweight != nullptr) {
-    const dim3 grid(static_cast<unsigned>(ceil_div(p.streams * p.d, kRowThreads)),
-                    kReduceSplits);
+    const dim3 grid(static_cast<unsigned>(ceil_div(p.streams * p.d, kRowThreads)), kReduceSplits);
     if (p.type == Elem::fp32) {
       coefficients_dweight_partial_kernel<float><<<grid, kRowThreads, 0, stream>>>(p);
     } else {
@@ -531,7 +557,8 @@ void launch_dar_coefficients_backward(const DarCoefficientLaunchParams& p, cudaS
 
 void launch_dar_mix_forward(const DarMixParams& p, cudaStream_t stream) {
   check_dar("dar_mix_forward", p.streams, p.tokens);
-  if (p.tokens * p.d == 0) return;
+  if (p.tokens * p.d == 0)
+    return;
   if (p.type == Elem::fp32) {
     mix_forward_kernel<float><<<elementwise_blocks(p.tokens * p.d), kRowThreads, 0, stream>>>(p);
   } else {
@@ -543,7 +570,8 @@ void launch_dar_mix_forward(const DarMixParams& p, cudaStream_t stream) {
 
 void launch_dar_mix_backward(const DarMixParams& p, cudaStream_t stream) {
   check_dar("dar_mix_backward", p.streams, p.tokens);
-  if (p.tokens == 0 || (p.dretrieved == nullptr && p.dalpha == nullptr)) return;
+  if (p.tokens == 0 || (p.dretrieved == nullptr && p.dalpha == nullptr))
+    return;
   const auto blocks = static_cast<unsigned>(p.tokens);
   if (p.type == Elem::fp32) {
     mix_backward_kernel<float><<<blocks, kRowThreads, 0, stream>>>(p);
@@ -560,7 +588,8 @@ void launch_dar_write_forward(const DarWriteParams& p, cudaStream_t stream) {
   MODAR_GPU_REQUIRE("dar_write_forward", (p.beta == nullptr) == (p.y == nullptr),
                     "beta and y must be given together");
   const int64_t total = p.streams * p.tokens * p.d;
-  if (total == 0) return;
+  if (total == 0)
+    return;
   if (p.type == Elem::fp32) {
     write_forward_kernel<float><<<elementwise_blocks(total), kRowThreads, 0, stream>>>(p);
   } else {
@@ -575,7 +604,8 @@ void launch_dar_write_backward(const DarWriteParams& p, cudaStream_t stream) {
                     "transport and partial must be given together");
   MODAR_GPU_REQUIRE("dar_write_backward", (p.beta == nullptr) == (p.y == nullptr),
                     "beta and y must be given together");
-  if (p.tokens == 0) return;
+  if (p.tokens == 0)
+    return;
   const auto blocks = static_cast<unsigned>(p.tokens);
   if (p.type == Elem::fp32) {
     write_backward_kernel<float><<<blocks, kRowThreads, 0, stream>>>(p);

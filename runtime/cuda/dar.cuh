@@ -20,17 +20,17 @@ struct DarCoefficientLaunchParams {
   float* transport = nullptr;       // [tokens, n, n] or null (no transport outputs)
   float* z_rstd = nullptr;          // [tokens]
   // backward (alpha / beta / transport / z_rstd are then inputs)
-  const float* dalpha = nullptr;     // [tokens, n] or null
-  const float* dbeta = nullptr;      // [tokens, n] or null
-  const float* dtransport = nullptr; // [tokens, n, n] or null
-  void* dretrieved = nullptr;        // += or null
-  float* dweight = nullptr;          // += or null
-  float* dbias = nullptr;            // += or null
-  float* dscale = nullptr;           // [3] += or null
+  const float* dalpha = nullptr;      // [tokens, n] or null
+  const float* dbeta = nullptr;       // [tokens, n] or null
+  const float* dtransport = nullptr;  // [tokens, n, n] or null
+  void* dretrieved = nullptr;         // += or null
+  float* dweight = nullptr;           // += or null
+  float* dbias = nullptr;             // += or null
+  float* dscale = nullptr;            // [3] += or null
   // scratch (backward): dc and per-group dc*u sums per token, and dW partials
-  float* token_dc = nullptr;         // [tokens, outputs]
-  float* token_dscale = nullptr;     // [tokens, 3]
-  float* partial = nullptr;          // kReduceSplits * n * d * outputs
+  float* token_dc = nullptr;      // [tokens, outputs]
+  float* token_dscale = nullptr;  // [tokens, 3]
+  float* partial = nullptr;       // kReduceSplits * n * d * outputs
   int64_t streams = 0;
   int64_t tokens = 0;
   int64_t d = 0;

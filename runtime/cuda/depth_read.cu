@@ -36,8 +36,7 @@ constexpr int kColumnsPerThread = static_cast<int>(kDepthReadMaxDim / kRowThread
 constexpr float kNegativeInfinity = -__builtin_huge_valf();
 
 template <typename T>
-__global__ void __launch_bounds__(kRowThreads)
-    prefix_forward_kernel(DepthReadPrefixParams p) {
+__global__ void __launch_bounds__(kRowThreads) prefix_forward_kernel(DepthReadPrefixParams p) {
   __shared__ float scratch[32];
   const int64_t t = blockIdx.x;
   const int64_t q = blockIdx.y;
@@ -86,8 +85,7 @@ __global__ void __launch_bounds__(kRowThreads)
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kRowThreads)
-    prefix_backward_kernel(DepthReadPrefixParams p) {
+__global__ void __launch_bounds__(kRowThreads) prefix_backward_kernel(DepthReadPrefixParams p) {
   __shared__ float scratch[32];
   extern __shared__ float source_stats[];  // [3][sources]: s_r, a_r, ds_r
   float* scores = source_stats;
@@ -98,8 +96,8 @@ __global__ void __launch_bounds__(kRowThreads)
   const T* dout_all = static_cast<const T*>(p.dout);
   T* dkeys = static_cast<T*>(p.dkeys);
   T* dvalues = static_cast<T*>(p.dvalues);
-  float* dq_partial = p.partial != nullptr ? p.partial + blockIdx.x * p.queries_count * p.d
-                                           : nullptr;
+  float* dq_partial =
+      p.partial != nullptr ? p.partial + blockIdx.x * p.queries_count * p.d : nullptr;
   const float inv_d = 1.0f / static_cast<float>(p.d);
   if (dq_partial != nullptr) {
     for (int64_t i = threadIdx.x; i < p.queries_count * p.d; i += kRowThreads) {
@@ -152,9 +150,8 @@ __global__ void __launch_bounds__(kRowThreads)
           }
           const float key_hat = load_float(keys + row + c) * rstd;
           if (dkeys != nullptr) {
-            store_float(dkeys + row + c,
-                        load_float(dkeys + row + c) +
-                            ds * rstd * (query[c] - score * key_hat * inv_d));
+            store_float(dkeys + row + c, load_float(dkeys + row + c) +
+                                             ds * rstd * (query[c] - score * key_hat * inv_d));
           }
           if (dq_partial != nullptr) {
             dq_partial[q * p.d + c] += ds * key_hat;
@@ -229,8 +226,7 @@ __global__ void __launch_bounds__(kRowThreads) merge_backward_kernel(DepthReadMe
       if (c < p.d) {
         const float dout_c = load_float(dout + row + c);
         if (dprefix != nullptr) {
-          store_float(dprefix + row + c,
-                      load_float(dprefix + row + c) + (1.0f - weight) * dout_c);
+          store_float(dprefix + row + c, load_float(dprefix + row + c) + (1.0f - weight) * dout_c);
         }
         if (dvalues != nullptr) {
           store_float(dvalues + row + c, load_float(dvalues + row + c) + weight * dout_c);
@@ -256,9 +252,9 @@ __global__ void __launch_bounds__(kRowThreads) merge_backward_kernel(DepthReadMe
 }
 
 void check_dim(const char* op, int64_t d) {
-  MODAR_GPU_REQUIRE(op, d >= 1 && d <= kDepthReadMaxDim,
-                    "d must be in [1, " + std::to_string(kDepthReadMaxDim) + "], got " +
-                        std::to_string(d));
+  MODAR_GPU_REQUIRE(
+      op, d >= 1 && d <= kDepthReadMaxDim,
+      "d must be in [1, " + std::to_string(kDepthReadMaxDim) + "], got " + std::to_string(d));
 }
 
 int token_blocks(int64_t tokens) {

@@ -19,12 +19,12 @@ struct DepthReadPrefixParams {
   void* out = nullptr;              // [queries, tokens, d]
   float* lse = nullptr;             // [queries, tokens]
   // backward
-  const void* dout = nullptr;       // [queries, tokens, d]
-  const float* dlse = nullptr;      // [queries, tokens] or null (= 0)
-  void* dkeys = nullptr;            // += or null (may equal dvalues)
-  void* dvalues = nullptr;          // += or null
-  float* dqueries = nullptr;        // [queries, d] += or null
-  float* partial = nullptr;         // scratch: kDepthReadBlocks * queries * d floats
+  const void* dout = nullptr;   // [queries, tokens, d]
+  const float* dlse = nullptr;  // [queries, tokens] or null (= 0)
+  void* dkeys = nullptr;        // += or null (may equal dvalues)
+  void* dvalues = nullptr;      // += or null
+  float* dqueries = nullptr;    // [queries, d] += or null
+  float* partial = nullptr;     // scratch: kDepthReadBlocks * queries * d floats
   int64_t sources = 0;
   int64_t tokens = 0;
   int64_t queries_count = 0;
@@ -35,22 +35,22 @@ void launch_depth_read_prefix_forward(const DepthReadPrefixParams& params, cudaS
 void launch_depth_read_prefix_backward(const DepthReadPrefixParams& params, cudaStream_t stream);
 
 struct DepthReadMergeParams {
-  const void* prefix_out = nullptr;        // [tokens, d]
-  const float* prefix_lse = nullptr;       // [tokens]
-  const void* partial_keys = nullptr;      // [tokens, d]
-  const float* partial_key_rstd = nullptr; // [tokens]
-  const void* partial_values = nullptr;    // [tokens, d]
-  const float* query = nullptr;            // [d]
-  void* out = nullptr;                     // [tokens, d]
-  float* partial_weight = nullptr;         // [tokens]  p (forward output, backward input)
+  const void* prefix_out = nullptr;         // [tokens, d]
+  const float* prefix_lse = nullptr;        // [tokens]
+  const void* partial_keys = nullptr;       // [tokens, d]
+  const float* partial_key_rstd = nullptr;  // [tokens]
+  const void* partial_values = nullptr;     // [tokens, d]
+  const float* query = nullptr;             // [d]
+  void* out = nullptr;                      // [tokens, d]
+  float* partial_weight = nullptr;          // [tokens]  p (forward output, backward input)
   // backward
   const void* dout = nullptr;
-  void* dprefix_out = nullptr;             // += or null
-  float* dprefix_lse = nullptr;            // += or null
-  void* dpartial_keys = nullptr;           // += or null (may equal dpartial_values)
-  void* dpartial_values = nullptr;         // += or null
-  float* dquery = nullptr;                 // [d] += or null
-  float* partial = nullptr;                // scratch: kDepthReadBlocks * d floats
+  void* dprefix_out = nullptr;      // += or null
+  float* dprefix_lse = nullptr;     // += or null
+  void* dpartial_keys = nullptr;    // += or null (may equal dpartial_values)
+  void* dpartial_values = nullptr;  // += or null
+  float* dquery = nullptr;          // [d] += or null
+  float* partial = nullptr;         // scratch: kDepthReadBlocks * d floats
   int64_t tokens = 0;
   int64_t d = 0;
   Elem type = Elem::fp32;

@@ -22,22 +22,28 @@ unsigned blocks_for(int64_t count) {
   return static_cast<unsigned>(blocks < 65536 * 4 ? (blocks > 0 ? blocks : 1) : 65536 * 4);
 }
 
-#define MODAR_GRID_STRIDE(i, count)                                                   \
+#define MODAR_GRID_STRIDE(i, count)                                                          \
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (count); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
 template <typename T>
 __global__ void fill_kernel(T* dst, int64_t count, float value) {
-  MODAR_GRID_STRIDE(i, count) { store_float(dst + i, value); }
+  MODAR_GRID_STRIDE(i, count) {
+    store_float(dst + i, value);
+  }
 }
 
 __global__ void fill_int_kernel(int32_t* dst, int64_t count, int32_t value) {
-  MODAR_GRID_STRIDE(i, count) { dst[i] = value; }
+  MODAR_GRID_STRIDE(i, count) {
+    dst[i] = value;
+  }
 }
 
 template <typename S, typename D>
 __global__ void convert_kernel(const S* src, D* dst, int64_t count) {
-  MODAR_GRID_STRIDE(i, count) { store_float(dst + i, load_float(src + i)); }
+  MODAR_GRID_STRIDE(i, count) {
+    store_float(dst + i, load_float(src + i));
+  }
 }
 
 template <typename T>
@@ -57,8 +63,8 @@ __global__ void activation_kernel(ActivationParams p) {
       }
       case UnaryOp::gelu_backward: {
         const float th = tanhf(kGeluK * (x + kGeluC * x * x * x));
-        const float derivative =
-            0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kGeluK * (1.0f + 3.0f * kGeluC * x * x);
+        const float derivative = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kGeluK *
+                                                          (1.0f + 3.0f * kGeluC * x * x);
         store_float(out + i, load_float(out + i) + load_float(dout + i) * derivative);
         break;
       }
@@ -84,22 +90,30 @@ __global__ void activation_kernel(ActivationParams p) {
 
 template <typename T>
 __global__ void add_kernel(const T* a, const T* b, T* out, int64_t count) {
-  MODAR_GRID_STRIDE(i, count) { store_float(out + i, load_float(a + i) + load_float(b + i)); }
+  MODAR_GRID_STRIDE(i, count) {
+    store_float(out + i, load_float(a + i) + load_float(b + i));
+  }
 }
 
 template <typename X, typename Y>
 __global__ void axpy_kernel(float alpha, const X* x, Y* y, int64_t count) {
-  MODAR_GRID_STRIDE(i, count) { store_float(y + i, load_float(y + i) + alpha * load_float(x + i)); }
+  MODAR_GRID_STRIDE(i, count) {
+    store_float(y + i, load_float(y + i) + alpha * load_float(x + i));
+  }
 }
 
 template <typename T>
 __global__ void scale_kernel(T* x, float alpha, int64_t count) {
-  MODAR_GRID_STRIDE(i, count) { store_float(x + i, load_float(x + i) * alpha); }
+  MODAR_GRID_STRIDE(i, count) {
+    store_float(x + i, load_float(x + i) * alpha);
+  }
 }
 
 template <typename T>
 __global__ void mul_forward_kernel(const T* a, const T* b, T* out, int64_t count) {
-  MODAR_GRID_STRIDE(i, count) { store_float(out + i, load_float(a + i) * load_float(b + i)); }
+  MODAR_GRID_STRIDE(i, count) {
+    store_float(out + i, load_float(a + i) * load_float(b + i));
+  }
 }
 
 template <typename T>
@@ -109,8 +123,10 @@ __global__ void mul_backward_kernel(const T* dout, const T* a, const T* b, T* da
     const float g = load_float(dout + i);
     const float a_value = load_float(a + i);
     const float b_value = load_float(b + i);
-    if (da != nullptr) store_float(da + i, load_float(da + i) + g * b_value);
-    if (db != nullptr) store_float(db + i, load_float(db + i) + g * a_value);
+    if (da != nullptr)
+      store_float(da + i, load_float(da + i) + g * b_value);
+    if (db != nullptr)
+      store_float(db + i, load_float(db + i) + g * a_value);
   }
 }
 
@@ -120,7 +136,8 @@ using bf16 = __nv_bfloat16;
 
 void launch_fill(void* dst, int64_t count, double value, Elem type, bool is_int32,
                  cudaStream_t stream) {
-  if (count == 0) return;
+  if (count == 0)
+    return;
   if (is_int32) {
     fill_int_kernel<<<blocks_for(count), kRowThreads, 0, stream>>>(
         static_cast<int32_t*>(dst), count, static_cast<int32_t>(llround(value)));
@@ -136,7 +153,8 @@ void launch_fill(void* dst, int64_t count, double value, Elem type, bool is_int3
 
 void launch_convert(const void* src, Elem src_type, void* dst, Elem dst_type, int64_t count,
                     cudaStream_t stream) {
-  if (count == 0) return;
+  if (count == 0)
+    return;
   const unsigned blocks = blocks_for(count);
   if (src_type == Elem::fp32 && dst_type == Elem::bf16) {
     convert_kernel<<<blocks, kRowThreads, 0, stream>>>(static_cast<const float*>(src),
@@ -153,7 +171,8 @@ void launch_convert(const void* src, Elem src_type, void* dst, Elem dst_type, in
 }
 
 void launch_activation(const ActivationParams& p, cudaStream_t stream) {
-  if (p.count == 0) return;
+  if (p.count == 0)
+    return;
   if (p.type == Elem::fp32) {
     activation_kernel<float><<<blocks_for(p.count), kRowThreads, 0, stream>>>(p);
   } else {
@@ -164,11 +183,12 @@ void launch_activation(const ActivationParams& p, cudaStream_t stream) {
 
 void launch_add(const void* a, const void* b, void* out, int64_t count, Elem type,
                 cudaStream_t stream) {
-  if (count == 0) return;
+  if (count == 0)
+    return;
   if (type == Elem::fp32) {
-    add_kernel<<<blocks_for(count), kRowThreads, 0, stream>>>(
-        static_cast<const float*>(a), static_cast<const float*>(b), static_cast<float*>(out),
-        count);
+    add_kernel<<<blocks_for(count), kRowThreads, 0, stream>>>(static_cast<const float*>(a),
+                                                              static_cast<const float*>(b),
+                                                              static_cast<float*>(out), count);
   } else {
     add_kernel<<<blocks_for(count), kRowThreads, 0, stream>>>(
         static_cast<const bf16*>(a), static_cast<const bf16*>(b), static_cast<bf16*>(out), count);
@@ -178,7 +198,8 @@ void launch_add(const void* a, const void* b, void* out, int64_t count, Elem typ
 
 void launch_axpy(float alpha, const void* x, Elem x_type, void* y, Elem y_type, int64_t count,
                  cudaStream_t stream) {
-  if (count == 0) return;
+  if (count == 0)
+    return;
   const unsigned blocks = blocks_for(count);
   if (x_type == Elem::fp32 && y_type == Elem::fp32) {
     axpy_kernel<<<blocks, kRowThreads, 0, stream>>>(alpha, static_cast<const float*>(x),
@@ -197,7 +218,8 @@ void launch_axpy(float alpha, const void* x, Elem x_type, void* y, Elem y_type, 
 }
 
 void launch_scale(void* x, float alpha, int64_t count, Elem type, cudaStream_t stream) {
-  if (count == 0) return;
+  if (count == 0)
+    return;
   if (type == Elem::fp32) {
     scale_kernel<<<blocks_for(count), kRowThreads, 0, stream>>>(static_cast<float*>(x), alpha,
                                                                 count);
@@ -210,7 +232,8 @@ void launch_scale(void* x, float alpha, int64_t count, Elem type, cudaStream_t s
 
 void launch_mul_forward(const void* a, const void* b, void* out, int64_t count, Elem type,
                         cudaStream_t stream) {
-  if (count == 0) return;
+  if (count == 0)
+    return;
   if (type == Elem::fp32) {
     mul_forward_kernel<<<blocks_for(count), kRowThreads, 0, stream>>>(
         static_cast<const float*>(a), static_cast<const float*>(b), static_cast<float*>(out),
@@ -224,11 +247,12 @@ void launch_mul_forward(const void* a, const void* b, void* out, int64_t count, 
 
 void launch_mul_backward(const void* dout, const void* a, const void* b, void* da, void* db,
                          int64_t count, Elem type, cudaStream_t stream) {
-  if (count == 0 || (da == nullptr && db == nullptr)) return;
+  if (count == 0 || (da == nullptr && db == nullptr))
+    return;
   if (type == Elem::fp32) {
     mul_backward_kernel<<<blocks_for(count), kRowThreads, 0, stream>>>(
-        static_cast<const float*>(dout), static_cast<const float*>(a),
-        static_cast<const float*>(b), static_cast<float*>(da), static_cast<float*>(db), count);
+        static_cast<const float*>(dout), static_cast<const float*>(a), static_cast<const float*>(b),
+        static_cast<float*>(da), static_cast<float*>(db), count);
   } else {
     mul_backward_kernel<<<blocks_for(count), kRowThreads, 0, stream>>>(
         static_cast<const bf16*>(dout), static_cast<const bf16*>(a), static_cast<const bf16*>(b),

@@ -108,10 +108,10 @@ struct EmbeddingBackward {
   }
 };
 
-void launch_embedding_forward(const void* table, Elem table_type, const int32_t* tokens,
-                              void* out, Elem out_type, int64_t rows, int64_t d,
-                              cudaStream_t stream) {
-  if (rows * d == 0) return;
+void launch_embedding_forward(const void* table, Elem table_type, const int32_t* tokens, void* out,
+                              Elem out_type, int64_t rows, int64_t d, cudaStream_t stream) {
+  if (rows * d == 0)
+    return;
   dispatch_two<EmbeddingForward>(table_type, out_type, table, tokens, out, rows, d, stream);
   MODAR_CUDA_CHECK_LAUNCH();
 }
@@ -119,7 +119,8 @@ void launch_embedding_forward(const void* table, Elem table_type, const int32_t*
 void launch_embedding_backward(const void* dout, Elem dout_type, const int32_t* tokens,
                                void* dtable, Elem dtable_type, int64_t rows, int64_t d,
                                cudaStream_t stream) {
-  if (rows * d == 0) return;
+  if (rows * d == 0)
+    return;
   dispatch_two<EmbeddingBackward>(dout_type, dtable_type, dout, tokens, dtable, rows, d, stream);
   MODAR_CUDA_CHECK_LAUNCH();
 }
@@ -127,7 +128,8 @@ void launch_embedding_backward(const void* dout, Elem dout_type, const int32_t* 
 void launch_adamw(const AdamWLaunchParams& p, cudaStream_t stream) {
   MODAR_GPU_REQUIRE("adamw_update", p.bias_correction1 > 0.0f && p.bias_correction2 > 0.0f,
                     "bias corrections must be > 0 (step >= 1)");
-  if (p.count == 0) return;
+  if (p.count == 0)
+    return;
   const unsigned blocks = blocks_for(p.count);
   const bool grad_fp32 = p.grad_type == Elem::fp32;
   const bool lowp_fp32 = p.lowp_type == Elem::fp32;

@@ -7,20 +7,19 @@
 namespace modar::gpu {
 
 // out[i] = table[tokens[i]];  table [vocab, d]; table and out may differ in type.
-void launch_embedding_forward(const void* table, Elem table_type, const int32_t* tokens,
-                              void* out, Elem out_type, int64_t rows, int64_t d,
-                              cudaStream_t stream);
+void launch_embedding_forward(const void* table, Elem table_type, const int32_t* tokens, void* out,
+                              Elem out_type, int64_t rows, int64_t d, cudaStream_t stream);
 // dtable[tokens[i]] += dout[i]  (atomic adds: repeated tokens collide)
 void launch_embedding_backward(const void* dout, Elem dout_type, const int32_t* tokens,
                                void* dtable, Elem dtable_type, int64_t rows, int64_t d,
                                cudaStream_t stream);
 
 struct AdamWLaunchParams {
-  float* params = nullptr;       // fp32 master weights
-  const void* grads = nullptr;   // Elem
+  float* params = nullptr;      // fp32 master weights
+  const void* grads = nullptr;  // Elem
   float* m = nullptr;
   float* v = nullptr;
-  void* params_lowp = nullptr;   // null or a copy of the updated params (Elem lowp_type)
+  void* params_lowp = nullptr;  // null or a copy of the updated params (Elem lowp_type)
   int64_t count = 0;
   float learning_rate = 0.0f;
   float beta1 = 0.9f;

@@ -128,7 +128,8 @@ void launch_gather_rows_forward(const RoutedRowsParams& p, const void* x, void* 
                                 cudaStream_t stream) {
   check_rows("gather_rows_forward", p);
   const auto blocks = static_cast<unsigned>(p.batch * p.k);
-  if (blocks == 0) return;
+  if (blocks == 0)
+    return;
   if (p.type == Elem::fp32) {
     gather_forward_kernel<<<blocks, kRowThreads, 0, stream>>>(p, static_cast<const float*>(x),
                                                               static_cast<float*>(out));
@@ -143,10 +144,11 @@ void launch_gather_rows_backward(const RoutedRowsParams& p, const void* dout, vo
                                  cudaStream_t stream) {
   check_rows("gather_rows_backward", p);
   const auto blocks = static_cast<unsigned>(p.batch * p.k);
-  if (blocks == 0) return;
+  if (blocks == 0)
+    return;
   if (p.type == Elem::fp32) {
-    gather_backward_kernel<<<blocks, kRowThreads, 0, stream>>>(
-        p, static_cast<const float*>(dout), static_cast<float*>(dx));
+    gather_backward_kernel<<<blocks, kRowThreads, 0, stream>>>(p, static_cast<const float*>(dout),
+                                                               static_cast<float*>(dx));
   } else {
     gather_backward_kernel<<<blocks, kRowThreads, 0, stream>>>(
         p, static_cast<const __nv_bfloat16*>(dout), static_cast<__nv_bfloat16*>(dx));
@@ -155,18 +157,19 @@ void launch_gather_rows_backward(const RoutedRowsParams& p, const void* dout, vo
 }
 
 void launch_scatter_add_scaled_forward(const RoutedRowsParams& p, void* x,
-                                       const float* router_logits, const void* delta,
-                                       GateKind gate, cudaStream_t stream) {
+                                       const float* router_logits, const void* delta, GateKind gate,
+                                       cudaStream_t stream) {
   check_rows("scatter_add_scaled_forward", p);
   const auto blocks = static_cast<unsigned>(p.batch * p.k);
-  if (blocks == 0) return;
+  if (blocks == 0)
+    return;
   if (p.type == Elem::fp32) {
     scatter_forward_kernel<<<blocks, kRowThreads, 0, stream>>>(
         p, static_cast<float*>(x), router_logits, static_cast<const float*>(delta), gate);
   } else {
     scatter_forward_kernel<<<blocks, kRowThreads, 0, stream>>>(
-        p, static_cast<__nv_bfloat16*>(x), router_logits,
-        static_cast<const __nv_bfloat16*>(delta), gate);
+        p, static_cast<__nv_bfloat16*>(x), router_logits, static_cast<const __nv_bfloat16*>(delta),
+        gate);
   }
   MODAR_CUDA_CHECK_LAUNCH();
 }
@@ -177,7 +180,8 @@ void launch_scatter_add_scaled_backward(const RoutedRowsParams& p, const void* d
                                         cudaStream_t stream) {
   check_rows("scatter_add_scaled_backward", p);
   const auto blocks = static_cast<unsigned>(p.batch * p.k);
-  if (blocks == 0 || (ddelta == nullptr && drouter_logits == nullptr)) return;
+  if (blocks == 0 || (ddelta == nullptr && drouter_logits == nullptr))
+    return;
   if (p.type == Elem::fp32) {
     scatter_backward_kernel<<<blocks, kRowThreads, 0, stream>>>(
         p, static_cast<const float*>(dx), router_logits, static_cast<const float*>(delta), gate,

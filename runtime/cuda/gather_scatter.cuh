@@ -25,8 +25,8 @@ void launch_gather_rows_backward(const RoutedRowsParams& p, const void* dout, vo
                                  cudaStream_t stream);
 // x[b, p] += g(r[b, p]) * delta[b, j], p = indices[b, j]
 void launch_scatter_add_scaled_forward(const RoutedRowsParams& p, void* x,
-                                       const float* router_logits, const void* delta,
-                                       GateKind gate, cudaStream_t stream);
+                                       const float* router_logits, const void* delta, GateKind gate,
+                                       cudaStream_t stream);
 // ddelta[b, j] += g(r) dx[b, p];  drouter_logits[b, p] += g'(r) <dx[b, p], delta[b, j]>
 void launch_scatter_add_scaled_backward(const RoutedRowsParams& p, const void* dx,
                                         const float* router_logits, const void* delta,

@@ -14,7 +14,9 @@ cudaDataType_t to_cuda_type(GemmType type) {
   return type == GemmType::fp32 ? CUDA_R_32F : CUDA_R_16BF;
 }
 
-size_t element_bytes(GemmType type) { return type == GemmType::fp32 ? 4 : 2; }
+size_t element_bytes(GemmType type) {
+  return type == GemmType::fp32 ? 4 : 2;
+}
 
 // Largest power of two (<= 256) dividing the address: cuBLASLt's heuristic
 // must not pick a kernel that assumes more alignment than the pointers have.
@@ -44,10 +46,14 @@ struct LtGemm::Plan {
   cublasLtMatmulAlgo_t algo{};
 
   ~Plan() {
-    if (layout_c != nullptr) cublasLtMatrixLayoutDestroy(layout_c);
-    if (layout_b != nullptr) cublasLtMatrixLayoutDestroy(layout_b);
-    if (layout_a != nullptr) cublasLtMatrixLayoutDestroy(layout_a);
-    if (operation != nullptr) cublasLtMatmulDescDestroy(operation);
+    if (layout_c != nullptr)
+      cublasLtMatrixLayoutDestroy(layout_c);
+    if (layout_b != nullptr)
+      cublasLtMatrixLayoutDestroy(layout_b);
+    if (layout_a != nullptr)
+      cublasLtMatrixLayoutDestroy(layout_a);
+    if (operation != nullptr)
+      cublasLtMatmulDescDestroy(operation);
   }
 };
 
@@ -64,10 +70,22 @@ LtGemm::~LtGemm() {
 }
 
 LtGemm::Plan& LtGemm::plan_for(const GemmArgs& g, int alignment_bytes) {
-  const Key key{g.m,       g.n,        g.k,        g.transpose_a, g.transpose_b,
-                g.lda,     g.ldb,      g.ldc,      g.batch,       g.stride_a,
-                g.stride_b, g.stride_c, static_cast<int>(g.input_type),
-                static_cast<int>(g.output_type), g.beta != 0.0f ? 1 : 0, alignment_bytes};
+  const Key key{g.m,
+                g.n,
+                g.k,
+                g.transpose_a,
+                g.transpose_b,
+                g.lda,
+                g.ldb,
+                g.ldc,
+                g.batch,
+                g.stride_a,
+                g.stride_b,
+                g.stride_c,
+                static_cast<int>(g.input_type),
+                static_cast<int>(g.output_type),
+                g.beta != 0.0f ? 1 : 0,
+                alignment_bytes};
   auto found = plans_.find(key);
   if (found != plans_.end()) {
     return *found->second;
@@ -91,16 +109,15 @@ LtGemm::Plan& LtGemm::plan_for(const GemmArgs& g, int alignment_bytes) {
       cublasLtMatrixLayoutCreate(&plan->layout_a, in_type, lt_a_rows, lt_a_cols, g.ldb));
   MODAR_CUBLAS_CHECK(
       cublasLtMatrixLayoutCreate(&plan->layout_b, in_type, lt_b_rows, lt_b_cols, g.lda));
-  MODAR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->layout_c, out_type,
-                                                static_cast<uint64_t>(g.n),
-                                                static_cast<uint64_t>(g.m), g.ldc));
+  MODAR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(
+      &plan->layout_c, out_type, static_cast<uint64_t>(g.n), static_cast<uint64_t>(g.m), g.ldc));
   if (g.batch > 1) {
     const int32_t batch = static_cast<int32_t>(g.batch);
     const struct {
       cublasLtMatrixLayout_t layout;
       int64_t stride;
-    } batched[3] = {{plan->layout_a, g.stride_b}, {plan->layout_b, g.stride_a},
-                    {plan->layout_c, g.stride_c}};
+    } batched[3] = {
+        {plan->layout_a, g.stride_b}, {plan->layout_b, g.stride_a}, {plan->layout_c, g.stride_c}};
     for (const auto& entry : batched) {
       MODAR_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
           entry.layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof(batch)));
@@ -115,9 +132,9 @@ LtGemm::Plan& LtGemm::plan_for(const GemmArgs& g, int alignment_bytes) {
   const uint32_t alignment = static_cast<uint32_t>(alignment_bytes);
   cublasLtMatmulHeuristicResult_t result{};
   int returned = 0;
-  cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
-      preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
-      sizeof(workspace_bytes));
+  cublasStatus_t status =
+      cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                           &workspace_bytes, sizeof(workspace_bytes));
   for (const auto attribute :
        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
@@ -147,9 +164,12 @@ void LtGemm::run(const GemmArgs& args, cudaStream_t stream) {
   const char* op = "gemm";
   MODAR_GPU_REQUIRE(op, g.m >= 0 && g.n >= 0 && g.k > 0 && g.batch >= 1,
                     "need m, n >= 0, k > 0, batch >= 1; got " + shape_string(g));
-  if (g.lda == 0) g.lda = g.transpose_a ? g.m : g.k;
-  if (g.ldb == 0) g.ldb = g.transpose_b ? g.k : g.n;
-  if (g.ldc == 0) g.ldc = g.n;
+  if (g.lda == 0)
+    g.lda = g.transpose_a ? g.m : g.k;
+  if (g.ldb == 0)
+    g.ldb = g.transpose_b ? g.k : g.n;
+  if (g.ldc == 0)
+    g.ldc = g.n;
   if (g.m == 0 || g.n == 0) {
     return;
   }
@@ -158,8 +178,7 @@ void LtGemm::run(const GemmArgs& args, cudaStream_t stream) {
   MODAR_GPU_REQUIRE(op, g.ldb >= (g.transpose_b ? g.k : g.n),
                     "ldb too small for op(B): " + shape_string(g));
   MODAR_GPU_REQUIRE(op, g.ldc >= g.n, "ldc too small for C: " + shape_string(g));
-  MODAR_GPU_REQUIRE(op, g.a != nullptr && g.b != nullptr && g.c != nullptr,
-                    "null operand pointer");
+  MODAR_GPU_REQUIRE(op, g.a != nullptr && g.b != nullptr && g.c != nullptr, "null operand pointer");
   MODAR_GPU_REQUIRE(op, g.batch <= INT32_MAX, "batch count exceeds int32");
   if (g.batch > 1) {
     MODAR_GPU_REQUIRE(op, g.stride_a >= 0 && g.stride_b >= 0 && g.stride_c > 0,
@@ -174,12 +193,10 @@ void LtGemm::run(const GemmArgs& args, cudaStream_t stream) {
   }
   const size_t in_bytes = element_bytes(g.input_type);
   const size_t out_bytes = element_bytes(g.output_type);
-  for (const size_t row_bytes : {static_cast<size_t>(g.lda) * in_bytes,
-                                 static_cast<size_t>(g.ldb) * in_bytes,
-                                 static_cast<size_t>(g.ldc) * out_bytes,
-                                 static_cast<size_t>(g.stride_a) * in_bytes,
-                                 static_cast<size_t>(g.stride_b) * in_bytes,
-                                 static_cast<size_t>(g.stride_c) * out_bytes}) {
+  for (const size_t row_bytes :
+       {static_cast<size_t>(g.lda) * in_bytes, static_cast<size_t>(g.ldb) * in_bytes,
+        static_cast<size_t>(g.ldc) * out_bytes, static_cast<size_t>(g.stride_a) * in_bytes,
+        static_cast<size_t>(g.stride_b) * in_bytes, static_cast<size_t>(g.stride_c) * out_bytes}) {
     if (row_bytes == 0) {
       continue;
     }
@@ -190,9 +207,8 @@ void LtGemm::run(const GemmArgs& args, cudaStream_t stream) {
   Plan& plan = plan_for(g, alignment);
   // cuBLASLt's A is our B and its B is our A (see the header).
   MODAR_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.operation, &g.alpha, g.b, plan.layout_a, g.a,
-                                    plan.layout_b, &g.beta, g.c, plan.layout_c, g.c,
-                                    plan.layout_c, &plan.algo, workspace_, workspace_bytes_,
-                                    stream));
+                                    plan.layout_b, &g.beta, g.c, plan.layout_c, g.c, plan.layout_c,
+                                    &plan.algo, workspace_, workspace_bytes_, stream));
 }
 
 }  // namespace modar::gpu

@@ -19,7 +19,9 @@ namespace modar::gpu {
 
 enum class Elem : uint8_t { fp32, bf16 };
 
-inline int64_t elem_bytes(Elem type) { return type == Elem::fp32 ? 4 : 2; }
+inline int64_t elem_bytes(Elem type) {
+  return type == Elem::fp32 ? 4 : 2;
+}
 
 // Threads per block of the row-wise kernels (one block per row / token).
 inline constexpr int kRowThreads = 256;

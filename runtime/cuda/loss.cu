@@ -74,8 +74,7 @@ __global__ void __launch_bounds__(kReduceThreads)
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kRowThreads)
-    cross_entropy_backward_kernel(CrossEntropyParams p) {
+__global__ void __launch_bounds__(kRowThreads) cross_entropy_backward_kernel(CrossEntropyParams p) {
   const int64_t row = blockIdx.x;
   const int32_t target = p.targets[row];
   if (target < 0) {
@@ -146,7 +145,8 @@ void launch_cross_entropy_forward(const CrossEntropyParams& p, cudaStream_t stre
 void launch_cross_entropy_backward(const CrossEntropyParams& p, cudaStream_t stream) {
   MODAR_GPU_REQUIRE("cross_entropy_backward", p.vocab > 0 && p.count_scratch != nullptr,
                     "need vocab > 0 and the count scratch");
-  if (p.rows == 0) return;
+  if (p.rows == 0)
+    return;
   count_targets_kernel<<<1, kReduceThreads, 0, stream>>>(p.targets, p.rows, p.count_scratch);
   MODAR_CUDA_CHECK_LAUNCH();
   const auto blocks = static_cast<unsigned>(p.rows);
@@ -170,8 +170,7 @@ void launch_bce_with_logits_backward(float dloss, const float* logits, const flo
   MODAR_GPU_REQUIRE("bce_with_logits_backward", rows > 0, "need rows > 0");
   const int64_t blocks = ceil_div(rows, kRowThreads);
   bce_backward_kernel<<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), kRowThreads, 0,
-                        stream>>>(dloss / static_cast<float>(rows), logits, targets, dlogits,
-                                  rows);
+                        stream>>>(dloss / static_cast<float>(rows), logits, targets, dlogits, rows);
   MODAR_CUDA_CHECK_LAUNCH();
 }
 

@@ -105,10 +105,10 @@ void launch_reduce_partials(const float* partial, int splits, int64_t columns, v
   const auto blocks = static_cast<unsigned>(ceil_div(columns, kRowThreads));
   if (out_type == Elem::fp32) {
     reduce_partials_kernel<<<blocks, kRowThreads, 0, stream>>>(partial, splits, columns,
-                                                                static_cast<float*>(out));
+                                                               static_cast<float*>(out));
   } else {
-    reduce_partials_kernel<<<blocks, kRowThreads, 0, stream>>>(
-        partial, splits, columns, static_cast<__nv_bfloat16*>(out));
+    reduce_partials_kernel<<<blocks, kRowThreads, 0, stream>>>(partial, splits, columns,
+                                                               static_cast<__nv_bfloat16*>(out));
   }
   MODAR_CUDA_CHECK_LAUNCH();
 }

@@ -19,14 +19,14 @@ struct RmsNormParams {
 void launch_rmsnorm_forward(const RmsNormParams& params, cudaStream_t stream);
 
 struct RmsNormBackwardParams {
-  const void* dout = nullptr;    // [rows, d]
-  const void* x = nullptr;       // [rows, d]
-  const void* weight = nullptr;  // [d] or null
-  const float* rstd = nullptr;   // [rows]
-  void* dx = nullptr;            // [rows, d] +=, or null
-  void* dweight = nullptr;       // [d] +=, or null (needs weight)
+  const void* dout = nullptr;      // [rows, d]
+  const void* x = nullptr;         // [rows, d]
+  const void* weight = nullptr;    // [d] or null
+  const float* rstd = nullptr;     // [rows]
+  void* dx = nullptr;              // [rows, d] +=, or null
+  void* dweight = nullptr;         // [d] +=, or null (needs weight)
   Elem dweight_type = Elem::fp32;  // the weight's type or fp32
-  float* partial = nullptr;      // kReduceSplits * d floats when dweight != null
+  float* partial = nullptr;        // kReduceSplits * d floats when dweight != null
   int64_t rows = 0;
   int64_t d = 0;
   Elem type = Elem::fp32;

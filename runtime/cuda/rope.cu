@@ -49,9 +49,9 @@ __global__ void rope_kernel(RopeLaunchParams p) {
 }  // namespace
 
 void launch_rope(const RopeLaunchParams& p, cudaStream_t stream) {
-  MODAR_GPU_REQUIRE("rope", p.d_head > 0 && p.d_head % 2 == 0 && p.heads > 0,
-                    "need an even d_head > 0 and heads > 0, got d_head = " +
-                        std::to_string(p.d_head));
+  MODAR_GPU_REQUIRE(
+      "rope", p.d_head > 0 && p.d_head % 2 == 0 && p.heads > 0,
+      "need an even d_head > 0 and heads > 0, got d_head = " + std::to_string(p.d_head));
   const int64_t pairs = p.rows * p.heads * (p.d_head / 2);
   if (pairs == 0) {
     return;

@@ -7,9 +7,9 @@
 namespace modar::gpu {
 
 struct RopeLaunchParams {
-  const void* in = nullptr;           // forward: x; backward: dout   [rows, heads, d_head]
-  void* out = nullptr;                // forward: out (may alias in); backward: dx (+=)
-  const int32_t* positions = nullptr; // [rows] original token positions
+  const void* in = nullptr;            // forward: x; backward: dout   [rows, heads, d_head]
+  void* out = nullptr;                 // forward: out (may alias in); backward: dx (+=)
+  const int32_t* positions = nullptr;  // [rows] original token positions
   int64_t rows = 0;
   int64_t heads = 0;
   int64_t d_head = 0;  // even

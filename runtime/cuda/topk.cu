@@ -6,8 +6,8 @@
 // Top-k, one block per sequence (runtime_notes 2.1):
 //  1. key(i) = order-preserving uint32 of r_i (sign bit flipped for positives,
 //     all bits flipped for negatives; -0 is first canonicalised to +0 and NaN
-//     to -inf, so the order equals the CPU backend's comparison).  Rows of up to kCachedKeysMax keys
-//     are cached in shared memory, longer rows are re-read from global (L2).
+//     to -inf, so the order equals the CPU backend's comparison).  Rows of up to kCachedKeysMax
+//     keys are cached in shared memory, longer rows are re-read from global (L2).
 //  2. Radix select, 4 passes of 8 bits from the top: a 256-bin shared-memory
 //     histogram of the keys that match the prefix found so far, then warp 0
 //     finds the digit whose suffix count first reaches the remaining rank.
@@ -50,8 +50,8 @@ __device__ __forceinline__ uint32_t order_key(float value) {
 template <typename T>
 __global__ void router_forward_kernel(const T* x, const T* w, float* logits, int64_t rows,
                                       int64_t d) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) +
-                      threadIdx.x / kWarpSize;
+  const int64_t row =
+      static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   if (row >= rows) {
     return;  // whole warp leaves together
@@ -68,8 +68,7 @@ __global__ void router_forward_kernel(const T* x, const T* w, float* logits, int
 }
 
 template <typename T>
-__global__ void router_dx_kernel(const float* dlogits, const T* w, T* dx, int64_t rows,
-                                 int64_t d) {
+__global__ void router_dx_kernel(const float* dlogits, const T* w, T* dx, int64_t rows, int64_t d) {
   const int64_t total = rows * d;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -98,8 +97,7 @@ __global__ void router_dw_partial_kernel(const float* dlogits, const T* x, float
   partial[split * d + c] = sum;
 }
 
-__global__ void __launch_bounds__(kTopkThreads)
-    topk_kernel(TopkParams p, int cache_keys) {
+__global__ void __launch_bounds__(kTopkThreads) topk_kernel(TopkParams p, int cache_keys) {
   using BlockScan = cub::BlockScan<unsigned long long, kTopkThreads>;
   __shared__ typename BlockScan::TempStorage scan_storage;
   __shared__ uint32_t histogram[256];
@@ -226,8 +224,8 @@ __global__ void __launch_bounds__(kTopkThreads)
 }
 
 template <typename T>
-__global__ void topk_mask_kernel(const int32_t* indices, T* mask, int64_t batch,
-                                 int64_t seq_len, int64_t k) {
+__global__ void topk_mask_kernel(const int32_t* indices, T* mask, int64_t batch, int64_t seq_len,
+                                 int64_t k) {
   // One block per sequence: zero the row, barrier, then mark the selection.
   const int64_t sequence = blockIdx.x;
   T* mask_row = mask + sequence * seq_len;
@@ -261,28 +259,27 @@ void launch_router_forward(const void* x, const void* w, float* logits, int64_t 
     router_forward_kernel<<<blocks, kRowThreads, 0, stream>>>(
         static_cast<const float*>(x), static_cast<const float*>(w), logits, rows, d);
   } else {
-    router_forward_kernel<<<blocks, kRowThreads, 0, stream>>>(
-        static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(w), logits,
-        rows, d);
+    router_forward_kernel<<<blocks, kRowThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x),
+                                                              static_cast<const __nv_bfloat16*>(w),
+                                                              logits, rows, d);
   }
   MODAR_CUDA_CHECK_LAUNCH();
 }
 
-void launch_router_backward(const float* dlogits, const void* x, const void* w, void* dx,
-                            void* dw, Elem dw_type, float* partial, int64_t rows, int64_t d,
-                            Elem type, cudaStream_t stream) {
+void launch_router_backward(const float* dlogits, const void* x, const void* w, void* dx, void* dw,
+                            Elem dw_type, float* partial, int64_t rows, int64_t d, Elem type,
+                            cudaStream_t stream) {
   if (rows == 0) {
     return;
   }
   if (dx != nullptr) {
     const int blocks = grid_for(rows * d, kRowThreads);
     if (type == Elem::fp32) {
-      router_dx_kernel<<<blocks, kRowThreads, 0, stream>>>(
-          dlogits, static_cast<const float*>(w), static_cast<float*>(dx), rows, d);
+      router_dx_kernel<<<blocks, kRowThreads, 0, stream>>>(dlogits, static_cast<const float*>(w),
+                                                           static_cast<float*>(dx), rows, d);
     } else {
       router_dx_kernel<<<blocks, kRowThreads, 0, stream>>>(
-          dlogits, static_cast<const __nv_bfloat16*>(w), static_cast<__nv_bfloat16*>(dx), rows,
-          d);
+          dlogits, static_cast<const __nv_bfloat16*>(w), static_cast<__nv_bfloat16*>(dx), rows, d);
     }
     MODAR_CUDA_CHECK_LAUNCH();
   }
@@ -315,8 +312,8 @@ void launch_topk(const TopkParams& params, cudaStream_t stream) {
   MODAR_CUDA_CHECK_LAUNCH();
 }
 
-void launch_topk_mask(const int32_t* indices, void* mask, int64_t batch, int64_t seq_len,
-                      int64_t k, Elem type, cudaStream_t stream) {
+void launch_topk_mask(const int32_t* indices, void* mask, int64_t batch, int64_t seq_len, int64_t k,
+                      Elem type, cudaStream_t stream) {
   if (batch == 0) {
     return;
   }

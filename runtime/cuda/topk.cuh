@@ -11,9 +11,9 @@ void launch_router_forward(const void* x, const void* w, float* logits, int64_t 
                            Elem type, cudaStream_t stream);
 // dx[i, :] += dlogits[i] w (dx may be null);  dw[:] += sum_i dlogits[i] x[i, :] (dw may be
 // null, its type dw_type may differ from x's; uses partial: kReduceSplits * d floats).
-void launch_router_backward(const float* dlogits, const void* x, const void* w, void* dx,
-                            void* dw, Elem dw_type, float* partial, int64_t rows, int64_t d,
-                            Elem type, cudaStream_t stream);
+void launch_router_backward(const float* dlogits, const void* x, const void* w, void* dx, void* dw,
+                            Elem dw_type, float* partial, int64_t rows, int64_t d, Elem type,
+                            cudaStream_t stream);
 
 struct TopkParams {
   const float* logits = nullptr;    // [batch, seq_len]
@@ -26,7 +26,7 @@ struct TopkParams {
 void launch_topk(const TopkParams& params, cudaStream_t stream);
 
 // mask[b, s] = 1 at indices[b, j] >= 0, else 0  (mask: Elem)
-void launch_topk_mask(const int32_t* indices, void* mask, int64_t batch, int64_t seq_len,
-                      int64_t k, Elem type, cudaStream_t stream);
+void launch_topk_mask(const int32_t* indices, void* mask, int64_t batch, int64_t seq_len, int64_t k,
+                      Elem type, cudaStream_t stream);
 
 }  // namespace modar::gpu

@@ -20,16 +20,16 @@ struct CudaDeviceInfo {
   int compute_capability_major = 0;  // 9 for Hopper
   int compute_capability_minor = 0;
   int multiprocessors = 0;
-  int max_sm_clock_khz = 0;          // cudaDevAttrClockRate (peak, not the current clock)
-  int max_memory_clock_khz = 0;      // cudaDevAttrMemoryClockRate
+  int max_sm_clock_khz = 0;      // cudaDevAttrClockRate (peak, not the current clock)
+  int max_memory_clock_khz = 0;  // cudaDevAttrMemoryClockRate
   int memory_bus_width_bits = 0;
   int64_t l2_cache_bytes = 0;
-  int64_t memory_bytes = 0;          // total device memory
+  int64_t memory_bytes = 0;  // total device memory
   int64_t shared_memory_per_block_optin_bytes = 0;
-  int driver_version = 0;            // cudaDriverGetVersion, e.g. 13000
-  int runtime_version = 0;           // cudaRuntimeGetVersion
-  int cublas_version = 0;            // cublasLtGetVersion, e.g. 130100
-  std::string pci_bus_id;            // "0000:19:00.0"
+  int driver_version = 0;   // cudaDriverGetVersion, e.g. 13000
+  int runtime_version = 0;  // cudaRuntimeGetVersion
+  int cublas_version = 0;   // cublasLtGetVersion, e.g. 130100
+  std::string pci_bus_id;   // "0000:19:00.0"
 };
 
 // Throws modar::BackendError("no CUDA device: <reason>") when the driver or

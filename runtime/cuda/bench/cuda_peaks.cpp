@@ -34,7 +34,8 @@ struct Timing {
 
 // fn(rep) runs one repetition (rep selects the rotated buffer set).
 Timing time_it(Backend& backend, int warmup, int reps, const std::function<void(int)>& fn) {
-  for (int i = 0; i < warmup; ++i) fn(i);
+  for (int i = 0; i < warmup; ++i)
+    fn(i);
   backend.synchronize();
   auto timer = backend.make_timer();
   std::vector<double> seconds;
@@ -59,14 +60,17 @@ Timing time_it(Backend& backend, int warmup, int reps, const std::function<void(
 Tensor random_tensor(Backend& backend, const std::vector<int64_t>& shape, ScalarType type,
                      uint64_t seed, double lo = -1.0, double hi = 1.0) {
   int64_t count = 1;
-  for (const int64_t d : shape) count *= d;
+  for (const int64_t d : shape)
+    count *= d;
   std::vector<float> host(static_cast<size_t>(count));
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> dist(static_cast<float>(lo), static_cast<float>(hi));
-  for (float& x : host) x = dist(rng);
+  for (float& x : host)
+    x = dist(rng);
   Tensor staging = make_tensor(backend, shape, ScalarType::fp32);
   backend.copy_from_host(host.data(), staging);
-  if (type == ScalarType::fp32) return staging;
+  if (type == ScalarType::fp32)
+    return staging;
   Tensor out = make_tensor(backend, shape, type);
   backend.convert(staging, out);
   return out;
@@ -82,16 +86,17 @@ struct Row {
 };
 
 void print_rows(const std::vector<Row>& rows) {
-  std::printf("%-28s %-34s %12s %8s %14s %9s\n", "op", "shape", "median_us", "spread",
-              "rate", "of_peak");
+  std::printf("%-28s %-34s %12s %8s %14s %9s\n", "op", "shape", "median_us", "spread", "rate",
+              "of_peak");
   for (const Row& r : rows) {
     const double rate = r.work / r.timing.median_s;
     const std::string rate_text = r.is_bytes ? std::to_string(rate / 1e9).substr(0, 8) + " GB/s"
                                              : std::to_string(rate / 1e12).substr(0, 8) + " TF/s";
     std::printf("%-28s %-34s %12.1f %8.3f %14s %9s\n", r.name.c_str(), r.shape.c_str(),
                 r.timing.median_s * 1e6, r.timing.spread, rate_text.c_str(),
-                r.ceiling > 0 ? (std::to_string(100.0 * rate / r.ceiling).substr(0, 5) + "%").c_str()
-                              : "ceiling");
+                r.ceiling > 0
+                    ? (std::to_string(100.0 * rate / r.ceiling).substr(0, 5) + "%").c_str()
+                    : "ceiling");
   }
 }
 
@@ -115,13 +120,13 @@ int main(int argc, char** argv) {
     auto backend_owner = make_cuda_backend();
     Backend& gpu = *backend_owner;
     const auto provenance = cuda_provenance(0);
-    std::printf("# device: %s (cc %s, %s SMs, max SM clock %s MHz), driver %s, CUDA runtime %s, "
-                "cuBLASLt %s\n",
-                provenance.at("gpu_name").c_str(), provenance.at("compute_capability").c_str(),
-                provenance.at("multiprocessors").c_str(), provenance.at("sm_clock_max_mhz").c_str(),
-                provenance.at("driver_version").c_str(),
-                provenance.at("cuda_runtime_version").c_str(),
-                provenance.at("cublas_version").c_str());
+    std::printf(
+        "# device: %s (cc %s, %s SMs, max SM clock %s MHz), driver %s, CUDA runtime %s, "
+        "cuBLASLt %s\n",
+        provenance.at("gpu_name").c_str(), provenance.at("compute_capability").c_str(),
+        provenance.at("multiprocessors").c_str(), provenance.at("sm_clock_max_mhz").c_str(),
+        provenance.at("driver_version").c_str(), provenance.at("cuda_runtime_version").c_str(),
+        provenance.at("cublas_version").c_str());
     const int64_t l2_bytes = cuda_l2_cache_bytes(0);
     std::vector<Row> rows;
     const int warmup = 3;
@@ -147,7 +152,8 @@ int main(int argc, char** argv) {
                       2.0 * std::pow(static_cast<double>(n_fp32), 3), false, 0.0});
     }
     const double peak_fp32 = rows.back().work / rows.back().timing.median_s;
-    const int64_t copy_elements = (quick ? int64_t{1} << 26 : int64_t{1} << 28);  // 256 MiB / 1 GiB fp32
+    const int64_t copy_elements =
+        (quick ? int64_t{1} << 26 : int64_t{1} << 28);  // 256 MiB / 1 GiB fp32
     {
       Tensor src = random_tensor(gpu, {copy_elements}, ScalarType::fp32, 5);
       Tensor dst = make_tensor(gpu, {copy_elements}, ScalarType::fp32);
@@ -175,7 +181,9 @@ int main(int argc, char** argv) {
       const int64_t b = 16, s = 4096, k = 512;
       const int64_t sets = std::max<int64_t>(1, 2 * l2_bytes / (b * s * 4) + 1);
       std::vector<Tensor> logits;
-      for (int64_t i = 0; i < sets; ++i) logits.push_back(random_tensor(gpu, {b, s}, ScalarType::fp32, 10 + static_cast<uint64_t>(i)));
+      for (int64_t i = 0; i < sets; ++i)
+        logits.push_back(
+            random_tensor(gpu, {b, s}, ScalarType::fp32, 10 + static_cast<uint64_t>(i)));
       Tensor idx = make_tensor(gpu, {b, k}, ScalarType::i32);
       const Timing t = time_it(gpu, warmup, reps, [&](int rep) {
         gpu.topk(logits[static_cast<size_t>(rep % sets)], idx);
@@ -189,9 +197,8 @@ int main(int argc, char** argv) {
       Tensor w = random_tensor(gpu, {d}, ScalarType::bf16, 31, 0.5, 1.5);
       Tensor out = make_tensor(gpu, {rows_n, d}, ScalarType::bf16);
       Tensor rstd = make_tensor(gpu, {rows_n}, ScalarType::fp32);
-      const Timing t = time_it(gpu, warmup, reps, [&](int) {
-        gpu.rmsnorm_forward(x, w, out, rstd, 1e-6);
-      });
+      const Timing t =
+          time_it(gpu, warmup, reps, [&](int) { gpu.rmsnorm_forward(x, w, out, rstd, 1e-6); });
       rows.push_back({"rmsnorm fwd bf16", std::to_string(rows_n) + "x4096", t,
                       2.0 * 2.0 * static_cast<double>(rows_n * d), true, bandwidth});
     }
@@ -211,10 +218,10 @@ int main(int argc, char** argv) {
     }
     (void)peak_fp32;
     print_rows(rows);
-    std::printf("# ceilings: bf16 GEMM %.1f TFLOP/s, fp32 GEMM %.1f TFLOP/s, copy %.0f GB/s; "
-                "L2 %lld bytes\n",
-                peak_bf16 / 1e12, peak_fp32 / 1e12, bandwidth / 1e9,
-                static_cast<long long>(l2_bytes));
+    std::printf(
+        "# ceilings: bf16 GEMM %.1f TFLOP/s, fp32 GEMM %.1f TFLOP/s, copy %.0f GB/s; "
+        "L2 %lld bytes\n",
+        peak_bf16 / 1e12, peak_fp32 / 1e12, bandwidth / 1e9, static_cast<long long>(l2_bytes));
   } catch (const modar::BackendError& error) {
     std::fprintf(stderr, "modar_cuda_peaks: %s\n", error.what());
     return 2;

@@ -24,8 +24,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -65,32 +65,36 @@ inline CudaState& cuda_state() {
   return state;
 }
 
-inline Backend& gpu() { return *cuda_state().backend; }
+inline Backend& gpu() {
+  return *cuda_state().backend;
+}
 
 inline Backend& cpu() {
   static std::unique_ptr<Backend> backend = make_cpu_backend();
   return *backend;
 }
 
-#define MODAR_REQUIRE_CUDA()                                                        \
-  do {                                                                              \
-    if (!::modar::runtime::cuda_testing::cuda_state().skip_reason.empty()) {        \
-      GTEST_SKIP() << ::modar::runtime::cuda_testing::cuda_state().skip_reason;     \
-    }                                                                               \
+#define MODAR_REQUIRE_CUDA()                                                    \
+  do {                                                                          \
+    if (!::modar::runtime::cuda_testing::cuda_state().skip_reason.empty()) {    \
+      GTEST_SKIP() << ::modar::runtime::cuda_testing::cuda_state().skip_reason; \
+    }                                                                           \
   } while (false)
 
 // Tests about the device itself (not runnable in the harness self-check).
-#define MODAR_REQUIRE_REAL_CUDA()                                                   \
-  do {                                                                              \
-    MODAR_REQUIRE_CUDA();                                                           \
-    if (::modar::runtime::cuda_testing::cuda_state().self_check) {                  \
-      GTEST_SKIP() << "harness self-check on the CPU: no device to query";          \
-    }                                                                               \
+#define MODAR_REQUIRE_REAL_CUDA()                                          \
+  do {                                                                     \
+    MODAR_REQUIRE_CUDA();                                                  \
+    if (::modar::runtime::cuda_testing::cuda_state().self_check) {         \
+      GTEST_SKIP() << "harness self-check on the CPU: no device to query"; \
+    }                                                                      \
   } while (false)
 
 enum class Precision { fp32, bf16 };
 
-inline const char* to_string(Precision p) { return p == Precision::fp32 ? "fp32" : "bf16"; }
+inline const char* to_string(Precision p) {
+  return p == Precision::fp32 ? "fp32" : "bf16";
+}
 
 // Roles of an op argument.  Inputs carry values; out_* are overwritten by the
 // op; grad_* start from `values` and are accumulated into.
@@ -127,11 +131,14 @@ inline Arg grad_data(std::string name, std::vector<int64_t> shape, std::vector<d
 inline Arg grad_stat(std::string name, std::vector<int64_t> shape, std::vector<double> values) {
   return {Role::grad_stats, std::move(shape), std::move(values), std::move(name)};
 }
-inline Arg none() { return {}; }
+inline Arg none() {
+  return {};
+}
 
 inline int64_t count_of(const std::vector<int64_t>& shape) {
   int64_t n = 1;
-  for (const int64_t d : shape) n *= d;
+  for (const int64_t d : shape)
+    n *= d;
   return n;
 }
 
@@ -140,13 +147,16 @@ inline std::vector<double> random_values(int64_t count, uint64_t seed, double lo
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> dist(lo, hi);
   std::vector<double> v(static_cast<size_t>(count));
-  for (double& x : v) x = dist(rng);
+  for (double& x : v)
+    x = dist(rng);
   return v;
 }
 
 inline double round_to(double value, ScalarType type) {
-  if (type == ScalarType::bf16) return bf16_to_float(float_to_bf16(static_cast<float>(value)));
-  if (type == ScalarType::fp32) return static_cast<double>(static_cast<float>(value));
+  if (type == ScalarType::bf16)
+    return bf16_to_float(float_to_bf16(static_cast<float>(value)));
+  if (type == ScalarType::fp32)
+    return static_cast<double>(static_cast<float>(value));
   return value;
 }
 
@@ -180,11 +190,19 @@ inline std::vector<std::vector<double>> run_world(const World& world, const std:
     ScalarType type = ScalarType::i32;
     bool is_stats = false;
     switch (arg.role) {
-      case Role::data: case Role::out_data: case Role::grad_data: type = world.data_type; break;
-      case Role::stats: case Role::out_stats: case Role::grad_stats:
+      case Role::data:
+      case Role::out_data:
+      case Role::grad_data:
+        type = world.data_type;
+        break;
+      case Role::stats:
+      case Role::out_stats:
+      case Role::grad_stats:
         type = world.stats_type, is_stats = true;
         break;
-      default: type = ScalarType::i32; break;
+      default:
+        type = ScalarType::i32;
+        break;
     }
     std::vector<double> values = arg.values;
     if (arg.role == Role::out_data || arg.role == Role::out_stats) {
@@ -195,7 +213,8 @@ inline std::vector<std::vector<double>> run_world(const World& world, const std:
     } else if (type != ScalarType::i32) {
       // The same pre-rounded value in every world.
       const ScalarType rounding = is_stats ? ScalarType::fp32 : lowp;
-      for (double& v : values) v = round_to(v, rounding);
+      for (double& v : values)
+        v = round_to(v, rounding);
     }
     tensors.push_back(make_tensor(*world.backend, arg.shape, type, values));
     views.push_back(tensors.back().view());
@@ -212,7 +231,8 @@ inline std::vector<std::vector<double>> run_world(const World& world, const std:
 
 inline double max_abs(const std::vector<double>& v) {
   double m = 0.0;
-  for (const double x : v) m = std::max(m, std::fabs(x));
+  for (const double x : v)
+    m = std::max(m, std::fabs(x));
   return m;
 }
 
@@ -220,8 +240,10 @@ inline double max_abs(const std::vector<double>& v) {
 inline double max_error(const std::vector<double>& a, const std::vector<double>& reference) {
   double m = 0.0;
   for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(reference[i])) continue;
-    if (!std::isfinite(a[i])) return std::numeric_limits<double>::infinity();
+    if (!std::isfinite(reference[i]))
+      continue;
+    if (!std::isfinite(a[i]))
+      return std::numeric_limits<double>::infinity();
     m = std::max(m, std::fabs(a[i] - reference[i]));
   }
   return m;
@@ -241,15 +263,16 @@ inline void expect_matches_cpu(const std::string& label, Precision precision,
   const double eps = precision == Precision::fp32 ? std::ldexp(1.0, -20) : std::ldexp(1.0, -8);
   size_t output = 0;
   for (const Arg& arg : args) {
-    if (!is_output(arg.role)) continue;
+    if (!is_output(arg.role))
+      continue;
     const auto& ref = ref_out[output];
     const double naive_error = max_error(naive_out[output], ref);
     const double gpu_error = max_error(gpu_out[output], ref);
     const double floor = eps * (1.0 + max_abs(ref));
     EXPECT_LE(gpu_error, factor * naive_error + floor)
-        << label << " [" << to_string(precision) << "] output " << arg.name
-        << ": gpu error " << gpu_error << ", naive cpu error " << naive_error << ", floor "
-        << floor << ", max|ref| " << max_abs(ref);
+        << label << " [" << to_string(precision) << "] output " << arg.name << ": gpu error "
+        << gpu_error << ", naive cpu error " << naive_error << ", floor " << floor << ", max|ref| "
+        << max_abs(ref);
     ++output;
   }
 }

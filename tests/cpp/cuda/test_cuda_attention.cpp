@@ -20,7 +20,8 @@ void saved_forward(const AttentionCase& c, const std::vector<double>& q,
                    std::vector<double>& lse) {
   const ScalarType lowp = p == Precision::fp32 ? ScalarType::fp32 : ScalarType::bf16;
   auto rounded = [&](std::vector<double> x) {
-    for (double& e : x) e = round_to(e, lowp);
+    for (double& e : x)
+      e = round_to(e, lowp);
     return x;
   };
   Tensor qt = make_tensor(cpu(), {c.b, c.s, c.heads, c.d_head}, ScalarType::fp64, rounded(q));
@@ -60,40 +61,36 @@ TEST(CudaAttention, ForwardAndBackwardMatchCpu) {
     AttentionParams params;
     params.causal = c.causal;
     const std::string label = "attention b=" + std::to_string(c.b) + " s=" + std::to_string(c.s) +
-                              " H=" + std::to_string(c.heads) + " G=" +
-                              std::to_string(c.kv_heads) + " d_h=" + std::to_string(c.d_head) +
+                              " H=" + std::to_string(c.heads) + " G=" + std::to_string(c.kv_heads) +
+                              " d_h=" + std::to_string(c.d_head) +
                               (c.causal ? " causal" : " full") + (c.ragged ? " ragged" : "");
     const Arg lengths_arg = c.ragged ? index("len", {c.b}, lengths) : none();
     for (const Precision p : {Precision::fp32, Precision::bf16}) {
-      expect_matches_cpu(label, p,
-                         {data("q", {c.b, c.s, c.heads, c.d_head}, q),
-                          data("k", {c.b, c.s, c.kv_heads, c.d_head}, k),
-                          data("v", {c.b, c.s, c.kv_heads, c.d_head}, v), lengths_arg,
-                          out_data("out", {c.b, c.s, c.heads, c.d_head}),
-                          out_stat("lse", {c.b, c.heads, c.s})},
-                         [&](Backend& be, const std::vector<TensorView>& t) {
-                           be.attention_forward(t[0], t[1], t[2], t[3], t[4], t[5], params);
-                         });
+      expect_matches_cpu(
+          label, p,
+          {data("q", {c.b, c.s, c.heads, c.d_head}, q),
+           data("k", {c.b, c.s, c.kv_heads, c.d_head}, k),
+           data("v", {c.b, c.s, c.kv_heads, c.d_head}, v), lengths_arg,
+           out_data("out", {c.b, c.s, c.heads, c.d_head}), out_stat("lse", {c.b, c.heads, c.s})},
+          [&](Backend& be, const std::vector<TensorView>& t) {
+            be.attention_forward(t[0], t[1], t[2], t[3], t[4], t[5], params);
+          });
       std::vector<double> out, lse;
       saved_forward(c, q, k, v, lengths, p, out, lse);
-      expect_matches_cpu(label + " backward", p,
-                         {data("dout", {c.b, c.s, c.heads, c.d_head},
-                               random_values(q_count, seed + 3)),
-                          data("q", {c.b, c.s, c.heads, c.d_head}, q),
-                          data("k", {c.b, c.s, c.kv_heads, c.d_head}, k),
-                          data("v", {c.b, c.s, c.kv_heads, c.d_head}, v), lengths_arg,
-                          data("out", {c.b, c.s, c.heads, c.d_head}, out),
-                          stat("lse", {c.b, c.heads, c.s}, lse),
-                          grad_data("dq", {c.b, c.s, c.heads, c.d_head},
-                                    random_values(q_count, seed + 4)),
-                          grad_data("dk", {c.b, c.s, c.kv_heads, c.d_head},
-                                    random_values(kv_count, seed + 5)),
-                          grad_data("dv", {c.b, c.s, c.kv_heads, c.d_head},
-                                    random_values(kv_count, seed + 6))},
-                         [&](Backend& be, const std::vector<TensorView>& t) {
-                           be.attention_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7],
-                                                 t[8], t[9], params);
-                         });
+      expect_matches_cpu(
+          label + " backward", p,
+          {data("dout", {c.b, c.s, c.heads, c.d_head}, random_values(q_count, seed + 3)),
+           data("q", {c.b, c.s, c.heads, c.d_head}, q),
+           data("k", {c.b, c.s, c.kv_heads, c.d_head}, k),
+           data("v", {c.b, c.s, c.kv_heads, c.d_head}, v), lengths_arg,
+           data("out", {c.b, c.s, c.heads, c.d_head}, out), stat("lse", {c.b, c.heads, c.s}, lse),
+           grad_data("dq", {c.b, c.s, c.heads, c.d_head}, random_values(q_count, seed + 4)),
+           grad_data("dk", {c.b, c.s, c.kv_heads, c.d_head}, random_values(kv_count, seed + 5)),
+           grad_data("dv", {c.b, c.s, c.kv_heads, c.d_head}, random_values(kv_count, seed + 6))},
+          [&](Backend& be, const std::vector<TensorView>& t) {
+            be.attention_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9],
+                                  params);
+          });
     }
     seed += 100;
   }

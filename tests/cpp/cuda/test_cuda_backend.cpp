@@ -67,9 +67,11 @@ TEST(CudaBackend, CopyFillConvertRoundTrip) {
   }
   Tensor ints = make_tensor(gpu(), {7}, ScalarType::i32);
   gpu().fill(ints, -3.0);
-  for (const double v : download(gpu(), ints)) EXPECT_EQ(v, -3.0);
+  for (const double v : download(gpu(), ints))
+    EXPECT_EQ(v, -3.0);
   gpu().fill(half, 0.5);
-  for (const double v : download(gpu(), half)) ASSERT_EQ(v, 0.5);
+  for (const double v : download(gpu(), half))
+    ASSERT_EQ(v, 0.5);
 }
 
 TEST(CudaBackend, TimerMeasuresDeviceWork) {
@@ -78,7 +80,8 @@ TEST(CudaBackend, TimerMeasuresDeviceWork) {
   Tensor c = make_tensor(gpu(), {512, 512}, ScalarType::fp32);
   auto timer = gpu().make_timer();
   timer->start();
-  for (int i = 0; i < 5; ++i) gpu().gemm(a, false, a, false, c);
+  for (int i = 0; i < 5; ++i)
+    gpu().gemm(a, false, a, false, c);
   timer->stop();
   const double seconds = timer->elapsed_s();
   EXPECT_GT(seconds, 0.0);
@@ -99,8 +102,8 @@ void run_gemm(const GemmCase& g, Precision precision, bool fp32_output, uint64_t
   const std::vector<int64_t> b_shape =
       g.batch > 1 ? std::vector<int64_t>{g.batch, g.tb ? g.n : g.k, g.tb ? g.k : g.n}
                   : std::vector<int64_t>{g.tb ? g.n : g.k, g.tb ? g.k : g.n};
-  const std::vector<int64_t> c_shape = g.batch > 1 ? std::vector<int64_t>{g.batch, g.m, g.n}
-                                                   : std::vector<int64_t>{g.m, g.n};
+  const std::vector<int64_t> c_shape =
+      g.batch > 1 ? std::vector<int64_t>{g.batch, g.m, g.n} : std::vector<int64_t>{g.m, g.n};
   std::vector<Arg> args = {data("a", a_shape, random_values(count_of(a_shape), seed)),
                            data("b", b_shape, random_values(count_of(b_shape), seed + 1))};
   // C accumulates when beta != 0: give it values (as a "grad" role).

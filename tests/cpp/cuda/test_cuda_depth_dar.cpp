@@ -34,15 +34,15 @@ PrefixForward prefix_forward_fp64(const std::vector<double>& keys, const std::ve
                                   int64_t tokens, int64_t q_count, int64_t d, Precision p) {
   const ScalarType lowp = p == Precision::fp32 ? ScalarType::fp32 : ScalarType::bf16;
   auto rounded = [](std::vector<double> x, ScalarType type) {
-    for (double& e : x) e = round_to(e, type);
+    for (double& e : x)
+      e = round_to(e, type);
     return x;
   };
   Tensor k = make_tensor(cpu(), {sources, tokens, d}, ScalarType::fp64, rounded(keys, lowp));
-  Tensor r = make_tensor(cpu(), {sources, tokens}, ScalarType::fp64,
-                         rounded(rstd, ScalarType::fp32));
+  Tensor r =
+      make_tensor(cpu(), {sources, tokens}, ScalarType::fp64, rounded(rstd, ScalarType::fp32));
   Tensor v = make_tensor(cpu(), {sources, tokens, d}, ScalarType::fp64, rounded(values, lowp));
-  Tensor q = make_tensor(cpu(), {q_count, d}, ScalarType::fp64,
-                         rounded(queries, ScalarType::fp32));
+  Tensor q = make_tensor(cpu(), {q_count, d}, ScalarType::fp64, rounded(queries, ScalarType::fp32));
   Tensor out = make_tensor(cpu(), {q_count, tokens, d}, ScalarType::fp64);
   Tensor lse = make_tensor(cpu(), {q_count, tokens}, ScalarType::fp64);
   cpu().depth_read_prefix_forward(k, r, v, q, out, lse);
@@ -66,16 +66,16 @@ TEST(CudaDepthRead, PrefixForwardBackwardMatchCpu) {
                               " d=" + std::to_string(c.d);
     for (const Precision p : {Precision::fp32, Precision::bf16}) {
       const auto rstd = row_rstd(keys, c.d, p);
-      expect_matches_cpu(label, p,
-                         {data("keys", {c.sources, c.tokens, c.d}, keys),
-                          stat("rstd", {c.sources, c.tokens}, rstd),
-                          data("values", {c.sources, c.tokens, c.d}, values),
-                          stat("queries", {c.queries, c.d}, queries),
-                          out_data("out", {c.queries, c.tokens, c.d}),
-                          out_stat("lse", {c.queries, c.tokens})},
-                         [](Backend& be, const std::vector<TensorView>& v) {
-                           be.depth_read_prefix_forward(v[0], v[1], v[2], v[3], v[4], v[5]);
-                         });
+      expect_matches_cpu(
+          label, p,
+          {data("keys", {c.sources, c.tokens, c.d}, keys),
+           stat("rstd", {c.sources, c.tokens}, rstd),
+           data("values", {c.sources, c.tokens, c.d}, values),
+           stat("queries", {c.queries, c.d}, queries), out_data("out", {c.queries, c.tokens, c.d}),
+           out_stat("lse", {c.queries, c.tokens})},
+          [](Backend& be, const std::vector<TensorView>& v) {
+            be.depth_read_prefix_forward(v[0], v[1], v[2], v[3], v[4], v[5]);
+          });
       const PrefixForward saved =
           prefix_forward_fp64(keys, rstd, values, queries, c.sources, c.tokens, c.queries, c.d, p);
       const int64_t out_count = c.queries * c.tokens * c.d;
@@ -104,8 +104,7 @@ TEST(CudaDepthRead, PrefixForwardBackwardMatchCpu) {
           label + " backward shared key/value", p,
           {data("dout", {c.queries, c.tokens, c.d}, random_values(out_count, seed + 8)),
            data("bank", {c.sources, c.tokens, c.d}, keys),
-           stat("rstd", {c.sources, c.tokens}, rstd),
-           stat("queries", {c.queries, c.d}, queries),
+           stat("rstd", {c.sources, c.tokens}, rstd), stat("queries", {c.queries, c.d}, queries),
            data("out", {c.queries, c.tokens, c.d}, shared.out),
            stat("lse", {c.queries, c.tokens}, shared.lse),
            grad_data("dbank", {c.sources, c.tokens, c.d}, random_values(bank, seed + 9))},
@@ -154,10 +153,9 @@ TEST(CudaDepthRead, MergeForwardBackwardMatchCpu) {
       }
       expect_matches_cpu(label + " backward", p,
                          {data("dout", {tokens, d}, random_values(tokens * d, 6)),
-                          data("prefix_out", {tokens, d}, prefix),
-                          data("keys", {tokens, d}, keys), stat("rstd", {tokens}, rstd),
-                          data("values", {tokens, d}, values), stat("query", {d}, query),
-                          stat("weight", {tokens}, weight),
+                          data("prefix_out", {tokens, d}, prefix), data("keys", {tokens, d}, keys),
+                          stat("rstd", {tokens}, rstd), data("values", {tokens, d}, values),
+                          stat("query", {d}, query), stat("weight", {tokens}, weight),
                           grad_data("dprefix_out", {tokens, d}, random_values(tokens * d, 7)),
                           grad_stat("dlse", {tokens}, random_values(tokens, 8)),
                           grad_data("dkeys", {tokens, d}, random_values(tokens * d, 9)),
@@ -177,8 +175,7 @@ TEST(CudaDar, CoefficientsForwardBackwardMatchCpu) {
     int64_t n, tokens, d;
     bool transport;
   };
-  const Case cases[] = {{2, 23, 128, true}, {2, 9, 96, false}, {3, 11, 64, true},
-                        {4, 5, 40, true}};
+  const Case cases[] = {{2, 23, 128, true}, {2, 9, 96, false}, {3, 11, 64, true}, {4, 5, 40, true}};
   uint64_t seed = 900;
   for (const Case& c : cases) {
     const int64_t outputs = 2 * c.n + (c.transport ? (c.n == 2 ? 1 : c.n * c.n) : 0);
@@ -193,22 +190,23 @@ TEST(CudaDar, CoefficientsForwardBackwardMatchCpu) {
                               (c.transport ? " with transport" : " no transport");
     const Arg transport_out = c.transport ? out_stat("transport", {c.tokens, c.n, c.n}) : none();
     for (const Precision p : {Precision::fp32, Precision::bf16}) {
-      expect_matches_cpu(label, p,
-                         {data("retrieved", {c.n, c.tokens, c.d}, retrieved),
-                          stat("weight", {width, outputs}, weight), stat("bias", {outputs}, bias),
-                          stat("scale", {3}, scale), out_stat("alpha", {c.tokens, c.n}),
-                          out_stat("beta", {c.tokens, c.n}), transport_out,
-                          out_stat("z_rstd", {c.tokens})},
-                         [&](Backend& be, const std::vector<TensorView>& v) {
-                           be.dar_coefficients_forward(v[0], v[1], v[2], v[3], v[4], v[5], v[6],
-                                                       v[7], params);
-                         });
+      expect_matches_cpu(
+          label, p,
+          {data("retrieved", {c.n, c.tokens, c.d}, retrieved),
+           stat("weight", {width, outputs}, weight), stat("bias", {outputs}, bias),
+           stat("scale", {3}, scale), out_stat("alpha", {c.tokens, c.n}),
+           out_stat("beta", {c.tokens, c.n}), transport_out, out_stat("z_rstd", {c.tokens})},
+          [&](Backend& be, const std::vector<TensorView>& v) {
+            be.dar_coefficients_forward(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], params);
+          });
       // Saved forward outputs, in fp64 on the CPU.
       const ScalarType lowp = p == Precision::fp32 ? ScalarType::fp32 : ScalarType::bf16;
       std::vector<double> r_rounded = retrieved;
-      for (double& x : r_rounded) x = round_to(x, lowp);
+      for (double& x : r_rounded)
+        x = round_to(x, lowp);
       auto f32 = [](std::vector<double> x) {
-        for (double& e : x) e = round_to(e, ScalarType::fp32);
+        for (double& e : x)
+          e = round_to(e, ScalarType::fp32);
         return x;
       };
       Tensor rt = make_tensor(cpu(), {c.n, c.tokens, c.d}, ScalarType::fp64, r_rounded);
@@ -219,14 +217,13 @@ TEST(CudaDar, CoefficientsForwardBackwardMatchCpu) {
       Tensor bet = make_tensor(cpu(), {c.tokens, c.n}, ScalarType::fp64);
       Tensor mt = make_tensor(cpu(), {c.tokens, c.n, c.n}, ScalarType::fp64);
       Tensor zt = make_tensor(cpu(), {c.tokens}, ScalarType::fp64);
-      cpu().dar_coefficients_forward(rt, wt, bt, st, at, bet, c.transport ? mt.view() : TensorView{},
-                                     zt, params);
+      cpu().dar_coefficients_forward(rt, wt, bt, st, at, bet,
+                                     c.transport ? mt.view() : TensorView{}, zt, params);
       const Arg transport_in =
           c.transport ? stat("transport", {c.tokens, c.n, c.n}, download(cpu(), mt)) : none();
-      const Arg dtransport =
-          c.transport ? stat("dtransport", {c.tokens, c.n, c.n},
-                             random_values(c.tokens * c.n * c.n, seed + 3))
-                      : none();
+      const Arg dtransport = c.transport ? stat("dtransport", {c.tokens, c.n, c.n},
+                                                random_values(c.tokens * c.n * c.n, seed + 3))
+                                         : none();
       expect_matches_cpu(
           label + " backward", p,
           {stat("dalpha", {c.tokens, c.n}, random_values(c.tokens * c.n, seed + 4)),
@@ -241,8 +238,8 @@ TEST(CudaDar, CoefficientsForwardBackwardMatchCpu) {
            grad_stat("dbias", {outputs}, random_values(outputs, 8)),
            grad_stat("dscale", {3}, random_values(3, 9))},
           [&](Backend& be, const std::vector<TensorView>& v) {
-            be.dar_coefficients_backward(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8],
-                                         v[9], v[10], v[11], v[12], v[13], v[14], params);
+            be.dar_coefficients_backward(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9],
+                                         v[10], v[11], v[12], v[13], v[14], params);
           });
     }
     seed += 100;
@@ -268,20 +265,21 @@ TEST(CudaDar, MixAndWriteMatchCpu) {
                          [](Backend& be, const std::vector<TensorView>& v) {
                            be.dar_mix_forward(v[0], v[1], v[2]);
                          });
-      expect_matches_cpu("dar_mix backward" + suffix, p,
-                         {data("dout", {tokens, d}, random_values(tokens * d, 7)),
-                          data("retrieved", {n, tokens, d}, retrieved),
-                          stat("alpha", {tokens, n}, alpha),
-                          grad_data("dretrieved", {n, tokens, d}, random_values(plane, 8)),
-                          grad_stat("dalpha", {tokens, n}, random_values(tokens * n, 9))},
-                         [](Backend& be, const std::vector<TensorView>& v) {
-                           be.dar_mix_backward(v[0], v[1], v[2], v[3], v[4]);
-                         });
+      expect_matches_cpu(
+          "dar_mix backward" + suffix, p,
+          {data("dout", {tokens, d}, random_values(tokens * d, 7)),
+           data("retrieved", {n, tokens, d}, retrieved), stat("alpha", {tokens, n}, alpha),
+           grad_data("dretrieved", {n, tokens, d}, random_values(plane, 8)),
+           grad_stat("dalpha", {tokens, n}, random_values(tokens * n, 9))},
+          [](Backend& be, const std::vector<TensorView>& v) {
+            be.dar_mix_backward(v[0], v[1], v[2], v[3], v[4]);
+          });
       // Full write, first branch of a block (no transport), pure transport.
       for (int mode = 0; mode < 3; ++mode) {
         const bool with_transport = mode != 1;
         const bool with_write = mode != 2;
-        const std::string name = mode == 0 ? "dar_write" : (mode == 1 ? "dar_write first" : "dar_transport");
+        const std::string name =
+            mode == 0 ? "dar_write" : (mode == 1 ? "dar_write first" : "dar_transport");
         const Arg m_arg = with_transport ? stat("transport", {tokens, n, n}, transport) : none();
         const Arg p_arg = with_transport ? data("partial", {n, tokens, d}, partial) : none();
         const Arg b_arg = with_write ? stat("beta", {tokens, n}, beta) : none();
@@ -294,9 +292,9 @@ TEST(CudaDar, MixAndWriteMatchCpu) {
         expect_matches_cpu(
             name + " backward" + suffix, p,
             {data("dout", {n, tokens, d}, random_values(plane, 10)), m_arg, p_arg, b_arg, y_arg,
-             with_transport ? grad_stat("dtransport", {tokens, n, n},
-                                        random_values(tokens * n * n, 11))
-                            : none(),
+             with_transport
+                 ? grad_stat("dtransport", {tokens, n, n}, random_values(tokens * n * n, 11))
+                 : none(),
              with_transport ? grad_data("dpartial", {n, tokens, d}, random_values(plane, 12))
                             : none(),
              with_write ? grad_stat("dbeta", {tokens, n}, random_values(tokens * n, 13)) : none(),

@@ -17,20 +17,19 @@ TEST(CudaElementwise, ActivationsAndArithmeticMatchCpu) {
     using V = std::vector<TensorView>;
     expect_matches_cpu("gelu", p, {data("x", shape, a), out_data("out", shape)},
                        [](Backend& be, const V& v) { be.gelu_forward(v[0], v[1]); });
-    expect_matches_cpu("gelu backward", p,
-                       {data("dout", shape, g), data("x", shape, a),
-                        grad_data("dx", shape, random_values(n, 4))},
-                       [](Backend& be, const V& v) { be.gelu_backward(v[0], v[1], v[2]); });
+    expect_matches_cpu(
+        "gelu backward", p,
+        {data("dout", shape, g), data("x", shape, a), grad_data("dx", shape, random_values(n, 4))},
+        [](Backend& be, const V& v) { be.gelu_backward(v[0], v[1], v[2]); });
     expect_matches_cpu("swiglu", p,
                        {data("gate", shape, a), data("up", shape, b), out_data("out", shape)},
                        [](Backend& be, const V& v) { be.swiglu_forward(v[0], v[1], v[2]); });
-    expect_matches_cpu("swiglu backward", p,
-                       {data("dout", shape, g), data("gate", shape, a), data("up", shape, b),
-                        grad_data("dgate", shape, random_values(n, 5)),
-                        grad_data("dup", shape, random_values(n, 6))},
-                       [](Backend& be, const V& v) {
-                         be.swiglu_backward(v[0], v[1], v[2], v[3], v[4]);
-                       });
+    expect_matches_cpu(
+        "swiglu backward", p,
+        {data("dout", shape, g), data("gate", shape, a), data("up", shape, b),
+         grad_data("dgate", shape, random_values(n, 5)),
+         grad_data("dup", shape, random_values(n, 6))},
+        [](Backend& be, const V& v) { be.swiglu_backward(v[0], v[1], v[2], v[3], v[4]); });
     expect_matches_cpu("add", p, {data("a", shape, a), data("b", shape, b), out_data("out", shape)},
                        [](Backend& be, const V& v) { be.add(v[0], v[1], v[2]); });
     expect_matches_cpu("axpy", p, {data("x", shape, a), grad_data("y", shape, b)},
@@ -41,13 +40,11 @@ TEST(CudaElementwise, ActivationsAndArithmeticMatchCpu) {
                        [](Backend& be, const V& v) { be.scale(v[0], 0.3); });
     expect_matches_cpu("mul", p, {data("a", shape, a), data("b", shape, b), out_data("out", shape)},
                        [](Backend& be, const V& v) { be.mul_forward(v[0], v[1], v[2]); });
-    expect_matches_cpu("mul backward", p,
-                       {data("dout", shape, g), data("a", shape, a), data("b", shape, b),
-                        grad_data("da", shape, random_values(n, 7)),
-                        grad_data("db", shape, random_values(n, 8))},
-                       [](Backend& be, const V& v) {
-                         be.mul_backward(v[0], v[1], v[2], v[3], v[4]);
-                       });
+    expect_matches_cpu(
+        "mul backward", p,
+        {data("dout", shape, g), data("a", shape, a), data("b", shape, b),
+         grad_data("da", shape, random_values(n, 7)), grad_data("db", shape, random_values(n, 8))},
+        [](Backend& be, const V& v) { be.mul_backward(v[0], v[1], v[2], v[3], v[4]); });
   }
 }
 
@@ -73,8 +70,10 @@ TEST(CudaLoss, CrossEntropyWithIgnoredRowsMatchesCpu) {
       std::vector<double> lse(static_cast<size_t>(rows));
       for (int64_t i = 0; i < rows; ++i) {
         double m = -1e300, sum = 0.0;
-        for (int64_t v = 0; v < vocab; ++v) m = std::max(m, round_to(logits[static_cast<size_t>(i * vocab + v)], lowp));
-        for (int64_t v = 0; v < vocab; ++v) sum += std::exp(round_to(logits[static_cast<size_t>(i * vocab + v)], lowp) - m);
+        for (int64_t v = 0; v < vocab; ++v)
+          m = std::max(m, round_to(logits[static_cast<size_t>(i * vocab + v)], lowp));
+        for (int64_t v = 0; v < vocab; ++v)
+          sum += std::exp(round_to(logits[static_cast<size_t>(i * vocab + v)], lowp) - m);
         lse[static_cast<size_t>(i)] = m + std::log(sum);
       }
       expect_matches_cpu(label + " backward", p,
@@ -93,13 +92,14 @@ TEST(CudaLoss, BceWithLogitsMatchesCpu) {
   const int64_t rows = 3000;
   const auto logits = random_values(rows, 1, -30.0, 30.0);  // saturated sigmoids too
   std::vector<double> targets = random_values(rows, 2, 0.0, 1.0);
-  for (size_t i = 0; i < targets.size(); i += 2) targets[i] = targets[i] > 0.5 ? 1.0 : 0.0;
-  expect_matches_cpu("bce forward", Precision::fp32,
-                     {stat("logits", {rows}, logits), stat("targets", {rows}, targets),
-                      out_stat("loss", {1})},
-                     [](Backend& be, const std::vector<TensorView>& v) {
-                       be.bce_with_logits_forward(v[0], v[1], v[2]);
-                     });
+  for (size_t i = 0; i < targets.size(); i += 2)
+    targets[i] = targets[i] > 0.5 ? 1.0 : 0.0;
+  expect_matches_cpu(
+      "bce forward", Precision::fp32,
+      {stat("logits", {rows}, logits), stat("targets", {rows}, targets), out_stat("loss", {1})},
+      [](Backend& be, const std::vector<TensorView>& v) {
+        be.bce_with_logits_forward(v[0], v[1], v[2]);
+      });
   expect_matches_cpu("bce backward", Precision::fp32,
                      {stat("logits", {rows}, logits), stat("targets", {rows}, targets),
                       grad_stat("dlogits", {rows}, random_values(rows, 3))},
@@ -112,7 +112,8 @@ TEST(CudaEmbedding, LookupAndScatterMatchCpu) {
   MODAR_REQUIRE_CUDA();
   const int64_t vocab = 50, d = 72, b = 4, s = 9;
   std::vector<double> tokens;
-  for (int64_t i = 0; i < b * s; ++i) tokens.push_back(static_cast<double>((i * 13) % 17));  // repeats
+  for (int64_t i = 0; i < b * s; ++i)
+    tokens.push_back(static_cast<double>((i * 13) % 17));  // repeats
   for (const Precision p : {Precision::fp32, Precision::bf16}) {
     expect_matches_cpu("embedding", p,
                        {data("table", {vocab, d}, random_values(vocab * d, 1)),
@@ -120,13 +121,13 @@ TEST(CudaEmbedding, LookupAndScatterMatchCpu) {
                        [](Backend& be, const std::vector<TensorView>& v) {
                          be.embedding_forward(v[0], v[1], v[2]);
                        });
-    expect_matches_cpu("embedding backward", p,
-                       {data("dout", {b, s, d}, random_values(b * s * d, 2)),
-                        index("tokens", {b, s}, tokens),
-                        grad_data("dtable", {vocab, d}, random_values(vocab * d, 3))},
-                       [](Backend& be, const std::vector<TensorView>& v) {
-                         be.embedding_backward(v[0], v[1], v[2]);
-                       });
+    expect_matches_cpu(
+        "embedding backward", p,
+        {data("dout", {b, s, d}, random_values(b * s * d, 2)), index("tokens", {b, s}, tokens),
+         grad_data("dtable", {vocab, d}, random_values(vocab * d, 3))},
+        [](Backend& be, const std::vector<TensorView>& v) {
+          be.embedding_backward(v[0], v[1], v[2]);
+        });
   }
 }
 
@@ -141,15 +142,15 @@ TEST(CudaAdamW, UpdateMatchesCpu) {
   for (const Precision p : {Precision::fp32, Precision::bf16}) {
     // params / m / v are fp32 master state ("stats" role); grads and the
     // low-precision copy in the tested precision.
-    expect_matches_cpu("adamw", p,
-                       {grad_stat("params", {n}, random_values(n, 1)),
-                        data("grads", {n}, random_values(n, 2, -0.1, 0.1)),
-                        grad_stat("m", {n}, random_values(n, 3, -0.01, 0.01)),
-                        grad_stat("v", {n}, random_values(n, 4, 0.0, 1e-4)),
-                        out_data("params_lowp", {n})},
-                       [&](Backend& be, const std::vector<TensorView>& v) {
-                         be.adamw_update(v[0], v[1], v[2], v[3], hyper, v[4]);
-                       });
+    expect_matches_cpu(
+        "adamw", p,
+        {grad_stat("params", {n}, random_values(n, 1)),
+         data("grads", {n}, random_values(n, 2, -0.1, 0.1)),
+         grad_stat("m", {n}, random_values(n, 3, -0.01, 0.01)),
+         grad_stat("v", {n}, random_values(n, 4, 0.0, 1e-4)), out_data("params_lowp", {n})},
+        [&](Backend& be, const std::vector<TensorView>& v) {
+          be.adamw_update(v[0], v[1], v[2], v[3], hyper, v[4]);
+        });
   }
 }
 

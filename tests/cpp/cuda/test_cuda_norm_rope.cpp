@@ -29,11 +29,13 @@ TEST(CudaRmsNorm, ForwardBackwardMatchCpu) {
       // backward: dx (+=) and dweight (+=, in the weight dtype and in fp32)
       const auto dout = random_values(rows * d, 3 + d);
       for (const bool fp32_dweight : {false, true}) {
-        std::vector<Arg> args = {
-            data("dout", {rows, d}, dout), data("x", {rows, d}, x), data("w", {d}, w),
-            stat("rstd", {rows}, {}), grad_data("dx", {rows, d}, random_values(rows * d, 4)),
-            fp32_dweight ? grad_stat("dw", {d}, random_values(d, 5))
-                         : grad_data("dw", {d}, random_values(d, 5))};
+        std::vector<Arg> args = {data("dout", {rows, d}, dout),
+                                 data("x", {rows, d}, x),
+                                 data("w", {d}, w),
+                                 stat("rstd", {rows}, {}),
+                                 grad_data("dx", {rows, d}, random_values(rows * d, 4)),
+                                 fp32_dweight ? grad_stat("dw", {d}, random_values(d, 5))
+                                              : grad_data("dw", {d}, random_values(d, 5))};
         // rstd must be the forward's: compute it in fp64 on the host.
         std::vector<double> rstd(static_cast<size_t>(rows));
         for (int64_t r = 0; r < rows; ++r) {
@@ -63,7 +65,8 @@ TEST(CudaRope, ForwardBackwardAtGatheredPositions) {
       const int64_t count = b * s * heads * d_head;
       // Positions of routed tokens: ascending, sparse, up to 20000 (large angles).
       std::vector<double> positions;
-      for (int64_t i = 0; i < b * s; ++i) positions.push_back(static_cast<double>(i * 2213 % 20011));
+      for (int64_t i = 0; i < b * s; ++i)
+        positions.push_back(static_cast<double>(i * 2213 % 20011));
       RopeParams params;
       params.theta_base = 10000.0;
       expect_matches_cpu("rope forward d_head=" + std::to_string(d_head), p,
