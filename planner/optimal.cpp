@@ -285,7 +285,12 @@ OptimalResult optimal(const OptimalRequest& request) {
         what + ": too small for any shape: the compute-optimal N_f is " + sci(dense.n_opt) +
         " but the smallest shape (" + std::to_string(request.shapes.min_layers) +
         " layers, d_model " + std::to_string(request.shapes.d_model_multiple) + "+) has N_f " +
-        sci(smallest) + "; allowed: a budget of at least ~" + sci(minimum_flops, 2) + " FLOPs");
+        sci(smallest) + "; allowed: a budget of at least ~" +
+        (request.train_flops
+             ? sci(minimum_flops, 2) + " FLOPs"
+             : sci(minimum_flops / (3600.0 * profile.ceilings.peak_flops_bf16 * kGridCentreMfu),
+                   2) +
+                   " GPU-hours"));
   }
   if (dense.n_opt > largest) {
     const double maximum_flops = 6.0 * std::pow(largest / dense.G, exponent);
@@ -547,7 +552,7 @@ std::string to_json(const OptimalResult& result) {
   }
   json.end_array();
   json.end_object();
-  return json.str() + "\n";
+  return json.str();
 }
 
 std::string to_table(const OptimalResult& result) {

@@ -77,7 +77,7 @@ int cmd_optimal(const Args& args) {
   request.shapes = planner_shape_options(parsed);
 
   const OptimalResult result = optimal(request);
-  const std::string text = parsed.has("--json") ? to_json(result) : to_table(result);
+  const std::string text = parsed.has("--json") ? to_json(result) + "\n" : to_table(result);
   std::fputs(text.c_str(), stdout);
   return 0;
 }

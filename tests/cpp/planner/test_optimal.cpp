@@ -38,8 +38,9 @@ TEST(Optimal, DenseSearchAgreesWithClosedForm) {
       const modar::OptimalResult result = modar::optimal(request);
       const modar::Recommendation& rec = find(result, "baseline", "isoflop_optimal");
       const auto closed = modar::closed_form_optimum(modar::load_fit(fit).params, flops);
-      EXPECT_NEAR(rec.params.flop_active / closed.n_opt, 1.0, 0.06) << fit << " " << flops;
-      EXPECT_NEAR(rec.tokens / closed.tokens_opt, 1.0, 0.06) << fit << " " << flops;
+      // Granularity: shapes within 5 % of a target count as equally close.
+      EXPECT_NEAR(rec.params.flop_active / closed.n_opt, 1.0, 0.05) << fit << " " << flops;
+      EXPECT_NEAR(rec.tokens / closed.tokens_opt, 1.0, 0.05) << fit << " " << flops;
       ASSERT_TRUE(rec.loss.has_value());
       EXPECT_GE(*rec.loss, closed.loss - 1e-9);
       EXPECT_LT(*rec.loss, closed.loss * 1.001);
