@@ -49,6 +49,17 @@ __device__ __forceinline__ int64_t kv_offset(const AttentionLaunchParams& p, int
   return ((b * p.seq + pos) * p.kv_heads + head) * p.d_head;
 }
 
+// Valid length of sequence b, clamped to [0, seq]: index values are data the
+// CUDA backend does not check (the CPU backend does), so a bad length must not
+// turn into an out-of-bounds read.
+__device__ __forceinline__ int64_t valid_length(const AttentionLaunchParams& p, int64_t b) {
+  if (p.valid_lengths == nullptr) {
+    return p.seq;
+  }
+  const int64_t len = p.valid_lengths[b];
+  return len < 0 ? 0 : (len > p.seq ? p.seq : len);
+}
+
 // Stage rows [first, first + kTile) of a [.., heads_total, d_head] tensor into
 // shared memory with the given row pitch; rows >= len are zero.
 template <typename T>
@@ -73,7 +84,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(AttentionLa
   const int64_t h = blockIdx.y;
   const int64_t g = h / (p.heads / p.kv_heads);
   const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kTile;
-  const int64_t len = p.valid_lengths != nullptr ? p.valid_lengths[b] : p.seq;
+  const int64_t len = valid_length(p, b);
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   const T* q = static_cast<const T*>(p.q);
@@ -199,7 +210,7 @@ __global__ void __launch_bounds__(kThreads) attention_dkdv_kernel(AttentionLaunc
   const int64_t b = blockIdx.z;
   const int64_t g = blockIdx.y;
   const int64_t k0 = static_cast<int64_t>(blockIdx.x) * kTile;
-  const int64_t len = p.valid_lengths != nullptr ? p.valid_lengths[b] : p.seq;
+  const int64_t len = valid_length(p, b);
   if (k0 >= len) {
     return;  // padding keys receive no gradient (uniform over the block)
   }
@@ -305,7 +316,7 @@ __global__ void __launch_bounds__(kThreads) attention_dq_kernel(AttentionLaunchP
   const int64_t h = blockIdx.y;
   const int64_t g = h / (p.heads / p.kv_heads);
   const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kTile;
-  const int64_t len = p.valid_lengths != nullptr ? p.valid_lengths[b] : p.seq;
+  const int64_t len = valid_length(p, b);
   if (q0 >= len) {
     return;  // padding queries receive no gradient
   }

@@ -5,7 +5,9 @@
 // (ascending original positions, -1 = unused slot of a ragged selection).
 // One block per packed row (batch * k blocks), threads stride over d.  Within a
 // sequence the indices are distinct (top-k output), so scatters never collide
-// and no atomics are needed.
+// and no atomics are needed.  Index values are not range-checked on the GPU
+// (the CPU backend throws for them); a position outside [0, seq_len) is
+// treated like -1, so it cannot read or write out of bounds.
 //   forward  x[p] += g(r_p) delta_j                       (only the delta is scaled)
 //   backward ddelta_j += g(r_p) dx[p],  dr_p += g'(r_p) <dx[p], delta_j>
 // with g(r) = r (g' = 1) or g = sigmoid (g' = g (1 - g)).
@@ -37,7 +39,7 @@ __global__ void __launch_bounds__(kRowThreads)
   const int64_t b = packed_row / p.k;
   const int32_t position = p.indices[packed_row];
   T* out_row = out + packed_row * p.d;
-  if (position < 0) {
+  if (position < 0 || position >= p.seq_len) {
     for (int64_t c = threadIdx.x; c < p.d; c += blockDim.x) {
       store_float(out_row + c, 0.0f);
     }
@@ -55,7 +57,7 @@ __global__ void __launch_bounds__(kRowThreads)
   const int64_t packed_row = blockIdx.x;
   const int64_t b = packed_row / p.k;
   const int32_t position = p.indices[packed_row];
-  if (position < 0) {
+  if (position < 0 || position >= p.seq_len) {
     return;
   }
   const T* dout_row = dout + packed_row * p.d;
@@ -72,7 +74,7 @@ __global__ void __launch_bounds__(kRowThreads)
   const int64_t packed_row = blockIdx.x;
   const int64_t b = packed_row / p.k;
   const int32_t position = p.indices[packed_row];
-  if (position < 0) {
+  if (position < 0 || position >= p.seq_len) {
     return;
   }
   const int64_t token = b * p.seq_len + position;
@@ -92,7 +94,7 @@ __global__ void __launch_bounds__(kRowThreads)
   const int64_t packed_row = blockIdx.x;
   const int64_t b = packed_row / p.k;
   const int32_t position = p.indices[packed_row];
-  if (position < 0) {
+  if (position < 0 || position >= p.seq_len) {
     return;  // uniform over the block
   }
   const int64_t token = b * p.seq_len + position;

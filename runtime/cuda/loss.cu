@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(kRowThreads) cross_entropy_rows_kernel(CrossEn
     const float lse = row_max + logf(sum);
     p.lse[row] = lse;
     const int32_t target = p.targets[row];
-    p.row_scratch[row] = target >= 0 ? lse - load_float(logits + target) : 0.0f;
+    p.row_scratch[row] = target >= 0 && target < p.vocab ? lse - load_float(logits + target) : 0.0f;
   }
 }
 
