@@ -124,11 +124,14 @@ inline BranchShape small_shape(MlpKind mlp = MlpKind::gelu, int64_t kv_heads = 2
   return shape;
 }
 
-// Copy every parameter of `src` whose name exists in `dst` (same shape).
+// Copy every parameter of `src` whose name exists in `dst` with the same
+// number of elements (others, e.g. depth queries of a different stream count,
+// are left for the caller to set).
 inline void copy_parameters(const ParameterSet& src, ParameterSet& dst) {
   Backend& be = cpu_backend();
   for (const auto& p : src.all()) {
-    if (Parameter* q = dst.find(p->name)) {
+    Parameter* q = dst.find(p->name);
+    if (q != nullptr && q->value.numel() == p->value.numel()) {
       upload(be, download(be, p->value), q->value);
     }
   }
