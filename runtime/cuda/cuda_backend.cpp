@@ -689,11 +689,22 @@ class CudaBackend final : public Backend {
 
   void embedding_backward_impl(const TensorView& dout, const TensorView& tokens,
                                const TensorView& dtable) override {
-    if (dtable.empty())
+    const char* op = "embedding_backward";
+    if (dtable.empty()) {
       return;
-    gpu::launch_embedding_backward(
-        dout.data, elem("embedding_backward", dout), tokens.ptr<int32_t>(), dtable.data,
-        elem("embedding_backward", dtable), tokens.numel(), dtable.shape[1], stream_);
+    }
+    if (elem(op, dtable) == Elem::fp32) {
+      gpu::launch_embedding_backward(dout.data, elem(op, dout), tokens.ptr<int32_t>(), dtable.data,
+                                     Elem::fp32, tokens.numel(), dtable.shape[1], stream_);
+      return;
+    }
+    // bf16 table: repeated tokens are summed in an fp32 buffer first and the
+    // table is rounded once (as the CPU backend does), not once per atomic add.
+    float* sums = scratch_floats({dtable.numel()})[0];
+    gpu::launch_fill(sums, dtable.numel(), 0.0, Elem::fp32, false, stream_);
+    gpu::launch_embedding_backward(dout.data, elem(op, dout), tokens.ptr<int32_t>(), sums,
+                                   Elem::fp32, tokens.numel(), dtable.shape[1], stream_);
+    gpu::launch_axpy(1.0f, sums, Elem::fp32, dtable.data, Elem::bf16, dtable.numel(), stream_);
   }
 
   void adamw_update_impl(const TensorView& params, const TensorView& grads, const TensorView& m,

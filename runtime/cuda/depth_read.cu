@@ -18,10 +18,12 @@
 //  * Prefix forward: grid (T, Q); ONE pass over the sources with an online
 //    softmax (running max m, sum l, accumulator in registers), a block
 //    reduction per source for the logit.
-//  * Prefix backward: kDepthReadBlocks blocks loop over tokens; each block
-//    handles every query of its token in turn, so accumulating into dkeys /
-//    dvalues (which may be the same tensor) has no race, and dq' goes into the
-//    block's own fp32 partial row, reduced at the end (deterministic).
+//  * Prefix backward: kDepthReadBlocks blocks loop over tokens.  Per token a
+//    first pass computes the (query, source) statistics into shared memory, a
+//    second pass sums every gradient element over the queries in fp32 and
+//    writes it once (dkeys / dvalues may be the same tensor: then one combined
+//    write), so a bf16 gradient is rounded once, as on the CPU.  dq' goes into
+//    the block's own fp32 partial row, reduced at the end (deterministic).
 //  * Merge forward / backward: one block per token; the backward's dq' also
 //    through per-block partials.
 #include "check.hpp"
@@ -87,15 +89,20 @@ __global__ void __launch_bounds__(kRowThreads) prefix_forward_kernel(DepthReadPr
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads) prefix_backward_kernel(DepthReadPrefixParams p) {
   __shared__ float scratch[32];
-  extern __shared__ float source_stats[];  // [3][sources]: s_r, a_r, ds_r
+  // [3][queries][sources]: s_qr, a_qr, ds_qr of the current token
+  extern __shared__ float source_stats[];
+  const int64_t pairs = p.queries_count * p.sources;
   float* scores = source_stats;
-  float* weights = scores + p.sources;
-  float* dscores = weights + p.sources;
+  float* weights = scores + pairs;
+  float* dscores = weights + pairs;
   const T* keys = static_cast<const T*>(p.keys);
   const T* values = static_cast<const T*>(p.values);
   const T* dout_all = static_cast<const T*>(p.dout);
+  const T* out_all = static_cast<const T*>(p.out);
   T* dkeys = static_cast<T*>(p.dkeys);
   T* dvalues = static_cast<T*>(p.dvalues);
+  // One tensor for both gradients (AttnRes): one read-modify-write per element.
+  const bool shared_grad = dkeys != nullptr && dkeys == dvalues;
   float* dq_partial =
       p.partial != nullptr ? p.partial + blockIdx.x * p.queries_count * p.d : nullptr;
   const float inv_d = 1.0f / static_cast<float>(p.d);
@@ -106,14 +113,15 @@ __global__ void __launch_bounds__(kRowThreads) prefix_backward_kernel(DepthReadP
   }
   __syncthreads();  // zeroed by other threads than the ones that accumulate
   for (int64_t t = blockIdx.x; t < p.tokens; t += gridDim.x) {
+    // Pass 1: the per-(query, source) statistics of token t.
     for (int64_t q = 0; q < p.queries_count; ++q) {
       const float* query = p.queries + q * p.d;
       const T* dout = dout_all + (q * p.tokens + t) * p.d;
+      const T* out = out_all + (q * p.tokens + t) * p.d;
       const float lse = p.lse[q * p.tokens + t];
       const float dlse = p.dlse != nullptr ? p.dlse[q * p.tokens + t] : 0.0f;
       // Delta = <out, dout> (as the CPU backend; equals sum_r a_r dp_r when out
-      // is the forward's output, but stays consistent with a rounded bf16 out).
-      const T* out = static_cast<const T*>(p.out) + (q * p.tokens + t) * p.d;
+      // is the forward's output, and stays consistent with a rounded bf16 out).
       float partial_delta = 0.0f;
       for (int64_t c = threadIdx.x; c < p.d; c += kRowThreads) {
         partial_delta += load_float(out + c) * load_float(dout + c);
@@ -131,35 +139,44 @@ __global__ void __launch_bounds__(kRowThreads) prefix_backward_kernel(DepthReadP
         const float dp = block_sum(partial_dp, scratch);
         const float weight = expf(score - lse);
         if (threadIdx.x == 0) {
-          scores[r] = score;
-          weights[r] = weight;
-          dscores[r] = dp;  // dp for now; turned into ds below
+          scores[q * p.sources + r] = score;
+          weights[q * p.sources + r] = weight;
+          dscores[q * p.sources + r] = weight * (dp - delta + dlse);
         }
       }
-      __syncthreads();
-      for (int64_t r = 0; r < p.sources; ++r) {
-        const int64_t row = (r * p.tokens + t) * p.d;
-        const float rstd = p.key_rstd[r * p.tokens + t];
-        const float weight = weights[r];
-        const float score = scores[r];
-        const float ds = weight * (dscores[r] - delta + dlse);
-        for (int64_t c = threadIdx.x; c < p.d; c += kRowThreads) {
-          if (dvalues != nullptr) {
-            store_float(dvalues + row + c,
-                        load_float(dvalues + row + c) + weight * load_float(dout + c));
-          }
-          const float key_hat = load_float(keys + row + c) * rstd;
-          if (dkeys != nullptr) {
-            store_float(dkeys + row + c, load_float(dkeys + row + c) +
-                                             ds * rstd * (query[c] - score * key_hat * inv_d));
-          }
+    }
+    __syncthreads();
+    // Pass 2: every gradient element of token t summed over the queries in
+    // fp32 and written ONCE (a bf16 gradient is rounded once, as on the CPU).
+    for (int64_t r = 0; r < p.sources; ++r) {
+      const int64_t row = (r * p.tokens + t) * p.d;
+      const float rstd = p.key_rstd[r * p.tokens + t];
+      for (int64_t c = threadIdx.x; c < p.d; c += kRowThreads) {
+        const float key_hat = load_float(keys + row + c) * rstd;
+        float dvalue = 0.0f;
+        float dkey = 0.0f;
+        for (int64_t q = 0; q < p.queries_count; ++q) {
+          const int64_t pair = q * p.sources + r;
+          const float ds = dscores[pair];
+          dvalue += weights[pair] * load_float(dout_all + (q * p.tokens + t) * p.d + c);
+          dkey += ds * rstd * (p.queries[q * p.d + c] - scores[pair] * key_hat * inv_d);
           if (dq_partial != nullptr) {
             dq_partial[q * p.d + c] += ds * key_hat;
           }
         }
+        if (shared_grad) {
+          store_float(dkeys + row + c, load_float(dkeys + row + c) + dkey + dvalue);
+        } else {
+          if (dvalues != nullptr) {
+            store_float(dvalues + row + c, load_float(dvalues + row + c) + dvalue);
+          }
+          if (dkeys != nullptr) {
+            store_float(dkeys + row + c, load_float(dkeys + row + c) + dkey);
+          }
+        }
       }
-      __syncthreads();  // source_stats is rewritten by the next query
     }
+    __syncthreads();  // source_stats is rewritten for the next token
   }
 }
 
@@ -197,6 +214,7 @@ __global__ void __launch_bounds__(kRowThreads) merge_backward_kernel(DepthReadMe
   T* dprefix = static_cast<T*>(p.dprefix_out);
   T* dkeys = static_cast<T*>(p.dpartial_keys);
   T* dvalues = static_cast<T*>(p.dpartial_values);
+  const bool shared_grad = dkeys != nullptr && dkeys == dvalues;  // one write per element
   const float inv_d = 1.0f / static_cast<float>(p.d);
   float dq_acc[kColumnsPerThread];
 #pragma unroll
@@ -228,13 +246,18 @@ __global__ void __launch_bounds__(kRowThreads) merge_backward_kernel(DepthReadMe
         if (dprefix != nullptr) {
           store_float(dprefix + row + c, load_float(dprefix + row + c) + (1.0f - weight) * dout_c);
         }
-        if (dvalues != nullptr) {
-          store_float(dvalues + row + c, load_float(dvalues + row + c) + weight * dout_c);
-        }
         const float key_hat = load_float(keys + row + c) * rstd;
-        if (dkeys != nullptr) {
-          store_float(dkeys + row + c, load_float(dkeys + row + c) +
-                                           ds * rstd * (p.query[c] - score * key_hat * inv_d));
+        const float dvalue = weight * dout_c;
+        const float dkey = ds * rstd * (p.query[c] - score * key_hat * inv_d);
+        if (shared_grad) {
+          store_float(dkeys + row + c, load_float(dkeys + row + c) + dkey + dvalue);
+        } else {
+          if (dvalues != nullptr) {
+            store_float(dvalues + row + c, load_float(dvalues + row + c) + dvalue);
+          }
+          if (dkeys != nullptr) {
+            store_float(dkeys + row + c, load_float(dkeys + row + c) + dkey);
+          }
         }
         dq_acc[u] += ds * key_hat;
       }
@@ -286,6 +309,10 @@ void launch_depth_read_prefix_backward(const DepthReadPrefixParams& p, cudaStrea
                     p.sources >= 1 && p.sources <= kDepthReadMaxSources,
                     "sources must be in [1, " + std::to_string(kDepthReadMaxSources) + "], got " +
                         std::to_string(p.sources));
+  MODAR_GPU_REQUIRE(
+      "depth_read_prefix_backward", p.sources * p.queries_count <= kDepthReadMaxSourceQueryPairs,
+      "sources * queries must be <= " + std::to_string(kDepthReadMaxSourceQueryPairs) +
+          " (48 KB of statistics), got " + std::to_string(p.sources * p.queries_count));
   MODAR_GPU_REQUIRE("depth_read_prefix_backward", p.dqueries == nullptr || p.partial != nullptr,
                     "a query gradient needs the partial-sum scratch");
   if (p.tokens == 0 || p.queries_count == 0) {
@@ -296,7 +323,7 @@ void launch_depth_read_prefix_backward(const DepthReadPrefixParams& p, cudaStrea
     params.partial = nullptr;
   }
   const int blocks = token_blocks(p.tokens);
-  const size_t shared_bytes = sizeof(float) * 3 * static_cast<size_t>(p.sources);
+  const size_t shared_bytes = sizeof(float) * 3 * static_cast<size_t>(p.sources * p.queries_count);
   if (p.type == Elem::fp32) {
     prefix_backward_kernel<float><<<blocks, kRowThreads, shared_bytes, stream>>>(params);
   } else {
