@@ -134,7 +134,10 @@ std::string usage_text(const std::string& command, const std::string& synopsis,
     for (size_t i = 0; i < flags.size(); ++i) {
       out += lefts[i] + std::string(width - lefts[i].size() + 2, ' ') + flags[i].help + "\n";
     }
-    out += "  -h, --help" + std::string(width > 10 ? width - 10 + 2 : 2, ' ') + "show this help\n";
+    const std::string help_left = "  -h, --help";
+    out += help_left +
+           std::string(width > help_left.size() ? width - help_left.size() + 2 : 2, ' ') +
+           "show this help\n";
   }
   return out;
 }
