@@ -164,10 +164,6 @@ int isoflop_optimum(std::vector<Point>& points, Evaluator& evaluator, bool* fits
   return chosen;
 }
 
-std::string shape_text(const Shape& s) {
-  return std::to_string(s.n_layers) + "x" + std::to_string(s.d_model);
-}
-
 Recommendation make_recommendation(const std::string& arch, const std::string& role,
                                    const std::string& selection, Point& point,
                                    const EfficiencyPrior& prior, Evaluator& evaluator) {
@@ -427,6 +423,13 @@ OptimalResult optimal(const OptimalRequest& request) {
                              ": no shape that fits reaches the optimal baseline's predicted loss");
     }
   }
+  const bool dar_requested =
+      std::any_of(archs.begin(), archs.end(), [](const ArchSpec& a) { return a.dar.enabled(); });
+  if (dar_requested && !request.gpu_hours) {
+    result.notes.push_back(
+        "DAR costs time and memory, not FLOPs: under a FLOP budget it looks "
+        "free; compare under a wall-clock budget (--gpu-hours) for its price");
+  }
   if (request.gpu_hours) {
     result.notes.push_back(
         "wall-clock budget: tokens = gpu_hours / gpus * 3600 * tokens/s of "
@@ -434,7 +437,6 @@ OptimalResult optimal(const OptimalRequest& request) {
         profile.name + (request.train_flops ? " (capped by the FLOP budget)" : ""));
   }
   result.candidates_evaluated = evaluator.evaluated();
-  (void)shape_text;
   return result;
 }
 

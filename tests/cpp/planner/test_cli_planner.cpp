@@ -2,6 +2,7 @@
 // on stderr saying what is wrong and what is allowed.  Runs the real binary.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -28,15 +29,19 @@ std::string slurp(const std::string& path) {
 
 CliRun run_cli(const std::string& args) {
   const std::string dir = ::testing::TempDir();
-  const std::string out = dir + "/modar_planner_cli.out";
-  const std::string err = dir + "/modar_planner_cli.err";
+  // Unique per process and call: ctest runs the tests of this file in parallel.
+  static int calls = 0;
+  const std::string stem =
+      dir + "/modar_planner_cli." + std::to_string(::getpid()) + "." + std::to_string(++calls);
+  const std::string out = stem + ".out";
+  const std::string err = stem + ".err";
   const std::string command = std::string(MODAR_CLI_PATH) + " " + args + " > " + out + " 2> " + err;
   const int status = std::system(command.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
 }
 
 std::string write_temp(const std::string& name, const std::string& text) {
-  const std::string path = ::testing::TempDir() + "/" + name;
+  const std::string path = ::testing::TempDir() + "/" + std::to_string(::getpid()) + "_" + name;
   std::ofstream(path) << text;
   return path;
 }
@@ -124,7 +129,8 @@ TEST(PlannerCli, FitWritesATomlThatOptimalAccepts) {
     }
   }
   const std::string runs = write_temp("modar_runs.csv", csv);
-  const std::string fit = ::testing::TempDir() + "/modar_runs_fit.toml";
+  const std::string fit =
+      ::testing::TempDir() + "/" + std::to_string(::getpid()) + "_modar_runs_fit.toml";
   const CliRun fitted = run_cli("fit " + runs + " --bootstrap 10 --output " + fit);
   ASSERT_EQ(fitted.exit_code, 0) << fitted.err;
   EXPECT_NE(fitted.out.find("alpha"), std::string::npos);

@@ -2,6 +2,7 @@
 // files.  Expected numbers come from the papers / SPEC or were worked by hand
 // from the published constants (noted beside each).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -117,7 +118,8 @@ TEST(FitFile, RoundTripsThroughTomlAtomically) {
   fit.source = "unit test \"quoted\"";
   fit.params = {2.0, 300.5, 1234.25, 0.31, 0.29};
   fit.standard_errors = modar::LossFitParams{0.01, 10, 20, 0.005, 0.006};
-  const std::string path = ::testing::TempDir() + "/modar_fit_roundtrip.toml";
+  const std::string path =
+      ::testing::TempDir() + "/" + std::to_string(::getpid()) + "_modar_fit_roundtrip.toml";
   modar::save_fit_atomically(fit, path);
   const modar::LossFit back = modar::load_fit(path);
   EXPECT_EQ(back.source, fit.source);
