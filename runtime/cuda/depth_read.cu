@@ -312,7 +312,8 @@ void launch_depth_read_prefix_backward(const DepthReadPrefixParams& p, cudaStrea
   MODAR_GPU_REQUIRE(
       "depth_read_prefix_backward", p.sources * p.queries_count <= kDepthReadMaxSourceQueryPairs,
       "sources * queries must be <= " + std::to_string(kDepthReadMaxSourceQueryPairs) +
-          " (48 KB of statistics), got " + std::to_string(p.sources * p.queries_count));
+          " (the backward keeps 3 floats per pair in 48 KB of shared memory), got " +
+          std::to_string(p.sources * p.queries_count));
   MODAR_GPU_REQUIRE("depth_read_prefix_backward", p.dqueries == nullptr || p.partial != nullptr,
                     "a query gradient needs the partial-sum scratch");
   if (p.tokens == 0 || p.queries_count == 0) {

@@ -10,7 +10,7 @@ namespace modar::gpu {
 inline constexpr int64_t kDepthReadMaxSources = 1024;
 inline constexpr int64_t kDepthReadMaxDim = 8192;  // kRowThreads * kColumnsPerThread
 inline constexpr int kDepthReadBlocks = 128;       // token-loop blocks of the backward kernels
-inline constexpr int64_t kDepthReadMaxSourceQueryPairs = 4096;  // backward statistics in smem
+inline constexpr int64_t kDepthReadMaxSourceQueryPairs = 4000;  // 3 floats each: < 48 KB of smem
 
 struct DepthReadPrefixParams {
   const void* keys = nullptr;       // [sources, tokens, d]
