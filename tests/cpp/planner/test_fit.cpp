@@ -1,9 +1,11 @@
 // `modar fit`: recovers known parameters from synthetic runs drawn from a known
 // law (with and without noise) and rejects malformed CSV with the line number.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -129,6 +131,37 @@ TEST(RunsCsv, MalformedRowsNameTheLine) {
   expect_csv_error(good, "4 runs");
   expect_csv_error("", "empty");
   EXPECT_THROW(modar::load_runs_csv("/nonexistent/runs.csv"), modar::FileError);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(RunsCsv, ConfigColumnIsCountedByTheCostModel) {
+  // A run described by its configuration file: N_f is whatever the cost model
+  // counts for that file (wiring test), and a broken file names the CSV line.
+  const std::string dir = ::testing::TempDir();
+  const std::string config_name = "modar_fit_run_" + std::to_string(::getpid()) + ".toml";
+  std::ofstream(dir + "/" + config_name) << "[model]\nd_model = 512\nn_layers = 8\nn_heads = 8\n";
+  std::string csv = "config,D,loss\n";
+  for (int i = 0; i < 5; ++i) {
+    csv += config_name + "," + std::to_string(1 + i) + "e9,3." + std::to_string(5 - i) + "\n";
+  }
+  const auto runs = modar::parse_runs_csv(csv, "runs.csv", dir);
+  ASSERT_EQ(runs.size(), 5u);
+  modar::Config expected;
+  expected.model.d_model = 512;
+  expected.model.n_layers = 8;
+  expected.model.n_heads = 8;
+  EXPECT_DOUBLE_EQ(runs[0].n_flop_active, modar::count_params(expected).flop_active);
+  EXPECT_GT(runs[0].n_flop_active, 12.0 * 8 * 512 * 512);  // blocks alone, plus the head
+  try {
+    modar::parse_runs_csv("config,D,loss\nmissing.toml,1e9,3.0\n", "runs.csv", dir);
+    ADD_FAILURE();
+  } catch (const modar::FileError& e) {
+    EXPECT_NE(std::string(e.what()).find("runs.csv:2: config 'missing.toml'"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
