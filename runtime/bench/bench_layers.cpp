@@ -17,6 +17,7 @@
 //   modar_bench_layers --backend cuda --dtype bf16 --shapes 2048x2048x8
 //   modar_bench_layers --shapes 512x1024x1,512x2048x2 --capacity 0.125 --reps 5
 //   modar_bench_layers --model-d 512 --model-layers 8 --model-seq 512 --skip-layers
+//   modar_bench_layers --config examples/configs/tiny.toml --skip-layers
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -53,6 +54,7 @@ struct Options {
   bool layers = true;
   bool model = true;
   int64_t model_d = 256, model_layers = 4, model_seq = 256, model_batch = 2, model_vocab = 1024;
+  std::string config_path;  // --config: model shape from a planner TOML instead
 };
 
 [[noreturn]] void usage(const std::string& problem) {
@@ -61,7 +63,7 @@ struct Options {
                "usage: modar_bench_layers [--backend cpu|cuda] [--dtype fp32|bf16]\n"
                "  [--shapes DxSxB,...] [--head-dim N] [--capacity C] [--reps N] [--warmup N]\n"
                "  [--model-d N] [--model-layers N] [--model-seq N] [--model-batch N]\n"
-               "  [--model-vocab N] [--skip-layers] [--skip-model]\n",
+               "  [--model-vocab N] [--config FILE.toml] [--skip-layers] [--skip-model]\n",
                problem.c_str());
   std::exit(2);
 }
@@ -135,6 +137,8 @@ Options parse(int argc, char** argv) {
       o.model_vocab = parse_int(flag, value());
     } else if (flag == "--skip-layers") {
       o.layers = false;
+    } else if (flag == "--config") {
+      o.config_path = value();
     } else if (flag == "--skip-model") {
       o.model = false;
     } else if (flag == "--help" || flag == "-h") {
@@ -261,12 +265,28 @@ void bench_model(Backend& backend, const Options& o) {
                               {"Block DAR n=2 (K=2)", DarVariant::dar, 2, 0},
                               {"Full DAR n=2 (K=1)", DarVariant::dar, 1, 0},
                               {"MoD (--capacity) every 2", DarVariant::none, 2, 2}};
+  // The model shape: flags, or [model] and train.micro_batch of a planner
+  // config file (its [mod] / [dar] are replaced by the rows below).
+  Config base;
+  if (!o.config_path.empty()) {
+    base = load_config_file(o.config_path);
+  } else {
+    base.model.d_model = o.model_d;
+    base.model.n_layers = o.model_layers;
+    base.model.n_heads = std::max<int64_t>(1, o.model_d / std::min(o.head_dim, o.model_d));
+    base.model.vocab_size = o.model_vocab;
+    base.model.seq_len = o.model_seq;
+    base.train.micro_batch = o.model_batch;
+  }
+  const int64_t batch = base.train.micro_batch, seq = base.model.seq_len,
+                vocab = base.model.vocab_size;
   std::printf(
-      "\nTraining step (forward + backward + AdamW), L=%lld d=%lld s=%lld b=%lld V=%lld, "
+      "\nTraining step (forward + backward + AdamW), L=%lld d=%lld s=%lld b=%lld V=%lld%s, "
       "median of %d (backend %s, %s)\n",
-      static_cast<long long>(o.model_layers), static_cast<long long>(o.model_d),
-      static_cast<long long>(o.model_seq), static_cast<long long>(o.model_batch),
-      static_cast<long long>(o.model_vocab), o.reps, backend.name().c_str(), to_string(o.dtype));
+      static_cast<long long>(base.model.n_layers), static_cast<long long>(base.model.d_model),
+      static_cast<long long>(seq), static_cast<long long>(batch), static_cast<long long>(vocab),
+      o.config_path.empty() ? "" : (" from " + o.config_path).c_str(), o.reps,
+      backend.name().c_str(), to_string(o.dtype));
   const bool cpu = backend.device() == DeviceKind::cpu;
   std::printf("%-24s | %10s %10s", "residual / routing", "step_ms", "vs_plain");
   if (cpu)
@@ -274,27 +294,23 @@ void bench_model(Backend& backend, const Options& o) {
   std::printf(" %10s\n", "peak_MiB");
   Timing plain;
   for (const Variant& v : variants) {
-    Config config;
-    config.model.d_model = o.model_d;
-    config.model.n_layers = o.model_layers;
-    config.model.n_heads = std::max<int64_t>(1, o.model_d / std::min(o.head_dim, o.model_d));
-    config.model.vocab_size = o.model_vocab;
-    config.model.seq_len = o.model_seq;
+    Config config = base;
     config.dar.variant = v.dar;
     config.dar.block_layers = v.block_layers;
     config.dar.streams = 2;
     config.mod.every = v.mod_every;
+    config.mod.offset = 1;
     config.mod.capacity = o.capacity;
     ModelOptions options;
     options.dtype = o.dtype;
     Model model(backend, config, options);
-    std::vector<int32_t> ids(static_cast<size_t>(o.model_batch * o.model_seq));
+    std::vector<int32_t> ids(static_cast<size_t>(batch * seq));
     for (size_t i = 0; i < ids.size(); ++i) {
-      ids[i] = static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(o.model_vocab));
+      ids[i] = static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(vocab));
     }
-    Buffer tokens = model.make_tokens(ids, o.model_batch, o.model_seq);
+    Buffer tokens = model.make_tokens(ids, batch, seq);
     std::rotate(ids.begin(), ids.begin() + 1, ids.end());
-    Buffer targets = model.make_tokens(ids, o.model_batch, o.model_seq);
+    Buffer targets = model.make_tokens(ids, batch, seq);
     int64_t peak = 0;
     const Timing t = median_seconds(backend, o.warmup, o.reps,
                                     [&]() { peak = model.train_step(tokens, targets).peak_bytes; });
@@ -323,6 +339,9 @@ int main(int argc, char** argv) {
       bench_layers(*backend, o);
     if (o.model)
       bench_model(*backend, o);
+  } catch (const modar::FileError& e) {
+    std::fprintf(stderr, "modar_bench_layers: %s\n", e.what());
+    return 2;
   } catch (const modar::ConfigError& e) {
     std::fprintf(stderr, "modar_bench_layers: %s\n", e.what());
     return 2;
