@@ -670,7 +670,16 @@ std::string to_table(const OptimalResult& result) {
   for (const std::string& note : result.notes) {
     out += "note: " + note + "\n";
   }
-  out += "conventions: " + result.conventions + "\n";
+  // Wrap the conventions at 100 columns, continuation lines indented.
+  std::string line = "conventions:";
+  for (const std::string& word : split_trimmed(result.conventions, ' ')) {
+    if (line.size() + 1 + word.size() > 100) {
+      out += line + "\n";
+      line = "  ";
+    }
+    line += (line == "  " ? "" : " ") + word;
+  }
+  out += line + "\n";
   out += "search: d_model multiple of " + std::to_string(request.shapes.d_model_multiple) +
          ", d_head 64 (d < 2048) or 128, aspect d/L in [" +
          format_number(request.shapes.aspect_min) + ", " +
