@@ -77,3 +77,18 @@ def test_isoflop_curves(tmp_path):
     images = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs
               if "image/png" in o.get("data", {})]
     assert images
+
+
+def test_calibrate_cpu(tmp_path):
+    key, notebook = execute("calibrate_cpu.ipynb", tmp_path)
+    assert key["profile_measured"] is True and key["profile_backend"] == "cpu"
+    assert key["measurements"] > 100
+    # every held-out case was measured and predicted
+    assert len(key["cases"]) >= 4
+    assert all(t > 0 for t in key["measured_step_s"])
+    assert all(t > 0 for t in key["predicted_step_s"])
+    # peak memory is counted, not timed: it holds even on a busy machine
+    assert key["memory_median_abs_error"] < 0.3
+    images = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs
+              if "image/png" in o.get("data", {})]
+    assert len(images) == 2

@@ -57,3 +57,22 @@ def test_step_time_breakdown_png(tmp_path):
 def test_bad_plot_input_is_value_error():
     with pytest.raises(ValueError):
         modar.plot.isoflop_curves([])
+
+
+def test_predicted_vs_measured_png(tmp_path):
+    # A validation document (as modar.validate returns it) with known points.
+    cases = [
+        {"name": f"case-{i}", "step_time": {"measured_s": m, "predicted_s": p},
+         "memory": {"measured_peak_bytes": 1e6 * (i + 1), "predicted_peak_bytes": 1.1e6 * (i + 1)}}
+        for i, (m, p) in enumerate([(0.01, 0.012), (0.05, 0.04), (0.2, 0.21), (1.0, 0.8)])
+    ]
+    report = {"cases": cases}
+    path = tmp_path / "validation.png"
+    fig = modar.plot.predicted_vs_measured(report, path=path)
+    assert_not_blank(path)
+    offsets = fig.axes[0].collections[0].get_offsets()
+    assert [tuple(o) for o in offsets] == [(0.01, 0.012), (0.05, 0.04), (0.2, 0.21), (1.0, 0.8)]
+    fig = modar.plot.predicted_vs_measured(report, quantity="peak_bytes", path=tmp_path / "mem.png")
+    assert_not_blank(tmp_path / "mem.png")
+    with pytest.raises(ValueError, match="quantity"):
+        modar.plot.predicted_vs_measured(report, quantity="flops")

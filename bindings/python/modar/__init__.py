@@ -25,6 +25,7 @@ from ._planner import (
     sweep,
 )
 from ._profile import Profile, load_profile, profile_names
+from ._runtime import ValidationResult, profile, validate
 from ._cli import cli_path
 
 __version__ = _core.__version__
@@ -40,12 +41,15 @@ __all__ = [
     "Profile",
     "ShapeError",
     "SweepResult",
+    "ValidationResult",
     "cli_path",
     "closed_form_optimum",
     "estimate",
     "fit",
     "load_profile",
     "optimal",
+    "profile",
     "profile_names",
     "sweep",
+    "validate",
 ]
