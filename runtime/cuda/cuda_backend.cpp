@@ -684,7 +684,7 @@ class CudaBackend final : public Backend {
                               const TensorView& out) override {
     gpu::launch_embedding_forward(table.data, elem("embedding_forward", table),
                                   tokens.ptr<int32_t>(), out.data, elem("embedding_forward", out),
-                                  tokens.numel(), table.shape[1], stream_);
+                                  tokens.numel(), table.shape[1], table.shape[0], stream_);
   }
 
   void embedding_backward_impl(const TensorView& dout, const TensorView& tokens,
@@ -695,7 +695,8 @@ class CudaBackend final : public Backend {
     }
     if (elem(op, dtable) == Elem::fp32) {
       gpu::launch_embedding_backward(dout.data, elem(op, dout), tokens.ptr<int32_t>(), dtable.data,
-                                     Elem::fp32, tokens.numel(), dtable.shape[1], stream_);
+                                     Elem::fp32, tokens.numel(), dtable.shape[1], dtable.shape[0],
+                                     stream_);
       return;
     }
     // bf16 table: repeated tokens are summed in an fp32 buffer first and the
@@ -703,7 +704,8 @@ class CudaBackend final : public Backend {
     float* sums = scratch_floats({dtable.numel()})[0];
     gpu::launch_fill(sums, dtable.numel(), 0.0, Elem::fp32, false, stream_);
     gpu::launch_embedding_backward(dout.data, elem(op, dout), tokens.ptr<int32_t>(), sums,
-                                   Elem::fp32, tokens.numel(), dtable.shape[1], stream_);
+                                   Elem::fp32, tokens.numel(), dtable.shape[1], dtable.shape[0],
+                                   stream_);
     gpu::launch_axpy(1.0f, sums, Elem::fp32, dtable.data, Elem::bf16, dtable.numel(), stream_);
   }
 

@@ -24,12 +24,14 @@ unsigned blocks_for(int64_t count) {
 
 template <typename S, typename T>
 __global__ void embedding_forward_kernel(const S* table, const int32_t* tokens, T* out,
-                                         int64_t rows, int64_t d) {
+                                         int64_t rows, int64_t d, int64_t vocab) {
   const int64_t total = rows * d;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = i / d;
-    store_float(out + i, load_float(table + static_cast<int64_t>(tokens[row]) * d + (i - row * d)));
+    const int64_t token = tokens[row];
+    const bool valid = token >= 0 && token < vocab;  // not range-checked on the GPU: zero row
+    store_float(out + i, valid ? load_float(table + token * d + (i - row * d)) : 0.0f);
   }
 }
 
@@ -42,13 +44,15 @@ __device__ __forceinline__ void atomic_accumulate(__nv_bfloat16* target, float v
 
 template <typename S, typename T>
 __global__ void embedding_backward_kernel(const S* dout, const int32_t* tokens, T* dtable,
-                                          int64_t rows, int64_t d) {
+                                          int64_t rows, int64_t d, int64_t vocab) {
   const int64_t total = rows * d;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = i / d;
-    atomic_accumulate(dtable + static_cast<int64_t>(tokens[row]) * d + (i - row * d),
-                      load_float(dout + i));
+    const int64_t token = tokens[row];
+    if (token >= 0 && token < vocab) {  // out-of-range tokens are skipped
+      atomic_accumulate(dtable + token * d + (i - row * d), load_float(dout + i));
+    }
   }
 }
 
@@ -93,35 +97,37 @@ void dispatch_two(Elem first, Elem second, Args... args) {
 template <typename S, typename T>
 struct EmbeddingForward {
   static void run(const void* table, const int32_t* tokens, void* out, int64_t rows, int64_t d,
-                  cudaStream_t stream) {
+                  int64_t vocab, cudaStream_t stream) {
     embedding_forward_kernel<<<blocks_for(rows * d), kRowThreads, 0, stream>>>(
-        static_cast<const S*>(table), tokens, static_cast<T*>(out), rows, d);
+        static_cast<const S*>(table), tokens, static_cast<T*>(out), rows, d, vocab);
   }
 };
 
 template <typename S, typename T>
 struct EmbeddingBackward {
   static void run(const void* dout, const int32_t* tokens, void* dtable, int64_t rows, int64_t d,
-                  cudaStream_t stream) {
+                  int64_t vocab, cudaStream_t stream) {
     embedding_backward_kernel<<<blocks_for(rows * d), kRowThreads, 0, stream>>>(
-        static_cast<const S*>(dout), tokens, static_cast<T*>(dtable), rows, d);
+        static_cast<const S*>(dout), tokens, static_cast<T*>(dtable), rows, d, vocab);
   }
 };
 
 void launch_embedding_forward(const void* table, Elem table_type, const int32_t* tokens, void* out,
-                              Elem out_type, int64_t rows, int64_t d, cudaStream_t stream) {
+                              Elem out_type, int64_t rows, int64_t d, int64_t vocab,
+                              cudaStream_t stream) {
   if (rows * d == 0)
     return;
-  dispatch_two<EmbeddingForward>(table_type, out_type, table, tokens, out, rows, d, stream);
+  dispatch_two<EmbeddingForward>(table_type, out_type, table, tokens, out, rows, d, vocab, stream);
   MODAR_CUDA_CHECK_LAUNCH();
 }
 
 void launch_embedding_backward(const void* dout, Elem dout_type, const int32_t* tokens,
                                void* dtable, Elem dtable_type, int64_t rows, int64_t d,
-                               cudaStream_t stream) {
+                               int64_t vocab, cudaStream_t stream) {
   if (rows * d == 0)
     return;
-  dispatch_two<EmbeddingBackward>(dout_type, dtable_type, dout, tokens, dtable, rows, d, stream);
+  dispatch_two<EmbeddingBackward>(dout_type, dtable_type, dout, tokens, dtable, rows, d, vocab,
+                                  stream);
   MODAR_CUDA_CHECK_LAUNCH();
 }
 

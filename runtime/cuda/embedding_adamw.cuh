@@ -7,12 +7,14 @@
 namespace modar::gpu {
 
 // out[i] = table[tokens[i]];  table [vocab, d]; table and out may differ in type.
+// Tokens outside [0, vocab) give a zero row (forward) / are skipped (backward).
 void launch_embedding_forward(const void* table, Elem table_type, const int32_t* tokens, void* out,
-                              Elem out_type, int64_t rows, int64_t d, cudaStream_t stream);
+                              Elem out_type, int64_t rows, int64_t d, int64_t vocab,
+                              cudaStream_t stream);
 // dtable[tokens[i]] += dout[i]  (atomic adds: repeated tokens collide)
 void launch_embedding_backward(const void* dout, Elem dout_type, const int32_t* tokens,
                                void* dtable, Elem dtable_type, int64_t rows, int64_t d,
-                               cudaStream_t stream);
+                               int64_t vocab, cudaStream_t stream);
 
 struct AdamWLaunchParams {
   float* params = nullptr;      // fp32 master weights
