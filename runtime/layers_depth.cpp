@@ -447,6 +447,20 @@ void DepthResidual::prefix_backward(const Context& ctx, int64_t block) {
   }
 }
 
+void DepthResidual::release() {
+  bank_.reset();
+  bank_rstd_.reset();
+  dbank_.reset();
+  folded_query_.reset();
+  dfolded_query_.reset();
+  partial_.reset();
+  partial_rstd_.reset();
+  dpartial_.reset();
+  block_states_.clear();
+  branch_states_.clear();
+  output_state_.reset();
+}
+
 void DepthResidual::finish_backward(const Context& ctx, const TensorView& dembedding) {
   Backend& be = ctx.backend;
   const TensorView demb = reshape(dembedding, {tokens_, d_});

@@ -237,6 +237,9 @@ StepResult Model::run(const TensorView& tokens, const TensorView& targets, bool 
     }
     final_input = ctx.copy_of(reshape(depth_->read_output(ctx), {batch, seq, d}));
     x.reset();
+    if (!with_backward) {
+      depth_->release();
+    }
   }
   if (routed_count > 0) {
     result.router_aux /= static_cast<double>(routed_count);

@@ -398,6 +398,8 @@ class DepthResidual {
   void finish_backward(const Context& ctx, const TensorView& dembedding);
 
   void set_saving(bool saving) { saving_ = saving; }
+  // Free the bank and every saved state (after a forward-only pass).
+  void release();
 
  private:
   struct BranchState;

@@ -341,6 +341,20 @@ TEST(ModelMemory, PeakBytesCoverStateAndActivations) {
   EXPECT_EQ(model.memory().live_bytes(), state_bytes + logits_bytes);  // state + kept logits
 }
 
+// After a forward-only pass an AttnRes / DAR model holds no bank any more.
+TEST(ModelMemory, EvaluateReleasesTheDepthBank) {
+  Config config = tiny_config();
+  config.dar.variant = DarVariant::dar;
+  Model model(cpu_backend(), config);
+  Buffer tokens = model.make_tokens(token_ids(kBatch * kSeq, 13, 0), kBatch, kSeq);
+  const int64_t state_bytes = 4 * 4 * model.parameters().count();
+  const int64_t logits_bytes = 4 * kBatch * kSeq * config.model.vocab_size;
+  model.train_step(tokens, tokens);
+  EXPECT_EQ(model.memory().live_bytes(), state_bytes + logits_bytes);
+  model.evaluate(tokens, tokens);
+  EXPECT_EQ(model.memory().live_bytes(), state_bytes + logits_bytes);
+}
+
 TEST(ModelMemory, MeasureTrainingStepUsesTheConfig) {
   Config config = tiny_config();
   config.train.micro_batch = 3;
