@@ -313,6 +313,13 @@ std::string validation_json(const ValidationReport& report) {
     json.field("lowered_gemm_flops", r.lowered_gemm_flops);
     json.field("predicted_gemm_s_lowered", r.predicted_gemm_s_lowered);
     json.field("predicted_gemm_s_executed_shapes", r.predicted_gemm_s_executed);
+    json.key("executed_s_by_kind").begin_object();
+    for (size_t k = 0; k < r.executed.measured_by_kind_s.size(); ++k) {
+      if (r.executed.calls_by_kind[k] > 0) {
+        json.field(to_string(static_cast<OpKind>(k)), r.executed.measured_by_kind_s[k]);
+      }
+    }
+    json.end_object();
     json.key("executed_calls_by_kind").begin_object();
     for (size_t k = 0; k < r.executed.calls_by_kind.size(); ++k) {
       if (r.executed.calls_by_kind[k] > 0) {

@@ -2,6 +2,7 @@
 // (runtime/validate_trace.cpp); not a public interface.
 #pragma once
 
+#include <chrono>
 #include <vector>
 
 #include "modar/runtime/backend.hpp"
@@ -155,7 +156,19 @@ class TracingBackend final : public Backend {
                          const TensorView& params_lowp) override;
 
  private:
-  void count(OpKind kind);
+  class Scope {
+   public:
+    Scope(TracingBackend* owner, OpKind kind);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    TracingBackend* owner_;
+    OpKind kind_;
+    std::chrono::steady_clock::time_point start_{};
+  };
+  Scope timed(OpKind kind);
   Backend& inner_;
   DType dtype_;
   bool recording_ = false;

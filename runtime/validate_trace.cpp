@@ -6,16 +6,36 @@
 // (gather_rows_backward) is a scatter_add op and a scatter's backward a gather
 // op; dar_mix belongs to dar_coefficients; GELU / SwiGLU / add / axpy / scale /
 // mul / BCE are elementwise.  copy / fill / convert are counted as calls only.
+#include <chrono>
+
 #include "validate_internal.hpp"
 
 namespace modar::runtime::validate_detail {
 
-void TracingBackend::count(OpKind kind) {
+TracingBackend::Scope TracingBackend::timed(OpKind kind) {
   if (!recording_) {
-    return;
+    return Scope(nullptr, kind);
   }
   ++executed_.calls;
   ++executed_.calls_by_kind[static_cast<size_t>(kind)];
+  return Scope(this, kind);
+}
+
+// Each recorded op is timed on its own (synchronised before and after), so the
+// traced step also gives the measured time per op kind.
+TracingBackend::Scope::Scope(TracingBackend* owner, OpKind kind) : owner_(owner), kind_(kind) {
+  if (owner_ != nullptr) {
+    owner_->inner_.synchronize();
+    start_ = std::chrono::steady_clock::now();
+  }
+}
+
+TracingBackend::Scope::~Scope() {
+  if (owner_ != nullptr) {
+    owner_->inner_.synchronize();
+    owner_->executed_.measured_by_kind_s[static_cast<size_t>(kind_)] +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
 }
 
 void TracingBackend::copy_impl(const TensorView& src, const TensorView& dst) {
@@ -36,8 +56,8 @@ void TracingBackend::convert_impl(const TensorView& src, const TensorView& dst) 
 
 void TracingBackend::gemm_impl(const TensorView& a, bool transpose_a, const TensorView& b,
                                bool transpose_b, const TensorView& c, double alpha, double beta) {
+  const Scope scope = timed(OpKind::gemm);
   if (recording_) {
-    count(OpKind::gemm);
     OpShape shape;
     shape.kind = OpKind::gemm;
     shape.dtype = dtype_;
@@ -65,30 +85,30 @@ void TracingBackend::gemm_impl(const TensorView& a, bool transpose_a, const Tens
 void TracingBackend::rmsnorm_forward_impl(const TensorView& x, const TensorView& weight,
                                           const TensorView& out, const TensorView& rstd,
                                           double eps) {
-  count(OpKind::rmsnorm);
+  const Scope scope = timed(OpKind::rmsnorm);
   inner_.rmsnorm_forward(x, weight, out, rstd, eps);
 }
 void TracingBackend::rmsnorm_backward_impl(const TensorView& dout, const TensorView& x,
                                            const TensorView& weight, const TensorView& rstd,
                                            const TensorView& dx, const TensorView& dweight) {
-  count(OpKind::rmsnorm);
+  const Scope scope = timed(OpKind::rmsnorm);
   inner_.rmsnorm_backward(dout, x, weight, rstd, dx, dweight);
 }
 void TracingBackend::rope_forward_impl(const TensorView& x, const TensorView& positions,
                                        const TensorView& out, const RopeParams& params) {
-  count(OpKind::rope);
+  const Scope scope = timed(OpKind::rope);
   inner_.rope_forward(x, positions, out, params);
 }
 void TracingBackend::rope_backward_impl(const TensorView& dout, const TensorView& positions,
                                         const TensorView& dx, const RopeParams& params) {
-  count(OpKind::rope);
+  const Scope scope = timed(OpKind::rope);
   inner_.rope_backward(dout, positions, dx, params);
 }
 void TracingBackend::attention_forward_impl(const TensorView& q, const TensorView& k,
                                             const TensorView& v, const TensorView& valid_lengths,
                                             const TensorView& out, const TensorView& lse,
                                             const AttentionParams& params) {
-  count(OpKind::attention);
+  const Scope scope = timed(OpKind::attention);
   inner_.attention_forward(q, k, v, valid_lengths, out, lse, params);
 }
 void TracingBackend::attention_backward_impl(const TensorView& dout, const TensorView& q,
@@ -97,47 +117,47 @@ void TracingBackend::attention_backward_impl(const TensorView& dout, const Tenso
                                              const TensorView& lse, const TensorView& dq,
                                              const TensorView& dk, const TensorView& dv,
                                              const AttentionParams& params) {
-  count(OpKind::attention);
+  const Scope scope = timed(OpKind::attention);
   inner_.attention_backward(dout, q, k, v, valid_lengths, out, lse, dq, dk, dv, params);
 }
 void TracingBackend::router_forward_impl(const TensorView& x, const TensorView& w,
                                          const TensorView& logits) {
-  count(OpKind::router);
+  const Scope scope = timed(OpKind::router);
   inner_.router_forward(x, w, logits);
 }
 void TracingBackend::router_backward_impl(const TensorView& dlogits, const TensorView& x,
                                           const TensorView& w, const TensorView& dx,
                                           const TensorView& dw) {
-  count(OpKind::router);
+  const Scope scope = timed(OpKind::router);
   inner_.router_backward(dlogits, x, w, dx, dw);
 }
 void TracingBackend::topk_impl(const TensorView& logits, const TensorView& indices) {
-  count(OpKind::topk);
+  const Scope scope = timed(OpKind::topk);
   inner_.topk(logits, indices);
 }
 void TracingBackend::topk_ragged_impl(const TensorView& logits, const TensorView& counts,
                                       const TensorView& indices) {
-  count(OpKind::topk);
+  const Scope scope = timed(OpKind::topk);
   inner_.topk_ragged(logits, counts, indices);
 }
 void TracingBackend::topk_mask_impl(const TensorView& indices, const TensorView& mask) {
-  count(OpKind::elementwise);
+  const Scope scope = timed(OpKind::elementwise);
   inner_.topk_mask(indices, mask);
 }
 void TracingBackend::gather_rows_forward_impl(const TensorView& x, const TensorView& indices,
                                               const TensorView& out) {
-  count(OpKind::gather);
+  const Scope scope = timed(OpKind::gather);
   inner_.gather_rows_forward(x, indices, out);
 }
 void TracingBackend::gather_rows_backward_impl(const TensorView& dout, const TensorView& indices,
                                                const TensorView& dx) {
-  count(OpKind::scatter_add);
+  const Scope scope = timed(OpKind::scatter_add);
   inner_.gather_rows_backward(dout, indices, dx);
 }
 void TracingBackend::scatter_add_scaled_forward_impl(const TensorView& x, const TensorView& indices,
                                                      const TensorView& router_logits,
                                                      const TensorView& delta, RouterScale gate) {
-  count(OpKind::scatter_add);
+  const Scope scope = timed(OpKind::scatter_add);
   inner_.scatter_add_scaled_forward(x, indices, router_logits, delta, gate);
 }
 void TracingBackend::scatter_add_scaled_backward_impl(const TensorView& dx,
@@ -146,7 +166,7 @@ void TracingBackend::scatter_add_scaled_backward_impl(const TensorView& dx,
                                                       const TensorView& delta, RouterScale gate,
                                                       const TensorView& ddelta,
                                                       const TensorView& drouter_logits) {
-  count(OpKind::gather);
+  const Scope scope = timed(OpKind::gather);
   inner_.scatter_add_scaled_backward(dx, indices, router_logits, delta, gate, ddelta,
                                      drouter_logits);
 }
@@ -155,7 +175,7 @@ void TracingBackend::depth_read_prefix_forward_impl(const TensorView& keys,
                                                     const TensorView& values,
                                                     const TensorView& queries,
                                                     const TensorView& out, const TensorView& lse) {
-  count(OpKind::depth_read_prefix);
+  const Scope scope = timed(OpKind::depth_read_prefix);
   inner_.depth_read_prefix_forward(keys, key_rstd, values, queries, out, lse);
 }
 void TracingBackend::depth_read_prefix_backward_impl(
@@ -163,7 +183,7 @@ void TracingBackend::depth_read_prefix_backward_impl(
     const TensorView& key_rstd, const TensorView& values, const TensorView& queries,
     const TensorView& out, const TensorView& lse, const TensorView& dkeys,
     const TensorView& dvalues, const TensorView& dqueries) {
-  count(OpKind::depth_read_prefix);
+  const Scope scope = timed(OpKind::depth_read_prefix);
   inner_.depth_read_prefix_backward(dout, dlse, keys, key_rstd, values, queries, out, lse, dkeys,
                                     dvalues, dqueries);
 }
@@ -171,7 +191,7 @@ void TracingBackend::depth_read_merge_forward_impl(
     const TensorView& prefix_out, const TensorView& prefix_lse, const TensorView& partial_keys,
     const TensorView& partial_key_rstd, const TensorView& partial_values, const TensorView& query,
     const TensorView& out, const TensorView& partial_weight) {
-  count(OpKind::depth_read_merge);
+  const Scope scope = timed(OpKind::depth_read_merge);
   inner_.depth_read_merge_forward(prefix_out, prefix_lse, partial_keys, partial_key_rstd,
                                   partial_values, query, out, partial_weight);
 }
@@ -180,7 +200,7 @@ void TracingBackend::depth_read_merge_backward_impl(
     const TensorView& partial_key_rstd, const TensorView& partial_values, const TensorView& query,
     const TensorView& partial_weight, const TensorView& dprefix_out, const TensorView& dprefix_lse,
     const TensorView& dpartial_keys, const TensorView& dpartial_values, const TensorView& dquery) {
-  count(OpKind::depth_read_merge);
+  const Scope scope = timed(OpKind::depth_read_merge);
   inner_.depth_read_merge_backward(dout, prefix_out, partial_keys, partial_key_rstd, partial_values,
                                    query, partial_weight, dprefix_out, dprefix_lse, dpartial_keys,
                                    dpartial_values, dquery);
@@ -189,7 +209,7 @@ void TracingBackend::dar_coefficients_forward_impl(
     const TensorView& retrieved, const TensorView& weight, const TensorView& bias,
     const TensorView& scale, const TensorView& alpha, const TensorView& beta,
     const TensorView& transport, const TensorView& z_rstd, const DarCoefficientParams& params) {
-  count(OpKind::dar_coefficients);
+  const Scope scope = timed(OpKind::dar_coefficients);
   inner_.dar_coefficients_forward(retrieved, weight, bias, scale, alpha, beta, transport, z_rstd,
                                   params);
 }
@@ -200,26 +220,26 @@ void TracingBackend::dar_coefficients_backward_impl(
     const TensorView& transport, const TensorView& z_rstd, const TensorView& dretrieved,
     const TensorView& dweight, const TensorView& dbias, const TensorView& dscale,
     const DarCoefficientParams& params) {
-  count(OpKind::dar_coefficients);
+  const Scope scope = timed(OpKind::dar_coefficients);
   inner_.dar_coefficients_backward(dalpha, dbeta, dtransport, retrieved, weight, bias, scale, alpha,
                                    beta, transport, z_rstd, dretrieved, dweight, dbias, dscale,
                                    params);
 }
 void TracingBackend::dar_mix_forward_impl(const TensorView& retrieved, const TensorView& alpha,
                                           const TensorView& out) {
-  count(OpKind::dar_coefficients);
+  const Scope scope = timed(OpKind::dar_coefficients);
   inner_.dar_mix_forward(retrieved, alpha, out);
 }
 void TracingBackend::dar_mix_backward_impl(const TensorView& dout, const TensorView& retrieved,
                                            const TensorView& alpha, const TensorView& dretrieved,
                                            const TensorView& dalpha) {
-  count(OpKind::dar_coefficients);
+  const Scope scope = timed(OpKind::dar_coefficients);
   inner_.dar_mix_backward(dout, retrieved, alpha, dretrieved, dalpha);
 }
 void TracingBackend::dar_write_forward_impl(const TensorView& transport, const TensorView& partial,
                                             const TensorView& beta, const TensorView& y,
                                             const TensorView& out) {
-  count(OpKind::dar_write);
+  const Scope scope = timed(OpKind::dar_write);
   inner_.dar_write_forward(transport, partial, beta, y, out);
 }
 void TracingBackend::dar_write_backward_impl(const TensorView& dout, const TensorView& transport,
@@ -227,89 +247,89 @@ void TracingBackend::dar_write_backward_impl(const TensorView& dout, const Tenso
                                              const TensorView& y, const TensorView& dtransport,
                                              const TensorView& dpartial, const TensorView& dbeta,
                                              const TensorView& dy) {
-  count(OpKind::dar_write);
+  const Scope scope = timed(OpKind::dar_write);
   inner_.dar_write_backward(dout, transport, partial, beta, y, dtransport, dpartial, dbeta, dy);
 }
 void TracingBackend::gelu_forward_impl(const TensorView& x, const TensorView& out) {
-  count(OpKind::elementwise);
+  const Scope scope = timed(OpKind::elementwise);
   inner_.gelu_forward(x, out);
 }
 void TracingBackend::gelu_backward_impl(const TensorView& dout, const TensorView& x,
                                         const TensorView& dx) {
-  count(OpKind::elementwise);
+  const Scope scope = timed(OpKind::elementwise);
   inner_.gelu_backward(dout, x, dx);
 }
 void TracingBackend::swiglu_forward_impl(const TensorView& gate, const TensorView& up,
                                          const TensorView& out) {
-  count(OpKind::elementwise);
+  const Scope scope = timed(OpKind::elementwise);
   inner_.swiglu_forward(gate, up, out);
 }
 void TracingBackend::swiglu_backward_impl(const TensorView& dout, const TensorView& gate,
                                           const TensorView& up, const TensorView& dgate,
                                           const TensorView& dup) {
-  count(OpKind::elementwise);
+  const Scope scope = timed(OpKind::elementwise);
   inner_.swiglu_backward(dout, gate, up, dgate, dup);
 }
 void TracingBackend::add_impl(const TensorView& a, const TensorView& b, const TensorView& out) {
-  count(OpKind::elementwise);
+  const Scope scope = timed(OpKind::elementwise);
   inner_.add(a, b, out);
 }
 void TracingBackend::axpy_impl(double alpha, const TensorView& x, const TensorView& y) {
-  count(OpKind::elementwise);
+  const Scope scope = timed(OpKind::elementwise);
   inner_.axpy(alpha, x, y);
 }
 void TracingBackend::scale_impl(const TensorView& x, double alpha) {
-  count(OpKind::elementwise);
+  const Scope scope = timed(OpKind::elementwise);
   inner_.scale(x, alpha);
 }
 void TracingBackend::mul_forward_impl(const TensorView& a, const TensorView& b,
                                       const TensorView& out) {
-  count(OpKind::elementwise);
+  const Scope scope = timed(OpKind::elementwise);
   inner_.mul_forward(a, b, out);
 }
 void TracingBackend::mul_backward_impl(const TensorView& dout, const TensorView& a,
                                        const TensorView& b, const TensorView& da,
                                        const TensorView& db) {
-  count(OpKind::elementwise);
+  const Scope scope = timed(OpKind::elementwise);
   inner_.mul_backward(dout, a, b, da, db);
 }
 void TracingBackend::cross_entropy_forward_impl(const TensorView& logits, const TensorView& targets,
                                                 const TensorView& loss, const TensorView& lse) {
-  count(OpKind::cross_entropy);
+  const Scope scope = timed(OpKind::cross_entropy);
   inner_.cross_entropy_forward(logits, targets, loss, lse);
 }
 void TracingBackend::cross_entropy_backward_impl(double dloss, const TensorView& logits,
                                                  const TensorView& targets, const TensorView& lse,
                                                  const TensorView& dlogits) {
-  count(OpKind::cross_entropy);
+  const Scope scope = timed(OpKind::cross_entropy);
   inner_.cross_entropy_backward(dloss, logits, targets, lse, dlogits);
 }
 void TracingBackend::bce_with_logits_forward_impl(const TensorView& logits,
                                                   const TensorView& targets,
                                                   const TensorView& loss) {
-  count(OpKind::elementwise);
+  const Scope scope = timed(OpKind::elementwise);
   inner_.bce_with_logits_forward(logits, targets, loss);
 }
 void TracingBackend::bce_with_logits_backward_impl(double dloss, const TensorView& logits,
                                                    const TensorView& targets,
                                                    const TensorView& dlogits) {
-  count(OpKind::elementwise);
+  const Scope scope = timed(OpKind::elementwise);
   inner_.bce_with_logits_backward(dloss, logits, targets, dlogits);
 }
 void TracingBackend::embedding_forward_impl(const TensorView& table, const TensorView& tokens,
                                             const TensorView& out) {
-  count(OpKind::embedding);
+  const Scope scope = timed(OpKind::embedding);
   inner_.embedding_forward(table, tokens, out);
 }
 void TracingBackend::embedding_backward_impl(const TensorView& dout, const TensorView& tokens,
                                              const TensorView& dtable) {
-  count(OpKind::embedding);
+  const Scope scope = timed(OpKind::embedding);
   inner_.embedding_backward(dout, tokens, dtable);
 }
 void TracingBackend::adamw_update_impl(const TensorView& params, const TensorView& grads,
                                        const TensorView& m, const TensorView& v,
                                        const AdamWParams& hyper, const TensorView& params_lowp) {
-  count(OpKind::optimizer_update);
+  const Scope scope = timed(OpKind::optimizer_update);
   inner_.adamw_update(params, grads, m, v, hyper, params_lowp);
 }
 

@@ -57,6 +57,9 @@ struct ExecutedOps {
   int64_t gemm_calls = 0;
   double gemm_flops = 0.0;                            // 2 m n k summed
   std::array<int64_t, kOpKindCount> calls_by_kind{};  // mapped to the op vocabulary
+  // Seconds per kind in the traced step, each op synchronised and timed on its
+  // own (so the sum exceeds an untraced step by the synchronisations).
+  std::array<double, kOpKindCount> measured_by_kind_s{};
 };
 
 struct CaseResult {
