@@ -4,6 +4,8 @@
 // kind is executed is in profiler_ops.cpp, which shapes in profiler_grid.cpp.
 #include "modar/runtime/profiler.hpp"
 
+#include <time.h>
+
 #include <Eigen/Core>
 #include <algorithm>
 #include <chrono>
@@ -12,6 +14,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <new>
 #include <sstream>
 
@@ -74,6 +77,45 @@ std::string describe(const OpShape& shape, Pass pass) {
     text += (i ? ", " : "") + std::to_string(shape.dims[static_cast<size_t>(i)]);
   }
   return text + "]";
+}
+
+// ---- clocks ---------------------------------------------------------------------
+
+const char* to_string(Clock clock) {
+  return clock == Clock::wall ? "wall" : "cpu";
+}
+
+namespace {
+
+class ProcessCpuTimer final : public Timer {
+ public:
+  void start() override { start_s_ = process_cpu_s(); }
+  void stop() override { stop_s_ = process_cpu_s(); }
+  double elapsed_s() override {
+    return (stop_s_ - start_s_) / static_cast<double>(std::max(1, cpu_threads()));
+  }
+
+ private:
+  static double process_cpu_s() {
+    timespec now{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+    return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
+  }
+  double start_s_ = 0.0;
+  double stop_s_ = 0.0;
+};
+
+}  // namespace
+
+std::unique_ptr<Timer> make_sample_timer(Backend& backend, Clock clock) {
+  if (clock == Clock::wall) {
+    return backend.make_timer();
+  }
+  if (backend.device() != DeviceKind::cpu) {
+    throw ConfigError(std::string("--clock cpu: only the cpu backend can be timed by CPU time; ") +
+                      backend.name() + " needs --clock wall");
+  }
+  return std::make_unique<ProcessCpuTimer>();
 }
 
 // ---- one op ---------------------------------------------------------------------
@@ -183,7 +225,7 @@ OpTiming measure_op(Backend& backend, const OpShape& shape, Pass pass,
     backend.synchronize();
 
     const double start_s = now_s();
-    auto timer = backend.make_timer();
+    auto timer = make_sample_timer(backend, options.clock);
     size_t next = 0;
     auto run_calls = [&](int64_t calls) {
       timer->start();
@@ -438,9 +480,9 @@ std::string format_time(double seconds) {
 }
 
 // Median time of `run` (at least 3 samples, about `budget_s`).
-double time_call(Backend& backend, const std::function<void()>& run, double budget_s,
+double time_call(Backend& backend, Clock clock, const std::function<void()>& run, double budget_s,
                  int64_t inner = 1) {
-  auto timer = backend.make_timer();
+  auto timer = make_sample_timer(backend, clock);
   run();
   backend.synchronize();
   std::vector<double> samples;
@@ -461,8 +503,8 @@ struct CeilingReport {
   std::string how;
 };
 
-CeilingReport measure_ceilings(Backend& backend, DeviceKind device, int64_t cache_bytes,
-                               int64_t memory_limit, double memory_bytes) {
+CeilingReport measure_ceilings(Backend& backend, Clock clock, DeviceKind device,
+                               int64_t cache_bytes, int64_t memory_limit, double memory_bytes) {
   CeilingReport report;
   DeviceCeilings& c = report.ceilings;
   std::ostringstream how;
@@ -476,7 +518,7 @@ CeilingReport measure_ceilings(Backend& backend, DeviceKind device, int64_t cach
     profiler_detail::fill_tensor(backend, a.view(), uniform, 11);
     profiler_detail::fill_tensor(backend, b.view(), uniform, 12);
     const double seconds = time_call(
-        backend, [&] { backend.gemm(a.view(), false, b.view(), false, out.view()); }, 1.0);
+        backend, clock, [&] { backend.gemm(a.view(), false, b.view(), false, out.view()); }, 1.0);
     const double rate = 2.0 * static_cast<double>(n) * n * n / seconds;
     if (type == ScalarType::fp32) {
       c.peak_flops_fp32 = c.achievable_flops_fp32 = rate;
@@ -501,7 +543,7 @@ CeilingReport measure_ceilings(Backend& backend, DeviceKind device, int64_t cach
     profiler_detail::fill_tensor(backend, src.view(), uniform, 13);
     backend.copy(src.view(), dst.view());
     const double seconds = time_call(
-        backend, [&] { backend.copy(src.view(), dst.view()); }, 1.0);
+        backend, clock, [&] { backend.copy(src.view(), dst.view()); }, 1.0);
     c.memory_bandwidth = c.achievable_bandwidth = 2.0 * static_cast<double>(copy_bytes) / seconds;
     how << "copy of " << (copy_bytes >> 20) << " MiB: " << number_text(c.memory_bandwidth / 1e9)
         << " GB/s (read + write); ";
@@ -514,7 +556,7 @@ CeilingReport measure_ceilings(Backend& backend, DeviceKind device, int64_t cach
     profiler_detail::fill_tensor(backend, a.view(), uniform, 14);
     profiler_detail::fill_tensor(backend, b.view(), uniform, 15);
     c.launch_overhead_s = time_call(
-        backend, [&] { backend.add(a.view(), b.view(), out.view()); }, 0.3, 1000);
+        backend, clock, [&] { backend.add(a.view(), b.view(), out.view()); }, 0.3, 1000);
     how << "16-element add: " << format_time(c.launch_overhead_s) << " per call";
   }
   c.memory_bytes = memory_bytes;
@@ -641,6 +683,7 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
   p["dtype"] = to_string(options.dtype);
   p["rotation_bytes"] = std::to_string(timing.rotation_bytes) + " (2 x " + cache_source + ")";
   p["memory_limit_bytes"] = std::to_string(timing.memory_limit_bytes);
+  p["clock"] = to_string(timing.clock);
   p["timing"] = "median of >= " + std::to_string(timing.min_repeats) +
                 " samples (each >= " + number_text(timing.min_sample_s) +
                 " s of back-to-back calls) after warm-up; " + number_text(timing.budget_s) +
@@ -673,8 +716,8 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
     if (options.progress != nullptr) {
       std::fprintf(options.progress, "modar profile: measuring ceilings (GEMM, copy, dispatch)\n");
     }
-    const CeilingReport report =
-        measure_ceilings(backend, device, cache_bytes, timing.memory_limit_bytes, memory_bytes);
+    const CeilingReport report = measure_ceilings(backend, timing.clock, device, cache_bytes,
+                                                  timing.memory_limit_bytes, memory_bytes);
     profile.ceilings = report.ceilings;
     p["ceilings_how"] = report.how + "; peak = achievable = measured (no datasheet)";
   } else if (!resumed) {

@@ -149,7 +149,9 @@ ValidationReport run_validation(Backend& backend, const DeviceProfile& profile,
   report.method =
       "each case's model is built and warmed up (" + std::to_string(options.warmup_steps) +
       " steps) first; then " + std::to_string(options.rounds) +
-      " interleaved rounds time one train_step of every case (backend timer), and each case's "
+      " interleaved rounds time one train_step of every case (" +
+      std::string(options.clock == Clock::wall ? "wall clock: backend timer" : "process CPU time") +
+      "), and each case's "
       "time is the median of its rounds; the predicted time is estimate(config, profile) (sum "
       "over lower(config)'s ops); one extra step per case is traced to count the executed ops";
 
@@ -226,7 +228,7 @@ ValidationReport run_validation(Backend& backend, const DeviceProfile& profile,
   }
 
   // Interleaved timing rounds.
-  auto timer = backend.make_timer();
+  auto timer = make_sample_timer(backend, options.clock);
   for (int round = 0; round < options.rounds; ++round) {
     const double round_start = now_s();
     for (size_t i = 0; i < cases.size(); ++i) {

@@ -28,6 +28,9 @@ const std::vector<FlagSpec> kFlags = {
     {"--gpu-l2-bytes", true, false, "BYTES",
      "GPU L2 size (the backend does not report it; default 50 MiB)"},
     {"--gpu-memory-bytes", true, false, "BYTES", "GPU memory (default 80e9)"},
+    {"--clock", true, false, "wall|cpu",
+     "what a sample measures: wall time (default) or, on the cpu backend, process CPU time per "
+     "thread (robust on a loaded machine; best with --threads 1)"},
     {"--quiet", false, false, "", "no progress lines on stderr"},
 };
 
@@ -85,6 +88,10 @@ int cmd_profile(const Args& args) {
     options.device_memory_bytes = static_cast<int64_t>(
         parse_positive_double("--gpu-memory-bytes", *parsed.value("--gpu-memory-bytes")));
   }
+  const std::vector<std::string> clocks = {"wall", "cpu"};
+  options.timing.clock = parse_choice("--clock", parsed.value_or("--clock", "wall"), clocks) == 0
+                             ? runtime::Clock::wall
+                             : runtime::Clock::cpu;
   options.progress = parsed.has("--quiet") ? nullptr : stderr;
 
   std::unique_ptr<runtime::Backend> backend;
@@ -92,6 +99,11 @@ int cmd_profile(const Args& args) {
     backend = runtime::make_backend(options.backend_name);
   } catch (const BackendError& e) {
     throw ConfigError(std::string("--backend ") + options.backend_name + ": " + e.what());
+  }
+  if (options.timing.clock == runtime::Clock::cpu &&
+      backend->device() != runtime::DeviceKind::cpu) {
+    throw ConfigError(
+        "--clock cpu: only the cpu backend can be timed by CPU time; use --clock wall");
   }
   const DeviceProfile profile = runtime::run_profile(*backend, options);
   std::printf("wrote %s: %zu measurements (%s grid, %s, backend %s), skipped %s\n",

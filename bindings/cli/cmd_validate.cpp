@@ -21,6 +21,9 @@ const std::vector<FlagSpec> kFlags = {
     {"--quick", false, false, "", "fewer, smaller held-out configurations"},
     {"--rounds", true, false, "N", "interleaved timing rounds per case (default 7)"},
     {"--threads", true, false, "N", "CPU threads (default: all)"},
+    {"--clock", true, false, "wall|cpu",
+     "what a sample measures: wall time (default) or, on the cpu backend, process CPU time per "
+     "thread (robust on a loaded machine; best with --threads 1)"},
     {"--quiet", false, false, "", "no progress lines on stderr"},
 };
 
@@ -57,6 +60,18 @@ int cmd_validate(const Args& args) {
   if (parsed.has("--threads")) {
     runtime::set_cpu_threads(
         static_cast<int>(parse_positive_int("--threads", *parsed.value("--threads"))));
+  }
+  // Default: the clock the profile was measured with.
+  const auto recorded = profile.provenance.find("clock");
+  const std::string default_clock =
+      recorded != profile.provenance.end() && recorded->second == "cpu" ? "cpu" : "wall";
+  const std::vector<std::string> clocks = {"wall", "cpu"};
+  options.clock = parse_choice("--clock", parsed.value_or("--clock", default_clock), clocks) == 0
+                      ? runtime::Clock::wall
+                      : runtime::Clock::cpu;
+  if (options.clock == runtime::Clock::cpu && backend_name != "cpu") {
+    throw ConfigError(
+        "--clock cpu: only the cpu backend can be timed by CPU time; use --clock wall");
   }
   options.progress = parsed.has("--quiet") ? nullptr : stderr;
   std::unique_ptr<runtime::Backend> backend;

@@ -83,7 +83,18 @@ std::string describe(const OpShape& shape, Pass pass);
 // execute (e.g. attention with s_q != s_k).
 int64_t op_working_set_bytes(const OpShape& shape, Pass pass);
 
+// What a timing sample measures.  wall: the backend's timer (steady_clock on
+// the CPU, CUDA events on a GPU).  cpu: the process's CPU time divided by the
+// CPU threads (CPU backend only): on a shared, loaded machine it excludes the
+// time the OS gave to other processes (best with --threads 1, where it is the
+// work of the one thread; with more threads it also counts spin-waiting).
+enum class Clock : uint8_t { wall, cpu };
+const char* to_string(Clock clock);
+// Throws ConfigError for "cpu" on a non-CPU backend.
+std::unique_ptr<Timer> make_sample_timer(Backend& backend, Clock clock);
+
 struct TimingOptions {
+  Clock clock = Clock::wall;
   double budget_s = 0.25;  // wall time aimed at per (shape, pass), warm-up included
   int min_repeats = 5;     // samples, even past the budget
   int max_repeats = 101;

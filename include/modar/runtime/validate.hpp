@@ -29,6 +29,7 @@
 #include "modar/cost_model.hpp"
 #include "modar/profile.hpp"
 #include "modar/runtime/backend.hpp"
+#include "modar/runtime/profiler.hpp"
 
 namespace modar::runtime {
 
@@ -47,6 +48,9 @@ struct ValidationOptions {
   int warmup_steps = 2;
   int rounds = 7;  // interleaved timing rounds (the median is taken)
   uint64_t seed = 1;
+  // The clock of the timing rounds; use the profile's (provenance.clock) so
+  // measured and predicted times mean the same thing.
+  Clock clock = Clock::wall;
   std::FILE* progress = nullptr;
   std::vector<ValidationCase> cases;  // empty: validation_cases(quick, device, dtype)
 };

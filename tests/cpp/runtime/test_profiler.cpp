@@ -86,6 +86,23 @@ TEST(ProfilerStats, PercentilesByHand) {
   EXPECT_THROW(summarize_samples({}), std::invalid_argument);
 }
 
+TEST(ProfilerClock, CpuTimeTimerOnTheCpuBackend) {
+  auto backend = make_cpu_backend();
+  auto timer = make_sample_timer(*backend, Clock::cpu);
+  timer->start();
+  volatile double sink = 0.0;
+  for (int i = 0; i < 100000; ++i) sink = sink + std::sqrt(static_cast<double>(i));
+  timer->stop();
+  EXPECT_GE(timer->elapsed_s(), 0.0);
+  // A run with the CPU clock records it, so validate can use the same clock.
+  TimingOptions options = fast_timing();
+  options.clock = Clock::cpu;
+  const OpTiming timed =
+      measure_op(*backend, shape_of(OpKind::rmsnorm, {16, 8}), Pass::forward, options);
+  EXPECT_FALSE(timed.skipped);
+  EXPECT_EQ(std::string(to_string(Clock::cpu)), "cpu");
+}
+
 TEST(ProfilerOps, WorkingSetOfGemmByHand) {
   // fp32 C[m, n] = A[m, k] B[k, n]: 4 (m k + k n + m n) bytes.
   EXPECT_EQ(op_working_set_bytes(shape_of(OpKind::gemm, {3, 5, 7, 1}), Pass::forward),
@@ -237,6 +254,7 @@ TEST(ProfilerRun, RoundTripThroughTheFile) {
   EXPECT_NE(written.provenance.at("skipped.0001").find("memory limit"), std::string::npos);
   EXPECT_EQ(written.backend, "cpu");
   EXPECT_EQ(written.name, "roundtrip");
+  EXPECT_EQ(written.provenance.at("clock"), "wall");
 
   const DeviceProfile read = load_measured_profile(out, "cpu");
   ASSERT_EQ(read.measurements.size(), written.measurements.size());
