@@ -10,10 +10,10 @@
 namespace modar::python {
 
 void bind_errors(py::module_& m) {
-    py::register_exception<modar::ConfigError>(m, "ConfigError", PyExc_ValueError);
-    py::register_exception<modar::FileError>(m, "FileError", PyExc_ValueError);
-    py::register_exception<modar::ShapeError>(m, "ShapeError", PyExc_ValueError);
-    py::register_exception<modar::BackendError>(m, "BackendError", PyExc_RuntimeError);
+  py::register_exception<modar::ConfigError>(m, "ConfigError", PyExc_ValueError);
+  py::register_exception<modar::FileError>(m, "FileError", PyExc_ValueError);
+  py::register_exception<modar::ShapeError>(m, "ShapeError", PyExc_ValueError);
+  py::register_exception<modar::BackendError>(m, "BackendError", PyExc_RuntimeError);
 }
 
 }  // namespace modar::python

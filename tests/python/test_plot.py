@@ -6,7 +6,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.image as mpimg  # noqa: E402
-import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import modar  # noqa: E402

@@ -94,7 +94,7 @@ def _flatten(entries: Mapping[str, Any], prefix: str = ""):
             yield f"{prefix}{key}", value
 
 
-def _normalise(entries: Mapping[str, Any], *, where: str) -> dict:
+def _normalise(entries: Mapping[str, Any]) -> dict:
     """Accept {"mod": {...}}, {"mod.capacity": x} and bare {"capacity": x}."""
     tree: dict = {}
     bare = None
@@ -147,7 +147,7 @@ class Config:
         elif source is None:
             base_cpp, base_doc = None, {}
         elif isinstance(source, Mapping):
-            base_cpp, base_doc = None, _normalise(source, where="config")
+            base_cpp, base_doc = None, _normalise(source)
         elif isinstance(source, (str, os.PathLike)):
             base_cpp = _core.load_config_file(os.fspath(source))
             base_doc = None
@@ -162,7 +162,7 @@ class Config:
             _core.validate_config(base_cpp)
             self._cpp = base_cpp
             return
-        document = _deep_merge(base_doc or {}, _normalise(overrides, where="config"))
+        document = _deep_merge(base_doc or {}, _normalise(overrides))
         self._cpp = _core.parse_config_toml(_dict_to_toml(document), "<python>")
         _core.validate_config(self._cpp)
 
@@ -191,7 +191,7 @@ class Config:
         """
         from ._hf import hf_to_dict
 
-        return cls(_deep_merge(hf_to_dict(path_or_dict), _normalise(overrides, where="config")))
+        return cls(_deep_merge(hf_to_dict(path_or_dict), _normalise(overrides)))
 
     # ---- views ----------------------------------------------------------------
     def to_toml(self) -> str:

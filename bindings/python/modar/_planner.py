@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from . import _core
-from ._config import Config, as_config
+from ._config import Config
 from ._progress import resolve as _resolve_progress
 from ._results import Result, _fmt, flatten
 

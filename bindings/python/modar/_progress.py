@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Callable, Optional
+from typing import Callable
 
 ProgressCallback = Callable[[int, int], None]
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 from . import _core
 from ._profile import Profile
