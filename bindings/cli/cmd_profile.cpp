@@ -19,7 +19,8 @@ const std::vector<FlagSpec> kFlags = {
     {"--quick", false, false, "",
      "the quick grid (minutes on 2 CPU cores) instead of the full one"},
     {"--resume", false, false, "", "continue an interrupted run from PATH.partial"},
-    {"--threads", true, false, "N", "CPU threads (OpenMP / Eigen); default: all"},
+    {"--threads", true, false, "N",
+     "CPU threads (OpenMP / Eigen); default 1 (see --clock), 0 = all cores"},
     {"--dtype", true, false, "fp32|bf16",
      "data type of the timed ops (default: cpu fp32, cuda bf16)"},
     {"--budget", true, false, "SECONDS", "time budget per shape (default 0.08 quick, 0.25 full)"},
@@ -29,8 +30,9 @@ const std::vector<FlagSpec> kFlags = {
      "GPU L2 size (the backend does not report it; default 50 MiB)"},
     {"--gpu-memory-bytes", true, false, "BYTES", "GPU memory (default 80e9)"},
     {"--clock", true, false, "wall|cpu",
-     "what a sample measures: wall time (default) or, on the cpu backend, process CPU time per "
-     "thread (robust on a loaded machine; best with --threads 1)"},
+     "what a sample measures: wall time, or process CPU time per thread (cpu backend only; "
+     "robust on a shared, loaded machine; best with --threads 1).  Default: cpu on the cpu "
+     "backend, wall on cuda"},
     {"--quiet", false, false, "", "no progress lines on stderr"},
 };
 
@@ -64,8 +66,14 @@ int cmd_profile(const Args& args) {
   options.out_path = *parsed.value("--out");
   options.grid = parsed.has("--quick") ? runtime::GridSize::quick : runtime::GridSize::full;
   options.resume = parsed.has("--resume");
+  // CPU default: one thread timed by CPU time, so that a profile taken on a
+  // shared machine does not depend on the load at the time (docs/profiler.md).
+  options.threads = options.backend_name == "cpu" ? 1 : 0;
   if (parsed.has("--threads")) {
-    options.threads = static_cast<int>(parse_positive_int("--threads", *parsed.value("--threads")));
+    options.threads = static_cast<int>(parse_int("--threads", *parsed.value("--threads")));
+    if (options.threads < 0) {
+      throw ConfigError("--threads = " + *parsed.value("--threads") + ": must be >= 0 (0 = all)");
+    }
   }
   const std::vector<std::string> dtypes = {"fp32", "bf16"};
   const std::string default_dtype = options.backend_name == "cpu" ? "fp32" : "bf16";
@@ -89,9 +97,12 @@ int cmd_profile(const Args& args) {
         parse_positive_double("--gpu-memory-bytes", *parsed.value("--gpu-memory-bytes")));
   }
   const std::vector<std::string> clocks = {"wall", "cpu"};
-  options.timing.clock = parse_choice("--clock", parsed.value_or("--clock", "wall"), clocks) == 0
-                             ? runtime::Clock::wall
-                             : runtime::Clock::cpu;
+  options.timing.clock =
+      parse_choice("--clock",
+                   parsed.value_or("--clock", options.backend_name == "cpu" ? "cpu" : "wall"),
+                   clocks) == 0
+          ? runtime::Clock::wall
+          : runtime::Clock::cpu;
   options.progress = parsed.has("--quiet") ? nullptr : stderr;
 
   std::unique_ptr<runtime::Backend> backend;

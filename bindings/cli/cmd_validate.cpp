@@ -1,6 +1,7 @@
 // `modar validate`: measured vs predicted step time and peak memory on
 // held-out configurations (runtime/validate.cpp).
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -20,10 +21,10 @@ const std::vector<FlagSpec> kFlags = {
     {"--json", false, false, "", "print JSON (cases[], step_time, memory) instead of the table"},
     {"--quick", false, false, "", "fewer, smaller held-out configurations"},
     {"--rounds", true, false, "N", "interleaved timing rounds per case (default 7)"},
-    {"--threads", true, false, "N", "CPU threads (default: all)"},
+    {"--threads", true, false, "N", "CPU threads (default: the profile's provenance.threads)"},
     {"--clock", true, false, "wall|cpu",
-     "what a sample measures: wall time (default) or, on the cpu backend, process CPU time per "
-     "thread (robust on a loaded machine; best with --threads 1)"},
+     "what a sample measures: wall time or process CPU time per thread (cpu backend only); "
+     "default: the profile's provenance.clock"},
     {"--quiet", false, false, "", "no progress lines on stderr"},
 };
 
@@ -57,10 +58,16 @@ int cmd_validate(const Args& args) {
   if (parsed.has("--rounds")) {
     options.rounds = static_cast<int>(parse_positive_int("--rounds", *parsed.value("--rounds")));
   }
-  if (parsed.has("--threads")) {
-    runtime::set_cpu_threads(
-        static_cast<int>(parse_positive_int("--threads", *parsed.value("--threads"))));
+  // Default: the threads the profile was measured with (CPU backend).
+  int threads = 0;
+  const auto recorded_threads = profile.provenance.find("threads");
+  if (backend_name == "cpu" && recorded_threads != profile.provenance.end()) {
+    threads = std::atoi(recorded_threads->second.c_str());
   }
+  if (parsed.has("--threads")) {
+    threads = static_cast<int>(parse_positive_int("--threads", *parsed.value("--threads")));
+  }
+  runtime::set_cpu_threads(threads);
   // Default: the clock the profile was measured with.
   const auto recorded = profile.provenance.find("clock");
   const std::string default_clock =
