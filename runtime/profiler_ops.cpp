@@ -30,6 +30,7 @@
 // the saved state (lse, rstd, partial weights) is consistent.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -74,57 +75,76 @@ int64_t spec_bytes(const TensorSpec& spec) {
   return count * scalar_bytes(spec.type);
 }
 
-void fill_tensor(Backend& backend, const TensorView& view, const TensorSpec& spec, uint64_t seed) {
-  FillRng rng(seed);
-  const int64_t count = view.numel();
-  std::vector<unsigned char> host(static_cast<size_t>(view.bytes()));
-  auto value_at = [&](int64_t i) -> double {
-    switch (spec.fill) {
-      case Fill::uniform:
-        return 2.0 * rng.uniform() - 1.0;
-      case Fill::positive:
-        return 0.5 + rng.uniform();
-      case Fill::small_positive:
-        return 0.01 + 0.01 * rng.uniform();
-      case Fill::below:
-        return static_cast<double>(rng.next() % static_cast<uint64_t>(spec.limit));
-      case Fill::modulo:
-        return static_cast<double>(i % spec.limit);
-      case Fill::every_other: {
-        // Row-wise ascending distinct indices into 2 * width source rows.
-        const int64_t width = view.dim(-1);
-        return static_cast<double>(2 * (i % width) + static_cast<int64_t>(rng.next() & 1ULL));
-      }
-    }
-    return 0.0;
-  };
-  switch (view.dtype) {
+namespace {
+
+// Values of one element of a fill (index fills depend on the flat index i).
+double fill_value(const TensorSpec& spec, int64_t i, int64_t width, FillRng& rng) {
+  switch (spec.fill) {
+    case Fill::uniform:
+      return 2.0 * rng.uniform() - 1.0;
+    case Fill::positive:
+      return 0.5 + rng.uniform();
+    case Fill::small_positive:
+      return 0.01 + 0.01 * rng.uniform();
+    case Fill::below:
+      return static_cast<double>(rng.next() % static_cast<uint64_t>(spec.limit));
+    case Fill::modulo:
+      return static_cast<double>(i % spec.limit);
+    case Fill::every_other:
+      // Row-wise ascending distinct indices into 2 * width source rows.
+      return static_cast<double>(2 * (i % width) + static_cast<int64_t>(rng.next() & 1ULL));
+  }
+  return 0.0;
+}
+
+void encode(ScalarType type, double value, unsigned char* out) {
+  switch (type) {
     case ScalarType::fp64: {
-      auto* p = reinterpret_cast<double*>(host.data());
-      for (int64_t i = 0; i < count; ++i)
-        p[i] = value_at(i);
+      std::memcpy(out, &value, sizeof(double));
       break;
     }
     case ScalarType::fp32: {
-      auto* p = reinterpret_cast<float*>(host.data());
-      for (int64_t i = 0; i < count; ++i)
-        p[i] = static_cast<float>(value_at(i));
+      const float v = static_cast<float>(value);
+      std::memcpy(out, &v, sizeof(float));
       break;
     }
     case ScalarType::bf16: {
-      auto* p = reinterpret_cast<uint16_t*>(host.data());
-      for (int64_t i = 0; i < count; ++i)
-        p[i] = float_to_bf16(static_cast<float>(value_at(i)));
+      const uint16_t v = float_to_bf16(static_cast<float>(value));
+      std::memcpy(out, &v, sizeof(uint16_t));
       break;
     }
     case ScalarType::i32: {
-      auto* p = reinterpret_cast<int32_t*>(host.data());
-      for (int64_t i = 0; i < count; ++i)
-        p[i] = static_cast<int32_t>(value_at(i));
+      const int32_t v = static_cast<int32_t>(value);
+      std::memcpy(out, &v, sizeof(int32_t));
       break;
     }
   }
-  backend.copy_from_host(host.data(), view);
+}
+
+// Value fills of large tensors repeat a random block of this many elements
+// (the host never holds a multi-GiB staging buffer; values stay random).
+constexpr int64_t kFillBlockElements = int64_t{1} << 22;
+
+}  // namespace
+
+void fill_tensor(Backend& backend, const TensorView& view, const TensorSpec& spec, uint64_t seed) {
+  FillRng rng(seed);
+  const int64_t count = view.numel();
+  const int64_t element_bytes = scalar_bytes(view.dtype);
+  const bool index_fill = spec.fill == Fill::modulo || spec.fill == Fill::every_other;
+  const int64_t block = index_fill ? count : std::min(count, kFillBlockElements);
+  const int64_t width = view.dim(-1);
+  std::vector<unsigned char> host(static_cast<size_t>(block * element_bytes));
+  for (int64_t i = 0; i < block; ++i) {
+    encode(view.dtype, fill_value(spec, i, width, rng), host.data() + i * element_bytes);
+  }
+  for (int64_t offset = 0; offset < count; offset += block) {
+    const int64_t n = std::min(block, count - offset);
+    const TensorView part =
+        make_view(static_cast<unsigned char*>(view.data) + offset * element_bytes, view.dtype,
+                  view.device, {n});
+    backend.copy_from_host(host.data(), part);
+  }
 }
 
 namespace {
