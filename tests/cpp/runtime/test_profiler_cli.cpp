@@ -1,0 +1,103 @@
+// `modar profile` / `modar validate` argument and file errors, end to end:
+// exit code 2 and one line naming what is wrong.  (No profiling run: the
+// quick grid takes minutes.)  Skipped when the CLI binary was not built.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "modar/profile.hpp"
+
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string err;
+};
+
+Result run(const std::string& arguments) {
+  static int calls = 0;
+  const std::string err_path = testing::TempDir() + "/modar_profiler_cli_" +
+                               std::to_string(::getpid()) + "_" + std::to_string(++calls) + ".err";
+  const std::string command =
+      std::string(MODAR_CLI_PATH) + " " + arguments + " >/dev/null 2>" + err_path;
+  const int status = std::system(command.c_str());
+  Result r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(err_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  r.err = text.str();
+  std::remove(err_path.c_str());
+  return r;
+}
+
+int lines(const std::string& text) {
+  int count = 0;
+  for (char c : text)
+    count += c == '\n';
+  return count;
+}
+
+class ProfilerCli : public testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(MODAR_CLI_PATH)) {
+      GTEST_SKIP() << "modar CLI not built: " << MODAR_CLI_PATH;
+    }
+  }
+};
+
+TEST_F(ProfilerCli, BadFlagsExitTwoWithOneLine) {
+  for (const char* args : {"profile --backend cpu", "profile --backend tpu --out x.toml",
+                           "profile --backend cpu --out x.toml --clock sundial",
+                           "validate --backend cpu", "validate --profile x.toml --rounds 0"}) {
+    const Result r = run(args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
+    EXPECT_EQ(lines(r.err), 1) << args << ": " << r.err;
+  }
+  EXPECT_NE(run("profile --backend cpu").err.find("--out"), std::string::npos);
+  EXPECT_EQ(run("profile --help").exit_code, 0);
+  EXPECT_EQ(run("validate --help").exit_code, 0);
+}
+
+TEST_F(ProfilerCli, PartialForeignAndMissingProfilesAreRefused) {
+  modar::DeviceProfile profile;
+  profile.name = "cli-test";
+  profile.backend = "cpu";
+  profile.measured = true;
+  profile.ceilings.peak_flops_bf16 = profile.ceilings.peak_flops_fp32 = 1.0;
+  profile.ceilings.memory_bandwidth = profile.ceilings.memory_bytes = 1.0;
+  modar::OpMeasurement m;
+  m.shape.kind = modar::OpKind::rmsnorm;
+  m.shape.dtype = modar::DType::fp32;
+  m.shape.dims = {16, 8, 0, 0, 0, 0, 0};
+  m.median_s = 1e-6;
+  profile.measurements = {m};
+  profile.provenance = {{"status", "partial"}, {"measurement_count", "1"}};
+  const std::string path =
+      testing::TempDir() + "/modar_profiler_cli_" + std::to_string(::getpid()) + ".toml";
+  modar::save_profile_atomically(profile, path);
+
+  Result r = run("validate --profile " + path);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("partial"), std::string::npos) << r.err;
+
+  profile.provenance["status"] = "complete";
+  modar::save_profile_atomically(profile, path);
+  r = run("validate --profile " + path + " --backend cuda");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("backend = \"cpu\""), std::string::npos) << r.err;
+
+  r = run("validate --profile " + path + ".missing");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("cannot open"), std::string::npos) << r.err;
+  std::remove(path.c_str());
+}
+
+}  // namespace
