@@ -131,6 +131,16 @@ ParamCounts count_params(const Config& config) {
   return params;
 }
 
+ParamAndFlopCounts count_params_and_flops(const Config& config) {
+  validate(config);
+  ParamAndFlopCounts counts;
+  counts.params = detail::closed_form_params(config);
+  counts.flops = train_flops(config, counts.params.total);
+  counts.params.flop_active =
+      (counts.flops.forward_per_token - counts.flops.forward_attention_per_token) / 2.0;
+  return counts;
+}
+
 FlopCounts count_flops(const Config& config) {
   validate(config);
   return train_flops(config, detail::closed_form_params(config).total);

@@ -52,7 +52,7 @@ double d(int64_t v) {
 }
 
 // Scored (query, key) pairs of one head of one sequence under a convention.
-double attention_pairs(const OpShape& s, AttentionFlops convention) {
+[[gnu::always_inline]] inline double attention_pairs(const OpShape& s, AttentionFlops convention) {
   const double s_q = d(s.dims[3]);
   const double s_k = d(s.dims[4]);
   const bool causal = s.dims[6] != 0;
@@ -68,8 +68,10 @@ double attention_pairs(const OpShape& s, AttentionFlops convention) {
 namespace {
 
 // The body of op_cost, inlined into the lowering's hot loop; B = bytes per
-// element of s.dtype.
-inline OpCost op_cost_with_bytes(const OpShape& s, Pass pass, AttentionFlops convention, double B) {
+// element of s.dtype.  Forced inline: at each emission site the kind is a
+// constant, so the switch folds away.
+[[gnu::always_inline]] inline OpCost op_cost_with_bytes(const OpShape& s, Pass pass,
+                                                        AttentionFlops convention, double B) {
   const auto& x = s.dims;
   const bool backward = pass == Pass::backward;
   OpCost c;
@@ -282,8 +284,9 @@ class Lowerer {
 
  private:
   // --- emission ------------------------------------------------------------
-  void fill(OpRecord& op, OpKind kind, Pass pass, std::initializer_list<int64_t> dims,
-            int64_t multiplicity, const char* label) const {
+  [[gnu::always_inline]] void fill(OpRecord& op, OpKind kind, Pass pass,
+                                   std::initializer_list<int64_t> dims, int64_t multiplicity,
+                                   const char* label) const {
     op.shape.kind = kind;
     op.shape.dtype = dtype_;
     size_t i = 0;
@@ -299,8 +302,9 @@ class Lowerer {
     op.counts_as_model_flops = is_counted_kind(kind) && pass != Pass::recompute;
   }
 
-  void push(OpList& list, OpKind kind, Pass pass, std::initializer_list<int64_t> dims,
-            int64_t multiplicity, const char* label) {
+  [[gnu::always_inline]] void push(OpList& list, OpKind kind, Pass pass,
+                                   std::initializer_list<int64_t> dims, int64_t multiplicity,
+                                   const char* label) {
     if (multiplicity <= 0) {
       return;
     }
@@ -315,8 +319,9 @@ class Lowerer {
 
   // A forward op, its recompute copy when the policy re-runs it, and (when
   // `backward_label` is set) its backward op with the same dims.
-  void forward(OpKind kind, std::initializer_list<int64_t> dims, int64_t multiplicity,
-               const char* label, Recomputed recomputed, const char* backward_label) {
+  [[gnu::always_inline]] void forward(OpKind kind, std::initializer_list<int64_t> dims,
+                                      int64_t multiplicity, const char* label,
+                                      Recomputed recomputed, const char* backward_label) {
     push(ops_, kind, Pass::forward, dims, multiplicity, label);
     if (!train_) {
       return;
@@ -332,8 +337,9 @@ class Lowerer {
   }
 
   // Y[rows, out] = X[rows, in] W[in, out]; backward dX = dY W^T, dW = X^T dY.
-  void linear(int64_t rows, int64_t in, int64_t out, int64_t multiplicity,
-              const LinearLabels& labels, Recomputed recomputed, bool input_needs_grad = true) {
+  [[gnu::always_inline]] void linear(int64_t rows, int64_t in, int64_t out, int64_t multiplicity,
+                                     const LinearLabels& labels, Recomputed recomputed,
+                                     bool input_needs_grad = true) {
     forward(OpKind::gemm, {rows, out, in, 1}, multiplicity, labels.forward, recomputed, nullptr);
     if (!train_) {
       return;

@@ -79,6 +79,9 @@ struct TimingModel::Index {
   };
   std::array<std::vector<Grid>, kOpKindCount> grids;
   std::array<std::vector<Efficiency>, kOpKindCount> efficiency;
+  // Per kind: any grid or fitted efficiency at all (else: plain roofline,
+  // answered without touching the lookup cache).
+  std::array<bool, kOpKindCount> has_measurements{};
 };
 
 TimingModel::TimingModel(const DeviceProfile& profile) : profile_(&profile), index_(nullptr) {
@@ -141,6 +144,10 @@ TimingModel::TimingModel(const DeviceProfile& profile) : profile_(&profile), ind
     }
     fit->log_sum += std::log(m.median_s / roofline_s(m.shape, m.pass));
     fit->count += 1;
+  }
+  for (int kind_index = 0; kind_index < kOpKindCount; ++kind_index) {
+    const size_t k = static_cast<size_t>(kind_index);
+    index_->has_measurements[k] = !index_->grids[k].empty() || !index_->efficiency[k].empty();
   }
   // Build each grid's axes and fill its values.
   for (int kind_index = 0; kind_index < kOpKindCount; ++kind_index) {
@@ -325,6 +332,11 @@ bool same_shape(const OpShape& a, const OpShape& b) {
 
 double TimingModel::calibrated_s(const OpShape& shape, Pass pass, double roofline,
                                  Source* source) const {
+  if (!index_->has_measurements[static_cast<size_t>(shape.kind)]) {
+    // What calibrated_uncached_s() ends with for a kind never measured.
+    *source = Source::roofline;
+    return roofline;
+  }
   thread_local std::vector<CachedLookup> cache(kLookupCacheSize);
   CachedLookup& slot = cache[lookup_slot(index_->id, shape, pass)];
   if (slot.model_id == index_->id && slot.pass == pass && same_shape(slot.shape, shape)) {

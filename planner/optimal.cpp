@@ -43,11 +43,13 @@ struct Budget {
 class Evaluator {
  public:
   Evaluator(const Budget& budget, const DeviceProfile& profile, const LossFit& fit)
-      : budget_(budget), profile_(profile), fit_(fit) {}
+      : budget_(budget), profile_(profile), timing_(profile), fit_(fit) {}
 
   const Estimate& estimate_of(Point& point) {
     if (!point.estimate) {
-      point.estimate = estimate(point.config, profile_);
+      // Points come from the shape search, which validated their configs.
+      point.estimate.emplace();
+      estimate_into(point.config, timing_, StepKind::train, scratch_, *point.estimate);
     }
     return *point.estimate;
   }
@@ -89,6 +91,8 @@ class Evaluator {
  private:
   Budget budget_;
   const DeviceProfile& profile_;
+  const TimingModel timing_;  // the profile pre-indexed once for every point
+  OpList scratch_;
   const LossFit& fit_;
   int64_t evaluated_ = 0;
 };

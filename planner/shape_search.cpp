@@ -83,10 +83,10 @@ std::vector<ShapeCandidate> enumerate_shapes(const Config& base, double n_f_min,
     ShapeCandidate candidate;
     candidate.shape = make_shape(layers, d_model, base.model, options);
     const Config config = with_shape(base, candidate.shape);
-    candidate.params = count_params(config);
-    const FlopCounts flops = count_flops(config);
-    candidate.forward_flops_per_token = flops.forward_per_token;
-    candidate.train_flops_per_token = flops.train_per_token;
+    const ParamAndFlopCounts counts = count_params_and_flops(config);
+    candidate.params = counts.params;
+    candidate.forward_flops_per_token = counts.flops.forward_per_token;
+    candidate.train_flops_per_token = counts.flops.train_per_token;
     return candidate;
   };
   // A DAR block needs K layers and MoD routing needs at least `every` layers.

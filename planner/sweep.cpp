@@ -34,9 +34,13 @@ int64_t sweep(const SweepRequest& request, const std::function<void(const SweepR
   }
   const LossFit fit = load_fit(request.fit);
   std::optional<DeviceProfile> profile;
+  std::optional<TimingModel> timing;  // the profile pre-indexed once for every candidate
   if (request.with_time) {
     profile = load_profile(request.profile);
+    timing.emplace(*profile);
   }
+  OpList scratch;
+  Estimate est;
   Config base = request.base;
   base.device.count = request.gpus;
   base.device.profile = request.profile;
@@ -93,7 +97,9 @@ int64_t sweep(const SweepRequest& request, const std::function<void(const SweepR
               predicted_loss(fit.params, prior.eps, candidate.params.flop_active, row.tokens);
         }
         if (profile) {
-          const Estimate est = estimate(with_shape(arch_base, candidate.shape), *profile);
+          // The candidate's config was validated by the shape search.
+          estimate_into(with_shape(arch_base, candidate.shape), *timing, StepKind::train, scratch,
+                        est);
           row.has_time = true;
           row.peak_memory_bytes = est.memory.peak;
           row.fits = est.memory.fits;

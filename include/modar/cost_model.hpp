@@ -157,6 +157,13 @@ class TimingModel {
 
 ParamCounts count_params(const Config& config);
 FlopCounts count_flops(const Config& config);
+// Both of the above from one validation and one lowering (the planner's
+// shape search): identical numbers, half the work.
+struct ParamAndFlopCounts {
+  ParamCounts params;
+  FlopCounts flops;
+};
+ParamAndFlopCounts count_params_and_flops(const Config& config);
 MemoryBreakdown estimate_memory(const Config& config, const DeviceProfile& profile,
                                 StepKind step = StepKind::train);
 // Predicted time of one op (one copy) on a profile; sets *extrapolated.
