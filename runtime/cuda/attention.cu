@@ -399,11 +399,16 @@ void check_attention(const char* op, const AttentionLaunchParams& p) {
                     "d_head must be in [1, " + std::to_string(kAttentionMaxHeadDim) + "], got " +
                         std::to_string(p.d_head));
   MODAR_GPU_REQUIRE(op, p.heads > 0 && p.kv_heads > 0 && p.heads % p.kv_heads == 0,
-                    "heads must be a positive multiple of kv_heads");
-  MODAR_GPU_REQUIRE(op, p.softmax_scale > 0.0f, "softmax_scale must be > 0");
+                    "heads must be a positive multiple of kv_heads, got heads = " +
+                        std::to_string(p.heads) + ", kv_heads = " + std::to_string(p.kv_heads));
+  MODAR_GPU_REQUIRE(op, p.softmax_scale > 0.0f,
+                    "softmax_scale must be > 0, got " + std::to_string(p.softmax_scale));
   MODAR_GPU_REQUIRE(op, p.heads <= 65535 && p.kv_heads <= 65535 && p.batch <= 65535,
-                    "heads and batch must fit the grid (<= 65535)");
-  MODAR_GPU_REQUIRE(op, ceil_div(p.seq, kTile) <= INT32_MAX, "sequence too long for the grid");
+                    "heads, kv_heads and batch must be <= 65535 (grid y/z), got heads = " +
+                        std::to_string(p.heads) + ", batch = " + std::to_string(p.batch));
+  MODAR_GPU_REQUIRE(op, ceil_div(p.seq, kTile) <= INT32_MAX,
+                    "seq must be <= " + std::to_string(kTile) + " * (2^31 - 1) (grid x), got " +
+                        std::to_string(p.seq));
 }
 
 template <typename Kernel>

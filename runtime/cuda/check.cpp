@@ -4,6 +4,8 @@
 
 #include <cublas_v2.h>
 
+#include <climits>
+
 namespace modar::gpu {
 
 void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line) {
@@ -20,6 +22,14 @@ void throw_cublas_error(cublasStatus_t status, const char* call, const char* fil
 
 void throw_argument_error(const char* op, const std::string& what) {
   throw ShapeError(std::string("cuda ") + op + ": " + what);
+}
+
+unsigned one_block_per_row(const char* op, const char* rows_name, int64_t rows) {
+  constexpr int64_t kMaxGridX = INT32_MAX;
+  MODAR_GPU_REQUIRE(op, rows >= 0 && rows <= kMaxGridX,
+                    std::string(rows_name) + " must be in [0, " + std::to_string(kMaxGridX) +
+                        "] (one block each), got " + std::to_string(rows));
+  return static_cast<unsigned>(rows);
 }
 
 }  // namespace modar::gpu

@@ -14,6 +14,7 @@
 #include <cublas_api.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <string>
 
 #include "modar/errors.hpp"
@@ -40,6 +41,11 @@ inline void check_cublas(cublasStatus_t status, const char* call, const char* fi
 // Host-side argument check for launchers: throws modar::ShapeError with the
 // launcher's name and the condition that failed.
 [[noreturn]] void throw_argument_error(const char* op, const std::string& what);
+
+// Grid size of a one-block-per-row launch: `rows` (named `rows_name` in the
+// message) must be in [0, 2^31 - 1], the grid's x limit; throws
+// modar::ShapeError otherwise.
+unsigned one_block_per_row(const char* op, const char* rows_name, int64_t rows);
 
 }  // namespace modar::gpu
 

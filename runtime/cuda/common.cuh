@@ -26,6 +26,16 @@ __host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
+// Blocks for a grid-stride loop over `count` elements with `threads` per
+// block: enough to cover every element once, at least 1, at most
+// kGridStrideMaxBlocks (the loop strides over the rest).
+inline constexpr int64_t kGridStrideMaxBlocks = 65536 * 4;
+inline unsigned grid_stride_blocks(int64_t count, int threads) {
+  const int64_t blocks = ceil_div(count, threads);
+  return static_cast<unsigned>(
+      blocks < 1 ? 1 : (blocks < kGridStrideMaxBlocks ? blocks : kGridStrideMaxBlocks));
+}
+
 __device__ __forceinline__ float load_float(const float* p) {
   return *p;
 }

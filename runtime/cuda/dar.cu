@@ -480,20 +480,14 @@ __global__ void __launch_bounds__(kRowThreads) write_backward_kernel(DarWritePar
   }
 }
 
-unsigned elementwise_blocks(int64_t total) {
-  const int64_t blocks = ceil_div(total, kRowThreads);
-  return static_cast<unsigned>(blocks < 65536 * 4 ? (blocks > 0 ? blocks : 1) : 65536 * 4);
-}
-
-void check_dar(const char* op, int64_t streams, int64_t tokens) {
+void check_streams(const char* op, int64_t streams) {
   MODAR_GPU_REQUIRE(op, streams >= 1 && streams <= kDarMaxStreams,
                     "streams must be in [1, " + std::to_string(kDarMaxStreams) +
                         "] on the CUDA backend, got " + std::to_string(streams));
-  MODAR_GPU_REQUIRE(op, tokens <= INT32_MAX, "too many tokens for the grid");
 }
 
 void check_coefficients(const char* op, const DarCoefficientLaunchParams& p) {
-  check_dar(op, p.streams, p.tokens);
+  check_streams(op, p.streams);
   MODAR_GPU_REQUIRE(op, p.outputs >= 2 * p.streams && p.outputs <= kDarMaxOutputs,
                     "outputs must be in [2n, " + std::to_string(kDarMaxOutputs) + "], got " +
                         std::to_string(p.outputs));
@@ -509,7 +503,7 @@ void launch_dar_coefficients_forward(const DarCoefficientLaunchParams& p, cudaSt
   check_coefficients("dar_coefficients_forward", p);
   if (p.tokens == 0)
     return;
-  const auto blocks = static_cast<unsigned>(p.tokens);
+  const unsigned blocks = one_block_per_row("dar_coefficients_forward", "tokens", p.tokens);
   if (p.type == Elem::fp32) {
     coefficients_forward_kernel<float><<<blocks, kRowThreads, 0, stream>>>(p);
   } else {
@@ -526,7 +520,7 @@ void launch_dar_coefficients_backward(const DarCoefficientLaunchParams& p, cudaS
                     "missing scratch buffers");
   if (p.tokens == 0)
     return;
-  const auto blocks = static_cast<unsigned>(p.tokens);
+  const unsigned blocks = one_block_per_row("dar_coefficients_backward", "tokens", p.tokens);
   if (p.type == Elem::fp32) {
     coefficients_backward_kernel<float><<<blocks, kRowThreads, 0, stream>>>(p);
   } else {
@@ -556,23 +550,24 @@ void launch_dar_coefficients_backward(const DarCoefficientLaunchParams& p, cudaS
 }
 
 void launch_dar_mix_forward(const DarMixParams& p, cudaStream_t stream) {
-  check_dar("dar_mix_forward", p.streams, p.tokens);
+  check_streams("dar_mix_forward", p.streams);
   if (p.tokens * p.d == 0)
     return;
   if (p.type == Elem::fp32) {
-    mix_forward_kernel<float><<<elementwise_blocks(p.tokens * p.d), kRowThreads, 0, stream>>>(p);
+    mix_forward_kernel<float>
+        <<<grid_stride_blocks(p.tokens * p.d, kRowThreads), kRowThreads, 0, stream>>>(p);
   } else {
     mix_forward_kernel<__nv_bfloat16>
-        <<<elementwise_blocks(p.tokens * p.d), kRowThreads, 0, stream>>>(p);
+        <<<grid_stride_blocks(p.tokens * p.d, kRowThreads), kRowThreads, 0, stream>>>(p);
   }
   MODAR_CUDA_CHECK_LAUNCH();
 }
 
 void launch_dar_mix_backward(const DarMixParams& p, cudaStream_t stream) {
-  check_dar("dar_mix_backward", p.streams, p.tokens);
+  check_streams("dar_mix_backward", p.streams);
   if (p.tokens == 0 || (p.dretrieved == nullptr && p.dalpha == nullptr))
     return;
-  const auto blocks = static_cast<unsigned>(p.tokens);
+  const unsigned blocks = one_block_per_row("dar_mix_backward", "tokens", p.tokens);
   if (p.type == Elem::fp32) {
     mix_backward_kernel<float><<<blocks, kRowThreads, 0, stream>>>(p);
   } else {
@@ -582,7 +577,7 @@ void launch_dar_mix_backward(const DarMixParams& p, cudaStream_t stream) {
 }
 
 void launch_dar_write_forward(const DarWriteParams& p, cudaStream_t stream) {
-  check_dar("dar_write_forward", p.streams, p.tokens);
+  check_streams("dar_write_forward", p.streams);
   MODAR_GPU_REQUIRE("dar_write_forward", (p.transport == nullptr) == (p.partial == nullptr),
                     "transport and partial must be given together");
   MODAR_GPU_REQUIRE("dar_write_forward", (p.beta == nullptr) == (p.y == nullptr),
@@ -591,22 +586,24 @@ void launch_dar_write_forward(const DarWriteParams& p, cudaStream_t stream) {
   if (total == 0)
     return;
   if (p.type == Elem::fp32) {
-    write_forward_kernel<float><<<elementwise_blocks(total), kRowThreads, 0, stream>>>(p);
+    write_forward_kernel<float>
+        <<<grid_stride_blocks(total, kRowThreads), kRowThreads, 0, stream>>>(p);
   } else {
-    write_forward_kernel<__nv_bfloat16><<<elementwise_blocks(total), kRowThreads, 0, stream>>>(p);
+    write_forward_kernel<__nv_bfloat16>
+        <<<grid_stride_blocks(total, kRowThreads), kRowThreads, 0, stream>>>(p);
   }
   MODAR_CUDA_CHECK_LAUNCH();
 }
 
 void launch_dar_write_backward(const DarWriteParams& p, cudaStream_t stream) {
-  check_dar("dar_write_backward", p.streams, p.tokens);
+  check_streams("dar_write_backward", p.streams);
   MODAR_GPU_REQUIRE("dar_write_backward", (p.transport == nullptr) == (p.partial == nullptr),
                     "transport and partial must be given together");
   MODAR_GPU_REQUIRE("dar_write_backward", (p.beta == nullptr) == (p.y == nullptr),
                     "beta and y must be given together");
   if (p.tokens == 0)
     return;
-  const auto blocks = static_cast<unsigned>(p.tokens);
+  const unsigned blocks = one_block_per_row("dar_write_backward", "tokens", p.tokens);
   if (p.type == Elem::fp32) {
     write_backward_kernel<float><<<blocks, kRowThreads, 0, stream>>>(p);
   } else {

@@ -288,13 +288,15 @@ int token_blocks(int64_t tokens) {
 
 void launch_depth_read_prefix_forward(const DepthReadPrefixParams& p, cudaStream_t stream) {
   check_dim("depth_read_prefix_forward", p.d);
-  MODAR_GPU_REQUIRE("depth_read_prefix_forward", p.sources >= 1 && p.queries_count <= 65535,
-                    "need >= 1 source and <= 65535 queries");
-  MODAR_GPU_REQUIRE("depth_read_prefix_forward", p.tokens <= INT32_MAX, "too many tokens");
+  MODAR_GPU_REQUIRE(
+      "depth_read_prefix_forward", p.sources >= 1 && p.queries_count <= 65535,
+      "need sources >= 1 and queries in [0, 65535], got sources = " + std::to_string(p.sources) +
+          ", queries = " + std::to_string(p.queries_count));
   if (p.tokens == 0 || p.queries_count == 0) {
     return;
   }
-  const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(p.queries_count));
+  const dim3 grid(one_block_per_row("depth_read_prefix_forward", "tokens", p.tokens),
+                  static_cast<unsigned>(p.queries_count));
   if (p.type == Elem::fp32) {
     prefix_forward_kernel<float><<<grid, kRowThreads, 0, stream>>>(p);
   } else {
@@ -339,11 +341,10 @@ void launch_depth_read_prefix_backward(const DepthReadPrefixParams& p, cudaStrea
 
 void launch_depth_read_merge_forward(const DepthReadMergeParams& p, cudaStream_t stream) {
   check_dim("depth_read_merge_forward", p.d);
-  MODAR_GPU_REQUIRE("depth_read_merge_forward", p.tokens <= INT32_MAX, "too many tokens");
   if (p.tokens == 0) {
     return;
   }
-  const auto blocks = static_cast<unsigned>(p.tokens);
+  const unsigned blocks = one_block_per_row("depth_read_merge_forward", "tokens", p.tokens);
   if (p.type == Elem::fp32) {
     merge_forward_kernel<float><<<blocks, kRowThreads, 0, stream>>>(p);
   } else {

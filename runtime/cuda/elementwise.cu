@@ -17,11 +17,6 @@ namespace {
 constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluC = 0.044715f;
 
-unsigned blocks_for(int64_t count) {
-  const int64_t blocks = ceil_div(count, kRowThreads);
-  return static_cast<unsigned>(blocks < 65536 * 4 ? (blocks > 0 ? blocks : 1) : 65536 * 4);
-}
-
 #define MODAR_GRID_STRIDE(i, count)                                                          \
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (count); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -139,14 +134,14 @@ void launch_fill(void* dst, int64_t count, double value, Elem type, bool is_int3
   if (count == 0)
     return;
   if (is_int32) {
-    fill_int_kernel<<<blocks_for(count), kRowThreads, 0, stream>>>(
+    fill_int_kernel<<<grid_stride_blocks(count, kRowThreads), kRowThreads, 0, stream>>>(
         static_cast<int32_t*>(dst), count, static_cast<int32_t>(llround(value)));
   } else if (type == Elem::fp32) {
-    fill_kernel<<<blocks_for(count), kRowThreads, 0, stream>>>(static_cast<float*>(dst), count,
-                                                               static_cast<float>(value));
+    fill_kernel<<<grid_stride_blocks(count, kRowThreads), kRowThreads, 0, stream>>>(
+        static_cast<float*>(dst), count, static_cast<float>(value));
   } else {
-    fill_kernel<<<blocks_for(count), kRowThreads, 0, stream>>>(static_cast<bf16*>(dst), count,
-                                                               static_cast<float>(value));
+    fill_kernel<<<grid_stride_blocks(count, kRowThreads), kRowThreads, 0, stream>>>(
+        static_cast<bf16*>(dst), count, static_cast<float>(value));
   }
   MODAR_CUDA_CHECK_LAUNCH();
 }
@@ -155,7 +150,7 @@ void launch_convert(const void* src, Elem src_type, void* dst, Elem dst_type, in
                     cudaStream_t stream) {
   if (count == 0)
     return;
-  const unsigned blocks = blocks_for(count);
+  const unsigned blocks = grid_stride_blocks(count, kRowThreads);
   if (src_type == Elem::fp32 && dst_type == Elem::bf16) {
     convert_kernel<<<blocks, kRowThreads, 0, stream>>>(static_cast<const float*>(src),
                                                        static_cast<bf16*>(dst), count);
@@ -174,9 +169,11 @@ void launch_activation(const ActivationParams& p, cudaStream_t stream) {
   if (p.count == 0)
     return;
   if (p.type == Elem::fp32) {
-    activation_kernel<float><<<blocks_for(p.count), kRowThreads, 0, stream>>>(p);
+    activation_kernel<float>
+        <<<grid_stride_blocks(p.count, kRowThreads), kRowThreads, 0, stream>>>(p);
   } else {
-    activation_kernel<bf16><<<blocks_for(p.count), kRowThreads, 0, stream>>>(p);
+    activation_kernel<bf16>
+        <<<grid_stride_blocks(p.count, kRowThreads), kRowThreads, 0, stream>>>(p);
   }
   MODAR_CUDA_CHECK_LAUNCH();
 }
@@ -186,11 +183,11 @@ void launch_add(const void* a, const void* b, void* out, int64_t count, Elem typ
   if (count == 0)
     return;
   if (type == Elem::fp32) {
-    add_kernel<<<blocks_for(count), kRowThreads, 0, stream>>>(static_cast<const float*>(a),
-                                                              static_cast<const float*>(b),
-                                                              static_cast<float*>(out), count);
+    add_kernel<<<grid_stride_blocks(count, kRowThreads), kRowThreads, 0, stream>>>(
+        static_cast<const float*>(a), static_cast<const float*>(b), static_cast<float*>(out),
+        count);
   } else {
-    add_kernel<<<blocks_for(count), kRowThreads, 0, stream>>>(
+    add_kernel<<<grid_stride_blocks(count, kRowThreads), kRowThreads, 0, stream>>>(
         static_cast<const bf16*>(a), static_cast<const bf16*>(b), static_cast<bf16*>(out), count);
   }
   MODAR_CUDA_CHECK_LAUNCH();
@@ -200,7 +197,7 @@ void launch_axpy(float alpha, const void* x, Elem x_type, void* y, Elem y_type, 
                  cudaStream_t stream) {
   if (count == 0)
     return;
-  const unsigned blocks = blocks_for(count);
+  const unsigned blocks = grid_stride_blocks(count, kRowThreads);
   if (x_type == Elem::fp32 && y_type == Elem::fp32) {
     axpy_kernel<<<blocks, kRowThreads, 0, stream>>>(alpha, static_cast<const float*>(x),
                                                     static_cast<float*>(y), count);
@@ -221,11 +218,11 @@ void launch_scale(void* x, float alpha, int64_t count, Elem type, cudaStream_t s
   if (count == 0)
     return;
   if (type == Elem::fp32) {
-    scale_kernel<<<blocks_for(count), kRowThreads, 0, stream>>>(static_cast<float*>(x), alpha,
-                                                                count);
+    scale_kernel<<<grid_stride_blocks(count, kRowThreads), kRowThreads, 0, stream>>>(
+        static_cast<float*>(x), alpha, count);
   } else {
-    scale_kernel<<<blocks_for(count), kRowThreads, 0, stream>>>(static_cast<bf16*>(x), alpha,
-                                                                count);
+    scale_kernel<<<grid_stride_blocks(count, kRowThreads), kRowThreads, 0, stream>>>(
+        static_cast<bf16*>(x), alpha, count);
   }
   MODAR_CUDA_CHECK_LAUNCH();
 }
@@ -235,11 +232,11 @@ void launch_mul_forward(const void* a, const void* b, void* out, int64_t count, 
   if (count == 0)
     return;
   if (type == Elem::fp32) {
-    mul_forward_kernel<<<blocks_for(count), kRowThreads, 0, stream>>>(
+    mul_forward_kernel<<<grid_stride_blocks(count, kRowThreads), kRowThreads, 0, stream>>>(
         static_cast<const float*>(a), static_cast<const float*>(b), static_cast<float*>(out),
         count);
   } else {
-    mul_forward_kernel<<<blocks_for(count), kRowThreads, 0, stream>>>(
+    mul_forward_kernel<<<grid_stride_blocks(count, kRowThreads), kRowThreads, 0, stream>>>(
         static_cast<const bf16*>(a), static_cast<const bf16*>(b), static_cast<bf16*>(out), count);
   }
   MODAR_CUDA_CHECK_LAUNCH();
@@ -250,11 +247,11 @@ void launch_mul_backward(const void* dout, const void* a, const void* b, void* d
   if (count == 0 || (da == nullptr && db == nullptr))
     return;
   if (type == Elem::fp32) {
-    mul_backward_kernel<<<blocks_for(count), kRowThreads, 0, stream>>>(
+    mul_backward_kernel<<<grid_stride_blocks(count, kRowThreads), kRowThreads, 0, stream>>>(
         static_cast<const float*>(dout), static_cast<const float*>(a), static_cast<const float*>(b),
         static_cast<float*>(da), static_cast<float*>(db), count);
   } else {
-    mul_backward_kernel<<<blocks_for(count), kRowThreads, 0, stream>>>(
+    mul_backward_kernel<<<grid_stride_blocks(count, kRowThreads), kRowThreads, 0, stream>>>(
         static_cast<const bf16*>(dout), static_cast<const bf16*>(a), static_cast<const bf16*>(b),
         static_cast<bf16*>(da), static_cast<bf16*>(db), count);
   }

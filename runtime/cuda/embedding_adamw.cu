@@ -17,11 +17,6 @@ namespace modar::gpu {
 
 namespace {
 
-unsigned blocks_for(int64_t count) {
-  const int64_t blocks = ceil_div(count, kRowThreads);
-  return static_cast<unsigned>(blocks < 65536 * 4 ? (blocks > 0 ? blocks : 1) : 65536 * 4);
-}
-
 template <typename S, typename T>
 __global__ void embedding_forward_kernel(const S* table, const int32_t* tokens, T* out,
                                          int64_t rows, int64_t d, int64_t vocab) {
@@ -98,7 +93,7 @@ template <typename S, typename T>
 struct EmbeddingForward {
   static void run(const void* table, const int32_t* tokens, void* out, int64_t rows, int64_t d,
                   int64_t vocab, cudaStream_t stream) {
-    embedding_forward_kernel<<<blocks_for(rows * d), kRowThreads, 0, stream>>>(
+    embedding_forward_kernel<<<grid_stride_blocks(rows * d, kRowThreads), kRowThreads, 0, stream>>>(
         static_cast<const S*>(table), tokens, static_cast<T*>(out), rows, d, vocab);
   }
 };
@@ -107,8 +102,16 @@ template <typename S, typename T>
 struct EmbeddingBackward {
   static void run(const void* dout, const int32_t* tokens, void* dtable, int64_t rows, int64_t d,
                   int64_t vocab, cudaStream_t stream) {
-    embedding_backward_kernel<<<blocks_for(rows * d), kRowThreads, 0, stream>>>(
-        static_cast<const S*>(dout), tokens, static_cast<T*>(dtable), rows, d, vocab);
+    embedding_backward_kernel<<<grid_stride_blocks(rows * d, kRowThreads), kRowThreads, 0,
+                                stream>>>(static_cast<const S*>(dout), tokens,
+                                          static_cast<T*>(dtable), rows, d, vocab);
+  }
+};
+
+template <typename G, typename L>
+struct AdamW {
+  static void run(const AdamWLaunchParams& p, cudaStream_t stream) {
+    adamw_kernel<G, L><<<grid_stride_blocks(p.count, kRowThreads), kRowThreads, 0, stream>>>(p);
   }
 };
 
@@ -133,21 +136,12 @@ void launch_embedding_backward(const void* dout, Elem dout_type, const int32_t* 
 
 void launch_adamw(const AdamWLaunchParams& p, cudaStream_t stream) {
   MODAR_GPU_REQUIRE("adamw_update", p.bias_correction1 > 0.0f && p.bias_correction2 > 0.0f,
-                    "bias corrections must be > 0 (step >= 1)");
+                    "bias corrections must be > 0 (step >= 1), got " +
+                        std::to_string(p.bias_correction1) + " and " +
+                        std::to_string(p.bias_correction2));
   if (p.count == 0)
     return;
-  const unsigned blocks = blocks_for(p.count);
-  const bool grad_fp32 = p.grad_type == Elem::fp32;
-  const bool lowp_fp32 = p.lowp_type == Elem::fp32;
-  if (grad_fp32 && lowp_fp32) {
-    adamw_kernel<float, float><<<blocks, kRowThreads, 0, stream>>>(p);
-  } else if (grad_fp32) {
-    adamw_kernel<float, __nv_bfloat16><<<blocks, kRowThreads, 0, stream>>>(p);
-  } else if (lowp_fp32) {
-    adamw_kernel<__nv_bfloat16, float><<<blocks, kRowThreads, 0, stream>>>(p);
-  } else {
-    adamw_kernel<__nv_bfloat16, __nv_bfloat16><<<blocks, kRowThreads, 0, stream>>>(p);
-  }
+  dispatch_two<AdamW>(p.grad_type, p.lowp_type, p, stream);
   MODAR_CUDA_CHECK_LAUNCH();
 }
 

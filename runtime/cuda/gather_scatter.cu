@@ -118,18 +118,20 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
-void check_rows(const char* op, const RoutedRowsParams& p) {
-  MODAR_GPU_REQUIRE(op, p.batch >= 0 && p.k >= 0 && p.d > 0 && p.seq_len > 0,
-                    "need batch, k >= 0 and d, seq_len > 0");
-  MODAR_GPU_REQUIRE(op, p.batch * p.k <= INT32_MAX, "batch * k exceeds the grid limit");
+unsigned check_rows(const char* op, const RoutedRowsParams& p) {
+  MODAR_GPU_REQUIRE(
+      op, p.batch >= 0 && p.k >= 0 && p.d > 0 && p.seq_len > 0,
+      "need batch, k >= 0 and d, seq_len > 0, got batch = " + std::to_string(p.batch) +
+          ", k = " + std::to_string(p.k) + ", d = " + std::to_string(p.d) +
+          ", seq_len = " + std::to_string(p.seq_len));
+  return one_block_per_row(op, "batch * k", p.batch * p.k);
 }
 
 }  // namespace
 
 void launch_gather_rows_forward(const RoutedRowsParams& p, const void* x, void* out,
                                 cudaStream_t stream) {
-  check_rows("gather_rows_forward", p);
-  const auto blocks = static_cast<unsigned>(p.batch * p.k);
+  const unsigned blocks = check_rows("gather_rows_forward", p);
   if (blocks == 0)
     return;
   if (p.type == Elem::fp32) {
@@ -144,8 +146,7 @@ void launch_gather_rows_forward(const RoutedRowsParams& p, const void* x, void* 
 
 void launch_gather_rows_backward(const RoutedRowsParams& p, const void* dout, void* dx,
                                  cudaStream_t stream) {
-  check_rows("gather_rows_backward", p);
-  const auto blocks = static_cast<unsigned>(p.batch * p.k);
+  const unsigned blocks = check_rows("gather_rows_backward", p);
   if (blocks == 0)
     return;
   if (p.type == Elem::fp32) {
@@ -161,8 +162,7 @@ void launch_gather_rows_backward(const RoutedRowsParams& p, const void* dout, vo
 void launch_scatter_add_scaled_forward(const RoutedRowsParams& p, void* x,
                                        const float* router_logits, const void* delta, GateKind gate,
                                        cudaStream_t stream) {
-  check_rows("scatter_add_scaled_forward", p);
-  const auto blocks = static_cast<unsigned>(p.batch * p.k);
+  const unsigned blocks = check_rows("scatter_add_scaled_forward", p);
   if (blocks == 0)
     return;
   if (p.type == Elem::fp32) {
@@ -180,8 +180,7 @@ void launch_scatter_add_scaled_backward(const RoutedRowsParams& p, const void* d
                                         const float* router_logits, const void* delta,
                                         GateKind gate, void* ddelta, float* drouter_logits,
                                         cudaStream_t stream) {
-  check_rows("scatter_add_scaled_backward", p);
-  const auto blocks = static_cast<unsigned>(p.batch * p.k);
+  const unsigned blocks = check_rows("scatter_add_scaled_backward", p);
   if (blocks == 0 || (ddelta == nullptr && drouter_logits == nullptr))
     return;
   if (p.type == Elem::fp32) {

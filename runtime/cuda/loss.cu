@@ -120,15 +120,14 @@ __global__ void bce_backward_kernel(float scale, const float* logits, const floa
 
 void launch_cross_entropy_forward(const CrossEntropyParams& p, cudaStream_t stream) {
   MODAR_GPU_REQUIRE("cross_entropy_forward", p.vocab > 0 && p.row_scratch != nullptr,
-                    "need vocab > 0 and the row scratch");
-  MODAR_GPU_REQUIRE("cross_entropy_forward", p.rows <= INT32_MAX, "too many rows for the grid");
+                    "need vocab > 0 and the row scratch, got vocab = " + std::to_string(p.vocab));
   if (p.rows == 0) {
     if (p.loss != nullptr) {
       MODAR_CUDA_CHECK(cudaMemsetAsync(p.loss, 0, sizeof(float), stream));
     }
     return;
   }
-  const auto blocks = static_cast<unsigned>(p.rows);
+  const unsigned blocks = one_block_per_row("cross_entropy_forward", "rows", p.rows);
   if (p.type == Elem::fp32) {
     cross_entropy_rows_kernel<float><<<blocks, kRowThreads, 0, stream>>>(p);
   } else {
@@ -144,12 +143,12 @@ void launch_cross_entropy_forward(const CrossEntropyParams& p, cudaStream_t stre
 
 void launch_cross_entropy_backward(const CrossEntropyParams& p, cudaStream_t stream) {
   MODAR_GPU_REQUIRE("cross_entropy_backward", p.vocab > 0 && p.count_scratch != nullptr,
-                    "need vocab > 0 and the count scratch");
+                    "need vocab > 0 and the count scratch, got vocab = " + std::to_string(p.vocab));
   if (p.rows == 0)
     return;
+  const unsigned blocks = one_block_per_row("cross_entropy_backward", "rows", p.rows);
   count_targets_kernel<<<1, kReduceThreads, 0, stream>>>(p.targets, p.rows, p.count_scratch);
   MODAR_CUDA_CHECK_LAUNCH();
-  const auto blocks = static_cast<unsigned>(p.rows);
   if (p.type == Elem::fp32) {
     cross_entropy_backward_kernel<float><<<blocks, kRowThreads, 0, stream>>>(p);
   } else {
@@ -160,17 +159,18 @@ void launch_cross_entropy_backward(const CrossEntropyParams& p, cudaStream_t str
 
 void launch_bce_with_logits_forward(const float* logits, const float* targets, float* loss,
                                     int64_t rows, cudaStream_t stream) {
-  MODAR_GPU_REQUIRE("bce_with_logits_forward", rows > 0, "need rows > 0");
+  MODAR_GPU_REQUIRE("bce_with_logits_forward", rows > 0,
+                    "need rows > 0, got " + std::to_string(rows));
   bce_forward_kernel<<<1, kReduceThreads, 0, stream>>>(logits, targets, loss, rows);
   MODAR_CUDA_CHECK_LAUNCH();
 }
 
 void launch_bce_with_logits_backward(float dloss, const float* logits, const float* targets,
                                      float* dlogits, int64_t rows, cudaStream_t stream) {
-  MODAR_GPU_REQUIRE("bce_with_logits_backward", rows > 0, "need rows > 0");
-  const int64_t blocks = ceil_div(rows, kRowThreads);
-  bce_backward_kernel<<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), kRowThreads, 0,
-                        stream>>>(dloss / static_cast<float>(rows), logits, targets, dlogits, rows);
+  MODAR_GPU_REQUIRE("bce_with_logits_backward", rows > 0,
+                    "need rows > 0, got " + std::to_string(rows));
+  bce_backward_kernel<<<grid_stride_blocks(rows, kRowThreads), kRowThreads, 0, stream>>>(
+      dloss / static_cast<float>(rows), logits, targets, dlogits, rows);
   MODAR_CUDA_CHECK_LAUNCH();
 }
 

@@ -115,12 +115,11 @@ void launch_reduce_partials(const float* partial, int splits, int64_t columns, v
 
 void launch_rmsnorm_forward(const RmsNormParams& params, cudaStream_t stream) {
   MODAR_GPU_REQUIRE("rmsnorm_forward", params.d > 0 && params.rstd != nullptr,
-                    "need d > 0 and an rstd output");
+                    "need d > 0 and an rstd output, got d = " + std::to_string(params.d));
   if (params.rows == 0) {
     return;
   }
-  MODAR_GPU_REQUIRE("rmsnorm_forward", params.rows <= INT32_MAX, "rows exceed the grid limit");
-  const auto blocks = static_cast<unsigned>(params.rows);
+  const unsigned blocks = one_block_per_row("rmsnorm_forward", "rows", params.rows);
   if (params.type == Elem::fp32) {
     rmsnorm_forward_kernel<float><<<blocks, kRowThreads, 0, stream>>>(params);
   } else {
@@ -130,16 +129,16 @@ void launch_rmsnorm_forward(const RmsNormParams& params, cudaStream_t stream) {
 }
 
 void launch_rmsnorm_backward(const RmsNormBackwardParams& params, cudaStream_t stream) {
-  MODAR_GPU_REQUIRE("rmsnorm_backward", params.d > 0, "need d > 0");
+  MODAR_GPU_REQUIRE("rmsnorm_backward", params.d > 0,
+                    "need d > 0, got d = " + std::to_string(params.d));
   MODAR_GPU_REQUIRE("rmsnorm_backward",
                     params.dweight == nullptr || (params.weight != nullptr && params.partial),
                     "a weight gradient needs the weight and partial-sum scratch");
   if (params.rows == 0) {
     return;
   }
-  MODAR_GPU_REQUIRE("rmsnorm_backward", params.rows <= INT32_MAX, "rows exceed the grid limit");
   if (params.dx != nullptr) {
-    const auto blocks = static_cast<unsigned>(params.rows);
+    const unsigned blocks = one_block_per_row("rmsnorm_backward", "rows", params.rows);
     if (params.type == Elem::fp32) {
       rmsnorm_dx_kernel<float><<<blocks, kRowThreads, 0, stream>>>(params);
     } else {

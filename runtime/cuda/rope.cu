@@ -56,8 +56,7 @@ void launch_rope(const RopeLaunchParams& p, cudaStream_t stream) {
   if (pairs == 0) {
     return;
   }
-  const int64_t wanted = ceil_div(pairs, kRowThreads);
-  const auto blocks = static_cast<unsigned>(wanted < 65536 * 4 ? wanted : 65536 * 4);
+  const unsigned blocks = grid_stride_blocks(pairs, kRowThreads);
   if (p.type == Elem::fp32) {
     rope_kernel<float><<<blocks, kRowThreads, 0, stream>>>(p);
   } else {

@@ -241,11 +241,6 @@ __global__ void topk_mask_kernel(const int32_t* indices, T* mask, int64_t batch,
   }
 }
 
-int grid_for(int64_t elements, int threads) {
-  const int64_t blocks = ceil_div(elements, threads);
-  return static_cast<int>(blocks < 65535 * 8 ? (blocks > 0 ? blocks : 1) : 65535 * 8);
-}
-
 }  // namespace
 
 void launch_router_forward(const void* x, const void* w, float* logits, int64_t rows, int64_t d,
@@ -273,7 +268,7 @@ void launch_router_backward(const float* dlogits, const void* x, const void* w, 
     return;
   }
   if (dx != nullptr) {
-    const int blocks = grid_for(rows * d, kRowThreads);
+    const unsigned blocks = grid_stride_blocks(rows * d, kRowThreads);
     if (type == Elem::fp32) {
       router_dx_kernel<<<blocks, kRowThreads, 0, stream>>>(dlogits, static_cast<const float*>(w),
                                                            static_cast<float*>(dx), rows, d);
@@ -307,8 +302,8 @@ void launch_topk(const TopkParams& params, cudaStream_t stream) {
   }
   const bool cache = params.seq_len <= kCachedKeysMax;
   const size_t shared_bytes = cache ? static_cast<size_t>(params.seq_len) * sizeof(uint32_t) : 0;
-  topk_kernel<<<static_cast<unsigned>(params.batch), kTopkThreads, shared_bytes, stream>>>(
-      params, cache ? 1 : 0);
+  topk_kernel<<<one_block_per_row("topk", "batch", params.batch), kTopkThreads, shared_bytes,
+                stream>>>(params, cache ? 1 : 0);
   MODAR_CUDA_CHECK_LAUNCH();
 }
 
@@ -317,12 +312,13 @@ void launch_topk_mask(const int32_t* indices, void* mask, int64_t batch, int64_t
   if (batch == 0) {
     return;
   }
+  const unsigned blocks = one_block_per_row("topk_mask", "batch", batch);
   if (type == Elem::fp32) {
-    topk_mask_kernel<<<static_cast<unsigned>(batch), kRowThreads, 0, stream>>>(
-        indices, static_cast<float*>(mask), batch, seq_len, k);
+    topk_mask_kernel<<<blocks, kRowThreads, 0, stream>>>(indices, static_cast<float*>(mask), batch,
+                                                         seq_len, k);
   } else {
-    topk_mask_kernel<<<static_cast<unsigned>(batch), kRowThreads, 0, stream>>>(
-        indices, static_cast<__nv_bfloat16*>(mask), batch, seq_len, k);
+    topk_mask_kernel<<<blocks, kRowThreads, 0, stream>>>(indices, static_cast<__nv_bfloat16*>(mask),
+                                                         batch, seq_len, k);
   }
   MODAR_CUDA_CHECK_LAUNCH();
 }
