@@ -74,7 +74,9 @@ DepthResidual::DepthResidual(ParameterSet& params, const Context& ctx, const Dep
                       ": attnres uses 1 stream, the DAR variants need >= 2");
   }
   if (options.branches_per_block < 1 || options.total_branches < 1) {
-    throw ConfigError("dar.block_layers: branches per block must be >= 1");
+    throw ConfigError("dar.block_layers: branches per block and total branches must be >= 1, got " +
+                      std::to_string(options.branches_per_block) + " and " +
+                      std::to_string(options.total_branches));
   }
   const int64_t queries = options.total_branches + 1;
   const ScalarType stats = ctx.stats();
