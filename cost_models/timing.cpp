@@ -266,7 +266,9 @@ TimingModel& TimingModel::operator=(TimingModel&& other) noexcept {
   return *this;
 }
 
-double TimingModel::roofline_from_cost_s(DType dtype, double executed_flops, double bytes) const {
+[[gnu::always_inline]] inline double TimingModel::roofline_from_cost_s(DType dtype,
+                                                                       double executed_flops,
+                                                                       double bytes) const {
   const double per_flop = (dtype == DType::fp32 || dtype == DType::fp64) ? seconds_per_flop_fp32_
                                                                          : seconds_per_flop_bf16_;
   return std::max(executed_flops * per_flop, bytes * seconds_per_byte_) + launch_overhead_s_;
