@@ -4,7 +4,10 @@
 // Cross-entropy, rows with target >= 0 (count = their number):
 //   lse_i = log sum_v exp(logit_iv),  loss = (1 / count) sum_i (lse_i - logit_i,target)
 //   dlogit_iv += dloss (softmax_iv - [v == target]) / count
-// (ignored rows: lse is still written, no loss, no gradient; count = 0 -> loss 0).
+// (ignored rows, target < 0 or >= vocab: lse is still written, no loss, no
+// gradient; count = 0 -> loss 0).  Targets are data the CUDA backend does not
+// range-check (the CPU backend does), so an out-of-range target is ignored
+// rather than read out of bounds.
 // One block per row (two passes over the vocabulary: max, then sum of exp);
 // the mean is a single-block reduction over the per-row losses, in a fixed
 // order (deterministic).
@@ -18,6 +21,10 @@ namespace modar::gpu {
 namespace {
 
 constexpr int kReduceThreads = 1024;
+
+__device__ __forceinline__ bool counted_target(int32_t target, int64_t vocab) {
+  return target >= 0 && target < vocab;
+}
 
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads) cross_entropy_rows_kernel(CrossEntropyParams p) {
@@ -38,20 +45,20 @@ __global__ void __launch_bounds__(kRowThreads) cross_entropy_rows_kernel(CrossEn
     const float lse = row_max + logf(sum);
     p.lse[row] = lse;
     const int32_t target = p.targets[row];
-    p.row_scratch[row] = target >= 0 && target < p.vocab ? lse - load_float(logits + target) : 0.0f;
+    p.row_scratch[row] = counted_target(target, p.vocab) ? lse - load_float(logits + target) : 0.0f;
   }
 }
 
-// Single block: loss[0] = sum(row losses) / count(targets >= 0).
+// Single block: loss[0] = sum(row losses) / count(counted targets).
 __global__ void __launch_bounds__(kReduceThreads)
     cross_entropy_mean_kernel(const float* row_losses, const int32_t* targets, int64_t rows,
-                              float* loss) {
+                              int64_t vocab, float* loss) {
   __shared__ float scratch[32];
   float sum = 0.0f;
   float count = 0.0f;
   for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
     sum += row_losses[i];
-    count += targets[i] >= 0 ? 1.0f : 0.0f;
+    count += counted_target(targets[i], vocab) ? 1.0f : 0.0f;
   }
   sum = block_sum(sum, scratch);
   count = block_sum(count, scratch);
@@ -61,11 +68,11 @@ __global__ void __launch_bounds__(kReduceThreads)
 }
 
 __global__ void __launch_bounds__(kReduceThreads)
-    count_targets_kernel(const int32_t* targets, int64_t rows, float* count) {
+    count_targets_kernel(const int32_t* targets, int64_t rows, int64_t vocab, float* count) {
   __shared__ float scratch[32];
   float local = 0.0f;
   for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
-    local += targets[i] >= 0 ? 1.0f : 0.0f;
+    local += counted_target(targets[i], vocab) ? 1.0f : 0.0f;
   }
   local = block_sum(local, scratch);
   if (threadIdx.x == 0) {
@@ -77,7 +84,7 @@ template <typename T>
 __global__ void __launch_bounds__(kRowThreads) cross_entropy_backward_kernel(CrossEntropyParams p) {
   const int64_t row = blockIdx.x;
   const int32_t target = p.targets[row];
-  if (target < 0) {
+  if (!counted_target(target, p.vocab)) {
     return;
   }
   const float scale = p.dloss / p.count_scratch[0];
@@ -136,7 +143,7 @@ void launch_cross_entropy_forward(const CrossEntropyParams& p, cudaStream_t stre
   MODAR_CUDA_CHECK_LAUNCH();
   if (p.loss != nullptr) {
     cross_entropy_mean_kernel<<<1, kReduceThreads, 0, stream>>>(p.row_scratch, p.targets, p.rows,
-                                                                p.loss);
+                                                                p.vocab, p.loss);
     MODAR_CUDA_CHECK_LAUNCH();
   }
 }
@@ -147,7 +154,8 @@ void launch_cross_entropy_backward(const CrossEntropyParams& p, cudaStream_t str
   if (p.rows == 0)
     return;
   const unsigned blocks = one_block_per_row("cross_entropy_backward", "rows", p.rows);
-  count_targets_kernel<<<1, kReduceThreads, 0, stream>>>(p.targets, p.rows, p.count_scratch);
+  count_targets_kernel<<<1, kReduceThreads, 0, stream>>>(p.targets, p.rows, p.vocab,
+                                                         p.count_scratch);
   MODAR_CUDA_CHECK_LAUNCH();
   if (p.type == Elem::fp32) {
     cross_entropy_backward_kernel<float><<<blocks, kRowThreads, 0, stream>>>(p);
