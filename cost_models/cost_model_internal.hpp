@@ -55,6 +55,11 @@ class OpConsumer {
 // (total_params sizes the optimizer update).
 void lower_streaming(const Config& config, StepKind step, double total_params,
                      OpConsumer& consumer);
+// The same for estimate_into's own consumer (step_accumulator.hpp), called
+// directly instead of through the virtual take().
+class StepAccumulator;
+void lower_streaming(const Config& config, StepKind step, double total_params,
+                     StepAccumulator& consumer);
 
 // Counts from an already lowered op list (one micro-batch).
 FlopCounts flop_counts_from_ops(const Config& config, StepKind step, const OpList& ops);

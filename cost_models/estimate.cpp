@@ -7,6 +7,7 @@
 // tokens/s = tokens per step / step time (all devices); MFU = model FLOPs per
 // step / (step time x peak x devices), HFU the same with recompute FLOPs.
 #include "cost_model_internal.hpp"
+#include "step_accumulator.hpp"
 
 namespace modar {
 
@@ -60,55 +61,6 @@ std::string conventions_text(const Config& config, const DeviceProfile& profile,
   return text;
 }
 
-namespace {
-
-// Sums FLOPs and op times as the lowering streams the ops.
-class StepAccumulator final : public detail::OpConsumer {
- public:
-  StepAccumulator(const TimingModel& timing, TimeEstimate& time, int64_t accumulation)
-      : timing_(timing), time_(time), accumulation_(static_cast<double>(accumulation)) {}
-
-  void take(const OpRecord& op) override {
-    sums.add(op);
-    TimingModel::Source source = TimingModel::Source::roofline;
-    const double one_s = timing_.op_time_s(op, &source);
-    const double multiplicity = static_cast<double>(op.multiplicity);
-    const bool per_step = op.shape.kind == OpKind::optimizer_update;
-    const double copies = per_step ? multiplicity : multiplicity * accumulation_;
-    const double seconds = one_s * copies;
-    if (per_step) {
-      time_.optimizer_s += seconds;
-    } else {
-      time_.micro_batch_s += one_s * multiplicity;
-    }
-    OpKindTime& bucket = time_.by_kind[static_cast<size_t>(op.shape.kind)];
-    bucket.count += static_cast<int64_t>(copies);
-    bucket.flops += op.flops * copies;
-    bucket.bytes += op.bytes * copies;
-    bucket.time_s += seconds;
-    switch (source) {
-      case TimingModel::Source::interpolated:
-        ++time_.ops_interpolated;
-        break;
-      case TimingModel::Source::extrapolated:
-        ++time_.ops_extrapolated;
-        break;
-      case TimingModel::Source::roofline:
-        ++time_.ops_roofline;
-        break;
-    }
-  }
-
-  detail::FlopAccumulator sums;
-
- private:
-  const TimingModel& timing_;
-  TimeEstimate& time_;
-  const double accumulation_;
-};
-
-}  // namespace
-
 void estimate_into(const Config& config, const TimingModel& timing, StepKind step,
                    OpList& /*scratch*/, Estimate& out) {
   const DeviceProfile& profile = timing.profile();
@@ -122,7 +74,7 @@ void estimate_into(const Config& config, const TimingModel& timing, StepKind ste
   }
   const int64_t accumulation = step == StepKind::train ? detail::accumulation_steps(config) : 1;
   time.accumulation_steps = accumulation;
-  StepAccumulator accumulator(timing, time, accumulation);
+  detail::StepAccumulator accumulator(timing, time, accumulation);
   detail::lower_streaming(config, step, out.params.total, accumulator);
   const detail::FlopAccumulator& sums = accumulator.sums;
   out.flops = sums.finish(config, step);

@@ -38,6 +38,7 @@
 #include <cmath>
 
 #include "cost_model_internal.hpp"
+#include "step_accumulator.hpp"
 
 namespace modar {
 
@@ -262,6 +263,10 @@ struct LinearLabels {
   const char* wgrad;
 };
 
+// Stream: the consumer type of streaming mode (detail::OpConsumer for any
+// consumer through a virtual call; a final consumer class for a direct,
+// inlinable one: estimate_into's StepAccumulator).
+template <class Stream>
 class Lowerer {
  public:
   // Record mode: ops go to the three lists (forward, recompute, backward).
@@ -269,7 +274,7 @@ class Lowerer {
   // made and nothing is stored (estimate_into's hot path; sums do not depend
   // on the order).
   Lowerer(const Config& config, StepKind step, OpList& ops, OpList& recompute, OpList& backward,
-          detail::OpConsumer* stream)
+          Stream* stream)
       : config_(config),
         train_(step == StepKind::train),
         dtype_(config.train.dtype),
@@ -416,12 +421,13 @@ class Lowerer {
   OpList& ops_;
   OpList& recompute_;
   OpList& backward_;
-  detail::OpConsumer* stream_;
+  Stream* stream_;
   LayerCounts counts_;
 };
 
-void Lowerer::attention_branch(int64_t rows, int64_t sequences, int64_t query_len, int64_t key_len,
-                               bool causal, int64_t multiplicity) {
+template <class Stream>
+void Lowerer<Stream>::attention_branch(int64_t rows, int64_t sequences, int64_t query_len,
+                                       int64_t key_len, bool causal, int64_t multiplicity) {
   const ModelConfig& m = config_.model;
   const int64_t heads = m.n_heads;
   const int64_t kv_heads = m.resolved_kv_heads();
@@ -439,7 +445,8 @@ void Lowerer::attention_branch(int64_t rows, int64_t sequences, int64_t query_le
          {"attn.out", "attn.out.dgrad", "attn.out.wgrad"}, Recomputed::full_only);
 }
 
-void Lowerer::mlp_branch(int64_t rows, int64_t multiplicity) {
+template <class Stream>
+void Lowerer<Stream>::mlp_branch(int64_t rows, int64_t multiplicity) {
   const ModelConfig& m = config_.model;
   const int64_t d_ff = m.resolved_d_ff();
   const bool swiglu = m.mlp == MlpKind::swiglu;
@@ -462,7 +469,8 @@ void Lowerer::mlp_branch(int64_t rows, int64_t multiplicity) {
          Recomputed::full_only);
 }
 
-void Lowerer::router(int64_t rows, int64_t multiplicity) {
+template <class Stream>
+void Lowerer<Stream>::router(int64_t rows, int64_t multiplicity) {
   const ModelConfig& m = config_.model;
   const ModConfig& mod = config_.mod;
   const bool use_predictor = mod.causal_router == CausalRouter::predictor;
@@ -495,7 +503,8 @@ void Lowerer::router(int64_t rows, int64_t multiplicity) {
   }
 }
 
-void Lowerer::layers_plain() {
+template <class Stream>
+void Lowerer<Stream>::layers_plain() {
   const int64_t T = tokens();
   const int64_t full = counts_.full_layers;
   const int64_t routed = counts_.routed_layers;
@@ -521,7 +530,8 @@ void Lowerer::layers_plain() {
 //   0 = first branch of a block (i = 1): R = o (no merge), P = beta y;
 //   1 = middle branch (2 <= i < S):     merge, P = M(rho) P + beta y;
 //   2 = last branch (i = S):            merge, P = ..., emit the bank entry's rstd.
-void Lowerer::dar_branch_ops(int64_t branch_class, int64_t multiplicity) {
+template <class Stream>
+void Lowerer<Stream>::dar_branch_ops(int64_t branch_class, int64_t multiplicity) {
   const int64_t T = tokens();
   const int64_t n = counts_.dar_streams;
   const int64_t width = config_.model.d_model;
@@ -537,7 +547,8 @@ void Lowerer::dar_branch_ops(int64_t branch_class, int64_t multiplicity) {
   }
 }
 
-void Lowerer::layers_with_depth_reads() {
+template <class Stream>
+void Lowerer<Stream>::layers_with_depth_reads() {
   const int64_t T = tokens();
   const int64_t layers = config_.model.n_layers;
   const int64_t K = config_.dar.block_layers;
@@ -612,7 +623,8 @@ void Lowerer::layers_with_depth_reads() {
   }
 }
 
-void Lowerer::run() {
+template <class Stream>
+void Lowerer<Stream>::run() {
   counts_ = layer_counts(config_);
   const ModelConfig& m = config_.model;
   const int64_t T = tokens();
@@ -656,7 +668,7 @@ void lower_into(const Config& config, StepKind step, OpList& ops) {
   ops.clear();
   recompute.clear();
   backward.clear();
-  Lowerer lowerer(config, step, ops, recompute, backward, nullptr);
+  Lowerer<detail::OpConsumer> lowerer(config, step, ops, recompute, backward, nullptr);
   lowerer.run();
   ops.insert(ops.end(), recompute.begin(), recompute.end());
   ops.insert(ops.end(), backward.rbegin(), backward.rend());
@@ -667,14 +679,28 @@ void lower_into(const Config& config, StepKind step, OpList& ops) {
 
 namespace detail {
 
-void lower_streaming(const Config& config, StepKind step, double total_params,
-                     OpConsumer& consumer) {
+namespace {
+
+template <class Stream>
+void stream_lowering(const Config& config, StepKind step, double total_params, Stream& consumer) {
   thread_local OpList unused;
-  Lowerer lowerer(config, step, unused, unused, unused, &consumer);
+  Lowerer<Stream> lowerer(config, step, unused, unused, unused, &consumer);
   lowerer.run();
   if (step == StepKind::train) {
     consumer.take(optimizer_update(config, total_params));
   }
+}
+
+}  // namespace
+
+void lower_streaming(const Config& config, StepKind step, double total_params,
+                     OpConsumer& consumer) {
+  stream_lowering(config, step, total_params, consumer);
+}
+
+void lower_streaming(const Config& config, StepKind step, double total_params,
+                     StepAccumulator& consumer) {
+  stream_lowering(config, step, total_params, consumer);
 }
 
 }  // namespace detail

@@ -1,0 +1,56 @@
+// estimate_into's consumer of the streamed lowering: sums FLOPs and op times.
+// In a header so that lowering.cpp's Lowerer<StepAccumulator> calls it
+// directly (no virtual call) and inlines it per emission site.
+#pragma once
+
+#include "cost_model_internal.hpp"
+
+namespace modar::detail {
+
+// Sums FLOPs and op times as the lowering streams the ops.
+class StepAccumulator final : public OpConsumer {
+ public:
+  StepAccumulator(const TimingModel& timing, TimeEstimate& time, int64_t accumulation)
+      : timing_(timing), time_(time), accumulation_(static_cast<double>(accumulation)) {}
+
+  // Defined here so that the lowering inlines it at every emission site.
+  void take(const OpRecord& op) override {
+    sums.add(op);
+    TimingModel::Source source = TimingModel::Source::roofline;
+    const double one_s = timing_.op_time_s(op, &source);
+    const double multiplicity = static_cast<double>(op.multiplicity);
+    const bool per_step = op.shape.kind == OpKind::optimizer_update;
+    const double copies = per_step ? multiplicity : multiplicity * accumulation_;
+    const double seconds = one_s * copies;
+    if (per_step) {
+      time_.optimizer_s += seconds;
+    } else {
+      time_.micro_batch_s += one_s * multiplicity;
+    }
+    OpKindTime& bucket = time_.by_kind[static_cast<size_t>(op.shape.kind)];
+    bucket.count += static_cast<int64_t>(copies);
+    bucket.flops += op.flops * copies;
+    bucket.bytes += op.bytes * copies;
+    bucket.time_s += seconds;
+    switch (source) {
+      case TimingModel::Source::interpolated:
+        ++time_.ops_interpolated;
+        break;
+      case TimingModel::Source::extrapolated:
+        ++time_.ops_extrapolated;
+        break;
+      case TimingModel::Source::roofline:
+        ++time_.ops_roofline;
+        break;
+    }
+  }
+
+  FlopAccumulator sums;
+
+ private:
+  const TimingModel& timing_;
+  TimeEstimate& time_;
+  const double accumulation_;
+};
+
+}  // namespace modar::detail
