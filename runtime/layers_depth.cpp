@@ -200,28 +200,32 @@ TensorView DepthResidual::read(const Context& ctx, int64_t branch) {
                                   select(state->retrieved, j), select(state->merge_weight, j));
     }
   }
-  TensorView h;
-  if (n == 1) {
-    h = select(state->retrieved, 0);
-  } else {
-    state->alpha = ctx.make({tokens_, n}, ctx.stats());
-    state->beta = ctx.make({tokens_, n}, ctx.stats());
-    if (i > 0) {
-      state->transport = ctx.make({tokens_, n, n}, ctx.stats());
-    }
-    state->z_rstd = ctx.make({tokens_}, ctx.stats());
-    DarCoefficientParams params;
-    params.eps = options_.norm_eps;
-    const size_t l = static_cast<size_t>(branch);
-    be.dar_coefficients_forward(state->retrieved, coef_weight_[l]->value, coef_bias_[l]->value,
-                                coef_scale_[l]->value, state->alpha, state->beta, state->transport,
-                                state->z_rstd, params);
-    state->h = ctx.make({tokens_, d_});
-    be.dar_mix_forward(state->retrieved, state->alpha, state->h);
-    h = state->h.view();
-  }
+  const TensorView h = mix_retrieved(ctx, *state, branch, i > 0);
   branch_states_[static_cast<size_t>(branch)] = std::move(state);
   return h;
+}
+
+TensorView DepthResidual::mix_retrieved(const Context& ctx, BranchState& state,
+                                        int64_t coefficients, bool with_transport) {
+  const int64_t n = options_.streams;
+  if (n == 1) {
+    return select(state.retrieved, 0);
+  }
+  state.alpha = ctx.make({tokens_, n}, ctx.stats());
+  state.beta = ctx.make({tokens_, n}, ctx.stats());
+  if (with_transport) {
+    state.transport = ctx.make({tokens_, n, n}, ctx.stats());
+  }
+  state.z_rstd = ctx.make({tokens_}, ctx.stats());
+  DarCoefficientParams params;
+  params.eps = options_.norm_eps;
+  const size_t l = static_cast<size_t>(coefficients);
+  ctx.backend.dar_coefficients_forward(state.retrieved, coef_weight_[l]->value,
+                                       coef_bias_[l]->value, coef_scale_[l]->value, state.alpha,
+                                       state.beta, state.transport, state.z_rstd, params);
+  state.h = ctx.make({tokens_, d_});
+  ctx.backend.dar_mix_forward(state.retrieved, state.alpha, state.h);
+  return state.h.view();
 }
 
 void DepthResidual::write(const Context& ctx, int64_t branch, const TensorView& y_in) {
@@ -283,23 +287,7 @@ TensorView DepthResidual::read_output(const Context& ctx) {
                                  reshape(select(state->retrieved, j), {1, tokens_, d_}),
                                  reshape(select(state->out_lse, j), {1, tokens_}));
   }
-  TensorView h;
-  if (n == 1) {
-    h = select(state->retrieved, 0);
-  } else {
-    state->alpha = ctx.make({tokens_, n}, ctx.stats());
-    state->beta = ctx.make({tokens_, n}, ctx.stats());
-    state->z_rstd = ctx.make({tokens_}, ctx.stats());
-    DarCoefficientParams params;
-    params.eps = options_.norm_eps;
-    const size_t l = static_cast<size_t>(last);
-    be.dar_coefficients_forward(state->retrieved, coef_weight_[l]->value, coef_bias_[l]->value,
-                                coef_scale_[l]->value, state->alpha, state->beta, TensorView{},
-                                state->z_rstd, params);
-    state->h = ctx.make({tokens_, d_});
-    be.dar_mix_forward(state->retrieved, state->alpha, state->h);
-    h = state->h.view();
-  }
+  const TensorView h = mix_retrieved(ctx, *state, last, false);
   output_state_ = std::move(state);
   return h;
 }

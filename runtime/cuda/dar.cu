@@ -422,7 +422,7 @@ __global__ void __launch_bounds__(kRowThreads) write_backward_kernel(DarWritePar
   T* dpartial = static_cast<T*>(p.dpartial);
   T* dy = static_cast<T*>(p.dy);
   const float* m = p.transport != nullptr ? p.transport + t * n * n : nullptr;
-  // dots[j * n + k] = <dout[j], P[k]>, dots[n*n + j] = <dout[j], y>
+  // dots[j * kMaxN + k] = <dout[j], P[k]>, dots[kMaxN * kMaxN + j] = <dout[j], y>
   float dots[kMaxDots];
 #pragma unroll
   for (int i = 0; i < kMaxDots; ++i)

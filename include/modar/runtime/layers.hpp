@@ -410,6 +410,11 @@ class DepthResidual {
   int64_t block_size(int64_t block) const;
   void start_block(const Context& ctx, int64_t block);
   void prefix_backward(const Context& ctx, int64_t block);
+  // h of a read: the retrieved streams themselves (n = 1), else DAR
+  // coefficients (set `coefficients`, with transport when `with_transport`)
+  // and their mix; the intermediates are saved in `state`.
+  TensorView mix_retrieved(const Context& ctx, BranchState& state, int64_t coefficients,
+                           bool with_transport);
   TensorView bank_stream(int j) const;       // [E, T, d]
   TensorView bank_rstd_stream(int j) const;  // [E, T]
   TensorView dbank_stream(int j) const;
