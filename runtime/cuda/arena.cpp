@@ -14,7 +14,7 @@ DeviceArena::~DeviceArena() {
 }
 
 void DeviceArena::reserve(size_t capacity_bytes) {
-  const size_t rounded = (capacity_bytes + kAlignmentBytes - 1) / kAlignmentBytes * kAlignmentBytes;
+  const size_t rounded = aligned_bytes(capacity_bytes);
   if (rounded <= capacity_bytes_) {
     return;
   }
@@ -35,7 +35,7 @@ void DeviceArena::reserve(size_t capacity_bytes) {
 }
 
 void* DeviceArena::allocate(size_t bytes) {
-  const size_t rounded = (bytes + kAlignmentBytes - 1) / kAlignmentBytes * kAlignmentBytes;
+  const size_t rounded = aligned_bytes(bytes);
   if (rounded > capacity_bytes_ - used_bytes_) {
     throw BackendError("device arena: request of " + std::to_string(bytes) +
                        " bytes does not fit (" + std::to_string(used_bytes_) + " of " +

@@ -18,6 +18,10 @@ namespace modar::gpu {
 class DeviceArena {
  public:
   static constexpr size_t kAlignmentBytes = 256;
+  // Bytes one allocation of `bytes` takes from the arena (rounded up to the alignment).
+  static constexpr size_t aligned_bytes(size_t bytes) {
+    return (bytes + kAlignmentBytes - 1) / kAlignmentBytes * kAlignmentBytes;
+  }
 
   DeviceArena() = default;
   explicit DeviceArena(size_t capacity_bytes) { reserve(capacity_bytes); }

@@ -780,9 +780,7 @@ class CudaBackend final : public Backend {
     }
     size_t needed = 0;
     for (const int64_t count : counts) {
-      const size_t bytes = static_cast<size_t>(count) * sizeof(float);
-      needed += (bytes + gpu::DeviceArena::kAlignmentBytes - 1) /
-                gpu::DeviceArena::kAlignmentBytes * gpu::DeviceArena::kAlignmentBytes;
+      needed += gpu::DeviceArena::aligned_bytes(static_cast<size_t>(count) * sizeof(float));
     }
     arena_.reset();
     if (needed > arena_.capacity_bytes()) {
