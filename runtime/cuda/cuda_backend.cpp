@@ -107,21 +107,17 @@ class CudaBackend final : public Backend {
     cudaDeviceProp properties{};
     MODAR_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
     name_ = "cuda:" + std::to_string(device) + " (" + properties.name + ")";
-    MODAR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    MODAR_CUDA_CHECK(cudaMalloc(&gemm_workspace_, kGemmWorkspaceBytes));
-    gemm_ = std::make_unique<gpu::LtGemm>(gemm_workspace_, kGemmWorkspaceBytes);
+    try {
+      MODAR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+      MODAR_CUDA_CHECK(cudaMalloc(&gemm_workspace_, kGemmWorkspaceBytes));
+      gemm_ = std::make_unique<gpu::LtGemm>(gemm_workspace_, kGemmWorkspaceBytes);
+    } catch (...) {
+      release();  // the destructor does not run for a constructor that throws
+      throw;
+    }
   }
 
-  ~CudaBackend() override {
-    gemm_.reset();
-    if (stream_ != nullptr) {
-      cudaStreamSynchronize(stream_);
-      cudaStreamDestroy(stream_);
-    }
-    if (gemm_workspace_ != nullptr) {
-      cudaFree(gemm_workspace_);
-    }
-  }
+  ~CudaBackend() override { release(); }
 
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -735,6 +731,20 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // Frees what the constructor acquired (each part may be missing).
+  void release() noexcept {
+    gemm_.reset();
+    if (stream_ != nullptr) {
+      cudaStreamSynchronize(stream_);
+      cudaStreamDestroy(stream_);
+      stream_ = nullptr;
+    }
+    if (gemm_workspace_ != nullptr) {
+      cudaFree(gemm_workspace_);
+      gemm_workspace_ = nullptr;
+    }
+  }
+
   // ---- helpers --------------------------------------------------------------------------------
   static void require_cuda(const char* op, const char* name, const TensorView& view) {
     if (view.device != DeviceKind::cuda) {
