@@ -24,12 +24,32 @@ Config arch_config(const Config& base, const ArchSpec& arch) {
   return config;
 }
 
+NfWindow canonical_curve_window(double center_n_f, double half_width) {
+  const double margin = 1.1;
+  return {center_n_f / (half_width * margin), center_n_f * half_width * margin};
+}
+
 std::vector<ShapeCandidate> canonical_curve(const Config& arch_base, double center_n_f,
                                             double half_width, double step,
                                             const ShapeSearchOptions& options) {
-  const double margin = 1.1;
-  const std::vector<ShapeCandidate> table = enumerate_shapes(
-      arch_base, center_n_f / (half_width * margin), center_n_f * half_width * margin, options);
+  const NfWindow window = canonical_curve_window(center_n_f, half_width);
+  return canonical_curve_from_table(enumerate_shapes(arch_base, window.low, window.high, options),
+                                    center_n_f, half_width, step, options);
+}
+
+std::vector<ShapeCandidate> canonical_curve_from_table(const std::vector<ShapeCandidate>& all,
+                                                       double center_n_f, double half_width,
+                                                       double step,
+                                                       const ShapeSearchOptions& options) {
+  // The shapes enumerate_shapes(window) returns: N_f in [low, high] (N_f
+  // grows with width and depth), in the same sorted order.
+  const NfWindow window = canonical_curve_window(center_n_f, half_width);
+  std::vector<ShapeCandidate> table;
+  for (const ShapeCandidate& candidate : all) {
+    if (candidate.params.flop_active >= window.low && candidate.params.flop_active <= window.high) {
+      table.push_back(candidate);
+    }
+  }
   std::vector<ShapeCandidate> curve;
   const double log_step = std::log(step);
   const int64_t half_points = static_cast<int64_t>(std::ceil(std::log(half_width) / log_step));

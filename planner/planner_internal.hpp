@@ -22,6 +22,21 @@ std::vector<ShapeCandidate> canonical_curve(const Config& arch_base, double cent
                                             double half_width, double step,
                                             const ShapeSearchOptions& options);
 
+// The N_f window canonical_curve() enumerates shapes in.
+struct NfWindow {
+  double low = 0.0;
+  double high = 0.0;
+};
+NfWindow canonical_curve_window(double center_n_f, double half_width);
+// canonical_curve() from an already enumerated table (sorted by N_f, as
+// enumerate_shapes returns it) whose window contains this curve's window:
+// the shapes outside canonical_curve_window() are ignored, so one table
+// enumerated over several budgets' windows serves them all (modar sweep).
+std::vector<ShapeCandidate> canonical_curve_from_table(const std::vector<ShapeCandidate>& table,
+                                                       double center_n_f, double half_width,
+                                                       double step,
+                                                       const ShapeSearchOptions& options);
+
 // N_f of the smallest / largest shape the search options allow.
 double smallest_shape_n_f(const Config& arch_base, const ShapeSearchOptions& options);
 double largest_shape_n_f(const Config& arch_base, const ShapeSearchOptions& options);

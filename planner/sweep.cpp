@@ -1,6 +1,7 @@
 // `modar sweep`: every candidate the planner evaluates, for notebooks that
 // draw isoFLOP curves like the MoD paper's figure 4: budget x architecture x
 // (capacity x every) x (K x n) x shape on the isoFLOP curve.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -69,16 +70,63 @@ int64_t sweep(const SweepRequest& request, const std::function<void(const SweepR
     }
   }
 
-  int64_t rows = 0;
+  // Per architecture variant: the config, the prior and the curve centre of
+  // every budget, and ONE shape table for all budgets when their windows
+  // overlap enough (the enumeration is most of a sweep's work); the curves are
+  // then picked from it exactly as from per-budget tables.
+  struct VariantPlan {
+    Config arch_base;
+    EfficiencyPrior prior;
+    std::vector<double> centres;  // per budget
+    std::vector<ShapeCandidate> shared_table;
+    bool shared = false;
+  };
+  std::vector<ClosedFormOptimum> dense_optima;
   for (const double budget : request.budgets_flops) {
-    const ClosedFormOptimum dense = closed_form_optimum(fit.params, budget);
-    for (const ArchSpec& arch : variants) {
-      const Config arch_base = detail::arch_config(base, arch);
-      const EfficiencyPrior prior = efficiency_prior(arch_base, fit, request.eps_overrides);
+    dense_optima.push_back(closed_form_optimum(fit.params, budget));
+  }
+  std::vector<VariantPlan> plans;
+  plans.reserve(variants.size());
+  for (const ArchSpec& arch : variants) {
+    VariantPlan plan;
+    plan.arch_base = detail::arch_config(base, arch);
+    plan.prior = efficiency_prior(plan.arch_base, fit, request.eps_overrides);
+    double low = INFINITY, high = 0.0, windows_log_width = 0.0;
+    for (size_t b = 0; b < request.budgets_flops.size(); ++b) {
       const double centre =
-          prior.known ? closed_form_optimum(fit.params, budget, prior.eps).n_opt : dense.n_opt;
-      for (const ShapeCandidate& candidate : detail::canonical_curve(
-               arch_base, centre, request.grid_half_width, request.grid_step, request.shapes)) {
+          plan.prior.known
+              ? closed_form_optimum(fit.params, request.budgets_flops[b], plan.prior.eps).n_opt
+              : dense_optima[b].n_opt;
+      plan.centres.push_back(centre);
+      const detail::NfWindow window =
+          detail::canonical_curve_window(centre, request.grid_half_width);
+      low = std::min(low, window.low);
+      high = std::max(high, window.high);
+      windows_log_width += std::log(window.high / window.low);
+    }
+    plan.shared = request.budgets_flops.size() > 1 && std::log(high / low) <= windows_log_width;
+    if (plan.shared) {
+      plan.shared_table = enumerate_shapes(plan.arch_base, low, high, request.shapes);
+    }
+    plans.push_back(std::move(plan));
+  }
+
+  int64_t rows = 0;
+  for (size_t b = 0; b < request.budgets_flops.size(); ++b) {
+    const double budget = request.budgets_flops[b];
+    for (size_t v = 0; v < variants.size(); ++v) {
+      const ArchSpec& arch = variants[v];
+      const VariantPlan& plan = plans[v];
+      const Config& arch_base = plan.arch_base;
+      const EfficiencyPrior& prior = plan.prior;
+      const double centre = plan.centres[b];
+      const std::vector<ShapeCandidate> curve =
+          plan.shared ? detail::canonical_curve_from_table(plan.shared_table, centre,
+                                                           request.grid_half_width,
+                                                           request.grid_step, request.shapes)
+                      : detail::canonical_curve(arch_base, centre, request.grid_half_width,
+                                                request.grid_step, request.shapes);
+      for (const ShapeCandidate& candidate : curve) {
         SweepRow row;
         row.budget_flops = budget;
         row.arch = arch.name;
