@@ -294,9 +294,11 @@ class Lowerer {
                                    const char* label) const {
     op.shape.kind = kind;
     op.shape.dtype = dtype_;
-    size_t i = 0;
-    for (int64_t v : dims) {
-      op.shape.dims[i++] = v;
+    // Every dim is written (unused ones 0), so the caller's record needs no
+    // zeroing first: the compiler drops the default initialisation.
+    const size_t given = dims.size();
+    for (size_t i = 0; i < op.shape.dims.size(); ++i) {
+      op.shape.dims[i] = i < given ? dims.begin()[i] : 0;
     }
     op.pass = pass;
     op.multiplicity = multiplicity;

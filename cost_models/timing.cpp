@@ -266,14 +266,6 @@ TimingModel& TimingModel::operator=(TimingModel&& other) noexcept {
   return *this;
 }
 
-[[gnu::always_inline]] inline double TimingModel::roofline_from_cost_s(DType dtype,
-                                                                       double executed_flops,
-                                                                       double bytes) const {
-  const double per_flop = (dtype == DType::fp32 || dtype == DType::fp64) ? seconds_per_flop_fp32_
-                                                                         : seconds_per_flop_bf16_;
-  return std::max(executed_flops * per_flop, bytes * seconds_per_byte_) + launch_overhead_s_;
-}
-
 double TimingModel::roofline_s(const OpShape& shape, Pass pass) const {
   const OpCost cost = op_cost(shape, pass, AttentionFlops::flash);
   return roofline_from_cost_s(shape.dtype, cost.flops, cost.bytes);
@@ -286,20 +278,6 @@ double TimingModel::op_time_s(const OpShape& shape, Pass pass, Source* source) c
     return roofline;
   }
   return calibrated_s(shape, pass, roofline, source);
-}
-
-double TimingModel::op_time_s(const OpRecord& op, Source* source) const {
-  // Only attention FLOPs depend on the counting convention; the time uses the
-  // executed ones.  Every other kind's recorded FLOPs are the executed FLOPs.
-  const double executed_flops = op.shape.kind == OpKind::attention
-                                    ? op_cost(op.shape, op.pass, AttentionFlops::flash).flops
-                                    : op.flops;
-  const double roofline = roofline_from_cost_s(op.shape.dtype, executed_flops, op.bytes);
-  if (index_ == nullptr) {
-    *source = Source::roofline;
-    return roofline;
-  }
-  return calibrated_s(op.shape, op.pass, roofline, source);
 }
 
 namespace {

@@ -3,6 +3,7 @@
 // planner and the bindings call it, never recompute.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -154,6 +155,28 @@ class TimingModel {
   double seconds_per_byte_ = 0.0;
   double launch_overhead_s_ = 0.0;
 };
+
+// Inline: estimate_into calls it once per op record.
+inline double TimingModel::roofline_from_cost_s(DType dtype, double executed_flops,
+                                                double bytes) const {
+  const double per_flop = (dtype == DType::fp32 || dtype == DType::fp64) ? seconds_per_flop_fp32_
+                                                                         : seconds_per_flop_bf16_;
+  return std::max(executed_flops * per_flop, bytes * seconds_per_byte_) + launch_overhead_s_;
+}
+
+inline double TimingModel::op_time_s(const OpRecord& op, Source* source) const {
+  // Only attention FLOPs depend on the counting convention; the time uses the
+  // executed ones.  Every other kind's recorded FLOPs are the executed FLOPs.
+  const double executed_flops = op.shape.kind == OpKind::attention
+                                    ? op_cost(op.shape, op.pass, AttentionFlops::flash).flops
+                                    : op.flops;
+  const double roofline = roofline_from_cost_s(op.shape.dtype, executed_flops, op.bytes);
+  if (index_ == nullptr) {
+    *source = Source::roofline;
+    return roofline;
+  }
+  return calibrated_s(op.shape, op.pass, roofline, source);
+}
 
 ParamCounts count_params(const Config& config);
 FlopCounts count_flops(const Config& config);
