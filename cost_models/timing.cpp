@@ -295,17 +295,29 @@ struct CachedLookup {
 constexpr size_t kLookupCacheSize = 4096;
 
 size_t lookup_slot(uint64_t model_id, const OpShape& shape, Pass pass) {
+  // Independent multiplies (no dependent chain): a slot costs a few cycles.
   uint64_t h = model_id * 0x9E3779B97F4A7C15ULL;
   h ^= static_cast<uint64_t>(shape.kind) | (static_cast<uint64_t>(shape.dtype) << 8) |
        (static_cast<uint64_t>(pass) << 16);
-  for (int64_t v : shape.dims) {
-    h = (h ^ static_cast<uint64_t>(v)) * 0x100000001B3ULL;
-  }
-  return static_cast<size_t>(h ^ (h >> 29)) & (kLookupCacheSize - 1);
+  const auto& x = shape.dims;
+  h += static_cast<uint64_t>(x[0]) * 0xC2B2AE3D27D4EB4FULL +
+       static_cast<uint64_t>(x[1]) * 0x165667B19E3779F9ULL +
+       static_cast<uint64_t>(x[2]) * 0x27D4EB2F165667C5ULL +
+       static_cast<uint64_t>(x[3]) * 0x85EBCA77C2B2AE63ULL +
+       static_cast<uint64_t>(x[4]) * 0xFF51AFD7ED558CCDULL +
+       static_cast<uint64_t>(x[5]) * 0xC4CEB9FE1A85EC53ULL +
+       static_cast<uint64_t>(x[6]) * 0x9FB21C651E98DF25ULL;
+  h ^= h >> 29;
+  h *= 0xBF58476D1CE4E5B9ULL;
+  return static_cast<size_t>(h ^ (h >> 32)) & (kLookupCacheSize - 1);
 }
 
 bool same_shape(const OpShape& a, const OpShape& b) {
-  return a.kind == b.kind && a.dtype == b.dtype && a.dims == b.dims;
+  bool same = a.kind == b.kind && a.dtype == b.dtype;
+  for (size_t i = 0; i < a.dims.size(); ++i) {
+    same &= a.dims[i] == b.dims[i];
+  }
+  return same;
 }
 
 }  // namespace
