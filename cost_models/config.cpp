@@ -433,43 +433,16 @@ int64_t choice_index(const KeySpec& spec, const std::string& text, const std::st
   fail(spec.key, shown, "must be " + join_names(spec.choices));
 }
 
-// Strict text -> number: the whole text must be consumed; NaN / inf rejected.
-bool parse_int64_text(const std::string& text, int64_t* out) {
-  if (text.empty()) {
-    return false;
-  }
-  const char* begin = text.data();
-  const char* end = begin + text.size();
-  if (*begin == '+') {
-    ++begin;
-  }
-  const auto result = std::from_chars(begin, end, *out);
-  return result.ec == std::errc() && result.ptr == end;
-}
-
-bool parse_real_text(const std::string& text, double* out) {
-  if (text.empty()) {
-    return false;
-  }
-  const char* begin = text.data();
-  const char* end = begin + text.size();
-  if (*begin == '+') {
-    ++begin;
-  }
-  const auto result = std::from_chars(begin, end, *out, std::chars_format::general);
-  return result.ec == std::errc() && result.ptr == end && std::isfinite(*out);
-}
-
 Value value_from_text(const KeySpec& spec, const std::string& text) {
   Value value;
   switch (spec.type) {
     case KeyType::integer:
-      if (!parse_int64_text(text, &value.integer)) {
+      if (!parse_integer_text(text, &value.integer)) {
         fail(spec.key, text, "must be an integer");
       }
       break;
     case KeyType::real:
-      if (!parse_real_text(text, &value.real)) {
+      if (!parse_finite_number_text(text, &value.real)) {
         fail(spec.key, text, "must be a finite number");
       }
       break;
@@ -815,6 +788,34 @@ std::string to_toml(const Config& config) {
     out += dotted.substr(dot + 1) + " = " + spec.get(config) + "\n";
   }
   return out;
+}
+
+// Strict text -> number: the whole text must be consumed (an optional leading
+// '+' is allowed); NaN and infinities are rejected for reals.
+bool parse_integer_text(const std::string& text, int64_t* out) {
+  if (text.empty()) {
+    return false;
+  }
+  const char* begin = text.data();
+  const char* end = begin + text.size();
+  if (*begin == '+') {
+    ++begin;
+  }
+  const auto result = std::from_chars(begin, end, *out);
+  return result.ec == std::errc() && result.ptr == end;
+}
+
+bool parse_finite_number_text(const std::string& text, double* out) {
+  if (text.empty()) {
+    return false;
+  }
+  const char* begin = text.data();
+  const char* end = begin + text.size();
+  if (*begin == '+') {
+    ++begin;
+  }
+  const auto result = std::from_chars(begin, end, *out, std::chars_format::general);
+  return result.ec == std::errc() && result.ptr == end && std::isfinite(*out);
 }
 
 }  // namespace modar

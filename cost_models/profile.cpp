@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "modar/errors.hpp"
+#include "modar/json.hpp"
 #include "toml_text.hpp"
 
 namespace modar {
@@ -72,33 +73,9 @@ std::string read_string(const toml::table& table, const char* key, const std::st
   return node->as_string()->get();
 }
 
+// TOML basic strings take exactly JSON's escapes (\" \\ \n \t \r \uXXXX).
 std::string toml_string(const std::string& text) {
-  std::string out = "\"";
-  for (char ch : text) {
-    switch (ch) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(ch) < 0x20) {
-          char buffer[8];
-          std::snprintf(buffer, sizeof(buffer), "\\u%04x", ch);
-          out += buffer;
-        } else {
-          out += ch;
-        }
-    }
-  }
-  return out + "\"";
+  return json_quote(text);
 }
 
 std::string toml_float(double value) {

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "modar/errors.hpp"
+#include "modar/json.hpp"
 #include "modar/planner.hpp"
 
 namespace modar {
@@ -22,36 +23,9 @@ std::string format_toml_float(double value) {
   return text;
 }
 
+// TOML basic strings take exactly JSON's escapes (\" \\ \n \t \r \uXXXX).
 std::string toml_quote(const std::string& text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buffer[8];
-          std::snprintf(buffer, sizeof buffer, "\\u%04x", c);
-          out += buffer;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
+  return json_quote(text);
 }
 
 void write_file_atomically(const std::string& path, const std::string& contents) {

@@ -142,39 +142,9 @@ std::string usage_text(const std::string& command, const std::string& synopsis,
   return out;
 }
 
-namespace {
-
-bool parse_double_text(const std::string& text, double* out) {
-  if (text.empty()) {
-    return false;
-  }
-  const char* begin = text.data();
-  const char* end = begin + text.size();
-  if (*begin == '+') {
-    ++begin;
-  }
-  const auto result = std::from_chars(begin, end, *out, std::chars_format::general);
-  return result.ec == std::errc() && result.ptr == end && std::isfinite(*out);
-}
-
-bool parse_int_text(const std::string& text, int64_t* out) {
-  if (text.empty()) {
-    return false;
-  }
-  const char* begin = text.data();
-  const char* end = begin + text.size();
-  if (*begin == '+') {
-    ++begin;
-  }
-  const auto result = std::from_chars(begin, end, *out);
-  return result.ec == std::errc() && result.ptr == end;
-}
-
-}  // namespace
-
 double parse_double(const std::string& flag, const std::string& text) {
   double value = 0.0;
-  if (!parse_double_text(text, &value)) {
+  if (!parse_finite_number_text(text, &value)) {
     throw ConfigError(flag + " = " + text + ": must be a finite number");
   }
   return value;
@@ -190,7 +160,7 @@ double parse_positive_double(const std::string& flag, const std::string& text) {
 
 int64_t parse_int(const std::string& flag, const std::string& text) {
   int64_t value = 0;
-  if (!parse_int_text(text, &value)) {
+  if (!parse_integer_text(text, &value)) {
     throw ConfigError(flag + " = " + text + ": must be an integer");
   }
   return value;

@@ -164,5 +164,10 @@ std::string nearest_name(const std::string& word, const std::vector<std::string>
 // A double as the shortest text that reads back to the same value ("0.125",
 // "1e+20", "nan"): used in every error message and in TOML output.
 std::string format_number(double value);
+// Strict text -> number used by every boundary (TOML --set values, CLI flags):
+// the whole text must be consumed; reals must be finite.  Return false on
+// anything else, so the caller can name the field in its error.
+bool parse_integer_text(const std::string& text, int64_t* out);
+bool parse_finite_number_text(const std::string& text, double* out);
 
 }  // namespace modar
