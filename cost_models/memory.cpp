@@ -17,21 +17,31 @@
 //                and the activation.  Routed layers also keep their input x (B T d,
 //                for the router gradient) and delta (B R d, for dg).  Plus the
 //                head's final-norm input and output (2 B T d + 4 T) and token ids.
-//                AttnRes / DAR: each branch's output y (2 L B T d; dar_math 5.5).
+//                AttnRes / DAR (dar_math 5.5): P^{i-1} and its fp32 rstd for
+//                each branch at block position i >= 1 ((2L - N) n T (d B + 4));
+//                DAR also each branch's output y (2 L B T d) for d beta.  R and
+//                the phase-1 outputs are recomputed from the bank and the lse.
 //   router_buffers  per routed layer fp32 logits (4 T), int32 index + fp32 g (8 R),
 //                predictor hidden activations (B T hidden).
-//   dar_bank     (N+1) n T d B bank + (N+1) n T 4 rstd + per-branch fp32 lse (n)
-//                and coefficients (2n + m) per token (dar_math 4.4, 5.5).
-//   workspace    the largest transient alive at the forward/backward boundary:
+//   dar_bank     (N+1) n T d B bank + (N+1) n T 4 rstd + fp32 scalars per token
+//                for each of the 2L + 1 reads (branches and output): lse (n), and
+//                for DAR alpha, beta and the coefficient-head rstd (2n + 1), plus
+//                the transport parameters m at the 2L - N branches with i >= 1
+//                (dar_math 4.4, 5.5).
+//   workspace    the largest transient alive while every saved activation is:
 //                max(head: T V (B + 4) logits and fp32 loss gradient,
 //                    one layer's backward: 2 B T d residual gradients + the widest
 //                    intermediate gradient + recomputed activations of one layer
 //                    (full: all of them; selective: norms and activation) + DAR's
-//                    live partial n T d B and phase-1 outputs S n T (d B + 4)).
+//                    block backward: the bank gradient (N+1) n T d B, the block's
+//                    d o-bar and d lse S n T (d B + 4), its recomputed phase-1
+//                    outputs S n T d B, dP^i and dP^{i-1}, one branch's R and dR
+//                    (4 n T d B); dar_math 5.4).
 //   peak         weights + gradients + optimizer + activations + router_buffers +
-//                dar_bank + workspace.  Every saved activation is alive at the
-//                forward/backward boundary, which is therefore the step's peak;
-//                the transients of other moments are smaller and counted by the max.
+//                dar_bank + workspace.  Every saved activation is alive from the
+//                forward/backward boundary (the head's transients) to the backward
+//                of the last layer / DAR block (that layer's transients), so the
+//                step's peak is at one of the two; the max picks it.
 // Decode: weights, the KV cache (2 G d_h B per cached token per layer; routed
 // layers cache only their k routed tokens per sequence), the bank of the
 // current token, and one layer's activations plus fp32 logits as workspace.
@@ -98,7 +108,15 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
       activations += full_layers * layer_saved(T, s);
       activations += routed_layers * (layer_saved(R, k) + B * T * width + B * R * width);
       if (depth_reads) {
-        activations += 2.0 * layers * B * T * width;  // branch outputs y
+        // P^{i-1} and its fp32 rstd for every branch at block position i >= 1
+        // (the merge backward reads the partial's keys and values; dar_math 5.5
+        // stores it rather than inverting M).  DAR also keeps each branch's
+        // output y for d beta = <dP, y>; AttnRes has no beta and needs no y.
+        const double branches_after_first = 2.0 * layers - blocks;
+        activations += branches_after_first * n * T * (width * B + 4.0);
+        if (counts.dar_streams >= 2) {
+          activations += 2.0 * layers * B * T * width;  // branch outputs y
+        }
       }
     }
     activations += 2.0 * B * T * width + 4.0 * T + 4.0 * T;  // final norm in/out, rstd, token ids
@@ -112,15 +130,29 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
 
     double dar_transient = 0.0;
     if (depth_reads) {
-      const double branches = 2.0 * layers;
-      const double coefficient_outputs =
-          counts.dar_streams >= 2
-              ? 2.0 * n + static_cast<double>(DarConfig::transport_params(counts.dar_streams))
-              : 0.0;
-      mem.dar_bank = (blocks + 1.0) * n * T * (width * B + 4.0) +
-                     branches * T * 4.0 * (n + coefficient_outputs);
+      // fp32 scalars per token: every read (2L branch reads + the output read)
+      // keeps its lse per stream; DAR reads also keep alpha, beta and the
+      // coefficient head's input rstd (2n + 1), and branches at position i >= 1
+      // their transport parameters m.
+      const double reads = 2.0 * layers + 1.0;
+      double scalars_per_token = reads * n;
+      if (counts.dar_streams >= 2) {
+        const double transport =
+            static_cast<double>(DarConfig::transport_params(counts.dar_streams));
+        scalars_per_token += reads * (2.0 * n + 1.0) + (2.0 * layers - blocks) * transport;
+      }
+      mem.dar_bank = (blocks + 1.0) * n * T * (width * B + 4.0) + 4.0 * T * scalars_per_token;
+      // The backward of a block (dar_math 5.4) holds: the bank gradient dH
+      // ((N+1) n T d), the block's phase-1 gradients d o-bar and d lse (S n T (d B
+      // + 4), consumed by the prefix backward after the block), its phase-1
+      // outputs o-bar recomputed from the bank and the saved lse (S n T d),
+      // dP^i and dP^{i-1} (2 n T d), and one branch's recomputed R and dR
+      // (2 n T d).  This exceeds the forward's transients (the live partial and
+      // one block's phase-1 outputs).
       const double branches_per_block = static_cast<double>(config.dar.branches_per_block());
-      dar_transient = n * T * width * B + branches_per_block * n * T * (width * B + 4.0);
+      dar_transient = (blocks + 1.0) * n * T * width * B +
+                      branches_per_block * n * T * (2.0 * width * B + 4.0) +
+                      4.0 * n * T * width * B;
     }
 
     const double head_workspace = T * vocab * (B + 4.0);

@@ -116,12 +116,51 @@ TEST(Memory, DarBankMatchesDarMath44) {
     const MemoryBreakdown m = estimate_memory(c, p);
     const double bank = (k.N + 1) * k.n * T * d * 2;
     EXPECT_NEAR(bank / 1e6, k.bank_mb, 1.0);
-    // Plus fp32 rstd per entry and stream, and per branch fp32 lse (n) and
-    // coefficients (2n + 1 for n = 2; none for AttnRes) per token.
-    const double coefficients = k.n >= 2 ? 2 * k.n + 1 : 0;
-    const double stats = (k.N + 1) * k.n * T * 4 + 2 * L * T * 4 * (k.n + coefficients);
+    // Plus fp32 rstd per entry and stream, and fp32 scalars per token for each
+    // of the 2L + 1 = 33 reads (32 branches + the output read): lse (n per read);
+    // for DAR also alpha, beta (n each) and the coefficient-head rstd (1), i.e.
+    // 2n + 1 = 5 per read, and rho (1 for n = 2) at the 2L - N branches that are
+    // not first in their block.  AttnRes: 33 x 1 = 33 scalars; DAR K = 2
+    // (N = 8): 33 x 2 + 33 x 5 + 24 = 255; DAR K = 1 (N = 16): 66 + 165 + 16 = 247.
+    const double reads = 2 * L + 1;
+    const double dar_scalars = k.n >= 2 ? reads * (2 * k.n + 1) + (2 * L - k.N) * 1 : 0;
+    const double scalars = reads * k.n + dar_scalars;
+    EXPECT_EQ(scalars, k.n == 1 ? 33 : (k.N == 8 ? 255 : 247));
+    const double stats = (k.N + 1) * k.n * T * 4 + T * 4 * scalars;
     EXPECT_EQ(m.dar_bank, bank + stats);
   }
+}
+
+TEST(Memory, DepthResidualSavesPartialsAndOutputsAndHoldsBankGradient) {
+  // tiny (d = 64, L = 2, T = 64, fp32) with block_layers = 1: S = 2 branches
+  // per block, N = 2 blocks, 2L = 4 branches, 2L - N = 2 of them at i >= 1.
+  const Config plain = tiny();
+  const DeviceProfile p = profile_with_memory(1e12);
+  const MemoryBreakdown base = estimate_memory(plain, p);
+  Config dar = plain;
+  dar.dar.variant = DarVariant::dar;  // n = 2
+  dar.dar.block_layers = 1;
+  const MemoryBreakdown m = estimate_memory(dar, p);
+  // Saved on top of the plain residual (dar_math 5.5): P^{i-1} + fp32 rstd at
+  // the 2 branches with i >= 1: 2 x n 2 x T 64 x (64 x 4 + 4) = 66560; each
+  // branch's y: 4 x 64 x 64 x 4 = 65536.
+  EXPECT_EQ(m.activations - base.activations, 66560 + 65536.0);
+  // Bank (N+1) n T (d B + 4) = 3 x 2 x 64 x 260 = 99840; fp32 scalars per token:
+  // 5 reads x (lse 2 + alpha 2 + beta 2 + z rstd 1) + rho at 2 branches = 37,
+  // x 64 tokens x 4 bytes = 9472.
+  EXPECT_EQ(m.dar_bank, 99840 + 9472.0);
+  // Workspace: head T V (B + 4) = 64 x 256 x 8 = 131072; one layer's backward
+  // 2 x 64 x 64 x 4 + 64 x 256 x 4 = 98304, plus the DAR block backward: bank
+  // gradient 3 x 2 x 64 x 64 x 4 = 98304, d o-bar / d lse and recomputed o-bar
+  // S 2 x n 2 x 64 x (2 x 256 + 4) = 132096, dP^i, dP^{i-1}, R, dR
+  // 4 x 2 x 64 x 256 = 131072: 98304 + 361472 = 459776 > 131072.
+  EXPECT_EQ(m.workspace, 459776.0);
+
+  // AttnRes (n = 1) has no beta, so no y: only P^{i-1} + rstd, 2 x 64 x 260.
+  Config attnres = dar;
+  attnres.dar.variant = DarVariant::attnres;
+  const MemoryBreakdown a = estimate_memory(attnres, p);
+  EXPECT_EQ(a.activations - base.activations, 33280.0);
 }
 
 TEST(Memory, DecodeKvCacheHoldsOnlyRoutedTokensInRoutedLayers) {
