@@ -323,6 +323,18 @@ std::vector<std::string> embedded_profile_names() {
   return names;
 }
 
+const std::string& default_profile_name() {
+  static const std::string name = [] {
+    for (const auto& [embedded_name, text] : detail::embedded_profile_texts()) {
+      if (std::string(embedded_name) == "h200-measured") {
+        return std::string("h200-measured");
+      }
+    }
+    return std::string("h200");
+  }();
+  return name;
+}
+
 std::string embedded_profile_text(const std::string& name) {
   for (const auto& [embedded_name, text] : detail::embedded_profile_texts()) {
     if (name == embedded_name) {

@@ -59,7 +59,7 @@ int cmd_sweep(const Args& args) {
   }
   request.fit = parsed.value_or("--fit", "epoch");
   request.eps_overrides = parse_eps_overrides(parsed.value_or("--eps", ""));
-  request.profile = parsed.value_or("--profile", "h200");
+  request.profile = parsed.value_or("--profile", default_profile_name());
   if (const auto v = parsed.value("--gpus")) {
     request.gpus = parse_positive_int("--gpus", *v);
   }

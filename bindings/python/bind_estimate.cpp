@@ -32,6 +32,7 @@ void bind_estimate(py::module_& m) {
   m.def("save_profile", &save_profile_atomically, py::arg("profile"), py::arg("path"),
         "Write the profile TOML atomically (temporary file + rename).");
   m.def("embedded_profile_names", &embedded_profile_names);
+  m.def("default_profile_name", []() { return default_profile_name(); });
 
   m.def(
       "estimate",

@@ -103,8 +103,14 @@ struct TrainConfig {
   Recompute recompute = Recompute::none;
 };
 
+// The default device profile: "h200-measured" when a measured H200 profile is
+// embedded (profiles/h200-measured.toml, written by scripts/gpu-check.sh),
+// otherwise the datasheet "h200".  Defined in cost_models/profile.cpp.
+const std::string& default_profile_name();
+
 struct DeviceConfig {
-  std::string profile = "h200";  // a name from profiles/ or a path to a TOML profile
+  std::string profile =
+      default_profile_name();  // a name from profiles/ or a path to a TOML profile
   int64_t count = 1;
 };
 

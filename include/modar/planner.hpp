@@ -164,7 +164,7 @@ struct OptimalRequest {
   // At least one budget.  With both, the tighter one decides the tokens.
   std::optional<double> train_flops;  // FLOP budget C (model FLOPs)
   std::optional<double> gpu_hours;    // device-hours (all devices together) on `profile`
-  std::string profile = "h200";
+  std::string profile = default_profile_name();
   int64_t gpus = 1;
   std::vector<std::string> archs = {"baseline", "mod", "dar", "mod+dar"};
   std::string fit = "epoch";  // built-in name or fit TOML path
@@ -232,7 +232,7 @@ struct SweepRequest {
   std::vector<int64_t> streams = {2};
   std::string fit = "epoch";
   EpsOverrides eps_overrides;
-  std::string profile = "h200";
+  std::string profile = default_profile_name();
   int64_t gpus = 1;
   bool with_time = true;  // memory and step time per candidate (slower)
   Config base;

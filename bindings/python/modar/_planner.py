@@ -69,6 +69,8 @@ def _profile_ref(profile: Any) -> str:
 
     if isinstance(profile, Profile):
         return profile.path_for_core()
+    if profile is None:
+        return _core.default_profile_name()
     if isinstance(profile, (str, os.PathLike)):
         return os.fspath(profile)
     raise ConfigError(
@@ -152,7 +154,7 @@ def optimal(
     flops: float | None = None,
     gpu_hours: float | None = None,
     *,
-    profile: Any = "h200",
+    profile: Any = None,
     gpus: int = 1,
     arch: Sequence[str] | str = _DEFAULT_ARCHS,
     fit: Any = "epoch",
@@ -232,7 +234,7 @@ def sweep(
     streams: int | Iterable[int] = 2,
     fit: Any = "epoch",
     eps: Mapping[str, float] | str | None = None,
-    profile: Any = "h200",
+    profile: Any = None,
     gpus: int = 1,
     with_time: bool = True,
     base: Any = None,

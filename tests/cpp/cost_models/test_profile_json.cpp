@@ -121,5 +121,15 @@ TEST(Json, WriterProducesExactText) {
   EXPECT_THROW(bad.str(), std::logic_error);
 }
 
+// SPEC 3 / issue 5: a measured H200 profile replaces the datasheet one as the
+// default once it ships; until then the default is the datasheet "h200".
+TEST(Profile, DefaultIsMeasuredH200WhenEmbedded) {
+  const auto names = embedded_profile_names();
+  const bool has_measured = std::find(names.begin(), names.end(), "h200-measured") != names.end();
+  EXPECT_EQ(default_profile_name(), has_measured ? "h200-measured" : "h200");
+  EXPECT_EQ(Config{}.device.profile, default_profile_name());
+  EXPECT_NO_THROW(load_profile(default_profile_name()));
+}
+
 }  // namespace
 }  // namespace modar
