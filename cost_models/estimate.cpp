@@ -39,8 +39,8 @@ std::string conventions_text(const Config& config, const DeviceProfile& profile,
               " recompute (hardware FLOPs, HFU)";
     }
     text +=
-        "; memory: bf16/fp16 weights, fp32 gradients, AdamW fp32 master + m + v, peak at the "
-        "forward/backward boundary";
+        "; memory: bf16/fp16 weights, fp32 gradients, AdamW fp32 master + m + v, peak over the "
+        "step (forward/backward boundary or the last layer's backward)";
   } else {
     text +=
         "; decode: one new token per sequence over a KV cache of seq_len tokens (routed "
