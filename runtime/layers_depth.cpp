@@ -48,8 +48,8 @@ struct DepthResidual::BranchState {
   Buffer retrieved;     // R [n, T, d]
   Buffer merge_weight;  // p [n, T] (i >= 1)
   Buffer alpha, beta, transport, z_rstd;
-  Buffer h;                                // mixed branch input [T, d] (n >= 2)
-  Buffer y;                                // branch output copy (n >= 2)
+  Buffer h;  // mixed branch input [T, d] (n >= 2); freed at the write (f_l saves its own copy)
+  Buffer y;  // branch output copy (n >= 2)
   Buffer partial_prev, partial_prev_rstd;  // P^{i-1} (i >= 1)
   Buffer out_lse;                          // output read: lse [n, T]
   Buffer dy, dbeta, dtransport;
@@ -232,6 +232,7 @@ void DepthResidual::write(const Context& ctx, int64_t branch, const TensorView& 
   Backend& be = ctx.backend;
   const int64_t n = options_.streams, block = block_of(branch), i = position_in_block(branch);
   BranchState& state = *branch_states_[static_cast<size_t>(branch)];
+  state.h.reset();  // the backward does not read h: f_l keeps its own copy of its input
   const TensorView y = reshape(y_in, {tokens_, d_});
   Buffer next = ctx.make({n, tokens_, d_});
   if (n == 1) {
@@ -273,7 +274,7 @@ void DepthResidual::write(const Context& ctx, int64_t branch, const TensorView& 
   }
 }
 
-TensorView DepthResidual::read_output(const Context& ctx) {
+Buffer DepthResidual::read_output(const Context& ctx) {
   Backend& be = ctx.backend;
   const int64_t n = options_.streams, last = options_.total_branches;
   auto state = std::make_unique<BranchState>();
@@ -288,8 +289,11 @@ TensorView DepthResidual::read_output(const Context& ctx) {
                                  reshape(select(state->out_lse, j), {1, tokens_}));
   }
   const TensorView h = mix_retrieved(ctx, *state, last, false);
+  // The caller owns h: n = 1 copies R (the backward reads R), n >= 2 hands
+  // over the mix, which the backward does not read.
+  Buffer out = options_.streams == 1 ? ctx.copy_of(h) : std::move(state->h);
   output_state_ = std::move(state);
-  return h;
+  return out;
 }
 
 // ---- backward ----------------------------------------------------------------------

@@ -235,7 +235,7 @@ StepResult Model::run(const TensorView& tokens, const TensorView& targets, bool 
         depth_->write(ctx, attn_branch + branch, y);
       }
     }
-    final_input = ctx.copy_of(reshape(depth_->read_output(ctx), {batch, seq, d}));
+    final_input = depth_->read_output(ctx);  // [T, d]
     x.reset();
     if (!with_backward) {
       depth_->release();
@@ -247,9 +247,10 @@ StepResult Model::run(const TensorView& tokens, const TensorView& targets, bool 
     result.predictor_accuracy /= static_cast<double>(routed_count);
   }
 
+  const TensorView final_view = reshape(final_input, {batch, seq, d});
   Buffer final_rstd = ctx.make({rows}, ctx.stats());
   Buffer final_u = ctx.make({batch, seq, d});
-  be.rmsnorm_forward(final_input, final_norm_->value, final_u, final_rstd, m.norm_eps);
+  be.rmsnorm_forward(final_view, final_norm_->value, final_u, final_rstd, m.norm_eps);
   last_logits_ = ctx.make({rows, m.vocab_size});
   const TensorView u_rows = reshape(final_u, {rows, d});
   if (head_ != nullptr) {
@@ -283,7 +284,7 @@ StepResult Model::run(const TensorView& tokens, const TensorView& targets, bool 
   }
   dlogits.reset();
   Buffer dx = ctx.zeros({batch, seq, d});
-  be.rmsnorm_backward(reshape(du, {batch, seq, d}), final_input, final_norm_->value, final_rstd, dx,
+  be.rmsnorm_backward(reshape(du, {batch, seq, d}), final_view, final_norm_->value, final_rstd, dx,
                       final_norm_->grad);
   du.reset();
   final_u.reset();

@@ -385,8 +385,9 @@ class DepthResidual {
   // branch's write).
   TensorView read(const Context& ctx, int64_t branch);
   void write(const Context& ctx, int64_t branch, const TensorView& y);
-  // The final read over all entries (no partial) mixed over streams.
-  TensorView read_output(const Context& ctx);
+  // The final read over all entries (no partial) mixed over streams, owned by
+  // the caller (nothing here keeps a second copy of it).
+  Buffer read_output(const Context& ctx);
 
   // ---- backward (strict reverse order) ----
   void begin_backward(const Context& ctx, const TensorView& dh_out);
