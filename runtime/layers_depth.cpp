@@ -158,51 +158,64 @@ void DepthResidual::begin(const Context& ctx, const TensorView& embedding, int64
 }
 
 void DepthResidual::start_block(const Context& ctx, int64_t block) {
-  Backend& be = ctx.backend;
   auto state = std::make_unique<BlockState>();
+  prefix_forward(ctx, block, *state);
+  block_states_[static_cast<size_t>(block)] = std::move(state);
+}
+
+void DepthResidual::prefix_forward(const Context& ctx, int64_t block, BlockState& state) {
+  Backend& be = ctx.backend;
   const int64_t size = block_size(block), sources = block + 1;
+  state.out.clear();
+  state.lse.clear();
   for (int j = 0; j < options_.streams; ++j) {
     const int key = roles_.key_stream[static_cast<size_t>(j)];
     const int value = roles_.value_stream[static_cast<size_t>(j)];
-    state->out.push_back(ctx.make({size, tokens_, d_}));
-    state->lse.push_back(ctx.make({size, tokens_}, ctx.stats()));
+    state.out.push_back(ctx.make({size, tokens_, d_}));
+    state.lse.push_back(ctx.make({size, tokens_}, ctx.stats()));
     be.depth_read_prefix_forward(slice(bank_stream(key), 0, sources),
                                  slice(bank_rstd_stream(key), 0, sources),
                                  slice(bank_stream(value), 0, sources),
                                  slice(select(folded_query_, j), first_branch(block), size),
-                                 state->out.back(), state->lse.back());
+                                 state.out.back(), state.lse.back());
   }
-  block_states_[static_cast<size_t>(block)] = std::move(state);
 }
 
 TensorView DepthResidual::read(const Context& ctx, int64_t branch) {
-  Backend& be = ctx.backend;
   const int64_t n = options_.streams, block = block_of(branch), i = position_in_block(branch);
   if (i == 0) {
     start_block(ctx, block);
   }
-  BlockState& bs = *block_states_[static_cast<size_t>(block)];
   auto state = std::make_unique<BranchState>();
   state->retrieved = ctx.make({n, tokens_, d_});
   if (i > 0) {
     state->merge_weight = ctx.make({n, tokens_}, ctx.stats());
   }
-  for (int j = 0; j < n; ++j) {
-    const int key = roles_.key_stream[static_cast<size_t>(j)];
-    const int value = roles_.value_stream[static_cast<size_t>(j)];
-    if (i == 0) {
-      be.copy(select(bs.out[static_cast<size_t>(j)], 0), select(state->retrieved, j));
-    } else {
-      be.depth_read_merge_forward(select(bs.out[static_cast<size_t>(j)], i),
-                                  select(bs.lse[static_cast<size_t>(j)], i), select(partial_, key),
-                                  select(partial_rstd_, key), select(partial_, value),
-                                  row(select(folded_query_, j), branch),
-                                  select(state->retrieved, j), select(state->merge_weight, j));
-    }
-  }
+  retrieve(ctx, branch, partial_, partial_rstd_, state->retrieved, state->merge_weight);
   const TensorView h = mix_retrieved(ctx, *state, branch, i > 0);
   branch_states_[static_cast<size_t>(branch)] = std::move(state);
   return h;
+}
+
+void DepthResidual::retrieve(const Context& ctx, int64_t branch, const TensorView& partial,
+                             const TensorView& partial_rstd, const TensorView& retrieved,
+                             const TensorView& merge_weight) const {
+  Backend& be = ctx.backend;
+  const int64_t block = block_of(branch), i = position_in_block(branch);
+  const BlockState& bs = *block_states_[static_cast<size_t>(block)];
+  for (int j = 0; j < options_.streams; ++j) {
+    const size_t js = static_cast<size_t>(j);
+    const int key = roles_.key_stream[js];
+    const int value = roles_.value_stream[js];
+    if (i == 0) {
+      be.copy(select(bs.out[js], 0), select(retrieved, j));
+    } else {
+      be.depth_read_merge_forward(select(bs.out[js], i), select(bs.lse[js], i),
+                                  select(partial, key), select(partial_rstd, key),
+                                  select(partial, value), row(select(folded_query_, j), branch),
+                                  select(retrieved, j), select(merge_weight, j));
+    }
+  }
 }
 
 TensorView DepthResidual::mix_retrieved(const Context& ctx, BranchState& state,
@@ -232,7 +245,10 @@ void DepthResidual::write(const Context& ctx, int64_t branch, const TensorView& 
   Backend& be = ctx.backend;
   const int64_t n = options_.streams, block = block_of(branch), i = position_in_block(branch);
   BranchState& state = *branch_states_[static_cast<size_t>(branch)];
-  state.h.reset();  // the backward does not read h: f_l keeps its own copy of its input
+  // The backward reads neither h (f_l keeps its own copy of its input) nor R
+  // (recomputed from the phase-1 outputs and P^{i-1}, dar_math 5.5).
+  state.h.reset();
+  state.retrieved.reset();
   const TensorView y = reshape(y_in, {tokens_, d_});
   Buffer next = ctx.make({n, tokens_, d_});
   if (n == 1) {
@@ -265,9 +281,9 @@ void DepthResidual::write(const Context& ctx, int64_t branch, const TensorView& 
     }
     partial_.reset();
     partial_rstd_.reset();
-    if (!saving_) {
-      block_states_[static_cast<size_t>(block)].reset();
-    }
+    // Nothing of the block is kept: its phase-1 outputs (o-bar, lse) are
+    // recomputed from the bank in backward (dar_math 5.5).
+    block_states_[static_cast<size_t>(block)].reset();
   }
   if (!saving_) {
     branch_states_[static_cast<size_t>(branch)].reset();
@@ -341,6 +357,11 @@ TensorView DepthResidual::write_backward(const Context& ctx, int64_t branch) {
   Backend& be = ctx.backend;
   const int64_t n = options_.streams, block = block_of(branch), i = position_in_block(branch);
   BranchState& state = *branch_states_[static_cast<size_t>(branch)];
+  if (i == block_size(block) - 1) {
+    auto recomputed = std::make_unique<BlockState>();
+    prefix_forward(ctx, block, *recomputed);
+    block_states_[static_cast<size_t>(block)] = std::move(recomputed);
+  }
   BlockState& bs = *block_states_[static_cast<size_t>(block)];
   if (i == block_size(block) - 1) {
     // dP^S = d H_{block+1}, complete: every later read has been differentiated.
@@ -386,6 +407,15 @@ void DepthResidual::read_backward(const Context& ctx, int64_t branch, const Tens
   if (n == 1) {
     be.axpy(1.0, dh, select(dretrieved, 0));
   } else {
+    // R again, bit for bit: the same merge of the same o-bar, lse and P^{i-1}.
+    state.retrieved = ctx.make({n, tokens_, d_});
+    Buffer merge_weight;
+    if (i > 0) {
+      merge_weight = ctx.make({n, tokens_}, ctx.stats());
+    }
+    retrieve(ctx, branch, state.partial_prev, state.partial_prev_rstd, state.retrieved,
+             merge_weight);
+    merge_weight.reset();
     Buffer dalpha = ctx.zeros({tokens_, n}, ctx.stats());
     be.dar_mix_backward(dh, state.retrieved, state.alpha, dretrieved, dalpha);
     const size_t l = static_cast<size_t>(branch);

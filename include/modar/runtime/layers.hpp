@@ -410,7 +410,15 @@ class DepthResidual {
   int64_t first_branch(int64_t block) const { return block * options_.branches_per_block; }
   int64_t block_size(int64_t block) const;
   void start_block(const Context& ctx, int64_t block);
+  // Phase 1 of `block` (o-bar, lse per stream) from the bank into `state`:
+  // once in forward, once more in backward (nothing of it is kept between).
+  void prefix_forward(const Context& ctx, int64_t block, BlockState& state);
   void prefix_backward(const Context& ctx, int64_t block);
+  // R [n, T, d] of `branch` (and, i >= 1, the merge weights p [n, T]) from the
+  // block's phase-1 outputs and P^{i-1} (`partial`, `partial_rstd`).
+  void retrieve(const Context& ctx, int64_t branch, const TensorView& partial,
+                const TensorView& partial_rstd, const TensorView& retrieved,
+                const TensorView& merge_weight) const;
   // h of a read: the retrieved streams themselves (n = 1), else DAR
   // coefficients (set `coefficients`, with transport when `with_transport`)
   // and their mix; the intermediates are saved in `state`.
