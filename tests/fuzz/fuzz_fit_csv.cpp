@@ -1,0 +1,79 @@
+// Fuzz target: the runs CSV of `modar fit` (parse_runs_csv), including the
+// `config` column, whose cells name TOML configs relative to the CSV's folder.
+//
+// Input: the CSV text.  The folder holds two configs the seeds name
+// (small.toml, valid; bad.toml, rejected).  Inputs containing '/' are skipped,
+// so that a cell never names a file outside that folder (the config reader has
+// its own target, fuzz_config).
+// Properties (a violation aborts):
+//  * only modar::FileError / modar::ConfigError escape, no sanitizer report;
+//  * an accepted file has at least 5 runs, each with N, D and loss positive
+//    and finite (what fit_runs() requires), at increasing 1-based lines.
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <unistd.h>
+
+#include "fuzz_util.hpp"
+#include "modar/errors.hpp"
+#include "modar/planner.hpp"
+
+namespace {
+
+std::filesystem::path g_dir;
+
+void remove_scratch() {
+  std::error_code ignored;
+  std::filesystem::remove_all(g_dir, ignored);
+}
+
+void write(const std::filesystem::path& path, const char* text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  std::string pattern = (std::filesystem::temp_directory_path() / "modar-fuzz-csv-XXXXXX").string();
+  if (mkdtemp(pattern.data()) == nullptr) {
+    std::perror("mkdtemp");
+    std::abort();
+  }
+  g_dir = pattern;
+  write(g_dir / "small.toml",
+        "[model]\nd_model = 256\nn_layers = 4\nn_heads = 4\nseq_len = 512\n[mod]\nevery = 2\n");
+  write(g_dir / "bad.toml", "[model]\nd_model = -1\n");
+  std::atexit(remove_scratch);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  if (text.find('/') != std::string::npos) {
+    return 0;
+  }
+  std::vector<modar::RunRecord> runs;
+  try {
+    runs = modar::parse_runs_csv(text, "fuzz.csv", g_dir.string());
+  } catch (const modar::FileError&) {
+    return 0;
+  } catch (const modar::ConfigError&) {
+    return 0;
+  }
+  modar::fuzz::require(runs.size() >= 5, "accepted a CSV with fewer than 5 runs", text);
+  int64_t previous_line = 0;
+  for (const modar::RunRecord& run : runs) {
+    const bool positive_finite = std::isfinite(run.n_flop_active) && run.n_flop_active > 0 &&
+                                 std::isfinite(run.tokens) && run.tokens > 0 &&
+                                 std::isfinite(run.loss) && run.loss > 0;
+    modar::fuzz::require(positive_finite, "accepted a run with N, D or loss not positive finite",
+                         "line " + std::to_string(run.line) + "\n" + text);
+    modar::fuzz::require(run.line > previous_line, "run line numbers do not increase", text);
+    previous_line = run.line;
+  }
+  return 0;
+}
