@@ -1,12 +1,46 @@
 #!/usr/bin/env bash
-# README command 2: build if needed and run every test (C++ and Python).
+# README command 2: set up and build if needed (scripts/setup.sh), then run
+# every test: C++ (ctest in build/) and Python (pytest with .venv's python).
+#
+#   scripts/test.sh [--sanitize | --no-sanitize]
+#
+# With CI=true (or SANITIZE=1, or --sanitize) it also runs the CI jobs of
+# scripts/sanitize.sh: the AddressSanitizer + UBSan build of the C++ tests and
+# the libFuzzer targets, each for FUZZ_SECONDS (60).  SANITIZE=0 or
+# --no-sanitize skips them.  Every job prints its run time ("time: ...").
 set -euo pipefail
+{  # one block: bash reads it whole before running, so editing this file mid-run is safe
 cd "$(dirname "$0")/.."
-scripts/setup.sh
-BUILD_DIR="${BUILD_DIR:-build}"
-status=0
-(cd "$BUILD_DIR" && ctest --output-on-failure -j "$(nproc)" --timeout 900) || status=1
-if [ -d tests/python ] && ls tests/python/test_*.py >/dev/null 2>&1; then
-  python3 -m pytest -q tests/python || status=1
+source scripts/lib.sh
+
+sanitize="${SANITIZE:-}"
+if [ -z "$sanitize" ]; then
+  [ "${CI:-}" = true ] && sanitize=1 || sanitize=0
 fi
+for arg in "$@"; do
+  case "$arg" in
+    --sanitize) sanitize=1 ;;
+    --no-sanitize) sanitize=0 ;;
+    *) echo "usage: scripts/test.sh [--sanitize | --no-sanitize]" >&2; exit 2 ;;
+  esac
+done
+
+BUILD_DIR="${BUILD_DIR:-build}"
+VENV="${VENV:-.venv}"
+start_all=$EPOCHREALTIME
+modar_timed "setup+build" scripts/setup.sh
+
+status=0
+modar_timed "ctest" bash -c "cd '$BUILD_DIR' && ctest --output-on-failure -j '$(nproc)' --timeout 900" ||
+  status=1
+if [ -d tests/python ] && ls tests/python/test_*.py >/dev/null 2>&1; then
+  modar_timed "pytest" "$VENV/bin/python" -m pytest -q tests/python tests/setup || status=1
+fi
+if [ "$sanitize" = 1 ]; then
+  scripts/sanitize.sh || status=1
+fi
+awk -v a="$start_all" -v b="$EPOCHREALTIME" -v rc="$status" \
+  'BEGIN { printf "time: %-24s %7.1f s (exit %d)\n", "test.sh total", b - a, rc }' >&2
 exit $status
+exit
+}
