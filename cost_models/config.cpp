@@ -9,9 +9,12 @@
 // and what is allowed.
 #include "modar/config.hpp"
 
+#include <sys/stat.h>
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <charconv>
 #include <cmath>
 #include <fstream>
@@ -162,11 +165,89 @@ std::string nearest_name(const std::string& word, const std::vector<std::string>
   return best_distance <= allowed ? best : std::string();
 }
 
+std::string shown_value(const std::string& text, size_t max_chars) {
+  std::string out;
+  size_t shown = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (shown >= max_chars) {
+      out += "...(" + std::to_string(text.size()) + " characters)";
+      break;
+    }
+    const auto ch = static_cast<unsigned char>(text[i]);
+    if (ch == '\n') {
+      out += "\\n";
+    } else if (ch == '\r') {
+      out += "\\r";
+    } else if (ch == '\t') {
+      out += "\\t";
+    } else if (ch < 0x20 || ch == 0x7f) {
+      static const char* const kHex = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[ch >> 4];
+      out += kHex[ch & 0xF];
+    } else {
+      out += static_cast<char>(ch);
+    }
+    ++shown;
+  }
+  return out;
+}
+
+std::string read_input_file(const std::string& path, const std::string& what, uint64_t max_bytes) {
+  // (Appended piece by piece: `"'" + text + "'"` trips GCC 12's false -Wrestrict.)
+  std::string shown = "'";
+  shown += shown_value(path, 200);
+  shown += '\'';
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    const int error = errno;
+    throw FileError(what + " " + shown + ": cannot open (" +
+                    (error == ENOENT || error == EACCES || error == ENOTDIR
+                         ? std::string("missing or unreadable")
+                         : std::string(std::strerror(error))) +
+                    ")");
+  }
+  if (S_ISDIR(info.st_mode)) {
+    throw FileError(what + " " + shown + ": is a directory; allowed: a regular file");
+  }
+  if (!S_ISREG(info.st_mode)) {
+    throw FileError(what + " " + shown +
+                    ": not a regular file (a device, FIFO or socket); allowed: a regular file");
+  }
+  const auto too_large = [&] {
+    return FileError(what + " " + shown + ": larger than " + std::to_string(max_bytes) +
+                     " bytes; allowed: a file of at most " + std::to_string(max_bytes) + " bytes");
+  };
+  if (static_cast<uint64_t>(info.st_size) > max_bytes) {
+    throw too_large();
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw FileError(what + " " + shown + ": cannot open (missing or unreadable)");
+  }
+  // Read at most max_bytes + 1 bytes: files whose size stat() does not know
+  // (/proc) or that grow while read stay bounded.
+  std::string content;
+  char buffer[1 << 16];
+  while (in) {
+    in.read(buffer, sizeof buffer);
+    const auto got = static_cast<size_t>(in.gcount());
+    if (content.size() + got > max_bytes) {
+      throw too_large();
+    }
+    content.append(buffer, got);
+  }
+  if (in.bad()) {
+    throw FileError(what + " " + shown + ": read error");
+  }
+  return content;
+}
+
 namespace {
 
 [[noreturn]] void fail(const std::string& key, const std::string& value_text,
                        const std::string& allowed) {
-  throw ConfigError(key + " = " + value_text + ": " + allowed);
+  throw ConfigError(key + " = " + shown_value(value_text) + ": " + allowed);
 }
 
 std::string join_names(const std::vector<const char*>& names) {
@@ -410,7 +491,7 @@ std::vector<std::string> section_names() {
 
 [[noreturn]] void fail_unknown_key(const std::string& dotted_key, const std::string& where) {
   const std::string suggestion = nearest_name(dotted_key, config_keys());
-  std::string message = "unknown key '" + dotted_key + "'" + where;
+  std::string message = "unknown key '" + shown_value(dotted_key) + "'" + where;
   if (!suggestion.empty()) {
     message += "; did you mean '" + suggestion + "'?";
   } else {
@@ -521,17 +602,12 @@ Value value_from_node(const KeySpec& spec, const toml::node& node) {
   return value;
 }
 
+// A config is a few hundred bytes; 16 MiB leaves room for comments and
+// refuses /dev/zero-like inputs long before memory runs out.
+constexpr uint64_t kMaxConfigBytes = uint64_t{16} << 20;
+
 std::string read_whole_file(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw FileError(std::string(what) + " '" + path + "': cannot open (missing or unreadable)");
-  }
-  std::ostringstream content;
-  content << in.rdbuf();
-  if (in.bad()) {
-    throw FileError(std::string(what) + " '" + path + "': read error");
-  }
-  return content.str();
+  return read_input_file(path, what, kMaxConfigBytes);
 }
 
 }  // namespace
@@ -578,11 +654,12 @@ Config parse_config_toml_unvalidated(const std::string& toml_text, const std::st
     const auto& where = e.source().begin;
     std::string description(e.description());
     std::replace(description.begin(), description.end(), '\n', ' ');
-    throw FileError(source_name + ":" + std::to_string(where.line) + ":" +
-                    std::to_string(where.column) + ": malformed TOML: " + description);
+    throw FileError(shown_value(source_name, 200) + ":" + std::to_string(where.line) + ":" +
+                    std::to_string(where.column) + ": malformed TOML: " +
+                    shown_value(description, 300));
   }
   Config config;
-  const std::string where = " in " + source_name;
+  const std::string where = " in " + shown_value(source_name, 200);
   for (const auto& [section_key, section_node] : root) {
     const std::string section(section_key.str());
     if (!section_node.is_table()) {
@@ -633,7 +710,7 @@ void apply_override(Config& config, const std::string& dotted_key, const std::st
 void apply_override(Config& config, const std::string& assignment) {
   const size_t equals = assignment.find('=');
   if (equals == std::string::npos || equals == 0) {
-    throw ConfigError("--set " + assignment +
+    throw ConfigError("--set " + shown_value(assignment) +
                       ": must be section.key=value, e.g. mod.capacity=0.125");
   }
   std::string key = assignment.substr(0, equals);
@@ -650,14 +727,24 @@ void apply_override(Config& config, const std::string& assignment) {
 
 namespace {
 
+// Every size-like field is bounded before any product of fields is formed,
+// so no check below can overflow (2^24 * 2^24 = 2^48 fits in int64_t).
+constexpr int64_t kMaxDimension = int64_t{1} << 24;
+
 void require_positive(const char* key, int64_t value) {
   if (value <= 0) {
     fail(key, std::to_string(value), "must be a positive integer");
+  }
+  if (value > kMaxDimension) {
+    fail(key, std::to_string(value), "must be <= 16777216");
   }
 }
 void require_non_negative(const char* key, int64_t value, const char* meaning_of_zero) {
   if (value < 0) {
     fail(key, std::to_string(value), std::string("must be >= 0 (0 = ") + meaning_of_zero + ")");
+  }
+  if (value > kMaxDimension) {
+    fail(key, std::to_string(value), "must be <= 16777216");
   }
 }
 
@@ -665,6 +752,12 @@ void require_non_negative(const char* key, int64_t value, const char* meaning_of
 
 void validate(const Config& config) {
   const ModelConfig& m = config.model;
+  const ModConfig& mod = config.mod;
+  const DarConfig& dar = config.dar;
+  const TrainConfig& t = config.train;
+
+  // 1. Each field's own range (so a huge value is blamed on itself, never on
+  //    a field it is later combined with).
   require_positive("model.d_model", m.d_model);
   require_positive("model.n_layers", m.n_layers);
   require_positive("model.n_heads", m.n_heads);
@@ -673,40 +766,73 @@ void validate(const Config& config) {
   require_non_negative("model.d_ff", m.d_ff, "the default width of the MLP kind");
   require_positive("model.vocab_size", m.vocab_size);
   require_positive("model.seq_len", m.seq_len);
-  if (m.d_head == 0 && m.d_model % m.n_heads != 0) {
-    fail("model.n_heads", std::to_string(m.n_heads),
-         "must divide model.d_model = " + std::to_string(m.d_model) +
-             " (or set model.d_head explicitly)");
-  }
-  if (m.n_heads % m.resolved_kv_heads() != 0) {
-    fail("model.n_kv_heads", std::to_string(m.n_kv_heads),
-         "must divide model.n_heads = " + std::to_string(m.n_heads));
-  }
-  if (m.n_kv_heads > m.n_heads) {
-    fail("model.n_kv_heads", std::to_string(m.n_kv_heads),
-         "must be <= model.n_heads = " + std::to_string(m.n_heads));
-  }
   if (!(std::isfinite(m.norm_eps) && m.norm_eps > 0.0)) {
     fail("model.norm_eps", format_number(m.norm_eps), "must be a finite number > 0");
   }
-  const ModConfig& mod = config.mod;
   if (!(std::isfinite(mod.capacity) && mod.capacity > 0.0 && mod.capacity <= 1.0)) {
     fail("mod.capacity", format_number(mod.capacity), "must be in (0, 1]");
   }
   require_non_negative("mod.every", mod.every, "no MoD");
   require_non_negative("mod.offset", mod.offset, "route layers 0, every, 2 every, ...");
+  require_positive("mod.predictor_hidden", mod.predictor_hidden);
+  if (dar.block_layers < 1 || dar.block_layers > m.n_layers) {
+    // K is only read when DAR is on: a dense 1-layer model keeps the default K = 2.
+    if (dar.enabled() || dar.block_layers < 1) {
+      fail("dar.block_layers", std::to_string(dar.block_layers),
+           "must be in [1, model.n_layers = " + std::to_string(m.n_layers) + "]");
+    }
+  }
+  if (dar.streams < 1 || dar.streams > 16) {
+    fail("dar.streams", std::to_string(dar.streams), "must be in [1, 16]");
+  }
+  require_positive("train.micro_batch", t.micro_batch);
+  require_non_negative("train.global_batch", t.global_batch, "micro_batch * device.count");
+  if (t.global_batch > (int64_t{1} << 40)) {
+    fail("train.global_batch", std::to_string(t.global_batch), "must be <= 2^40");
+  }
+  require_positive("device.count", config.device.count);
+  if (t.dtype != DType::bf16 && t.dtype != DType::fp32 && t.dtype != DType::fp16) {
+    fail("train.dtype", to_string(t.dtype), "must be \"bf16\", \"fp16\" or \"fp32\"");
+  }
+  if (config.device.profile.empty()) {
+    fail("device.profile", "\"\"", "must name an embedded profile or a profile file path");
+  }
+  if (config.device.profile.size() > 4096) {
+    fail("device.profile", config.device.profile,
+         "must be at most 4096 characters (a profile name or a file path)");
+  }
+  for (const char ch : config.device.profile) {
+    if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) {
+      fail("device.profile", config.device.profile,
+           "must not contain control characters (a profile name or a file path)");
+    }
+  }
+
+  // 2. Cross-field rules (every operand is bounded above, no overflow).
+  if (m.d_head == 0 && m.d_model % m.n_heads != 0) {
+    fail("model.n_heads", std::to_string(m.n_heads),
+         "must divide model.d_model = " + std::to_string(m.d_model) +
+             " (or set model.d_head explicitly)");
+  }
+  if (m.n_kv_heads > m.n_heads) {
+    fail("model.n_kv_heads", std::to_string(m.n_kv_heads),
+         "must be <= model.n_heads = " + std::to_string(m.n_heads));
+  }
+  if (m.n_heads % m.resolved_kv_heads() != 0) {
+    fail("model.n_kv_heads", std::to_string(m.n_kv_heads),
+         "must divide model.n_heads = " + std::to_string(m.n_heads));
+  }
   if (mod.every > 0 && mod.offset >= mod.every) {
     fail("mod.offset", std::to_string(mod.offset),
          "must be < mod.every = " + std::to_string(mod.every));
   }
-  require_positive("mod.predictor_hidden", mod.predictor_hidden);
-  const DarConfig& dar = config.dar;
-  if (dar.block_layers < 1 || dar.block_layers > m.n_layers) {
-    fail("dar.block_layers", std::to_string(dar.block_layers),
-         "must be in [1, model.n_layers = " + std::to_string(m.n_layers) + "]");
-  }
-  if (dar.streams < 1 || dar.streams > 16) {
-    fail("dar.streams", std::to_string(dar.streams), "must be in [1, 16]");
+  if (mod.every > 0 && mod.offset >= m.n_layers) {
+    // Layer l is routed iff l % every == offset: with offset >= n_layers no
+    // layer is, and the "MoD" model would silently be the dense one.
+    fail("mod.every", std::to_string(mod.every),
+         "routes 0 of model.n_layers = " + std::to_string(m.n_layers) +
+             " layers (first routed layer: mod.offset = " + std::to_string(mod.offset) +
+             "); need mod.offset < model.n_layers, e.g. mod.every <= model.n_layers");
   }
   if ((dar.variant == DarVariant::dar) && dar.streams < 2) {
     fail("dar.streams", std::to_string(dar.streams),
@@ -717,46 +843,19 @@ void validate(const Config& config) {
     fail("dar.streams", std::to_string(dar.streams),
          std::string("must be 2 for dar.variant = \"") + to_string(dar.variant) + "\"");
   }
-  const TrainConfig& t = config.train;
-  require_positive("train.micro_batch", t.micro_batch);
-  require_non_negative("train.global_batch", t.global_batch, "micro_batch * device.count");
-  require_positive("device.count", config.device.count);
-  const int64_t per_micro_step = t.micro_batch * config.device.count;
+  const int64_t per_micro_step = t.micro_batch * config.device.count;  // <= 2^48
   if (t.global_batch > 0 && t.global_batch % per_micro_step != 0) {
     fail("train.global_batch", std::to_string(t.global_batch),
          "must be a multiple of train.micro_batch * device.count = " +
              std::to_string(per_micro_step));
-  }
-  if (t.dtype != DType::bf16 && t.dtype != DType::fp32 && t.dtype != DType::fp16) {
-    fail("train.dtype", to_string(t.dtype), "must be \"bf16\", \"fp16\" or \"fp32\"");
-  }
-  if (config.device.profile.empty()) {
-    fail("device.profile", "\"\"", "must name an embedded profile or a profile file path");
-  }
-  // Guard the arithmetic: sizes whose products overflow double-precision
-  // counting meaningfully are a typo, not a model.
-  const int64_t kMaxDimension = int64_t{1} << 24;
-  const std::pair<const char*, int64_t> dims[] = {{"model.d_model", m.d_model},
-                                                  {"model.n_layers", m.n_layers},
-                                                  {"model.n_heads", m.n_heads},
-                                                  {"model.d_ff", m.d_ff},
-                                                  {"model.d_head", m.d_head},
-                                                  {"model.vocab_size", m.vocab_size},
-                                                  {"model.seq_len", m.seq_len},
-                                                  {"train.micro_batch", t.micro_batch},
-                                                  {"device.count", config.device.count},
-                                                  {"mod.predictor_hidden", mod.predictor_hidden}};
-  for (const auto& [key, value] : dims) {
-    if (value > kMaxDimension) {
-      fail(key, std::to_string(value), "must be <= 16777216");
-    }
   }
   // Products the lowering forms in 64-bit integers (rows x widths) and the
   // parameter count must stay far from overflow.
   const double tokens = static_cast<double>(t.micro_batch) * static_cast<double>(m.seq_len);
   if (tokens > static_cast<double>(int64_t{1} << 34)) {
     fail("train.micro_batch", std::to_string(t.micro_batch),
-         "train.micro_batch * model.seq_len must be <= 2^34 tokens");
+         "train.micro_batch * model.seq_len = " + format_number(tokens) +
+             " must be <= 2^34 tokens");
   }
   const double width = static_cast<double>(
       std::max<int64_t>({m.d_model, m.resolved_d_ff(),
@@ -768,9 +867,6 @@ void validate(const Config& config) {
     fail(
         "model.n_layers", std::to_string(m.n_layers),
         "the model would exceed 1e17 parameters (check model.d_model, model.d_ff, model.n_layers)");
-  }
-  if (t.global_batch > (int64_t{1} << 40)) {
-    fail("train.global_batch", std::to_string(t.global_batch), "must be <= 2^40");
   }
 }
 

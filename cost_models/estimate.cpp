@@ -64,6 +64,7 @@ std::string conventions_text(const Config& config, const DeviceProfile& profile,
 void estimate_into(const Config& config, const TimingModel& timing, StepKind step,
                    OpList& /*scratch*/, Estimate& out) {
   const DeviceProfile& profile = timing.profile();
+  check_profile_dtype(profile, config.train.dtype);  // O(1) unless it throws
   out.params = detail::closed_form_params(config);
 
   // The lowering streams its ops straight into the sums (nothing stored).

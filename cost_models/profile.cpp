@@ -24,8 +24,13 @@ namespace {
 
 [[noreturn]] void fail_field(const std::string& source, const std::string& field,
                              const std::string& value, const std::string& allowed) {
-  throw ConfigError(source + ": " + field + " = " + value + ": " + allowed);
+  throw ConfigError(shown_value(source, 200) + ": " + field + " = " + shown_value(value) + ": " +
+                    allowed);
 }
+
+// A profile is at most a few MB (the full CPU grid is ~1 MB); 64 MiB bounds
+// what a mistyped path (/dev/zero, a core dump) can make us read.
+constexpr uint64_t kMaxProfileBytes = uint64_t{64} << 20;
 
 double read_number(const toml::node& node, const std::string& source, const std::string& field) {
   double value = 0.0;
@@ -92,13 +97,18 @@ bool looks_like_path(const std::string& name) {
 }
 
 std::string read_file_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw FileError("profile file '" + path + "': cannot open (missing or unreadable)");
+  return read_input_file(path, "profile file", kMaxProfileBytes);
+}
+
+// A provenance entry the tools read back must parse strictly.
+void check_integer_provenance(const DeviceProfile& profile, const char* key,
+                              const std::string& source) {
+  const auto it = profile.provenance.find(key);
+  int64_t value = 0;
+  if (it != profile.provenance.end() && (!parse_integer_text(it->second, &value) || value < 0)) {
+    fail_field(source, std::string("provenance.") + key, "\"" + it->second + "\"",
+               "must be an integer >= 0");
   }
-  std::ostringstream content;
-  content << in.rdbuf();
-  return content.str();
 }
 
 }  // namespace
@@ -115,13 +125,15 @@ DeviceProfile parse_profile_toml(const std::string& toml_text, const std::string
         ch = ' ';
       }
     }
-    throw FileError(source_name + ":" + std::to_string(where.line) + ":" +
-                    std::to_string(where.column) + ": malformed TOML: " + description);
+    throw FileError(shown_value(source_name, 200) + ":" + std::to_string(where.line) + ":" +
+                    std::to_string(where.column) + ": malformed TOML: " +
+                    shown_value(description, 300));
   }
   DeviceProfile profile;
   profile.name = read_string(root, "name", source_name, "");
   if (profile.name.empty()) {
-    throw ConfigError(source_name + ": name is missing (required, e.g. name = \"h200\")");
+    throw ConfigError(shown_value(source_name, 200) +
+                      ": name is missing (required, e.g. name = \"h200\")");
   }
   profile.backend = read_string(root, "backend", source_name, "datasheet");
   if (const toml::node* measured = root.get("measured")) {
@@ -240,6 +252,10 @@ DeviceProfile parse_profile_toml(const std::string& toml_text, const std::string
       }
       if (const toml::node* spread = entry->get("spread")) {
         m.spread = read_number(*spread, source_name, where + "spread");
+        if (m.spread < 0.0) {
+          fail_field(source_name, where + "spread", format_number(m.spread),
+                     "must be >= 0 ((p90 - p10) / median)");
+        }
       }
       if (const toml::node* repeats = entry->get("repeats")) {
         if (!repeats->is_integer() || repeats->as_integer()->get() < 0) {
@@ -250,7 +266,112 @@ DeviceProfile parse_profile_toml(const std::string& toml_text, const std::string
       profile.measurements.push_back(m);
     }
   }
+  // Provenance the tools read back (validate's defaults, the checks below).
+  for (const char* key : {"measurement_count", "skipped_count", "threads", "logical_cpus"}) {
+    check_integer_provenance(profile, key, source_name);
+  }
+  if (const auto clock = profile.provenance.find("clock");
+      clock != profile.provenance.end() && clock->second != "wall" && clock->second != "cpu") {
+    fail_field(source_name, "provenance.clock", "\"" + clock->second + "\"",
+               "must be \"wall\" or \"cpu\"");
+  }
+  if (const auto dtype = profile.provenance.find("dtype"); dtype != profile.provenance.end()) {
+    const std::string& name = dtype->second;
+    if (name != "bf16" && name != "fp16" && name != "fp32" && name != "fp64") {
+      fail_field(source_name, "provenance.dtype", "\"" + name + "\"",
+                 "must be \"bf16\", \"fp16\", \"fp32\" or \"fp64\"");
+    }
+  }
   return profile;
+}
+
+void check_profile_usable(const DeviceProfile& profile, const std::string& source_name) {
+  const std::string source = shown_value(source_name, 200);
+  if (const auto status = profile.provenance.find("status");
+      status != profile.provenance.end() && status->second != "complete") {
+    throw FileError(source + ": provenance.status = \"" + shown_value(status->second) +
+                    "\": a partial profile (the checkpoint of an interrupted `modar profile` "
+                    "run); allowed: a complete profile (finish it with `modar profile --resume`)");
+  }
+  if (const auto count = profile.provenance.find("measurement_count");
+      count != profile.provenance.end()) {
+    int64_t expected = -1;
+    parse_integer_text(count->second, &expected);  // strict form checked by the parser
+    if (expected != static_cast<int64_t>(profile.measurements.size())) {
+      throw FileError(source + ": provenance.measurement_count = " + shown_value(count->second) +
+                      " but the file holds " + std::to_string(profile.measurements.size()) +
+                      " [[measurements]]: the profile is truncated or corrupted; measure it "
+                      "again with `modar profile`");
+    }
+  }
+  // Ceilings: a value outside these bands turns step times into 0, inf or NaN
+  // (a denormal rate divides to inf; a huge one to 0).
+  const DeviceCeilings& c = profile.ceilings;
+  const struct {
+    const char* field;
+    double value;
+    double low, high;
+    bool zero_allowed;
+    const char* allowed;
+  } bands[] = {
+      {"peak_flops_bf16", c.peak_flops_bf16, 1e6, 1e19, false, "in [1e6, 1e19] FLOP/s"},
+      {"peak_flops_fp32", c.peak_flops_fp32, 1e6, 1e19, false, "in [1e6, 1e19] FLOP/s"},
+      {"memory_bandwidth", c.memory_bandwidth, 1e6, 1e16, false, "in [1e6, 1e16] bytes/s"},
+      {"memory_bytes", c.memory_bytes, 1e6, 1e16, false, "in [1e6, 1e16] bytes"},
+      {"achievable_flops_bf16", c.achievable_flops_bf16, 1e6, 1e19, true,
+       "0 (= the peak) or in [1e6, 1e19] FLOP/s"},
+      {"achievable_flops_fp32", c.achievable_flops_fp32, 1e6, 1e19, true,
+       "0 (= the peak) or in [1e6, 1e19] FLOP/s"},
+      {"achievable_bandwidth", c.achievable_bandwidth, 1e6, 1e16, true,
+       "0 (= the peak) or in [1e6, 1e16] bytes/s"},
+      {"launch_overhead_s", c.launch_overhead_s, 1e-12, 1.0, true, "0 or in [1e-12, 1] seconds"},
+  };
+  for (const auto& band : bands) {
+    const bool ok = (band.zero_allowed && band.value == 0.0) ||
+                    (band.value >= band.low && band.value <= band.high);
+    if (!ok) {
+      throw ConfigError(source + ": ceilings." + band.field + " = " + format_number(band.value) +
+                        ": must be " + band.allowed);
+    }
+  }
+  for (size_t i = 0; i < profile.measurements.size(); ++i) {
+    const OpMeasurement& m = profile.measurements[i];
+    const std::string where = "measurements[" + std::to_string(i) + "].";
+    if (!(m.median_s >= 1e-12 && m.median_s <= 1e6)) {
+      throw ConfigError(source + ": " + where + "median_s = " + format_number(m.median_s) +
+                        ": must be in [1e-12, 1e6] seconds");
+    }
+    if (!(m.spread >= 0.0 && std::isfinite(m.spread))) {
+      throw ConfigError(source + ": " + where + "spread = " + format_number(m.spread) +
+                        ": must be a finite number >= 0");
+    }
+  }
+}
+
+bool profile_measures_dtype(const DeviceProfile& profile, DType dtype) {
+  for (const OpMeasurement& m : profile.measurements) {
+    if (m.shape.dtype == dtype) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void check_profile_dtype(const DeviceProfile& profile, DType dtype) {
+  if (!profile.measured || profile.measurements.empty() || profile_measures_dtype(profile, dtype)) {
+    return;
+  }
+  std::string measured;
+  for (const DType d : {DType::fp32, DType::bf16, DType::fp16, DType::fp64}) {
+    if (profile_measures_dtype(profile, d)) {
+      measured += (measured.empty() ? "" : ", ") + std::string(to_string(d));
+    }
+  }
+  throw ConfigError(std::string("train.dtype = ") + to_string(dtype) + ": device.profile = \"" +
+                    shown_value(profile.name) + "\" measured only " + measured +
+                    " ops; allowed: train.dtype = " + measured.substr(0, measured.find(',')) +
+                    ", a profile measured in " + to_string(dtype) +
+                    " (modar profile --dtype), or a datasheet profile");
 }
 
 std::string to_toml(const DeviceProfile& profile) {
@@ -348,19 +469,30 @@ DeviceProfile load_profile(const std::string& name_or_path) {
   if (name_or_path.empty()) {
     throw ConfigError("device.profile = \"\": must name an embedded profile or a profile file");
   }
+  if (name_or_path.size() > 4096) {
+    throw ConfigError("device.profile = \"" + shown_value(name_or_path) +
+                      "\": must be at most 4096 characters (a profile name or a file path)");
+  }
+  const auto checked = [](DeviceProfile profile, const std::string& source) {
+    check_profile_usable(profile, source);
+    return profile;
+  };
   if (!looks_like_path(name_or_path)) {
     const std::string text = embedded_profile_text(name_or_path);
     if (!text.empty()) {
-      return parse_profile_toml(text, "embedded profile '" + name_or_path + "'");
+      const std::string source = "embedded profile '" + name_or_path + "'";
+      return checked(parse_profile_toml(text, source), source);
     }
     // A profile saved into the source tree's profiles/ after this build.
     const std::string in_tree =
         std::string(MODAR_SOURCE_DIR) + "/profiles/" + name_or_path + ".toml";
-    if (std::filesystem::exists(in_tree)) {
-      return parse_profile_toml(read_file_text(in_tree), in_tree);
+    std::error_code ignored;  // a name too long for a path is simply not there
+    if (std::filesystem::exists(in_tree, ignored)) {
+      return checked(parse_profile_toml(read_file_text(in_tree), in_tree), in_tree);
     }
     const std::vector<std::string> names = embedded_profile_names();
-    std::string message = "device.profile = \"" + name_or_path + "\": no such profile; allowed: ";
+    std::string message =
+        "device.profile = \"" + shown_value(name_or_path) + "\": no such profile; allowed: ";
     for (size_t i = 0; i < names.size(); ++i) {
       message += (i ? ", " : "") + names[i];
     }
@@ -371,7 +503,7 @@ DeviceProfile load_profile(const std::string& name_or_path) {
     }
     throw ConfigError(message);
   }
-  return parse_profile_toml(read_file_text(name_or_path), name_or_path);
+  return checked(parse_profile_toml(read_file_text(name_or_path), name_or_path), name_or_path);
 }
 
 }  // namespace modar

@@ -81,9 +81,13 @@ double smallest_shape_n_f(const Config& arch_base, const ShapeSearchOptions& opt
     layers = std::max(layers, arch_base.mod.every);
   }
   const int64_t step = options.d_model_multiple;
+  // (aspect x layers clamped before the integer cast: --aspect-min 1e20 must not overflow)
+  const double d_cap = static_cast<double>(options.max_d_model + step);
   const int64_t d_model = std::max<int64_t>(
-      step,
-      ((static_cast<int64_t>(std::ceil(options.aspect_min * layers)) + step - 1) / step) * step);
+      step, ((static_cast<int64_t>(std::ceil(std::min(options.aspect_min * double(layers), d_cap))) +
+              step - 1) /
+             step) *
+                step);
   return count_params(with_shape(arch_base, make_shape(layers, d_model, arch_base.model, options)))
       .flop_active;
 }
@@ -91,9 +95,12 @@ double smallest_shape_n_f(const Config& arch_base, const ShapeSearchOptions& opt
 double largest_shape_n_f(const Config& arch_base, const ShapeSearchOptions& options) {
   const int64_t layers = options.max_layers;
   const int64_t step = options.d_model_multiple;
+  const double d_cap = static_cast<double>(options.max_d_model + step);  // no int64 overflow
   const int64_t d_model = std::max<int64_t>(
-      step, std::min<int64_t>(options.max_d_model,
-                              (static_cast<int64_t>(options.aspect_max * layers) / step) * step));
+      step, std::min<int64_t>(
+                options.max_d_model,
+                (static_cast<int64_t>(std::min(options.aspect_max * double(layers), d_cap)) / step) *
+                    step));
   return count_params(with_shape(arch_base, make_shape(layers, d_model, arch_base.model, options)))
       .flop_active;
 }

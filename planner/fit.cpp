@@ -83,14 +83,24 @@ struct Minimum {
   bool converged;
 };
 
+// The summed objective's gradient grows with the number of runs: the
+// tolerance is 1e-12 per 300 runs (unchanged below that size).
+double gradient_tolerance(size_t runs) {
+  return 1e-12 * std::max(1.0, static_cast<double>(runs) / 300.0);
+}
+
 Minimum bfgs(Vec5 x, const std::vector<LogRun>& runs, const std::vector<int>& sample,
              double delta) {
   Vec5 g;
   double f = objective(x, runs, sample, delta, &g);
   Mat5 h = Mat5::Identity();
   bool converged = false;
+  const double tolerance = gradient_tolerance(sample.size());
   for (int iteration = 0; iteration < 2000; ++iteration) {
-    if (g.lpNorm<Eigen::Infinity>() < 1e-12) {
+    if (sample.size() > 300) {
+      throw_if_interrupted("the fit");
+    }
+    if (g.lpNorm<Eigen::Infinity>() < tolerance) {
       converged = true;
       break;
     }
@@ -181,6 +191,51 @@ std::string lower_ascii(std::string text) {
   return text;
 }
 
+// "loss" -> loss (spreadsheets quote header cells); inner "" -> ".
+std::string unquote(const std::string& cell) {
+  if (cell.size() >= 2 && cell.front() == '"' && cell.back() == '"') {
+    std::string out;
+    for (size_t i = 1; i + 1 < cell.size(); ++i) {
+      out += cell[i];
+      if (cell[i] == '"' && i + 2 < cell.size() && cell[i + 1] == '"') {
+        ++i;
+      }
+    }
+    return trim(out);
+  }
+  return cell;
+}
+
+// Runs CSVs of a million rows are ~40 MB; 1 GiB bounds a mistyped path.
+constexpr uint64_t kMaxRunsBytes = uint64_t{1} << 30;
+
+// Large fits (docs/hardening.md).  Above kGridRuns runs the 675 BFGS starts
+// run on a random kGridRuns-run subsample (a BFGS run costs ~150 objective
+// evaluations, so the grid costs ~1e5 evaluations whatever the data size);
+// the best 4 minima are refined on a kRefineRuns-run subsample (all runs when
+// fewer) and, above kRefineRuns runs, the best of them on all runs.
+constexpr size_t kGridRuns = 300;
+constexpr size_t kRefineRuns = 20000;
+// Above this many runs the bootstrap draws this many runs per resample, refits
+// from the optimum and rescales the deviation by sqrt(m / n) (m-out-of-n
+// bootstrap, Bickel, Goetze & van Zwet 1997).
+constexpr size_t kBootstrapRuns = 2000;
+
+// `count` distinct indices of [0, n) drawn with `rng`, sorted.
+std::vector<int> random_subsample(size_t n, size_t count, std::mt19937_64& rng) {
+  std::vector<int> all(n);
+  for (size_t i = 0; i < n; ++i) {
+    all[i] = static_cast<int>(i);
+  }
+  for (size_t i = 0; i < count; ++i) {  // partial Fisher-Yates
+    std::uniform_int_distribution<size_t> pick_rest(i, n - 1);
+    std::swap(all[i], all[pick_rest(rng)]);
+  }
+  all.resize(count);
+  std::sort(all.begin(), all.end());
+  return all;
+}
+
 }  // namespace
 
 std::vector<RunRecord> parse_runs_csv(const std::string& text, const std::string& source_name,
@@ -196,11 +251,17 @@ std::vector<RunRecord> parse_runs_csv(const std::string& text, const std::string
   };
   while (std::getline(in, line)) {
     ++line_number;
+    if (line_number == 1 && line.compare(0, 3, "\xEF\xBB\xBF") == 0) {
+      line.erase(0, 3);  // UTF-8 byte-order mark (Excel's "CSV UTF-8")
+    }
     const std::string trimmed = trim(line);
     if (trimmed.empty() || trimmed[0] == '#') {
       continue;
     }
-    const std::vector<std::string> fields = split_trimmed(trimmed, ',');
+    std::vector<std::string> fields = split_trimmed(trimmed, ',');
+    for (std::string& field : fields) {
+      field = unquote(field);
+    }
     if (header.empty()) {
       header = fields;
       for (size_t i = 0; i < header.size(); ++i) {
@@ -217,7 +278,7 @@ std::vector<RunRecord> parse_runs_csv(const std::string& text, const std::string
         }
       }
       if (column_loss < 0 || column_d < 0 || (column_n < 0 && column_config < 0)) {
-        throw FileError(where(line_number) + "header '" + trimmed +
+        throw FileError(where(line_number) + "header '" + shown_value(trimmed) +
                         "' lacks required columns; need loss, D (or tokens), and N (or "
                         "n_flop_active, params) or config");
       }
@@ -229,11 +290,12 @@ std::vector<RunRecord> parse_runs_csv(const std::string& text, const std::string
     }
     const auto number = [&](int column) {
       const std::string& cell = fields[static_cast<size_t>(column)];
-      char* end = nullptr;
-      const double value = std::strtod(cell.c_str(), &end);
-      if (cell.empty() || end == nullptr || *end != '\0' || !std::isfinite(value) || value <= 0) {
-        throw FileError(where(line_number) + "column '" + header[static_cast<size_t>(column)] +
-                        "' = '" + cell + "': must be a positive finite number");
+      double value = 0.0;
+      // The one number grammar of every modar input (decimal, no hex / inf / nan).
+      if (!parse_finite_number_text(cell, &value) || value <= 0) {
+        throw FileError(where(line_number) + "column '" +
+                        shown_value(header[static_cast<size_t>(column)]) + "' = '" +
+                        shown_value(cell) + "': must be a positive finite decimal number");
       }
       return value;
     };
@@ -252,7 +314,7 @@ std::vector<RunRecord> parse_runs_csv(const std::string& text, const std::string
       try {
         run.n_flop_active = count_params(load_config_file(path.string())).flop_active;
       } catch (const std::exception& e) {
-        throw FileError(where(line_number) + "config '" + cell + "': " + e.what());
+        throw FileError(where(line_number) + "config '" + shown_value(cell) + "': " + e.what());
       }
     }
     runs.push_back(run);
@@ -268,14 +330,9 @@ std::vector<RunRecord> parse_runs_csv(const std::string& text, const std::string
 }
 
 std::vector<RunRecord> load_runs_csv(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw FileError("runs file " + path + ": cannot open (" + std::strerror(errno) + ")");
-  }
-  std::stringstream text;
-  text << in.rdbuf();
+  const std::string text = read_input_file(path, "runs file", kMaxRunsBytes);
   const std::string base_dir = std::filesystem::path(path).parent_path().string();
-  return parse_runs_csv(text.str(), path, base_dir.empty() ? "." : base_dir);
+  return parse_runs_csv(text, shown_value(path, 200), base_dir.empty() ? "." : base_dir);
 }
 
 FitResult fit_runs(const std::vector<RunRecord>& input, const FitOptions& options) {
@@ -283,10 +340,24 @@ FitResult fit_runs(const std::vector<RunRecord>& input, const FitOptions& option
     throw ConfigError("fit: " + std::to_string(input.size()) +
                       " runs; a fit of 5 parameters needs at least 5 runs");
   }
-  if (!(options.huber_delta > 0) || options.bootstrap_samples < 0) {
-    throw ConfigError("fit: huber_delta must be > 0 and bootstrap_samples >= 0");
+  if (!(options.huber_delta > 0) || !std::isfinite(options.huber_delta)) {
+    throw ConfigError("fit: huber_delta = " + format_number(options.huber_delta) +
+                      ": must be a finite number > 0");
   }
+  if (options.bootstrap_samples < 0 || options.bootstrap_samples > 100000) {
+    throw ConfigError("fit: bootstrap_samples = " + std::to_string(options.bootstrap_samples) +
+                      ": must be in [0, 100000]");
+  }
+  if (input.size() > size_t{100000000}) {
+    throw ConfigError("fit: " + std::to_string(input.size()) + " runs: must be <= 1e8");
+  }
+  const auto report = [&](const std::string& message) {
+    if (options.progress) {
+      options.progress(message);
+    }
+  };
   std::vector<LogRun> runs;
+  runs.reserve(input.size());
   for (const RunRecord& r : input) {
     if (!(r.n_flop_active > 0 && r.tokens > 0 && r.loss > 0) || !std::isfinite(r.n_flop_active) ||
         !std::isfinite(r.tokens) || !std::isfinite(r.loss)) {
@@ -299,6 +370,15 @@ FitResult fit_runs(const std::vector<RunRecord>& input, const FitOptions& option
   for (size_t i = 0; i < runs.size(); ++i) {
     all[i] = static_cast<int>(i);
   }
+  const bool large = runs.size() > kGridRuns;
+  // The grid of starts runs on all runs, or (large fits) on a random subsample.
+  std::mt19937_64 subsample_rng(options.seed ^ 0x9e3779b97f4a7c15ULL);
+  const std::vector<int> grid_sample =
+      large ? random_subsample(runs.size(), kGridRuns, subsample_rng) : all;
+  if (large) {
+    report("fitting " + std::to_string(runs.size()) + " runs: 675 BFGS starts on a random " +
+           std::to_string(kGridRuns) + "-run subsample");
+  }
 
   // Grid of starting points (a coarser version of Hoffmann et al.'s grid).
   std::vector<Minimum> minima;
@@ -308,9 +388,10 @@ FitResult fit_runs(const std::vector<RunRecord>& input, const FitOptions& option
       for (const double e : {-1.0, 0.0, 1.0}) {
         for (const double a : {0.0, 5.0, 10.0, 15.0, 20.0}) {
           for (const double b : {0.0, 5.0, 10.0, 15.0, 20.0}) {
+            throw_if_interrupted("the fit");
             Vec5 x;
             x << a, b, e, alpha, beta;
-            minima.push_back(bfgs(x, runs, all, options.huber_delta));
+            minima.push_back(bfgs(x, runs, grid_sample, options.huber_delta));
             ++starts;
           }
         }
@@ -319,6 +400,26 @@ FitResult fit_runs(const std::vector<RunRecord>& input, const FitOptions& option
   }
   std::sort(minima.begin(), minima.end(),
             [](const Minimum& l, const Minimum& r) { return l.value < r.value; });
+  if (large) {
+    // Refine the best few subsample minima on more runs, then the best on all.
+    constexpr size_t kRefine = 4;
+    const bool huge = runs.size() > kRefineRuns;
+    const std::vector<int> refine_sample =
+        huge ? random_subsample(runs.size(), kRefineRuns, subsample_rng) : all;
+    report("refining the best " + std::to_string(kRefine) + " minima on " +
+           std::to_string(refine_sample.size()) + " runs");
+    std::vector<Minimum> refined;
+    for (size_t i = 0; i < std::min(kRefine, minima.size()); ++i) {
+      refined.push_back(bfgs(minima[i].x, runs, refine_sample, options.huber_delta));
+    }
+    std::sort(refined.begin(), refined.end(),
+              [](const Minimum& l, const Minimum& r) { return l.value < r.value; });
+    if (huge) {
+      report("refining the best minimum on all " + std::to_string(runs.size()) + " runs");
+      refined.front() = bfgs(refined.front().x, runs, all, options.huber_delta);
+    }
+    minima = std::move(refined);
+  }
   const Minimum best = minima.front();
 
   FitResult result;
@@ -334,12 +435,24 @@ FitResult fit_runs(const std::vector<RunRecord>& input, const FitOptions& option
   result.rms_log_residual = std::sqrt(squares / double(runs.size()));
 
   // Bootstrap: resample runs with replacement; refit from the best few minima.
+  // Large fits: m-out-of-n bootstrap (m = kBootstrapRuns runs per resample,
+  // refit from the optimum, deviations scaled by sqrt(m / n)).
+  const bool subsampled_bootstrap = runs.size() > kBootstrapRuns;
+  const size_t resample_size = subsampled_bootstrap ? kBootstrapRuns : runs.size();
+  const double scale =
+      subsampled_bootstrap ? std::sqrt(double(resample_size) / double(runs.size())) : 1.0;
   std::array<std::vector<double>, 5> samples;
   std::mt19937_64 rng(options.seed);
   std::uniform_int_distribution<int> pick(0, static_cast<int>(runs.size()) - 1);
-  const size_t warm_starts = std::min<size_t>(4, minima.size());
+  // Small fits refit each resample from the best 4 grid minima (as Hoffmann
+  // et al.); large fits (whose minima were refined on many runs) from the best.
+  const size_t warm_starts = large ? 1 : std::min<size_t>(4, minima.size());
   for (int s = 0; s < options.bootstrap_samples; ++s) {
-    std::vector<int> sample(runs.size());
+    throw_if_interrupted("the fit's bootstrap");
+    if (large && options.bootstrap_samples >= 10 && s % (options.bootstrap_samples / 10) == 0) {
+      report("bootstrap " + std::to_string(s) + " / " + std::to_string(options.bootstrap_samples));
+    }
+    std::vector<int> sample(resample_size);
     for (int& index : sample) {
       index = pick(rng);
     }
@@ -350,7 +463,8 @@ FitResult fit_runs(const std::vector<RunRecord>& input, const FitOptions& option
         refit = other;
       }
     }
-    const LossFitParams q = to_params(refit.x);
+    const Vec5 draw = subsampled_bootstrap ? Vec5(best.x + scale * (refit.x - best.x)) : refit.x;
+    const LossFitParams q = to_params(draw);
     samples[0].push_back(q.E);
     samples[1].push_back(q.A);
     samples[2].push_back(q.B);
@@ -365,15 +479,38 @@ FitResult fit_runs(const std::vector<RunRecord>& input, const FitOptions& option
   result.beta = summarise(p.beta, samples[4]);
 
   result.fit.name = "fit";
-  result.fit.source = std::to_string(runs.size()) +
-                      " runs, Huber(delta=" + format_number(options.huber_delta) +
-                      ") on log-loss, BFGS from " + std::to_string(starts) + " starts, " +
-                      std::to_string(options.bootstrap_samples) + " bootstrap samples";
+  result.fit.source =
+      std::to_string(runs.size()) + " runs, Huber(delta=" + format_number(options.huber_delta) +
+      ") on log-loss, BFGS from " + std::to_string(starts) + " starts" +
+      (large ? " on a " + std::to_string(kGridRuns) + "-run subsample, best 4 refined" +
+                   (runs.size() > kRefineRuns ? " on " + std::to_string(kRefineRuns) +
+                                                    " runs, the best on all runs"
+                                              : std::string(" on all runs"))
+             : std::string()) +
+      ", " + std::to_string(options.bootstrap_samples) + " bootstrap samples" +
+      (subsampled_bootstrap && options.bootstrap_samples > 0
+           ? " (m-out-of-n, m = " + std::to_string(resample_size) + ")"
+           : std::string());
   result.fit.params = p;
   if (options.bootstrap_samples >= 2) {
     result.fit.standard_errors =
         LossFitParams{result.E.standard_error, result.A.standard_error, result.B.standard_error,
                       result.alpha.standard_error, result.beta.standard_error};
+  }
+  // A fit `modar optimal --fit` would refuse (NaN, alpha = 1200, ...) is not
+  // a success: the same checks as reading the fit back.
+  if (!std::isfinite(result.objective)) {
+    throw ConfigError("fit: the objective is " + format_number(result.objective) +
+                      " at the optimum; the runs do not determine L(N, D)");
+  }
+  LossFit point = result.fit;
+  point.standard_errors.reset();  // bootstrap spreads may be huge; the law itself must be sane
+  try {
+    parse_fit_toml(to_toml(point), "the fitted law");
+  } catch (const std::exception& e) {
+    throw ConfigError(std::string(e.what()) +
+                      "; the runs do not determine L(N, D) = E + A/N^alpha + B/D^beta (need "
+                      "several distinct N and D, with the loss falling as both grow)");
   }
   return result;
 }

@@ -311,6 +311,18 @@ OptimalResult optimal(const OptimalRequest& request) {
     for (int attempt = 0; attempt < 4; ++attempt, half_width *= 2.0) {
       solution.points =
           evaluator.curve(arch_base, prior, centre, half_width, request.grid_step, request.shapes);
+      if (solution.points.empty() && prior.source == "--eps override") {
+        // N_f*(eps) = N_f*(1) * eps^(1/(alpha+beta)): the eps range whose
+        // curve centre stays inside the shape search at this budget.
+        const double sum = law.alpha + law.beta;
+        const double eps_low = std::pow(smallest / dense.n_opt, sum);
+        const double eps_high = std::min(2.0, std::pow(largest / dense.n_opt, sum));
+        throw ConfigError("--eps " + prior.key + "=" + format_number(prior.eps) + ": moves the " +
+                          arch.name + " curve's compute-optimal N_f to " + sci(centre) +
+                          ", outside the shape search (N_f " + sci(smallest) + " to " +
+                          sci(largest) + "); allowed at this budget: " + prior.key +
+                          " eps in about [" + sci(eps_low, 2) + ", " + sci(eps_high, 2) + "]");
+      }
       if (solution.points.empty()) {
         throw ConfigError("no shape in the aspect band [" +
                           format_number(request.shapes.aspect_min) + ", " +

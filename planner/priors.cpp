@@ -159,7 +159,7 @@ EpsOverrides parse_eps_overrides(const std::string& text) {
   for (const std::string& piece : split_trimmed(text, ',')) {
     const auto equals = piece.find('=');
     if (equals == std::string::npos) {
-      throw ConfigError("--eps " + text + ": '" + piece +
+      throw ConfigError("--eps " + shown_value(text) + ": '" + shown_value(piece) +
                         "' is not ARCH=VALUE; allowed: e.g. mod=0.94,dar=0.97");
     }
     const std::string key = trim(piece.substr(0, equals));
@@ -171,15 +171,14 @@ EpsOverrides parse_eps_overrides(const std::string& text) {
       known = known || key == allowed;
     }
     if (!known) {
-      throw ConfigError("--eps " + key +
+      throw ConfigError("--eps " + shown_value(key) +
                         "=...: unknown architecture; allowed: baseline, mod, "
                         "dar, mod+dar, attnres, mod+attnres");
     }
-    char* end = nullptr;
-    const double value = std::strtod(value_text.c_str(), &end);
-    if (value_text.empty() || end == nullptr || *end != '\0' || !std::isfinite(value) ||
-        value <= 0 || value > 2) {
-      throw ConfigError("--eps " + key + "=" + value_text + ": must be a number in (0, 2]");
+    double value = 0.0;  // the one number grammar of every modar input (no hex, inf, nan)
+    if (!parse_finite_number_text(value_text, &value) || value <= 0 || value > 2) {
+      throw ConfigError("--eps " + key + "=" + shown_value(value_text) +
+                        ": must be a number in (0, 2]");
     }
     overrides[key] = value;
   }
@@ -249,7 +248,7 @@ ArchSpec make_arch(const std::string& name, double capacity, int64_t every,
   const bool mod = name == "mod" || name == "mod+dar";
   const bool dar = name == "dar" || name == "mod+dar";
   if (!mod && !dar && name != "baseline") {
-    throw ConfigError("--arch " + name +
+    throw ConfigError("--arch " + shown_value(name) +
                       ": unknown architecture; allowed: baseline, mod, dar, "
                       "mod+dar");
   }

@@ -97,12 +97,19 @@ std::vector<ShapeCandidate> enumerate_shapes(const Config& base, double n_f_min,
   if (base.mod.enabled()) {
     first_layers = std::max(first_layers, base.mod.every);
   }
+  // Aspect products are clamped to the d_model range before the integer cast
+  // (--aspect-max 1e20 would otherwise overflow int64_t: undefined behaviour).
+  const double d_cap = static_cast<double>(options.max_d_model + step);
   for (int64_t layers = first_layers; layers <= options.max_layers; ++layers) {
+    throw_if_interrupted("the shape search");
+    const double layers_d = static_cast<double>(layers);
     const int64_t d_low = std::max(
-        step, round_up(static_cast<int64_t>(std::ceil(options.aspect_min * layers)), step));
-    const int64_t d_high =
-        std::min(options.max_d_model,
-                 (static_cast<int64_t>(std::floor(options.aspect_max * layers)) / step) * step);
+        step, round_up(static_cast<int64_t>(std::ceil(std::min(options.aspect_min * layers_d, d_cap))),
+                       step));
+    const int64_t d_high = std::min(
+        options.max_d_model,
+        (static_cast<int64_t>(std::floor(std::min(options.aspect_max * layers_d, d_cap))) / step) *
+            step);
     if (d_high < d_low) {
       continue;
     }

@@ -127,6 +127,7 @@ int64_t sweep(const SweepRequest& request, const std::function<void(const SweepR
                       : detail::canonical_curve(arch_base, centre, request.grid_half_width,
                                                 request.grid_step, request.shapes);
       for (const ShapeCandidate& candidate : curve) {
+        throw_if_interrupted("the sweep");  // between candidates, not only between rows
         SweepRow row;
         row.budget_flops = budget;
         row.arch = arch.name;

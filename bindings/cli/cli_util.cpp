@@ -5,7 +5,10 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+
+#include <sys/stat.h>
 
 #include "modar/errors.hpp"
 
@@ -72,7 +75,7 @@ ParsedArgs parse_args(const Args& args, const std::vector<FlagSpec>& flags,
     const auto spec =
         std::find_if(flags.begin(), flags.end(), [&](const FlagSpec& f) { return f.name == name; });
     if (spec == flags.end()) {
-      std::string message = "unknown option '" + name + "' for modar " + command;
+      std::string message = "unknown option '" + shown_value(name) + "' for modar " + command;
       const std::string suggestion = nearest_name(name, flag_names);
       if (!suggestion.empty()) {
         message += "; did you mean '" + suggestion + "'?";
@@ -86,7 +89,8 @@ ParsedArgs parse_args(const Args& args, const std::vector<FlagSpec>& flags,
     }
     if (!spec->takes_value) {
       if (inline_value) {
-        throw ConfigError("option " + name + " = " + *inline_value + ": takes no value");
+        throw ConfigError("option " + name + " = " + shown_value(*inline_value) +
+                          ": takes no value");
       }
       parsed.add(name, "");
       continue;
@@ -105,7 +109,8 @@ ParsedArgs parse_args(const Args& args, const std::vector<FlagSpec>& flags,
     throw ConfigError("missing " + positional_name + " (see modar " + command + " --help)");
   }
   if (parsed.positional.size() > max_positional) {
-    throw ConfigError("unexpected argument '" + parsed.positional[max_positional] + "'; takes " +
+    throw ConfigError("unexpected argument '" + shown_value(parsed.positional[max_positional]) +
+                      "'; takes " +
                       (max_positional == 0
                            ? std::string("no positional arguments")
                            : "at most " + std::to_string(max_positional) + " " + positional_name));
@@ -145,7 +150,7 @@ std::string usage_text(const std::string& command, const std::string& synopsis,
 double parse_double(const std::string& flag, const std::string& text) {
   double value = 0.0;
   if (!parse_finite_number_text(text, &value)) {
-    throw ConfigError(flag + " = " + text + ": must be a finite number");
+    throw ConfigError(flag + " = " + shown_value(text) + ": must be a finite number");
   }
   return value;
 }
@@ -153,7 +158,7 @@ double parse_double(const std::string& flag, const std::string& text) {
 double parse_positive_double(const std::string& flag, const std::string& text) {
   const double value = parse_double(flag, text);
   if (!(value > 0.0)) {
-    throw ConfigError(flag + " = " + text + ": must be a number > 0");
+    throw ConfigError(flag + " = " + shown_value(text) + ": must be a number > 0");
   }
   return value;
 }
@@ -161,7 +166,7 @@ double parse_positive_double(const std::string& flag, const std::string& text) {
 int64_t parse_int(const std::string& flag, const std::string& text) {
   int64_t value = 0;
   if (!parse_integer_text(text, &value)) {
-    throw ConfigError(flag + " = " + text + ": must be an integer");
+    throw ConfigError(flag + " = " + shown_value(text) + ": must be an integer");
   }
   return value;
 }
@@ -169,9 +174,95 @@ int64_t parse_int(const std::string& flag, const std::string& text) {
 int64_t parse_positive_int(const std::string& flag, const std::string& text) {
   const int64_t value = parse_int(flag, text);
   if (value <= 0) {
-    throw ConfigError(flag + " = " + text + ": must be a positive integer");
+    throw ConfigError(flag + " = " + shown_value(text) + ": must be a positive integer");
   }
   return value;
+}
+
+int parse_int_in_range(const std::string& flag, const std::string& text, int64_t low,
+                       int64_t high) {
+  const int64_t value = parse_int(flag, text);
+  if (value < low || value > high) {
+    throw ConfigError(flag + " = " + shown_value(text) + ": must be an integer in [" +
+                      std::to_string(low) + ", " + std::to_string(high) + "]");
+  }
+  return static_cast<int>(value);
+}
+
+namespace {
+
+bool is_key_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
+}
+
+}  // namespace
+
+std::string name_typed_flags(const std::string& message, const ParsedArgs& parsed,
+                             const std::vector<FlagKey>& flag_keys) {
+  std::string out = message;
+  for (const FlagKey& fk : flag_keys) {
+    if (!parsed.has(fk.flag)) {
+      continue;
+    }
+    const std::string key = fk.key;
+    size_t at = 0;
+    while ((at = out.find(key, at)) != std::string::npos) {
+      const bool starts = at == 0 || !is_key_char(out[at - 1]);
+      const size_t after = at + key.size();
+      const bool ends = after >= out.size() || !is_key_char(out[after]) ||
+                        (out[after] == '.' && (after + 1 >= out.size() || out[after + 1] == ' '));
+      if (starts && ends) {
+        out.replace(at, key.size(), fk.flag);
+        at += std::string(fk.flag).size();
+      } else {
+        at = after;
+      }
+    }
+  }
+  return out;
+}
+
+namespace {
+
+extern "C" void on_interrupt(int) {
+  modar::request_interrupt();  // SA_RESETHAND: a second Ctrl-C kills
+}
+
+struct sigaction g_previous_sigint;
+
+}  // namespace
+
+InterruptScope::InterruptScope() {
+  clear_interrupt();
+  struct sigaction action {};
+  action.sa_handler = on_interrupt;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESETHAND;
+  sigaction(SIGINT, &action, &g_previous_sigint);
+}
+
+InterruptScope::~InterruptScope() {
+  sigaction(SIGINT, &g_previous_sigint, nullptr);
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  struct stat sa {}, sb {};
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
+         sa.st_ino == sb.st_ino;
+}
+
+void check_output_path(const std::string& flag, const std::string& output,
+                       const std::string& input_what, const std::string& input) {
+  if (same_file(output, input)) {
+    throw ConfigError(flag + " = " + shown_value(output, 200) + ": is the " + input_what + " " +
+                      shown_value(input, 200) +
+                      " (same file); allowed: a different path (the input is never overwritten)");
+  }
+  struct stat info {};
+  if (::stat(output.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
+    throw ConfigError(flag + " = " + shown_value(output, 200) +
+                      ": is a directory; allowed: a file path");
+  }
 }
 
 size_t parse_choice(const std::string& flag, const std::string& text,
@@ -185,7 +276,7 @@ size_t parse_choice(const std::string& flag, const std::string& text,
   for (size_t i = 0; i < choices.size(); ++i) {
     allowed += (i == 0 ? "" : (i + 1 == choices.size() ? " or " : ", ")) + choices[i];
   }
-  throw ConfigError(flag + " = " + text + ": must be " + allowed);
+  throw ConfigError(flag + " = " + shown_value(text) + ": must be " + allowed);
 }
 
 Config load_config_with_overrides(const std::string& path, const std::vector<std::string>& sets) {

@@ -19,6 +19,7 @@
 
 #include "commands.hpp"
 #include "modar/config.hpp"
+#include "modar/errors.hpp"
 
 namespace modar::cli {
 
@@ -67,9 +68,55 @@ double parse_double(const std::string& flag, const std::string& text);
 double parse_positive_double(const std::string& flag, const std::string& text);
 int64_t parse_int(const std::string& flag, const std::string& text);
 int64_t parse_positive_int(const std::string& flag, const std::string& text);
+// An integer in [low, high], range-checked in 64 bits before it is narrowed
+// (so 4294967297 is refused, never silently read as 1).
+int parse_int_in_range(const std::string& flag, const std::string& text, int64_t low,
+                       int64_t high);
 // Index of `text` in `choices`, or ConfigError listing them.
 size_t parse_choice(const std::string& flag, const std::string& text,
                     const std::vector<std::string>& choices);
+
+// Config keys a command's flags set: the library names config keys in its
+// errors (STYLE.md); the CLI names the flag the user typed instead.
+struct FlagKey {
+  const char* flag;  // "--gpus"
+  const char* key;   // "device.count"
+};
+// `message` with every key whose flag appears in `parsed` replaced by that flag.
+std::string name_typed_flags(const std::string& message, const ParsedArgs& parsed,
+                             const std::vector<FlagKey>& flag_keys);
+// Run `body`; a ConfigError / FileError it throws comes back with the typed
+// flags named (name_typed_flags).
+template <typename Body>
+auto with_typed_flags(const ParsedArgs& parsed, const std::vector<FlagKey>& flag_keys, Body body)
+    -> decltype(body()) {
+  try {
+    return body();
+  } catch (const FileError& e) {
+    throw FileError(name_typed_flags(e.what(), parsed, flag_keys));
+  } catch (const ConfigError& e) {
+    throw ConfigError(name_typed_flags(e.what(), parsed, flag_keys));
+  }
+}
+
+// While alive, Ctrl-C sets modar::request_interrupt() (the computation stops
+// at its next check and main() exits 130, nothing written); a second Ctrl-C
+// kills the process the default way.
+class InterruptScope {
+ public:
+  InterruptScope();
+  ~InterruptScope();
+  InterruptScope(const InterruptScope&) = delete;
+  InterruptScope& operator=(const InterruptScope&) = delete;
+};
+
+// True when both paths name the same existing file (same device and inode:
+// also through symlinks and hard links).
+bool same_file(const std::string& a, const std::string& b);
+// Refuse an output path that is an input (same_file) or a directory, before
+// any work is done.  `flag` names the output flag, `input_what` the input.
+void check_output_path(const std::string& flag, const std::string& output,
+                       const std::string& input_what, const std::string& input);
 
 // Read CONFIG, apply each "section.key=value" in order, validate.
 Config load_config_with_overrides(const std::string& path, const std::vector<std::string>& sets);

@@ -195,9 +195,14 @@ int cmd_estimate(const Args& args) {
       parse_choice("--step", parsed.value_or("--step", "train"), {"train", "decode"}) == 0
           ? StepKind::train
           : StepKind::decode;
-  const Config config = load_config_with_overrides(parsed.positional[0], sets);
-  const DeviceProfile profile = load_profile(config.device.profile);
-  const Estimate e = estimate(config, profile, step);
+  static const std::vector<FlagKey> kFlagKeys = {{"--profile", "device.profile"},
+                                                 {"--attention-flops", "counting.attention_flops"}};
+  const Config config = with_typed_flags(
+      parsed, kFlagKeys, [&] { return load_config_with_overrides(parsed.positional[0], sets); });
+  const DeviceProfile profile =
+      with_typed_flags(parsed, kFlagKeys, [&] { return load_profile(config.device.profile); });
+  const Estimate e =
+      with_typed_flags(parsed, kFlagKeys, [&] { return estimate(config, profile, step); });
   const std::string text = parsed.has("--json") ? estimate_to_json(config, profile, step, e)
                                                 : report(config, profile, step, e,
                                                          parsed.positional[0], parsed.has("--ops"));

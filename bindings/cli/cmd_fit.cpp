@@ -32,13 +32,14 @@ int cmd_fit(const Args& args) {
   const std::string runs_path = parsed.positional[0];
   FitOptions options;
   if (const auto v = parsed.value("--bootstrap")) {
-    options.bootstrap_samples = static_cast<int>(parse_int("--bootstrap", *v));
-    if (options.bootstrap_samples < 0 || options.bootstrap_samples > 100000) {
-      throw ConfigError("--bootstrap " + *v + ": must be in [0, 100000]");
-    }
+    options.bootstrap_samples = parse_int_in_range("--bootstrap", *v, 0, 100000);
   }
   if (const auto v = parsed.value("--seed")) {
-    options.seed = static_cast<uint64_t>(parse_int("--seed", *v));
+    const int64_t seed = parse_int("--seed", *v);
+    if (seed < 0) {
+      throw ConfigError("--seed = " + shown_value(*v) + ": must be an integer >= 0");
+    }
+    options.seed = static_cast<uint64_t>(seed);
   }
   if (const auto v = parsed.value("--delta")) {
     options.huber_delta = parse_positive_double("--delta", *v);
@@ -51,11 +52,22 @@ int cmd_fit(const Args& args) {
         dot != std::string::npos && (slash == std::string::npos || dot > slash);
     output = (has_extension ? runs_path.substr(0, dot) : runs_path) + ".fit.toml";
   }
+  // Before any work: the fit never replaces the runs it reads (same inode,
+  // also via a symlink or a hard link) nor lands on a directory.
+  check_output_path("--output", output, "runs file", runs_path);
 
   const std::vector<RunRecord> runs = load_runs_csv(runs_path);
-  FitResult result = fit_runs(runs, options);
+  options.progress = [](const std::string& message) {
+    std::fprintf(stderr, "modar fit: %s\n", message.c_str());
+  };
+  FitResult result;
+  {
+    const InterruptScope ctrl_c;  // Ctrl-C: exit 130, no file written
+    result = fit_runs(runs, options);
+  }
   result.fit.name = output;
   result.fit.source = "modar fit " + runs_path + ": " + result.fit.source;
+  check_output_path("--output", output, "runs file", runs_path);  // (renamed meanwhile?)
   save_fit_atomically(result.fit, output);
   if (parsed.has("--json")) {
     std::fputs((to_json(result) + "\n").c_str(), stdout);

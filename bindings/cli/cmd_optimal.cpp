@@ -42,41 +42,45 @@ int cmd_optimal(const Args& args) {
     return 0;
   }
   const ParsedArgs parsed = parse_args(args, flags, "optimal", 0, 0);
-  OptimalRequest request;
-  if (const auto v = parsed.value("--flops")) {
-    request.train_flops = parse_budget("--flops", *v);
-  }
-  if (const auto v = parsed.value("--gpu-hours")) {
-    request.gpu_hours = parse_budget("--gpu-hours", *v);
-  }
-  if (!request.train_flops && !request.gpu_hours) {
-    throw ConfigError("modar optimal: no budget; give --flops C and/or --gpu-hours H");
-  }
-  if (const auto v = parsed.value("--arch")) {
-    request.archs = parse_list("--arch", *v);
-  }
-  if (const auto v = parsed.value("--capacity")) {
-    request.capacity = parse_positive_double("--capacity", *v);
-  }
-  if (const auto v = parsed.value("--every")) {
-    request.every = parse_positive_int("--every", *v);
-  }
-  if (const auto v = parsed.value("--block-layers")) {
-    request.dar_block_layers = parse_positive_int("--block-layers", *v);
-  }
-  if (const auto v = parsed.value("--streams")) {
-    request.dar_streams = parse_positive_int("--streams", *v);
-  }
-  request.fit = parsed.value_or("--fit", "epoch");
-  request.eps_overrides = parse_eps_overrides(parsed.value_or("--eps", ""));
-  request.profile = parsed.value_or("--profile", default_profile_name());
-  if (const auto v = parsed.value("--gpus")) {
-    request.gpus = parse_positive_int("--gpus", *v);
-  }
-  request.base = planner_base_config(parsed);
-  request.shapes = planner_shape_options(parsed);
-
-  const OptimalResult result = optimal(request);
+  const OptimalResult result = with_typed_flags(parsed, planner_flag_keys(), [&] {
+    OptimalRequest request;
+    if (const auto v = parsed.value("--flops")) {
+      request.train_flops = parse_budget("--flops", *v);
+    }
+    if (const auto v = parsed.value("--gpu-hours")) {
+      request.gpu_hours = parse_budget("--gpu-hours", *v);
+    }
+    if (!request.train_flops && !request.gpu_hours) {
+      throw ConfigError("no budget: give --flops C and/or --gpu-hours H");
+    }
+    if (const auto v = parsed.value("--arch")) {
+      request.archs = parse_list("--arch", *v);
+    }
+    if (const auto v = parsed.value("--capacity")) {
+      request.capacity = parse_positive_double("--capacity", *v);
+    }
+    request.shapes = planner_shape_options(parsed);
+    if (const auto v = parsed.value("--every")) {
+      request.every = parse_positive_int("--every", *v);
+      check_depth_knob("--every", request.every, request.shapes, "MoD routing every N-th layer");
+    }
+    if (const auto v = parsed.value("--block-layers")) {
+      request.dar_block_layers = parse_positive_int("--block-layers", *v);
+      check_depth_knob("--block-layers", request.dar_block_layers, request.shapes,
+                       "a DAR block of K layers");
+    }
+    if (const auto v = parsed.value("--streams")) {
+      request.dar_streams = parse_positive_int("--streams", *v);
+    }
+    request.fit = parsed.value_or("--fit", "epoch");
+    request.eps_overrides = parse_eps_overrides(parsed.value_or("--eps", ""));
+    request.profile = parsed.value_or("--profile", default_profile_name());
+    if (const auto v = parsed.value("--gpus")) {
+      request.gpus = parse_positive_int("--gpus", *v);
+    }
+    request.base = planner_base_config(parsed);
+    return optimal(request);
+  });
   const std::string text = parsed.has("--json") ? to_json(result) + "\n" : to_table(result);
   std::fputs(text.c_str(), stdout);
   return 0;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "modar/config.hpp"
 #include "modar/errors.hpp"
 
 namespace {
@@ -58,26 +59,36 @@ int main(int argc, char** argv) {
     if (name != command.name) {
       continue;
     }
+    // Every message is printed as ONE line: control characters escaped and
+    // anything past 2000 characters cut (the library already shortens echoed
+    // values; this is the net under it).
+    const auto line = [](const char* what) { return modar::shown_value(what, 2000); };
     try {
       return command.run(args);
+    } catch (const modar::Interrupted& e) {
+      std::fprintf(stderr, "modar %s: %s; nothing written\n", command.name, line(e.what()).c_str());
+      return 130;  // 128 + SIGINT, as a shell reports a Ctrl-C
     } catch (const modar::ConfigError& e) {
-      std::fprintf(stderr, "modar %s: error: %s\n", command.name, e.what());
+      std::fprintf(stderr, "modar %s: error: %s\n", command.name, line(e.what()).c_str());
       return 2;
     } catch (const modar::FileError& e) {
-      std::fprintf(stderr, "modar %s: error: %s\n", command.name, e.what());
+      std::fprintf(stderr, "modar %s: error: %s\n", command.name, line(e.what()).c_str());
       return 2;
     } catch (const std::invalid_argument& e) {
-      std::fprintf(stderr, "modar %s: error: %s\n", command.name, e.what());
+      std::fprintf(stderr, "modar %s: error: %s\n", command.name, line(e.what()).c_str());
       return 2;
     } catch (const std::bad_alloc&) {
       std::fprintf(stderr, "modar %s: error: out of memory\n", command.name);
       return 1;
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "modar %s: internal error: %s\n", command.name, e.what());
+      std::fprintf(stderr, "modar %s: internal error: %s\n", command.name,
+                   line(e.what()).c_str());
       return 1;
     }
   }
-  std::fprintf(stderr, "modar: error: unknown command '%s'; allowed: estimate, optimal, sweep, fit, profile, validate\n",
-               name.c_str());
+  std::fprintf(stderr,
+               "modar: error: unknown command '%s'; allowed: estimate, optimal, sweep, fit, "
+               "profile, validate\n",
+               modar::shown_value(name).c_str());
   return 2;
 }

@@ -79,7 +79,8 @@ std::vector<std::string> parse_list(const std::string& flag, const std::string& 
       const auto begin = current.find_first_not_of(" \t");
       const auto end = current.find_last_not_of(" \t");
       if (begin == std::string::npos) {
-        throw ConfigError(flag + " " + text + ": empty item; allowed: a comma-separated list");
+        throw ConfigError(flag + " " + shown_value(text) +
+                          ": empty item; allowed: a comma-separated list");
       }
       pieces.push_back(current.substr(begin, end - begin + 1));
       current.clear();
@@ -106,6 +107,28 @@ std::vector<int64_t> parse_positive_int_list(const std::string& flag, const std:
   return values;
 }
 
+const std::vector<FlagKey>& planner_flag_keys() {
+  static const std::vector<FlagKey> keys = {
+      {"--seq-len", "model.seq_len"},       {"--micro-batch", "train.micro_batch"},
+      {"--global-batch", "train.global_batch"}, {"--recompute", "train.recompute"},
+      {"--mlp", "model.mlp"},               {"--vocab", "model.vocab_size"},
+      {"--gpus", "device.count"},           {"--profile", "device.profile"},
+      {"--capacity", "mod.capacity"},       {"--every", "mod.every"},
+      {"--block-layers", "dar.block_layers"}, {"--streams", "dar.streams"},
+  };
+  return keys;
+}
+
+void check_depth_knob(const std::string& flag, int64_t value, const ShapeSearchOptions& options,
+                      const char* what) {
+  if (value > options.max_layers) {
+    throw ConfigError(flag + " = " + std::to_string(value) + ": " + what + " needs at least " +
+                      std::to_string(value) + " layers, but the shape search stops at n_layers = " +
+                      std::to_string(options.max_layers) + "; allowed: " + flag + " in [1, " +
+                      std::to_string(options.max_layers) + "]");
+  }
+}
+
 double parse_budget(const std::string& flag, const std::string& text) {
   const std::string lowered = [&] {
     std::string s = text;
@@ -115,7 +138,7 @@ double parse_budget(const std::string& flag, const std::string& text) {
     return s;
   }();
   if (lowered.find("nan") != std::string::npos || lowered.find("inf") != std::string::npos) {
-    throw ConfigError(flag + " " + text + ": must be a positive finite number");
+    throw ConfigError(flag + " " + shown_value(text) + ": must be a positive finite number");
   }
   const double value = parse_double(flag, text);
   if (!std::isfinite(value) || value <= 0) {

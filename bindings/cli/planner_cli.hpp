@@ -21,5 +21,11 @@ std::vector<double> parse_positive_double_list(const std::string& flag, const st
 std::vector<int64_t> parse_positive_int_list(const std::string& flag, const std::string& text);
 // --flops budget: a finite positive number ("0", "-1", "nan", "inf" rejected).
 double parse_budget(const std::string& flag, const std::string& text);
+// The config keys behind the planner flags (for name_typed_flags).
+const std::vector<FlagKey>& planner_flag_keys();
+// --every / --block-layers need that many layers: refuse values the shape
+// search's depth range can never hold (instead of an empty answer).
+void check_depth_knob(const std::string& flag, int64_t value, const ShapeSearchOptions& options,
+                      const char* what);
 
 }  // namespace modar::cli

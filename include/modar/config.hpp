@@ -176,4 +176,16 @@ std::string format_number(double value);
 bool parse_integer_text(const std::string& text, int64_t* out);
 bool parse_finite_number_text(const std::string& text, double* out);
 
+// A user-supplied value as it may appear inside a one-line error message:
+// control characters escaped (\n, \t, \x00, ...) and anything past
+// `max_chars` characters cut to "...(N characters)", so no error is ever
+// multi-line or a megabyte long.  Every echoed value goes through this.
+std::string shown_value(const std::string& text, size_t max_chars = 60);
+
+// The whole of a user-named input file (config, profile, runs CSV): it must
+// be a regular file (not a directory, device or FIFO) of at most `max_bytes`
+// bytes; anything else is a modar::FileError naming `what` and the path.
+std::string read_input_file(const std::string& path, const std::string& what,
+                            uint64_t max_bytes);
+
 }  // namespace modar

@@ -37,4 +37,18 @@ class BackendError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Ctrl-C: a long computation (sweep, fit) polls the process-wide flag between
+// chunks of work and throws Interrupted; the CLI sets the flag from its SIGINT
+// handler and exits 130 with nothing written.  request_interrupt() is
+// async-signal-safe (one lock-free atomic store).
+class Interrupted : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+void request_interrupt() noexcept;
+void clear_interrupt() noexcept;
+bool interrupt_requested() noexcept;
+// Throws Interrupted("interrupted (Ctrl-C) during <what>") when requested.
+void throw_if_interrupted(const char* what);
+
 }  // namespace modar

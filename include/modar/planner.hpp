@@ -289,8 +289,10 @@ std::vector<RunRecord> load_runs_csv(const std::string& path);
 
 struct FitOptions {
   double huber_delta = 1e-3;  // Hoffmann et al.'s delta, on log-loss residuals
-  int bootstrap_samples = 200;
+  int bootstrap_samples = 200;  // [0, 100000]
   uint64_t seed = 20240402;
+  // Stage messages of large fits (more than 300 runs), e.g. to stderr.
+  std::function<void(const std::string&)> progress;
 };
 
 struct FitParamSummary {
@@ -313,7 +315,13 @@ struct FitResult {
 // Minimise sum_i Huber_delta(log L_hat(N_i, D_i) - log L_i) over
 // (a = log A, b = log B, e = log E, alpha, beta) with BFGS from a grid of
 // starting points (Hoffmann et al. 2022 appendix D.2; Besiroglu et al. 2024 sum
-// rather than average the Huber loss).  Needs at least 5 runs.
+// rather than average the Huber loss).  Needs at least 5 runs.  Above 300
+// runs the grid runs on a random 300-run subsample and the best 4 minima are
+// refined on all runs (on 20,000 of them, then the best on all, above 20,000);
+// above 2,000 runs the bootstrap is m-out-of-n (m = 2,000, deviations scaled
+// by sqrt(m / n)).  Throws ConfigError when the
+// optimum is not a plausible law (non-finite, alpha or beta outside (0, 3]:
+// the checks of parse_fit_toml) and Interrupted on Ctrl-C (errors.hpp).
 FitResult fit_runs(const std::vector<RunRecord>& runs, const FitOptions& options = {});
 std::string to_json(const FitResult& result);
 std::string to_text(const FitResult& result);

@@ -66,6 +66,18 @@ struct DeviceProfile {
 // FileError / ConfigError naming the file, the field and what is allowed.
 DeviceProfile load_profile(const std::string& name_or_path);
 DeviceProfile parse_profile_toml(const std::string& toml_text, const std::string& source_name);
+// What load_profile checks before a profile may time anything (parse_profile_toml
+// also reads the profiler's checkpoints, so it does not): provenance.status is
+// "complete" when present, provenance.measurement_count matches the file, the
+// ceilings and medians lie in physical bands (no denormal / huge values that
+// make step times 0, inf or NaN).  Throws FileError / ConfigError.
+void check_profile_usable(const DeviceProfile& profile, const std::string& source_name);
+// True when some measurement of the profile is of this dtype.
+bool profile_measures_dtype(const DeviceProfile& profile, DType dtype);
+// A measured profile timing a dtype it never measured would fall back to the
+// roofline while claiming its op table: refuse (ConfigError naming
+// train.dtype).  Datasheet profiles (no measurements) pass.
+void check_profile_dtype(const DeviceProfile& profile, DType dtype);
 std::string to_toml(const DeviceProfile& profile);
 // Write atomically (temp file + rename): a killed writer never leaves a
 // half-written profile behind.

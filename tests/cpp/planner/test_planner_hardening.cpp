@@ -1,0 +1,139 @@
+// Input hardening of the planner library (docs/hardening.md): the runs CSV
+// grammar, implausible fits, large fits, Ctrl-C, the --eps grammar and the
+// aspect band's integer overflow.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "modar/errors.hpp"
+#include "modar/planner.hpp"
+
+namespace {
+
+std::vector<modar::RunRecord> law_runs(const modar::LossFitParams& law, int count,
+                                       double noise_sigma) {
+  // A deterministic grid in (log N, log D) with splitmix64 noise.
+  std::vector<modar::RunRecord> runs;
+  uint64_t state = 12345;
+  const auto uniform = [&] {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (double(z >> 11) + 0.5) / 9007199254740992.0;
+  };
+  for (int i = 0; i < count; ++i) {
+    const double n = std::exp(std::log(2e7) + uniform() * std::log(50.0));
+    const double d = std::exp(std::log(2e9) + uniform() * std::log(25.0));
+    const double normal =
+        std::sqrt(-2.0 * std::log(uniform())) * std::cos(6.283185307179586 * uniform());
+    const double loss = modar::predicted_loss(law, 1.0, n, d) * std::exp(noise_sigma * normal);
+    runs.push_back({n, d, loss, i + 2});
+  }
+  return runs;
+}
+
+TEST(PlannerHardening, RunsCsvAcceptsBomAndQuotedHeaders) {
+  const std::string rows = "1e8,2e9,3.1\n1e8,4e9,3.0\n2e8,4e9,2.9\n2e8,8e9,2.8\n4e8,8e9,2.7\n";
+  const auto bom = modar::parse_runs_csv("\xEF\xBB\xBFN,D,loss\n" + rows, "bom.csv");
+  ASSERT_EQ(bom.size(), 5u);
+  EXPECT_DOUBLE_EQ(bom[4].n_flop_active, 4e8);
+  const auto quoted = modar::parse_runs_csv("\"N\",\"D\",\"loss\"\n" + rows, "quoted.csv");
+  ASSERT_EQ(quoted.size(), 5u);
+  EXPECT_DOUBLE_EQ(quoted[0].loss, 3.1);
+}
+
+TEST(PlannerHardening, RunsCsvUsesTheStrictNumberGrammar) {
+  const std::string good = "N,D,loss\n1e8,2e9,3.1\n1e8,4e9,3.0\n2e8,4e9,2.9\n2e8,8e9,2.8\n";
+  for (const char* cell : {"0x10", "0x1p3", "infinity", "1e999"}) {
+    try {
+      modar::parse_runs_csv(good + "4e8,8e9," + cell + "\n", "runs.csv");
+      ADD_FAILURE() << cell << " accepted";
+    } catch (const modar::FileError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("runs.csv:6: column 'loss' = '") + cell),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST(PlannerHardening, EpsOverridesUseTheStrictNumberGrammar) {
+  EXPECT_DOUBLE_EQ(modar::parse_eps_overrides("mod=1e-6").at("mod"), 1e-6);
+  EXPECT_THROW(modar::parse_eps_overrides("mod=0x1p-1"), modar::ConfigError);
+  EXPECT_THROW(modar::parse_eps_overrides("mod=inf"), modar::ConfigError);
+}
+
+// Losses that RISE with N and D admit no law with alpha, beta > 0: the fit
+// must fail (as `modar optimal --fit` would refuse it), not report success.
+TEST(PlannerHardening, ImplausibleFitIsAnError) {
+  std::vector<modar::RunRecord> runs;
+  int64_t line = 2;
+  for (const double n : {1e7, 1e8, 1e9}) {
+    for (const double d : {1e9, 1e10, 1e11}) {
+      runs.push_back({n, d, 1.0 + 0.1 * std::log10(n) + 0.1 * std::log10(d), line++});
+    }
+  }
+  modar::FitOptions options;
+  options.bootstrap_samples = 0;
+  try {
+    modar::fit_runs(runs, options);
+    ADD_FAILURE() << "an increasing loss was fitted";
+  } catch (const modar::ConfigError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("the fitted law: fit."), std::string::npos) << message;
+    EXPECT_NE(message.find("the runs do not determine L(N, D)"), std::string::npos) << message;
+  }
+}
+
+// 2,500 runs take the large-fit path (grid on a 300-run subsample, best 4
+// refined on all runs, m-out-of-n bootstrap with m = 2,000) and still recover
+// the law.
+TEST(PlannerHardening, LargeFitRecoversTheLaw) {
+  const modar::LossFitParams truth{1.9, 400.0, 1800.0, 0.33, 0.36};
+  modar::FitOptions options;
+  options.bootstrap_samples = 4;
+  std::vector<std::string> stages;
+  options.progress = [&](const std::string& message) { stages.push_back(message); };
+  const modar::FitResult result = modar::fit_runs(law_runs(truth, 2500, 0.002), options);
+  EXPECT_NEAR(result.alpha.estimate, truth.alpha, 0.01);
+  EXPECT_NEAR(result.beta.estimate, truth.beta, 0.01);
+  EXPECT_NEAR(result.E.estimate, truth.E, 0.02);
+  EXPECT_NE(result.fit.source.find("300-run subsample, best 4 refined on all runs"), std::string::npos) << result.fit.source;
+  EXPECT_NE(result.fit.source.find("m-out-of-n, m = 2000"), std::string::npos);
+  ASSERT_GE(stages.size(), 2u);
+  EXPECT_NE(stages[0].find("2500 runs"), std::string::npos);
+}
+
+TEST(PlannerHardening, FitAndSweepStopOnInterrupt) {
+  const modar::LossFitParams truth{1.9, 400.0, 1800.0, 0.33, 0.36};
+  modar::request_interrupt();
+  EXPECT_THROW(modar::fit_runs(law_runs(truth, 30, 0.0)), modar::Interrupted);
+  modar::SweepRequest request;
+  request.budgets_flops = {1e20};
+  request.with_time = false;
+  EXPECT_THROW(modar::sweep(request), modar::Interrupted);
+  modar::clear_interrupt();
+  EXPECT_GT(modar::sweep(request).size(), 0u);
+}
+
+// --aspect-max 1e20: aspect x layers used to be cast to int64_t (undefined
+// behaviour past 2^63); the band is clamped to the d_model range instead.
+TEST(PlannerHardening, HugeAspectBandIsClampedNotOverflowed) {
+  modar::ShapeSearchOptions wide;
+  wide.aspect_max = 1e20;
+  modar::ShapeSearchOptions normal;
+  normal.aspect_max = static_cast<double>(normal.max_d_model);  // d_model / 1 layer at most
+  const modar::Config base;
+  const auto a = modar::enumerate_shapes(base, 1e7, 1e10, wide);
+  const auto b = modar::enumerate_shapes(base, 1e7, 1e10, normal);
+  ASSERT_FALSE(a.empty());
+  ASSERT_EQ(a.size(), b.size());  // no shape has d_model / n_layers above max_d_model / 2
+  for (const auto& candidate : a) {
+    EXPECT_LE(candidate.shape.d_model, wide.max_d_model);
+  }
+}
+
+}  // namespace
