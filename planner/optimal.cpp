@@ -387,7 +387,8 @@ int fastest_at_parity(ArchSpace& space, double eps, double target_loss,
   std::vector<std::pair<double, int>> queue;  // (step-time lower bound, index)
   for (size_t i = 0; i < points.size(); ++i) {
     Point& point = points[i];
-    if (space.loss(point, eps) > target_loss * (1.0 + 1e-12)) {
+    if (space.loss(point, eps) > target_loss * (1.0 + 1e-12) ||
+        !evaluator.fits(space.arch_base(), point)) {
       continue;
     }
     if (supported) {
@@ -502,7 +503,7 @@ void set_ratios(Recommendation& rec, const Recommendation& baseline) {
 // Where the rule lands at both ends of the prior's range: N_f, total
 // parameters, tokens, step time relative to the baseline's.
 void set_ranges(Recommendation& rec, ArchSpace& space, int low_index, int high_index,
-                double baseline_step_s) {
+                double baseline_step_s, double baseline_forward_flops) {
   const auto value_at = [&](int index, auto get) -> std::optional<double> {
     if (index < 0) {
       return std::nullopt;
@@ -530,6 +531,9 @@ void set_ranges(Recommendation& rec, ArchSpace& space, int low_index, int high_i
        [](Point& p) { return p.candidate.params.total; });
   fill(rec.tokens_range, rec.tokens,
        [&](Point& p) { return space.evaluator().tokens_for(space.arch_base(), p); });
+  fill(rec.forward_flops_ratio_range, rec.ratio_forward_flops, [&](Point& p) {
+    return p.candidate.forward_flops_per_token / baseline_forward_flops;
+  });
   fill(rec.step_time_ratio_range, rec.ratio_step_time, [&](Point& p) {
     return baseline_step_s > 0
                ? space.evaluator().cost_of(space.arch_base(), p).time.step_s / baseline_step_s
@@ -735,14 +739,14 @@ OptimalResult optimal(const OptimalRequest& request) {
           : (request.train_flops ? "C = 3 F_fwd D (D = C / F_train per token)"
                                  : "the wall-clock budget (D = hours x tokens/s)");
   const std::string memory_text =
-      "fits in device memory (" +
+      "device memory (" +
       fixed(profile.ceilings.memory_bytes / (1024.0 * 1024.0 * 1024.0), 1) +
       " GiB, micro-batch " + std::to_string(base.train.micro_batch) + ", recompute " +
       to_string(base.train.recompute) + ")";
   const auto argmin_selection = [&](const EfficiencyPrior& prior, bool fits) {
     return std::string("argmin of predicted loss (eps ") + fixed(prior.eps, 4) + ", fit " +
            result.fit.name + ") under " + budget_text + " over every shape of the search space (" +
-           space_text(request.shapes) + ")" + (fits ? " that " + memory_text : "") +
+           space_text(request.shapes) + ")" + (fits ? " that fits in " + memory_text : "") +
            "; losses within " + format_number(100 * kLossTieRelative) +
            "% of the minimum tie and the deepest wins" +
            (fits ? "" : "; NO shape fits the device memory (not recommended)");
@@ -774,7 +778,7 @@ OptimalResult optimal(const OptimalRequest& request) {
       baseline_space, baseline_space.points()[baseline_index], baseline_prior);
   set_ratios(baseline_rec, baseline_rec);
   set_ranges(baseline_rec, baseline_space, baseline_argmin.index, baseline_argmin.index,
-             baseline_rec.time.step_s);
+             baseline_rec.time.step_s, baseline_rec.flops.forward_per_token);
   const double baseline_loss = *baseline_rec.loss;
   const double baseline_step_s = baseline_rec.time.step_s;
   result.conventions =
@@ -817,13 +821,13 @@ OptimalResult optimal(const OptimalRequest& request) {
       }
       Recommendation rec = make_recommendation(
           arch.name, "isoflop_optimal",
-          "loss unknown (no prior): among shapes that " + memory_text +
+          "loss unknown (no prior): among shapes that fit in " + memory_text +
               ", the one with the optimal baseline's forward FLOPs per token (MoD paper "
               "section 4.1 rule; within " +
               format_number(100 * kFlopsTieRelative) + "% the deepest wins)",
           space, space.points()[static_cast<size_t>(index)], prior);
       set_ratios(rec, baseline_rec);
-      set_ranges(rec, space, index, index, baseline_step_s);
+      set_ranges(rec, space, index, index, baseline_step_s, baseline_rec.flops.forward_per_token);
       flag_trust(rec);
       result.recommendations.push_back(rec);
       result.notes.push_back(arch.name +
@@ -844,7 +848,8 @@ OptimalResult optimal(const OptimalRequest& request) {
                                              space.points()[static_cast<size_t>(argmin.index)],
                                              prior);
     set_ratios(rec, baseline_rec);
-    set_ranges(rec, space, argmin_low.index, argmin_high.index, baseline_step_s);
+    set_ranges(rec, space, argmin_low.index, argmin_high.index, baseline_step_s,
+               baseline_rec.flops.forward_per_token);
     flag_memory(rec, argmin, space, prior.eps);
     flag_trust(rec);
     result.recommendations.push_back(rec);
@@ -870,7 +875,7 @@ OptimalResult optimal(const OptimalRequest& request) {
     const int parity_high =
         fastest_at_parity(space, prior.eps_high, baseline_loss, prior, restricted);
     const std::string parity_selection =
-        "fastest step (cost model on profile " + profile.name + ") among shapes that " +
+        "fastest step (cost model on profile " + profile.name + ") among shapes that fit in " +
         memory_text + " whose predicted loss (eps " + fixed(prior.eps, 4) +
         ") <= the optimal baseline's " + fixed(baseline_loss, 4) +
         (restricted ? ", restricted to the prior's support (size >= the smallest model it was "
@@ -880,7 +885,8 @@ OptimalResult optimal(const OptimalRequest& request) {
         make_recommendation(arch.name, "parity_fastest", parity_selection, space,
                             space.points()[static_cast<size_t>(parity)], prior);
     set_ratios(parity_rec, baseline_rec);
-    set_ranges(parity_rec, space, parity_low, parity_high, baseline_step_s);
+    set_ranges(parity_rec, space, parity_low, parity_high, baseline_step_s,
+               baseline_rec.flops.forward_per_token);
     flag_trust(parity_rec);
     if (!restricted) {
       add_flag(parity_rec, "parity_outside_support",
@@ -1113,6 +1119,7 @@ std::string to_json(const OptimalResult& result) {
     json_range(json, "params_total", rec.params_total_range);
     json_range(json, "tokens", rec.tokens_range);
     json_range(json, "step_time_ratio", rec.step_time_ratio_range);
+    json_range(json, "forward_flops_ratio", rec.forward_flops_ratio_range);
     json.end_object();
     json.key("flags").begin_array();
     for (const PlannerFlag& flag : rec.flags) {

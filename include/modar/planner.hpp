@@ -260,6 +260,7 @@ struct Recommendation {
   ValueRange params_total_range;
   ValueRange tokens_range;
   ValueRange step_time_ratio_range;
+  ValueRange forward_flops_ratio_range;
   std::vector<PlannerFlag> flags;
 };
 
