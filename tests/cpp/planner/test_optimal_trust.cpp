@@ -280,6 +280,25 @@ TEST(OptimalTrust, FullDarIsFlaggedAndItsParityStaysInsideItsSupport) {
                        "prior_outside_measured_budgets"));
 }
 
+TEST(OptimalTrust, TokensPerParameterOutsideTheFitIsFlagged) {
+  // An (implausible) eps = 0.2 pushes the optimum to ~2000 tokens per
+  // parameter: flagged.  The parity search stays inside the fit's band.
+  modar::OptimalRequest request;
+  request.train_flops = 1e20;
+  request.archs = {"baseline", "mod"};
+  request.eps_overrides = modar::parse_eps_overrides("mod=0.2");
+  const modar::OptimalResult result = modar::optimal(request);
+  const modar::Recommendation& optimum = find(result, "mod", "isoflop_optimal");
+  const double ratio = optimum.tokens / optimum.params.flop_active;
+  EXPECT_GT(ratio, modar::kFitTokensPerParamMax);
+  EXPECT_TRUE(has_flag(optimum, "tokens_per_param_outside_fit"));
+  const modar::Recommendation& parity = find(result, "mod", "parity_fastest");
+  EXPECT_LE(parity.tokens / parity.params.flop_active, modar::kFitTokensPerParamMax);
+  EXPECT_FALSE(has_flag(parity, "tokens_per_param_outside_fit"));
+  EXPECT_FALSE(has_flag(find(result, "baseline", "isoflop_optimal"),
+                        "tokens_per_param_outside_fit"));
+}
+
 TEST(OptimalTrust, NoFitAdviceOnlySuggestsWhatWouldHelp) {
   // 1e24 FLOPs: the optimum (~10^11 parameters) cannot fit one device at any
   // micro-batch or recompute setting.
