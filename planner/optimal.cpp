@@ -94,6 +94,8 @@ class Evaluator {
     return *point.estimate;
   }
 
+  // The memory-only part of cost_of(), without lowering the step (cheap: it
+  // screens every candidate).  A layout search must answer both consistently.
   bool fits(const Config& arch_base, Point& point) {
     if (point.estimate) {
       return point.estimate->memory.fits;
