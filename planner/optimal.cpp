@@ -212,7 +212,8 @@ class ArchSpace {
     high_ = new_high;
     covered_ = true;
   }
-  void cover_everything() { cover(smallest_, largest_); }
+  void cover_everything() { cover(0.0, INFINITY); }
+  bool complete() const { return covered_ && low_ <= smallest_ && high_ >= largest_; }
 
   double loss(Point& point, double eps) {
     const ParamCounts& p = point.candidate.params;
@@ -324,6 +325,12 @@ Argmin isoflop_argmin(ArchSpace& space, double eps, double centre_flops) {
         best_fit = i;
         break;
       }
+    }
+    if (best_fit < 0 && !space.complete()) {
+      // Nothing in the window fits: a fitting shape may lie anywhere (the
+      // smallest shapes fit almost any device), so score the whole space.
+      space.cover_everything();
+      continue;
     }
     result.unconstrained = order.empty() ? -1 : order.front();
     result.fits = best_fit >= 0;
@@ -605,7 +612,8 @@ void flag_trust(Recommendation& rec) {
   }
 }
 
-// The "nothing fits" advice: only changes that would help, given what is set.
+// The "nothing fits" advice (every shape of the space was scored and none
+// fits): only changes that would help, given what is already set.
 std::string no_fit_advice(const Config& config, const DeviceProfile& profile) {
   std::vector<std::string> options;
   Config relaxed = config;
@@ -614,32 +622,30 @@ std::string no_fit_advice(const Config& config, const DeviceProfile& profile) {
     relaxed.train.micro_batch = 1;
   }
   if (config.train.recompute != Recompute::full) {
-    options.push_back(std::string("--recompute full (now ") + to_string(config.train.recompute) + ")");
+    options.push_back(std::string("--recompute full (now ") + to_string(config.train.recompute) +
+                      ")");
     relaxed.train.recompute = Recompute::full;
   }
   const MemoryBreakdown best = estimate_memory(relaxed, profile, StepKind::train);
   const double gib = 1024.0 * 1024.0 * 1024.0;
-  std::string text;
+  std::string joined;
+  for (size_t i = 0; i < options.size(); ++i) {
+    joined += (i ? " and " : "") + options[i];
+  }
   if (!options.empty() && best.fits) {
-    text = "try ";
-    for (size_t i = 0; i < options.size(); ++i) {
-      text += (i ? " and/or " : "") + options[i];
-    }
-    return text + " (with both, the shown shape needs " + fixed(best.peak / gib, 1) + " GiB)";
+    return "try " + joined + " (then the shown shape needs " + fixed(best.peak / gib, 1) +
+           " GiB)";
   }
-  text = "weights, gradients and optimizer state alone need " +
-         fixed((best.weights + best.gradients + best.optimizer) / gib, 1) + " GiB";
-  if (!options.empty()) {
-    text += "; even " + [&] {
-      std::string joined;
-      for (size_t i = 0; i < options.size(); ++i) {
-        joined += (i ? " with " : "") + options[i];
-      }
-      return joined;
-    }() + " needs " + fixed(best.peak / gib, 1) + " GiB";
-  }
-  return text + " of " + fixed(best.capacity / gib, 1) +
-         " GiB: a smaller budget or a device with more memory (--profile) is needed";
+  const double state = best.weights + best.gradients + best.optimizer;
+  std::string text = (options.empty() ? std::string("the shown shape needs ")
+                                      : "even with " + joined + " the shown shape needs ") +
+                     fixed(best.peak / gib, 1) + " GiB of " + fixed(best.capacity / gib, 1) +
+                     " GiB (weights, gradients and optimizer " + fixed(state / gib, 1) +
+                     ", activations " + fixed(best.activations / gib, 1) + ", workspace " +
+                     fixed(best.workspace / gib, 1) + " incl. the logits)";
+  return text + (state > best.capacity
+                     ? ": a device with more memory (--profile) is needed"
+                     : ": a shorter --seq-len or a device with more memory (--profile) would help");
 }
 
 std::string space_text(const ShapeSearchOptions& o) {
@@ -1270,6 +1276,7 @@ std::string to_table(const OptimalResult& result) {
   add("  range (eps)", [](const Recommendation& r) {
     return range_text(r.step_time_ratio_range, [](double v) { return fixed(v, 2); });
   });
+  add("x wall-clock", [](const Recommendation& r) { return fixed(r.ratio_train_hours, 2); });
   std::vector<std::string> flag_lines;
   {
     std::vector<std::string> cells;
@@ -1294,7 +1301,6 @@ std::string to_table(const OptimalResult& result) {
     }
     rows.emplace_back("flags", cells);
   }
-  add("x wall-clock", [](const Recommendation& r) { return fixed(r.ratio_train_hours, 2); });
 
   size_t label_width = 0;
   std::vector<size_t> widths(recs.size(), 0);
