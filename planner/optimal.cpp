@@ -464,6 +464,11 @@ int flops_match(ArchSpace& space, double target_forward_flops, double baseline_n
   if (closest >= 0) {
     return closest;
   }
+  if (!space.complete()) {
+    // Nothing in the window fits: look at the whole space.
+    space.cover_everything();
+    return flops_match(space, target_forward_flops, baseline_n_f);
+  }
   return points.empty() ? -1 : 0;
 }
 
