@@ -891,9 +891,16 @@ OptimalResult optimal(const OptimalRequest& request) {
         "fastest step (cost model on profile " + profile.name + ") among shapes that fit in " +
         memory_text + " whose predicted loss (eps " + fixed(prior.eps, 4) +
         ") <= the optimal baseline's " + fixed(baseline_loss, 4) +
-        (restricted ? ", restricted to the prior's support (size >= the smallest model it was "
-                      "measured at, tokens per parameter within the fit's band)"
-                    : "; NO shape inside the prior's support reaches parity: searched outside it");
+        (restricted
+             ? ", restricted to the prior's support (" +
+                   (prior.measured_size_min > 0
+                        ? std::string(prior.size_measure == "non_embedding" ? "non-vocab " : "") +
+                              "parameters >= " + sci(prior.measured_size_min, 2) +
+                              ", the smallest model it was measured at; "
+                        : std::string()) +
+                   "tokens per parameter in " + format_number(kFitTokensPerParamMin) + ".." +
+                   format_number(kFitTokensPerParamMax) + ", the fit's band)"
+             : "; NO shape inside the prior's support reaches parity: searched outside it");
     Recommendation parity_rec =
         make_recommendation(arch.name, "parity_fastest", parity_selection, space,
                             space.points()[static_cast<size_t>(parity)], prior);
