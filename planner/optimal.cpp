@@ -3,15 +3,24 @@
 // architectures with an efficiency prior, the fastest-stepping configuration
 // whose predicted loss matches the optimal baseline (SPEC section 4).
 //
-// Along the isoFLOP curve D = C / F_train(per token) with F_train from
-// count_flops (= 3 F_fwd); under a wall-clock budget D = hours * 3600 *
-// tokens/s from the cost model on the profile, so step time decides.  Every
-// candidate is a concrete shape from the shape search; nothing is continuous.
-#include <Eigen/Dense>
+// The optimum is the argmin of the predicted loss over EVERY shape the search
+// space allows (docs/planner.md "Choosing configurations"), not over a pruned
+// curve.  It is found without evaluating the whole space: every shape has
+// D <= C_bound / (6 N_f) (F_train = 3 (2 N_f + attention) >= 6 N_f, and under
+// a wall-clock budget a step never beats the device's peak FLOP rate), so
+//     L(shape) >= g(N_f) = E + eps A / N_f^alpha + B (C_bound / (6 N_f))^-beta,
+// a convex function of log N_f.  Once some shape reaches loss L, no shape
+// with g(N_f) > L can beat it; the search enumerates every shape in the N_f
+// interval where g <= L (widening until the interval is covered), so its
+// argmin is the argmin of the whole space.  The parity search prunes the
+// same way, and orders its step-time evaluations by a FLOP lower bound on the
+// step time.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <numeric>
+#include <utility>
 
 #include "modar/errors.hpp"
 #include "modar/planner.hpp"
@@ -22,16 +31,32 @@ namespace modar {
 
 namespace {
 
-// Rough MFU used only to centre the search grid of a wall-clock budget (the
-// grid is widened when the optimum lands on its edge, so this never decides).
+// Rough MFU used only to centre the first window of a wall-clock budget (the
+// window is widened until the bound above proves the argmin, so this never
+// decides).
 constexpr double kGridCentreMfu = 0.4;
+// The unknown-prior rule (MoD paper section 4.1): shapes whose forward FLOPs
+// per token are within this relative distance of the optimal baseline's tie;
+// the deepest wins.
+constexpr double kFlopsTieRelative = 0.02;
+
+std::string fixed(double value, int digits) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*f", digits, value);
+  return buffer;
+}
+
+std::string sci(double value, int digits = 3) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*e", digits - 1, value);
+  return buffer;
+}
 
 struct Point {
   ShapeCandidate candidate;
-  Config config;
-  double tokens = 0.0;
-  std::optional<double> loss;
-  std::optional<Estimate> estimate;
+  std::optional<double> tokens;            // what the budget buys (lazy)
+  std::optional<MemoryBreakdown> memory;   // lazy, cheap (counts only)
+  std::optional<Estimate> estimate;        // lazy: memory + step time
 };
 
 struct Budget {
@@ -40,53 +65,90 @@ struct Budget {
   int64_t gpus = 1;
 };
 
+// Cost of a candidate on the hardware.  cost_of() is the one place a
+// candidate's memory per device and step time are computed (a multi-device
+// layout search plugs in here: per candidate, its best layout's estimate).
 class Evaluator {
  public:
   Evaluator(const Budget& budget, const DeviceProfile& profile, const LossFit& fit)
-      : budget_(budget), profile_(profile), timing_(profile), fit_(fit) {}
+      : budget_(budget), profile_(profile), timing_(profile), fit_(fit) {
+    const DeviceCeilings& c = profile.ceilings;
+    peak_rate_ = std::max({c.peak_flops_bf16, c.peak_flops_fp32, c.achievable_flops_bf16,
+                           c.achievable_flops_fp32});
+  }
 
-  const Estimate& estimate_of(Point& point) {
+  const Estimate& cost_of(const Config& arch_base, Point& point) {
     if (!point.estimate) {
       // Points come from the shape search, which validated their configs.
       point.estimate.emplace();
-      estimate_into(point.config, timing_, StepKind::train, scratch_, *point.estimate);
+      estimate_into(with_shape(arch_base, point.candidate.shape), timing_, StepKind::train,
+                    scratch_, *point.estimate);
+      ++cost_evaluations_;
+      // The pruning bound assumes no step beats the peak FLOP rate; if the
+      // profile says otherwise, stop pruning (evaluate everything).
+      if (point.estimate->time.step_s > 0 &&
+          point.estimate->time.step_s < step_time_lower_bound(arch_base, point) * (1 - 1e-9)) {
+        bound_holds_ = false;
+      }
     }
     return *point.estimate;
   }
 
+  // The memory-only part of cost_of(), without lowering the step (cheap: it
+  // screens every candidate).  A layout search must answer both consistently.
+  bool fits(const Config& arch_base, Point& point) {
+    if (point.estimate) {
+      return point.estimate->memory.fits;
+    }
+    if (!point.memory) {
+      point.memory = estimate_memory(with_shape(arch_base, point.candidate.shape), profile_,
+                                     StepKind::train);
+    }
+    return point.memory->fits;
+  }
+
   // Tokens the budget buys for this configuration.
-  double tokens_for(Point& point) {
-    double tokens = INFINITY;
+  double tokens_for(const Config& arch_base, Point& point) {
+    if (!point.tokens) {
+      double tokens = INFINITY;
+      if (budget_.train_flops) {
+        tokens = *budget_.train_flops / point.candidate.train_flops_per_token;
+      }
+      if (budget_.gpu_hours) {
+        const double wall_s = *budget_.gpu_hours / double(budget_.gpus) * 3600.0;
+        tokens = std::min(tokens, wall_s * cost_of(arch_base, point).time.tokens_per_s);
+      }
+      point.tokens = tokens;
+    }
+    return *point.tokens;
+  }
+
+  // FLOPs C_bound with D <= C_bound / (6 N_f) for every shape.
+  double token_bound_flops() const {
+    double bound = INFINITY;
     if (budget_.train_flops) {
-      tokens = *budget_.train_flops / point.candidate.train_flops_per_token;
+      bound = *budget_.train_flops;
     }
     if (budget_.gpu_hours) {
-      const double wall_s = *budget_.gpu_hours / double(budget_.gpus) * 3600.0;
-      tokens = std::min(tokens, wall_s * estimate_of(point).time.tokens_per_s);
+      bound = std::min(bound, *budget_.gpu_hours * 3600.0 * peak_rate_);
     }
-    return tokens;
+    return bound;
   }
 
-  std::vector<Point> curve(const Config& arch_base, const EfficiencyPrior& prior, double centre_n_f,
-                           double half_width, double step, const ShapeSearchOptions& options) {
-    std::vector<Point> points;
-    for (const ShapeCandidate& candidate :
-         detail::canonical_curve(arch_base, centre_n_f, half_width, step, options)) {
-      Point point;
-      point.candidate = candidate;
-      point.config = with_shape(arch_base, candidate.shape);
-      point.tokens = tokens_for(point);
-      if (prior.known) {
-        point.loss =
-            predicted_loss(fit_.params, prior.eps, candidate.params.flop_active, point.tokens);
-      }
-      points.push_back(std::move(point));
-      ++evaluated_;
-    }
-    return points;
+  // Step time can be no shorter than the step's model FLOPs at peak rate.
+  double step_time_lower_bound(const Config& arch_base, const Point& point) const {
+    Config config = arch_base;
+    const double tokens_per_device =
+        detail::tokens_per_step(config) / double(std::max<int64_t>(1, config.device.count));
+    return point.candidate.train_flops_per_token * tokens_per_device / peak_rate_;
   }
 
-  int64_t evaluated() const { return evaluated_; }
+  bool bound_holds() const { return bound_holds_ && peak_rate_ > 0; }
+  bool wall_clock() const { return budget_.gpu_hours.has_value(); }
+  const LossFitParams& law() const { return fit_.params; }
+  int64_t cost_evaluations() const { return cost_evaluations_; }
+  void count_candidates(int64_t n) { candidates_ += n; }
+  int64_t candidates() const { return candidates_; }
 
  private:
   Budget budget_;
@@ -94,102 +156,351 @@ class Evaluator {
   const TimingModel timing_;  // the profile pre-indexed once for every point
   OpList scratch_;
   const LossFit& fit_;
-  int64_t evaluated_ = 0;
+  double peak_rate_ = 0.0;
+  bool bound_holds_ = true;
+  int64_t cost_evaluations_ = 0;
+  int64_t candidates_ = 0;
 };
 
-struct ArchSolution {
-  std::vector<Point> points;
-  int optimum = -1;
-  int parity = -1;
-  std::string optimum_selection;
-  std::string parity_selection;
-};
+// Every shape of one architecture with N_f in [low, high] (grown on demand),
+// sorted by N_f, with its lazily computed tokens / memory / time.
+class ArchSpace {
+ public:
+  ArchSpace(const Config& arch_base, const ShapeSearchOptions& options, Evaluator& evaluator)
+      : arch_base_(arch_base), options_(options), evaluator_(evaluator) {
+    smallest_ = detail::smallest_shape_n_f(arch_base, options);
+    largest_ = detail::largest_shape_n_f(arch_base, options);
+  }
 
-// Predicted losses closer than this (relative) are a tie: far below what any
-// fit resolves (Epoch's E alone has a standard error of 0.03), and the
-// isoFLOP curve is flat enough near its minimum that the discrete argmin
-// would otherwise jump between shapes on attention-FLOP and rounding noise.
-constexpr double kLossTieRelative = 5e-4;
-
-// The isoFLOP optimum among points that fit in memory: fit loss = a + b x +
-// c x^2 (x = log N_f) to the points within a factor 3 of the lowest-loss one
-// (Chinchilla's approach 2) and, among the points tied with the lowest loss,
-// take the one nearest the parabola's vertex.  *fits is false when no point
-// fits (then the choice is made over all points).  -1 for an empty curve.
-int isoflop_optimum(std::vector<Point>& points, Evaluator& evaluator, bool* fits) {
-  std::vector<int> eligible;
-  for (size_t i = 0; i < points.size(); ++i) {
-    if (evaluator.estimate_of(points[i]).memory.fits) {
-      eligible.push_back(static_cast<int>(i));
+  // Make sure every shape with N_f in [low, high] is in points().
+  void cover(double low, double high) {
+    low = std::max(low, smallest_ * (1 - 1e-12));
+    high = std::min(high, largest_ * (1 + 1e-12));
+    if (covered_ && low >= low_ && high <= high_) {
+      return;
     }
+    const double new_low = covered_ ? std::min(low, low_) : low;
+    const double new_high = covered_ ? std::max(high, high_) : high;
+    std::vector<Point> added;
+    const auto add = [&](double a, double b, bool skip_a, bool skip_b) {
+      for (ShapeCandidate& c : enumerate_shapes(arch_base_, a, b, options_)) {
+        const double n = c.params.flop_active;
+        if ((skip_a && n <= a) || (skip_b && n >= b)) {
+          continue;  // already in points()
+        }
+        Point point;
+        point.candidate = std::move(c);
+        added.push_back(std::move(point));
+      }
+    };
+    if (!covered_) {
+      add(new_low, new_high, false, false);
+    } else {
+      if (new_low < low_) {
+        add(new_low, low_, false, true);
+      }
+      if (new_high > high_) {
+        add(high_, new_high, true, false);
+      }
+    }
+    evaluator_.count_candidates(static_cast<int64_t>(added.size()));
+    // Appended, never reordered: indices into points() stay valid.
+    for (Point& p : added) {
+      points_.push_back(std::move(p));
+    }
+    low_ = new_low;
+    high_ = new_high;
+    covered_ = true;
   }
-  *fits = !eligible.empty();
-  if (eligible.empty()) {
-    eligible.resize(points.size());
-    std::iota(eligible.begin(), eligible.end(), 0);
+  void cover_everything() { cover(0.0, INFINITY); }
+  bool complete() const { return covered_ && low_ <= smallest_ && high_ >= largest_; }
+
+  double loss(Point& point, double eps) {
+    const ParamCounts& p = point.candidate.params;
+    return predicted_loss(evaluator_.law(), eps, p.flop_active,
+                          evaluator_.tokens_for(arch_base_, point));
   }
-  if (eligible.empty()) {
-    return -1;
+
+  std::vector<Point>& points() { return points_; }
+  const Config& arch_base() const { return arch_base_; }
+  Evaluator& evaluator() { return evaluator_; }
+  double smallest() const { return smallest_; }
+  double largest() const { return largest_; }
+
+ private:
+  Config arch_base_;
+  ShapeSearchOptions options_;
+  Evaluator& evaluator_;
+  std::vector<Point> points_;
+  double smallest_ = 0.0, largest_ = 0.0;
+  double low_ = 0.0, high_ = 0.0;
+  bool covered_ = false;
+};
+
+// The N_f interval where g(N_f) = E + eps A N^-alpha + B (C/(6N))^-beta <= L
+// (g is convex in log N with its minimum at the closed form); nullopt when
+// empty.
+std::optional<std::pair<double, double>> bound_interval(const LossFitParams& law, double eps,
+                                                        double bound_flops, double loss) {
+  if (!std::isfinite(bound_flops)) {
+    return std::make_pair(0.0, INFINITY);
   }
-  const auto x_of = [&](int i) { return std::log(points[i].candidate.params.flop_active); };
-  const int lowest = *std::min_element(eligible.begin(), eligible.end(), [&](int l, int r) {
-    return *points[l].loss < *points[r].loss;
-  });
-  // Least-squares parabola through the neighbourhood of the lowest point.
-  Eigen::Matrix3d normal = Eigen::Matrix3d::Zero();
-  Eigen::Vector3d rhs = Eigen::Vector3d::Zero();
-  int used = 0;
+  const auto g = [&](double x) {
+    const double n = std::exp(x);
+    return law.E + eps * law.A * std::exp(-law.alpha * x) +
+           law.B * std::pow(bound_flops / (6.0 * n), -law.beta);
+  };
+  const double centre = std::log(closed_form_optimum(law, bound_flops, eps).n_opt);
+  if (g(centre) > loss) {
+    return std::nullopt;
+  }
+  const auto edge = [&](double direction) {
+    double distance = 1.0;
+    while (g(centre + direction * distance) <= loss && distance < 200.0) {
+      distance *= 2.0;
+    }
+    double inside = centre;
+    double outside = centre + direction * distance;
+    for (int i = 0; i < 200 && std::abs(outside - inside) > 1e-12; ++i) {
+      const double mid = 0.5 * (inside + outside);
+      (g(mid) <= loss ? inside : outside) = mid;
+    }
+    return outside;  // g(outside) > loss (or the search limit): a safe edge
+  };
+  return std::make_pair(std::exp(edge(-1.0)), std::exp(edge(1.0)));
+}
+
+struct Argmin {
+  int index = -1;              // the recommendation
+  int unconstrained = -1;      // argmin ignoring memory
+  bool fits = true;            // some shape fits
+  bool memory_decided = false; // the unconstrained argmin does not fit
+};
+
+// Deepest shape among `eligible` with loss <= best * (1 + kLossTieRelative),
+// then the lowest loss.
+int deepest_tie(ArchSpace& space, const std::vector<int>& eligible, double eps, double best) {
+  int chosen = -1;
+  double chosen_loss = INFINITY;
   for (const int i : eligible) {
-    const double x = x_of(i) - x_of(lowest);
-    if (std::abs(x) > std::log(3.0)) {
+    Point& point = space.points()[static_cast<size_t>(i)];
+    const double loss = space.loss(point, eps);
+    if (loss > best * (1.0 + kLossTieRelative)) {
       continue;
     }
-    const Eigen::Vector3d basis(1.0, x, x * x);
-    normal += basis * basis.transpose();
-    rhs += basis * *points[i].loss;
-    ++used;
-  }
-  double vertex = 0.0;  // relative to x_of(lowest)
-  if (used >= 3) {
-    const Eigen::Vector3d coefficients = normal.ldlt().solve(rhs);
-    if (coefficients[2] > 0) {
-      vertex =
-          std::clamp(-coefficients[1] / (2.0 * coefficients[2]), -std::log(3.0), std::log(3.0));
-    }
-  }
-  const double tie_loss = *points[lowest].loss * (1.0 + kLossTieRelative);
-  int chosen = lowest;
-  for (const int i : eligible) {
-    if (*points[i].loss <= tie_loss && std::abs(x_of(i) - x_of(lowest) - vertex) <
-                                           std::abs(x_of(chosen) - x_of(lowest) - vertex)) {
+    const int64_t layers = point.candidate.shape.n_layers;
+    if (chosen < 0 || layers > space.points()[static_cast<size_t>(chosen)].candidate.shape.n_layers ||
+        (layers == space.points()[static_cast<size_t>(chosen)].candidate.shape.n_layers &&
+         loss < chosen_loss)) {
       chosen = i;
+      chosen_loss = loss;
     }
   }
   return chosen;
 }
 
+// The argmin of the predicted loss at `eps` over every shape of the space
+// that fits in memory (over all shapes when none fits).
+Argmin isoflop_argmin(ArchSpace& space, double eps, double centre_flops) {
+  Evaluator& evaluator = space.evaluator();
+  const LossFitParams& law = evaluator.law();
+  const double bound_flops = evaluator.token_bound_flops();
+  const double centre = closed_form_optimum(law, centre_flops, eps).n_opt;
+  space.cover(centre / 3.0, centre * 2.0);
+  Argmin result;
+  for (;;) {
+    std::vector<Point>& points = space.points();
+    std::vector<int> order(points.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::vector<double> losses(points.size());
+    for (size_t i = 0; i < points.size(); ++i) {
+      losses[i] = space.loss(points[i], eps);
+    }
+    std::sort(order.begin(), order.end(), [&](int l, int r) {
+      return losses[static_cast<size_t>(l)] < losses[static_cast<size_t>(r)];
+    });
+    int best_fit = -1;
+    for (const int i : order) {
+      if (evaluator.fits(space.arch_base(), points[static_cast<size_t>(i)])) {
+        best_fit = i;
+        break;
+      }
+    }
+    if (best_fit < 0 && !space.complete()) {
+      // Nothing in the window fits: a fitting shape may lie anywhere (the
+      // smallest shapes fit almost any device), so score the whole space.
+      space.cover_everything();
+      continue;
+    }
+    result.unconstrained = order.empty() ? -1 : order.front();
+    result.fits = best_fit >= 0;
+    const int reference = result.fits ? best_fit : result.unconstrained;
+    const size_t before = points.size();
+    if (!evaluator.bound_holds() || reference < 0) {
+      // The profile beats its own peak (no bound), or nothing in the first
+      // window (a narrow aspect band): evaluate the whole space.
+      space.cover_everything();
+      if (points.empty()) {
+        return result;
+      }
+    } else {
+      const double target = losses[static_cast<size_t>(reference)] * (1.0 + kLossTieRelative);
+      if (const auto interval = bound_interval(law, eps, bound_flops, target)) {
+        space.cover(interval->first, interval->second);
+      }
+    }
+    if (points.size() != before) {
+      continue;  // new shapes: recompute the order
+    }
+    std::vector<int> eligible;
+    for (size_t i = 0; i < points.size(); ++i) {
+      if (!result.fits || evaluator.fits(space.arch_base(), points[i])) {
+        eligible.push_back(static_cast<int>(i));
+      }
+    }
+    result.index =
+        deepest_tie(space, eligible, eps, losses[static_cast<size_t>(reference)]);
+    result.memory_decided =
+        result.fits && losses[static_cast<size_t>(result.unconstrained)] <
+                           losses[static_cast<size_t>(reference)] * (1.0 - kLossTieRelative);
+    return result;
+  }
+}
+
+// Size of a candidate in the prior's measure.
+double prior_size(const EfficiencyPrior& prior, const ParamCounts& params) {
+  return prior.size_measure == "non_embedding" ? params.non_embedding : params.total;
+}
+
+struct Parity {
+  int index = -1;
+  bool restricted = true;  // found inside the supported region
+};
+
+// The fastest-stepping shape whose predicted loss at `eps` is <= target_loss.
+// With `supported`, only shapes no smaller than the smallest model the prior
+// was measured at and within the fit's tokens-per-parameter band count
+// (docs/planner.md "Sanity bound").
+int fastest_at_parity(ArchSpace& space, double eps, double target_loss,
+                      const EfficiencyPrior& prior, bool supported) {
+  Evaluator& evaluator = space.evaluator();
+  if (!evaluator.bound_holds()) {
+    space.cover_everything();
+  } else if (const auto interval =
+                 bound_interval(evaluator.law(), eps, evaluator.token_bound_flops(), target_loss)) {
+    space.cover(interval->first, interval->second);
+  } else {
+    return -1;
+  }
+  std::vector<Point>& points = space.points();
+  std::vector<std::pair<double, int>> queue;  // (step-time lower bound, index)
+  for (size_t i = 0; i < points.size(); ++i) {
+    Point& point = points[i];
+    if (space.loss(point, eps) > target_loss * (1.0 + 1e-12) ||
+        !evaluator.fits(space.arch_base(), point)) {
+      continue;
+    }
+    if (supported) {
+      const double tokens_per_param =
+          evaluator.tokens_for(space.arch_base(), point) / point.candidate.params.flop_active;
+      if ((prior.measured_size_min > 0 &&
+           prior_size(prior, point.candidate.params) < prior.measured_size_min) ||
+          tokens_per_param > kFitTokensPerParamMax || tokens_per_param < kFitTokensPerParamMin) {
+        continue;
+      }
+    }
+    queue.emplace_back(evaluator.step_time_lower_bound(space.arch_base(), point),
+                       static_cast<int>(i));
+  }
+  std::sort(queue.begin(), queue.end());
+  int fastest = -1;
+  double fastest_s = INFINITY;
+  for (const auto& [lower_bound, i] : queue) {
+    if (lower_bound >= fastest_s && evaluator.bound_holds()) {
+      break;  // no later shape can step faster
+    }
+    Point& point = points[static_cast<size_t>(i)];
+    const Estimate& est = evaluator.cost_of(space.arch_base(), point);
+    if (est.memory.fits && est.time.step_s < fastest_s) {
+      fastest_s = est.time.step_s;
+      fastest = i;
+    }
+  }
+  return fastest;
+}
+
+// The unknown-prior rule: the shape whose forward FLOPs per token match the
+// optimal baseline's (within kFlopsTieRelative; deepest wins), among shapes
+// that fit.
+int flops_match(ArchSpace& space, double target_forward_flops, double baseline_n_f) {
+  Evaluator& evaluator = space.evaluator();
+  // F_fwd >= 2 N_f, so N_f <= target / 2; attention is taken to be at most 3/4
+  // of the forward FLOPs at the baseline's sequence length.
+  space.cover(baseline_n_f / 4.0, target_forward_flops / 2.0 * (1.0 + kFlopsTieRelative));
+  std::vector<Point>& points = space.points();
+  int closest = -1;
+  double closest_distance = INFINITY;
+  int deepest = -1;
+  for (size_t i = 0; i < points.size(); ++i) {
+    Point& point = points[i];
+    if (!evaluator.fits(space.arch_base(), point)) {
+      continue;
+    }
+    const double distance =
+        std::abs(std::log(point.candidate.forward_flops_per_token / target_forward_flops));
+    if (distance < closest_distance) {
+      closest_distance = distance;
+      closest = static_cast<int>(i);
+    }
+    if (distance <= std::log1p(kFlopsTieRelative) &&
+        (deepest < 0 || point.candidate.shape.n_layers >
+                            points[static_cast<size_t>(deepest)].candidate.shape.n_layers)) {
+      deepest = static_cast<int>(i);
+    }
+  }
+  if (deepest >= 0) {
+    return deepest;
+  }
+  if (closest >= 0) {
+    return closest;
+  }
+  if (!space.complete()) {
+    // Nothing in the window fits: look at the whole space.
+    space.cover_everything();
+    return flops_match(space, target_forward_flops, baseline_n_f);
+  }
+  return points.empty() ? -1 : 0;
+}
+
 Recommendation make_recommendation(const std::string& arch, const std::string& role,
-                                   const std::string& selection, Point& point,
-                                   const EfficiencyPrior& prior, Evaluator& evaluator) {
+                                   const std::string& selection, ArchSpace& space, Point& point,
+                                   const EfficiencyPrior& prior) {
+  Evaluator& evaluator = space.evaluator();
   Recommendation rec;
   rec.arch = arch;
   rec.role = role;
   rec.selection = selection;
-  rec.config = point.config;
+  rec.config = with_shape(space.arch_base(), point.candidate.shape);
   rec.shape = point.candidate.shape;
-  const Estimate& est = evaluator.estimate_of(point);
+  const Estimate& est = evaluator.cost_of(space.arch_base(), point);
   rec.params = est.params;
   rec.flops = est.flops;
-  rec.tokens = point.tokens;
-  rec.train_flops_total = point.candidate.train_flops_per_token * point.tokens;
+  rec.tokens = evaluator.tokens_for(space.arch_base(), point);
+  rec.train_flops_total = point.candidate.train_flops_per_token * rec.tokens;
   const double hardware_ratio =
       est.flops.train_per_step > 0 ? est.flops.hardware_per_step / est.flops.train_per_step : 1.0;
   rec.hardware_flops_total = rec.train_flops_total * hardware_ratio;
-  rec.loss = point.loss;
+  if (prior.known) {
+    rec.loss = space.loss(point, prior.eps);
+    rec.loss_range = ValueRange{*rec.loss, space.loss(point, prior.eps_low),
+                                space.loss(point, prior.eps_high)};
+  }
   rec.prior = prior;
+  rec.eps_range = prior.known ? ValueRange{prior.eps, prior.eps_low, prior.eps_high}
+                              : ValueRange{1.0, std::nullopt, std::nullopt};
   rec.memory = est.memory;
   rec.time = est.time;
-  rec.train_hours = est.time.tokens_per_s > 0 ? point.tokens / est.time.tokens_per_s / 3600.0 : 0;
+  rec.train_hours = est.time.tokens_per_s > 0 ? rec.tokens / est.time.tokens_per_s / 3600.0 : 0;
   return rec;
 }
 
@@ -203,16 +514,150 @@ void set_ratios(Recommendation& rec, const Recommendation& baseline) {
   rec.ratio_train_hours = ratio(rec.train_hours, baseline.train_hours);
 }
 
-std::string fixed(double value, int digits) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.*f", digits, value);
-  return buffer;
+// Where the rule lands at both ends of the prior's range: N_f, total
+// parameters, tokens, step time relative to the baseline's.
+void set_ranges(Recommendation& rec, ArchSpace& space, int low_index, int high_index,
+                double baseline_step_s, double baseline_forward_flops) {
+  const auto value_at = [&](int index, auto get) -> std::optional<double> {
+    if (index < 0) {
+      return std::nullopt;
+    }
+    return get(space.points()[static_cast<size_t>(index)]);
+  };
+  // low / high: the smaller and the larger of the values at the two ends
+  // (and this one); null where the eps_high end has no answer (no shape
+  // reaches parity there), since the range is then open on that side.
+  const auto fill = [&](ValueRange& range, double value, auto get) {
+    range.value = value;
+    const std::optional<double> at_low = value_at(low_index, get);
+    const std::optional<double> at_high = value_at(high_index, get);
+    if (at_low && at_high) {
+      range.low = std::min({value, *at_low, *at_high});
+      range.high = std::max({value, *at_low, *at_high});
+    } else {
+      range.low = at_low ? std::optional<double>(std::min(value, *at_low)) : std::nullopt;
+      range.high = at_high ? std::optional<double>(std::max(value, *at_high)) : std::nullopt;
+    }
+  };
+  fill(rec.n_flop_active_range, rec.params.flop_active,
+       [](Point& p) { return p.candidate.params.flop_active; });
+  fill(rec.params_total_range, rec.params.total,
+       [](Point& p) { return p.candidate.params.total; });
+  fill(rec.tokens_range, rec.tokens,
+       [&](Point& p) { return space.evaluator().tokens_for(space.arch_base(), p); });
+  fill(rec.forward_flops_ratio_range, rec.ratio_forward_flops, [&](Point& p) {
+    return p.candidate.forward_flops_per_token / baseline_forward_flops;
+  });
+  fill(rec.step_time_ratio_range, rec.ratio_step_time, [&](Point& p) {
+    return baseline_step_s > 0
+               ? space.evaluator().cost_of(space.arch_base(), p).time.step_s / baseline_step_s
+               : 0.0;
+  });
 }
 
-std::string sci(double value, int digits = 3) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.*e", digits - 1, value);
-  return buffer;
+void add_flag(Recommendation& rec, const std::string& code, const std::string& message) {
+  rec.flags.push_back({code, message});
+}
+
+// Flags that depend only on the recommendation and its prior.
+void flag_trust(Recommendation& rec) {
+  const EfficiencyPrior& prior = rec.prior;
+  const double tokens_per_param = rec.tokens / rec.params.flop_active;
+  if (tokens_per_param < kFitTokensPerParamMin || tokens_per_param > kFitTokensPerParamMax) {
+    add_flag(rec, "tokens_per_param_outside_fit",
+             fixed(tokens_per_param, 0) + " tokens per FLOP-active parameter, outside the " +
+                 format_number(kFitTokensPerParamMin) + ".." +
+                 format_number(kFitTokensPerParamMax) +
+                 " band the fits were made on: the loss law is extrapolated");
+  }
+  if (prior.known && prior.points == 1) {
+    add_flag(rec, "prior_single_point",
+             "eps " + fixed(prior.eps, 4) + " rests on a single published point; range " +
+                 fixed(prior.eps_low, 4) + ".." + fixed(prior.eps_high, 4));
+  }
+  if (prior.known && prior.measured_size_max > 0) {
+    const double size = prior_size(prior, rec.params);
+    const std::string measure =
+        prior.size_measure == "non_embedding" ? "non-vocab parameters" : "parameters";
+    if (size < prior.measured_size_min * (1 - 1e-9) || size > prior.measured_size_max * (1 + 1e-9)) {
+      add_flag(rec, "prior_outside_measured_sizes",
+               sci(size) + " " + measure + ", outside the " + sci(prior.measured_size_min, 2) +
+                   (prior.measured_size_max > prior.measured_size_min
+                        ? ".." + sci(prior.measured_size_max, 2)
+                        : std::string()) +
+                   " the prior was measured at");
+    }
+  }
+  if (prior.known && prior.measured_budget_max > 0 &&
+      (rec.train_flops_total < prior.measured_budget_min * (1 - 1e-9) ||
+       rec.train_flops_total > prior.measured_budget_max * (1 + 1e-9))) {
+    add_flag(rec, "prior_outside_measured_budgets",
+             "training FLOPs " + sci(rec.train_flops_total, 2) + ", outside the " +
+                 sci(prior.measured_budget_min, 2) + ".." + sci(prior.measured_budget_max, 2) +
+                 " budgets the prior was measured at");
+  }
+  if (prior.known && prior.measured_tokens_per_param > 0 &&
+      (tokens_per_param > prior.measured_tokens_per_param * kPriorTokensPerParamFactor ||
+       tokens_per_param < prior.measured_tokens_per_param / kPriorTokensPerParamFactor)) {
+    add_flag(rec, "prior_outside_measured_tokens_per_param",
+             fixed(tokens_per_param, 0) + " tokens per parameter; the prior was measured at " +
+                 format_number(prior.measured_tokens_per_param));
+  }
+  if (rec.time.extrapolated) {
+    add_flag(rec, "op_time_extrapolated",
+             std::to_string(rec.time.ops_extrapolated) +
+                 " op records timed outside the profile's measured grid (fitted efficiency x "
+                 "roofline)");
+  }
+  if (!rec.memory.fits) {
+    add_flag(rec, "no_fit",
+             "peak " + fixed(rec.memory.peak / (1024.0 * 1024.0 * 1024.0), 1) + " GiB > " +
+                 fixed(rec.memory.capacity / (1024.0 * 1024.0 * 1024.0), 1) +
+                 " GiB device memory: no shape of the search space fits; not recommended");
+  }
+}
+
+// The "nothing fits" advice (every shape of the space was scored and none
+// fits): only changes that would help, given what is already set.
+std::string no_fit_advice(const Config& config, const DeviceProfile& profile) {
+  std::vector<std::string> options;
+  Config relaxed = config;
+  if (config.train.micro_batch > 1) {
+    options.push_back("--micro-batch 1 (now " + std::to_string(config.train.micro_batch) + ")");
+    relaxed.train.micro_batch = 1;
+  }
+  if (config.train.recompute != Recompute::full) {
+    options.push_back(std::string("--recompute full (now ") + to_string(config.train.recompute) +
+                      ")");
+    relaxed.train.recompute = Recompute::full;
+  }
+  const MemoryBreakdown best = estimate_memory(relaxed, profile, StepKind::train);
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  std::string joined;
+  for (size_t i = 0; i < options.size(); ++i) {
+    joined += (i ? " and " : "") + options[i];
+  }
+  if (!options.empty() && best.fits) {
+    return "try " + joined + " (then the shown shape needs " + fixed(best.peak / gib, 1) +
+           " GiB)";
+  }
+  const double state = best.weights + best.gradients + best.optimizer;
+  std::string text = (options.empty() ? std::string("the shown shape needs ")
+                                      : "even with " + joined + " the shown shape needs ") +
+                     fixed(best.peak / gib, 1) + " GiB of " + fixed(best.capacity / gib, 1) +
+                     " GiB (weights, gradients and optimizer " + fixed(state / gib, 1) +
+                     ", activations " + fixed(best.activations / gib, 1) + ", workspace " +
+                     fixed(best.workspace / gib, 1) + " incl. the logits)";
+  return text + (state > best.capacity
+                     ? ": a device with more memory (--profile) is needed"
+                     : ": a shorter --seq-len or a device with more memory (--profile) would help");
+}
+
+std::string space_text(const ShapeSearchOptions& o) {
+  return std::to_string(o.min_layers) + "-" + std::to_string(o.max_layers) +
+         " layers, d_model a multiple of " + std::to_string(o.d_model_multiple) + " up to " +
+         std::to_string(o.max_d_model) + ", aspect d/L in [" + format_number(o.aspect_min) +
+         ", " + format_number(o.aspect_max) + "]";
 }
 
 }  // namespace
@@ -262,7 +707,7 @@ OptimalResult optimal(const OptimalRequest& request) {
   Evaluator evaluator(budget, profile, result.fit);
   const LossFitParams& law = result.fit.params;
 
-  // Centre of the search grid: the dense closed form at the FLOP budget (or
+  // Centre of the first window: the dense closed form at the FLOP budget (or
   // at the FLOPs the device-hours buy at a typical MFU).
   double centre_flops = INFINITY;
   if (request.train_flops) {
@@ -301,89 +746,23 @@ OptimalResult optimal(const OptimalRequest& request) {
                       "; allowed: a budget of at most ~" + sci(maximum_flops, 2) + " FLOPs");
   }
 
-  const auto solve = [&](const ArchSpec& arch, const EfficiencyPrior& prior,
-                         const Point* baseline_optimum) {
-    const Config arch_base = detail::arch_config(base, arch);
-    ArchSolution solution;
-    const double centre =
-        prior.known ? closed_form_optimum(law, centre_flops, prior.eps).n_opt : dense.n_opt;
-    double half_width = request.grid_half_width;
-    for (int attempt = 0; attempt < 4; ++attempt, half_width *= 2.0) {
-      solution.points =
-          evaluator.curve(arch_base, prior, centre, half_width, request.grid_step, request.shapes);
-      if (solution.points.empty() && prior.source == "--eps override") {
-        // N_f*(eps) = N_f*(1) * eps^(1/(alpha+beta)): the eps range whose
-        // curve centre stays inside the shape search at this budget.
-        const double sum = law.alpha + law.beta;
-        const double eps_low = std::pow(smallest / dense.n_opt, sum);
-        const double eps_high = std::min(2.0, std::pow(largest / dense.n_opt, sum));
-        throw ConfigError("--eps " + prior.key + "=" + format_number(prior.eps) + ": moves the " +
-                          arch.name + " curve's compute-optimal N_f to " + sci(centre) +
-                          ", outside the shape search (N_f " + sci(smallest) + " to " +
-                          sci(largest) + "); allowed at this budget: " + prior.key +
-                          " eps in about [" + sci(eps_low, 2) + ", " + sci(eps_high, 2) + "]");
-      }
-      if (solution.points.empty()) {
-        throw ConfigError("no shape in the aspect band [" +
-                          format_number(request.shapes.aspect_min) + ", " +
-                          format_number(request.shapes.aspect_max) + "] near N_f " + sci(centre) +
-                          " for " + arch.name);
-      }
-      if (!prior.known) {
-        break;
-      }
-      bool fits = true;
-      solution.optimum = isoflop_optimum(solution.points, evaluator, &fits);
-      solution.optimum_selection =
-          fits ? "lowest predicted loss on the isoFLOP curve among shapes that fit (ties within "
-                 "0.05% go to the shape nearest the curve's parabolic vertex)"
-               : "lowest predicted loss; NO shape fits the device memory (not recommended)";
-      const bool at_edge =
-          solution.optimum == 0 || solution.optimum == static_cast<int>(solution.points.size()) - 1;
-      if (!at_edge) {
-        break;
-      }
-    }
-    if (!prior.known) {
-      // No loss prior: the MoD paper's rule (section 4.1) -- the optimal
-      // variant uses as many forward FLOPs per token as the optimal baseline.
-      const double target = baseline_optimum->candidate.forward_flops_per_token;
-      double best = INFINITY;
-      for (size_t i = 0; i < solution.points.size(); ++i) {
-        Point& point = solution.points[i];
-        const double distance =
-            std::abs(std::log(point.candidate.forward_flops_per_token / target));
-        if (distance < best && evaluator.estimate_of(point).memory.fits) {
-          best = distance;
-          solution.optimum = static_cast<int>(i);
-        }
-      }
-      if (solution.optimum < 0) {
-        solution.optimum = 0;
-      }
-      solution.optimum_selection =
-          "loss unknown (no prior): shape with the optimal baseline's forward FLOPs per token "
-          "(MoD paper section 4.1 rule)";
-      return solution;
-    }
-    if (baseline_optimum != nullptr && arch.name != "baseline") {
-      const double parity_loss = *baseline_optimum->loss;
-      double fastest = INFINITY;
-      for (size_t i = 0; i < solution.points.size(); ++i) {
-        Point& point = solution.points[i];
-        if (*point.loss > parity_loss * (1.0 + 1e-12)) {
-          continue;
-        }
-        const Estimate& est = evaluator.estimate_of(point);
-        if (est.memory.fits && est.time.step_s < fastest) {
-          fastest = est.time.step_s;
-          solution.parity = static_cast<int>(i);
-        }
-      }
-      solution.parity_selection =
-          "fastest step among shapes whose predicted loss <= the optimal baseline's";
-    }
-    return solution;
+  const std::string budget_text =
+      request.train_flops && request.gpu_hours
+          ? "the tighter of C = 3 F_fwd D and the wall-clock budget"
+          : (request.train_flops ? "C = 3 F_fwd D (D = C / F_train per token)"
+                                 : "the wall-clock budget (D = hours x tokens/s)");
+  const std::string memory_text =
+      "device memory (" +
+      fixed(profile.ceilings.memory_bytes / (1024.0 * 1024.0 * 1024.0), 1) +
+      " GiB, micro-batch " + std::to_string(base.train.micro_batch) + ", recompute " +
+      to_string(base.train.recompute) + ")";
+  const auto argmin_selection = [&](const EfficiencyPrior& prior, bool fits) {
+    return std::string("argmin of predicted loss (eps ") + fixed(prior.eps, 4) + ", fit " +
+           result.fit.name + ") under " + budget_text + " over every shape of the search space (" +
+           space_text(request.shapes) + ")" + (fits ? " that fits in " + memory_text : "") +
+           "; losses within " + format_number(100 * kLossTieRelative) +
+           "% of the minimum tie and the deepest wins" +
+           (fits ? "" : "; NO shape fits the device memory (not recommended)");
   };
 
   // The baseline is always solved: it is the reference of every ratio and of
@@ -391,54 +770,195 @@ OptimalResult optimal(const OptimalRequest& request) {
   const ArchSpec baseline_arch = make_arch("baseline");
   const EfficiencyPrior baseline_prior =
       efficiency_prior(detail::arch_config(base, baseline_arch), result.fit, request.eps_overrides);
-  ArchSolution baseline = solve(baseline_arch, baseline_prior, nullptr);
-  Point& baseline_point = baseline.points[static_cast<size_t>(baseline.optimum)];
-  if (baseline_point.tokens < detail::tokens_per_step(baseline_point.config)) {
-    throw ConfigError("budget too small: the optimal baseline gets " + sci(baseline_point.tokens) +
-                      " tokens, less than one optimizer step (" +
-                      sci(detail::tokens_per_step(baseline_point.config)) + " tokens)");
+  ArchSpace baseline_space(detail::arch_config(base, baseline_arch), request.shapes, evaluator);
+  const Argmin baseline_argmin = isoflop_argmin(baseline_space, baseline_prior.eps, centre_flops);
+  if (baseline_argmin.index < 0) {
+    throw ConfigError("no shape in the search space (" + space_text(request.shapes) + ")");
   }
-  Recommendation baseline_rec =
-      make_recommendation("baseline", "isoflop_optimal", baseline.optimum_selection, baseline_point,
-                          baseline_prior, evaluator);
+  const auto baseline_index = static_cast<size_t>(baseline_argmin.index);
+  if (evaluator.tokens_for(baseline_space.arch_base(), baseline_space.points()[baseline_index]) <
+      detail::tokens_per_step(base)) {
+    throw ConfigError(
+        "budget too small: the optimal baseline gets " +
+        sci(evaluator.tokens_for(baseline_space.arch_base(),
+                                 baseline_space.points()[baseline_index])) +
+        " tokens, less than one optimizer step (" + sci(detail::tokens_per_step(base)) +
+        " tokens)");
+  }
+  // Copies: later covers of the same space would invalidate references.
+  Recommendation baseline_rec = make_recommendation(
+      "baseline", "isoflop_optimal", argmin_selection(baseline_prior, baseline_argmin.fits),
+      baseline_space, baseline_space.points()[baseline_index], baseline_prior);
   set_ratios(baseline_rec, baseline_rec);
-  result.conventions = evaluator.estimate_of(baseline_point).conventions;
+  set_ranges(baseline_rec, baseline_space, baseline_argmin.index, baseline_argmin.index,
+             baseline_rec.time.step_s, baseline_rec.flops.forward_per_token);
+  const double baseline_loss = *baseline_rec.loss;
+  const double baseline_step_s = baseline_rec.time.step_s;
+  result.conventions =
+      evaluator.cost_of(baseline_space.arch_base(), baseline_space.points()[baseline_index])
+          .conventions;
+
+  const auto flag_memory = [&](Recommendation& rec, const Argmin& argmin, ArchSpace& space,
+                               double eps) {
+    if (argmin.memory_decided && argmin.unconstrained >= 0) {
+      Point& best = space.points()[static_cast<size_t>(argmin.unconstrained)];
+      add_flag(rec, "memory_decided",
+               "device memory, not the loss, picked this shape: the loss argmin " +
+                   std::to_string(best.candidate.shape.n_layers) + " x " +
+                   std::to_string(best.candidate.shape.d_model) + " (loss " +
+                   fixed(space.loss(best, eps), 4) + ") does not fit");
+    }
+  };
+  flag_memory(baseline_rec, baseline_argmin, baseline_space, baseline_prior.eps);
+  flag_trust(baseline_rec);
 
   for (const ArchSpec& arch : archs) {
-    const EfficiencyPrior prior =
-        efficiency_prior(detail::arch_config(base, arch), result.fit, request.eps_overrides);
+    const Config arch_base = detail::arch_config(base, arch);
+    const EfficiencyPrior prior = efficiency_prior(arch_base, result.fit, request.eps_overrides);
     result.priors.push_back(prior);
     if (arch.name == "baseline") {
       result.recommendations.push_back(baseline_rec);
       if (!baseline_rec.memory.fits) {
-        result.notes.push_back("baseline: no shape fits the device memory at micro-batch " +
-                               std::to_string(base.train.micro_batch) +
-                               "; lower --micro-batch, enable --recompute or add --gpus");
+        result.notes.push_back("baseline: no shape fits the device memory: " +
+                               no_fit_advice(baseline_rec.config, profile));
       }
       continue;
     }
-    ArchSolution solution = solve(arch, prior, &baseline_point);
-    Point& optimum = solution.points[static_cast<size_t>(solution.optimum)];
-    Recommendation rec = make_recommendation(arch.name, "isoflop_optimal",
-                                             solution.optimum_selection, optimum, prior, evaluator);
-    set_ratios(rec, baseline_rec);
-    result.recommendations.push_back(rec);
+    ArchSpace space(arch_base, request.shapes, evaluator);
     if (!prior.known) {
+      const int index = flops_match(space, baseline_rec.flops.forward_per_token,
+                                    baseline_rec.params.flop_active);
+      if (index < 0) {
+        throw ConfigError("no shape in the search space (" + space_text(request.shapes) +
+                          ") for " + arch.name);
+      }
+      Recommendation rec = make_recommendation(
+          arch.name, "isoflop_optimal",
+          "loss unknown (no prior): among shapes that fit in " + memory_text +
+              ", the one with the optimal baseline's forward FLOPs per token (MoD paper "
+              "section 4.1 rule; within " +
+              format_number(100 * kFlopsTieRelative) + "% the deepest wins)",
+          space, space.points()[static_cast<size_t>(index)], prior);
+      set_ratios(rec, baseline_rec);
+      set_ranges(rec, space, index, index, baseline_step_s, baseline_rec.flops.forward_per_token);
+      flag_trust(rec);
+      result.recommendations.push_back(rec);
       result.notes.push_back(arch.name +
                              ": no published prior, loss not predicted; shape chosen with the "
                              "optimal baseline's forward FLOPs per token; --eps " +
                              arch.name + "=V predicts it");
-    } else if (solution.parity >= 0) {
-      Recommendation parity = make_recommendation(
-          arch.name, "parity_fastest", solution.parity_selection,
-          solution.points[static_cast<size_t>(solution.parity)], prior, evaluator);
-      set_ratios(parity, baseline_rec);
-      result.recommendations.push_back(parity);
-    } else {
+      if (!rec.memory.fits) {
+        result.notes.push_back(arch.name + ": no shape fits the device memory: " +
+                               no_fit_advice(rec.config, profile));
+      }
+      continue;
+    }
+    const Argmin argmin = isoflop_argmin(space, prior.eps, centre_flops);
+    const Argmin argmin_low = isoflop_argmin(space, prior.eps_low, centre_flops);
+    const Argmin argmin_high = isoflop_argmin(space, prior.eps_high, centre_flops);
+    Recommendation rec = make_recommendation(arch.name, "isoflop_optimal",
+                                             argmin_selection(prior, argmin.fits), space,
+                                             space.points()[static_cast<size_t>(argmin.index)],
+                                             prior);
+    set_ratios(rec, baseline_rec);
+    set_ranges(rec, space, argmin_low.index, argmin_high.index, baseline_step_s,
+               baseline_rec.flops.forward_per_token);
+    flag_memory(rec, argmin, space, prior.eps);
+    flag_trust(rec);
+    result.recommendations.push_back(rec);
+    if (!rec.memory.fits) {
+      result.notes.push_back(arch.name + ": no shape fits the device memory: " +
+                             no_fit_advice(rec.config, profile));
+    }
+
+    // Parity: restricted to where the prior is supported; outside it only
+    // when nothing inside reaches parity (flagged).
+    bool restricted = true;
+    int parity = fastest_at_parity(space, prior.eps, baseline_loss, prior, true);
+    if (parity < 0) {
+      restricted = false;
+      parity = fastest_at_parity(space, prior.eps, baseline_loss, prior, false);
+    }
+    if (parity < 0) {
       result.notes.push_back(arch.name +
                              ": no shape that fits reaches the optimal baseline's predicted loss");
+      continue;
     }
+    const int parity_low = fastest_at_parity(space, prior.eps_low, baseline_loss, prior, restricted);
+    const int parity_high =
+        fastest_at_parity(space, prior.eps_high, baseline_loss, prior, restricted);
+    const std::string parity_selection =
+        "fastest step (cost model on profile " + profile.name + ") among shapes that fit in " +
+        memory_text + " whose predicted loss (eps " + fixed(prior.eps, 4) +
+        ") <= the optimal baseline's " + fixed(baseline_loss, 4) +
+        (restricted
+             ? ", restricted to the prior's support (" +
+                   (prior.measured_size_min > 0
+                        ? std::string(prior.size_measure == "non_embedding" ? "non-vocab " : "") +
+                              "parameters >= " + sci(prior.measured_size_min, 2) +
+                              ", the smallest model it was measured at; "
+                        : std::string()) +
+                   "tokens per parameter in " + format_number(kFitTokensPerParamMin) + ".." +
+                   format_number(kFitTokensPerParamMax) + ", the fit's band)"
+             : "; NO shape inside the prior's support reaches parity: searched outside it");
+    Recommendation parity_rec =
+        make_recommendation(arch.name, "parity_fastest", parity_selection, space,
+                            space.points()[static_cast<size_t>(parity)], prior);
+    set_ratios(parity_rec, baseline_rec);
+    set_ranges(parity_rec, space, parity_low, parity_high, baseline_step_s,
+               baseline_rec.flops.forward_per_token);
+    flag_trust(parity_rec);
+    if (!restricted) {
+      add_flag(parity_rec, "parity_outside_support",
+               "no shape inside the prior's support reaches the baseline's loss");
+    }
+    if (prior.measured_size_min > 0 &&
+        prior_size(prior, parity_rec.params) < prior.measured_size_min * (1 - 1e-9)) {
+      add_flag(parity_rec, "parity_smaller_than_measured",
+               "smaller (" + sci(prior_size(prior, parity_rec.params)) +
+                   ") than any model the prior was measured at (" +
+                   sci(prior.measured_size_min, 2) + ")");
+    }
+    if (parity_high < 0) {
+      result.notes.push_back(arch.name + " parity-fastest: at eps " + fixed(prior.eps_high, 4) +
+                             " (the prior's pessimistic end) no shape reaches the baseline's "
+                             "loss; its range's high end is null");
+    }
+    result.recommendations.push_back(parity_rec);
   }
+
+  // Same shape as the optimal baseline (the MoD paper's figure-3 comparison).
+  for (const ArchSpec& arch : archs) {
+    if (arch.name == "baseline") {
+      continue;
+    }
+    const Config arch_base = detail::arch_config(base, arch);
+    const EfficiencyPrior prior = efficiency_prior(arch_base, result.fit, request.eps_overrides);
+    ArchSpace one(arch_base, request.shapes, evaluator);
+    Point point;
+    const Config config = with_shape(arch_base, baseline_rec.shape);
+    const ParamAndFlopCounts counts = count_params_and_flops(config);
+    point.candidate.shape = baseline_rec.shape;
+    point.candidate.params = counts.params;
+    point.candidate.forward_flops_per_token = counts.flops.forward_per_token;
+    point.candidate.train_flops_per_token = counts.flops.train_per_token;
+    SameShapeComparison same;
+    same.arch = arch.name;
+    same.shape = baseline_rec.shape;
+    same.tokens = evaluator.tokens_for(arch_base, point);
+    same.baseline_loss = baseline_loss;
+    if (prior.known) {
+      same.loss = ValueRange{one.loss(point, prior.eps), one.loss(point, prior.eps_low),
+                             one.loss(point, prior.eps_high)};
+    }
+    const Estimate& est = evaluator.cost_of(arch_base, point);
+    same.ratio_step_time = baseline_step_s > 0 ? est.time.step_s / baseline_step_s : 0.0;
+    same.ratio_forward_flops =
+        est.flops.forward_per_token / baseline_rec.flops.forward_per_token;
+    same.fits = est.memory.fits;
+    result.same_shape.push_back(same);
+  }
+
   const bool dar_requested =
       std::any_of(archs.begin(), archs.end(), [](const ArchSpec& a) { return a.dar.enabled(); });
   if (dar_requested && !request.gpu_hours) {
@@ -452,9 +972,27 @@ OptimalResult optimal(const OptimalRequest& request) {
         "each configuration on profile " +
         profile.name + (request.train_flops ? " (capped by the FLOP budget)" : ""));
   }
-  result.candidates_evaluated = evaluator.evaluated();
+  if (!evaluator.bound_holds()) {
+    result.notes.push_back(
+        "the profile predicts a step faster than its peak FLOP rate for some shape: the search "
+        "evaluated the whole space instead of pruning");
+  }
+  result.candidates_evaluated = evaluator.candidates();
+  result.cost_evaluations = evaluator.cost_evaluations();
   return result;
 }
+
+namespace {
+
+void json_range(JsonWriter& json, const char* key, const ValueRange& range) {
+  json.key(key).begin_object();
+  json.field("value", range.value);
+  json_optional(json, "low", range.low);
+  json_optional(json, "high", range.high);
+  json.end_object();
+}
+
+}  // namespace
 
 std::string to_json(const OptimalResult& result) {
   const OptimalRequest& request = result.request;
@@ -484,12 +1022,34 @@ std::string to_json(const OptimalResult& result) {
     }
   }
   json.end_object();
+  json.key("eps_range").begin_object();
+  for (const EfficiencyPrior& prior : result.priors) {
+    if (prior.known) {
+      json_range(json, prior.key.c_str(), ValueRange{prior.eps, prior.eps_low, prior.eps_high});
+    } else {
+      json.key(prior.key).null();
+    }
+  }
+  json.end_object();
   json.key("priors").begin_array();
   for (const EfficiencyPrior& prior : result.priors) {
     json.begin_object();
     json.field("arch", prior.key).field("known", prior.known);
     json_optional(json, "eps", prior.known ? std::optional<double>(prior.eps) : std::nullopt);
+    json_optional(json, "eps_low",
+                  prior.known ? std::optional<double>(prior.eps_low) : std::nullopt);
+    json_optional(json, "eps_high",
+                  prior.known ? std::optional<double>(prior.eps_high) : std::nullopt);
+    json.field("points", prior.points);
+    json.key("measured").begin_object();
+    json.field("size_measure", prior.size_measure);
+    json.field("size_min", prior.measured_size_min).field("size_max", prior.measured_size_max);
+    json.field("budget_min", prior.measured_budget_min);
+    json.field("budget_max", prior.measured_budget_max);
+    json.field("tokens_per_param", prior.measured_tokens_per_param);
+    json.end_object();
     json.field("source", prior.source).field("derivation", prior.derivation);
+    json.field("interval", prior.interval);
     json.end_object();
   }
   json.end_array();
@@ -502,8 +1062,15 @@ std::string to_json(const OptimalResult& result) {
   json.field("seq_len", request.base.model.seq_len);
   json.field("micro_batch", request.base.train.micro_batch);
   json.field("recompute", to_string(request.base.train.recompute));
+  json.field("max_layers", request.shapes.max_layers);
+  json.field("max_d_model", request.shapes.max_d_model);
+  json.field("loss_tie_relative", kLossTieRelative);
+  json.key("fit_tokens_per_param").begin_array();
+  json.value(kFitTokensPerParamMin).value(kFitTokensPerParamMax);
+  json.end_array();
   json.end_object();
   json.field("candidates_evaluated", result.candidates_evaluated);
+  json.field("cost_evaluations", result.cost_evaluations);
   json.key("recommendations").begin_array();
   for (const Recommendation& rec : result.recommendations) {
     json.begin_object();
@@ -561,6 +1128,42 @@ std::string to_json(const OptimalResult& result) {
     json.field("tokens", rec.ratio_tokens);
     json.field("train_hours", rec.ratio_train_hours);
     json.end_object();
+    json.key("ranges").begin_object();
+    json_range(json, "eps", rec.eps_range);
+    if (rec.loss_range) {
+      json_range(json, "loss", *rec.loss_range);
+    } else {
+      json.key("loss").null();
+    }
+    json_range(json, "n_flop_active", rec.n_flop_active_range);
+    json_range(json, "params_total", rec.params_total_range);
+    json_range(json, "tokens", rec.tokens_range);
+    json_range(json, "step_time_ratio", rec.step_time_ratio_range);
+    json_range(json, "forward_flops_ratio", rec.forward_flops_ratio_range);
+    json.end_object();
+    json.key("flags").begin_array();
+    for (const PlannerFlag& flag : rec.flags) {
+      json.begin_object().field("code", flag.code).field("message", flag.message).end_object();
+    }
+    json.end_array();
+    json.end_object();
+  }
+  json.end_array();
+  json.key("same_shape").begin_array();
+  for (const SameShapeComparison& same : result.same_shape) {
+    json.begin_object();
+    json.field("arch", same.arch);
+    json.field("n_layers", same.shape.n_layers).field("d_model", same.shape.d_model);
+    json.field("tokens", same.tokens);
+    if (same.loss) {
+      json_range(json, "loss", *same.loss);
+    } else {
+      json.key("loss").null();
+    }
+    json.field("baseline_loss", same.baseline_loss);
+    json.field("step_time_ratio", same.ratio_step_time);
+    json.field("forward_flops_ratio", same.ratio_forward_flops);
+    json.field("fits", same.fits);
     json.end_object();
   }
   json.end_array();
@@ -572,6 +1175,26 @@ std::string to_json(const OptimalResult& result) {
   json.end_object();
   return json.str();
 }
+
+namespace {
+
+// "low-high" of a range, each end with `format`; "-" for a missing end.
+template <typename Format>
+std::string range_text(const ValueRange& range, Format format) {
+  if (range.low && range.high && *range.low == range.value && *range.high == range.value) {
+    return "same";
+  }
+  const auto end = [&](const std::optional<double>& v) { return v ? format(*v) : std::string("?"); };
+  return end(range.low) + ".." + end(range.high);
+}
+
+std::string short_sci(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.2g", value);
+  return buffer;
+}
+
+}  // namespace
 
 std::string to_table(const OptimalResult& result) {
   const OptimalRequest& request = result.request;
@@ -624,7 +1247,12 @@ std::string to_table(const OptimalResult& result) {
   });
   add("params total", [](const Recommendation& r) { return sci(r.params.total); });
   add("params FLOP-active N_f", [](const Recommendation& r) { return sci(r.params.flop_active); });
+  add("  range (eps)", [](const Recommendation& r) {
+    return range_text(r.n_flop_active_range, short_sci);
+  });
   add("tokens D", [](const Recommendation& r) { return sci(r.tokens); });
+  add("  range (eps)",
+      [](const Recommendation& r) { return range_text(r.tokens_range, short_sci); });
   add("tokens / N_f",
       [](const Recommendation& r) { return fixed(r.tokens / r.params.flop_active, 1); });
   add("fwd FLOPs / token", [](const Recommendation& r) { return sci(r.flops.forward_per_token); });
@@ -632,8 +1260,16 @@ std::string to_table(const OptimalResult& result) {
   add("eps", [](const Recommendation& r) {
     return r.prior.known ? fixed(r.prior.eps, 4) : std::string("unknown");
   });
+  add("  range", [](const Recommendation& r) {
+    return r.prior.known ? range_text(r.eps_range, [](double v) { return fixed(v, 3); })
+                         : std::string("-");
+  });
   add("predicted loss",
       [](const Recommendation& r) { return r.loss ? fixed(*r.loss, 4) : std::string("unknown"); });
+  add("  range (eps)", [](const Recommendation& r) {
+    return r.loss_range ? range_text(*r.loss_range, [](double v) { return fixed(v, 3); })
+                        : std::string("-");
+  });
   add("peak memory / device", [](const Recommendation& r) {
     return fixed(r.memory.peak / (1024.0 * 1024.0 * 1024.0), 1) + " GiB" +
            (r.memory.fits ? "" : " NO FIT");
@@ -649,7 +1285,34 @@ std::string to_table(const OptimalResult& result) {
   add("x fwd FLOPs / token",
       [](const Recommendation& r) { return fixed(r.ratio_forward_flops, 2); });
   add("x step time", [](const Recommendation& r) { return fixed(r.ratio_step_time, 2); });
+  add("  range (eps)", [](const Recommendation& r) {
+    return range_text(r.step_time_ratio_range, [](double v) { return fixed(v, 2); });
+  });
   add("x wall-clock", [](const Recommendation& r) { return fixed(r.ratio_train_hours, 2); });
+  std::vector<std::string> flag_lines;
+  {
+    std::vector<std::string> cells;
+    for (const Recommendation& rec : recs) {
+      std::string cell;
+      for (const PlannerFlag& flag : rec.flags) {
+        std::string line = "[";
+        line += std::to_string(flag_lines.size() + 1);
+        line += "] ";
+        line += rec.arch;
+        line += rec.role == "isoflop_optimal" ? " optimal: " : " parity-fastest: ";
+        line += flag.code;
+        line += ": ";
+        line += flag.message;
+        flag_lines.push_back(line);
+        if (!cell.empty()) {
+          cell += ",";
+        }
+        cell += std::to_string(flag_lines.size());
+      }
+      cells.push_back(cell.empty() ? "-" : "[" + cell + "]");
+    }
+    rows.emplace_back("flags", cells);
+  }
 
   size_t label_width = 0;
   std::vector<size_t> widths(recs.size(), 0);
@@ -666,7 +1329,29 @@ std::string to_table(const OptimalResult& result) {
     }
     out += line + "\n";
   }
-  out += "\n(* = some op time extrapolated outside the profile's measured grid)\n";
+  out += "\n(* = some op time extrapolated outside the profile's measured grid; ranges: the rule "
+         "re-run at both ends of the prior's eps range)\n";
+  if (!flag_lines.empty()) {
+    out += "\nflags:\n";
+    for (const std::string& line : flag_lines) {
+      out += "  " + line + "\n";
+    }
+  }
+  if (!result.same_shape.empty()) {
+    out += "\nsame shape as the optimal baseline (" +
+           std::to_string(recs.front().shape.n_layers) + " x " +
+           std::to_string(recs.front().shape.d_model) + ", same FLOP budget):\n";
+    for (const SameShapeComparison& same : result.same_shape) {
+      out += "  " + same.arch + ": loss " +
+             (same.loss ? fixed(same.loss->value, 4) + " (" +
+                              range_text(*same.loss, [](double v) { return fixed(v, 4); }) +
+                              ")"
+                        : std::string("unknown")) +
+             " vs baseline " + fixed(same.baseline_loss, 4) + ", x fwd FLOPs/token " +
+             fixed(same.ratio_forward_flops, 2) + ", x step time " +
+             fixed(same.ratio_step_time, 2) + (same.fits ? "" : " (NO FIT)") + "\n";
+    }
+  }
   out += "\npriors:\n";
   for (const EfficiencyPrior& prior : result.priors) {
     out += "  " + prior.key + ": " +
@@ -674,7 +1359,9 @@ std::string to_table(const OptimalResult& result) {
            prior.source + "\n";
     if (prior.key != "baseline") {
       std::string indented = "    ";
-      for (const char c : prior.derivation) {
+      const std::string text =
+          prior.interval.empty() ? prior.derivation : prior.derivation + "\n" + prior.interval;
+      for (const char c : text) {
         indented += c;
         if (c == '\n') {
           indented += "    ";
@@ -696,11 +1383,14 @@ std::string to_table(const OptimalResult& result) {
     line += (line == "  " ? "" : " ") + word;
   }
   out += line + "\n";
-  out += "search: d_model multiple of " + std::to_string(request.shapes.d_model_multiple) +
-         ", d_head 64 (d < 2048) or 128, aspect d/L in [" +
-         format_number(request.shapes.aspect_min) + ", " +
-         format_number(request.shapes.aspect_max) + "], deeper shape wins near-ties; " +
-         std::to_string(result.candidates_evaluated) + " candidates on the isoFLOP curves\n";
+  out += "search: every shape with " + std::to_string(request.shapes.min_layers) + "-" +
+         std::to_string(request.shapes.max_layers) + " layers, d_model a multiple of " +
+         std::to_string(request.shapes.d_model_multiple) + " (d_head 64 below 2048, else 128), " +
+         "aspect d/L in [" + format_number(request.shapes.aspect_min) + ", " +
+         format_number(request.shapes.aspect_max) + "]; losses within " +
+         format_number(100 * kLossTieRelative) + "% tie, deepest wins; " +
+         std::to_string(result.candidates_evaluated) + " shapes scored (the rest provably worse), " +
+         std::to_string(result.cost_evaluations) + " timed\n";
   return out;
 }
 

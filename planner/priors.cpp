@@ -17,9 +17,12 @@
 //    eps_i = 1 - p L_b / (A / N^alpha).  The 0.1B and 0.3B numbers are Block
 //    DAR (the paper's best variant there) and give the Block prior (geometric
 //    mean); the 0.5B number is Full DAR (K = 1) and is the Full prior.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "modar/errors.hpp"
 #include "modar/planner.hpp"
@@ -53,6 +56,49 @@ struct DarReduction {
 constexpr DarReduction kDarTable3[] = {
     {1e8, 0.0203, "Block DAR"}, {3e8, 0.0222, "Block DAR"}, {5e8, 0.0512, "Full DAR"}};
 
+// Precision of the published numbers.  MoD: losses read off figure 4 to
+// about +-0.01 (SPEC section 4); DAR: percentages printed to 0.01 %, i.e.
+// +-0.005 percentage points.
+constexpr double kModReadingHalfWidth = 0.01;
+constexpr double kDarPrintHalfWidth = 0.00005;
+// Two-sided 95 % normal quantile.
+constexpr double kZ95 = 1.959963984540054;
+
+// MoD paper figure 4 caption: "models varying in size from 60M to 3B parameters".
+constexpr double kModMeasuredParamsMin = 6e7;
+constexpr double kModMeasuredParamsMax = 3e9;
+
+std::string sci2(double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.2e", value);
+  return buffer;
+}
+
+// Geometric mean of the per-budget MoD eps under (E, exponent); nullopt when a
+// reading lies below E.
+std::optional<double> mod_eps(double E, double exponent, std::string* text) {
+  double log_sum = 0.0;
+  for (const IsoflopMinimum& m : kModFigure4) {
+    const double reducible_base = m.baseline_loss - E;
+    const double reducible_mod = m.mod_loss - E;
+    if (reducible_mod <= 0 || reducible_base <= 0) {
+      if (text != nullptr) {
+        *text += "C = " + format_number(m.budget_flops) +
+                 ": paper loss below the fit's E; no prior under this fit";
+      }
+      return std::nullopt;
+    }
+    const double eps_i = std::pow(reducible_mod / reducible_base, exponent);
+    log_sum += std::log(eps_i);
+    if (text != nullptr) {
+      *text += "  C = " + format_number(m.budget_flops) + ": ((" + fixed(m.mod_loss, 2) +
+               " - E) / (" + fixed(m.baseline_loss, 2) + " - E))^" + fixed(exponent, 4) + " = " +
+               fixed(eps_i, 4) + "\n";
+    }
+  }
+  return std::exp(log_sum / 3.0);
+}
+
 EfficiencyPrior mod_prior(const LossFit& fit) {
   const LossFitParams& p = fit.params;
   EfficiencyPrior prior;
@@ -64,27 +110,76 @@ EfficiencyPrior mod_prior(const LossFit& fit) {
   std::string text = "fit " + fit.name + ": E = " + format_number(p.E) +
                      ", (alpha+beta)/beta = " + fixed(exponent, 4) + "\n";
   text += "eps_i = ((L_mod - E) / (L_base - E))^((alpha+beta)/beta)\n";
-  double log_sum = 0.0;
-  for (const IsoflopMinimum& m : kModFigure4) {
-    const double reducible_base = m.baseline_loss - p.E;
-    const double reducible_mod = m.mod_loss - p.E;
-    if (reducible_mod <= 0 || reducible_base <= 0) {
-      prior.known = false;
-      prior.derivation = text + "C = " + format_number(m.budget_flops) +
-                         ": paper loss below the fit's E; no prior under this fit";
-      return prior;
-    }
-    const double eps_i = std::pow(reducible_mod / reducible_base, exponent);
-    log_sum += std::log(eps_i);
-    text += "  C = " + format_number(m.budget_flops) + ": ((" + fixed(m.mod_loss, 2) + " - E) / (" +
-            fixed(m.baseline_loss, 2) + " - E))^" + fixed(exponent, 4) + " = " + fixed(eps_i, 4) +
-            "\n";
+  const std::optional<double> eps = mod_eps(p.E, exponent, &text);
+  if (!eps) {
+    prior.known = false;
+    prior.derivation = text;
+    return prior;
   }
-  prior.eps = std::exp(log_sum / 3.0);
+  prior.eps = *eps;
   prior.known = true;
   text += "eps_mod = geometric mean = " + fixed(prior.eps, 4);
   prior.derivation = text;
+  prior.points = 3;
+  prior.size_measure = "params_total";
+  prior.measured_size_min = kModMeasuredParamsMin;
+  prior.measured_size_max = kModMeasuredParamsMax;
+  prior.measured_budget_min = kModFigure4[0].budget_flops;
+  prior.measured_budget_max = kModFigure4[2].budget_flops;
+
+  // (1) Reading precision: each of the six readings uniform within +-h,
+  // independent.  log eps = (k/3) sum_i [ln(L_mod,i - E) - ln(L_base,i - E)],
+  // so to first order Var(log eps) = (k/3)^2 sum_i (h^2/3) (1/(L_mod,i - E)^2
+  // + 1/(L_base,i - E)^2); the 95 % range is eps exp(+-1.96 sd).
+  double variance = 0.0;
+  double point_low = INFINITY;
+  double point_high = 0.0;
+  const double h = kModReadingHalfWidth;
+  for (const IsoflopMinimum& m : kModFigure4) {
+    variance += h * h / 3.0 *
+                (1.0 / std::pow(m.mod_loss - p.E, 2) + 1.0 / std::pow(m.baseline_loss - p.E, 2));
+    const double eps_i = std::pow((m.mod_loss - p.E) / (m.baseline_loss - p.E), exponent);
+    point_low = std::min(point_low, eps_i);
+    point_high = std::max(point_high, eps_i);
+  }
+  const double sd = exponent / 3.0 * std::sqrt(variance);
+  const double reading_low = prior.eps * std::exp(-kZ95 * sd);
+  const double reading_high = prior.eps * std::exp(kZ95 * sd);
+  prior.eps_low = std::min(reading_low, point_low);
+  prior.eps_high = std::max(reading_high, point_high);
+  std::string interval = "figure readings +-" + format_number(h) +
+                         " each (independent, uniform): 95% range " + fixed(reading_low, 4) +
+                         " .. " + fixed(reading_high, 4) + "\n";
+  interval += "spread of the three budgets' eps_i: " + fixed(point_low, 4) + " .. " +
+              fixed(point_high, 4) + "\n";
+  // (3) The fit's E (the one constant whose standard error means something
+  // alone: A, alpha and B, beta are strongly correlated in every published fit).
+  if (fit.standard_errors && fit.standard_errors->E > 0) {
+    const double se = fit.standard_errors->E;
+    const std::optional<double> up = mod_eps(p.E + kZ95 * se, exponent, nullptr);
+    const std::optional<double> down = mod_eps(p.E - kZ95 * se, exponent, nullptr);
+    if (up && down) {
+      const double lo = std::min(*up, *down);
+      const double hi = std::max(*up, *down);
+      prior.eps_low = std::min(prior.eps_low, lo);
+      prior.eps_high = std::max(prior.eps_high, hi);
+      interval += "fit E +- 1.96 SE (" + format_number(se) + "): " + fixed(lo, 4) + " .. " +
+                  fixed(hi, 4) + "\n";
+    }
+  }
+  interval += "eps_mod range (envelope) = " + fixed(prior.eps_low, 4) + " .. " +
+              fixed(prior.eps_high, 4);
+  prior.interval = interval;
   return prior;
+}
+
+// eps of one DAR point under the fit's constants with E replaced by `E`.
+double dar_point_eps(const LossFitParams& p, double E, const DarReduction& r, double drop) {
+  LossFitParams q = p;
+  q.E = E;
+  const double n = r.non_vocab_params;
+  const double baseline = predicted_loss(q, 1.0, n, 20.0 * n);
+  return 1.0 - drop * baseline / (q.A / std::pow(n, q.alpha));
 }
 
 // Block (block_layers >= 2) or Full (block_layers == 1) DAR prior.
@@ -104,6 +199,10 @@ EfficiencyPrior dar_prior(const LossFit& fit, bool full) {
   double log_sum = 0.0;
   int used = 0;
   bool valid = true;
+  double used_low = INFINITY, used_high = 0.0, all_low = INFINITY, all_high = 0.0;
+  double print_low = INFINITY, print_high = 0.0;
+  double size_min = INFINITY, size_max = 0.0;
+  std::vector<const DarReduction*> selected_points;
   for (const DarReduction& r : kDarTable3) {
     const double n = r.non_vocab_params;
     const double baseline = predicted_loss(p, 1.0, n, 20.0 * n);
@@ -114,10 +213,22 @@ EfficiencyPrior dar_prior(const LossFit& fit, bool full) {
             ", A/N^alpha = " + fixed(parameter_term, 4) +
             ", p = " + fixed(100 * r.relative_loss_drop, 2) + "% -> eps = " + fixed(eps_i, 4) +
             (selected ? "  [used]" : "") + "\n";
+    all_low = std::min(all_low, eps_i);
+    all_high = std::max(all_high, eps_i);
     if (selected) {
       valid = valid && eps_i > 0;
       log_sum += std::log(std::max(eps_i, 1e-300));
       ++used;
+      used_low = std::min(used_low, eps_i);
+      used_high = std::max(used_high, eps_i);
+      size_min = std::min(size_min, n);
+      size_max = std::max(size_max, n);
+      selected_points.push_back(&r);
+      // A larger drop means a smaller eps.
+      print_low = std::min(
+          print_low, dar_point_eps(p, p.E, r, r.relative_loss_drop + kDarPrintHalfWidth));
+      print_high = std::max(
+          print_high, dar_point_eps(p, p.E, r, r.relative_loss_drop - kDarPrintHalfWidth));
     }
   }
   if (!valid) {
@@ -130,6 +241,52 @@ EfficiencyPrior dar_prior(const LossFit& fit, bool full) {
   text += std::string(full ? "eps_dar_full" : "eps_dar (Block)") +
           (used > 1 ? " = geometric mean of the used points = " : " = ") + fixed(prior.eps, 4);
   prior.derivation = text;
+  prior.points = used;
+  prior.size_measure = "non_embedding";
+  prior.measured_size_min = size_min;
+  prior.measured_size_max = size_max;
+  prior.measured_tokens_per_param = 20.0;
+
+  std::string interval = "percentages printed to 0.01% (+-0.005 points): " + fixed(print_low, 4) +
+                         " .. " + fixed(print_high, 4) + "\n";
+  prior.eps_low = print_low;
+  prior.eps_high = print_high;
+  if (used > 1) {
+    interval += "spread of the used points: " + fixed(used_low, 4) + " .. " + fixed(used_high, 4) +
+                "\n";
+    prior.eps_low = std::min(prior.eps_low, used_low);
+    prior.eps_high = std::max(prior.eps_high, used_high);
+  } else {
+    // One point has no spread of its own: take the spread of all the paper's
+    // DAR points (its gains vary that much between sizes and variants).
+    interval += "single point: no spread of its own; the paper's three DAR points span " +
+                fixed(all_low, 4) + " .. " + fixed(all_high, 4) + ", taken as the range\n";
+    prior.eps_low = std::min(prior.eps_low, all_low);
+    prior.eps_high = std::max(prior.eps_high, all_high);
+  }
+  if (fit.standard_errors && fit.standard_errors->E > 0) {
+    const double se = fit.standard_errors->E;
+    double log_up = 0.0, log_down = 0.0;
+    for (const DarReduction* r : selected_points) {
+      log_up += std::log(std::max(dar_point_eps(p, p.E + kZ95 * se, *r, r->relative_loss_drop),
+                                  1e-300));
+      log_down += std::log(std::max(dar_point_eps(p, p.E - kZ95 * se, *r, r->relative_loss_drop),
+                                    1e-300));
+    }
+    const double up = std::exp(log_up / used);
+    const double down = std::exp(log_down / used);
+    const double lo = std::min(up, down);
+    const double hi = std::max(up, down);
+    prior.eps_low = std::min(prior.eps_low, lo);
+    prior.eps_high = std::max(prior.eps_high, hi);
+    interval += "fit E +- 1.96 SE (" + format_number(se) + "): " + fixed(lo, 4) + " .. " +
+                fixed(hi, 4) + "\n";
+  }
+  interval += std::string(full ? "eps_dar_full" : "eps_dar (Block)") + " range (envelope) = " +
+              fixed(prior.eps_low, 4) + " .. " + fixed(prior.eps_high, 4) + "; measured at " +
+              sci2(size_min) + (size_max > size_min ? " .. " + sci2(size_max) : "") +
+              " non-vocab params, 20 tokens/param";
+  prior.interval = interval;
   return prior;
 }
 
@@ -199,6 +356,8 @@ EfficiencyPrior efficiency_prior(const Config& config, const LossFit& fit,
     prior.eps = it->second;
     prior.source = "--eps override";
     prior.derivation = "given on the command line: eps_" + key + " = " + format_number(it->second);
+    prior.eps_low = prior.eps_high = prior.eps;
+    prior.interval = "exact (given on the command line)";
     return prior;
   }
   if (key == "baseline") {
@@ -208,6 +367,7 @@ EfficiencyPrior efficiency_prior(const Config& config, const LossFit& fit,
     prior.eps = 1.0;
     prior.source = "definition (plain pre-norm transformer)";
     prior.derivation = "eps = 1 by definition";
+    prior.interval = "exact (definition)";
     return prior;
   }
   if (key == "mod") {

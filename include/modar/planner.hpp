@@ -78,6 +78,23 @@ struct EfficiencyPrior {
   std::string key;         // "baseline", "mod", "dar", "mod+dar"
   std::string source;      // paper and figure / table, or "--eps override"
   std::string derivation;  // the arithmetic, one step per line
+  // The range of eps its sources support (docs/planner.md "Uncertainty"): the
+  // envelope of the figure-reading / printing precision (95 %), the spread of
+  // its points, and the fit's E +- 1.96 standard errors when the fit has
+  // them.  eps_low = eps = eps_high for the baseline and --eps overrides.
+  double eps_low = 1.0;
+  double eps_high = 1.0;
+  std::string interval;  // how the range was derived, one step per line
+  int64_t points = 0;    // published data points behind eps (0: definition / override)
+  // Where the prior was measured (0 = not applicable): model sizes, in
+  // `size_measure` ("params_total" or "non_embedding"), the training budgets
+  // and the tokens per parameter of the measured runs.
+  std::string size_measure;
+  double measured_size_min = 0.0;
+  double measured_size_max = 0.0;
+  double measured_budget_min = 0.0;
+  double measured_budget_max = 0.0;
+  double measured_tokens_per_param = 0.0;
 };
 
 // --eps overrides: "mod=0.94,dar=0.97" -> {"mod": 0.94, "dar": 0.97}.  Keys are
@@ -180,6 +197,37 @@ struct OptimalRequest {
   double grid_half_width = 6.0;
 };
 
+// A number with the range its inputs support (docs/planner.md
+// "Uncertainty"); low / high are nullopt when that end has no answer (e.g. no
+// shape reaches parity at the prior's pessimistic end).
+struct ValueRange {
+  double value = 0.0;
+  std::optional<double> low;
+  std::optional<double> high;
+};
+
+// Something a user must know before trusting a recommendation (JSON
+// `flags[]`).  Codes: tokens_per_param_outside_fit, prior_single_point,
+// prior_outside_measured_sizes, prior_outside_measured_budgets,
+// prior_outside_measured_tokens_per_param, parity_smaller_than_measured,
+// parity_outside_support, op_time_extrapolated, memory_decided, no_fit.
+struct PlannerFlag {
+  std::string code;
+  std::string message;
+};
+
+// Tokens per FLOP-active parameter the built-in fits were made on (the
+// Chinchilla runs both re-analyse, 44M-16B parameters at 6e18-3e21 FLOPs span
+// roughly this band); outside it a prediction is an extrapolation of the law.
+constexpr double kFitTokensPerParamMin = 2.0;
+constexpr double kFitTokensPerParamMax = 500.0;
+// A prior measured at a fixed tokens-per-parameter ratio (DAR: 20) is flagged
+// when applied beyond this factor either side of it.
+constexpr double kPriorTokensPerParamFactor = 2.0;
+// Predicted losses within this relative distance of the minimum are ties; the
+// deepest shape among them wins (the MoD paper: depth beats width).
+constexpr double kLossTieRelative = 1e-4;
+
 struct Recommendation {
   std::string arch;
   std::string role;       // "isoflop_optimal" | "parity_fastest"
@@ -203,6 +251,30 @@ struct Recommendation {
   double ratio_step_time = 0.0;
   double ratio_tokens = 0.0;
   double ratio_train_hours = 0.0;
+  // Uncertainty from the prior (eps_low .. eps_high): the loss of this shape
+  // at both ends, and where the same rule lands at both ends (N_f, total
+  // parameters, tokens, step time relative to the optimal baseline).
+  ValueRange eps_range;
+  std::optional<ValueRange> loss_range;  // nullopt: loss unknown
+  ValueRange n_flop_active_range;
+  ValueRange params_total_range;
+  ValueRange tokens_range;
+  ValueRange step_time_ratio_range;
+  ValueRange forward_flops_ratio_range;
+  std::vector<PlannerFlag> flags;
+};
+
+// An architecture at exactly the optimal baseline's shape (the MoD paper's
+// figure-3 comparison: same size, same FLOP budget).
+struct SameShapeComparison {
+  std::string arch;
+  Shape shape;
+  double tokens = 0.0;
+  std::optional<ValueRange> loss;  // nullopt: no prior
+  double baseline_loss = 0.0;
+  double ratio_step_time = 0.0;
+  double ratio_forward_flops = 0.0;
+  bool fits = true;
 };
 
 struct OptimalResult {
@@ -213,7 +285,9 @@ struct OptimalResult {
   std::vector<Recommendation> recommendations;
   std::vector<std::string> notes;  // e.g. "mod+dar: no published prior ..."
   std::string conventions;
-  int64_t candidates_evaluated = 0;
+  std::vector<SameShapeComparison> same_shape;  // per non-baseline architecture
+  int64_t candidates_evaluated = 0;  // shapes whose predicted loss was computed
+  int64_t cost_evaluations = 0;      // shapes whose memory / step time was estimated
 };
 
 // Throws ConfigError for bad budgets / names and FileError for bad files.

@@ -118,6 +118,37 @@ TEST(PlannerCli, OptimalJsonHasTheContractFields) {
   EXPECT_NE(run.out.find("\"loss\": null"), std::string::npos);
 }
 
+TEST(PlannerCli, OptimalPrintsRangesAndFlagsFullDar) {
+  // Table: a range row under eps, N_f, D and the predicted loss; the MoD
+  // prior's range (0.920..0.955 under Epoch, docs/planner.md).
+  const CliRun table = run_cli("optimal --flops 1e20");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("0.920..0.955"), std::string::npos) << table.out;
+  EXPECT_GE(std::count(table.out.begin(), table.out.end(), '\n'), 10);
+  for (const char* row : {"params FLOP-active N_f", "tokens D", "predicted loss", "eps"}) {
+    const size_t at = table.out.find(std::string("\n") + row);
+    ASSERT_NE(at, std::string::npos) << row;
+    const size_t next = table.out.find('\n', at + 1);
+    EXPECT_EQ(table.out.compare(next + 1, 7, "  range"), 0) << row;
+  }
+  // JSON: {value, low, high} ranges and {code, message} flags.
+  const CliRun json = run_cli("optimal --flops 1e20 --json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  for (const char* key : {"\"ranges\"", "\"eps_range\"", "\"n_flop_active\"", "\"low\"",
+                          "\"high\"", "\"flags\"", "\"same_shape\"", "\"interval\""}) {
+    EXPECT_NE(json.out.find(key), std::string::npos) << key;
+  }
+  // Full DAR rests on one point: flagged in the table and the JSON.
+  const CliRun full = run_cli("optimal --flops 1e20 --arch baseline,dar --block-layers 1");
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  EXPECT_NE(full.out.find("dar optimal: prior_single_point"), std::string::npos) << full.out;
+  EXPECT_NE(full.out.find("dar parity-fastest: prior_single_point"), std::string::npos);
+  const CliRun full_json =
+      run_cli("optimal --flops 1e20 --arch baseline,dar --block-layers 1 --json");
+  ASSERT_EQ(full_json.exit_code, 0) << full_json.err;
+  EXPECT_NE(full_json.out.find("\"code\": \"prior_single_point\""), std::string::npos);
+}
+
 TEST(PlannerCli, FitWritesATomlThatOptimalAccepts) {
   std::string csv = "N,D,loss\n";
   for (const double n : {2e7, 5e7, 1e8, 2e8, 5e8}) {
