@@ -14,6 +14,7 @@
 #include <numeric>
 
 #include "modar/errors.hpp"
+#include "modar/layout_search.hpp"
 #include "modar/planner.hpp"
 #include "planner_internal.hpp"
 #include "planner_text.hpp"
@@ -38,6 +39,7 @@ struct Budget {
   std::optional<double> train_flops;
   std::optional<double> gpu_hours;
   int64_t gpus = 1;
+  int64_t gpus_per_node = 0;  // 0: the profile's network
 };
 
 class Evaluator {
@@ -49,6 +51,17 @@ class Evaluator {
     if (!point.estimate) {
       // Points come from the shape search, which validated their configs.
       point.estimate.emplace();
+      if (budget_.gpus > 1) {
+        // Cluster (planner/layout_search.cpp): the fastest layout that fits.
+        LayoutSearchOptions options;
+        options.gpus = budget_.gpus;
+        options.gpus_per_node = budget_.gpus_per_node;
+        LayoutSearchResult layout = search_layout(point.config, timing_, options);
+        point.config = layout.config;
+        *point.estimate = std::move(layout.estimate);
+        layouts_evaluated_ += layout.evaluated;
+        return *point.estimate;
+      }
       estimate_into(point.config, timing_, StepKind::train, scratch_, *point.estimate);
     }
     return *point.estimate;
@@ -87,6 +100,7 @@ class Evaluator {
   }
 
   int64_t evaluated() const { return evaluated_; }
+  int64_t layouts_evaluated() const { return layouts_evaluated_; }
 
  private:
   Budget budget_;
@@ -95,6 +109,7 @@ class Evaluator {
   OpList scratch_;
   const LossFit& fit_;
   int64_t evaluated_ = 0;
+  int64_t layouts_evaluated_ = 0;
 };
 
 struct ArchSolution {
@@ -178,6 +193,7 @@ Recommendation make_recommendation(const std::string& arch, const std::string& r
   rec.config = point.config;
   rec.shape = point.candidate.shape;
   const Estimate& est = evaluator.estimate_of(point);
+  rec.config = point.config;  // with the chosen layout on a cluster
   rec.params = est.params;
   rec.flops = est.flops;
   rec.tokens = point.tokens;
@@ -213,6 +229,38 @@ std::string sci(double value, int digits = 3) {
   char buffer[64];
   std::snprintf(buffer, sizeof buffer, "%.*e", digits - 1, value);
   return buffer;
+}
+
+// Loss-optimal (scaling law alone) vs the recommended model that fits: say so,
+// and which constraint binds, when they differ (never shrink silently).
+void append_fit_notes(OptimalResult& result, const LossFitParams& law, double centre_flops,
+                      const OptimalRequest& request) {
+  if (!request.train_flops || result.recommendations.empty()) {
+    return;
+  }
+  const ClosedFormOptimum dense = closed_form_optimum(law, centre_flops);
+  for (const Recommendation& rec : result.recommendations) {
+    if (rec.arch != "baseline" || rec.role != "isoflop_optimal") {
+      continue;
+    }
+    const double ratio = rec.params.flop_active / dense.n_opt;
+    std::string note = "loss-optimal baseline (closed form, scaling law alone): N_f " +
+                       sci(dense.n_opt) + ", D " + sci(dense.tokens_opt) + "; recommended: N_f " +
+                       sci(rec.params.flop_active) + " (" + fixed(ratio, 2) + "x)";
+    if (!rec.memory.fits) {
+      note += "; it does NOT fit " + std::to_string(request.gpus) +
+              " GPU(s): device memory binds (add --gpus, or see the layout)";
+    } else if (ratio < 0.8) {
+      note += ": the loss-optimal model does not fit " + std::to_string(request.gpus) +
+              " GPU(s) (device memory binds); this is the best model that fits";
+    } else {
+      note += ": fits " + std::to_string(request.gpus) + " GPU(s)";
+      if (request.gpus > 1) {
+        note += " with layout " + layout_summary(rec.config);
+      }
+    }
+    result.notes.push_back(note);
+  }
 }
 
 }  // namespace
@@ -258,7 +306,8 @@ OptimalResult optimal(const OptimalRequest& request) {
   base.dar = DarConfig{};
   validate(base);
 
-  const Budget budget{request.train_flops, request.gpu_hours, request.gpus};
+  const Budget budget{request.train_flops, request.gpu_hours, request.gpus,
+                      request.gpus_per_node};
   Evaluator evaluator(budget, profile, result.fit);
   const LossFitParams& law = result.fit.params;
 
@@ -441,6 +490,8 @@ OptimalResult optimal(const OptimalRequest& request) {
         profile.name + (request.train_flops ? " (capped by the FLOP budget)" : ""));
   }
   result.candidates_evaluated = evaluator.evaluated();
+  result.layouts_evaluated = evaluator.layouts_evaluated();
+  append_fit_notes(result, law, centre_flops, request);
   return result;
 }
 
@@ -501,6 +552,18 @@ std::string to_json(const OptimalResult& result) {
     json.field("n_heads", rec.shape.n_heads).field("n_kv_heads", rec.shape.n_kv_heads);
     json.field("d_head", rec.shape.d_head).field("d_ff", rec.shape.d_ff);
     json.field("aspect_ratio", rec.shape.aspect_ratio());
+    json.end_object();
+    json.field("layout", layout_summary(rec.config));
+    json.key("parallel").begin_object();
+    json.field("tensor", rec.config.parallel.tensor);
+    json.field("sequence_parallel", rec.config.parallel.sequence_parallel);
+    json.field("pipeline", rec.config.parallel.pipeline);
+    json.field("virtual_stages", rec.config.parallel.virtual_stages);
+    json.field("data", std::max<int64_t>(1, rec.config.parallel.data(rec.config.device.count)));
+    json.field("zero", rec.config.parallel.zero);
+    json.field("micro_batch", rec.config.train.micro_batch);
+    json.field("global_batch", rec.config.train.global_batch);
+    json.field("recompute", to_string(rec.config.train.recompute));
     json.end_object();
     json.key("mod").begin_object();
     json.field("capacity", rec.config.mod.enabled() ? rec.config.mod.capacity : 1.0);
@@ -622,6 +685,9 @@ std::string to_table(const OptimalResult& result) {
   });
   add("predicted loss",
       [](const Recommendation& r) { return r.loss ? fixed(*r.loss, 4) : std::string("unknown"); });
+  if (request.gpus > 1) {
+    add("layout", [](const Recommendation& r) { return layout_summary(r.config); });
+  }
   add("peak memory / device", [](const Recommendation& r) {
     return fixed(r.memory.peak / (1024.0 * 1024.0 * 1024.0), 1) + " GiB" +
            (r.memory.fits ? "" : " NO FIT");
