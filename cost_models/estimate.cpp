@@ -168,6 +168,11 @@ void apply_cluster(const Config& config, const TimingModel& timing, Estimate& ou
   time.mfu = time.step_s > 0 && peak > 0 ? out.flops.train_per_step / (time.step_s * peak) : 0.0;
   time.hfu =
       time.step_s > 0 && peak > 0 ? out.flops.hardware_per_step / (time.step_s * peak) : 0.0;
+  const std::string single = ", one stream, no communication";
+  const size_t at = out.conventions.find(single);
+  if (at != std::string::npos) {
+    out.conventions.erase(at, single.size());
+  }
   out.conventions +=
       "; cluster: tensor x pipeline x data = " + std::to_string(cluster->tensor) + " x " +
       std::to_string(cluster->pipeline) + " x " + std::to_string(cluster->data) +
