@@ -543,5 +543,35 @@ TEST(Cluster, GradientTrafficFollowsParameters) {
   EXPECT_EQ(a->level, NetLevel::inter_node);
 }
 
+
+// Where this erodes MoD's wall-clock advantage (docs/cluster.md): a MoD model
+// with 1.5x the layers (about 1.4x the parameters, fewer FLOPs per token)
+// steps faster than the dense one on 16 GPUs, but on 2048 GPUs (one
+// micro-batch per GPU, the backward too short to hide the reduction) its
+// larger gradient reduce-scatter is exposed and the advantage is gone.
+TEST(Cluster, ModAdvantageErodesWithDataParallelScale) {
+  auto step = [](int64_t layers, int64_t every, int64_t gpus, double* exposed) {
+    Config c;
+    c.model.d_model = 2048;
+    c.model.n_heads = 16;
+    c.model.n_layers = layers;
+    c.mod.every = every;
+    c.train.micro_batch = 1;
+    c.train.global_batch = 2048;
+    c.device.count = gpus;
+    c.parallel.zero = 1;
+    c.device.profile = "a100-80gb-dgx";
+    const Estimate e = estimate(c, a100());
+    *exposed = e.cluster->grad_reduce_exposed_s;
+    return e.time.step_s;
+  };
+  double dense_small = 0, mod_small = 0, dense_large = 0, mod_large = 0;
+  const double ratio_small = step(36, 2, 16, &mod_small) / step(24, 0, 16, &dense_small);
+  const double ratio_large = step(36, 2, 2048, &mod_large) / step(24, 0, 2048, &dense_large);
+  EXPECT_LT(ratio_small, 1.0);
+  EXPECT_GT(ratio_large, ratio_small);
+  EXPECT_GT(mod_large, dense_large);  // the exposed reduction follows parameters
+}
+
 }  // namespace
 }  // namespace modar
