@@ -93,6 +93,12 @@ const char* to_string(Recompute v) {
   }
   return "unknown";
 }
+const char* to_string(AttentionKernel v) {
+  return v == AttentionKernel::flash ? "flash" : "unfused";
+}
+const char* to_string(PipelineSchedule v) {
+  return v == PipelineSchedule::one_f_one_b ? "1f1b" : "interleaved";
+}
 const char* to_string(AttentionFlops v) {
   switch (v) {
     case AttentionFlops::causal:
@@ -431,6 +437,12 @@ const std::vector<KeySpec>& key_specs() {
        {"none", "selective", "full"},
        [](Config& c, const Value& v) { c.train.recompute = enum_at<Recompute>(v); },
        [](const Config& c) { return quoted(to_string(c.train.recompute)); }},
+      // train.attention_kernel (docs/cluster.md): executed kernel, time and memory.
+      {"train.attention_kernel",
+       KeyType::choice,
+       {"flash", "unfused"},
+       [](Config& c, const Value& v) { c.train.attention_kernel = enum_at<AttentionKernel>(v); },
+       [](const Config& c) { return quoted(to_string(c.train.attention_kernel)); }},
       // [device]
       {"device.profile",
        KeyType::text,
@@ -459,6 +471,78 @@ const std::vector<KeySpec>& key_specs() {
        {},
        [](Config& c, const Value& v) { c.device.count = v.integer; },
        [](const Config& c) { return integer_literal(c.device.count); }},
+      // [parallel] and [cluster]: cluster-scale planning (docs/cluster.md).
+      {"parallel.tensor",
+       KeyType::integer,
+       {},
+       [](Config& c, const Value& v) { c.parallel.tensor = v.integer; },
+       [](const Config& c) { return integer_literal(c.parallel.tensor); }},
+      {"parallel.sequence_parallel",
+       KeyType::boolean,
+       {},
+       [](Config& c, const Value& v) { c.parallel.sequence_parallel = v.boolean; },
+       [](const Config& c) {
+         return std::string(c.parallel.sequence_parallel ? "true" : "false");
+       }},
+      {"parallel.pipeline",
+       KeyType::integer,
+       {},
+       [](Config& c, const Value& v) { c.parallel.pipeline = v.integer; },
+       [](const Config& c) { return integer_literal(c.parallel.pipeline); }},
+      {"parallel.schedule",
+       KeyType::choice,
+       {"1f1b", "interleaved"},
+       [](Config& c, const Value& v) { c.parallel.schedule = enum_at<PipelineSchedule>(v); },
+       [](const Config& c) { return quoted(to_string(c.parallel.schedule)); }},
+      {"parallel.virtual_stages",
+       KeyType::integer,
+       {},
+       [](Config& c, const Value& v) { c.parallel.virtual_stages = v.integer; },
+       [](const Config& c) { return integer_literal(c.parallel.virtual_stages); }},
+      {"parallel.zero",
+       KeyType::integer,
+       {},
+       [](Config& c, const Value& v) { c.parallel.zero = v.integer; },
+       [](const Config& c) { return integer_literal(c.parallel.zero); }},
+      {"parallel.overlap_grad_reduce",
+       KeyType::boolean,
+       {},
+       [](Config& c, const Value& v) { c.parallel.overlap_grad_reduce = v.boolean; },
+       [](const Config& c) {
+         return std::string(c.parallel.overlap_grad_reduce ? "true" : "false");
+       }},
+      {"parallel.overlap_param_gather",
+       KeyType::boolean,
+       {},
+       [](Config& c, const Value& v) { c.parallel.overlap_param_gather = v.boolean; },
+       [](const Config& c) {
+         return std::string(c.parallel.overlap_param_gather ? "true" : "false");
+       }},
+      {"parallel.expert",
+       KeyType::integer,
+       {},
+       [](Config& c, const Value& v) { c.parallel.expert = v.integer; },
+       [](const Config& c) { return integer_literal(c.parallel.expert); }},
+      {"parallel.balance_stages",
+       KeyType::boolean,
+       {},
+       [](Config& c, const Value& v) { c.parallel.balance_stages = v.boolean; },
+       [](const Config& c) { return std::string(c.parallel.balance_stages ? "true" : "false"); }},
+      {"parallel.dar_bank_cache",
+       KeyType::boolean,
+       {},
+       [](Config& c, const Value& v) { c.parallel.dar_bank_cache = v.boolean; },
+       [](const Config& c) { return std::string(c.parallel.dar_bank_cache ? "true" : "false"); }},
+      {"cluster.gpus_per_node",
+       KeyType::integer,
+       {},
+       [](Config& c, const Value& v) { c.cluster.gpus_per_node = v.integer; },
+       [](const Config& c) { return integer_literal(c.cluster.gpus_per_node); }},
+      {"cluster.nodes",
+       KeyType::integer,
+       {},
+       [](Config& c, const Value& v) { c.cluster.nodes = v.integer; },
+       [](const Config& c) { return integer_literal(c.cluster.nodes); }},
       // [counting]: conventions only (SPEC section 2), no effect on the model.
       {"counting.attention_flops",
        KeyType::choice,
@@ -748,6 +832,93 @@ void require_non_negative(const char* key, int64_t value, const char* meaning_of
   }
 }
 
+
+// ---- [parallel] / [cluster] checks (cluster-scale planning) -----------------
+// Kept in one block, apart from the model checks above.
+void validate_parallel(const Config& config) {
+  const ParallelConfig& p = config.parallel;
+  const ModelConfig& m = config.model;
+  const int64_t kMaxParallel = int64_t{1} << 20;
+  const std::pair<const char*, int64_t> sizes[] = {{"parallel.tensor", p.tensor},
+                                                   {"parallel.pipeline", p.pipeline},
+                                                   {"parallel.virtual_stages", p.virtual_stages}};
+  for (const auto& [key, value] : sizes) {
+    require_positive(key, value);
+    if (value > kMaxParallel) {
+      fail(key, std::to_string(value), "must be <= 1048576");
+    }
+  }
+  if (p.expert != 1) {
+    fail("parallel.expert", std::to_string(p.expert),
+         "must be 1 (expert parallelism needs MoE layers, not modelled yet)");
+  }
+  if (p.zero < 0 || p.zero > 3) {
+    fail("parallel.zero", std::to_string(p.zero), "must be 0, 1, 2 or 3 (3 = FSDP full shard)");
+  }
+  if (m.n_heads > 0 && m.n_heads % p.tensor != 0) {
+    fail("parallel.tensor", std::to_string(p.tensor),
+         "must divide model.n_heads = " + std::to_string(m.n_heads));
+  }
+  if (m.n_heads > 0 && m.resolved_kv_heads() % p.tensor != 0) {
+    fail("parallel.tensor", std::to_string(p.tensor),
+         "must divide the KV heads (model.n_kv_heads = " + std::to_string(m.resolved_kv_heads()) +
+             ")");
+  }
+  if (m.resolved_d_ff() % p.tensor != 0) {
+    fail("parallel.tensor", std::to_string(p.tensor),
+         "must divide the MLP width d_ff = " + std::to_string(m.resolved_d_ff()));
+  }
+  if (p.sequence_parallel && p.tensor == 1) {
+    fail("parallel.sequence_parallel", "true", "needs parallel.tensor > 1");
+  }
+  if (p.sequence_parallel && m.seq_len % p.tensor != 0) {
+    fail("parallel.tensor", std::to_string(p.tensor),
+         "must divide model.seq_len = " + std::to_string(m.seq_len) +
+             " with parallel.sequence_parallel = true");
+  }
+  if (p.schedule == PipelineSchedule::one_f_one_b && p.virtual_stages != 1) {
+    fail("parallel.virtual_stages", std::to_string(p.virtual_stages),
+         "must be 1 with parallel.schedule = \"1f1b\" (use \"interleaved\")");
+  }
+  if (p.schedule == PipelineSchedule::interleaved && p.pipeline < 2) {
+    fail("parallel.schedule", "\"interleaved\"", "needs parallel.pipeline >= 2");
+  }
+  if (p.pipeline * p.virtual_stages > m.n_layers) {
+    fail("parallel.pipeline", std::to_string(p.pipeline),
+         "parallel.pipeline * parallel.virtual_stages must be <= model.n_layers = " +
+             std::to_string(m.n_layers));
+  }
+  const int64_t model_parallel = p.tensor * p.pipeline;
+  if (config.device.count % model_parallel != 0) {
+    fail("device.count", std::to_string(config.device.count),
+         "must be a multiple of parallel.tensor * parallel.pipeline = " +
+             std::to_string(model_parallel));
+  }
+  if (p.zero > 0 && p.data(config.device.count) < 2) {
+    fail("parallel.zero", std::to_string(p.zero),
+         "needs a data-parallel size >= 2 (device.count / (parallel.tensor * parallel.pipeline))");
+  }
+  const ClusterConfig& cl = config.cluster;
+  require_non_negative("cluster.gpus_per_node", cl.gpus_per_node, "the profile's network");
+  require_non_negative("cluster.nodes", cl.nodes, "device.count / cluster.gpus_per_node");
+  if (cl.gpus_per_node > 1024) {
+    fail("cluster.gpus_per_node", std::to_string(cl.gpus_per_node), "must be <= 1024");
+  }
+  if (cl.gpus_per_node > 0 && p.tensor > cl.gpus_per_node) {
+    fail("parallel.tensor", std::to_string(p.tensor),
+         "must be <= cluster.gpus_per_node = " + std::to_string(cl.gpus_per_node) +
+             " (a tensor group stays inside a node)");
+  }
+  if (cl.nodes > 0) {
+    const int64_t per_node = cl.gpus_per_node > 0 ? cl.gpus_per_node : 8;
+    if (cl.nodes * per_node < config.device.count ||
+        (cl.nodes - 1) * per_node >= config.device.count) {
+      fail("cluster.nodes", std::to_string(cl.nodes),
+           "must hold device.count = " + std::to_string(config.device.count) + " at " +
+               std::to_string(per_node) + " GPUs per node (ceil(device.count / gpus_per_node))");
+    }
+  }
+}
 }  // namespace
 
 void validate(const Config& config) {
@@ -843,11 +1014,17 @@ void validate(const Config& config) {
     fail("dar.streams", std::to_string(dar.streams),
          std::string("must be 2 for dar.variant = \"") + to_string(dar.variant) + "\"");
   }
-  const int64_t per_micro_step = t.micro_batch * config.device.count;  // <= 2^48
+  validate_parallel(config);  // [parallel] / [cluster] (block above)
+  // <= 2^48: both factors are bounded by their own range checks.
+  const int64_t per_micro_step = t.micro_batch * config.parallel.data(config.device.count);
   if (t.global_batch > 0 && t.global_batch % per_micro_step != 0) {
     fail("train.global_batch", std::to_string(t.global_batch),
-         "must be a multiple of train.micro_batch * device.count = " +
-             std::to_string(per_micro_step));
+         config.parallel.is_default()
+             ? "must be a multiple of train.micro_batch * device.count = " +
+                   std::to_string(per_micro_step)
+             : "must be a multiple of train.micro_batch * data-parallel size (device.count / "
+               "(parallel.tensor * parallel.pipeline)) = " +
+                   std::to_string(per_micro_step));
   }
   // Products the lowering forms in 64-bit integers (rows x widths) and the
   // parameter count must stay far from overflow.

@@ -57,13 +57,17 @@ ParamCounts closed_form_params(const Config& config) {
   return params;
 }
 
+// Data-parallel replicas: device.count / (tensor x pipeline x expert); the
+// whole device count when [parallel] is at its defaults.
 int64_t global_sequences(const Config& config) {
+  const int64_t data = std::max<int64_t>(1, config.parallel.data(config.device.count));
   return config.train.global_batch > 0 ? config.train.global_batch
-                                       : config.train.micro_batch * config.device.count;
+                                       : config.train.micro_batch * data;
 }
 
 int64_t accumulation_steps(const Config& config) {
-  const int64_t per_micro_step = config.train.micro_batch * config.device.count;
+  const int64_t data = std::max<int64_t>(1, config.parallel.data(config.device.count));
+  const int64_t per_micro_step = config.train.micro_batch * data;
   return std::max<int64_t>(1, global_sequences(config) / per_micro_step);
 }
 

@@ -7,6 +7,7 @@
 // tokens/s = tokens per step / step time (all devices); MFU = model FLOPs per
 // step / (step time x peak x devices), HFU the same with recompute FLOPs.
 #include "cost_model_internal.hpp"
+#include "modar/parallel.hpp"
 #include "step_accumulator.hpp"
 
 namespace modar {
@@ -75,7 +76,8 @@ void estimate_into(const Config& config, const TimingModel& timing, StepKind ste
   }
   const int64_t accumulation = step == StepKind::train ? detail::accumulation_steps(config) : 1;
   time.accumulation_steps = accumulation;
-  detail::StepAccumulator accumulator(timing, time, accumulation);
+  detail::StepAccumulator accumulator(timing, time, accumulation,
+                                      config.train.attention_kernel);
   detail::lower_streaming(config, step, out.params.total, accumulator);
   const detail::FlopAccumulator& sums = accumulator.sums;
   out.flops = sums.finish(config, step);
@@ -148,12 +150,49 @@ void estimate_into(const Config& config, const TimingModel& timing, StepKind ste
   out.conventions.assign(hit->text);
 }
 
+namespace {
+
+// The cluster model (parallel.cpp) replaces the single-device memory and time.
+void apply_cluster(const Config& config, const TimingModel& timing, Estimate& out) {
+  auto cluster = std::make_shared<ClusterEstimate>(estimate_cluster(config, timing, out));
+  const StageSummary& busiest = cluster->stages[static_cast<size_t>(cluster->busiest_stage)];
+  out.memory = busiest.memory;
+  const StageSummary& slowest = cluster->stages[static_cast<size_t>(cluster->slowest_stage)];
+  TimeEstimate& time = out.time;
+  time.micro_batch_s = slowest.compute_s + slowest.exposed_comm_s;
+  time.optimizer_s = cluster->optimizer_s;
+  time.accumulation_steps = cluster->micro_batches;
+  time.step_s = cluster->step_s;
+  const double peak = timing.profile().ceilings.peak_flops(config.train.dtype) *
+                      static_cast<double>(config.device.count);
+  time.tokens_per_s = time.step_s > 0 ? out.flops.tokens_per_step / time.step_s : 0.0;
+  time.mfu = time.step_s > 0 && peak > 0 ? out.flops.train_per_step / (time.step_s * peak) : 0.0;
+  time.hfu =
+      time.step_s > 0 && peak > 0 ? out.flops.hardware_per_step / (time.step_s * peak) : 0.0;
+  const std::string single = ", one stream, no communication";
+  const size_t at = out.conventions.find(single);
+  if (at != std::string::npos) {
+    out.conventions.erase(at, single.size());
+  }
+  out.conventions +=
+      "; cluster: tensor x pipeline x data = " + std::to_string(cluster->tensor) + " x " +
+      std::to_string(cluster->pipeline) + " x " + std::to_string(cluster->data) +
+      ", memory per device of the busiest stage, step = m x slowest stage + bubble (p-1)/(v m) "
+      "+ unhidden gradient reduction + sharded optimizer (docs/cluster.md)";
+  out.cluster = std::move(cluster);
+}
+
+}  // namespace
+
 Estimate estimate(const Config& config, const DeviceProfile& profile, StepKind step) {
   validate(config);
   const TimingModel timing(profile);
   OpList ops;
   Estimate out;
   estimate_into(config, timing, step, ops, out);
+  if (step == StepKind::train && cluster_engaged(config)) {
+    apply_cluster(config, timing, out);
+  }
   return out;
 }
 

@@ -1,6 +1,7 @@
 // The JSON document of an estimate (`modar estimate --json`, Python to_dict()).
 #include "modar/cost_model.hpp"
 #include "modar/json.hpp"
+#include "modar/parallel.hpp"
 
 namespace modar {
 
@@ -104,6 +105,87 @@ std::string estimate_to_json(const Config& config, const DeviceProfile& profile,
   }
   json.end_array();
   json.end_object();
+
+  if (e.cluster) {
+    // The cluster model (docs/cluster.md): layout, time split, stages, comm ops.
+    const ClusterEstimate& c = *e.cluster;
+    json.key("parallel").begin_object();
+    json.key("layout").begin_object();
+    json.field("tensor", c.tensor);
+    json.field("sequence_parallel", c.sequence_parallel);
+    json.field("pipeline", c.pipeline);
+    json.field("virtual_stages", c.virtual_stages);
+    json.field("data", c.data);
+    json.field("zero", c.zero);
+    json.field("micro_batch", c.micro_batch);
+    json.field("micro_batches", c.micro_batches);
+    json.field("gpus_per_node", c.gpus_per_node);
+    json.field("nodes", c.nodes);
+    json.field("tensor_level", to_string(c.tensor_level));
+    json.field("pipeline_level", to_string(c.pipeline_level));
+    json.field("data_level", to_string(c.data_level));
+    json.end_object();
+    json.key("time").begin_object();
+    json.field("step_s", c.step_s);
+    json.field("compute_s", c.compute_s);
+    json.field("exposed_comm_s", c.exposed_comm_s);
+    json.field("overlapped_comm_s", c.overlapped_comm_s);
+    json.field("bubble_s", c.bubble_s);
+    json.field("grad_reduce_exposed_s", c.grad_reduce_exposed_s);
+    json.field("param_gather_exposed_s", c.param_gather_exposed_s);
+    json.field("optimizer_s", c.optimizer_s);
+    json.field("slowest_stage", c.slowest_stage);
+    json.field("busiest_stage", c.busiest_stage);
+    json.end_object();
+    json.key("depth_and_routing").begin_object();
+    json.field("bank_send_bytes_uncached", c.bank_send_bytes_uncached);
+    json.field("bank_send_bytes_cached", c.bank_send_bytes_cached);
+    json.field("dar_replicated_s", c.dar_replicated_s);
+    json.field("mod_score_gather_bytes", c.mod_score_gather_bytes);
+    json.end_object();
+    json.key("stages").begin_array();
+    for (const StageSummary& stage : c.stages) {
+      json.begin_object();
+      json.field("layers", stage.layers);
+      json.field("routed_layers", stage.routed_layers);
+      json.key("chunk_first_layer").begin_array();
+      for (int64_t v : stage.chunk_first_layer) {
+        json.value(v);
+      }
+      json.end_array();
+      json.key("chunk_layers").begin_array();
+      for (int64_t v : stage.chunk_layers) {
+        json.value(v);
+      }
+      json.end_array();
+      json.field("compute_s", stage.compute_s);
+      json.field("exposed_comm_s", stage.exposed_comm_s);
+      json.field("send_bytes", stage.send_bytes);
+      json.field("bank_send_bytes", stage.bank_send_bytes);
+      json.field("params", stage.params);
+      json.field("peak_bytes", stage.memory.peak);
+      json.field("fits", stage.memory.fits);
+      json.end_object();
+    }
+    json.end_array();
+    json.key("comm").begin_array();
+    for (const CommRecord& op : c.comm) {
+      json.begin_object();
+      json.field("kind", to_string(op.kind));
+      json.field("label", op.label);
+      json.field("group", op.group);
+      json.field("pass", to_string(op.pass));
+      json.field("ranks", op.ranks);
+      json.field("level", to_string(op.level));
+      json.field("bytes", op.bytes);
+      json.field("count", op.count);
+      json.field("time_s", op.time_s);
+      json.field("exposed_fraction", op.exposed_fraction);
+      json.end_object();
+    }
+    json.end_array();
+    json.end_object();
+  }
 
   json.key("conventions").begin_object();
   json.field("text", e.conventions);

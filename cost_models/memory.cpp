@@ -98,8 +98,17 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
     const double saved_elements_per_row =
         policy == Recompute::selective ? 2.0 * width + qkv_width + heads * d_head + up_width
                                        : 4.0 * width + qkv_width + heads * d_head + up_width + d_ff;
+    // train.attention_kernel = unfused (docs/cluster.md): the softmax and
+    // dropout outputs (B each) and the 1-byte mask per score are saved too
+    // (Korthikanti et al. 2022's 5 a s^2 b); recompute drops them.
+    const bool unfused_scores =
+        config.train.attention_kernel == AttentionKernel::unfused && policy == Recompute::none;
     auto layer_saved = [&](double rows, double sequence_len) {
-      return B * rows * saved_elements_per_row + 8.0 * rows + 4.0 * b * heads * sequence_len;
+      const double scores = unfused_scores ? (2.0 * B + 1.0) * b * heads * sequence_len *
+                                                 sequence_len
+                                           : 0.0;
+      return B * rows * saved_elements_per_row + 8.0 * rows + 4.0 * b * heads * sequence_len +
+             scores;
     };
     double activations = 0.0;
     if (policy == Recompute::full) {

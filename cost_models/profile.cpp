@@ -13,6 +13,7 @@
 
 #include "modar/errors.hpp"
 #include "modar/json.hpp"
+#include "network_internal.hpp"
 #include "toml_text.hpp"
 
 namespace modar {
@@ -282,6 +283,7 @@ DeviceProfile parse_profile_toml(const std::string& toml_text, const std::string
                  "must be \"bf16\", \"fp16\", \"fp32\" or \"fp64\"");
     }
   }
+  detail::parse_network_section(root, source_name, profile.network);  // [network] (network.cpp)
   return profile;
 }
 
@@ -408,6 +410,7 @@ std::string to_toml(const DeviceProfile& profile) {
     out << "spread = " << toml_float(m.spread) << "\n";
     out << "repeats = " << m.repeats << "\n";
   }
+  out << detail::network_to_toml(profile.network);  // [network] (network.cpp)
   return out.str();
 }
 

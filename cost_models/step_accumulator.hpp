@@ -3,6 +3,7 @@
 // directly (no virtual call) and inlines it per emission site.
 #pragma once
 
+#include "attention_kernel.hpp"
 #include "cost_model_internal.hpp"
 
 namespace modar::detail {
@@ -10,14 +11,20 @@ namespace modar::detail {
 // Sums FLOPs and op times as the lowering streams the ops.
 class StepAccumulator final : public OpConsumer {
  public:
-  StepAccumulator(const TimingModel& timing, TimeEstimate& time, int64_t accumulation)
-      : timing_(timing), time_(time), accumulation_(static_cast<double>(accumulation)) {}
+  StepAccumulator(const TimingModel& timing, TimeEstimate& time, int64_t accumulation,
+                  AttentionKernel kernel = AttentionKernel::flash)
+      : timing_(timing),
+        time_(time),
+        accumulation_(static_cast<double>(accumulation)),
+        kernel_(kernel) {}
 
   // Defined here so that the lowering inlines it at every emission site.
   void take(const OpRecord& op) override {
     sums.add(op);
     TimingModel::Source source = TimingModel::Source::roofline;
-    const double one_s = timing_.op_time_s(op, &source);
+    const double one_s = kernel_ == AttentionKernel::flash
+                             ? timing_.op_time_s(op, &source)
+                             : attention_kernel_time_s(op, timing_, kernel_, &source);
     const double multiplicity = static_cast<double>(op.multiplicity);
     const bool per_step = op.shape.kind == OpKind::optimizer_update;
     const double copies = per_step ? multiplicity : multiplicity * accumulation_;
@@ -51,6 +58,7 @@ class StepAccumulator final : public OpConsumer {
   const TimingModel& timing_;
   TimeEstimate& time_;
   const double accumulation_;
+  const AttentionKernel kernel_;
 };
 
 }  // namespace modar::detail

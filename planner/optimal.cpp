@@ -23,6 +23,7 @@
 #include <utility>
 
 #include "modar/errors.hpp"
+#include "modar/layout_search.hpp"
 #include "modar/planner.hpp"
 #include "planner_internal.hpp"
 #include "planner_text.hpp"
@@ -57,12 +58,14 @@ struct Point {
   std::optional<double> tokens;            // what the budget buys (lazy)
   std::optional<MemoryBreakdown> memory;   // lazy, cheap (counts only)
   std::optional<Estimate> estimate;        // lazy: memory + step time
+  std::optional<Config> layout;            // gpus > 1: the shape with its chosen layout
 };
 
 struct Budget {
   std::optional<double> train_flops;
   std::optional<double> gpu_hours;
   int64_t gpus = 1;
+  int64_t gpus_per_node = 0;  // 0: the profile's network
 };
 
 // Cost of a candidate on the hardware.  cost_of() is the one place a
@@ -81,13 +84,26 @@ class Evaluator {
     if (!point.estimate) {
       // Points come from the shape search, which validated their configs.
       point.estimate.emplace();
-      estimate_into(with_shape(arch_base, point.candidate.shape), timing_, StepKind::train,
-                    scratch_, *point.estimate);
+      const Config config = with_shape(arch_base, point.candidate.shape);
+      if (budget_.gpus > 1) {
+        // Cluster (planner/layout_search.cpp): the fastest layout that fits.
+        LayoutSearchOptions options;
+        options.gpus = budget_.gpus;
+        options.gpus_per_node = budget_.gpus_per_node;
+        LayoutSearchResult layout = search_layout(config, timing_, options);
+        point.layout = std::move(layout.config);
+        *point.estimate = std::move(layout.estimate);
+        layouts_evaluated_ += layout.evaluated;
+      } else {
+        estimate_into(config, timing_, StepKind::train, scratch_, *point.estimate);
+      }
       ++cost_evaluations_;
       // The pruning bound assumes no step beats the peak FLOP rate; if the
       // profile says otherwise, stop pruning (evaluate everything).
       if (point.estimate->time.step_s > 0 &&
-          point.estimate->time.step_s < step_time_lower_bound(arch_base, point) * (1 - 1e-9)) {
+          point.estimate->time.step_s <
+              step_time_lower_bound(point.layout ? *point.layout : arch_base, point) *
+                  (1 - 1e-9)) {
         bound_holds_ = false;
       }
     }
@@ -99,6 +115,10 @@ class Evaluator {
   bool fits(const Config& arch_base, Point& point) {
     if (point.estimate) {
       return point.estimate->memory.fits;
+    }
+    if (budget_.gpus > 1) {
+      // Memory per device depends on the layout: only the layout search knows.
+      return cost_of(arch_base, point).memory.fits;
     }
     if (!point.memory) {
       point.memory = estimate_memory(with_shape(arch_base, point.candidate.shape), profile_,
@@ -147,6 +167,7 @@ class Evaluator {
   bool wall_clock() const { return budget_.gpu_hours.has_value(); }
   const LossFitParams& law() const { return fit_.params; }
   int64_t cost_evaluations() const { return cost_evaluations_; }
+  int64_t layouts_evaluated() const { return layouts_evaluated_; }
   void count_candidates(int64_t n) { candidates_ += n; }
   int64_t candidates() const { return candidates_; }
 
@@ -159,6 +180,7 @@ class Evaluator {
   double peak_rate_ = 0.0;
   bool bound_holds_ = true;
   int64_t cost_evaluations_ = 0;
+  int64_t layouts_evaluated_ = 0;
   int64_t candidates_ = 0;
 };
 
@@ -483,6 +505,9 @@ Recommendation make_recommendation(const std::string& arch, const std::string& r
   rec.config = with_shape(space.arch_base(), point.candidate.shape);
   rec.shape = point.candidate.shape;
   const Estimate& est = evaluator.cost_of(space.arch_base(), point);
+  if (point.layout) {
+    rec.config = *point.layout;  // with the chosen layout on a cluster
+  }
   rec.params = est.params;
   rec.flops = est.flops;
   rec.tokens = evaluator.tokens_for(space.arch_base(), point);
@@ -660,6 +685,38 @@ std::string space_text(const ShapeSearchOptions& o) {
          ", " + format_number(o.aspect_max) + "]";
 }
 
+// Loss-optimal (scaling law alone) vs the recommended model that fits: say so,
+// and which constraint binds, when they differ (never shrink silently).
+void append_fit_notes(OptimalResult& result, const LossFitParams& law, double centre_flops,
+                      const OptimalRequest& request) {
+  if (!request.train_flops || result.recommendations.empty()) {
+    return;
+  }
+  const ClosedFormOptimum dense = closed_form_optimum(law, centre_flops);
+  for (const Recommendation& rec : result.recommendations) {
+    if (rec.arch != "baseline" || rec.role != "isoflop_optimal") {
+      continue;
+    }
+    const double ratio = rec.params.flop_active / dense.n_opt;
+    std::string note = "loss-optimal baseline (closed form, scaling law alone): N_f " +
+                       sci(dense.n_opt) + ", D " + sci(dense.tokens_opt) + "; recommended: N_f " +
+                       sci(rec.params.flop_active) + " (" + fixed(ratio, 2) + "x)";
+    if (!rec.memory.fits) {
+      note += "; it does NOT fit " + std::to_string(request.gpus) +
+              " GPU(s): device memory binds (add --gpus, or see the layout)";
+    } else if (ratio < 0.8) {
+      note += ": the loss-optimal model does not fit " + std::to_string(request.gpus) +
+              " GPU(s) (device memory binds); this is the best model that fits";
+    } else {
+      note += ": fits " + std::to_string(request.gpus) + " GPU(s)";
+      if (request.gpus > 1) {
+        note += " with layout " + layout_summary(rec.config);
+      }
+    }
+    result.notes.push_back(note);
+  }
+}
+
 }  // namespace
 
 OptimalResult optimal(const OptimalRequest& request) {
@@ -703,7 +760,8 @@ OptimalResult optimal(const OptimalRequest& request) {
   base.dar = DarConfig{};
   validate(base);
 
-  const Budget budget{request.train_flops, request.gpu_hours, request.gpus};
+  const Budget budget{request.train_flops, request.gpu_hours, request.gpus,
+                      request.gpus_per_node};
   Evaluator evaluator(budget, profile, result.fit);
   const LossFitParams& law = result.fit.params;
 
@@ -979,6 +1037,8 @@ OptimalResult optimal(const OptimalRequest& request) {
   }
   result.candidates_evaluated = evaluator.candidates();
   result.cost_evaluations = evaluator.cost_evaluations();
+  result.layouts_evaluated = evaluator.layouts_evaluated();
+  append_fit_notes(result, law, centre_flops, request);
   return result;
 }
 
@@ -1080,6 +1140,18 @@ std::string to_json(const OptimalResult& result) {
     json.field("n_heads", rec.shape.n_heads).field("n_kv_heads", rec.shape.n_kv_heads);
     json.field("d_head", rec.shape.d_head).field("d_ff", rec.shape.d_ff);
     json.field("aspect_ratio", rec.shape.aspect_ratio());
+    json.end_object();
+    json.field("layout", layout_summary(rec.config));
+    json.key("parallel").begin_object();
+    json.field("tensor", rec.config.parallel.tensor);
+    json.field("sequence_parallel", rec.config.parallel.sequence_parallel);
+    json.field("pipeline", rec.config.parallel.pipeline);
+    json.field("virtual_stages", rec.config.parallel.virtual_stages);
+    json.field("data", std::max<int64_t>(1, rec.config.parallel.data(rec.config.device.count)));
+    json.field("zero", rec.config.parallel.zero);
+    json.field("micro_batch", rec.config.train.micro_batch);
+    json.field("global_batch", rec.config.train.global_batch);
+    json.field("recompute", to_string(rec.config.train.recompute));
     json.end_object();
     json.key("mod").begin_object();
     json.field("capacity", rec.config.mod.enabled() ? rec.config.mod.capacity : 1.0);
@@ -1270,6 +1342,9 @@ std::string to_table(const OptimalResult& result) {
     return r.loss_range ? range_text(*r.loss_range, [](double v) { return fixed(v, 3); })
                         : std::string("-");
   });
+  if (request.gpus > 1) {
+    add("layout", [](const Recommendation& r) { return layout_summary(r.config); });
+  }
   add("peak memory / device", [](const Recommendation& r) {
     return fixed(r.memory.peak / (1024.0 * 1024.0 * 1024.0), 1) + " GiB" +
            (r.memory.fits ? "" : " NO FIT");

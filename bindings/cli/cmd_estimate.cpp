@@ -8,6 +8,7 @@
 #include "commands.hpp"
 #include "modar/cost_model.hpp"
 #include "modar/errors.hpp"
+#include "modar/parallel.hpp"
 
 namespace modar::cli {
 namespace {
@@ -58,6 +59,80 @@ std::string dar_line(const Config& c, const LayerCounts& counts) {
          " blocks, n = " + std::to_string(counts.dar_streams) + " stream(s)";
 }
 
+// The cluster section (docs/cluster.md): layout, time split, stages, and
+// with --ops every communication op.
+std::string cluster_report(const ClusterEstimate& c, bool list_ops) {
+  std::string out;
+  out += "parallel    tensor " + std::to_string(c.tensor) +
+         (c.sequence_parallel ? " (+SP)" : "") + " x pipeline " + std::to_string(c.pipeline);
+  if (c.virtual_stages > 1) {
+    out += " (interleaved, v " + std::to_string(c.virtual_stages) + ")";
+  }
+  out += " x data " + std::to_string(c.data) + ", ZeRO " + std::to_string(c.zero) +
+         ", micro-batch " + std::to_string(c.micro_batch) + " x " +
+         std::to_string(c.micro_batches) + " per pipeline, " + std::to_string(c.nodes) +
+         " node(s) of " + std::to_string(c.gpus_per_node) + " GPUs (tensor " +
+         to_string(c.tensor_level) + ", pipeline " + to_string(c.pipeline_level) + ", data " +
+         to_string(c.data_level) + ")\n";
+  Table split({"step time part", "seconds", "share"});
+  auto row = [&](const char* name, double seconds) {
+    split.add_row({name, format_seconds(seconds),
+                   format_percent(c.step_s > 0 ? seconds / c.step_s : 0.0)});
+  };
+  const double stage_comm = c.exposed_comm_s - c.grad_reduce_exposed_s - c.param_gather_exposed_s;
+  row("compute (m x slowest stage)", c.compute_s);
+  row("exposed comm (TP, PP, ZeRO-3)", stage_comm);
+  row("pipeline bubble", c.bubble_s);
+  row("exposed gradient reduction", c.grad_reduce_exposed_s);
+  row("exposed parameter gather", c.param_gather_exposed_s);
+  row("optimizer (sharded)", c.optimizer_s);
+  split.add_rule();
+  row("step", c.step_s);
+  out += split.render();
+  out += "overlapped comm " + format_seconds(c.overlapped_comm_s) + " (hidden behind compute)\n";
+  Table stages({"stage", "layers (chunks)", "routed", "compute/mb", "comm/mb", "send/mb",
+                "peak memory", "fits"});
+  for (size_t i = 0; i < c.stages.size(); ++i) {
+    const StageSummary& s = c.stages[i];
+    std::string chunks;
+    for (size_t j = 0; j < s.chunk_layers.size(); ++j) {
+      chunks += (j ? "," : "") + std::to_string(s.chunk_first_layer[j]) + "+" +
+                std::to_string(s.chunk_layers[j]);
+    }
+    stages.add_row({std::to_string(i), std::to_string(s.layers) + " (" + chunks + ")",
+                    std::to_string(s.routed_layers), format_seconds(s.compute_s),
+                    format_seconds(s.exposed_comm_s), format_bytes(s.send_bytes),
+                    format_bytes(s.memory.peak), s.memory.fits ? "yes" : "NO"});
+  }
+  out += "pipeline stages (per micro-batch; chunks as first layer + count)\n" + stages.render();
+  if (c.bank_send_bytes_uncached > 0) {
+    out += "depth bank  sent across stages per micro-batch: " +
+           format_bytes(c.bank_send_bytes_cached) + " with caching on the receiving rank, " +
+           format_bytes(c.bank_send_bytes_uncached) + " without\n";
+  }
+  if (c.dar_replicated_s > 0) {
+    out += "depth reads replicated on every tensor rank (no sequence parallelism): " +
+           format_seconds(c.dar_replicated_s) + " per micro-batch of repeated work\n";
+  }
+  if (c.mod_score_gather_bytes > 0) {
+    out += "MoD router scores all-gathered under SP: " + format_bytes(c.mod_score_gather_bytes) +
+           " per micro-batch\n";
+  }
+  if (list_ops) {
+    Table comm({"label", "kind", "group", "pass", "ranks", "level", "bytes", "per step", "time",
+                "exposed"});
+    for (const CommRecord& op : c.comm) {
+      comm.add_row({op.label, to_string(op.kind), op.group, to_string(op.pass),
+                    std::to_string(op.ranks), to_string(op.level), format_bytes(op.bytes),
+                    format_number(op.count), format_seconds(op.time_s),
+                    format_percent(op.exposed_fraction)});
+    }
+    out += "communication ops (busiest stage's view; bytes per collective)\n" + comm.render();
+  }
+  out += "\n";
+  return out;
+}
+
 std::string report(const Config& config, const DeviceProfile& profile, StepKind step,
                    const Estimate& e, const std::string& source, bool list_ops) {
   const LayerCounts counts = layer_counts(config);
@@ -96,6 +171,15 @@ std::string report(const Config& config, const DeviceProfile& profile, StepKind 
          " tokens\n\n";
 
   Table table({"op kind", "count", "FLOPs", "bytes", "time", "share"});
+  // Cluster: the ops of one model replica on one device (before tensor /
+  // pipeline splitting); shares of their own sum, not of the cluster step.
+  double share_of = e.time.step_s;
+  if (e.cluster) {
+    share_of = 0.0;
+    for (const OpKindTime& kind : e.time.by_kind) {
+      share_of += kind.time_s;
+    }
+  }
   double flops = 0, bytes = 0;
   int64_t count = 0;
   for (const OpKindTime& kind : e.time.by_kind) {
@@ -104,16 +188,18 @@ std::string report(const Config& config, const DeviceProfile& profile, StepKind 
     }
     table.add_row({to_string(kind.kind), std::to_string(kind.count), format_sci(kind.flops, 3),
                    format_bytes(kind.bytes), format_seconds(kind.time_s),
-                   format_percent(e.time.step_s > 0 ? kind.time_s / e.time.step_s : 0.0)});
+                   format_percent(share_of > 0 ? kind.time_s / share_of : 0.0)});
     flops += kind.flops;
     bytes += kind.bytes;
     count += kind.count;
   }
   table.add_rule();
   table.add_row({"total", std::to_string(count), format_sci(flops, 3), format_bytes(bytes),
-                 format_seconds(e.time.step_s), "100.0%"});
-  out += "ops per step (all micro-batches; FLOPs of every op, counted or not)\n" + table.render() +
-         "\n";
+                 format_seconds(e.cluster ? share_of : e.time.step_s), "100.0%"});
+  out += e.cluster ? "ops per step of one model replica on ONE device (before tensor / pipeline "
+                     "splitting; the cluster step is below)\n"
+                   : "ops per step (all micro-batches; FLOPs of every op, counted or not)\n";
+  out += table.render() + "\n";
 
   const MemoryBreakdown& mem = e.memory;
   Table memory({"memory per device", "bytes", ""});
@@ -148,6 +234,9 @@ std::string report(const Config& config, const DeviceProfile& profile, StepKind 
          std::to_string(e.time.ops_roofline) + " roofline only" +
          (e.time.extrapolated ? " (EXTRAPOLATED outside the measured grid)" : "") + "\n\n";
 
+  if (e.cluster) {
+    out += cluster_report(*e.cluster, list_ops);
+  }
   if (list_ops) {
     Table ops({"#", "pass", "label", "kind", "dims", "x", "FLOPs", "bytes"});
     const std::vector<OpRecord> lowered = lower(config, step);

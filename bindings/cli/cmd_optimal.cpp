@@ -21,6 +21,8 @@ std::vector<FlagSpec> optimal_flags() {
       {"--every", true, false, "N", "MoD: route every N-th layer (default 2)"},
       {"--block-layers", true, false, "K", "DAR layers per block (default 2; 1 = Full DAR)"},
       {"--streams", true, false, "N", "DAR streams (default 2)"},
+      {"--gpus-per-node", true, false, "G",
+       "cluster (--gpus > 1): GPUs per node (default: the profile's network, 8)"},
   };
   for (FlagSpec& flag : planner_common_flags()) {
     flags.push_back(flag);
@@ -77,6 +79,9 @@ int cmd_optimal(const Args& args) {
     request.profile = parsed.value_or("--profile", default_profile_name());
     if (const auto v = parsed.value("--gpus")) {
       request.gpus = parse_positive_int("--gpus", *v);
+    }
+    if (const auto v = parsed.value("--gpus-per-node")) {
+      request.gpus_per_node = parse_positive_int("--gpus-per-node", *v);
     }
     request.base = planner_base_config(parsed);
     return optimal(request);

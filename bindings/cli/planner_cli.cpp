@@ -115,6 +115,7 @@ const std::vector<FlagKey>& planner_flag_keys() {
       {"--gpus", "device.count"},           {"--profile", "device.profile"},
       {"--capacity", "mod.capacity"},       {"--every", "mod.every"},
       {"--block-layers", "dar.block_layers"}, {"--streams", "dar.streams"},
+      {"--gpus-per-node", "cluster.gpus_per_node"},
   };
   return keys;
 }

@@ -38,6 +38,7 @@ void bind_requests(py::module_& m) {
       .def_readwrite("gpu_hours", &OptimalRequest::gpu_hours)
       .def_readwrite("profile", &OptimalRequest::profile)
       .def_readwrite("gpus", &OptimalRequest::gpus)
+      .def_readwrite("gpus_per_node", &OptimalRequest::gpus_per_node)
       .def_readwrite("archs", &OptimalRequest::archs)
       .def_readwrite("fit", &OptimalRequest::fit)
       .def_readwrite("eps_overrides", &OptimalRequest::eps_overrides)

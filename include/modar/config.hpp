@@ -33,6 +33,10 @@ enum class DType { fp32, bf16, fp16, fp64 };
 enum class Optimizer { adamw };
 enum class Recompute { none, selective, full };
 enum class AttentionFlops { causal, full, flash };  // SPEC section 2
+// The attention kernel a training step runs (time and memory, not counting):
+// flash = FlashAttention (default); unfused = scores materialised in HBM
+// (Megatron-LM before FlashAttention: batched GEMMs + fused softmax + dropout).
+enum class AttentionKernel { flash, unfused };
 
 struct ModelConfig {
   int64_t d_model = 2048;
@@ -101,6 +105,7 @@ struct TrainConfig {
   DType dtype = DType::bf16;
   Optimizer optimizer = Optimizer::adamw;
   Recompute recompute = Recompute::none;
+  AttentionKernel attention_kernel = AttentionKernel::flash;  // docs/cluster.md
 };
 
 // The default device profile: "h200-measured" when a measured H200 profile is
@@ -114,12 +119,46 @@ struct DeviceConfig {
   int64_t count = 1;
 };
 
+// ---- [parallel] and [cluster] (cluster-scale planning; docs/cluster.md) -------
+// Device placement: rank = tensor + t * (stage + p * data_index), so a tensor
+// group sits inside a node first, then the pipeline, then data parallelism.
+// Defaults (all 1 / 0) and device.count = 1 are the single-device model.
+enum class PipelineSchedule { one_f_one_b, interleaved };
+
+struct ParallelConfig {
+  int64_t tensor = 1;               // TP size t (Megatron column/row-parallel layers)
+  bool sequence_parallel = false;   // SP over the tensor group (Korthikanti et al. 2022)
+  int64_t pipeline = 1;             // PP size p
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
+  int64_t virtual_stages = 1;       // v (interleaved 1F1B); 1 for one_f_one_b
+  int64_t zero = 0;                 // ZeRO stage 0..3 over the data-parallel group (3 = FSDP)
+  bool overlap_grad_reduce = true;  // DP gradient reduction overlapped with the backward
+  bool overlap_param_gather = true; // ZeRO parameter all-gathers overlapped with compute
+  int64_t expert = 1;               // expert parallelism: reserved (must be 1 until MoE)
+  bool balance_stages = true;       // pipeline stages balanced by predicted time
+  bool dar_bank_cache = true;       // DAR/AttnRes: receiving stages cache earlier blocks
+  // data-parallel size: device.count / (tensor x pipeline x expert)
+  int64_t data(int64_t devices) const { return devices / (tensor * pipeline * expert); }
+  bool is_default() const {
+    return tensor == 1 && !sequence_parallel && pipeline == 1 &&
+           schedule == PipelineSchedule::one_f_one_b && virtual_stages == 1 && zero == 0 &&
+           expert == 1;
+  }
+};
+
+struct ClusterConfig {
+  int64_t gpus_per_node = 0;  // 0 = the profile's [network] gpus_per_node (8 if none)
+  int64_t nodes = 0;          // 0 = ceil(device.count / gpus_per_node)
+};
+
 struct Config {
   ModelConfig model;
   ModConfig mod;
   DarConfig dar;
   TrainConfig train;
   DeviceConfig device;
+  ParallelConfig parallel;
+  ClusterConfig cluster;
   AttentionFlops attention_flops = AttentionFlops::causal;  // counting convention only
 };
 
@@ -155,6 +194,8 @@ const char* to_string(DType v);
 const char* to_string(Optimizer v);
 const char* to_string(Recompute v);
 const char* to_string(AttentionFlops v);
+const char* to_string(PipelineSchedule v);
+const char* to_string(AttentionKernel v);
 int64_t dtype_bytes(DType v);
 
 // Parse an enum from its name; throws ConfigError naming `field`, the value and

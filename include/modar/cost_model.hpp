@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -110,12 +111,19 @@ struct TimeEstimate {
   std::array<OpKindTime, kOpKindCount> by_kind{};
 };
 
+struct ClusterEstimate;  // modar/parallel.hpp
+
 struct Estimate {
   ParamCounts params;
   FlopCounts flops;
   MemoryBreakdown memory;
   TimeEstimate time;
   std::string conventions;  // human-readable summary of the counting conventions
+  // Set by estimate() for a training step when [parallel] is not at its
+  // defaults or device.count > 1 (modar/parallel.hpp): then memory is the
+  // busiest device's and time the cluster step; by_kind stays the ops of one
+  // model replica's micro-batches on one device.
+  std::shared_ptr<const ClusterEstimate> cluster;
 };
 
 // Time prediction from a profile, with the measurements pre-indexed by op

@@ -183,6 +183,7 @@ struct OptimalRequest {
   std::optional<double> gpu_hours;    // device-hours (all devices together) on `profile`
   std::string profile = default_profile_name();
   int64_t gpus = 1;
+  int64_t gpus_per_node = 0;  // cluster (gpus > 1): 0 = the profile's network (docs/cluster.md)
   std::vector<std::string> archs = {"baseline", "mod", "dar", "mod+dar"};
   std::string fit = "epoch";  // built-in name or fit TOML path
   EpsOverrides eps_overrides;
@@ -288,6 +289,7 @@ struct OptimalResult {
   std::vector<SameShapeComparison> same_shape;  // per non-baseline architecture
   int64_t candidates_evaluated = 0;  // shapes whose predicted loss was computed
   int64_t cost_evaluations = 0;      // shapes whose memory / step time was estimated
+  int64_t layouts_evaluated = 0;     // parallel layouts tried (gpus > 1; docs/cluster.md)
 };
 
 // Throws ConfigError for bad budgets / names and FileError for bad files.

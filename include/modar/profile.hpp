@@ -53,6 +53,42 @@ struct OpMeasurement {
   int64_t repeats = 0;
 };
 
+// ---- [network]: the interconnect of a multi-GPU system (cluster planning) ----
+// Two levels: inside a node (NVLink / NVSwitch) and between nodes (InfiniBand /
+// RoCE).  bus_bandwidth is the NCCL "bus bandwidth" per GPU the model uses
+// (nccl-tests convention: busbw = algbw x 2(p-1)/p for all-reduce, x (p-1)/p
+// for reduce-scatter / all-gather / all-to-all, x 1 for send/recv), so a
+// measured busbw plugs straight in; link_bandwidth is the datasheet number
+// (documentation only).  Optional measured tables (message bytes -> seconds
+// at a group size) replace the formula inside their range, interpolated in
+// log space like op times.
+enum class Collective : uint8_t { all_reduce, reduce_scatter, all_gather, all_to_all, send_recv };
+inline constexpr int kCollectiveCount = 5;
+const char* to_string(Collective kind);
+bool parse_collective(const std::string& name, Collective* kind);
+
+struct CollectiveTable {
+  Collective kind = Collective::all_reduce;
+  int64_t ranks = 2;                // group size the table was measured at
+  std::vector<double> sizes_bytes;  // ascending
+  std::vector<double> times_s;      // one per size
+};
+
+struct NetworkLevel {
+  std::string name;             // "NVLink 3 / NVSwitch", "HDR InfiniBand", ...
+  double bus_bandwidth = 0.0;   // bytes/s per GPU the model uses (achieved NCCL busbw)
+  double link_bandwidth = 0.0;  // bytes/s per GPU per direction, datasheet (not used in time)
+  double latency_s = 0.0;       // per algorithm step
+  std::vector<CollectiveTable> tables;
+};
+
+struct NetworkProfile {
+  bool present = false;     // the profile has a [network] section
+  int64_t gpus_per_node = 8;
+  NetworkLevel intra_node;  // level 0
+  NetworkLevel inter_node;  // level 1
+};
+
 struct DeviceProfile {
   std::string name;       // "h200", "h200-measured", "cpu-generic", ...
   std::string backend;    // "cuda" | "cpu" | "datasheet"
@@ -60,6 +96,7 @@ struct DeviceProfile {
   DeviceCeilings ceilings;
   std::map<std::string, std::string> provenance;  // device, clocks, versions, date, how measured
   std::vector<OpMeasurement> measurements;
+  NetworkProfile network;  // [network]; absent: single-device profile
 };
 
 // Load by name (embedded profile or profiles/<name>.toml) or path. Throws

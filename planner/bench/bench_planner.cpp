@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <ctime>
 #include <string>
+#include <utility>
 
 #include "modar/planner.hpp"
 
@@ -62,6 +63,28 @@ int main() {
     std::printf("%-26s %10.3f %10lld %14.0f\n",
                 with_time ? "counts + memory + time" : "counts + loss only", elapsed,
                 static_cast<long long>(rows), double(rows) / elapsed);
+  }
+
+  // Cluster planning (docs/cluster.md): every candidate shape gets a layout
+  // search (TP/SP, PP, interleaving, ZeRO, micro-batch, recompute).
+  std::printf("\nmodar optimal --gpus N: 4 architectures, profile a100-80gb-dgx\n");
+  std::printf("%-10s %6s %10s %12s %10s %12s\n", "budget", "GPUs", "CPU s", "candidates",
+              "layouts", "layouts/s");
+  for (const auto& [budget, gpus] : {std::pair<double, int64_t>{1e23, 1024},
+                                     std::pair<double, int64_t>{5.76e23, 1024},
+                                     std::pair<double, int64_t>{1e21, 64}}) {
+    modar::OptimalRequest request;
+    request.train_flops = budget;
+    request.gpus = gpus;
+    request.profile = "a100-80gb-dgx";
+    const double start = cpu_seconds();
+    const modar::OptimalResult result = modar::optimal(request);
+    const double elapsed = cpu_seconds() - start;
+    std::printf("%-10.3g %6lld %10.3f %12lld %10lld %12.0f\n", budget,
+                static_cast<long long>(gpus), elapsed,
+                static_cast<long long>(result.candidates_evaluated),
+                static_cast<long long>(result.layouts_evaluated),
+                double(result.layouts_evaluated) / elapsed);
   }
   return 0;
 }

@@ -105,3 +105,24 @@ def test_load_profile_and_round_trip(tmp_path):
 def test_bad_input_is_value_error_naming_the_field(call, field):
     with pytest.raises(ValueError, match=field):
         call()
+
+
+def test_estimate_on_a_cluster_reports_the_parallel_split(config_path):
+    # TP 2 x PP 2 x DP 2 on the A100 profile: the JSON's "parallel" block, the
+    # same as the CLI's, with compute, exposed comm and bubble separately.
+    est = modar.estimate(config_path, parallel={"tensor": 2, "pipeline": 2},
+                         device={"count": 8, "profile": "a100-80gb-dgx"},
+                         train={"global_batch": 32})
+    doc = est.to_dict()
+    par = doc["parallel"]
+    assert par["layout"]["data"] == 2 and par["layout"]["tensor"] == 2
+    assert par["layout"]["micro_batches"] == 4  # 32 / (4 x 2)
+    t = par["time"]
+    assert t["step_s"] == pytest.approx(doc["time"]["step_s"])
+    assert t["compute_s"] > 0 and t["exposed_comm_s"] > 0
+    labels = {c["label"] for c in par["comm"]}
+    assert {"tp.layer", "pp.activation", "dp.grad"} <= labels
+    cli = run_cli_json("estimate", str(config_path), "--set", "parallel.tensor=2", "--set",
+                       "parallel.pipeline=2", "--set", "device.count=8", "--set",
+                       "train.global_batch=32", "--profile", "a100-80gb-dgx", "--json")
+    assert doc == cli

@@ -92,3 +92,17 @@ def test_calibrate_cpu(tmp_path):
     images = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs
               if "image/png" in o.get("data", {})]
     assert len(images) == 2
+
+
+def test_cluster_scaling(tmp_path):
+    key, notebook = execute("cluster_scaling.ipynb", tmp_path)
+    rows = key["rows"]
+    assert {r["arch"] for r in rows} == {"baseline", "mod", "dar"}
+    assert all(r["fits"] and r["layout"].startswith("TP ") for r in rows)
+    for arch in ("baseline", "mod", "dar"):
+        steps = [r["step_s"] for r in sorted(rows, key=lambda r: r["gpus"]) if r["arch"] == arch]
+        # the same global batch on more GPUs: each step is shorter
+        assert all(a > b for a, b in zip(steps, steps[1:]))
+    images = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs
+              if "image/png" in o.get("data", {})]
+    assert images

@@ -150,3 +150,20 @@ def test_bad_arguments_raise_value_error_naming_the_field(call, field):
     with pytest.raises(ValueError) as info:
         call()
     assert field.lower() in str(info.value).lower()
+
+
+def test_optimal_on_a_cluster_reports_each_layout():
+    # docs/cluster.md: with gpus > 1 every recommendation carries the fastest
+    # layout that fits, the same as `modar optimal --gpus ... --json`.
+    plan = modar.optimal(flops=1e21, gpus=64, gpus_per_node=8, arch=["baseline"],
+                         profile="a100-80gb-dgx")
+    rec = plan.best("baseline")
+    par = rec["parallel"]
+    assert par["tensor"] * par["pipeline"] * par["data"] == 64
+    assert rec["layout"].startswith(f"TP {par['tensor']}")
+    assert rec["memory"]["fits"]
+    cli = run_cli_json("optimal", "--flops", "1e21", "--gpus", "64", "--gpus-per-node", "8",
+                       "--arch", "baseline", "--profile", "a100-80gb-dgx", "--json")
+    assert cli["recommendations"][0]["layout"] == rec["layout"]
+    with pytest.raises(ValueError, match="gpus_per_node"):
+        modar.optimal(flops=1e21, gpus=64, gpus_per_node=0)

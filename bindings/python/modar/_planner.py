@@ -156,6 +156,7 @@ def optimal(
     *,
     profile: Any = None,
     gpus: int = 1,
+    gpus_per_node: int | None = None,
     arch: Sequence[str] | str = _DEFAULT_ARCHS,
     fit: Any = "epoch",
     eps: Mapping[str, float] | str | None = None,
@@ -173,6 +174,8 @@ def optimal(
     Same inputs and output as `modar optimal --flops ... --json`; further
     keyword arguments set keys of the base configuration (seq_len=4096,
     micro_batch=4, mlp="swiglu", ...), like the CLI's --seq-len / --set.
+    With gpus > 1 every candidate gets its fastest memory-feasible parallel
+    layout (docs/cluster.md); each recommendation reports it.
     """
     request = _core.OptimalRequest()
     if flops is not None:
@@ -181,6 +184,8 @@ def optimal(
         request.gpu_hours = _positive("gpu_hours", gpu_hours, float)
     request.profile = _profile_ref(profile)
     request.gpus = _positive("gpus", gpus, int)
+    if gpus_per_node is not None:
+        request.gpus_per_node = _positive("gpus_per_node", gpus_per_node, int)
     request.archs = _as_list("arch", arch, str)
     request.fit = _fit_ref(fit)
     request.eps_overrides = _eps_overrides(eps)

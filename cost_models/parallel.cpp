@@ -1,0 +1,654 @@
+// Cluster-scale cost model (include/modar/parallel.hpp; derivations and
+// sources in docs/cluster.md).
+//
+// Compute per rank: the configuration is lowered once as the tensor-parallel
+// SHARD a rank executes (heads / t, KV heads / t, d_ff / t, vocab / t, d_head
+// kept), so every GEMM and attention op has exactly the shape a Megatron
+// column / row-parallel layer runs, timed by the same TimingModel.  Ops that
+// work on full d_model rows (norms, residual adds, the MoD router, the
+// AttnRes / DAR depth reads) run on all T tokens on every tensor rank
+// (replicated work) unless sequence parallelism shards them by tokens (/ t).
+// A second lowering with MoD switched off separates the time of a full layer
+// from that of a routed layer, so stages can be balanced by time.
+//
+// Communication per micro-batch and layer (Megatron-LM, Narayanan et al. 2021
+// and Korthikanti et al. 2022): 2 all-reduces forward + 2 backward of
+// rows x d x B bytes (SP: 2 all-gathers + 2 reduce-scatters, same bytes), plus
+// 2 forward again under full recompute; rows = b s for full layers and b k for
+// MoD-routed ones.  MoD under SP: an all-gather of the fp32 router scores of
+// the whole sequence (b s x 4 bytes) per routed layer.  Pipeline: one send of
+// the activation (b s d B / t: Megatron's scatter/gather optimisation) per
+// boundary forward and one back, plus the AttnRes / DAR history bank.
+// Data parallel: one all-reduce of the fp32 gradients (ZeRO >= 1:
+// reduce-scatter, then an all-gather of the updated bf16 weights; ZeRO 3:
+// all-gathers of each layer's weights forward and backward per micro-batch).
+#include "modar/parallel.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "attention_kernel.hpp"
+#include "cost_model_internal.hpp"
+
+namespace modar {
+
+bool cluster_engaged(const Config& config) {
+  return !config.parallel.is_default() || config.device.count > 1;
+}
+
+namespace {
+
+bool starts_with(const char* text, const char* prefix) {
+  return std::strncmp(text, prefix, std::strlen(prefix)) == 0;
+}
+
+// Time of one micro-batch's ops by where they run.
+struct Buckets final : detail::OpConsumer {
+  Buckets(const TimingModel& timing, double token_share, AttentionKernel kernel)
+      : timing_(timing), share_(token_share), kernel_(kernel) {}
+  void take(const OpRecord& op) override {
+    if (op.shape.kind == OpKind::optimizer_update) {
+      return;  // the optimizer runs on the sharded states (estimate_cluster)
+    }
+    TimingModel::Source source = TimingModel::Source::roofline;
+    double seconds = detail::attention_kernel_time_s(op, timing_, kernel_, &source) *
+                     static_cast<double>(op.multiplicity);
+    const char* label = op.label;
+    // Token-wise ops on full d_model rows: sharded by tokens under SP.
+    const bool token_wise = starts_with(label, "attn.norm") || starts_with(label, "mlp.norm") ||
+                            starts_with(label, "residual.") || starts_with(label, "final.norm") ||
+                            starts_with(label, "dar.") || starts_with(label, "mod.router");
+    if (token_wise) {
+      seconds *= share_;
+    }
+    if (starts_with(label, "embedding") || starts_with(label, "dar.bank_init")) {
+      first += seconds;
+    } else if (starts_with(label, "final.norm") || starts_with(label, "head") ||
+               starts_with(label, "loss.") || starts_with(label, "dar.output")) {
+      last += seconds;
+    } else if (starts_with(label, "dar.prefix")) {
+      prefix += seconds;  // replaced by per-block times in estimate_cluster
+    } else {
+      layers += seconds;
+      if (starts_with(label, "dar.")) {
+        depth_reads += seconds;
+      }
+    }
+    if (starts_with(label, "dar.")) {
+      all_depth_reads += seconds;
+    }
+  }
+  double first = 0, last = 0, prefix = 0, layers = 0, depth_reads = 0, all_depth_reads = 0;
+
+ private:
+  const TimingModel& timing_;
+  double share_;
+  AttentionKernel kernel_;
+};
+
+Config shard_config(const Config& config) {
+  Config shard = config;
+  const int64_t t = config.parallel.tensor;
+  ModelConfig& m = shard.model;
+  m.d_head = config.model.resolved_d_head();
+  m.n_kv_heads = config.model.resolved_kv_heads() / t;
+  m.n_heads = config.model.n_heads / t;
+  m.d_ff = config.model.resolved_d_ff() / t;
+  m.vocab_size = (config.model.vocab_size + t - 1) / t;
+  shard.parallel = ParallelConfig{};
+  shard.device.count = 1;
+  shard.train.global_batch = 0;
+  return shard;
+}
+
+struct Placement {
+  NetLevel tensor, pipeline, data;
+};
+
+Placement place(int64_t t, int64_t p, int64_t d, int64_t gpus_per_node) {
+  Placement out;
+  out.tensor = t <= gpus_per_node ? NetLevel::intra_node : NetLevel::inter_node;
+  out.pipeline = t * p <= gpus_per_node ? NetLevel::intra_node : NetLevel::inter_node;
+  out.data = t * p * d <= gpus_per_node ? NetLevel::intra_node : NetLevel::inter_node;
+  return out;
+}
+
+// Contiguous partition of `cost` into `parts` chunks minimising the largest
+// chunk (binary search on the bound, greedy fill); every chunk >= 1 layer.
+std::vector<int64_t> balanced_partition(const std::vector<double>& cost, int64_t parts) {
+  const int64_t n = static_cast<int64_t>(cost.size());
+  auto fill = [&](double bound, std::vector<int64_t>* sizes) {
+    sizes->assign(static_cast<size_t>(parts), 0);
+    int64_t chunk = 0;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t remaining_layers = n - i;
+      const int64_t remaining_chunks = parts - chunk;
+      const bool must_close = (*sizes)[static_cast<size_t>(chunk)] > 0 &&
+                              (sum + cost[static_cast<size_t>(i)] > bound ||
+                               remaining_layers < remaining_chunks);
+      if (must_close && chunk + 1 < parts) {
+        ++chunk;
+        sum = 0.0;
+      }
+      sum += cost[static_cast<size_t>(i)];
+      ++(*sizes)[static_cast<size_t>(chunk)];
+      if (sum > bound * (1.0 + 1e-12) && (*sizes)[static_cast<size_t>(chunk)] > 1) {
+        return false;
+      }
+      if (sum > bound * (1.0 + 1e-12) && chunk + 1 == parts) {
+        return false;
+      }
+    }
+    for (int64_t s : *sizes) {
+      if (s == 0) {
+        return false;
+      }
+    }
+    return true;
+  };
+  double lo = *std::max_element(cost.begin(), cost.end());
+  double hi = 0.0;
+  for (double c : cost) {
+    hi += c;
+  }
+  std::vector<int64_t> sizes, best;
+  if (!fill(hi, &best)) {
+    best.assign(static_cast<size_t>(parts), n / parts);
+    for (int64_t i = 0; i < n % parts; ++i) {
+      ++best[static_cast<size_t>(parts - 1 - i)];
+    }
+    return best;
+  }
+  for (int iteration = 0; iteration < 60 && hi - lo > 1e-9 * hi; ++iteration) {
+    const double mid = 0.5 * (lo + hi);
+    if (fill(mid, &sizes)) {
+      hi = mid;
+      best = sizes;
+    } else {
+      lo = mid;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+std::vector<int64_t> balance_pipeline_chunks(const std::vector<double>& layer_costs,
+                                             int64_t chunks) {
+  return balanced_partition(layer_costs, chunks);
+}
+
+ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing,
+                                 const Estimate& base) {
+  const DeviceProfile& profile = timing.profile();
+  const NetworkProfile& network = network_or_default(profile);
+  const ParallelConfig& par = config.parallel;
+  const ModelConfig& model = config.model;
+  ClusterEstimate out;
+  const int64_t t = par.tensor;
+  const int64_t p = par.pipeline;
+  const int64_t v = par.virtual_stages;
+  const int64_t dp = std::max<int64_t>(1, par.data(config.device.count));
+  const bool sp = par.sequence_parallel;
+  out.tensor = t;
+  out.pipeline = p;
+  out.virtual_stages = v;
+  out.data = dp;
+  out.zero = par.zero;
+  out.sequence_parallel = sp;
+  out.micro_batch = config.train.micro_batch;
+  out.micro_batches = detail::accumulation_steps(config);
+  out.gpus_per_node =
+      config.cluster.gpus_per_node > 0 ? config.cluster.gpus_per_node : network.gpus_per_node;
+  out.nodes = (config.device.count + out.gpus_per_node - 1) / out.gpus_per_node;
+  const Placement placement = place(t, p, dp, out.gpus_per_node);
+  // Data-parallel ranks per node (rank = tp + t (stage + p dp_index)).
+  const int64_t dp_per_node =
+      t * p < out.gpus_per_node ? std::min<int64_t>(dp, out.gpus_per_node / (t * p)) : 1;
+  const int64_t tp_per_node = std::min<int64_t>(t, out.gpus_per_node);
+  out.tensor_level = placement.tensor;
+  out.pipeline_level = placement.pipeline;
+  out.data_level = placement.data;
+  const double m = static_cast<double>(out.micro_batches);
+
+  const LayerCounts counts = layer_counts(config);
+  const double B = static_cast<double>(dtype_bytes(config.train.dtype));
+  const double b = static_cast<double>(config.train.micro_batch);
+  const double s = static_cast<double>(model.seq_len);
+  const double d = static_cast<double>(model.d_model);
+  const double k = static_cast<double>(counts.routed_tokens_per_sequence);
+  const double T = b * s;
+  const double token_share = sp ? 1.0 / static_cast<double>(t) : 1.0;
+  const Recompute recompute = config.train.recompute;
+  const int64_t L = model.n_layers;
+
+  // ---- compute per micro-batch (this rank's shard) -------------------------
+  const Config shard = shard_config(config);
+  const double shard_params = detail::closed_form_params(shard).total;
+  Buckets real(timing, token_share, config.train.attention_kernel);
+  detail::lower_streaming(shard, StepKind::train, shard_params, real);
+  double full_layer_s = real.layers / static_cast<double>(L);
+  double routed_layer_s = full_layer_s;
+  if (counts.routed_layers > 0) {
+    Config dense = shard;
+    dense.mod.every = 0;
+    Buckets plain(timing, token_share, config.train.attention_kernel);
+    detail::lower_streaming(dense, StepKind::train, shard_params, plain);
+    full_layer_s = plain.layers / static_cast<double>(L);
+    routed_layer_s =
+        (real.layers - full_layer_s * static_cast<double>(counts.full_layers)) /
+        static_cast<double>(counts.routed_layers);
+  }
+  out.dar_replicated_s = (t > 1 && !sp) ? real.all_depth_reads * (1.0 - 1.0 / t) : 0.0;
+
+  // DAR prefix read of block j (sources H_0..H_{j-1}), forward + backward.
+  const bool depth = config.dar.enabled();
+  const int64_t K = config.dar.block_layers;
+  const int64_t n_streams = counts.dar_streams;
+  auto prefix_s = [&](int64_t block) {
+    if (!depth) {
+      return 0.0;
+    }
+    const int64_t block_layers = std::min<int64_t>(K, L - (block - 1) * K);
+    OpShape shape;
+    shape.kind = OpKind::depth_read_prefix;
+    shape.dtype = config.train.dtype;
+    const int64_t tokens = sp ? config.train.micro_batch * model.seq_len / t
+                              : config.train.micro_batch * model.seq_len;
+    shape.dims = {tokens, block, 2 * block_layers * n_streams, model.d_model, n_streams,
+                  static_cast<int64_t>(config.dar.variant), 0};
+    TimingModel::Source source = TimingModel::Source::roofline;
+    return timing.op_time_s(shape, Pass::forward, &source) +
+           timing.op_time_s(shape, Pass::backward, &source);
+  };
+
+  // ---- tensor-parallel communication per layer ------------------------------
+  const double full_rows_bytes = T * d * B;
+  const double routed_rows_bytes = b * k * d * B;
+  const double fwd_passes = recompute == Recompute::full ? 2.0 : 1.0;  // forward re-run
+  auto tp_time = [&](double bytes) {
+    // Per layer: 2 collectives per forward pass and 2 in backward.
+    if (t <= 1) {
+      return 0.0;
+    }
+    if (sp) {
+      return (fwd_passes + 1.0) * 2.0 *
+             (collective_time_s(network, Collective::all_gather, bytes, t, placement.tensor, tp_per_node) +
+              collective_time_s(network, Collective::reduce_scatter, bytes, t, placement.tensor, tp_per_node));
+    }
+    return (fwd_passes + 1.0) * 2.0 *
+           collective_time_s(network, Collective::all_reduce, bytes, t, placement.tensor, tp_per_node);
+  };
+  const double score_bytes = b * s * 4.0;
+  const double score_gather_s =
+      (sp && t > 1) ? fwd_passes * collective_time_s(network, Collective::all_gather, score_bytes,
+                                                     t, placement.tensor, tp_per_node)
+                    : 0.0;
+  const double tp_full_s = tp_time(full_rows_bytes);
+  const double tp_routed_s = tp_time(routed_rows_bytes) + score_gather_s;
+  // Embedding (vocab-parallel lookup: all-reduce forward) and head (input
+  // gradient all-reduce backward); SP: all-gather / reduce-scatter instead.
+  const double tp_ends_s =
+      t <= 1 ? 0.0
+             : (sp ? collective_time_s(network, Collective::reduce_scatter, full_rows_bytes, t,
+                                       placement.tensor) +
+                         collective_time_s(network, Collective::all_gather, full_rows_bytes, t,
+                                           placement.tensor)
+                   : collective_time_s(network, Collective::all_reduce, full_rows_bytes, t,
+                                       placement.tensor));
+
+  // ---- per-layer cost and the pipeline partition -----------------------------
+  std::vector<double> layer_cost(static_cast<size_t>(L));
+  for (int64_t l = 0; l < L; ++l) {
+    const bool routed = config.mod.is_routed(l);
+    double c = routed ? routed_layer_s + tp_routed_s : full_layer_s + tp_full_s;
+    if (depth && l % K == 0) {
+      c += prefix_s(l / K + 1);
+    }
+    layer_cost[static_cast<size_t>(l)] = c;
+  }
+  const int64_t chunks = p * v;
+  std::vector<double> partition_cost = layer_cost;
+  partition_cost.front() += real.first + tp_ends_s / 2.0;
+  partition_cost.back() += real.last + tp_ends_s / 2.0;
+  std::vector<int64_t> chunk_sizes;
+  if (par.balance_stages && chunks > 1) {
+    chunk_sizes = balanced_partition(partition_cost, chunks);
+  } else {
+    chunk_sizes.assign(static_cast<size_t>(chunks), L / chunks);
+    for (int64_t i = 0; i < L % chunks; ++i) {
+      ++chunk_sizes[static_cast<size_t>(i)];
+    }
+  }
+
+  // Bank entries available after layer l (exclusive end): H_0 + completed blocks
+  // (+ the partial of a block cut by the boundary).
+  auto bank_entries_at = [&](int64_t boundary_layer) {
+    return 1.0 + static_cast<double>(boundary_layer / K) + (boundary_layer % K != 0 ? 1.0 : 0.0);
+  };
+  const double entry_bytes = depth ? static_cast<double>(n_streams) * T * (d * B + 4.0) : 0.0;
+  const double activation_send_bytes = T * d * B / static_cast<double>(t);
+
+  // ---- parameters per stage --------------------------------------------------
+  const ParamCounts params = base.params;
+  const double embedding_params = static_cast<double>(model.vocab_size) * d;
+  const double head_params = model.tie_embeddings ? embedding_params : embedding_params;
+  const double per_layer_params = (params.non_embedding - d) / static_cast<double>(L);
+
+  out.stages.assign(static_cast<size_t>(p), StageSummary{});
+  int64_t layer = 0;
+  double cached_bytes_total = 0.0, uncached_bytes_total = 0.0;
+  std::vector<int64_t> chunk_first(static_cast<size_t>(chunks));
+  std::vector<double> chunk_time(static_cast<size_t>(chunks), 0.0);
+  for (int64_t c = 0; c < chunks; ++c) {
+    chunk_first[static_cast<size_t>(c)] = layer;
+    StageSummary& stage = out.stages[static_cast<size_t>(c % p)];
+    const int64_t size = chunk_sizes[static_cast<size_t>(c)];
+    stage.chunk_first_layer.push_back(layer);
+    stage.chunk_layers.push_back(size);
+    for (int64_t l = layer; l < layer + size; ++l) {
+      stage.compute_s += config.mod.is_routed(l) ? routed_layer_s : full_layer_s;
+      stage.exposed_comm_s += config.mod.is_routed(l) ? tp_routed_s : tp_full_s;
+      stage.routed_layers += config.mod.is_routed(l) ? 1 : 0;
+      if (depth && l % K == 0) {
+        stage.compute_s += prefix_s(l / K + 1);
+      }
+    }
+    stage.layers += size;
+    layer += size;
+    // The boundary after this chunk (none after the last).
+    if (c + 1 < chunks && p > 1) {
+      double bank = 0.0, bank_cached = 0.0;
+      if (depth) {
+        bank = bank_entries_at(layer) * entry_bytes;
+        // Cached: the receiving rank already holds what it had at the end of its
+        // previous chunk (c + 1 - p); it needs only the entries since then
+        // (the partial of a cut block is always new).
+        const int64_t previous = c + 1 - p;
+        double held = 0.0;
+        if (par.dar_bank_cache && previous >= 0) {
+          const int64_t end = chunk_first[static_cast<size_t>(previous)] +
+                              chunk_sizes[static_cast<size_t>(previous)];
+          held = 1.0 + static_cast<double>(end / K);
+        }
+        bank_cached = bank - held * entry_bytes;
+        uncached_bytes_total += bank;
+        cached_bytes_total += bank_cached;
+      }
+      const double send = activation_send_bytes + (par.dar_bank_cache ? bank_cached : bank);
+      stage.send_bytes += send;
+      stage.bank_send_bytes += par.dar_bank_cache ? bank_cached : bank;
+      // Forward send out of this chunk and the gradient coming back (same size).
+      const double one = collective_time_s(network, Collective::send_recv, send, 2,
+                                           placement.pipeline);
+      stage.exposed_comm_s += one;                                  // forward send
+      out.stages[static_cast<size_t>((c + 1) % p)].exposed_comm_s += one;  // backward send
+      out.comm.push_back({Collective::send_recv, "pp.activation", "pipeline", Pass::forward, 2,
+                          placement.pipeline, send, 0.0, one, 1.0});
+    }
+  }
+  out.bank_send_bytes_uncached = uncached_bytes_total;
+  out.bank_send_bytes_cached = cached_bytes_total;
+  out.mod_score_gather_bytes =
+      (sp && t > 1) ? score_bytes * static_cast<double>(counts.routed_layers) : 0.0;
+  out.stages.front().compute_s += real.first;
+  out.stages.front().exposed_comm_s += tp_ends_s / 2.0;
+  out.stages[static_cast<size_t>((chunks - 1) % p)].compute_s += real.last;
+  out.stages[static_cast<size_t>((chunks - 1) % p)].exposed_comm_s += tp_ends_s / 2.0;
+
+  // ---- ZeRO-3 parameter gathers (per micro-batch, per layer, fwd + bwd) ------
+  const double layer_param_bytes = per_layer_params / static_cast<double>(t) * B;
+  double zero3_gather_one = 0.0;
+  if (par.zero == 3) {
+    zero3_gather_one =
+        collective_time_s(network, Collective::all_gather, layer_param_bytes, dp, placement.data, dp_per_node);
+  }
+
+  // ---- per stage: params, DP reduction, memory ------------------------------
+  const double grad_bytes_per_param = 4.0;  // fp32 main gradients (memory.cpp)
+  const bool low_precision = config.train.dtype != DType::fp32;
+  const double optimizer_bytes_per_param = low_precision ? 12.0 : 8.0;
+  const int64_t last_stage = (chunks - 1) % p;
+  double slowest = 0.0, grad_exposed = 0.0, gather_exposed = 0.0, optimizer = 0.0,
+         overlapped = 0.0;
+  double worst_peak = -1.0;
+  const NetLevel data_level = placement.data;
+  for (int64_t i = 0; i < p; ++i) {
+    StageSummary& stage = out.stages[static_cast<size_t>(i)];
+    double stage_params = per_layer_params * static_cast<double>(stage.layers);
+    if (i == 0) {
+      stage_params += embedding_params;
+    }
+    if (i == last_stage) {
+      stage_params += (model.tie_embeddings && p == 1 ? 0.0 : head_params) + d;
+    }
+    stage.params = stage_params / static_cast<double>(t);
+    if (par.zero == 3) {
+      const double per_layer_gather = 2.0 * zero3_gather_one;  // forward and backward
+      const double per_layer_compute = stage.layers > 0 ? stage.compute_s / stage.layers : 0.0;
+      const double exposed_per_layer =
+          par.overlap_param_gather ? std::max(0.0, per_layer_gather - per_layer_compute)
+                                   : per_layer_gather;
+      stage.exposed_comm_s += exposed_per_layer * static_cast<double>(stage.layers);
+      overlapped += (per_layer_gather - exposed_per_layer) * static_cast<double>(stage.layers) * m;
+    }
+    const double stage_s = stage.compute_s + stage.exposed_comm_s;
+    if (stage_s > slowest) {
+      slowest = stage_s;
+      out.slowest_stage = i;
+    }
+    // Data-parallel gradient reduction of this rank's parameters.
+    const double grad_bytes = stage.params * grad_bytes_per_param;
+    double reduce_s = 0.0, gather_s = 0.0;
+    if (dp > 1) {
+      reduce_s = collective_time_s(
+          network, par.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter,
+          grad_bytes, dp, data_level, dp_per_node);
+      if (par.zero == 1 || par.zero == 2) {
+        gather_s = collective_time_s(network, Collective::all_gather, stage.params * B, dp,
+                                     data_level, dp_per_node);
+      }
+    }
+    // Megatron-Core buckets: max(40M, 1M x dp) parameters; the last bucket
+    // reduces after the backward ends.
+    const double bucket_params = std::max(40e6, 1e6 * static_cast<double>(dp));
+    const double last_bucket_share = std::min(1.0, bucket_params / std::max(stage.params, 1.0));
+    const double backward_s = stage.compute_s * (2.0 / 3.0);  // backward ~ 2/3 of fwd + bwd
+    double exposed_reduce = reduce_s;
+    if (par.overlap_grad_reduce) {
+      exposed_reduce = std::max(reduce_s - backward_s, last_bucket_share * reduce_s);
+    }
+    double exposed_gather = gather_s;
+    if (par.overlap_param_gather) {
+      exposed_gather = last_bucket_share * gather_s;  // the first bucket before the forward
+    }
+    overlapped += (reduce_s - exposed_reduce) + (gather_s - exposed_gather);
+    grad_exposed = std::max(grad_exposed, exposed_reduce);
+    gather_exposed = std::max(gather_exposed, exposed_gather);
+    if (i == 0 && dp > 1) {
+      out.comm.push_back({par.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter,
+                          "dp.grad", "data", Pass::backward, dp, data_level, grad_bytes, 1.0,
+                          reduce_s, reduce_s > 0 ? exposed_reduce / reduce_s : 0.0});
+      if (gather_s > 0) {
+        out.comm.push_back({Collective::all_gather, "dp.param_gather", "data", Pass::forward, dp,
+                            data_level, stage.params * B, 1.0, gather_s,
+                            exposed_gather / gather_s});
+      }
+    }
+    // The optimizer on this rank's (ZeRO-sharded) states.
+    OpShape update;
+    update.kind = OpKind::optimizer_update;
+    update.dtype = config.train.dtype;
+    update.dims[0] = static_cast<int64_t>(
+        std::ceil(stage.params / static_cast<double>(par.zero >= 1 ? dp : 1)));
+    TimingModel::Source source = TimingModel::Source::roofline;
+    optimizer = std::max(optimizer, timing.op_time_s(update, Pass::forward, &source));
+
+    // ---- memory per device on this stage ----
+    MemoryBreakdown& mem = stage.memory;
+    mem.capacity = profile.ceilings.memory_bytes;
+    const double shard_dp = static_cast<double>(dp);
+    mem.weights = stage.params * B / (par.zero == 3 ? shard_dp : 1.0);
+    mem.gradients = stage.params * grad_bytes_per_param / (par.zero >= 2 ? shard_dp : 1.0);
+    mem.optimizer = stage.params * optimizer_bytes_per_param / (par.zero >= 1 ? shard_dp : 1.0);
+    // Activations per micro-batch (Korthikanti et al. 2022 structure applied to
+    // modar's saved tensors, memory.cpp): the d_model-wide tensors (norm
+    // inputs / outputs, layer inputs) are replicated over the tensor group
+    // unless SP shards them; Q K V, attention output, MLP up / activation and
+    // the softmax statistics are split by t.
+    const double heads = static_cast<double>(model.n_heads);
+    const double kv = static_cast<double>(model.resolved_kv_heads());
+    const double dh = static_cast<double>(model.resolved_d_head());
+    const double dff = static_cast<double>(model.resolved_d_ff());
+    const double up = model.mlp == MlpKind::swiglu ? 2.0 * dff : dff;
+    const double qkv = (heads + 2.0 * kv) * dh;
+    const double tt = static_cast<double>(t);
+    auto layer_saved = [&](double rows, double seq) {
+      const double replicated =
+          (recompute == Recompute::selective ? 2.0 * d : 4.0 * d) * B * rows + 8.0 * rows;
+      const double split =
+          (qkv + heads * dh + up + (recompute == Recompute::selective ? 0.0 : dff)) * B * rows +
+          4.0 * b * heads * seq;
+      // Unfused attention keeps the softmax output, the dropout output (B each)
+      // and the 1-byte mask per score: Korthikanti's 5 a s^2 b (selective
+      // recompute drops it).
+      const double scores = config.train.attention_kernel == AttentionKernel::unfused &&
+                                    recompute == Recompute::none
+                                ? (2.0 * B + 1.0) * b * heads * seq * seq
+                                : 0.0;
+      return replicated * token_share + (split + scores) / tt;
+    };
+    const double stage_full = static_cast<double>(stage.layers - stage.routed_layers);
+    const double stage_routed = static_cast<double>(stage.routed_layers);
+    double activations = 0.0;
+    if (recompute == Recompute::full) {
+      activations = static_cast<double>(stage.layers) * B * T * d * token_share;
+    } else {
+      activations = stage_full * layer_saved(T, s) +
+                    stage_routed * (layer_saved(b * k, k) + B * (T + b * k) * d * token_share);
+      if (depth) {
+        const double stage_branches = 2.0 * static_cast<double>(stage.layers);
+        const double stage_blocks = static_cast<double>(stage.layers) / static_cast<double>(K);
+        activations += (stage_branches - stage_blocks) * static_cast<double>(n_streams) * T *
+                       (d * B + 4.0) * token_share;
+        if (n_streams >= 2) {
+          activations += stage_branches * B * T * d * token_share;
+        }
+      }
+    }
+    if (i == last_stage) {
+      activations += (2.0 * B * T * d + 8.0 * T) * token_share;
+    }
+    // Micro-batches in flight (Korthikanti et al. 2022, section 4.2.3):
+    // 1F1B stage i holds p - i; interleaving adds (p - 1 - i) / v.
+    double in_flight = static_cast<double>(p - i);
+    if (v > 1) {
+      in_flight += static_cast<double>(p - 1 - i) / static_cast<double>(v);
+    }
+    in_flight = std::min(in_flight, m);
+    in_flight = std::max(in_flight, 1.0);
+    mem.activations = activations * in_flight;
+    mem.router_buffers = stage_routed * (4.0 * T + 8.0 * b * k) * in_flight;
+    if (depth) {
+      // The bank this stage holds per micro-batch in flight: every entry up to
+      // the end of its last chunk (received or produced here).
+      const int64_t end_layer =
+          stage.chunk_first_layer.back() + stage.chunk_layers.back();
+      mem.dar_bank = bank_entries_at(end_layer) * entry_bytes * token_share * in_flight;
+    }
+    // Transients: the head's logits (last stage), one layer's backward, and
+    // under ZeRO 3 two gathered layers (current + prefetch).
+    const double head_ws = i == last_stage
+                               ? T * std::ceil(static_cast<double>(model.vocab_size) / tt) *
+                                     (B + 4.0)
+                               : 0.0;
+    double layer_ws = 2.0 * B * T * d * token_share + B * T * std::max(up, qkv) / tt;
+    if (recompute == Recompute::full) {
+      layer_ws += layer_saved(T, s);
+    }
+    if (par.zero == 3) {
+      layer_ws += 2.0 * layer_param_bytes;
+    }
+    mem.workspace = std::max(head_ws, layer_ws);
+    mem.peak = mem.weights + mem.gradients + mem.optimizer + mem.activations +
+               mem.router_buffers + mem.dar_bank + mem.workspace;
+    mem.fits = mem.capacity <= 0.0 || mem.peak <= mem.capacity;
+    if (mem.peak > worst_peak) {
+      worst_peak = mem.peak;
+      out.busiest_stage = i;
+    }
+  }
+
+  // ---- communication records (the busiest stage's view, per step) -----------
+  const StageSummary& first = out.stages.front();
+  const double stage_full_layers = static_cast<double>(first.layers - first.routed_layers);
+  const double stage_routed_layers = static_cast<double>(first.routed_layers);
+  if (t > 1) {
+    auto add_tp = [&](const char* label, double bytes, double layers_count) {
+      if (layers_count <= 0) {
+        return;
+      }
+      const double per_pass = 2.0 * layers_count * m;
+      if (sp) {
+        const double ag =
+            collective_time_s(network, Collective::all_gather, bytes, t, placement.tensor, tp_per_node);
+        const double rs =
+            collective_time_s(network, Collective::reduce_scatter, bytes, t, placement.tensor, tp_per_node);
+        out.comm.push_back({Collective::all_gather, label, "tensor", Pass::forward, t,
+                            placement.tensor, bytes, per_pass * fwd_passes, ag, 1.0});
+        out.comm.push_back({Collective::reduce_scatter, label, "tensor", Pass::forward, t,
+                            placement.tensor, bytes, per_pass * fwd_passes, rs, 1.0});
+        out.comm.push_back({Collective::all_gather, label, "tensor", Pass::backward, t,
+                            placement.tensor, bytes, per_pass, ag, 1.0});
+        out.comm.push_back({Collective::reduce_scatter, label, "tensor", Pass::backward, t,
+                            placement.tensor, bytes, per_pass, rs, 1.0});
+      } else {
+        const double ar =
+            collective_time_s(network, Collective::all_reduce, bytes, t, placement.tensor, tp_per_node);
+        out.comm.push_back({Collective::all_reduce, label, "tensor", Pass::forward, t,
+                            placement.tensor, bytes, per_pass * fwd_passes, ar, 1.0});
+        out.comm.push_back({Collective::all_reduce, label, "tensor", Pass::backward, t,
+                            placement.tensor, bytes, per_pass, ar, 1.0});
+      }
+    };
+    add_tp("tp.layer", full_rows_bytes, stage_full_layers);
+    add_tp("tp.routed_layer", routed_rows_bytes, stage_routed_layers);
+    if (sp && stage_routed_layers > 0) {
+      out.comm.push_back({Collective::all_gather, "tp.mod_router_scores", "tensor", Pass::forward,
+                          t, placement.tensor, score_bytes, stage_routed_layers * m * fwd_passes,
+                          collective_time_s(network, Collective::all_gather, score_bytes, t,
+                                            placement.tensor),
+                          1.0});
+    }
+  }
+  if (par.zero == 3 && dp > 1) {
+    out.comm.push_back({Collective::all_gather, "zero3.param_gather", "data", Pass::forward, dp,
+                        placement.data, layer_param_bytes,
+                        2.0 * static_cast<double>(first.layers) * m, zero3_gather_one,
+                        par.overlap_param_gather ? 0.0 : 1.0});
+  }
+  // Pipeline sends are listed once per boundary above; scale to per step
+  // (forward and backward, m micro-batches).
+  for (CommRecord& record : out.comm) {
+    if (std::strcmp(record.group, "pipeline") == 0) {
+      record.count = 2.0 * m;
+    }
+  }
+
+  // ---- the step -------------------------------------------------------------
+  const StageSummary& slow = out.stages[static_cast<size_t>(out.slowest_stage)];
+  out.compute_s = m * slow.compute_s;
+  const double ideal = m * slowest;
+  out.bubble_s = p > 1 ? ideal * static_cast<double>(p - 1) / (static_cast<double>(v) * m) : 0.0;
+  out.grad_reduce_exposed_s = grad_exposed;
+  out.param_gather_exposed_s = gather_exposed;
+  out.optimizer_s = optimizer;
+  out.exposed_comm_s = m * slow.exposed_comm_s + grad_exposed + gather_exposed;
+  out.overlapped_comm_s = overlapped;
+  out.step_s = ideal + out.bubble_s + grad_exposed + gather_exposed + optimizer;
+  return out;
+}
+
+}  // namespace modar

@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Predict Megatron-LM's weak-scaling throughput (Narayanan et al. 2021, Table 1).
+
+For every row of examples/cluster/megatron_table1.csv, runs
+`modar estimate examples/cluster/megatron_base.toml --set ... --json` with the
+row's model and layout on the embedded A100 profile (a100-80gb-dgx, not tuned
+to these rows) and prints predicted vs published TFLOP/s per GPU, counted by
+the paper's equation 3:  F = 96 B s l h^2 (1 + s / (6 h) + V / (16 l h)).
+
+Usage: examples/cluster/megatron_table1.py [path/to/modar]
+"""
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+VOCAB, SEQ = 51200, 2048
+
+
+def rows():
+    with open(os.path.join(HERE, "megatron_table1.csv")) as f:
+        lines = [line for line in f if not line.startswith("#")]
+    return list(csv.DictReader(lines))
+
+
+def equation3_flops(batch, layers, hidden):
+    return 96.0 * batch * SEQ * layers * hidden**2 * (
+        1.0 + SEQ / (6.0 * hidden) + VOCAB / (16.0 * layers * hidden))
+
+
+def layout_sets(row):
+    tp, pp, gpus, layers = int(row["tp"]), int(row["pp"]), int(row["gpus"]), int(row["layers"])
+    sets = [
+        f"model.d_model={row['hidden']}", f"model.n_layers={layers}",
+        f"model.n_heads={row['heads']}", f"parallel.tensor={tp}", f"parallel.pipeline={pp}",
+        f"device.count={gpus}", f"train.global_batch={row['batch']}",
+    ]
+    if pp > 1 and layers % (2 * pp) == 0:
+        sets += ["parallel.schedule=interleaved", "parallel.virtual_stages=2"]
+    return sets
+
+
+def main():
+    modar = sys.argv[1] if len(sys.argv) > 1 else os.environ.get(
+        "MODAR", os.path.join(ROOT, "build", "bin", "modar"))
+    if not os.access(modar, os.X_OK):
+        sys.exit(f"modar binary not found at {modar} (build first, or pass its path)")
+    base = os.path.join(HERE, "megatron_base.toml")
+    print(f"{'params':>8} {'TP':>3} {'PP':>3} {'v':>2} {'GPUs':>5} {'batch':>5} "
+          f"{'step s':>8} {'bubble':>7} {'comm':>6} {'mem GiB':>8} "
+          f"{'pred':>6} {'paper':>6} {'error':>7}")
+    errors = []
+    for row in rows():
+        sets = layout_sets(row)
+        cmd = [modar, "estimate", base, "--json"]
+        for s in sets:
+            cmd += ["--set", s]
+        doc = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+        par = doc["parallel"]
+        step = doc["time"]["step_s"]
+        gpus = int(row["gpus"])
+        flops = equation3_flops(int(row["batch"]), int(row["layers"]), int(row["hidden"]))
+        predicted = flops / step / gpus / 1e12
+        published = float(row["tflops_per_gpu"])
+        error = predicted / published - 1.0
+        errors.append(abs(error))
+        print(f"{row['params_b']:>7}B {row['tp']:>3} {row['pp']:>3} "
+              f"{par['layout']['virtual_stages']:>2} {gpus:>5} {row['batch']:>5} "
+              f"{step:8.2f} {par['time']['bubble_s'] / step:7.1%} "
+              f"{par['time']['exposed_comm_s'] / step:6.1%} "
+              f"{doc['memory']['peak_bytes'] / 2**30:8.1f} "
+              f"{predicted:6.1f} {published:6.0f} {error:+7.1%}")
+    print(f"median |error| {statistics.median(errors):.1%}, max |error| {max(errors):.1%} "
+          f"(profile a100-80gb-dgx, micro-batch 1, full recompute, no tuning to these rows)")
+
+
+if __name__ == "__main__":
+    main()

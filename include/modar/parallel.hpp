@@ -1,0 +1,120 @@
+// modar/parallel.hpp: cluster-scale cost model (tensor, sequence, pipeline and
+// data parallelism with ZeRO), its communication records and per-device
+// memory.  Formulas and sources: docs/cluster.md.
+//
+// Placement: rank = tensor_index + t * (stage + p * data_index), so tensor
+// groups sit inside a node first, then pipeline stages, then data replicas.
+// A group whose ranks span nodes runs at the inter-node level (the slowest
+// level bounds it).
+//
+// Step time = m x (slowest stage's time per micro-batch: compute + exposed
+// tensor-parallel and pipeline communication) + bubble + unhidden
+// data-parallel gradient reduction + the sharded optimizer step (+ unhidden
+// ZeRO parameter gathers), with the bubble (p - 1) / (v m) of the ideal
+// m x slowest stage (1F1B: v = 1).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "modar/config.hpp"
+#include "modar/cost_model.hpp"
+#include "modar/profile.hpp"
+
+namespace modar {
+
+enum class NetLevel : uint8_t { intra_node, inter_node };
+const char* to_string(NetLevel level);
+
+// Bus-bandwidth factor of a collective over p ranks (nccl-tests convention):
+// all-reduce 2(p-1)/p, reduce-scatter / all-gather / all-to-all (p-1)/p,
+// send/recv 1; 0 for p = 1.
+double collective_bus_factor(Collective kind, int64_t ranks);
+// Seconds for one collective of `bytes` (the full vector: all-reduce input,
+// all-gather output, reduce-scatter input, one send) over `ranks` ranks at
+// `level`: a measured table of the level when it covers the size (log-log
+// interpolation, rescaled to `ranks` by the bus factor), else
+// latency x steps + factor x bytes / bus_bandwidth, steps = ceil(log2 p)
+// (x2 for all-reduce; 1 for send/recv).  0 for ranks <= 1 or bytes <= 0.
+// At the inter-node level a group with `members_per_node` ranks in each node
+// drives that many NICs at once (NCCL builds one ring per NIC), so its bus
+// bandwidth is members_per_node x the per-NIC figure, capped by the node's
+// intra-node bus bandwidth.
+double collective_time_s(const NetworkProfile& network, Collective kind, double bytes,
+                         int64_t ranks, NetLevel level, int64_t members_per_node = 1);
+// The network of a profile, or the documented default when the profile has
+// no [network] section (8 GPUs per node; see docs/cluster.md).
+const NetworkProfile& network_or_default(const DeviceProfile& profile);
+
+// One communication op of a step (the cluster's part of the op vocabulary).
+struct CommRecord {
+  Collective kind = Collective::all_reduce;
+  const char* label = "";  // "tp.attn.all_reduce", "dp.grad.reduce_scatter", ...
+  const char* group = "";  // "tensor", "pipeline", "data"
+  Pass pass = Pass::forward;
+  int64_t ranks = 1;
+  NetLevel level = NetLevel::intra_node;
+  double bytes = 0.0;           // per collective (see collective_time_s)
+  double count = 0.0;           // collectives per step per device (busiest stage)
+  double time_s = 0.0;          // one collective
+  double exposed_fraction = 1;  // share of count x time_s on the critical path
+};
+
+struct StageSummary {
+  int64_t layers = 0;         // transformer layers on this stage (all its chunks)
+  int64_t routed_layers = 0;  // MoD-routed among them
+  std::vector<int64_t> chunk_first_layer;  // per virtual chunk on this stage
+  std::vector<int64_t> chunk_layers;
+  double compute_s = 0.0;      // per micro-batch: fwd + bwd (+ recompute), this rank's share
+  double exposed_comm_s = 0.0; // per micro-batch: TP collectives + pipeline sends (+ ZeRO-3)
+  double send_bytes = 0.0;     // per micro-batch, forward activation send(s) out of the stage
+  double bank_send_bytes = 0.0;  // the DAR/AttnRes bank part of send_bytes
+  double params = 0.0;           // parameters held per rank before ZeRO sharding
+  MemoryBreakdown memory;        // per device on this stage
+};
+
+struct ClusterEstimate {
+  // layout
+  int64_t tensor = 1, pipeline = 1, virtual_stages = 1, data = 1, zero = 0;
+  bool sequence_parallel = false;
+  int64_t micro_batch = 1;
+  int64_t micro_batches = 1;  // m: micro-batches per pipeline per step
+  int64_t gpus_per_node = 8, nodes = 1;
+  NetLevel tensor_level = NetLevel::intra_node, pipeline_level = NetLevel::intra_node,
+           data_level = NetLevel::intra_node;
+  std::vector<StageSummary> stages;
+  std::vector<CommRecord> comm;
+  // time (seconds per optimizer step)
+  double compute_s = 0.0;            // m x the slowest stage's compute
+  double exposed_comm_s = 0.0;       // communication on the critical path
+  double overlapped_comm_s = 0.0;    // communication hidden behind compute
+  double bubble_s = 0.0;             // (p - 1) / (v m) of the ideal pipeline time
+  double grad_reduce_exposed_s = 0.0;  // DP gradient reduction not hidden by the backward
+  double param_gather_exposed_s = 0.0; // ZeRO 1/2 parameter all-gather after the update
+  double optimizer_s = 0.0;          // AdamW on the (sharded) states
+  double step_s = 0.0;
+  int64_t slowest_stage = 0;
+  int64_t busiest_stage = 0;  // the stage with the largest peak memory
+  // AttnRes / DAR across stages (per micro-batch, forward; backward returns the same)
+  double bank_send_bytes_uncached = 0.0;  // every boundary re-sends all earlier blocks
+  double bank_send_bytes_cached = 0.0;    // receiving ranks cache earlier blocks
+  double dar_replicated_s = 0.0;  // depth-read work every tensor rank repeats (no SP), per mb
+  double mod_score_gather_bytes = 0.0;  // router scores all-gathered per micro-batch (SP)
+};
+
+// Is the cluster model used for this configuration?  Any non-default
+// [parallel] setting or device.count > 1.
+bool cluster_engaged(const Config& config);
+// The cluster estimate of a validated configuration.  `base` is the
+// configuration's single-device Estimate (its FLOPs are reused).
+ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing,
+                                 const Estimate& base);
+
+// Contiguous split of per-layer costs into `chunks` non-empty chunks that
+// minimises the largest chunk's cost (the pipeline's bottleneck); returns the
+// layer count of each chunk.  Used for time-balanced stages.
+std::vector<int64_t> balance_pipeline_chunks(const std::vector<double>& layer_costs,
+                                             int64_t chunks);
+
+}  // namespace modar

@@ -1,0 +1,577 @@
+// Cluster model (modar/parallel.hpp, docs/cluster.md): collective times, the
+// bytes of each collective, per-device memory and the pipeline bubble of
+// small layouts (TP 2, PP 2, DP 2, ZeRO 1 and 3), derived by hand from the
+// formulas in docs/cluster.md; and the MoD / DAR cluster effects.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+
+#include "modar/cost_model.hpp"
+#include "modar/errors.hpp"
+#include "modar/parallel.hpp"
+
+namespace modar {
+namespace {
+
+// d = 256, L = 8, H = 4 (d_h 64), GELU d_ff 1024, V = 1024 untied, s = 128,
+// b = 2 (T = 256), bf16 (B = 2).
+Config small() {
+  Config c;
+  c.model.d_model = 256;
+  c.model.n_layers = 8;
+  c.model.n_heads = 4;
+  c.model.vocab_size = 1024;
+  c.model.seq_len = 128;
+  c.train.micro_batch = 2;
+  c.device.profile = "a100-80gb-dgx";
+  return c;
+}
+
+const DeviceProfile& a100() {
+  static const DeviceProfile profile = load_profile("a100-80gb-dgx");
+  return profile;
+}
+
+const CommRecord* find_comm(const ClusterEstimate& c, const char* label, Collective kind,
+                            Pass pass) {
+  for (const CommRecord& op : c.comm) {
+    if (std::strcmp(op.label, label) == 0 && op.kind == kind && op.pass == pass) {
+      return &op;
+    }
+  }
+  return nullptr;
+}
+
+void expect_relative(double actual, double expected, double tolerance = 1e-9) {
+  EXPECT_NEAR(actual, expected, tolerance * std::max(1.0, std::fabs(expected)))
+      << "expected " << expected;
+}
+
+TEST(Cluster, ProfilesCarryTheirNetworks) {
+  const DeviceProfile& p = a100();
+  ASSERT_TRUE(p.network.present);
+  EXPECT_EQ(p.network.gpus_per_node, 8);
+  EXPECT_EQ(p.network.intra_node.bus_bandwidth, 232.5e9);
+  EXPECT_EQ(p.network.inter_node.bus_bandwidth, 21.5e9);
+  EXPECT_EQ(p.ceilings.peak_flops_bf16, 312e12);
+  for (const char* name : {"h100-80gb-dgx", "h800-80gb-hgx", "h200"}) {
+    const DeviceProfile other = load_profile(name);
+    EXPECT_TRUE(other.network.present) << name;
+    EXPECT_FALSE(other.measured) << name;
+  }
+  // H800: reduced NVLink, below H100's.
+  EXPECT_LT(load_profile("h800-80gb-hgx").network.intra_node.bus_bandwidth,
+            load_profile("h100-80gb-dgx").network.intra_node.bus_bandwidth);
+  // Round trip through TOML keeps the network.
+  const DeviceProfile again = parse_profile_toml(to_toml(p), "round trip");
+  EXPECT_EQ(again.network.inter_node.bus_bandwidth, 21.5e9);
+  EXPECT_EQ(again.network.intra_node.latency_s, 2e-6);
+}
+
+TEST(Cluster, CollectiveTimesByHand) {
+  const NetworkProfile& net = a100().network;
+  EXPECT_DOUBLE_EQ(collective_bus_factor(Collective::all_reduce, 8), 2.0 * 7.0 / 8.0);
+  EXPECT_DOUBLE_EQ(collective_bus_factor(Collective::all_gather, 4), 3.0 / 4.0);
+  EXPECT_DOUBLE_EQ(collective_bus_factor(Collective::send_recv, 2), 1.0);
+  EXPECT_EQ(collective_time_s(net, Collective::all_reduce, 1e9, 1, NetLevel::intra_node), 0.0);
+  // all-reduce of 1 GB over 8 NVSwitch ranks: 2 ceil(log2 8) = 6 latency steps.
+  expect_relative(collective_time_s(net, Collective::all_reduce, 1e9, 8, NetLevel::intra_node),
+                  6 * 2e-6 + 1.75 * 1e9 / 232.5e9);
+  // reduce-scatter over 64 ranks across nodes, one rank per node: one NIC.
+  expect_relative(
+      collective_time_s(net, Collective::reduce_scatter, 4e8, 64, NetLevel::inter_node),
+      6 * 4e-6 + (63.0 / 64.0) * 4e8 / 21.5e9);
+  // 4 ranks per node drive 4 NICs; 16 per node would be capped by NVLink.
+  expect_relative(
+      collective_time_s(net, Collective::all_gather, 4e8, 64, NetLevel::inter_node, 4),
+      6 * 4e-6 + (63.0 / 64.0) * 4e8 / (4 * 21.5e9));
+  expect_relative(
+      collective_time_s(net, Collective::all_gather, 4e8, 64, NetLevel::inter_node, 16),
+      6 * 4e-6 + (63.0 / 64.0) * 4e8 / 232.5e9);
+}
+
+TEST(Cluster, MeasuredTableReplacesTheFormulaInsideItsRange) {
+  DeviceProfile p = a100();
+  CollectiveTable table;
+  table.kind = Collective::all_reduce;
+  table.ranks = 8;
+  table.sizes_bytes = {1e6, 1e8};
+  table.times_s = {1e-4, 1e-3};
+  p.network.intra_node.tables.push_back(table);
+  // log-log midpoint of the table: sqrt(1e6 1e8) = 1e7 bytes -> sqrt(1e-4 1e-3) s.
+  expect_relative(collective_time_s(p.network, Collective::all_reduce, 1e7, 8,
+                                    NetLevel::intra_node),
+                  std::sqrt(1e-4 * 1e-3));
+  // Another group size: the same bus bandwidth, time scaled by the bus factor.
+  expect_relative(collective_time_s(p.network, Collective::all_reduce, 1e8, 2,
+                                    NetLevel::intra_node),
+                  1e-3 * (2.0 * 1.0 / 2.0) / (2.0 * 7.0 / 8.0));
+  // Outside the range: the formula.
+  expect_relative(
+      collective_time_s(p.network, Collective::all_reduce, 1e9, 8, NetLevel::intra_node),
+      6 * 2e-6 + 1.75 * 1e9 / 232.5e9);
+  // The table round-trips through TOML.
+  const DeviceProfile again = parse_profile_toml(to_toml(p), "round trip");
+  ASSERT_EQ(again.network.intra_node.tables.size(), 1u);
+  EXPECT_EQ(again.network.intra_node.tables[0].times_s[1], 1e-3);
+}
+
+TEST(Cluster, NetworkSectionErrorsNameTheField) {
+  const std::string head =
+      "name = \"x\"\n[ceilings]\npeak_flops_bf16 = 1e12\npeak_flops_fp32 = 1e12\n"
+      "memory_bandwidth = 1e12\nmemory_bytes = 1e9\n";
+  auto error_of = [&](const std::string& network) {
+    try {
+      parse_profile_toml(head + network, "p.toml");
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string levels =
+      "[network.intra_node]\nbus_bandwidth = 1e11\n[network.inter_node]\nbus_bandwidth = 1e10\n";
+  EXPECT_EQ(error_of("[network]\ngpus_per_node = 8\n" + levels), "no error");
+  EXPECT_EQ(error_of("[network]\ngpus_per_node = 0\n" + levels),
+            "p.toml: network.gpus_per_node = 0: must be an integer in [1, 1024]");
+  EXPECT_EQ(error_of("[network]\n[network.intra_node]\nbus_bandwidth = 1e11\n"),
+            "p.toml: [network.inter_node] is missing (required when [network] is present)");
+  EXPECT_EQ(error_of("[network]\n[network.intra_node]\nbus_bandwidth = -1\n"
+                     "[network.inter_node]\nbus_bandwidth = 1e10\n"),
+            "p.toml: network.intra_node.bus_bandwidth = -1: must be > 0 (bytes/s)");
+  EXPECT_EQ(error_of("[network]\n[network.intra_node]\nbus_bandwith = 1e11\n"
+                     "[network.inter_node]\nbus_bandwidth = 1e10\n"),
+            "p.toml: unknown key 'network.intra_node.bus_bandwith'; allowed: name, "
+            "bus_bandwidth, link_bandwidth, latency_s, [[collectives]]");
+  EXPECT_EQ(error_of(levels + "[[network.inter_node.collectives]]\nkind = \"allreduce\"\n"
+                              "ranks = 8\nsizes_bytes = [1.0]\ntimes_s = [1.0]\n"),
+            "p.toml: network.inter_node.collectives[0].kind = \"allreduce\": must be "
+            "\"all_reduce\", \"reduce_scatter\", \"all_gather\", \"all_to_all\" or \"send_recv\"");
+  EXPECT_EQ(error_of(levels + "[[network.inter_node.collectives]]\nkind = \"all_reduce\"\n"
+                              "ranks = 8\nsizes_bytes = [2.0, 1.0]\ntimes_s = [1.0, 2.0]\n"),
+            "p.toml: network.inter_node.collectives[0].sizes_bytes = 1: must be strictly "
+            "ascending");
+}
+
+TEST(Cluster, ParallelConfigValidation) {
+  auto error_of = [](std::vector<std::string> sets) {
+    Config c = small();
+    try {
+      for (const std::string& s : sets) {
+        apply_override(c, s);
+      }
+      validate(c);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error_of({"parallel.tensor=3", "device.count=3"}),
+            "parallel.tensor = 3: must divide model.n_heads = 4");
+  EXPECT_EQ(error_of({"parallel.tensor=2"}),
+            "device.count = 1: must be a multiple of parallel.tensor * parallel.pipeline = 2");
+  EXPECT_EQ(error_of({"parallel.expert=2"}),
+            "parallel.expert = 2: must be 1 (expert parallelism needs MoE layers, not modelled "
+            "yet)");
+  EXPECT_EQ(error_of({"parallel.zero=4", "device.count=2"}),
+            "parallel.zero = 4: must be 0, 1, 2 or 3 (3 = FSDP full shard)");
+  EXPECT_EQ(error_of({"parallel.zero=1"}),
+            "parallel.zero = 1: needs a data-parallel size >= 2 (device.count / "
+            "(parallel.tensor * parallel.pipeline))");
+  EXPECT_EQ(error_of({"parallel.virtual_stages=2", "parallel.pipeline=2", "device.count=2"}),
+            "parallel.virtual_stages = 2: must be 1 with parallel.schedule = \"1f1b\" (use "
+            "\"interleaved\")");
+  EXPECT_EQ(error_of({"parallel.schedule=interleaved"}),
+            "parallel.schedule = \"interleaved\": needs parallel.pipeline >= 2");
+  EXPECT_EQ(error_of({"parallel.schedule=zigzag"}),
+            "parallel.schedule = zigzag: must be \"1f1b\" or \"interleaved\"");
+  EXPECT_EQ(error_of({"parallel.pipeline=16", "device.count=16"}),
+            "parallel.pipeline = 16: parallel.pipeline * parallel.virtual_stages must be <= "
+            "model.n_layers = 8");
+  EXPECT_EQ(error_of({"parallel.sequence_parallel=true"}),
+            "parallel.sequence_parallel = true: needs parallel.tensor > 1");
+  EXPECT_EQ(error_of({"parallel.tensor=4", "device.count=8", "cluster.gpus_per_node=2"}),
+            "parallel.tensor = 4: must be <= cluster.gpus_per_node = 2 (a tensor group stays "
+            "inside a node)");
+  EXPECT_EQ(error_of({"device.count=16", "cluster.nodes=3"}),
+            "cluster.nodes = 3: must hold device.count = 16 at 8 GPUs per node "
+            "(ceil(device.count / gpus_per_node))");
+  EXPECT_EQ(error_of({"parallel.tensor=2", "device.count=4", "train.global_batch=6"}),
+            "train.global_batch = 6: must be a multiple of train.micro_batch * data-parallel "
+            "size (device.count / (parallel.tensor * parallel.pipeline)) = 4");
+  EXPECT_EQ(error_of({"parallel.tensor=2", "parallel.pipeline=2", "device.count=8",
+                      "parallel.zero=3", "parallel.schedule=interleaved",
+                      "parallel.virtual_stages=2", "train.global_batch=16"}),
+            "no error");
+  // TOML round trip keeps the new sections.
+  Config c = small();
+  apply_override(c, "parallel.tensor=2");
+  apply_override(c, "parallel.sequence_parallel=true");
+  apply_override(c, "device.count=2");
+  apply_override(c, "cluster.gpus_per_node=4");
+  const Config again = parse_config_toml(to_toml(c));
+  EXPECT_EQ(again.parallel.tensor, 2);
+  EXPECT_TRUE(again.parallel.sequence_parallel);
+  EXPECT_EQ(again.cluster.gpus_per_node, 4);
+}
+
+TEST(Cluster, DefaultsLeaveTheSingleDeviceEstimateAlone) {
+  const Config c = small();
+  EXPECT_FALSE(cluster_engaged(c));
+  const Estimate e = estimate(c, a100());
+  EXPECT_EQ(e.cluster, nullptr);
+}
+
+// TP 2: Megatron's 2 all-reduces forward + 2 backward per layer of b s d B
+// bytes; per-device activations split as in Korthikanti et al. 2022.
+TEST(Cluster, TensorParallelTwoByHand) {
+  Config c = small();
+  c.parallel.tensor = 2;
+  c.device.count = 2;
+  const Estimate e = estimate(c, a100());
+  ASSERT_NE(e.cluster, nullptr);
+  const ClusterEstimate& k = *e.cluster;
+  EXPECT_EQ(k.data, 1);
+  EXPECT_EQ(k.tensor_level, NetLevel::intra_node);
+  const double T = 2.0 * 128.0, d = 256.0, B = 2.0;
+  const CommRecord* fwd = find_comm(k, "tp.layer", Collective::all_reduce, Pass::forward);
+  const CommRecord* bwd = find_comm(k, "tp.layer", Collective::all_reduce, Pass::backward);
+  ASSERT_NE(fwd, nullptr);
+  ASSERT_NE(bwd, nullptr);
+  EXPECT_EQ(fwd->bytes, T * d * B);
+  EXPECT_EQ(fwd->count, 2.0 * 8.0);  // 2 per layer x 8 layers x 1 micro-batch
+  EXPECT_EQ(bwd->count, 2.0 * 8.0);
+  expect_relative(fwd->time_s, 2 * 2e-6 + 1.0 * T * d * B / 232.5e9);
+  // Weights / gradients / optimizer: all parameters / 2 (t = 2, p = 1).
+  const double P = e.params.total;
+  expect_relative(e.memory.weights, P / 2 * B);
+  expect_relative(e.memory.gradients, P / 2 * 4);
+  expect_relative(e.memory.optimizer, P / 2 * 12);
+  // Activations per layer: replicated 4 d B T + 8 T (norm in/out, rstd);
+  // split (Q K V 3 d + attention out d + up 4d + GELU out 4d) B T + 4 b H s
+  // (lse) over t = 2; plus the head's 2 B T d + 8 T.
+  const double per_layer = 4 * d * B * T + 8 * T + ((3 * d + d + 4 * d + 4 * d) * B * T +
+                                                     4 * 2.0 * 4.0 * 128.0) / 2.0;
+  expect_relative(e.memory.activations, 8 * per_layer + 2 * B * T * d + 8 * T);
+  // Sequence parallelism: the same bytes as RS + AG, replicated parts / t.
+  c.parallel.sequence_parallel = true;
+  const Estimate s = estimate(c, a100());
+  const CommRecord* rs =
+      find_comm(*s.cluster, "tp.layer", Collective::reduce_scatter, Pass::forward);
+  ASSERT_NE(rs, nullptr);
+  EXPECT_EQ(rs->bytes, T * d * B);
+  const double per_layer_sp = (4 * d * B * T + 8 * T) / 2.0 +
+                              ((3 * d + d + 4 * d + 4 * d) * B * T + 4 * 2.0 * 4.0 * 128.0) / 2.0;
+  expect_relative(s.memory.activations, 8 * per_layer_sp + (2 * B * T * d + 8 * T) / 2.0);
+}
+
+// DP 2 with ZeRO 0 / 1 / 3: gradient all-reduce (reduce-scatter) of 4 P bytes,
+// states divided over the data-parallel group.
+TEST(Cluster, DataParallelAndZeroByHand) {
+  Config c = small();
+  c.device.count = 2;
+  const Estimate e0 = estimate(c, a100());
+  const double P = e0.params.total;
+  const CommRecord* ar = find_comm(*e0.cluster, "dp.grad", Collective::all_reduce, Pass::backward);
+  ASSERT_NE(ar, nullptr);
+  expect_relative(ar->bytes, 4 * P);
+  EXPECT_EQ(ar->ranks, 2);
+  expect_relative(e0.memory.optimizer, 12 * P);
+  // Plain data parallelism: the per-device memory items equal one device's.
+  Config one = small();
+  const MemoryBreakdown single = estimate_memory(one, a100());
+  expect_relative(e0.memory.weights, single.weights);
+  expect_relative(e0.memory.activations, single.activations);
+  expect_relative(e0.memory.router_buffers, single.router_buffers);
+
+  c.parallel.zero = 1;
+  const Estimate e1 = estimate(c, a100());
+  const CommRecord* rs =
+      find_comm(*e1.cluster, "dp.grad", Collective::reduce_scatter, Pass::backward);
+  const CommRecord* ag =
+      find_comm(*e1.cluster, "dp.param_gather", Collective::all_gather, Pass::forward);
+  ASSERT_NE(rs, nullptr);
+  ASSERT_NE(ag, nullptr);
+  expect_relative(rs->bytes, 4 * P);
+  expect_relative(ag->bytes, 2 * P);
+  expect_relative(e1.memory.optimizer, 12 * P / 2);
+  expect_relative(e1.memory.gradients, 4 * P);
+  expect_relative(e1.memory.weights, 2 * P);
+
+  c.parallel.zero = 3;
+  const Estimate e3 = estimate(c, a100());
+  expect_relative(e3.memory.optimizer, 12 * P / 2);
+  expect_relative(e3.memory.gradients, 4 * P / 2);
+  expect_relative(e3.memory.weights, 2 * P / 2);
+  const CommRecord* gather =
+      find_comm(*e3.cluster, "zero3.param_gather", Collective::all_gather, Pass::forward);
+  ASSERT_NE(gather, nullptr);
+  // One layer's weights in bf16, gathered forward and backward for 8 layers.
+  const double layer_params = (e3.params.non_embedding - 256.0) / 8.0;
+  expect_relative(gather->bytes, layer_params * 2);
+  EXPECT_EQ(gather->count, 2.0 * 8.0);
+  // The reduction is overlapped with the backward except the last bucket
+  // (all of it here: the model is smaller than one 40M-parameter bucket).
+  c.parallel.zero = 0;
+  c.parallel.overlap_grad_reduce = false;
+  const Estimate no_overlap = estimate(c, a100());
+  expect_relative(no_overlap.cluster->grad_reduce_exposed_s, ar->time_s);
+}
+
+// PP 2 (1F1B): send of b s d B per boundary per micro-batch each way; the
+// bubble is (p - 1) / m of the ideal time; interleaving divides it by v.
+TEST(Cluster, PipelineTwoSendsAndBubble) {
+  Config c = small();
+  c.parallel.pipeline = 2;
+  c.device.count = 2;
+  c.train.global_batch = 8;  // m = 4 micro-batches of 2
+  c.parallel.balance_stages = false;
+  const Estimate e = estimate(c, a100());
+  const ClusterEstimate& k = *e.cluster;
+  EXPECT_EQ(k.micro_batches, 4);
+  ASSERT_EQ(k.stages.size(), 2u);
+  EXPECT_EQ(k.stages[0].layers, 4);
+  EXPECT_EQ(k.stages[1].layers, 4);
+  const CommRecord* send = find_comm(k, "pp.activation", Collective::send_recv, Pass::forward);
+  ASSERT_NE(send, nullptr);
+  EXPECT_EQ(send->bytes, 2.0 * 128.0 * 256.0 * 2.0);
+  EXPECT_EQ(send->count, 2.0 * 4.0);  // forward + backward, 4 micro-batches
+  double slowest = 0.0;
+  for (const StageSummary& s : k.stages) {
+    slowest = std::max(slowest, s.compute_s + s.exposed_comm_s);
+  }
+  expect_relative(k.bubble_s, (2.0 - 1.0) / 4.0 * (4.0 * slowest));
+  expect_relative(k.step_s, 4.0 * slowest + k.bubble_s + k.grad_reduce_exposed_s +
+                                k.param_gather_exposed_s + k.optimizer_s);
+  // Memory: stage 0 holds embedding + 4 layers' weights, 2 micro-batches in
+  // flight (p - 0); stage 1 holds one.
+  const double P_layer = (e.params.non_embedding - 256.0) / 8.0;
+  expect_relative(k.stages[0].params, 4 * P_layer + 1024.0 * 256.0);
+  expect_relative(k.stages[1].params, 4 * P_layer + 1024.0 * 256.0 + 256.0);
+  // Activations per layer (t = 1): (4 d + 3 d + d + 4 d + 4 d) B T + 8 T + 4 b H s.
+  const double T = 256.0, d = 256.0, B = 2.0;
+  const double per_layer = 16 * d * B * T + 8 * T + 4 * 2.0 * 4.0 * 128.0;
+  expect_relative(k.stages[0].memory.activations, 4 * per_layer * 2.0);
+  expect_relative(k.stages[1].memory.activations, (4 * per_layer + 2 * B * T * d + 8 * T) * 1.0);
+  // Interleaved v = 2: bubble / ideal = (p - 1) / (v m).
+  c.parallel.schedule = PipelineSchedule::interleaved;
+  c.parallel.virtual_stages = 2;
+  const Estimate i = estimate(c, a100());
+  double slow_i = 0.0;
+  for (const StageSummary& s : i.cluster->stages) {
+    slow_i = std::max(slow_i, s.compute_s + s.exposed_comm_s);
+  }
+  expect_relative(i.cluster->bubble_s, 1.0 / (2.0 * 4.0) * (4.0 * slow_i));
+  EXPECT_EQ(i.cluster->stages[0].chunk_layers.size(), 2u);
+}
+
+TEST(Cluster, BalancedPartitionMatchesBruteForce) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> cost(0.2, 3.0);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int n = 5 + trial % 7;
+    std::vector<double> c(static_cast<size_t>(n));
+    for (double& x : c) {
+      x = cost(rng);
+    }
+    const int64_t parts = 2 + trial % 3;
+    const std::vector<int64_t> sizes = balance_pipeline_chunks(c, parts);
+    ASSERT_EQ(static_cast<int64_t>(sizes.size()), parts);
+    double worst = 0.0;
+    int64_t at = 0;
+    for (int64_t s : sizes) {
+      ASSERT_GE(s, 1);
+      double sum = 0.0;
+      for (int64_t i = at; i < at + s; ++i) {
+        sum += c[static_cast<size_t>(i)];
+      }
+      worst = std::max(worst, sum);
+      at += s;
+    }
+    ASSERT_EQ(at, n);
+    // Brute force over all cut positions (parts <= 4, n <= 11).
+    double best = 1e300;
+    std::vector<int> cuts(static_cast<size_t>(parts - 1));
+    std::function<void(int, int)> search = [&](int index, int from) {
+      if (index == parts - 1) {
+        double w = 0.0;
+        int start = 0;
+        for (int k = 0; k <= parts - 1; ++k) {
+          const int end = k < parts - 1 ? cuts[static_cast<size_t>(k)] : n;
+          double sum = 0.0;
+          for (int i = start; i < end; ++i) {
+            sum += c[static_cast<size_t>(i)];
+          }
+          w = std::max(w, sum);
+          start = end;
+        }
+        best = std::min(best, w);
+        return;
+      }
+      for (int cut = from + 1; cut <= n - (parts - 1 - index); ++cut) {
+        cuts[static_cast<size_t>(index)] = cut;
+        search(index + 1, cut);
+      }
+    };
+    search(0, 0);
+    EXPECT_NEAR(worst, best, 1e-7 * best) << "trial " << trial;
+  }
+}
+
+// MoD: routed layers cost about c of a full layer, so time-balanced stages
+// hold different layer counts; the balanced bottleneck is never worse.
+TEST(Cluster, ModStagesBalancedByTime) {
+  Config c = small();
+  c.model.n_layers = 12;
+  c.model.vocab_size = 32768;  // a heavy head on the last stage
+  c.mod.every = 2;
+  c.parallel.pipeline = 3;
+  c.device.count = 3;
+  c.train.global_batch = 12;
+  const Estimate balanced = estimate(c, a100());
+  c.parallel.balance_stages = false;
+  const Estimate equal = estimate(c, a100());
+  auto bottleneck = [](const ClusterEstimate& k) {
+    double worst = 0.0;
+    for (const StageSummary& s : k.stages) {
+      worst = std::max(worst, s.compute_s + s.exposed_comm_s);
+    }
+    return worst;
+  };
+  EXPECT_LT(bottleneck(*balanced.cluster), bottleneck(*equal.cluster));
+  EXPECT_LT(balanced.time.step_s, equal.time.step_s);
+  // The last stage (head) gets fewer layers than the first.
+  EXPECT_LT(balanced.cluster->stages[2].layers, balanced.cluster->stages[0].layers);
+  int64_t total = 0;
+  for (const StageSummary& s : balanced.cluster->stages) {
+    total += s.layers;
+  }
+  EXPECT_EQ(total, 12);
+}
+
+// DAR across stages: boundary j carries H_0 + the completed blocks; with
+// interleaving the receiving rank caches what it saw in its previous chunk.
+TEST(Cluster, DarBankAcrossStagesByHand) {
+  Config c = small();
+  c.dar.variant = DarVariant::dar;
+  c.dar.block_layers = 2;
+  c.dar.streams = 2;
+  c.parallel.pipeline = 2;
+  c.device.count = 2;
+  c.train.global_batch = 8;
+  c.parallel.balance_stages = false;
+  const double entry = 2.0 * 256.0 * (256.0 * 2.0 + 4.0);  // n T (d B + 4)
+  const Estimate e = estimate(c, a100());
+  // One boundary after layer 4: H_0 + 2 blocks.
+  expect_relative(e.cluster->bank_send_bytes_uncached, 3 * entry);
+  expect_relative(e.cluster->bank_send_bytes_cached, 3 * entry);
+  expect_relative(e.cluster->stages[0].send_bytes, 3 * entry + 2.0 * 128.0 * 256.0 * 2.0);
+  // Interleaved v = 2: chunks of 2 layers, boundaries after layers 2, 4, 6:
+  // uncached 2 + 3 + 4 entries; cached 2 + (3 - 2) + (4 - 3).
+  c.parallel.schedule = PipelineSchedule::interleaved;
+  c.parallel.virtual_stages = 2;
+  const Estimate i = estimate(c, a100());
+  expect_relative(i.cluster->bank_send_bytes_uncached, 9 * entry);
+  expect_relative(i.cluster->bank_send_bytes_cached, 4 * entry);
+  c.parallel.dar_bank_cache = false;
+  const Estimate nocache = estimate(c, a100());
+  EXPECT_GT(nocache.time.step_s, i.time.step_s);
+  // Bank memory per stage: entries up to its last chunk's end x micro-batches
+  // in flight (stage 0: p + (p - 1) / v = 2.5; stage 1: 1).
+  expect_relative(i.cluster->stages[0].memory.dar_bank, 4 * entry * 2.5);
+  expect_relative(i.cluster->stages[1].memory.dar_bank, 5 * entry * 1.0);
+}
+
+// Depth reads under TP: replicated on every tensor rank without SP, sharded
+// by tokens (local) with SP.
+TEST(Cluster, DarDepthReadsUnderTensorParallelism) {
+  Config c = small();
+  c.dar.variant = DarVariant::dar;
+  c.parallel.tensor = 2;
+  c.device.count = 2;
+  const Estimate replicated = estimate(c, a100());
+  EXPECT_GT(replicated.cluster->dar_replicated_s, 0.0);
+  c.parallel.sequence_parallel = true;
+  const Estimate sharded = estimate(c, a100());
+  EXPECT_EQ(sharded.cluster->dar_replicated_s, 0.0);
+  EXPECT_LT(sharded.memory.dar_bank, replicated.memory.dar_bank);
+  expect_relative(sharded.memory.dar_bank * 2.0, replicated.memory.dar_bank);
+}
+
+// MoD under SP: per-sequence top-k needs the whole sequence's router scores:
+// an all-gather of b s fp32 scores per routed layer; TP collectives of routed
+// layers carry b k rows.
+TEST(Cluster, ModRouterScoresUnderSequenceParallelism) {
+  Config c = small();
+  c.mod.every = 2;
+  c.mod.capacity = 0.125;
+  c.parallel.tensor = 2;
+  c.parallel.sequence_parallel = true;
+  c.device.count = 2;
+  const Estimate e = estimate(c, a100());
+  EXPECT_EQ(e.cluster->mod_score_gather_bytes, 2.0 * 128.0 * 4.0 * 4.0);  // 4 routed layers
+  const CommRecord* scores =
+      find_comm(*e.cluster, "tp.mod_router_scores", Collective::all_gather, Pass::forward);
+  ASSERT_NE(scores, nullptr);
+  EXPECT_EQ(scores->bytes, 2.0 * 128.0 * 4.0);
+  const CommRecord* routed =
+      find_comm(*e.cluster, "tp.routed_layer", Collective::all_gather, Pass::forward);
+  ASSERT_NE(routed, nullptr);
+  EXPECT_EQ(routed->bytes, 2.0 * 16.0 * 256.0 * 2.0);  // b k d B, k = 16
+}
+
+// Gradient traffic follows total parameters: a model with 1.5x the
+// parameters reduces 1.5x the bytes whatever its FLOPs per token.
+TEST(Cluster, GradientTrafficFollowsParameters) {
+  Config c = small();
+  c.device.count = 16;
+  c.cluster.gpus_per_node = 8;
+  const Estimate dense = estimate(c, a100());
+  c.mod.every = 2;
+  c.mod.capacity = 0.125;
+  c.model.n_layers = 12;  // 1.5x the layers, fewer FLOPs per token per layer
+  const Estimate mod = estimate(c, a100());
+  const CommRecord* a =
+      find_comm(*dense.cluster, "dp.grad", Collective::all_reduce, Pass::backward);
+  const CommRecord* b = find_comm(*mod.cluster, "dp.grad", Collective::all_reduce, Pass::backward);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  expect_relative(b->bytes / a->bytes, mod.params.total / dense.params.total);
+  EXPECT_EQ(a->level, NetLevel::inter_node);
+}
+
+
+// Where this erodes MoD's wall-clock advantage (docs/cluster.md): a MoD model
+// with 1.5x the layers (about 1.4x the parameters, fewer FLOPs per token)
+// steps faster than the dense one on 16 GPUs, but on 2048 GPUs (one
+// micro-batch per GPU, the backward too short to hide the reduction) its
+// larger gradient reduce-scatter is exposed and the advantage is gone.
+TEST(Cluster, ModAdvantageErodesWithDataParallelScale) {
+  auto step = [](int64_t layers, int64_t every, int64_t gpus, double* exposed) {
+    Config c;
+    c.model.d_model = 2048;
+    c.model.n_heads = 16;
+    c.model.n_layers = layers;
+    c.mod.every = every;
+    c.train.micro_batch = 1;
+    c.train.global_batch = 2048;
+    c.device.count = gpus;
+    c.parallel.zero = 1;
+    c.device.profile = "a100-80gb-dgx";
+    const Estimate e = estimate(c, a100());
+    *exposed = e.cluster->grad_reduce_exposed_s;
+    return e.time.step_s;
+  };
+  double dense_small = 0, mod_small = 0, dense_large = 0, mod_large = 0;
+  const double ratio_small = step(36, 2, 16, &mod_small) / step(24, 0, 16, &dense_small);
+  const double ratio_large = step(36, 2, 2048, &mod_large) / step(24, 0, 2048, &dense_large);
+  EXPECT_LT(ratio_small, 1.0);
+  EXPECT_GT(ratio_large, ratio_small);
+  EXPECT_GT(mod_large, dense_large);  // the exposed reduction follows parameters
+}
+
+}  // namespace
+}  // namespace modar
