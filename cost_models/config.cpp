@@ -715,6 +715,113 @@ std::vector<std::pair<std::string, std::string>> config_values(const Config& con
   return values;
 }
 
+// ---- typed keys (ConfigKey) --------------------------------------------------
+// The messages are those of a TOML value of the wrong type (value_from_node).
+
+namespace {
+
+const KeySpec& spec_at(const void* spec) {
+  return *static_cast<const KeySpec*>(spec);
+}
+
+[[noreturn]] void fail_type(const KeySpec& spec, const std::string& shown) {
+  switch (spec.type) {
+    case KeyType::integer:
+      fail(spec.key, shown, "must be an integer");
+    case KeyType::real:
+      fail(spec.key, shown, "must be a number");
+    case KeyType::boolean:
+      fail(spec.key, shown, "must be true or false");
+    case KeyType::choice:
+      fail(spec.key, shown, "must be " + join_names(spec.choices));
+    case KeyType::text:
+      break;
+  }
+  fail(spec.key, shown, "must be a string");
+}
+
+}  // namespace
+
+ConfigKey::ConfigKey(const std::string& dotted_key) : spec_(find_spec(dotted_key)) {
+  if (spec_ == nullptr) {
+    fail_unknown_key(dotted_key, "");
+  }
+}
+
+const char* ConfigKey::name() const {
+  return spec_at(spec_).key;
+}
+
+ConfigValueType ConfigKey::type() const {
+  switch (spec_at(spec_).type) {
+    case KeyType::integer:
+      return ConfigValueType::integer;
+    case KeyType::real:
+      return ConfigValueType::real;
+    case KeyType::boolean:
+      return ConfigValueType::boolean;
+    case KeyType::choice:
+      return ConfigValueType::choice;
+    case KeyType::text:
+      break;
+  }
+  return ConfigValueType::text;
+}
+
+void ConfigKey::set_integer(Config& config, int64_t value) const {
+  const KeySpec& spec = spec_at(spec_);
+  Value typed;
+  if (spec.type == KeyType::integer) {
+    typed.integer = value;
+  } else if (spec.type == KeyType::real) {
+    typed.real = static_cast<double>(value);
+  } else {
+    fail_type(spec, std::to_string(value));
+  }
+  spec.set(config, typed);
+}
+
+void ConfigKey::set_real(Config& config, double value) const {
+  const KeySpec& spec = spec_at(spec_);
+  if (spec.type != KeyType::real) {
+    fail_type(spec, real_literal(value));
+  }
+  if (!std::isfinite(value)) {
+    fail(spec.key, format_number(value), "must be a finite number");
+  }
+  Value typed;
+  typed.real = value;
+  spec.set(config, typed);
+}
+
+void ConfigKey::set_boolean(Config& config, bool value) const {
+  const KeySpec& spec = spec_at(spec_);
+  if (spec.type != KeyType::boolean) {
+    fail_type(spec, value ? "true" : "false");
+  }
+  Value typed;
+  typed.boolean = value;
+  spec.set(config, typed);
+}
+
+void ConfigKey::set_text(Config& config, const std::string& value) const {
+  const KeySpec& spec = spec_at(spec_);
+  const std::string shown = "\"" + value + "\"";
+  Value typed;
+  if (spec.type == KeyType::choice) {
+    typed.integer = choice_index(spec, value, shown);
+  } else if (spec.type == KeyType::text) {
+    typed.text = value;
+  } else {
+    fail_type(spec, shown);
+  }
+  spec.set(config, typed);
+}
+
+std::string ConfigKey::literal(const Config& config) const {
+  return spec_at(spec_).get(config);
+}
+
 AttentionFlops parse_attention_flops(const std::string& text, const std::string& field) {
   if (text == "causal") {
     return AttentionFlops::causal;

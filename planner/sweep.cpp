@@ -87,7 +87,13 @@ int64_t sweep(const SweepRequest& request, const std::function<void(const SweepR
   }
   std::vector<VariantPlan> plans;
   plans.reserve(variants.size());
+  const auto poll = [&request]() {
+    if (request.poll) {
+      request.poll();
+    }
+  };
   for (const ArchSpec& arch : variants) {
+    poll();
     VariantPlan plan;
     plan.arch_base = detail::arch_config(base, arch);
     plan.prior = efficiency_prior(plan.arch_base, fit, request.eps_overrides);
@@ -120,6 +126,7 @@ int64_t sweep(const SweepRequest& request, const std::function<void(const SweepR
       const Config& arch_base = plan.arch_base;
       const EfficiencyPrior& prior = plan.prior;
       const double centre = plan.centres[b];
+      poll();
       const std::vector<ShapeCandidate> curve =
           plan.shared ? detail::canonical_curve_from_table(plan.shared_table, centre,
                                                            request.grid_half_width,
@@ -128,6 +135,7 @@ int64_t sweep(const SweepRequest& request, const std::function<void(const SweepR
                                                 request.grid_step, request.shapes);
       for (const ShapeCandidate& candidate : curve) {
         throw_if_interrupted("the sweep");  // between candidates, not only between rows
+        poll();
         SweepRow row;
         row.budget_flops = budget;
         row.arch = arch.name;

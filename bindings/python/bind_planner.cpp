@@ -102,9 +102,12 @@ void bind_planner(py::module_& m) {
 
   m.def(
       "sweep",
-      [](const SweepRequest& request, py::object progress) {
+      [](SweepRequest request, py::object progress) {
         std::vector<std::string> lines;
-        ProgressTicker ticker(std::move(progress));
+        ProgressTicker ticker(std::move(progress), 0.1);
+        // Ctrl-C is checked between chunks of the sweep's own work (shape
+        // tables, curves, candidates), not only between emitted rows.
+        request.poll = [&]() { ticker.tick(static_cast<int64_t>(lines.size()), -1); };
         {
           py::gil_scoped_release release;
           sweep(request, [&](const SweepRow& row) {

@@ -185,6 +185,29 @@ const std::vector<std::string>& config_keys();
 // The literals are valid JSON too (numbers, true/false, "strings").
 std::vector<std::pair<std::string, std::string>> config_values(const Config& config);
 
+// One key looked up once, then set on any number of configurations with a
+// typed value and no text in between (the Python bindings: modar.Config and
+// the batched estimate).  A value of the wrong type is refused as a TOML
+// value of that type would be (an integer key refuses 1.5, true and "8"; a
+// real key takes an integer; a choice takes one of its names, whole); ranges
+// and cross-field rules stay validate()'s.  Unknown key: ConfigError naming
+// it, with the nearest valid key.
+enum class ConfigValueType { integer, real, boolean, choice, text };
+class ConfigKey {
+ public:
+  explicit ConfigKey(const std::string& dotted_key);
+  const char* name() const;  // "model.d_model"
+  ConfigValueType type() const;
+  void set_integer(Config& config, int64_t value) const;
+  void set_real(Config& config, double value) const;  // finite
+  void set_boolean(Config& config, bool value) const;
+  void set_text(Config& config, const std::string& value) const;
+  std::string literal(const Config& config) const;  // as in config_values()
+
+ private:
+  const void* spec_;
+};
+
 // enum <-> string, the names used in TOML / CLI / JSON.
 const char* to_string(MlpKind v);
 const char* to_string(RouterScale v);

@@ -315,6 +315,10 @@ struct SweepRequest {
   ShapeSearchOptions shapes;
   double grid_step = 1.05;
   double grid_half_width = 6.0;
+  // Called between chunks of work (each architecture's shape table, each
+  // curve, each candidate); it may throw to stop the sweep (the Python
+  // binding checks for Ctrl-C here).
+  std::function<void()> poll;
 };
 
 struct SweepRow {

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from . import _core
 from ._config import Config
-from ._estimate import EstimateResult, estimate
+from ._estimate import EstimateResult, estimate, estimate_batch
 from ._core import BackendError, ConfigError, FileError, ShapeError
 from ._planner import (
     FitResult,
@@ -45,6 +45,7 @@ __all__ = [
     "cli_path",
     "closed_form_optimum",
     "estimate",
+    "estimate_batch",
     "fit",
     "load_profile",
     "optimal",

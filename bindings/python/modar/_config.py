@@ -1,27 +1,18 @@
 """modar.Config: one model / training / device configuration.
 
 Every construction path (dict, TOML file, keyword arguments, Hugging Face
-config.json) ends in the C++ parser and validator the CLI uses, so the rules
-and the error messages are the CLI's own; a bad value raises ValueError
+config.json) sets the C++ structs through the core's typed keys (no TOML text
+is written) and ends in the validator the CLI uses, so the rules and the
+error messages are the CLI's own; a bad value raises ValueError
 (modar.ConfigError) naming the field, the value and what is allowed.
 """
 
 from __future__ import annotations
 
-import copy
 import difflib
-import json
-import math
-import numbers
 import os
-import sys
 from pathlib import Path
 from typing import Any, Mapping
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 from . import _core
 
@@ -29,59 +20,31 @@ ConfigError = _core.ConfigError
 _SECTIONS = ("model", "mod", "dar", "train", "device")
 
 
-def _toml_value(field: str, value: Any) -> str:
-    """One TOML literal; refuses what TOML cannot say, naming the field."""
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        value = value.item()  # numpy scalar -> Python scalar
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, numbers.Integral):
-        return str(int(value))
-    if isinstance(value, numbers.Real):
-        value = float(value)
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return repr(value)
-    if isinstance(value, (str, os.PathLike)):
-        return json.dumps(os.fspath(value))  # a JSON string is a TOML basic string
-    raise ConfigError(
-        f"{field} = {value!r}: unsupported value type {type(value).__name__}; "
-        "allowed: int, float, bool, str"
+_KEYS: dict[str, str] | None = None  # dotted key -> its type ("integer", "real", ...)
+_BARE: dict[str, str] | None = None  # bare name -> dotted key, for names in one section only
+
+
+def _keys() -> dict[str, str]:
+    global _KEYS, _BARE
+    if _KEYS is None:
+        _KEYS = dict(_core.config_key_types())
+        seen: dict[str, list[str]] = {}
+        for dotted in _KEYS:
+            seen.setdefault(dotted.rsplit(".", 1)[-1], []).append(dotted)
+        _BARE = {name: keys[0] for name, keys in seen.items() if len(keys) == 1}
+    return _KEYS
+
+
+def _unknown_key(key: str, value: Any) -> ConfigError:
+    bare = _BARE or {}
+    names = sorted(set(bare) | set(_keys()))
+    close = difflib.get_close_matches(key, names + list(_SECTIONS), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return ConfigError(
+        f"unknown configuration key {key!r}{hint}; allowed: a section "
+        f"({', '.join(_SECTIONS)}) given as a dict, a dotted key such as 'mod.capacity', "
+        "or a key name found in one section only such as 'd_model' (see docs/config.md)"
     )
-
-
-def _dict_to_toml(document: Mapping[str, Mapping[str, Any] | Any]) -> str:
-    top = [f"{k} = {_toml_value(k, v)}" for k, v in document.items() if not isinstance(v, Mapping)]
-    lines = top + ([""] if top else [])
-    for section, body in document.items():
-        if not isinstance(body, Mapping):
-            continue
-        lines.append(f"[{section}]")
-        for key, value in body.items():
-            lines.append(f"{key} = {_toml_value(f'{section}.{key}', value)}")
-        lines.append("")
-    return "\n".join(lines)
-
-
-def _bare_key_index() -> dict[str, str]:
-    """Bare name -> dotted key, for names that occur in exactly one section."""
-    seen: dict[str, list[str]] = {}
-    for dotted in _core.config_keys():
-        seen.setdefault(dotted.rsplit(".", 1)[-1], []).append(dotted)
-    return {name: keys[0] for name, keys in seen.items() if len(keys) == 1}
-
-
-def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
-    parts = dotted.split(".")
-    node = tree
-    for part in parts[:-1]:
-        child = node.get(part)
-        if not isinstance(child, dict):
-            child = node[part] = {}
-        node = child
-    node[parts[-1]] = value
 
 
 def _flatten(entries: Mapping[str, Any], prefix: str = ""):
@@ -89,43 +52,27 @@ def _flatten(entries: Mapping[str, Any], prefix: str = ""):
         if not isinstance(key, str):
             raise ConfigError(f"{prefix or 'config.'}{key!r}: configuration keys must be strings")
         if isinstance(value, Mapping):
-            yield from _flatten(value, f"{prefix}{key}.")
+            if prefix:  # sections hold values, not tables
+                raise ConfigError(f"{prefix}{key} = {value!r}: a value cannot be a table; "
+                                  "allowed: int, float, bool, str")
+            yield from _flatten(value, f"{key}.")
         else:
             yield f"{prefix}{key}", value
 
 
-def _normalise(entries: Mapping[str, Any]) -> dict:
-    """Accept {"mod": {...}}, {"mod.capacity": x} and bare {"capacity": x}."""
-    tree: dict = {}
-    bare = None
+def _assignments(entries: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """{"mod": {...}}, {"mod.capacity": x} and bare {"capacity": x} -> [(dotted key, value)].
+
+    Every key must be a key of the configuration (docs/config.md) or a bare
+    name found in one section only; nothing is ever parsed out of a key, so a
+    key cannot carry a second assignment."""
+    keys = _keys()
+    out = []
     for key, value in _flatten(entries):
-        if "." in key:
-            _set_dotted(tree, key, value)
-            continue
-        if bare is None:
-            bare = _bare_key_index()
-            top_level = {k for k in _core.config_keys() if "." not in k}
-        dotted = key if key in top_level else bare.get(key)
+        dotted = key if key in keys else (_BARE or {}).get(key)
         if dotted is None:
-            names = sorted(set(bare) | top_level)
-            close = difflib.get_close_matches(key, names + list(_SECTIONS), n=1)
-            hint = f"did you mean '{close[0]}'? " if close else ""
-            raise ConfigError(
-                f"{key} = {value!r}: unknown configuration key; {hint}"
-                f"allowed: a section ({', '.join(_SECTIONS)}) given as a dict, "
-                f"or one of {', '.join(names)}"
-            )
-        _set_dotted(tree, dotted, value)
-    return tree
-
-
-def _deep_merge(base: dict, extra: Mapping) -> dict:
-    out = copy.deepcopy(base)
-    for key, value in extra.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
+            raise _unknown_key(key, value)
+        out.append((dotted, value))
     return out
 
 
@@ -136,35 +83,41 @@ class Config:
     >>> Config("model.toml", seq_len=4096)          # a TOML file plus overrides
     >>> Config({"model": {"d_model": 512}})          # a dict (nested or dotted keys)
     >>> Config.from_hf("config.json")                # a Hugging Face config
+
+    Built through the C++ API (one typed value per key, never TOML text), then
+    checked by the CLI's validator.
     """
 
     __slots__ = ("_cpp",)
 
     def __init__(self, source: Any = None, /, **overrides: Any) -> None:
         if isinstance(source, Config):
-            base_cpp = source._cpp
-            base_doc = source.to_dict() if overrides else None
+            cpp = source._cpp.copy()
         elif source is None:
-            base_cpp, base_doc = None, {}
+            cpp = _core.Config()
         elif isinstance(source, Mapping):
-            base_cpp, base_doc = None, _normalise(source)
+            cpp = _core.Config()
+            cpp.update(_assignments(source))
         elif isinstance(source, (str, os.PathLike)):
-            base_cpp = _core.load_config_file(os.fspath(source))
-            base_doc = None
-            if overrides:
-                base_doc = tomllib.loads(_core.config_to_toml(base_cpp))
+            cpp = _core.load_config_file(os.fspath(source))
         else:
-            raise ConfigError(
+            raise TypeError(
                 f"config: cannot build a Config from {type(source).__name__}; "
                 "allowed: a dict, a TOML path, a Config, or keyword arguments"
             )
-        if base_cpp is not None and not overrides:
-            _core.validate_config(base_cpp)
-            self._cpp = base_cpp
+        if overrides:
+            cpp.update(_assignments(overrides))
+        elif isinstance(source, Config):
+            self._cpp = cpp  # already validated
             return
-        document = _deep_merge(base_doc or {}, _normalise(overrides))
-        self._cpp = _core.parse_config_toml(_dict_to_toml(document), "<python>")
-        _core.validate_config(self._cpp)
+        cpp.validate()
+        self._cpp = cpp
+
+    @classmethod
+    def _wrap(cls, cpp: "_core.Config") -> "Config":
+        config = cls.__new__(cls)
+        config._cpp = cpp
+        return config
 
     # ---- other constructors -------------------------------------------------
     @classmethod
@@ -177,9 +130,10 @@ class Config:
 
     @classmethod
     def from_toml_string(cls, text: str, **overrides: Any) -> "Config":
-        config = cls.__new__(cls)
-        config._cpp = _core.parse_config_toml(text, "<string>")
-        _core.validate_config(config._cpp)
+        if not isinstance(text, str):
+            raise TypeError(f"text: expected str (a TOML document), got {type(text).__name__}")
+        config = cls._wrap(_core.parse_config_toml(text, "<string>"))
+        config._cpp.validate()
         return cls(config, **overrides) if overrides else config
 
     @classmethod
@@ -191,14 +145,15 @@ class Config:
         """
         from ._hf import hf_to_dict
 
-        return cls(_deep_merge(hf_to_dict(path_or_dict), _normalise(overrides)))
+        return cls(hf_to_dict(path_or_dict), **overrides)
 
     # ---- views ----------------------------------------------------------------
     def to_toml(self) -> str:
-        return _core.config_to_toml(self._cpp)
+        return self._cpp.to_toml()
 
     def to_dict(self) -> dict:
-        return tomllib.loads(self.to_toml())
+        """{section: {key: value}}: what tomllib reads from to_toml()."""
+        return self._cpp.to_dict()
 
     def replace(self, **overrides: Any) -> "Config":
         """A new Config with some fields changed (same keys as the constructor)."""
@@ -208,23 +163,28 @@ class Config:
         """Write the TOML file atomically (temporary file + rename)."""
         target = Path(path)
         tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-        tmp.write_text(self.to_toml())
+        tmp.write_text(self.to_toml(), encoding="utf-8")
         os.replace(tmp, target)
         return target
 
     def __getitem__(self, dotted: str) -> Any:
-        node: Any = self.to_dict()
-        for part in dotted.split("."):
-            if not isinstance(node, dict) or part not in node:
-                raise KeyError(dotted)
-            node = node[part]
-        return node
+        if not isinstance(dotted, str):
+            raise KeyError(dotted)
+        if dotted in _keys():
+            return self._cpp.get(dotted)
+        document = self.to_dict()
+        if dotted in document:
+            return document[dotted]
+        raise KeyError(dotted)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Config) and self.to_toml() == other.to_toml()
 
     def __hash__(self) -> int:
         return hash(self.to_toml())
+
+    def __reduce__(self):
+        return (Config.from_toml_string, (self.to_toml(),))
 
     def __repr__(self) -> str:
         d = self.to_dict()

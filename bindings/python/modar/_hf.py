@@ -50,11 +50,20 @@ _GELU = {"gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "q
 def _read(source: str | os.PathLike | Mapping[str, Any]) -> tuple[dict, str]:
     if isinstance(source, Mapping):
         return dict(source), "<dict>"
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError(f"config: expected a config.json path or a dict, got {type(source).__name__}")
     path = Path(source)
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as error:
         raise _core.FileError(f"{path}: cannot read Hugging Face config: {error.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise _core.FileError(
+            f"{path}: not UTF-8 text (byte 0x{data[error.start]:02x} at offset {error.start}); "
+            "allowed: a JSON config.json in UTF-8"
+        ) from None
     try:
         document = json.loads(text)
     except json.JSONDecodeError as error:

@@ -13,26 +13,35 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from . import _core
+from ._args import one_line_type_errors
 from ._config import Config
 from ._progress import resolve as _resolve_progress
 from ._results import Result, _fmt, flatten
 
 ConfigError = _core.ConfigError
 _DEFAULT_ARCHS = ("baseline", "mod", "dar", "mod+dar")
+_MAX_DEVICES = 16777216  # device.count's bound (cost_models/config.cpp)
 
 
 # ---- argument plumbing ---------------------------------------------------------
 
-def _positive(name: str, value: Any, kind: type) -> Any:
-    """The CLI's flag checks (positive, finite, integral) for a Python argument."""
-    if hasattr(value, "item"):
+_INT64_MAX = 2**63 - 1
+
+
+def _positive(name: str, value: Any, kind: type, most: float | None = None) -> Any:
+    """The CLI's flag checks (positive, finite, integral, at most `most`) for a
+    Python argument."""
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{name} = {value!r}: must be a positive {'integer' if kind is int else 'number'}")
+        raise ConfigError(f"{name} = {value!r:.60}: must be a positive {'integer' if kind is int else 'number'}")
     if kind is int and (isinstance(value, float) and not value.is_integer()):
         raise ConfigError(f"{name} = {value!r}: must be a positive integer")
     if not math.isfinite(value) or value <= 0:
         raise ConfigError(f"{name} = {value!r}: must be a positive finite number")
+    limit = most if most is not None else (_INT64_MAX if kind is int else None)
+    if limit is not None and value > limit:
+        raise ConfigError(f"{name} = {value!r}: must be <= {limit:.17g}")
     return kind(value)
 
 
@@ -53,14 +62,60 @@ def _as_list(name: str, value: Any, kind: type) -> list:
     return out
 
 
+_EPS_ALLOWED: str | None = None
+
+
+def _eps_allowed() -> str:
+    """The architecture names --eps accepts, as the core lists them."""
+    global _EPS_ALLOWED
+    if _EPS_ALLOWED is None:
+        try:
+            _core.parse_eps_overrides("?=1")
+            _EPS_ALLOWED = "an architecture name"
+        except ValueError as error:
+            text = str(error)
+            _EPS_ALLOWED = text.split("allowed: ", 1)[1] if "allowed: " in text else "an architecture name"
+    return _EPS_ALLOWED
+
+
+def _eps_error(error: ValueError) -> ConfigError:
+    text = str(error)
+    return ConfigError("eps: " + text[len("--eps "):] if text.startswith("--eps ") else text)
+
+
 def _eps_overrides(eps: Mapping[str, float] | str | None) -> dict:
+    """eps as a dict {arch: value} or the CLI's text "mod=0.94,dar=0.97".
+
+    A dict is checked entry by entry through the core's --eps parser; its keys
+    are names, never text to split, so {"mod=0.5,dar": 0.9} is refused."""
     if eps is None:
         return {}
     if isinstance(eps, str):
-        return dict(_core.parse_eps_overrides(eps))
-    # Same validation as the CLI's --eps: through the one C++ parser.
-    text = ",".join(f"{k}={float(v)!r}" for k, v in eps.items())
-    return dict(_core.parse_eps_overrides(text))
+        try:
+            return dict(_core.parse_eps_overrides(eps))
+        except ValueError as error:
+            raise _eps_error(error) from None
+    if not isinstance(eps, Mapping):
+        raise TypeError(f"eps = {eps!r:.60}: expected a dict {{architecture: eps}} or a string "
+                        f"like 'mod=0.94,dar=0.97', got {type(eps).__name__}")
+    out: dict[str, float] = {}
+    for key, value in eps.items():
+        if not isinstance(key, str):
+            raise TypeError(f"eps key {key!r:.60}: expected str (an architecture name), got {type(key).__name__}")
+        if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+            value = value.item()
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"eps[{key!r:.60}] = {value!r:.60}: expected a number, got {type(value).__name__}")
+        if key != key.strip() or not key or any(c in key for c in ",=") or not key.isprintable():
+            raise ConfigError(f"eps key {key!r:.60}: unknown architecture; allowed: {_eps_allowed()}")
+        try:
+            parsed = dict(_core.parse_eps_overrides(f"{key}={float(value)!r}"))
+        except ValueError as error:
+            raise _eps_error(error) from None
+        if list(parsed) != [key]:  # cannot happen for a key without ',' or '='
+            raise ConfigError(f"eps key {key!r:.60}: unknown architecture; allowed: {_eps_allowed()}")
+        out[key] = parsed[key]
+    return out
 
 
 def _profile_ref(profile: Any) -> str:
@@ -90,6 +145,9 @@ def _fit_ref(fit: Any) -> str:
 def _shapes(aspect: Sequence[float] | None, gqa_group: int | None) -> "_core.ShapeSearchOptions":
     options = _core.ShapeSearchOptions()
     if aspect is not None:
+        if isinstance(aspect, (str, bytes)) or not hasattr(aspect, "__len__"):
+            raise TypeError(f"aspect = {aspect!r:.60}: expected (aspect_min, aspect_max), "
+                            f"got {type(aspect).__name__}")
         if len(aspect) != 2:
             raise ConfigError(f"aspect = {aspect!r}: must be (aspect_min, aspect_max)")
         lo, hi = (_positive("aspect", a, float) for a in aspect)
@@ -150,6 +208,7 @@ class OptimalResult(Result):
         return "\n".join(lines)
 
 
+@one_line_type_errors
 def optimal(
     flops: float | None = None,
     gpu_hours: float | None = None,
@@ -183,9 +242,9 @@ def optimal(
     if gpu_hours is not None:
         request.gpu_hours = _positive("gpu_hours", gpu_hours, float)
     request.profile = _profile_ref(profile)
-    request.gpus = _positive("gpus", gpus, int)
+    request.gpus = _positive("gpus", gpus, int, _MAX_DEVICES)
     if gpus_per_node is not None:
-        request.gpus_per_node = _positive("gpus_per_node", gpus_per_node, int)
+        request.gpus_per_node = _positive("gpus_per_node", gpus_per_node, int, 1024)
     request.archs = _as_list("arch", arch, str)
     request.fit = _fit_ref(fit)
     request.eps_overrides = _eps_overrides(eps)
@@ -229,6 +288,7 @@ class SweepResult(Result):
                 f"{', '.join(_fmt(b) for b in budgets)}; archs {', '.join(archs)}>")
 
 
+@one_line_type_errors
 def sweep(
     budgets: float | Iterable[float],
     *,
@@ -263,7 +323,7 @@ def sweep(
     request.fit = _fit_ref(fit)
     request.eps_overrides = _eps_overrides(eps)
     request.profile = _profile_ref(profile)
-    request.gpus = _positive("gpus", gpus, int)
+    request.gpus = _positive("gpus", gpus, int, _MAX_DEVICES)
     request.with_time = bool(with_time)
     request.base = _base(base, config_overrides)
     if grid_step is not None:
@@ -325,6 +385,7 @@ class FitResult(Result):
                 f"{_fmt(p['A'])}/N^{_fmt(p['alpha'])} + {_fmt(p['B'])}/D^{_fmt(p['beta'])}>")
 
 
+@one_line_type_errors
 def fit(
     runs: Any,
     *,
@@ -345,8 +406,8 @@ def fit(
             raise ConfigError(f"bootstrap_samples = {bootstrap_samples!r}: must be in [0, 100000]")
         options.bootstrap_samples = bootstrap_samples
     if seed is not None:
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ConfigError(f"seed = {seed!r}: must be a non-negative integer")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
+            raise ConfigError(f"seed = {seed!r:.60}: must be an integer in [0, 2^64)")
         options.seed = seed
     if isinstance(runs, (str, os.PathLike)):
         document, text, toml_text = _core.fit_csv_file(os.fspath(runs), options)
@@ -365,6 +426,12 @@ def fit(
     )
 
 
+@one_line_type_errors
 def closed_form_optimum(flops: float, *, fit: Any = "epoch", eps: float = 1.0) -> dict:
-    """N*, D*, loss of the dense closed form under C = 6 N D (SPEC section 4)."""
-    return dict(_core.closed_form_optimum(_fit_ref(fit), float(flops), float(eps)))
+    """N*, D*, loss of the dense closed form under C = 6 N D (SPEC section 4).
+
+    flops: the training budget C (positive, finite); eps: the architecture's
+    efficiency (positive, finite; 1 = the dense baseline)."""
+    flops = _positive("flops", flops, float)
+    eps = _positive("eps", eps, float)
+    return dict(_core.closed_form_optimum(_fit_ref(fit), flops, eps))
