@@ -353,12 +353,9 @@ DeviceProfile load_profile(const std::string& name_or_path) {
     if (!text.empty()) {
       return parse_profile_toml(text, "embedded profile '" + name_or_path + "'");
     }
-    // A profile saved into the source tree's profiles/ after this build.
-    const std::string in_tree =
-        std::string(MODAR_SOURCE_DIR) + "/profiles/" + name_or_path + ".toml";
-    if (std::filesystem::exists(in_tree)) {
-      return parse_profile_toml(read_file_text(in_tree), in_tree);
-    }
+    // Only the embedded profiles answer to a bare name: a run never reads the
+    // build machine's source tree (a profile saved after the build is loaded
+    // by its path).
     const std::vector<std::string> names = embedded_profile_names();
     std::string message = "device.profile = \"" + name_or_path + "\": no such profile; allowed: ";
     for (size_t i = 0; i < names.size(); ++i) {
