@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "modar/errors.hpp"
+#include "modar/profile_io.hpp"
 #include "modar/json.hpp"
 #include "toml_text.hpp"
 
@@ -91,7 +92,9 @@ bool looks_like_path(const std::string& name) {
          (name.size() > 5 && name.compare(name.size() - 5, 5, ".toml") == 0);
 }
 
-std::string read_file_text(const std::string& path) {
+}  // namespace
+
+std::string read_profile_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw FileError("profile file '" + path + "': cannot open (missing or unreadable)");
@@ -100,8 +103,6 @@ std::string read_file_text(const std::string& path) {
   content << in.rdbuf();
   return content.str();
 }
-
-}  // namespace
 
 DeviceProfile parse_profile_toml(const std::string& toml_text, const std::string& source_name) {
   toml::table root;
@@ -368,7 +369,7 @@ DeviceProfile load_profile(const std::string& name_or_path) {
     }
     throw ConfigError(message);
   }
-  return parse_profile_toml(read_file_text(name_or_path), name_or_path);
+  return parse_profile_toml(read_profile_file(name_or_path), name_or_path);
 }
 
 }  // namespace modar

@@ -27,6 +27,7 @@
 #include <utility>
 
 #include "modar/errors.hpp"
+#include "modar/profile_io.hpp"
 #include "modar/json.hpp"
 #include "profiler_internal.hpp"
 
@@ -554,16 +555,6 @@ bool point_done(const DeviceProfile& profile, const ProfilePoint& point) {
   return false;
 }
 
-std::string read_file_or_throw(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw FileError("profile file '" + path + "': cannot open (missing or unreadable)");
-  }
-  std::ostringstream content;
-  content << in.rdbuf();
-  return content.str();
-}
-
 }  // namespace
 
 DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
@@ -622,7 +613,7 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
   if (options.resume && std::filesystem::exists(checkpoint)) {
     DeviceProfile previous;
     try {
-      previous = parse_profile_toml(read_file_or_throw(checkpoint), checkpoint);
+      previous = parse_profile_toml(read_profile_file(checkpoint), checkpoint);
     } catch (const std::invalid_argument& e) {
       throw FileError(checkpoint + ": cannot resume from a damaged checkpoint (" + e.what() +
                       "); delete it and run without resume");
@@ -956,7 +947,7 @@ void check_measured_profile(const DeviceProfile& profile, const std::string& sou
 }
 
 DeviceProfile load_measured_profile(const std::string& path, const std::string& expected_backend) {
-  const std::string text = read_file_or_throw(path);
+  const std::string text = read_profile_file(path);
   DeviceProfile profile;
   try {
     profile = parse_profile_toml(text, path);

@@ -435,6 +435,10 @@ void register_backend(const std::string& name, BackendFactory factory);
 // factory throws BackendError when no GPU is present.
 std::unique_ptr<Backend> make_backend(const std::string& name);
 std::unique_ptr<Backend> make_cpu_backend();
+// Defined by the CUDA backend (runtime/cuda, only when built with CUDA; see
+// cuda_backend.hpp).  Declared here for code that names it directly (the CUDA
+// tests); the core itself only reaches CUDA through the registry.
+std::unique_ptr<Backend> make_cuda_backend();
 // Names make_backend accepts in this build ("cpu" and, with CUDA, "cuda").
 std::vector<std::string> available_backends();
 
