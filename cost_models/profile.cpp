@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "modar/errors.hpp"
+#include "modar/profile_io.hpp"
 #include "modar/json.hpp"
 #include "network_internal.hpp"
 #include "toml_text.hpp"
@@ -97,10 +98,6 @@ bool looks_like_path(const std::string& name) {
          (name.size() > 5 && name.compare(name.size() - 5, 5, ".toml") == 0);
 }
 
-std::string read_file_text(const std::string& path) {
-  return read_input_file(path, "profile file", kMaxProfileBytes);
-}
-
 // A provenance entry the tools read back must parse strictly.
 void check_integer_provenance(const DeviceProfile& profile, const char* key,
                               const std::string& source) {
@@ -113,6 +110,11 @@ void check_integer_provenance(const DeviceProfile& profile, const char* key,
 }
 
 }  // namespace
+
+// The one reader of profile files (bounded, regular files only: config.hpp).
+std::string read_profile_file(const std::string& path) {
+  return read_input_file(path, "profile file", kMaxProfileBytes);
+}
 
 DeviceProfile parse_profile_toml(const std::string& toml_text, const std::string& source_name) {
   toml::table root;
@@ -486,13 +488,9 @@ DeviceProfile load_profile(const std::string& name_or_path) {
       const std::string source = "embedded profile '" + name_or_path + "'";
       return checked(parse_profile_toml(text, source), source);
     }
-    // A profile saved into the source tree's profiles/ after this build.
-    const std::string in_tree =
-        std::string(MODAR_SOURCE_DIR) + "/profiles/" + name_or_path + ".toml";
-    std::error_code ignored;  // a name too long for a path is simply not there
-    if (std::filesystem::exists(in_tree, ignored)) {
-      return checked(parse_profile_toml(read_file_text(in_tree), in_tree), in_tree);
-    }
+    // Only the embedded profiles answer to a bare name: a run never reads the
+    // build machine's source tree (a profile saved after the build is loaded
+    // by its path).
     const std::vector<std::string> names = embedded_profile_names();
     std::string message =
         "device.profile = \"" + shown_value(name_or_path) + "\": no such profile; allowed: ";
@@ -506,7 +504,7 @@ DeviceProfile load_profile(const std::string& name_or_path) {
     }
     throw ConfigError(message);
   }
-  return checked(parse_profile_toml(read_file_text(name_or_path), name_or_path), name_or_path);
+  return checked(parse_profile_toml(read_profile_file(name_or_path), name_or_path), name_or_path);
 }
 
 }  // namespace modar

@@ -1,6 +1,8 @@
 // `modar profile`: time the runtime's ops on this machine and write a device
 // profile (runtime/profiler.cpp; format: profiles/README.md, docs/profiler.md).
 #include <cstdio>
+#include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -33,6 +35,11 @@ const std::vector<FlagSpec> kFlags = {
      "what a sample measures: wall time, or process CPU time per thread (cpu backend only; "
      "robust on a shared, loaded machine; best with --threads 1).  Default: cpu on the cpu "
      "backend, wall on cuda"},
+    {"--kinds", true, false, "K1,K2",
+     "only these op kinds of the grid (e.g. gemm,attention): a reduced grid for a fast look"},
+    {"--max-dim", true, false, "N", "only grid points whose every dimension is <= N"},
+    {"--dry-run", false, false, "",
+     "print the resolved settings (JSON: threads, clock, budget, points...) and exit"},
     {"--quiet", false, false, "", "no progress lines on stderr"},
 };
 
@@ -42,6 +49,30 @@ constexpr const char* kDescription =
     "ceilings (largest GEMM, large copy, tiny-op dispatch), and writes a TOML profile that\n"
     "`modar estimate --set device.profile=PATH` and `modar validate --profile PATH` read.\n"
     "Progress with an ETA goes to stderr; a killed run continues with --resume.\n";
+
+// An int flag that must fit an int (the library checks the range and names the field).
+int parse_int_flag(const ParsedArgs& parsed, const char* flag) {
+  const int64_t value = parse_int(flag, *parsed.value(flag));
+  if (value < std::numeric_limits<int>::min() || value > std::numeric_limits<int>::max()) {
+    throw ConfigError(std::string(flag) + " = " + *parsed.value(flag) + ": out of range");
+  }
+  return static_cast<int>(value);
+}
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  std::string item;
+  for (char c : text + ",") {
+    if (c == ',') {
+      if (!item.empty())
+        items.push_back(item);
+      item.clear();
+    } else if (c != ' ') {
+      item += c;
+    }
+  }
+  return items;
+}
 
 }  // namespace
 
@@ -54,68 +85,67 @@ int cmd_profile(const Args& args) {
     return 0;
   }
   const ParsedArgs parsed = parse_args(args, kFlags, "profile", 0, 0);
-  runtime::ProfileOptions options;
+  // Only what the user said; the defaults belong to the library
+  // (runtime::resolve_profile_options), shared with modar.profile().
+  runtime::ProfileRequest request;
   const std::vector<std::string> backends = {"cpu", "cuda"};
-  options.backend_name =
+  request.backend =
       backends[parse_choice("--backend", parsed.value_or("--backend", "cpu"), backends)];
   if (!parsed.has("--out")) {
     throw ConfigError(
         "--out is missing: give the path of the profile to write, e.g. --out "
         "profiles/cpu-measured-quick.toml");
   }
-  options.out_path = *parsed.value("--out");
-  options.grid = parsed.has("--quick") ? runtime::GridSize::quick : runtime::GridSize::full;
-  options.resume = parsed.has("--resume");
-  // CPU default: one thread timed by CPU time, so that a profile taken on a
-  // shared machine does not depend on the load at the time (docs/profiler.md).
-  options.threads = options.backend_name == "cpu" ? 1 : 0;
+  request.out_path = *parsed.value("--out");
+  request.quick = parsed.has("--quick");
+  request.resume = parsed.has("--resume");
   if (parsed.has("--threads")) {
-    options.threads = static_cast<int>(parse_int("--threads", *parsed.value("--threads")));
-    if (options.threads < 0) {
-      throw ConfigError("--threads = " + *parsed.value("--threads") + ": must be >= 0 (0 = all)");
-    }
+    request.threads = parse_int_flag(parsed, "--threads");
   }
-  const std::vector<std::string> dtypes = {"fp32", "bf16"};
-  const std::string default_dtype = options.backend_name == "cpu" ? "fp32" : "bf16";
-  options.dtype = parse_choice("--dtype", parsed.value_or("--dtype", default_dtype), dtypes) == 0
-                      ? DType::fp32
-                      : DType::bf16;
-  options.timing.budget_s = options.grid == runtime::GridSize::quick ? 0.08 : 0.25;
+  if (parsed.has("--dtype")) {
+    const std::vector<std::string> dtypes = {"fp32", "bf16"};
+    request.dtype =
+        parse_choice("--dtype", *parsed.value("--dtype"), dtypes) == 0 ? DType::fp32 : DType::bf16;
+  }
   if (parsed.has("--budget")) {
-    options.timing.budget_s = parse_positive_double("--budget", *parsed.value("--budget"));
+    request.budget_s = parse_positive_double("--budget", *parsed.value("--budget"));
   }
   if (parsed.has("--rotate-bytes")) {
-    options.timing.rotation_bytes =
-        parse_positive_int("--rotate-bytes", *parsed.value("--rotate-bytes"));
+    request.rotation_bytes = parse_positive_int("--rotate-bytes", *parsed.value("--rotate-bytes"));
   }
   if (parsed.has("--gpu-l2-bytes")) {
-    options.device_cache_bytes =
+    request.device_cache_bytes =
         parse_positive_int("--gpu-l2-bytes", *parsed.value("--gpu-l2-bytes"));
   }
   if (parsed.has("--gpu-memory-bytes")) {
-    options.device_memory_bytes = static_cast<int64_t>(
+    request.device_memory_bytes = static_cast<int64_t>(
         parse_positive_double("--gpu-memory-bytes", *parsed.value("--gpu-memory-bytes")));
   }
-  const std::vector<std::string> clocks = {"wall", "cpu"};
-  options.timing.clock =
-      parse_choice("--clock",
-                   parsed.value_or("--clock", options.backend_name == "cpu" ? "cpu" : "wall"),
-                   clocks) == 0
-          ? runtime::Clock::wall
-          : runtime::Clock::cpu;
-  options.progress = parsed.has("--quiet") ? nullptr : stderr;
+  if (parsed.has("--clock")) {
+    const std::vector<std::string> clocks = {"wall", "cpu"};
+    request.clock = parse_choice("--clock", *parsed.value("--clock"), clocks) == 0
+                        ? runtime::Clock::wall
+                        : runtime::Clock::cpu;
+  }
+  if (parsed.has("--kinds")) {
+    request.kinds = split_list(*parsed.value("--kinds"));
+  }
+  if (parsed.has("--max-dim")) {
+    request.max_dim = parse_positive_int("--max-dim", *parsed.value("--max-dim"));
+  }
 
   std::unique_ptr<runtime::Backend> backend;
   try {
-    backend = runtime::make_backend(options.backend_name);
+    backend = runtime::make_backend(request.backend);
   } catch (const BackendError& e) {
-    throw ConfigError(std::string("--backend ") + options.backend_name + ": " + e.what());
+    throw ConfigError(std::string("--backend ") + request.backend + ": " + e.what());
   }
-  if (options.timing.clock == runtime::Clock::cpu &&
-      backend->device() != runtime::DeviceKind::cpu) {
-    throw ConfigError(
-        "--clock cpu: only the cpu backend can be timed by CPU time; use --clock wall");
+  runtime::ProfileOptions options = runtime::resolve_profile_options(request, *backend);
+  if (parsed.has("--dry-run")) {
+    std::fputs(runtime::profile_settings_json(options).c_str(), stdout);
+    return 0;
   }
+  options.progress = parsed.has("--quiet") ? nullptr : stderr;
   const DeviceProfile profile = runtime::run_profile(*backend, options);
   std::printf("wrote %s: %zu measurements (%s grid, %s, backend %s), skipped %s\n",
               options.out_path.c_str(), profile.measurements.size(),

@@ -1,7 +1,8 @@
 // `modar validate`: measured vs predicted step time and peak memory on
 // held-out configurations (runtime/validate.cpp).
 #include <cstdio>
-#include <cstdlib>
+#include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@ const std::vector<FlagSpec> kFlags = {
     {"--clock", true, false, "wall|cpu",
      "what a sample measures: wall time or process CPU time per thread (cpu backend only); "
      "default: the profile's provenance.clock"},
+    {"--dry-run", false, false, "", "print the resolved settings (JSON) and exit"},
     {"--quiet", false, false, "", "no progress lines on stderr"},
 };
 
@@ -53,32 +55,35 @@ int cmd_validate(const Args& args) {
       backends[parse_choice("--backend", parsed.value_or("--backend", "cpu"), backends)];
   const DeviceProfile profile =
       runtime::load_measured_profile(*parsed.value("--profile"), backend_name);
-  runtime::ValidationOptions options;
-  options.quick = parsed.has("--quick");
+  // Only what the user said; the defaults (the profile's clock and threads)
+  // belong to the library (runtime::resolve_validation_options), shared with
+  // modar.validate().
+  runtime::ValidationRequest request;
+  request.backend = backend_name;
+  request.quick = parsed.has("--quick");
+  const auto int_flag = [&](const char* flag) {
+    const int64_t value = parse_positive_int(flag, *parsed.value(flag));
+    if (value > std::numeric_limits<int>::max()) {
+      throw ConfigError(std::string(flag) + " = " + *parsed.value(flag) + ": out of range");
+    }
+    return static_cast<int>(value);
+  };
   if (parsed.has("--rounds")) {
-    options.rounds = static_cast<int>(parse_positive_int("--rounds", *parsed.value("--rounds")));
-  }
-  // Default: the threads the profile was measured with (CPU backend).
-  int threads = 0;
-  const auto recorded_threads = profile.provenance.find("threads");
-  if (backend_name == "cpu" && recorded_threads != profile.provenance.end()) {
-    threads = std::atoi(recorded_threads->second.c_str());
+    request.rounds = int_flag("--rounds");
   }
   if (parsed.has("--threads")) {
-    threads = static_cast<int>(parse_positive_int("--threads", *parsed.value("--threads")));
+    request.threads = int_flag("--threads");
   }
-  runtime::set_cpu_threads(threads);
-  // Default: the clock the profile was measured with.
-  const auto recorded = profile.provenance.find("clock");
-  const std::string default_clock =
-      recorded != profile.provenance.end() && recorded->second == "cpu" ? "cpu" : "wall";
-  const std::vector<std::string> clocks = {"wall", "cpu"};
-  options.clock = parse_choice("--clock", parsed.value_or("--clock", default_clock), clocks) == 0
-                      ? runtime::Clock::wall
-                      : runtime::Clock::cpu;
-  if (options.clock == runtime::Clock::cpu && backend_name != "cpu") {
-    throw ConfigError(
-        "--clock cpu: only the cpu backend can be timed by CPU time; use --clock wall");
+  if (parsed.has("--clock")) {
+    const std::vector<std::string> clocks = {"wall", "cpu"};
+    request.clock = parse_choice("--clock", *parsed.value("--clock"), clocks) == 0
+                        ? runtime::Clock::wall
+                        : runtime::Clock::cpu;
+  }
+  runtime::ValidationOptions options = runtime::resolve_validation_options(request, profile);
+  if (parsed.has("--dry-run")) {
+    std::fputs(runtime::validation_settings_json(options, request, profile).c_str(), stdout);
+    return 0;
   }
   options.progress = parsed.has("--quiet") ? nullptr : stderr;
   std::unique_ptr<runtime::Backend> backend;

@@ -10,8 +10,9 @@
 #include <pybind11/stl.h>
 
 #include <cstdio>
+#include <functional>
 #include <memory>
-#include <set>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -101,12 +102,89 @@ std::unique_ptr<runtime::Backend> backend_or_config_error(const std::string& nam
   try {
     return runtime::make_backend(name);
   } catch (const BackendError& e) {
-    throw ConfigError("backend = \"" + name + "\": " + e.what());
+    throw ConfigError(e.what());
   }
 }
 
-runtime::GridSize grid_of(bool quick) {
-  return quick ? runtime::GridSize::quick : runtime::GridSize::full;
+// A should_stop hook for a C++ run that released the GIL: it takes the GIL
+// between grid points / rounds and asks Python whether a signal (Ctrl-C) came.
+// The Python exception is kept and re-raised when the run returns.
+struct SignalCheck {
+  std::unique_ptr<py::error_already_set> pending;
+  std::function<bool()> hook() {
+    return [this] {
+      py::gil_scoped_acquire acquire;
+      if (PyErr_CheckSignals() != 0) {
+        pending = std::make_unique<py::error_already_set>();
+        return true;
+      }
+      return false;
+    };
+  }
+  void rethrow() {
+    if (pending) {
+      pending->restore();
+      pending.reset();
+      throw py::error_already_set();
+    }
+  }
+};
+
+std::optional<DType> dtype_of(const std::optional<std::string>& name) {
+  if (!name)
+    return std::nullopt;
+  if (*name == "fp32")
+    return DType::fp32;
+  if (*name == "bf16")
+    return DType::bf16;
+  throw ConfigError("dtype = \"" + *name + "\": allowed: fp32, bf16");
+}
+
+std::optional<runtime::Clock> clock_of(const std::optional<std::string>& name) {
+  if (!name)
+    return std::nullopt;
+  if (*name == "wall")
+    return runtime::Clock::wall;
+  if (*name == "cpu")
+    return runtime::Clock::cpu;
+  throw ConfigError("clock = \"" + *name + "\": allowed: wall, cpu");
+}
+
+// What the user said for `key`, or None.
+py::object said_value(const py::dict& said, const char* key) {
+  return said.contains(key) ? py::object(said[key]) : py::object(py::none());
+}
+
+runtime::ProfileRequest profile_request(const py::dict& said) {
+  // Only what the user said (None = the library's default).
+  runtime::ProfileRequest r;
+  const auto get = [&said](const char* key) { return said_value(said, key); };
+  r.backend = get("backend").is_none() ? "cpu" : get("backend").cast<std::string>();
+  r.out_path = get("out").is_none() ? "" : get("out").cast<std::string>();
+  r.quick = !get("quick").is_none() && get("quick").cast<bool>();
+  r.resume = !get("resume").is_none() && get("resume").cast<bool>();
+  r.dtype = dtype_of(get("dtype").cast<std::optional<std::string>>());
+  r.threads = get("threads").cast<std::optional<int>>();
+  r.clock = clock_of(get("clock").cast<std::optional<std::string>>());
+  r.budget_s = get("budget_s").cast<std::optional<double>>();
+  r.rotation_bytes = get("rotate_bytes").cast<std::optional<int64_t>>();
+  if (!get("kinds").is_none())
+    r.kinds = get("kinds").cast<std::vector<std::string>>();
+  r.max_dim = get("max_dim").is_none() ? 0 : get("max_dim").cast<int64_t>();
+  r.measure_ceilings = get("measure_ceilings").is_none() || get("measure_ceilings").cast<bool>();
+  return r;
+}
+
+runtime::ValidationRequest validation_request(const py::dict& said) {
+  runtime::ValidationRequest r;
+  const auto get = [&said](const char* key) { return said_value(said, key); };
+  r.backend = get("backend").is_none() ? "cpu" : get("backend").cast<std::string>();
+  r.quick = !get("quick").is_none() && get("quick").cast<bool>();
+  r.rounds = get("rounds").cast<std::optional<int>>();
+  r.warmup_steps = get("warmup_steps").cast<std::optional<int>>();
+  r.threads = get("threads").cast<std::optional<int>>();
+  r.clock = clock_of(get("clock").cast<std::optional<std::string>>());
+  return r;
 }
 
 }  // namespace
@@ -115,91 +193,38 @@ void bind_runtime(py::module_& m) {
   m.attr("has_runtime") = true;
   m.def("available_backends", &runtime::available_backends);
 
-  py::class_<runtime::ProfileOptions>(m, "ProfileOptions")
-      .def(py::init<>())
-      .def_readwrite("backend_name", &runtime::ProfileOptions::backend_name)
-      .def_property(
-          "quick",
-          [](const runtime::ProfileOptions& o) { return o.grid == runtime::GridSize::quick; },
-          [](runtime::ProfileOptions& o, bool quick) { o.grid = grid_of(quick); })
-      .def_property(
-          "dtype", [](const runtime::ProfileOptions& o) { return std::string(to_string(o.dtype)); },
-          [](runtime::ProfileOptions& o, const std::string& name) {
-            if (name == "fp32") {
-              o.dtype = DType::fp32;
-            } else if (name == "bf16") {
-              o.dtype = DType::bf16;
-            } else {
-              throw ConfigError("dtype = \"" + name + "\": allowed: fp32, bf16");
-            }
-          })
-      .def_readwrite("threads", &runtime::ProfileOptions::threads)
-      .def_readwrite("out_path", &runtime::ProfileOptions::out_path)
-      .def_readwrite("resume", &runtime::ProfileOptions::resume)
-      .def_property(
-          "budget_s", [](const runtime::ProfileOptions& o) { return o.timing.budget_s; },
-          [](runtime::ProfileOptions& o, double v) { o.timing.budget_s = v; })
-      .def_property(
-          "rotation_bytes",
-          [](const runtime::ProfileOptions& o) { return o.timing.rotation_bytes; },
-          [](runtime::ProfileOptions& o, int64_t v) { o.timing.rotation_bytes = v; })
-      .def_readwrite("measure_ceilings", &runtime::ProfileOptions::measure_ceilings);
-
   m.def(
-      "profile_grid_kinds",
-      [](const std::string& backend_name, bool quick, const std::string& dtype_name) {
-        const auto backend = backend_or_config_error(backend_name);
-        const DType dtype = dtype_name == "bf16" ? DType::bf16 : DType::fp32;
-        std::vector<std::string> kinds;
-        for (const runtime::ProfilePoint& p :
-             runtime::profile_grid(grid_of(quick), backend->device(), dtype)) {
-          kinds.emplace_back(to_string(p.shape.kind));
-        }
-        return kinds;
+      "profile_settings",
+      [](const py::dict& said) {
+        const runtime::ProfileRequest request = profile_request(said);
+        const auto backend = backend_or_config_error(request.backend);
+        return runtime::profile_settings_json(runtime::resolve_profile_options(request, *backend));
       },
-      py::arg("backend"), py::arg("quick"), py::arg("dtype"),
-      "The op kind of every point of the profiler's grid (one entry per point).");
+      py::arg("request"),
+      "The resolved settings of modar.profile(**request) as JSON (as `modar profile --dry-run`).");
 
   m.def(
       "run_profile",
-      [](runtime::ProfileOptions options, const std::vector<std::string>& kinds, int64_t max_dim,
-         py::object progress) {
+      [](const py::dict& said, py::object progress) {
+        const runtime::ProfileRequest request = profile_request(said);
         ProgressStream stream(std::move(progress));
-        options.progress = stream.file();
+        SignalCheck signals;
         DeviceProfile profile;
-        {
+        try {
           py::gil_scoped_release release;
-          const auto backend = backend_or_config_error(options.backend_name);
-          if (!kinds.empty() || max_dim > 0) {
-            // A reduced grid: only these op kinds, only points whose every
-            // dim is <= max_dim.  A per-dim threshold keeps each kind's
-            // grid a tensor product, which is what the timing model
-            // interpolates over.
-            const std::set<std::string> wanted(kinds.begin(), kinds.end());
-            for (const runtime::ProfilePoint& p :
-                 runtime::profile_grid(options.grid, backend->device(), options.dtype)) {
-              if (!wanted.empty() && wanted.count(to_string(p.shape.kind)) == 0) {
-                continue;
-              }
-              bool small = true;
-              for (int d = 0; d < op_dims_count(p.shape.kind); ++d) {
-                small = small && (max_dim <= 0 || p.shape.dims[d] <= max_dim);
-              }
-              if (small) {
-                options.points.push_back(p);
-              }
-            }
-            if (options.points.empty()) {
-              throw ConfigError("kinds / max_dim: no point of the profiler's grid is left");
-            }
-          }
+          const auto backend = backend_or_config_error(request.backend);
+          runtime::ProfileOptions options = runtime::resolve_profile_options(request, *backend);
+          options.progress = stream.file();
+          options.should_stop = signals.hook();
           profile = runtime::run_profile(*backend, options);
+        } catch (const runtime::Interrupted&) {
+          signals.rethrow();
+          throw;
         }
         stream.rethrow_pending();
         return profile;
       },
-      py::arg("options"), py::arg("kinds"), py::arg("max_dim") = 0,
-      py::arg("progress") = py::none());
+      py::arg("request"), py::arg("progress") = py::none());
 
   m.def(
       "load_measured_profile",
@@ -209,32 +234,42 @@ void bind_runtime(py::module_& m) {
       py::arg("path"), py::arg("expected_backend") = "");
 
   m.def(
+      "validation_settings",
+      [](const DeviceProfile& profile, const py::dict& said) {
+        const runtime::ValidationRequest request = validation_request(said);
+        return runtime::validation_settings_json(
+            runtime::resolve_validation_options(request, profile), request, profile);
+      },
+      py::arg("profile"), py::arg("request"),
+      "The resolved settings of modar.validate(profile, **request) as JSON (as `modar validate "
+      "--dry-run`).");
+
+  m.def(
       "run_validation",
-      [](const DeviceProfile& profile, const std::string& backend_name, bool quick, int rounds,
-         int warmup_steps, int threads, py::object progress) {
+      [](const DeviceProfile& profile, const py::dict& said, py::object progress) {
+        const runtime::ValidationRequest request = validation_request(said);
         ProgressStream stream(std::move(progress));
-        runtime::ValidationOptions options;
-        options.quick = quick;
-        options.rounds = rounds;
-        options.warmup_steps = warmup_steps;
-        options.progress = stream.file();
+        SignalCheck signals;
         std::pair<std::string, std::string> documents;
-        {
+        try {
           py::gil_scoped_release release;
-          runtime::check_measured_profile(profile, profile.name, backend_name);
-          if (threads > 0) {
-            runtime::set_cpu_threads(threads);
-          }
-          const auto backend = backend_or_config_error(backend_name);
+          runtime::check_measured_profile(profile, profile.name, request.backend);
+          runtime::ValidationOptions options =
+              runtime::resolve_validation_options(request, profile);
+          options.progress = stream.file();
+          options.should_stop = signals.hook();
+          const auto backend = backend_or_config_error(request.backend);
           const runtime::ValidationReport report =
               runtime::run_validation(*backend, profile, options);
           documents = {runtime::validation_json(report), runtime::validation_text(report)};
+        } catch (const runtime::Interrupted&) {
+          signals.rethrow();
+          throw;
         }
         stream.rethrow_pending();
         return documents;
       },
-      py::arg("profile"), py::arg("backend"), py::arg("quick"), py::arg("rounds"),
-      py::arg("warmup_steps"), py::arg("threads"), py::arg("progress") = py::none(),
+      py::arg("profile"), py::arg("request"), py::arg("progress") = py::none(),
       "Measured vs predicted on held-out configurations: (validate --json text, table text).");
 }
 

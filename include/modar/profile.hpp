@@ -99,7 +99,7 @@ struct DeviceProfile {
   NetworkProfile network;  // [network]; absent: single-device profile
 };
 
-// Load by name (embedded profile or profiles/<name>.toml) or path. Throws
+// Load by name (an embedded profile) or path (a run never reads the source tree). Throws
 // FileError / ConfigError naming the file, the field and what is allowed.
 DeviceProfile load_profile(const std::string& name_or_path);
 DeviceProfile parse_profile_toml(const std::string& toml_text, const std::string& source_name);

@@ -12,22 +12,22 @@
 
 namespace modar::runtime::cpu {
 
-void CpuBackend::adamw_update_impl(const TensorView& params, const TensorView& grads,
-                                   const TensorView& m, const TensorView& v,
-                                   const AdamWParams& hyper, const TensorView& params_lowp) {
-  const int64_t count = params.numel();
-  dispatch_compute(params.dtype, [&](auto tag) {
+void CpuBackend::run_op(const AdamwUpdateArgs& call) {
+  const int64_t count = call.params.numel();
+  dispatch_compute(call.params.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> g_in(grads);
-    C* p = params.ptr<C>();
-    C* m_p = m.ptr<C>();
-    C* v_p = v.ptr<C>();
-    const double step = static_cast<double>(hyper.step);
-    const C correction1 = static_cast<C>(1.0 - std::pow(hyper.beta1, step));
-    const C correction2 = static_cast<C>(1.0 - std::pow(hyper.beta2, step));
-    const C b1 = static_cast<C>(hyper.beta1), b2 = static_cast<C>(hyper.beta2);
-    const C lr = static_cast<C>(hyper.learning_rate), wd = static_cast<C>(hyper.weight_decay);
-    const C eps = static_cast<C>(hyper.epsilon), grad_scale = static_cast<C>(hyper.grad_scale);
+    Input<C> g_in(call.grads);
+    C* p = call.params.ptr<C>();
+    C* m_p = call.m.ptr<C>();
+    C* v_p = call.v.ptr<C>();
+    const double step = static_cast<double>(call.hyper.step);
+    const C correction1 = static_cast<C>(1.0 - std::pow(call.hyper.beta1, step));
+    const C correction2 = static_cast<C>(1.0 - std::pow(call.hyper.beta2, step));
+    const C b1 = static_cast<C>(call.hyper.beta1), b2 = static_cast<C>(call.hyper.beta2);
+    const C lr = static_cast<C>(call.hyper.learning_rate),
+            wd = static_cast<C>(call.hyper.weight_decay);
+    const C eps = static_cast<C>(call.hyper.epsilon),
+            grad_scale = static_cast<C>(call.hyper.grad_scale);
     MODAR_PARALLEL_FOR_IF(worth_threads(count))
     for (int64_t i = 0; i < count; ++i) {
       const C g = grad_scale * g_in[i];
@@ -37,8 +37,8 @@ void CpuBackend::adamw_update_impl(const TensorView& params, const TensorView& g
       const C v_hat = v_p[i] / correction2;
       p[i] -= lr * (m_hat / (std::sqrt(v_hat) + eps) + wd * p[i]);
     }
-    if (!params_lowp.empty())
-      store_converted(p, params_lowp, false);
+    if (!call.params_lowp.empty())
+      store_converted(p, call.params_lowp, false);
   });
 }
 

@@ -93,17 +93,14 @@ void scores_to_probabilities(RowMatrix<C>& p, int64_t n, bool causal, const C* l
 
 }  // namespace
 
-void CpuBackend::attention_forward_impl(const TensorView& q, const TensorView& k,
-                                        const TensorView& v, const TensorView& valid_lengths,
-                                        const TensorView& out, const TensorView& lse,
-                                        const AttentionParams& params) {
-  const AttentionDims dims = attention_dims(q, k, params);
-  const std::vector<int64_t> lengths = sequence_lengths(valid_lengths, dims.batch, dims.seq);
-  dispatch_compute(q.dtype, [&](auto tag) {
+void CpuBackend::run_op(const AttentionForwardArgs& call) {
+  const AttentionDims dims = attention_dims(call.q, call.k, call.params);
+  const std::vector<int64_t> lengths = sequence_lengths(call.valid_lengths, dims.batch, dims.seq);
+  dispatch_compute(call.q.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> q_in(q), k_in(k), v_in(v);
-    Output<C> out_w(out, OutputMode::overwrite);
-    C* lse_p = lse.ptr<C>();
+    Input<C> q_in(call.q), k_in(call.k), v_in(call.v);
+    Output<C> out_w(call.out, OutputMode::overwrite);
+    C* lse_p = call.lse.ptr<C>();
     const int64_t q_stride = dims.heads * dims.d_head, kv_stride = dims.kv_heads * dims.d_head;
     const int64_t pairs = dims.batch * dims.heads;
     MODAR_PARALLEL_FOR_IF(worth_threads(pairs * dims.seq * dims.seq * dims.d_head))
@@ -135,20 +132,15 @@ void CpuBackend::attention_forward_impl(const TensorView& q, const TensorView& k
   });
 }
 
-void CpuBackend::attention_backward_impl(const TensorView& dout, const TensorView& q,
-                                         const TensorView& k, const TensorView& v,
-                                         const TensorView& valid_lengths, const TensorView& out,
-                                         const TensorView& lse, const TensorView& dq,
-                                         const TensorView& dk, const TensorView& dv,
-                                         const AttentionParams& params) {
-  const AttentionDims dims = attention_dims(q, k, params);
-  const std::vector<int64_t> lengths = sequence_lengths(valid_lengths, dims.batch, dims.seq);
-  dispatch_compute(q.dtype, [&](auto tag) {
+void CpuBackend::run_op(const AttentionBackwardArgs& call) {
+  const AttentionDims dims = attention_dims(call.q, call.k, call.params);
+  const std::vector<int64_t> lengths = sequence_lengths(call.valid_lengths, dims.batch, dims.seq);
+  dispatch_compute(call.q.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> q_in(q), k_in(k), v_in(v), out_in(out), dout_in(dout);
-    Output<C> dq_acc(dq, OutputMode::accumulate), dk_acc(dk, OutputMode::accumulate),
-        dv_acc(dv, OutputMode::accumulate);
-    const C* lse_p = lse.ptr<C>();
+    Input<C> q_in(call.q), k_in(call.k), v_in(call.v), out_in(call.out), dout_in(call.dout);
+    Output<C> dq_acc(call.dq, OutputMode::accumulate), dk_acc(call.dk, OutputMode::accumulate),
+        dv_acc(call.dv, OutputMode::accumulate);
+    const C* lse_p = call.lse.ptr<C>();
     const int64_t q_stride = dims.heads * dims.d_head, kv_stride = dims.kv_heads * dims.d_head;
     const int64_t pairs = dims.batch * dims.kv_heads;
     const C scale = static_cast<C>(dims.scale);

@@ -1,14 +1,18 @@
 // runtime/cpu/cpu_backend.cpp: memory, copies, fill / convert, the steady_clock
-// timer and the factory of the CPU backend.  Memory is plain host memory,
+// timer, the device facts, execute() (the op table's dispatch) and the factory
+// of the CPU backend.  Memory is plain host memory,
 // 64-byte aligned (one cache line; enough for any SIMD width Eigen uses).
 #include "cpu_backend.hpp"
 
 #include <chrono>
 #include <cstring>
 #include <new>
+#include <type_traits>
+#include <variant>
 
 #include "cpu_common.hpp"
 #include "modar/errors.hpp"
+#include "modar/runtime/host_facts.hpp"
 
 namespace modar::runtime {
 
@@ -80,47 +84,61 @@ std::unique_ptr<Timer> CpuBackend::make_timer() {
   return std::make_unique<SteadyClockTimer>();
 }
 
-void CpuBackend::copy_impl(const TensorView& src, const TensorView& dst) {
-  if (src.data != dst.data && src.bytes() > 0) {
-    std::memmove(dst.data, src.data, static_cast<size_t>(src.bytes()));
+DeviceFacts CpuBackend::facts() const {
+  const HostFacts host = read_host_facts();
+  DeviceFacts facts;
+  facts.description = host.cpu_model.empty() ? "unknown CPU" : host.cpu_model;
+  facts.cache_bytes = host.last_level_cache_bytes;
+  facts.memory_bytes = host.memory_total_bytes;
+  facts.memory_free_bytes = host.memory_available_bytes;
+  facts.provenance["host_cpu"] = host.cpu_model;
+  facts.provenance["logical_cpus"] = std::to_string(host.logical_cpus);
+  return facts;
+}
+
+MODAR_BACKEND_EXECUTE(CpuBackend)
+
+void CpuBackend::run_op(const CopyArgs& call) {
+  if (call.src.data != call.dst.data && call.src.bytes() > 0) {
+    std::memmove(call.dst.data, call.src.data, static_cast<size_t>(call.src.bytes()));
   }
 }
 
-void CpuBackend::fill_impl(const TensorView& dst, double value) {
-  const int64_t count = dst.numel();
-  switch (dst.dtype) {
+void CpuBackend::run_op(const FillArgs& call) {
+  const int64_t count = call.dst.numel();
+  switch (call.dst.dtype) {
     case ScalarType::fp64: {
-      double* p = dst.ptr<double>();
+      double* p = call.dst.ptr<double>();
       for (int64_t i = 0; i < count; ++i)
-        p[i] = value;
+        p[i] = call.value;
       break;
     }
     case ScalarType::fp32: {
-      float* p = dst.ptr<float>();
+      float* p = call.dst.ptr<float>();
       for (int64_t i = 0; i < count; ++i)
-        p[i] = static_cast<float>(value);
+        p[i] = static_cast<float>(call.value);
       break;
     }
     case ScalarType::bf16: {
-      uint16_t* p = dst.ptr<uint16_t>();
-      const uint16_t bits = float_to_bf16(static_cast<float>(value));
+      uint16_t* p = call.dst.ptr<uint16_t>();
+      const uint16_t bits = float_to_bf16(static_cast<float>(call.value));
       for (int64_t i = 0; i < count; ++i)
         p[i] = bits;
       break;
     }
     case ScalarType::i32: {
-      int32_t* p = dst.ptr<int32_t>();
+      int32_t* p = call.dst.ptr<int32_t>();
       for (int64_t i = 0; i < count; ++i)
-        p[i] = static_cast<int32_t>(value);
+        p[i] = static_cast<int32_t>(call.value);
       break;
     }
   }
 }
 
-void CpuBackend::convert_impl(const TensorView& src, const TensorView& dst) {
-  std::vector<double> staging(static_cast<size_t>(src.numel()));
-  load_converted(src, staging.data());
-  store_converted(staging.data(), dst, false);
+void CpuBackend::run_op(const ConvertArgs& call) {
+  std::vector<double> staging(static_cast<size_t>(call.src.numel()));
+  load_converted(call.src, staging.data());
+  store_converted(staging.data(), call.dst, false);
 }
 
 }  // namespace cpu

@@ -106,24 +106,20 @@ int coefficient_group(int64_t output, int64_t n) {
 
 }  // namespace
 
-void CpuBackend::dar_coefficients_forward_impl(const TensorView& retrieved,
-                                               const TensorView& weight, const TensorView& bias,
-                                               const TensorView& scale, const TensorView& alpha,
-                                               const TensorView& beta, const TensorView& transport,
-                                               const TensorView& z_rstd,
-                                               const DarCoefficientParams& params) {
-  const int64_t n = retrieved.shape[0], tokens = retrieved.shape[1], d = retrieved.shape[2];
-  const int64_t outputs = weight.shape[1], width = n * d;
-  dispatch_compute(retrieved.dtype, [&](auto tag) {
+void CpuBackend::run_op(const DarCoefficientsForwardArgs& call) {
+  const int64_t n = call.retrieved.shape[0], tokens = call.retrieved.shape[1],
+                d = call.retrieved.shape[2];
+  const int64_t outputs = call.weight.shape[1], width = n * d;
+  dispatch_compute(call.retrieved.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> r_in(retrieved);
-    const C* w = weight.ptr<C>();
-    const C* b = bias.ptr<C>();
-    const C* sc = scale.ptr<C>();
-    C* alpha_p = alpha.ptr<C>();
-    C* beta_p = beta.ptr<C>();
-    C* m_p = transport.empty() ? nullptr : transport.ptr<C>();
-    C* rstd_p = z_rstd.ptr<C>();
+    Input<C> r_in(call.retrieved);
+    const C* w = call.weight.ptr<C>();
+    const C* b = call.bias.ptr<C>();
+    const C* sc = call.scale.ptr<C>();
+    C* alpha_p = call.alpha.ptr<C>();
+    C* beta_p = call.beta.ptr<C>();
+    C* m_p = call.transport.empty() ? nullptr : call.transport.ptr<C>();
+    C* rstd_p = call.z_rstd.ptr<C>();
     MODAR_PARALLEL_FOR_IF(worth_threads(tokens * width * outputs))
     for (int64_t t = 0; t < tokens; ++t) {
       C sum_squares = 0;
@@ -133,7 +129,7 @@ void CpuBackend::dar_coefficients_forward_impl(const TensorView& retrieved,
           sum_squares += row[c] * row[c];
       }
       const C inv =
-          C(1) / std::sqrt(sum_squares / static_cast<C>(width) + static_cast<C>(params.eps));
+          C(1) / std::sqrt(sum_squares / static_cast<C>(width) + static_cast<C>(call.params.eps));
       rstd_p[t] = inv;
       std::vector<C> c_values(static_cast<size_t>(outputs), C(0));
       for (int64_t j = 0; j < n; ++j) {
@@ -159,38 +155,33 @@ void CpuBackend::dar_coefficients_forward_impl(const TensorView& retrieved,
           const C rho = sigmoid(c_values[4]);
           m[0] = rho, m[1] = C(1) - rho, m[2] = C(1) - rho, m[3] = rho;
         } else {
-          sinkhorn<C>(c_values.data() + 2 * n, n, params.sinkhorn_iterations, m, nullptr);
+          sinkhorn<C>(c_values.data() + 2 * n, n, call.params.sinkhorn_iterations, m, nullptr);
         }
       }
     }
   });
 }
 
-void CpuBackend::dar_coefficients_backward_impl(
-    const TensorView& dalpha, const TensorView& dbeta, const TensorView& dtransport,
-    const TensorView& retrieved, const TensorView& weight, const TensorView& bias,
-    const TensorView& scale, const TensorView& alpha, const TensorView& beta,
-    const TensorView& transport, const TensorView& z_rstd, const TensorView& dretrieved,
-    const TensorView& dweight, const TensorView& dbias, const TensorView& dscale,
-    const DarCoefficientParams& params) {
-  const int64_t n = retrieved.shape[0], tokens = retrieved.shape[1], d = retrieved.shape[2];
-  const int64_t outputs = weight.shape[1], width = n * d;
-  const bool has_transport = !transport.empty();
-  dispatch_compute(retrieved.dtype, [&](auto tag) {
+void CpuBackend::run_op(const DarCoefficientsBackwardArgs& call) {
+  const int64_t n = call.retrieved.shape[0], tokens = call.retrieved.shape[1],
+                d = call.retrieved.shape[2];
+  const int64_t outputs = call.weight.shape[1], width = n * d;
+  const bool has_transport = !call.transport.empty();
+  dispatch_compute(call.retrieved.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> r_in(retrieved);
-    Output<C> dr_acc(dretrieved, OutputMode::accumulate);
-    const C* w = weight.ptr<C>();
-    const C* b = bias.ptr<C>();
-    const C* sc = scale.ptr<C>();
-    const C* alpha_p = alpha.ptr<C>();
-    const C* beta_p = beta.ptr<C>();
-    const C* m_p = has_transport ? transport.ptr<C>() : nullptr;
-    const C* da = dalpha.ptr<C>();
-    const C* db = dbeta.ptr<C>();
-    const C* dm = dtransport.empty() ? nullptr : dtransport.ptr<C>();
-    const C* rstd_p = z_rstd.ptr<C>();
-    std::vector<C> dw(dweight.empty() ? 0 : static_cast<size_t>(width * outputs), C(0));
+    Input<C> r_in(call.retrieved);
+    Output<C> dr_acc(call.dretrieved, OutputMode::accumulate);
+    const C* w = call.weight.ptr<C>();
+    const C* b = call.bias.ptr<C>();
+    const C* sc = call.scale.ptr<C>();
+    const C* alpha_p = call.alpha.ptr<C>();
+    const C* beta_p = call.beta.ptr<C>();
+    const C* m_p = has_transport ? call.transport.ptr<C>() : nullptr;
+    const C* da = call.dalpha.ptr<C>();
+    const C* db = call.dbeta.ptr<C>();
+    const C* dm = call.dtransport.empty() ? nullptr : call.dtransport.ptr<C>();
+    const C* rstd_p = call.z_rstd.ptr<C>();
+    std::vector<C> dw(call.dweight.empty() ? 0 : static_cast<size_t>(width * outputs), C(0));
     std::vector<C> dbias_sum(static_cast<size_t>(outputs), C(0));
     std::vector<C> dscale_sum(3, C(0));
     std::vector<C> z(static_cast<size_t>(width)), u(static_cast<size_t>(outputs)),
@@ -231,7 +222,7 @@ void CpuBackend::dar_coefficients_backward_impl(
           }
           std::vector<std::vector<C>> history;
           std::vector<C> replay(static_cast<size_t>(n * n));
-          sinkhorn<C>(logits.data(), n, params.sinkhorn_iterations, replay.data(), &history);
+          sinkhorn<C>(logits.data(), n, call.params.sinkhorn_iterations, replay.data(), &history);
           sinkhorn_backward<C>(history, n, g, dc.data() + 2 * n);
         }
       }
@@ -268,22 +259,22 @@ void CpuBackend::dar_coefficients_backward_impl(
     }
     dr_acc.commit();
     if (!dw.empty())
-      store_converted(dw.data(), dweight, true);
-    if (!dbias.empty())
-      store_converted(dbias_sum.data(), dbias, true);
-    if (!dscale.empty())
-      store_converted(dscale_sum.data(), dscale, true);
+      store_converted(dw.data(), call.dweight, true);
+    if (!call.dbias.empty())
+      store_converted(dbias_sum.data(), call.dbias, true);
+    if (!call.dscale.empty())
+      store_converted(dscale_sum.data(), call.dscale, true);
   });
 }
 
-void CpuBackend::dar_mix_forward_impl(const TensorView& retrieved, const TensorView& alpha,
-                                      const TensorView& out) {
-  const int64_t n = retrieved.shape[0], tokens = retrieved.shape[1], d = retrieved.shape[2];
-  dispatch_compute(retrieved.dtype, [&](auto tag) {
+void CpuBackend::run_op(const DarMixForwardArgs& call) {
+  const int64_t n = call.retrieved.shape[0], tokens = call.retrieved.shape[1],
+                d = call.retrieved.shape[2];
+  dispatch_compute(call.retrieved.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> r_in(retrieved);
-    Output<C> out_w(out, OutputMode::overwrite);
-    const C* a = alpha.ptr<C>();
+    Input<C> r_in(call.retrieved);
+    Output<C> out_w(call.out, OutputMode::overwrite);
+    const C* a = call.alpha.ptr<C>();
     MODAR_PARALLEL_FOR_IF(worth_threads(tokens * n * d))
     for (int64_t t = 0; t < tokens; ++t) {
       C* dst = out_w.data() + t * d;
@@ -300,16 +291,15 @@ void CpuBackend::dar_mix_forward_impl(const TensorView& retrieved, const TensorV
   });
 }
 
-void CpuBackend::dar_mix_backward_impl(const TensorView& dout, const TensorView& retrieved,
-                                       const TensorView& alpha, const TensorView& dretrieved,
-                                       const TensorView& dalpha) {
-  const int64_t n = retrieved.shape[0], tokens = retrieved.shape[1], d = retrieved.shape[2];
-  dispatch_compute(retrieved.dtype, [&](auto tag) {
+void CpuBackend::run_op(const DarMixBackwardArgs& call) {
+  const int64_t n = call.retrieved.shape[0], tokens = call.retrieved.shape[1],
+                d = call.retrieved.shape[2];
+  dispatch_compute(call.retrieved.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> r_in(retrieved), g_in(dout);
-    Output<C> dr_acc(dretrieved, OutputMode::accumulate);
-    const C* a = alpha.ptr<C>();
-    C* da = dalpha.empty() ? nullptr : dalpha.ptr<C>();
+    Input<C> r_in(call.retrieved), g_in(call.dout);
+    Output<C> dr_acc(call.dretrieved, OutputMode::accumulate);
+    const C* a = call.alpha.ptr<C>();
+    C* da = call.dalpha.empty() ? nullptr : call.dalpha.ptr<C>();
     MODAR_PARALLEL_FOR_IF(worth_threads(tokens * n * d))
     for (int64_t t = 0; t < tokens; ++t) {
       const C* grad = g_in.data() + t * d;
@@ -332,16 +322,14 @@ void CpuBackend::dar_mix_backward_impl(const TensorView& dout, const TensorView&
   });
 }
 
-void CpuBackend::dar_write_forward_impl(const TensorView& transport, const TensorView& partial,
-                                        const TensorView& beta, const TensorView& y,
-                                        const TensorView& out) {
-  const int64_t n = out.shape[0], tokens = out.shape[1], d = out.shape[2];
-  dispatch_compute(out.dtype, [&](auto tag) {
+void CpuBackend::run_op(const DarWriteForwardArgs& call) {
+  const int64_t n = call.out.shape[0], tokens = call.out.shape[1], d = call.out.shape[2];
+  dispatch_compute(call.out.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> p_in(partial), y_in(y);
-    Output<C> out_w(out, OutputMode::overwrite);
-    const C* m = transport.empty() ? nullptr : transport.ptr<C>();
-    const C* bt = beta.empty() ? nullptr : beta.ptr<C>();
+    Input<C> p_in(call.partial), y_in(call.y);
+    Output<C> out_w(call.out, OutputMode::overwrite);
+    const C* m = call.transport.empty() ? nullptr : call.transport.ptr<C>();
+    const C* bt = call.beta.empty() ? nullptr : call.beta.ptr<C>();
     MODAR_PARALLEL_FOR_IF(worth_threads(tokens * n * (n + 1) * d))
     for (int64_t t = 0; t < tokens; ++t) {
       for (int64_t j = 0; j < n; ++j) {
@@ -368,20 +356,17 @@ void CpuBackend::dar_write_forward_impl(const TensorView& transport, const Tenso
   });
 }
 
-void CpuBackend::dar_write_backward_impl(const TensorView& dout, const TensorView& transport,
-                                         const TensorView& partial, const TensorView& beta,
-                                         const TensorView& y, const TensorView& dtransport,
-                                         const TensorView& dpartial, const TensorView& dbeta,
-                                         const TensorView& dy) {
-  const int64_t n = dout.shape[0], tokens = dout.shape[1], d = dout.shape[2];
-  dispatch_compute(dout.dtype, [&](auto tag) {
+void CpuBackend::run_op(const DarWriteBackwardArgs& call) {
+  const int64_t n = call.dout.shape[0], tokens = call.dout.shape[1], d = call.dout.shape[2];
+  dispatch_compute(call.dout.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> g_in(dout), p_in(partial), y_in(y);
-    Output<C> dp_acc(dpartial, OutputMode::accumulate), dy_acc(dy, OutputMode::accumulate);
-    const C* m = transport.empty() ? nullptr : transport.ptr<C>();
-    const C* bt = beta.empty() ? nullptr : beta.ptr<C>();
-    C* dm = dtransport.empty() ? nullptr : dtransport.ptr<C>();
-    C* db = dbeta.empty() ? nullptr : dbeta.ptr<C>();
+    Input<C> g_in(call.dout), p_in(call.partial), y_in(call.y);
+    Output<C> dp_acc(call.dpartial, OutputMode::accumulate),
+        dy_acc(call.dy, OutputMode::accumulate);
+    const C* m = call.transport.empty() ? nullptr : call.transport.ptr<C>();
+    const C* bt = call.beta.empty() ? nullptr : call.beta.ptr<C>();
+    C* dm = call.dtransport.empty() ? nullptr : call.dtransport.ptr<C>();
+    C* db = call.dbeta.empty() ? nullptr : call.dbeta.ptr<C>();
     MODAR_PARALLEL_FOR_IF(worth_threads(tokens * n * (n + 1) * d))
     for (int64_t t = 0; t < tokens; ++t) {
       for (int64_t j = 0; j < n; ++j) {

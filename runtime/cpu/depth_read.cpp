@@ -43,18 +43,16 @@ constexpr int64_t kTokenChunk = 64;
 
 }  // namespace
 
-void CpuBackend::depth_read_prefix_forward_impl(const TensorView& keys, const TensorView& key_rstd,
-                                                const TensorView& values, const TensorView& queries,
-                                                const TensorView& out, const TensorView& lse) {
-  const int64_t sources = keys.shape[0], tokens = keys.shape[1], d = keys.shape[2];
-  const int64_t query_count = queries.shape[0];
-  dispatch_compute(keys.dtype, [&](auto tag) {
+void CpuBackend::run_op(const DepthReadPrefixForwardArgs& call) {
+  const int64_t sources = call.keys.shape[0], tokens = call.keys.shape[1], d = call.keys.shape[2];
+  const int64_t query_count = call.queries.shape[0];
+  dispatch_compute(call.keys.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> k_in(keys), v_in(values);
-    Output<C> out_w(out, OutputMode::overwrite);
-    const C* rstd = key_rstd.ptr<C>();
-    const C* q = queries.ptr<C>();
-    C* lse_p = lse.ptr<C>();
+    Input<C> k_in(call.keys), v_in(call.values);
+    Output<C> out_w(call.out, OutputMode::overwrite);
+    const C* rstd = call.key_rstd.ptr<C>();
+    const C* q = call.queries.ptr<C>();
+    C* lse_p = call.lse.ptr<C>();
     MODAR_PARALLEL_FOR_IF(worth_threads(tokens * query_count * sources * d))
     for (int64_t t = 0; t < tokens; ++t) {
       std::vector<C> scores(static_cast<size_t>(sources));
@@ -85,31 +83,25 @@ void CpuBackend::depth_read_prefix_forward_impl(const TensorView& keys, const Te
   });
 }
 
-void CpuBackend::depth_read_prefix_backward_impl(const TensorView& dout, const TensorView& dlse,
-                                                 const TensorView& keys, const TensorView& key_rstd,
-                                                 const TensorView& values,
-                                                 const TensorView& queries, const TensorView& out,
-                                                 const TensorView& lse, const TensorView& dkeys,
-                                                 const TensorView& dvalues,
-                                                 const TensorView& dqueries) {
-  const int64_t sources = keys.shape[0], tokens = keys.shape[1], d = keys.shape[2];
-  const int64_t query_count = queries.shape[0];
-  dispatch_compute(keys.dtype, [&](auto tag) {
+void CpuBackend::run_op(const DepthReadPrefixBackwardArgs& call) {
+  const int64_t sources = call.keys.shape[0], tokens = call.keys.shape[1], d = call.keys.shape[2];
+  const int64_t query_count = call.queries.shape[0];
+  dispatch_compute(call.keys.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> k_in(keys), v_in(values), o_in(out), g_in(dout);
-    // dkeys and dvalues may be one tensor: stage them through one buffer then.
-    const bool shared_grad = !dkeys.empty() && dkeys.data == dvalues.data;
-    Output<C> dk_acc(dkeys, OutputMode::accumulate);
-    Output<C> dv_acc(shared_grad ? TensorView{} : dvalues, OutputMode::accumulate);
+    Input<C> k_in(call.keys), v_in(call.values), o_in(call.out), g_in(call.dout);
+    // call.dkeys and call.dvalues may be one tensor: stage them through one buffer then.
+    const bool shared_grad = !call.dkeys.empty() && call.dkeys.data == call.dvalues.data;
+    Output<C> dk_acc(call.dkeys, OutputMode::accumulate);
+    Output<C> dv_acc(shared_grad ? TensorView{} : call.dvalues, OutputMode::accumulate);
     C* dk = dk_acc.data();
     C* dv = shared_grad ? dk : dv_acc.data();
-    const C* rstd = key_rstd.ptr<C>();
-    const C* q = queries.ptr<C>();
-    const C* lse_p = lse.ptr<C>();
-    const C* dlse_p = dlse.empty() ? nullptr : dlse.ptr<C>();
+    const C* rstd = call.key_rstd.ptr<C>();
+    const C* q = call.queries.ptr<C>();
+    const C* lse_p = call.lse.ptr<C>();
+    const C* dlse_p = call.dlse.empty() ? nullptr : call.dlse.ptr<C>();
     const int64_t chunks = (tokens + kTokenChunk - 1) / kTokenChunk;
-    std::vector<C> dq_partial(dqueries.empty() ? 0 : static_cast<size_t>(chunks * query_count * d),
-                              C(0));
+    std::vector<C> dq_partial(
+        call.dqueries.empty() ? 0 : static_cast<size_t>(chunks * query_count * d), C(0));
     const C inv_d = C(1) / static_cast<C>(d);
     MODAR_PARALLEL_FOR_IF(worth_threads(tokens * query_count * sources * d))
     for (int64_t chunk = 0; chunk < chunks; ++chunk) {
@@ -149,7 +141,7 @@ void CpuBackend::depth_read_prefix_backward_impl(const TensorView& dout, const T
     dk_acc.commit();
     dv_acc.commit();
     if (!dq_partial.empty()) {
-      C* dq = dqueries.ptr<C>();
+      C* dq = call.dqueries.ptr<C>();
       for (int64_t chunk = 0; chunk < chunks; ++chunk) {
         for (int64_t i = 0; i < query_count * d; ++i)
           dq[i] += dq_partial[static_cast<size_t>(chunk * query_count * d + i)];
@@ -158,19 +150,16 @@ void CpuBackend::depth_read_prefix_backward_impl(const TensorView& dout, const T
   });
 }
 
-void CpuBackend::depth_read_merge_forward_impl(
-    const TensorView& prefix_out, const TensorView& prefix_lse, const TensorView& partial_keys,
-    const TensorView& partial_key_rstd, const TensorView& partial_values, const TensorView& query,
-    const TensorView& out, const TensorView& partial_weight) {
-  const int64_t tokens = prefix_out.shape[0], d = prefix_out.shape[1];
-  dispatch_compute(prefix_out.dtype, [&](auto tag) {
+void CpuBackend::run_op(const DepthReadMergeForwardArgs& call) {
+  const int64_t tokens = call.prefix_out.shape[0], d = call.prefix_out.shape[1];
+  dispatch_compute(call.prefix_out.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> o_in(prefix_out), pk_in(partial_keys), pv_in(partial_values);
-    Output<C> out_w(out, OutputMode::overwrite);
-    const C* q = query.ptr<C>();
-    const C* lse = prefix_lse.ptr<C>();
-    const C* rstd = partial_key_rstd.ptr<C>();
-    C* weight = partial_weight.ptr<C>();
+    Input<C> o_in(call.prefix_out), pk_in(call.partial_keys), pv_in(call.partial_values);
+    Output<C> out_w(call.out, OutputMode::overwrite);
+    const C* q = call.query.ptr<C>();
+    const C* lse = call.prefix_lse.ptr<C>();
+    const C* rstd = call.partial_key_rstd.ptr<C>();
+    C* weight = call.partial_weight.ptr<C>();
     MODAR_PARALLEL_FOR_IF(worth_threads(tokens * d))
     for (int64_t t = 0; t < tokens; ++t) {
       const C s = dot(q, pk_in.data() + t * d, d) * rstd[t];
@@ -186,27 +175,25 @@ void CpuBackend::depth_read_merge_forward_impl(
   });
 }
 
-void CpuBackend::depth_read_merge_backward_impl(
-    const TensorView& dout, const TensorView& prefix_out, const TensorView& partial_keys,
-    const TensorView& partial_key_rstd, const TensorView& partial_values, const TensorView& query,
-    const TensorView& partial_weight, const TensorView& dprefix_out, const TensorView& dprefix_lse,
-    const TensorView& dpartial_keys, const TensorView& dpartial_values, const TensorView& dquery) {
-  const int64_t tokens = prefix_out.shape[0], d = prefix_out.shape[1];
-  dispatch_compute(prefix_out.dtype, [&](auto tag) {
+void CpuBackend::run_op(const DepthReadMergeBackwardArgs& call) {
+  const int64_t tokens = call.prefix_out.shape[0], d = call.prefix_out.shape[1];
+  dispatch_compute(call.prefix_out.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> g_in(dout), o_in(prefix_out), pk_in(partial_keys), pv_in(partial_values);
-    const bool shared_grad = !dpartial_keys.empty() && dpartial_keys.data == dpartial_values.data;
-    Output<C> do_acc(dprefix_out, OutputMode::accumulate);
-    Output<C> dk_acc(dpartial_keys, OutputMode::accumulate);
-    Output<C> dv_acc(shared_grad ? TensorView{} : dpartial_values, OutputMode::accumulate);
+    Input<C> g_in(call.dout), o_in(call.prefix_out), pk_in(call.partial_keys),
+        pv_in(call.partial_values);
+    const bool shared_grad =
+        !call.dpartial_keys.empty() && call.dpartial_keys.data == call.dpartial_values.data;
+    Output<C> do_acc(call.dprefix_out, OutputMode::accumulate);
+    Output<C> dk_acc(call.dpartial_keys, OutputMode::accumulate);
+    Output<C> dv_acc(shared_grad ? TensorView{} : call.dpartial_values, OutputMode::accumulate);
     C* dk = dk_acc.data();
     C* dv = shared_grad ? dk : dv_acc.data();
-    C* dlse = dprefix_lse.empty() ? nullptr : dprefix_lse.ptr<C>();
-    const C* q = query.ptr<C>();
-    const C* rstd = partial_key_rstd.ptr<C>();
-    const C* weight = partial_weight.ptr<C>();
+    C* dlse = call.dprefix_lse.empty() ? nullptr : call.dprefix_lse.ptr<C>();
+    const C* q = call.query.ptr<C>();
+    const C* rstd = call.partial_key_rstd.ptr<C>();
+    const C* weight = call.partial_weight.ptr<C>();
     const int64_t chunks = (tokens + kTokenChunk - 1) / kTokenChunk;
-    std::vector<C> dq_partial(dquery.empty() ? 0 : static_cast<size_t>(chunks * d), C(0));
+    std::vector<C> dq_partial(call.dquery.empty() ? 0 : static_cast<size_t>(chunks * d), C(0));
     const C inv_d = C(1) / static_cast<C>(d);
     MODAR_PARALLEL_FOR_IF(worth_threads(tokens * d))
     for (int64_t chunk = 0; chunk < chunks; ++chunk) {
@@ -251,7 +238,7 @@ void CpuBackend::depth_read_merge_backward_impl(
     dk_acc.commit();
     dv_acc.commit();
     if (!dq_partial.empty()) {
-      C* dq = dquery.ptr<C>();
+      C* dq = call.dquery.ptr<C>();
       for (int64_t chunk = 0; chunk < chunks; ++chunk) {
         for (int64_t c = 0; c < d; ++c)
           dq[c] += dq_partial[static_cast<size_t>(chunk * d + c)];

@@ -36,12 +36,12 @@ GeluTerms<C> gelu_terms(C x) {
 
 }  // namespace
 
-void CpuBackend::gelu_forward_impl(const TensorView& x, const TensorView& out) {
-  const int64_t count = x.numel();
-  dispatch_compute(x.dtype, [&](auto tag) {
+void CpuBackend::run_op(const GeluForwardArgs& call) {
+  const int64_t count = call.x.numel();
+  dispatch_compute(call.x.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> x_in(x);
-    Output<C> out_w(out, OutputMode::overwrite);
+    Input<C> x_in(call.x);
+    Output<C> out_w(call.out, OutputMode::overwrite);
     MODAR_PARALLEL_FOR_IF(worth_threads(count))
     for (int64_t i = 0; i < count; ++i)
       out_w[i] = gelu_terms(x_in[i]).value;
@@ -49,13 +49,12 @@ void CpuBackend::gelu_forward_impl(const TensorView& x, const TensorView& out) {
   });
 }
 
-void CpuBackend::gelu_backward_impl(const TensorView& dout, const TensorView& x,
-                                    const TensorView& dx) {
-  const int64_t count = x.numel();
-  dispatch_compute(x.dtype, [&](auto tag) {
+void CpuBackend::run_op(const GeluBackwardArgs& call) {
+  const int64_t count = call.x.numel();
+  dispatch_compute(call.x.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> x_in(x), g_in(dout);
-    Output<C> dx_acc(dx, OutputMode::accumulate);
+    Input<C> x_in(call.x), g_in(call.dout);
+    Output<C> dx_acc(call.dx, OutputMode::accumulate);
     MODAR_PARALLEL_FOR_IF(worth_threads(count))
     for (int64_t i = 0; i < count; ++i)
       dx_acc[i] += g_in[i] * gelu_terms(x_in[i]).derivative;
@@ -63,13 +62,12 @@ void CpuBackend::gelu_backward_impl(const TensorView& dout, const TensorView& x,
   });
 }
 
-void CpuBackend::swiglu_forward_impl(const TensorView& gate, const TensorView& up,
-                                     const TensorView& out) {
-  const int64_t count = gate.numel();
-  dispatch_compute(gate.dtype, [&](auto tag) {
+void CpuBackend::run_op(const SwigluForwardArgs& call) {
+  const int64_t count = call.gate.numel();
+  dispatch_compute(call.gate.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> a_in(gate), b_in(up);
-    Output<C> out_w(out, OutputMode::overwrite);
+    Input<C> a_in(call.gate), b_in(call.up);
+    Output<C> out_w(call.out, OutputMode::overwrite);
     MODAR_PARALLEL_FOR_IF(worth_threads(count))
     for (int64_t i = 0; i < count; ++i)
       out_w[i] = a_in[i] * sigmoid(a_in[i]) * b_in[i];
@@ -77,14 +75,12 @@ void CpuBackend::swiglu_forward_impl(const TensorView& gate, const TensorView& u
   });
 }
 
-void CpuBackend::swiglu_backward_impl(const TensorView& dout, const TensorView& gate,
-                                      const TensorView& up, const TensorView& dgate,
-                                      const TensorView& dup) {
-  const int64_t count = gate.numel();
-  dispatch_compute(gate.dtype, [&](auto tag) {
+void CpuBackend::run_op(const SwigluBackwardArgs& call) {
+  const int64_t count = call.gate.numel();
+  dispatch_compute(call.gate.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> a_in(gate), b_in(up), g_in(dout);
-    Output<C> da_acc(dgate, OutputMode::accumulate), db_acc(dup, OutputMode::accumulate);
+    Input<C> a_in(call.gate), b_in(call.up), g_in(call.dout);
+    Output<C> da_acc(call.dgate, OutputMode::accumulate), db_acc(call.dup, OutputMode::accumulate);
     C* da = da_acc.data();
     C* db = db_acc.data();
     MODAR_PARALLEL_FOR_IF(worth_threads(count))
@@ -101,12 +97,13 @@ void CpuBackend::swiglu_backward_impl(const TensorView& dout, const TensorView& 
   });
 }
 
-void CpuBackend::add_impl(const TensorView& a, const TensorView& b, const TensorView& out) {
-  const int64_t count = a.numel();
-  dispatch_compute(a.dtype, [&](auto tag) {
+void CpuBackend::run_op(const AddArgs& call) {
+  const int64_t count = call.a.numel();
+  dispatch_compute(call.a.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> a_in(a), b_in(b);  // out may alias a or b: elementwise, read before write
-    Output<C> out_w(out, OutputMode::overwrite);
+    Input<C> a_in(call.a),
+        b_in(call.b);  // call.out may alias call.a or call.b: elementwise, read before write
+    Output<C> out_w(call.out, OutputMode::overwrite);
     MODAR_PARALLEL_FOR_IF(worth_threads(count))
     for (int64_t i = 0; i < count; ++i)
       out_w[i] = a_in[i] + b_in[i];
@@ -114,13 +111,13 @@ void CpuBackend::add_impl(const TensorView& a, const TensorView& b, const Tensor
   });
 }
 
-void CpuBackend::axpy_impl(double alpha, const TensorView& x, const TensorView& y) {
-  const int64_t count = x.numel();
-  dispatch_compute(y.dtype, [&](auto tag) {
+void CpuBackend::run_op(const AxpyArgs& call) {
+  const int64_t count = call.x.numel();
+  dispatch_compute(call.y.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> x_in(x);
-    Output<C> y_acc(y, OutputMode::accumulate);
-    const C factor = static_cast<C>(alpha);
+    Input<C> x_in(call.x);
+    Output<C> y_acc(call.y, OutputMode::accumulate);
+    const C factor = static_cast<C>(call.alpha);
     MODAR_PARALLEL_FOR_IF(worth_threads(count))
     for (int64_t i = 0; i < count; ++i)
       y_acc[i] += factor * x_in[i];
@@ -128,12 +125,12 @@ void CpuBackend::axpy_impl(double alpha, const TensorView& x, const TensorView& 
   });
 }
 
-void CpuBackend::scale_impl(const TensorView& x, double alpha) {
-  const int64_t count = x.numel();
-  dispatch_compute(x.dtype, [&](auto tag) {
+void CpuBackend::run_op(const ScaleArgs& call) {
+  const int64_t count = call.x.numel();
+  dispatch_compute(call.x.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Output<C> x_mod(x, OutputMode::modify);
-    const C factor = static_cast<C>(alpha);
+    Output<C> x_mod(call.x, OutputMode::modify);
+    const C factor = static_cast<C>(call.alpha);
     MODAR_PARALLEL_FOR_IF(worth_threads(count))
     for (int64_t i = 0; i < count; ++i)
       x_mod[i] *= factor;
@@ -141,12 +138,12 @@ void CpuBackend::scale_impl(const TensorView& x, double alpha) {
   });
 }
 
-void CpuBackend::mul_forward_impl(const TensorView& a, const TensorView& b, const TensorView& out) {
-  const int64_t count = a.numel();
-  dispatch_compute(a.dtype, [&](auto tag) {
+void CpuBackend::run_op(const MulForwardArgs& call) {
+  const int64_t count = call.a.numel();
+  dispatch_compute(call.a.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> a_in(a), b_in(b);
-    Output<C> out_w(out, OutputMode::overwrite);
+    Input<C> a_in(call.a), b_in(call.b);
+    Output<C> out_w(call.out, OutputMode::overwrite);
     MODAR_PARALLEL_FOR_IF(worth_threads(count))
     for (int64_t i = 0; i < count; ++i)
       out_w[i] = a_in[i] * b_in[i];
@@ -154,13 +151,12 @@ void CpuBackend::mul_forward_impl(const TensorView& a, const TensorView& b, cons
   });
 }
 
-void CpuBackend::mul_backward_impl(const TensorView& dout, const TensorView& a, const TensorView& b,
-                                   const TensorView& da, const TensorView& db) {
-  const int64_t count = a.numel();
-  dispatch_compute(a.dtype, [&](auto tag) {
+void CpuBackend::run_op(const MulBackwardArgs& call) {
+  const int64_t count = call.a.numel();
+  dispatch_compute(call.a.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> a_in(a), b_in(b), g_in(dout);
-    Output<C> da_acc(da, OutputMode::accumulate), db_acc(db, OutputMode::accumulate);
+    Input<C> a_in(call.a), b_in(call.b), g_in(call.dout);
+    Output<C> da_acc(call.da, OutputMode::accumulate), db_acc(call.db, OutputMode::accumulate);
     C* da_p = da_acc.data();
     C* db_p = db_acc.data();
     MODAR_PARALLEL_FOR_IF(worth_threads(count))

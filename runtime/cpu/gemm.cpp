@@ -42,29 +42,28 @@ void gemm_one(const C* a, MatrixShape a_shape, bool transpose_a, const C* b, Mat
 
 }  // namespace
 
-void CpuBackend::gemm_impl(const TensorView& a, bool transpose_a, const TensorView& b,
-                           bool transpose_b, const TensorView& c, double alpha, double beta) {
-  const bool batched = a.rank == 3 && b.rank == 3 && c.rank == 3;
-  const int64_t batch = batched ? a.shape[0] : 1;
-  const MatrixShape a_shape =
-      batched ? MatrixShape{a.shape[1], a.shape[2]} : MatrixShape{a.rows(), a.dim(-1)};
-  const MatrixShape b_shape =
-      batched ? MatrixShape{b.shape[1], b.shape[2]} : MatrixShape{b.rows(), b.dim(-1)};
-  const MatrixShape c_shape =
-      batched ? MatrixShape{c.shape[1], c.shape[2]} : MatrixShape{c.rows(), c.dim(-1)};
-  dispatch_compute(a.dtype, [&](auto tag) {
+void CpuBackend::run_op(const GemmArgs& call) {
+  const bool batched = call.a.rank == 3 && call.b.rank == 3 && call.c.rank == 3;
+  const int64_t batch = batched ? call.a.shape[0] : 1;
+  const MatrixShape a_shape = batched ? MatrixShape{call.a.shape[1], call.a.shape[2]}
+                                      : MatrixShape{call.a.rows(), call.a.dim(-1)};
+  const MatrixShape b_shape = batched ? MatrixShape{call.b.shape[1], call.b.shape[2]}
+                                      : MatrixShape{call.b.rows(), call.b.dim(-1)};
+  const MatrixShape c_shape = batched ? MatrixShape{call.c.shape[1], call.c.shape[2]}
+                                      : MatrixShape{call.c.rows(), call.c.dim(-1)};
+  dispatch_compute(call.a.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> a_in(a);
-    Input<C> b_in(b);
-    // beta == 0: C is write-only, never read (a staged buffer starts at zero).
-    Output<C> c_out(c, beta == 0.0 ? OutputMode::overwrite : OutputMode::modify);
+    Input<C> a_in(call.a);
+    Input<C> b_in(call.b);
+    // call.beta == 0: C is write-only, never read (call.a staged buffer starts at zero).
+    Output<C> c_out(call.c, call.beta == 0.0 ? OutputMode::overwrite : OutputMode::modify);
     const int64_t a_step = a_shape.rows * a_shape.cols;
     const int64_t b_step = b_shape.rows * b_shape.cols;
     const int64_t c_step = c_shape.rows * c_shape.cols;
     for (int64_t i = 0; i < batch; ++i) {
-      gemm_one<C>(a_in.data() + i * a_step, a_shape, transpose_a, b_in.data() + i * b_step, b_shape,
-                  transpose_b, c_out.data() + i * c_step, c_shape, static_cast<C>(alpha),
-                  static_cast<C>(beta));
+      gemm_one<C>(a_in.data() + i * a_step, a_shape, call.transpose_a, b_in.data() + i * b_step,
+                  b_shape, call.transpose_b, c_out.data() + i * c_step, c_shape,
+                  static_cast<C>(call.alpha), static_cast<C>(call.beta));
     }
     c_out.commit();
   });

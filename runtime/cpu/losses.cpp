@@ -15,15 +15,14 @@
 
 namespace modar::runtime::cpu {
 
-void CpuBackend::cross_entropy_forward_impl(const TensorView& logits, const TensorView& targets,
-                                            const TensorView& loss, const TensorView& lse) {
-  const int64_t rows = logits.rows(), vocab = logits.dim(-1);
-  check_index_range("cross_entropy_forward", "targets", targets, -1, vocab);
-  const int32_t* target = targets.ptr<int32_t>();
-  dispatch_compute(logits.dtype, [&](auto tag) {
+void CpuBackend::run_op(const CrossEntropyForwardArgs& call) {
+  const int64_t rows = call.logits.rows(), vocab = call.logits.dim(-1);
+  check_index_range("cross_entropy_forward", "call.targets", call.targets, -1, vocab);
+  const int32_t* target = call.targets.ptr<int32_t>();
+  dispatch_compute(call.logits.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> x_in(logits);
-    C* lse_p = lse.ptr<C>();
+    Input<C> x_in(call.logits);
+    C* lse_p = call.lse.ptr<C>();
     MODAR_PARALLEL_FOR_IF(worth_threads(rows * vocab))
     for (int64_t i = 0; i < rows; ++i) {
       const C* row = x_in.data() + i * vocab;
@@ -43,27 +42,26 @@ void CpuBackend::cross_entropy_forward_impl(const TensorView& logits, const Tens
       total += static_cast<double>(lse_p[i]) - static_cast<double>(x_in[i * vocab + target[i]]);
       ++counted;
     }
-    loss.ptr<C>()[0] = static_cast<C>(counted > 0 ? total / static_cast<double>(counted) : 0.0);
+    call.loss.ptr<C>()[0] =
+        static_cast<C>(counted > 0 ? total / static_cast<double>(counted) : 0.0);
   });
 }
 
-void CpuBackend::cross_entropy_backward_impl(double dloss, const TensorView& logits,
-                                             const TensorView& targets, const TensorView& lse,
-                                             const TensorView& dlogits) {
-  const int64_t rows = logits.rows(), vocab = logits.dim(-1);
-  check_index_range("cross_entropy_backward", "targets", targets, -1, vocab);
-  const int32_t* target = targets.ptr<int32_t>();
+void CpuBackend::run_op(const CrossEntropyBackwardArgs& call) {
+  const int64_t rows = call.logits.rows(), vocab = call.logits.dim(-1);
+  check_index_range("cross_entropy_backward", "call.targets", call.targets, -1, vocab);
+  const int32_t* target = call.targets.ptr<int32_t>();
   int64_t counted = 0;
   for (int64_t i = 0; i < rows; ++i)
     counted += target[i] >= 0 ? 1 : 0;
   if (counted == 0)
     return;
-  dispatch_compute(logits.dtype, [&](auto tag) {
+  dispatch_compute(call.logits.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> x_in(logits);
-    Output<C> dx_acc(dlogits, OutputMode::accumulate);
-    const C* lse_p = lse.ptr<C>();
-    const C factor = static_cast<C>(dloss / static_cast<double>(counted));
+    Input<C> x_in(call.logits);
+    Output<C> dx_acc(call.dlogits, OutputMode::accumulate);
+    const C* lse_p = call.lse.ptr<C>();
+    const C factor = static_cast<C>(call.dloss / static_cast<double>(counted));
     MODAR_PARALLEL_FOR_IF(worth_threads(rows * vocab))
     for (int64_t i = 0; i < rows; ++i) {
       if (target[i] < 0)
@@ -78,35 +76,32 @@ void CpuBackend::cross_entropy_backward_impl(double dloss, const TensorView& log
   });
 }
 
-void CpuBackend::bce_with_logits_forward_impl(const TensorView& logits, const TensorView& targets,
-                                              const TensorView& loss) {
-  const int64_t rows = logits.numel();
-  dispatch_compute(logits.dtype, [&](auto tag) {
+void CpuBackend::run_op(const BceWithLogitsForwardArgs& call) {
+  const int64_t rows = call.logits.numel();
+  dispatch_compute(call.logits.dtype, [&](auto tag) {
     using C = decltype(tag);
-    const C* x = logits.ptr<C>();
-    const C* t = targets.ptr<C>();
+    const C* x = call.logits.ptr<C>();
+    const C* t = call.targets.ptr<C>();
     double total = 0.0;
     for (int64_t i = 0; i < rows; ++i) {
       const double xi = x[i];
       total +=
           std::max(xi, 0.0) - xi * static_cast<double>(t[i]) + std::log1p(std::exp(-std::abs(xi)));
     }
-    loss.ptr<C>()[0] = static_cast<C>(rows > 0 ? total / static_cast<double>(rows) : 0.0);
+    call.loss.ptr<C>()[0] = static_cast<C>(rows > 0 ? total / static_cast<double>(rows) : 0.0);
   });
 }
 
-void CpuBackend::bce_with_logits_backward_impl(double dloss, const TensorView& logits,
-                                               const TensorView& targets,
-                                               const TensorView& dlogits) {
-  const int64_t rows = logits.numel();
+void CpuBackend::run_op(const BceWithLogitsBackwardArgs& call) {
+  const int64_t rows = call.logits.numel();
   if (rows == 0)
     return;
-  dispatch_compute(logits.dtype, [&](auto tag) {
+  dispatch_compute(call.logits.dtype, [&](auto tag) {
     using C = decltype(tag);
-    const C* x = logits.ptr<C>();
-    const C* t = targets.ptr<C>();
-    C* dx = dlogits.ptr<C>();
-    const C factor = static_cast<C>(dloss / static_cast<double>(rows));
+    const C* x = call.logits.ptr<C>();
+    const C* t = call.targets.ptr<C>();
+    C* dx = call.dlogits.ptr<C>();
+    const C factor = static_cast<C>(call.dloss / static_cast<double>(rows));
     for (int64_t i = 0; i < rows; ++i)
       dx[i] += factor * (sigmoid(x[i]) - t[i]);
   });

@@ -15,15 +15,14 @@
 
 namespace modar::runtime::cpu {
 
-void CpuBackend::rmsnorm_forward_impl(const TensorView& x, const TensorView& weight,
-                                      const TensorView& out, const TensorView& rstd, double eps) {
-  const int64_t rows = x.rows(), d = x.dim(-1);
-  dispatch_compute(x.dtype, [&](auto tag) {
+void CpuBackend::run_op(const RmsnormForwardArgs& call) {
+  const int64_t rows = call.x.rows(), d = call.x.dim(-1);
+  dispatch_compute(call.x.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> x_in(x);
-    Input<C> w_in(weight);
-    Output<C> out_w(out, OutputMode::overwrite);
-    C* rstd_p = rstd.ptr<C>();
+    Input<C> x_in(call.x);
+    Input<C> w_in(call.weight);
+    Output<C> out_w(call.out, OutputMode::overwrite);
+    C* rstd_p = call.rstd.ptr<C>();
     const C* xp = x_in.data();
     const C* wp = w_in.data();
     C* op = out_w.data();
@@ -33,7 +32,7 @@ void CpuBackend::rmsnorm_forward_impl(const TensorView& x, const TensorView& wei
       C sum_squares = 0;
       for (int64_t i = 0; i < d; ++i)
         sum_squares += row[i] * row[i];
-      const C inv = C(1) / std::sqrt(sum_squares / static_cast<C>(d) + static_cast<C>(eps));
+      const C inv = C(1) / std::sqrt(sum_squares / static_cast<C>(d) + static_cast<C>(call.eps));
       rstd_p[r] = inv;
       if (op) {
         C* dst = op + r * d;
@@ -45,17 +44,15 @@ void CpuBackend::rmsnorm_forward_impl(const TensorView& x, const TensorView& wei
   });
 }
 
-void CpuBackend::rmsnorm_backward_impl(const TensorView& dout, const TensorView& x,
-                                       const TensorView& weight, const TensorView& rstd,
-                                       const TensorView& dx, const TensorView& dweight) {
-  const int64_t rows = x.rows(), d = x.dim(-1);
-  dispatch_compute(x.dtype, [&](auto tag) {
+void CpuBackend::run_op(const RmsnormBackwardArgs& call) {
+  const int64_t rows = call.x.rows(), d = call.x.dim(-1);
+  dispatch_compute(call.x.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> x_in(x);
-    Input<C> dout_in(dout);
-    Input<C> w_in(weight);
-    Output<C> dx_acc(dx, OutputMode::accumulate);
-    const C* rstd_p = rstd.ptr<C>();
+    Input<C> x_in(call.x);
+    Input<C> dout_in(call.dout);
+    Input<C> w_in(call.weight);
+    Output<C> dx_acc(call.dx, OutputMode::accumulate);
+    const C* rstd_p = call.rstd.ptr<C>();
     const C* xp = x_in.data();
     const C* gp = dout_in.data();
     const C* wp = w_in.data();
@@ -77,7 +74,7 @@ void CpuBackend::rmsnorm_backward_impl(const TensorView& dout, const TensorView&
       }
     }
     dx_acc.commit();
-    if (!dweight.empty()) {
+    if (!call.dweight.empty()) {
       std::vector<C> dw(static_cast<size_t>(d), C(0));
       for (int64_t r = 0; r < rows; ++r) {
         const C* xr = xp + r * d;
@@ -86,7 +83,7 @@ void CpuBackend::rmsnorm_backward_impl(const TensorView& dout, const TensorView&
         for (int64_t i = 0; i < d; ++i)
           dw[static_cast<size_t>(i)] += gr[i] * xr[i] * inv;
       }
-      store_converted(dw.data(), dweight, true);
+      store_converted(dw.data(), call.dweight, true);
     }
   });
 }

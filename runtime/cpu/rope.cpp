@@ -54,30 +54,28 @@ void rotate(const C* x, const int32_t* positions, C* out, int64_t position_rows,
 
 }  // namespace
 
-void CpuBackend::rope_forward_impl(const TensorView& x, const TensorView& positions,
-                                   const TensorView& out, const RopeParams& params) {
-  const int64_t heads = x.dim(-2), d_head = x.dim(-1);
-  const int64_t position_rows = x.rows() / heads;
-  dispatch_compute(x.dtype, [&](auto tag) {
+void CpuBackend::run_op(const RopeForwardArgs& call) {
+  const int64_t heads = call.x.dim(-2), d_head = call.x.dim(-1);
+  const int64_t position_rows = call.x.rows() / heads;
+  dispatch_compute(call.x.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> x_in(x);  // out may alias x: each pair is read before it is written
-    Output<C> out_w(out, OutputMode::overwrite);
-    rotate<C>(x_in.data(), positions.ptr<int32_t>(), out_w.data(), position_rows, heads, d_head,
-              params.theta_base, 1.0, false);
+    Input<C> x_in(call.x);  // call.out may alias call.x: each pair is read before it is written
+    Output<C> out_w(call.out, OutputMode::overwrite);
+    rotate<C>(x_in.data(), call.positions.ptr<int32_t>(), out_w.data(), position_rows, heads,
+              d_head, call.params.theta_base, 1.0, false);
     out_w.commit();
   });
 }
 
-void CpuBackend::rope_backward_impl(const TensorView& dout, const TensorView& positions,
-                                    const TensorView& dx, const RopeParams& params) {
-  const int64_t heads = dout.dim(-2), d_head = dout.dim(-1);
-  const int64_t position_rows = dout.rows() / heads;
-  dispatch_compute(dout.dtype, [&](auto tag) {
+void CpuBackend::run_op(const RopeBackwardArgs& call) {
+  const int64_t heads = call.dout.dim(-2), d_head = call.dout.dim(-1);
+  const int64_t position_rows = call.dout.rows() / heads;
+  dispatch_compute(call.dout.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> dout_in(dout);
-    Output<C> dx_acc(dx, OutputMode::accumulate);
-    rotate<C>(dout_in.data(), positions.ptr<int32_t>(), dx_acc.data(), position_rows, heads, d_head,
-              params.theta_base, -1.0, true);
+    Input<C> dout_in(call.dout);
+    Output<C> dx_acc(call.dx, OutputMode::accumulate);
+    rotate<C>(dout_in.data(), call.positions.ptr<int32_t>(), dx_acc.data(), position_rows, heads,
+              d_head, call.params.theta_base, -1.0, true);
     dx_acc.commit();
   });
 }

@@ -63,95 +63,93 @@ C gate_derivative(C r, RouterScale gate) {
 
 }  // namespace
 
-void CpuBackend::router_forward_impl(const TensorView& x, const TensorView& w,
-                                     const TensorView& logits) {
-  const int64_t rows = x.rows(), d = x.dim(-1);
-  dispatch_compute(x.dtype, [&](auto tag) {
+void CpuBackend::run_op(const RouterForwardArgs& call) {
+  const int64_t rows = call.x.rows(), d = call.x.dim(-1);
+  dispatch_compute(call.x.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> x_in(x), w_in(w);
+    Input<C> x_in(call.x), w_in(call.w);
     ConstMatrixMap<C> xm(x_in.data(), rows, d);
     Eigen::Map<const Eigen::Matrix<C, Eigen::Dynamic, 1>> wv(w_in.data(), d);
-    Eigen::Map<Eigen::Matrix<C, Eigen::Dynamic, 1>> out(logits.ptr<C>(), rows);
+    Eigen::Map<Eigen::Matrix<C, Eigen::Dynamic, 1>> out(call.logits.ptr<C>(), rows);
     out.noalias() = xm * wv;
   });
 }
 
-void CpuBackend::router_backward_impl(const TensorView& dlogits, const TensorView& x,
-                                      const TensorView& w, const TensorView& dx,
-                                      const TensorView& dw) {
-  const int64_t rows = x.rows(), d = x.dim(-1);
-  dispatch_compute(x.dtype, [&](auto tag) {
+void CpuBackend::run_op(const RouterBackwardArgs& call) {
+  const int64_t rows = call.x.rows(), d = call.x.dim(-1);
+  dispatch_compute(call.x.dtype, [&](auto tag) {
     using C = decltype(tag);
     using Vector = Eigen::Matrix<C, Eigen::Dynamic, 1>;
-    Input<C> x_in(x), w_in(w);
-    Eigen::Map<const Vector> g(dlogits.ptr<C>(), rows);
-    if (!dx.empty()) {
-      Output<C> dx_acc(dx, OutputMode::accumulate);
+    Input<C> x_in(call.x), w_in(call.w);
+    Eigen::Map<const Vector> g(call.dlogits.ptr<C>(), rows);
+    if (!call.dx.empty()) {
+      Output<C> dx_acc(call.dx, OutputMode::accumulate);
       MatrixMap<C> dxm(dx_acc.data(), rows, d);
       Eigen::Map<const Vector> wv(w_in.data(), d);
       dxm.noalias() += g * wv.transpose();
       dx_acc.commit();
     }
-    if (!dw.empty()) {
+    if (!call.dw.empty()) {
       ConstMatrixMap<C> xm(x_in.data(), rows, d);
       const Vector grad = xm.transpose() * g;
-      store_converted(grad.data(), dw, true);
+      store_converted(grad.data(), call.dw, true);
     }
   });
 }
 
-void CpuBackend::topk_impl(const TensorView& logits, const TensorView& indices) {
-  const int64_t batch = logits.shape[0], seq = logits.shape[1], k = indices.shape[1];
-  dispatch_compute(logits.dtype, [&](auto tag) {
+void CpuBackend::run_op(const TopkArgs& call) {
+  const int64_t batch = call.logits.shape[0], seq = call.logits.shape[1], k = call.indices.shape[1];
+  dispatch_compute(call.logits.dtype, [&](auto tag) {
     using C = decltype(tag);
     std::vector<int32_t> order;
     for (int64_t i = 0; i < batch; ++i) {
-      select_top<C>(logits.ptr<C>() + i * seq, seq, k, indices.ptr<int32_t>() + i * k, order);
+      select_top<C>(call.logits.ptr<C>() + i * seq, seq, k, call.indices.ptr<int32_t>() + i * k,
+                    order);
     }
   });
 }
 
-void CpuBackend::topk_ragged_impl(const TensorView& logits, const TensorView& counts,
-                                  const TensorView& indices) {
-  const int64_t batch = logits.shape[0], seq = logits.shape[1], k_max = indices.shape[1];
-  check_index_range("topk_ragged", "counts", counts, 0, k_max + 1);
-  dispatch_compute(logits.dtype, [&](auto tag) {
+void CpuBackend::run_op(const TopkRaggedArgs& call) {
+  const int64_t batch = call.logits.shape[0], seq = call.logits.shape[1],
+                k_max = call.indices.shape[1];
+  check_index_range("topk_ragged", "call.counts", call.counts, 0, k_max + 1);
+  dispatch_compute(call.logits.dtype, [&](auto tag) {
     using C = decltype(tag);
     std::vector<int32_t> order;
     for (int64_t i = 0; i < batch; ++i) {
-      int32_t* row = indices.ptr<int32_t>() + i * k_max;
-      const int64_t count = counts.ptr<int32_t>()[i];
-      select_top<C>(logits.ptr<C>() + i * seq, seq, count, row, order);
+      int32_t* row = call.indices.ptr<int32_t>() + i * k_max;
+      const int64_t count = call.counts.ptr<int32_t>()[i];
+      select_top<C>(call.logits.ptr<C>() + i * seq, seq, count, row, order);
       std::fill(row + count, row + k_max, -1);
     }
   });
 }
 
-void CpuBackend::topk_mask_impl(const TensorView& indices, const TensorView& mask) {
-  const int64_t batch = indices.shape[0], k = indices.shape[1], seq = mask.shape[1];
-  check_index_range("topk_mask", "indices", indices, -1, seq);
-  dispatch_compute(mask.dtype, [&](auto tag) {
+void CpuBackend::run_op(const TopkMaskArgs& call) {
+  const int64_t batch = call.indices.shape[0], k = call.indices.shape[1], seq = call.mask.shape[1];
+  check_index_range("topk_mask", "call.indices", call.indices, -1, seq);
+  dispatch_compute(call.mask.dtype, [&](auto tag) {
     using C = decltype(tag);
     std::vector<C> values(static_cast<size_t>(batch * seq), C(0));
     for (int64_t i = 0; i < batch; ++i) {
       for (int64_t j = 0; j < k; ++j) {
-        const int32_t p = indices.ptr<int32_t>()[i * k + j];
+        const int32_t p = call.indices.ptr<int32_t>()[i * k + j];
         if (p >= 0)
           values[static_cast<size_t>(i * seq + p)] = C(1);
       }
     }
-    store_converted(values.data(), mask, false);
+    store_converted(values.data(), call.mask, false);
   });
 }
 
-void CpuBackend::gather_rows_forward_impl(const TensorView& x, const TensorView& indices,
-                                          const TensorView& out) {
-  const int64_t batch = x.shape[0], seq = x.shape[1], d = x.shape[2], k = indices.shape[1];
-  check_index_range("gather_rows_forward", "indices", indices, -1, seq);
-  const int32_t* idx = indices.ptr<int32_t>();
-  const int64_t row_bytes = d * scalar_bytes(x.dtype);
-  const char* src = static_cast<const char*>(x.data);
-  char* dst = static_cast<char*>(out.data);
+void CpuBackend::run_op(const GatherRowsForwardArgs& call) {
+  const int64_t batch = call.x.shape[0], seq = call.x.shape[1], d = call.x.shape[2],
+                k = call.indices.shape[1];
+  check_index_range("gather_rows_forward", "call.indices", call.indices, -1, seq);
+  const int32_t* idx = call.indices.ptr<int32_t>();
+  const int64_t row_bytes = d * scalar_bytes(call.x.dtype);
+  const char* src = static_cast<const char*>(call.x.data);
+  char* dst = static_cast<char*>(call.out.data);
   // A pure copy: no conversion needed whatever the dtype.
   for (int64_t i = 0; i < batch; ++i) {
     for (int64_t j = 0; j < k; ++j) {
@@ -166,15 +164,15 @@ void CpuBackend::gather_rows_forward_impl(const TensorView& x, const TensorView&
   }
 }
 
-void CpuBackend::gather_rows_backward_impl(const TensorView& dout, const TensorView& indices,
-                                           const TensorView& dx) {
-  const int64_t batch = dx.shape[0], seq = dx.shape[1], d = dx.shape[2], k = indices.shape[1];
-  check_index_range("gather_rows_backward", "indices", indices, -1, seq);
-  const int32_t* idx = indices.ptr<int32_t>();
-  dispatch_compute(dx.dtype, [&](auto tag) {
+void CpuBackend::run_op(const GatherRowsBackwardArgs& call) {
+  const int64_t batch = call.dx.shape[0], seq = call.dx.shape[1], d = call.dx.shape[2],
+                k = call.indices.shape[1];
+  check_index_range("gather_rows_backward", "call.indices", call.indices, -1, seq);
+  const int32_t* idx = call.indices.ptr<int32_t>();
+  dispatch_compute(call.dx.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> g(dout);
-    Output<C> dx_acc(dx, OutputMode::accumulate);
+    Input<C> g(call.dout);
+    Output<C> dx_acc(call.dx, OutputMode::accumulate);
     for (int64_t i = 0; i < batch; ++i) {
       for (int64_t j = 0; j < k; ++j) {
         const int32_t p = idx[i * k + j];
@@ -190,23 +188,22 @@ void CpuBackend::gather_rows_backward_impl(const TensorView& dout, const TensorV
   });
 }
 
-void CpuBackend::scatter_add_scaled_forward_impl(const TensorView& x, const TensorView& indices,
-                                                 const TensorView& router_logits,
-                                                 const TensorView& delta, RouterScale gate) {
-  const int64_t batch = x.shape[0], seq = x.shape[1], d = x.shape[2], k = indices.shape[1];
-  check_index_range("scatter_add_scaled_forward", "indices", indices, -1, seq);
-  const int32_t* idx = indices.ptr<int32_t>();
-  dispatch_compute(x.dtype, [&](auto tag) {
+void CpuBackend::run_op(const ScatterAddScaledForwardArgs& call) {
+  const int64_t batch = call.x.shape[0], seq = call.x.shape[1], d = call.x.shape[2],
+                k = call.indices.shape[1];
+  check_index_range("scatter_add_scaled_forward", "call.indices", call.indices, -1, seq);
+  const int32_t* idx = call.indices.ptr<int32_t>();
+  dispatch_compute(call.x.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> delta_in(delta);
-    Output<C> x_mod(x, OutputMode::modify);
-    const C* r = router_logits.ptr<C>();
+    Input<C> delta_in(call.delta);
+    Output<C> x_mod(call.x, OutputMode::modify);
+    const C* r = call.router_logits.ptr<C>();
     for (int64_t i = 0; i < batch; ++i) {
       for (int64_t j = 0; j < k; ++j) {
         const int32_t p = idx[i * k + j];
         if (p < 0)
           continue;
-        const C factor = gate_value(r[i * seq + p], gate);
+        const C factor = gate_value(r[i * seq + p], call.gate);
         const C* src = delta_in.data() + (i * k + j) * d;
         C* dst = x_mod.data() + (i * seq + p) * d;
         for (int64_t c = 0; c < d; ++c)
@@ -217,20 +214,17 @@ void CpuBackend::scatter_add_scaled_forward_impl(const TensorView& x, const Tens
   });
 }
 
-void CpuBackend::scatter_add_scaled_backward_impl(const TensorView& dx, const TensorView& indices,
-                                                  const TensorView& router_logits,
-                                                  const TensorView& delta, RouterScale gate,
-                                                  const TensorView& ddelta,
-                                                  const TensorView& drouter_logits) {
-  const int64_t batch = dx.shape[0], seq = dx.shape[1], d = dx.shape[2], k = indices.shape[1];
-  check_index_range("scatter_add_scaled_backward", "indices", indices, -1, seq);
-  const int32_t* idx = indices.ptr<int32_t>();
-  dispatch_compute(dx.dtype, [&](auto tag) {
+void CpuBackend::run_op(const ScatterAddScaledBackwardArgs& call) {
+  const int64_t batch = call.dx.shape[0], seq = call.dx.shape[1], d = call.dx.shape[2],
+                k = call.indices.shape[1];
+  check_index_range("scatter_add_scaled_backward", "call.indices", call.indices, -1, seq);
+  const int32_t* idx = call.indices.ptr<int32_t>();
+  dispatch_compute(call.dx.dtype, [&](auto tag) {
     using C = decltype(tag);
-    Input<C> g(dx), delta_in(delta);
-    Output<C> ddelta_acc(ddelta, OutputMode::accumulate);
-    const C* r = router_logits.ptr<C>();
-    C* dr = drouter_logits.empty() ? nullptr : drouter_logits.ptr<C>();
+    Input<C> g(call.dx), delta_in(call.delta);
+    Output<C> ddelta_acc(call.ddelta, OutputMode::accumulate);
+    const C* r = call.router_logits.ptr<C>();
+    C* dr = call.drouter_logits.empty() ? nullptr : call.drouter_logits.ptr<C>();
     for (int64_t i = 0; i < batch; ++i) {
       for (int64_t j = 0; j < k; ++j) {
         const int32_t p = idx[i * k + j];
@@ -240,7 +234,7 @@ void CpuBackend::scatter_add_scaled_backward_impl(const TensorView& dx, const Te
         const C* grad_row = g.data() + (i * seq + p) * d;
         const C* delta_row = delta_in.data() + (i * k + j) * d;
         if (ddelta_acc.data()) {
-          const C factor = gate_value(logit, gate);
+          const C factor = gate_value(logit, call.gate);
           C* dst = ddelta_acc.data() + (i * k + j) * d;
           for (int64_t c = 0; c < d; ++c)
             dst[c] += factor * grad_row[c];
@@ -249,7 +243,7 @@ void CpuBackend::scatter_add_scaled_backward_impl(const TensorView& dx, const Te
           C dot = 0;
           for (int64_t c = 0; c < d; ++c)
             dot += grad_row[c] * delta_row[c];
-          dr[i * seq + p] += gate_derivative(logit, gate) * dot;
+          dr[i * seq + p] += gate_derivative(logit, call.gate) * dot;
         }
       }
     }

@@ -1,9 +1,9 @@
 // runtime/cuda/cuda_backend.cpp: the CUDA implementation of the Backend
 // interface (include/modar/runtime/backend.hpp).
 //
-// The public op methods of Backend have already checked shapes, dtypes and
-// devices (runtime/op_checks.cpp) when an *_impl here runs; this file maps
-// TensorViews onto the POD params of the kernel families (one *.cuh / *.cu
+// Backend::run has already checked shapes, dtypes and devices
+// (runtime/core/op_checks.cpp) when a run_op here runs; this file maps an op's
+// argument struct (op_args.hpp) onto the POD params of the kernel families (one *.cuh / *.cu
 // pair per family in this folder) and launches them on the backend's stream.
 //
 // Precision: tensors are fp32 or bf16 (statistics fp32).  fp64 is the CPU
@@ -28,6 +28,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <variant>
 
 #include "arena.hpp"
 #include "attention.cuh"
@@ -124,6 +126,10 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return name_; }
   DeviceKind device() const override { return DeviceKind::cuda; }
+  DeviceFacts facts() const override { return cuda_device_facts(device_); }
+  // Every op of the table in fp32 / bf16 storage (and i32 for copy / fill);
+  // fp64 is the CPU backend's reference precision.
+  bool supports(OpId, ScalarType dtype) const override { return dtype != ScalarType::fp64; }
 
   void* allocate(int64_t bytes) override {
     if (bytes < 0) {
@@ -170,63 +176,72 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Timer> make_timer() override { return std::make_unique<CudaTimer>(stream_); }
 
  protected:
+  void execute(const OpArgs& call, const OpGeometry& geometry) override;
+
+  // ---- the kernels of each op (one run_op per row of the op table) -----------------
   // ---- memory ops ----------------------------------------------------------------
-  void copy_impl(const TensorView& src, const TensorView& dst) override {
-    if (src.bytes() > 0) {
-      MODAR_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, static_cast<size_t>(src.bytes()),
+  void run_op(const CopyArgs& call) {
+    if (call.src.bytes() > 0) {
+      MODAR_CUDA_CHECK(cudaMemcpyAsync(call.dst.data, call.src.data,
+                                       static_cast<size_t>(call.src.bytes()),
                                        cudaMemcpyDeviceToDevice, stream_));
     }
   }
 
-  void fill_impl(const TensorView& dst, double value) override {
-    if (dst.dtype == ScalarType::i32) {
-      gpu::launch_fill(dst.data, dst.numel(), value, Elem::fp32, true, stream_);
+  void run_op(const FillArgs& call) {
+    if (call.dst.dtype == ScalarType::i32) {
+      gpu::launch_fill(call.dst.data, call.dst.numel(), call.value, Elem::fp32, true, stream_);
     } else {
-      gpu::launch_fill(dst.data, dst.numel(), value, elem("fill", dst), false, stream_);
+      gpu::launch_fill(call.dst.data, call.dst.numel(), call.value, elem("fill", call.dst), false,
+                       stream_);
     }
   }
 
-  void convert_impl(const TensorView& src, const TensorView& dst) override {
-    gpu::launch_convert(src.data, elem("convert", src), dst.data, elem("convert", dst), src.numel(),
-                        stream_);
+  void run_op(const ConvertArgs& call) {
+    gpu::launch_convert(call.src.data, elem("convert", call.src), call.dst.data,
+                        elem("convert", call.dst), call.src.numel(), stream_);
   }
 
   // ---- GEMM --------------------------------------------------------------------------
-  void gemm_impl(const TensorView& a, bool transpose_a, const TensorView& b, bool transpose_b,
-                 const TensorView& c, double alpha, double beta) override {
+  void run_op(const GemmArgs& call) {
     gpu::GemmArgs args;
-    const bool batched = a.rank == 3 && b.rank == 3 && c.rank == 3;
+    const bool batched = call.a.rank == 3 && call.b.rank == 3 && call.c.rank == 3;
     int64_t a_rows = 0, a_cols = 0, b_rows = 0, b_cols = 0;
     if (batched) {
-      args.batch = a.shape[0];
-      a_rows = a.shape[1], a_cols = a.shape[2], b_rows = b.shape[1], b_cols = b.shape[2];
+      args.batch = call.a.shape[0];
+      a_rows = call.a.shape[1], a_cols = call.a.shape[2], b_rows = call.b.shape[1],
+      b_cols = call.b.shape[2];
       args.stride_a = a_rows * a_cols;
       args.stride_b = b_rows * b_cols;
-      args.stride_c = c.shape[1] * c.shape[2];
+      args.stride_c = call.c.shape[1] * call.c.shape[2];
     } else {
-      a_rows = a.rows(), a_cols = a.dim(-1), b_rows = b.rows(), b_cols = b.dim(-1);
+      a_rows = call.a.rows(), a_cols = call.a.dim(-1), b_rows = call.b.rows(),
+      b_cols = call.b.dim(-1);
     }
-    args.m = transpose_a ? a_cols : a_rows;
-    args.k = transpose_a ? a_rows : a_cols;
-    args.n = transpose_b ? b_rows : b_cols;
-    args.transpose_a = transpose_a;
-    args.transpose_b = transpose_b;
+    args.m = call.transpose_a ? a_cols : a_rows;
+    args.k = call.transpose_a ? a_rows : a_cols;
+    args.n = call.transpose_b ? b_rows : b_cols;
+    args.transpose_a = call.transpose_a;
+    args.transpose_b = call.transpose_b;
     args.lda = a_cols;
     args.ldb = b_cols;
     args.ldc = args.n;
-    args.a = a.data;
-    args.b = b.data;
-    args.c = c.data;
-    args.alpha = static_cast<float>(alpha);
-    args.beta = static_cast<float>(beta);
-    args.input_type = elem("gemm", a) == Elem::fp32 ? gpu::GemmType::fp32 : gpu::GemmType::bf16;
-    args.output_type = elem("gemm", c) == Elem::fp32 ? gpu::GemmType::fp32 : gpu::GemmType::bf16;
+    args.a = call.a.data;
+    args.b = call.b.data;
+    args.c = call.c.data;
+    args.alpha = static_cast<float>(call.alpha);
+    args.beta = static_cast<float>(call.beta);
+    args.input_type =
+        elem("gemm", call.a) == Elem::fp32 ? gpu::GemmType::fp32 : gpu::GemmType::bf16;
+    args.output_type =
+        elem("gemm", call.c) == Elem::fp32 ? gpu::GemmType::fp32 : gpu::GemmType::bf16;
     if (args.k == 0) {
-      // An empty inner dimension: C = beta C (cuBLASLt rejects k = 0).
-      if (beta == 0.0) {
-        fill_impl(c, 0.0);
-      } else if (beta != 1.0) {
-        gpu::launch_scale(c.data, static_cast<float>(beta), c.numel(), elem("gemm", c), stream_);
+      // An empty inner dimension: C = call.beta C (cuBLASLt rejects k = 0).
+      if (call.beta == 0.0) {
+        run_op(FillArgs{call.c, 0.0});
+      } else if (call.beta != 1.0) {
+        gpu::launch_scale(call.c.data, static_cast<float>(call.beta), call.c.numel(),
+                          elem("gemm", call.c), stream_);
       }
       return;
     }
@@ -234,243 +249,212 @@ class CudaBackend final : public Backend {
   }
 
   // ---- RMSNorm -------------------------------------------------------------------------
-  void rmsnorm_forward_impl(const TensorView& x, const TensorView& weight, const TensorView& out,
-                            const TensorView& rstd, double eps) override {
+  void run_op(const RmsnormForwardArgs& call) {
     gpu::RmsNormParams p;
-    p.x = x.data;
-    p.weight = weight.data;
-    p.out = out.data;
-    p.rstd = stats("rmsnorm_forward", rstd);
-    p.rows = x.rows();
-    p.d = x.dim(-1);
-    p.eps = static_cast<float>(eps);
-    p.type = elem("rmsnorm_forward", x);
+    p.x = call.x.data;
+    p.weight = call.weight.data;
+    p.out = call.out.data;
+    p.rstd = stats("rmsnorm_forward", call.rstd);
+    p.rows = call.x.rows();
+    p.d = call.x.dim(-1);
+    p.eps = static_cast<float>(call.eps);
+    p.type = elem("rmsnorm_forward", call.x);
     gpu::launch_rmsnorm_forward(p, stream_);
   }
 
-  void rmsnorm_backward_impl(const TensorView& dout, const TensorView& x, const TensorView& weight,
-                             const TensorView& rstd, const TensorView& dx,
-                             const TensorView& dweight) override {
+  void run_op(const RmsnormBackwardArgs& call) {
     gpu::RmsNormBackwardParams p;
-    p.dout = dout.data;
-    p.x = x.data;
-    p.weight = weight.data;
-    p.rstd = stats("rmsnorm_backward", rstd);
-    p.dx = dx.data;
-    p.dweight = dweight.data;
-    p.rows = x.rows();
-    p.d = x.dim(-1);
-    p.type = elem("rmsnorm_backward", x);
-    if (!dweight.empty()) {
-      p.dweight_type = elem("rmsnorm_backward", dweight);
+    p.dout = call.dout.data;
+    p.x = call.x.data;
+    p.weight = call.weight.data;
+    p.rstd = stats("rmsnorm_backward", call.rstd);
+    p.dx = call.dx.data;
+    p.dweight = call.dweight.data;
+    p.rows = call.x.rows();
+    p.d = call.x.dim(-1);
+    p.type = elem("rmsnorm_backward", call.x);
+    if (!call.dweight.empty()) {
+      p.dweight_type = elem("rmsnorm_backward", call.dweight);
       p.partial = scratch_floats({gpu::kReduceSplits * p.d})[0];
     }
     gpu::launch_rmsnorm_backward(p, stream_);
   }
 
   // ---- RoPE ------------------------------------------------------------------------------
-  void rope_forward_impl(const TensorView& x, const TensorView& positions, const TensorView& out,
-                         const RopeParams& params) override {
-    launch_rope("rope_forward", x, positions, out, params, false);
+  void run_op(const RopeForwardArgs& call) {
+    launch_rope("rope_forward", call.x, call.positions, call.out, call.params, false);
   }
 
-  void rope_backward_impl(const TensorView& dout, const TensorView& positions, const TensorView& dx,
-                          const RopeParams& params) override {
-    launch_rope("rope_backward", dout, positions, dx, params, true);
+  void run_op(const RopeBackwardArgs& call) {
+    launch_rope("rope_backward", call.dout, call.positions, call.dx, call.params, true);
   }
 
   // ---- attention ----------------------------------------------------------------------
-  void attention_forward_impl(const TensorView& q, const TensorView& k, const TensorView& v,
-                              const TensorView& valid_lengths, const TensorView& out,
-                              const TensorView& lse, const AttentionParams& params) override {
+  void run_op(const AttentionForwardArgs& call) {
     gpu::AttentionLaunchParams p =
-        attention_params("attention_forward", q, k, v, valid_lengths, out, lse, params);
+        attention_params("attention_forward", call.q, call.k, call.v, call.valid_lengths, call.out,
+                         call.lse, call.params);
     gpu::launch_attention_forward(p, stream_);
   }
 
-  void attention_backward_impl(const TensorView& dout, const TensorView& q, const TensorView& k,
-                               const TensorView& v, const TensorView& valid_lengths,
-                               const TensorView& out, const TensorView& lse, const TensorView& dq,
-                               const TensorView& dk, const TensorView& dv,
-                               const AttentionParams& params) override {
+  void run_op(const AttentionBackwardArgs& call) {
     gpu::AttentionLaunchParams p =
-        attention_params("attention_backward", q, k, v, valid_lengths, out, lse, params);
-    p.dout = dout.data;
-    p.dq = dq.data;
-    p.dk = dk.data;
-    p.dv = dv.data;
+        attention_params("attention_backward", call.q, call.k, call.v, call.valid_lengths, call.out,
+                         call.lse, call.params);
+    p.dout = call.dout.data;
+    p.dq = call.dq.data;
+    p.dk = call.dk.data;
+    p.dv = call.dv.data;
     p.delta = scratch_floats({p.batch * p.heads * p.seq})[0];
     gpu::launch_attention_backward(p, stream_);
   }
 
   // ---- MoD router, top-k, gather, scatter -----------------------------------------------
-  void router_forward_impl(const TensorView& x, const TensorView& w,
-                           const TensorView& logits) override {
-    gpu::launch_router_forward(x.data, w.data, stats("router_forward", logits), x.rows(), x.dim(-1),
-                               elem("router_forward", x), stream_);
+  void run_op(const RouterForwardArgs& call) {
+    gpu::launch_router_forward(call.x.data, call.w.data, stats("router_forward", call.logits),
+                               call.x.rows(), call.x.dim(-1), elem("router_forward", call.x),
+                               stream_);
   }
 
-  void router_backward_impl(const TensorView& dlogits, const TensorView& x, const TensorView& w,
-                            const TensorView& dx, const TensorView& dw) override {
-    const int64_t d = x.dim(-1);
-    float* partial = dw.empty() ? nullptr : scratch_floats({gpu::kReduceSplits * d})[0];
-    gpu::launch_router_backward(stats("router_backward", dlogits), x.data, w.data, dx.data, dw.data,
-                                dw.empty() ? Elem::fp32 : elem("router_backward", dw), partial,
-                                x.rows(), d, elem("router_backward", x), stream_);
+  void run_op(const RouterBackwardArgs& call) {
+    const int64_t d = call.x.dim(-1);
+    float* partial = call.dw.empty() ? nullptr : scratch_floats({gpu::kReduceSplits * d})[0];
+    gpu::launch_router_backward(
+        stats("router_backward", call.dlogits), call.x.data, call.w.data, call.dx.data,
+        call.dw.data, call.dw.empty() ? Elem::fp32 : elem("router_backward", call.dw), partial,
+        call.x.rows(), d, elem("router_backward", call.x), stream_);
   }
 
-  void topk_impl(const TensorView& logits, const TensorView& indices) override {
+  void run_op(const TopkArgs& call) {
     gpu::TopkParams p;
-    p.logits = stats("topk", logits);
-    p.indices = indices.ptr<int32_t>();
-    p.batch = logits.shape[0];
-    p.seq_len = logits.shape[1];
-    p.k_max = indices.shape[1];
+    p.logits = stats("topk", call.logits);
+    p.indices = call.indices.ptr<int32_t>();
+    p.batch = call.logits.shape[0];
+    p.seq_len = call.logits.shape[1];
+    p.k_max = call.indices.shape[1];
     gpu::launch_topk(p, stream_);
   }
 
-  void topk_ragged_impl(const TensorView& logits, const TensorView& counts,
-                        const TensorView& indices) override {
+  void run_op(const TopkRaggedArgs& call) {
     gpu::TopkParams p;
-    p.logits = stats("topk_ragged", logits);
-    p.counts = counts.ptr<int32_t>();
-    p.indices = indices.ptr<int32_t>();
-    p.batch = logits.shape[0];
-    p.seq_len = logits.shape[1];
-    p.k_max = indices.shape[1];
+    p.logits = stats("topk_ragged", call.logits);
+    p.counts = call.counts.ptr<int32_t>();
+    p.indices = call.indices.ptr<int32_t>();
+    p.batch = call.logits.shape[0];
+    p.seq_len = call.logits.shape[1];
+    p.k_max = call.indices.shape[1];
     gpu::launch_topk(p, stream_);
   }
 
-  void topk_mask_impl(const TensorView& indices, const TensorView& mask) override {
-    gpu::launch_topk_mask(indices.ptr<int32_t>(), mask.data, indices.shape[0], mask.shape[1],
-                          indices.shape[1], elem("topk_mask", mask), stream_);
+  void run_op(const TopkMaskArgs& call) {
+    gpu::launch_topk_mask(call.indices.ptr<int32_t>(), call.mask.data, call.indices.shape[0],
+                          call.mask.shape[1], call.indices.shape[1], elem("topk_mask", call.mask),
+                          stream_);
   }
 
-  void gather_rows_forward_impl(const TensorView& x, const TensorView& indices,
-                                const TensorView& out) override {
-    gpu::launch_gather_rows_forward(routed("gather_rows_forward", x, indices), x.data, out.data,
-                                    stream_);
+  void run_op(const GatherRowsForwardArgs& call) {
+    gpu::launch_gather_rows_forward(routed("gather_rows_forward", call.x, call.indices),
+                                    call.x.data, call.out.data, stream_);
   }
 
-  void gather_rows_backward_impl(const TensorView& dout, const TensorView& indices,
-                                 const TensorView& dx) override {
-    gpu::launch_gather_rows_backward(routed("gather_rows_backward", dx, indices), dout.data,
-                                     dx.data, stream_);
+  void run_op(const GatherRowsBackwardArgs& call) {
+    gpu::launch_gather_rows_backward(routed("gather_rows_backward", call.dx, call.indices),
+                                     call.dout.data, call.dx.data, stream_);
   }
 
-  void scatter_add_scaled_forward_impl(const TensorView& x, const TensorView& indices,
-                                       const TensorView& router_logits, const TensorView& delta,
-                                       RouterScale gate) override {
-    gpu::launch_scatter_add_scaled_forward(routed("scatter_add_scaled_forward", x, indices), x.data,
-                                           stats("scatter_add_scaled_forward", router_logits),
-                                           delta.data, gate_kind(gate), stream_);
+  void run_op(const ScatterAddScaledForwardArgs& call) {
+    gpu::launch_scatter_add_scaled_forward(
+        routed("scatter_add_scaled_forward", call.x, call.indices), call.x.data,
+        stats("scatter_add_scaled_forward", call.router_logits), call.delta.data,
+        gate_kind(call.gate), stream_);
   }
 
-  void scatter_add_scaled_backward_impl(const TensorView& dx, const TensorView& indices,
-                                        const TensorView& router_logits, const TensorView& delta,
-                                        RouterScale gate, const TensorView& ddelta,
-                                        const TensorView& drouter_logits) override {
+  void run_op(const ScatterAddScaledBackwardArgs& call) {
     gpu::launch_scatter_add_scaled_backward(
-        routed("scatter_add_scaled_backward", dx, indices), dx.data,
-        stats("scatter_add_scaled_backward", router_logits), delta.data, gate_kind(gate),
-        ddelta.data, optional_stats("scatter_add_scaled_backward", drouter_logits), stream_);
+        routed("scatter_add_scaled_backward", call.dx, call.indices), call.dx.data,
+        stats("scatter_add_scaled_backward", call.router_logits), call.delta.data,
+        gate_kind(call.gate), call.ddelta.data,
+        optional_stats("scatter_add_scaled_backward", call.drouter_logits), stream_);
   }
 
   // ---- depth reads ------------------------------------------------------------------------
-  void depth_read_prefix_forward_impl(const TensorView& keys, const TensorView& key_rstd,
-                                      const TensorView& values, const TensorView& queries,
-                                      const TensorView& out, const TensorView& lse) override {
+  void run_op(const DepthReadPrefixForwardArgs& call) {
     const char* op = "depth_read_prefix_forward";
     gpu::DepthReadPrefixParams p;
-    p.keys = keys.data;
-    p.key_rstd = stats(op, key_rstd);
-    p.values = values.data;
-    p.queries = stats(op, queries);
-    p.out = out.data;
-    p.lse = stats(op, lse);
-    p.sources = keys.shape[0];
-    p.tokens = keys.shape[1];
-    p.d = keys.shape[2];
-    p.queries_count = queries.shape[0];
-    p.type = elem(op, keys);
+    p.keys = call.keys.data;
+    p.key_rstd = stats(op, call.key_rstd);
+    p.values = call.values.data;
+    p.queries = stats(op, call.queries);
+    p.out = call.out.data;
+    p.lse = stats(op, call.lse);
+    p.sources = call.keys.shape[0];
+    p.tokens = call.keys.shape[1];
+    p.d = call.keys.shape[2];
+    p.queries_count = call.queries.shape[0];
+    p.type = elem(op, call.keys);
     gpu::launch_depth_read_prefix_forward(p, stream_);
   }
 
-  void depth_read_prefix_backward_impl(const TensorView& dout, const TensorView& dlse,
-                                       const TensorView& keys, const TensorView& key_rstd,
-                                       const TensorView& values, const TensorView& queries,
-                                       const TensorView& out, const TensorView& lse,
-                                       const TensorView& dkeys, const TensorView& dvalues,
-                                       const TensorView& dqueries) override {
+  void run_op(const DepthReadPrefixBackwardArgs& call) {
     const char* op = "depth_read_prefix_backward";
     gpu::DepthReadPrefixParams p;
-    p.keys = keys.data;
-    p.key_rstd = stats(op, key_rstd);
-    p.values = values.data;
-    p.queries = stats(op, queries);
-    p.out = out.data;
-    p.lse = stats(op, lse);
-    p.dout = dout.data;
-    p.dlse = optional_stats(op, dlse);
-    p.dkeys = dkeys.data;
-    p.dvalues = dvalues.data;
-    p.dqueries = optional_stats(op, dqueries);
-    p.sources = keys.shape[0];
-    p.tokens = keys.shape[1];
-    p.d = keys.shape[2];
-    p.queries_count = queries.shape[0];
-    p.type = elem(op, keys);
+    p.keys = call.keys.data;
+    p.key_rstd = stats(op, call.key_rstd);
+    p.values = call.values.data;
+    p.queries = stats(op, call.queries);
+    p.out = call.out.data;
+    p.lse = stats(op, call.lse);
+    p.dout = call.dout.data;
+    p.dlse = optional_stats(op, call.dlse);
+    p.dkeys = call.dkeys.data;
+    p.dvalues = call.dvalues.data;
+    p.dqueries = optional_stats(op, call.dqueries);
+    p.sources = call.keys.shape[0];
+    p.tokens = call.keys.shape[1];
+    p.d = call.keys.shape[2];
+    p.queries_count = call.queries.shape[0];
+    p.type = elem(op, call.keys);
     if (p.dqueries != nullptr) {
       p.partial = scratch_floats({int64_t{gpu::kDepthReadBlocks} * p.queries_count * p.d})[0];
     }
     gpu::launch_depth_read_prefix_backward(p, stream_);
   }
 
-  void depth_read_merge_forward_impl(const TensorView& prefix_out, const TensorView& prefix_lse,
-                                     const TensorView& partial_keys,
-                                     const TensorView& partial_key_rstd,
-                                     const TensorView& partial_values, const TensorView& query,
-                                     const TensorView& out,
-                                     const TensorView& partial_weight) override {
+  void run_op(const DepthReadMergeForwardArgs& call) {
     const char* op = "depth_read_merge_forward";
     gpu::DepthReadMergeParams p;
-    p.prefix_out = prefix_out.data;
-    p.prefix_lse = stats(op, prefix_lse);
-    p.partial_keys = partial_keys.data;
-    p.partial_key_rstd = stats(op, partial_key_rstd);
-    p.partial_values = partial_values.data;
-    p.query = stats(op, query);
-    p.out = out.data;
-    p.partial_weight = stats(op, partial_weight);
-    p.tokens = prefix_out.shape[0];
-    p.d = prefix_out.shape[1];
-    p.type = elem(op, prefix_out);
+    p.prefix_out = call.prefix_out.data;
+    p.prefix_lse = stats(op, call.prefix_lse);
+    p.partial_keys = call.partial_keys.data;
+    p.partial_key_rstd = stats(op, call.partial_key_rstd);
+    p.partial_values = call.partial_values.data;
+    p.query = stats(op, call.query);
+    p.out = call.out.data;
+    p.partial_weight = stats(op, call.partial_weight);
+    p.tokens = call.prefix_out.shape[0];
+    p.d = call.prefix_out.shape[1];
+    p.type = elem(op, call.prefix_out);
     gpu::launch_depth_read_merge_forward(p, stream_);
   }
 
-  void depth_read_merge_backward_impl(
-      const TensorView& dout, const TensorView& prefix_out, const TensorView& partial_keys,
-      const TensorView& partial_key_rstd, const TensorView& partial_values, const TensorView& query,
-      const TensorView& partial_weight, const TensorView& dprefix_out,
-      const TensorView& dprefix_lse, const TensorView& dpartial_keys,
-      const TensorView& dpartial_values, const TensorView& dquery) override {
+  void run_op(const DepthReadMergeBackwardArgs& call) {
     const char* op = "depth_read_merge_backward";
     gpu::DepthReadMergeParams p;
-    p.prefix_out = prefix_out.data;
-    p.partial_keys = partial_keys.data;
-    p.partial_key_rstd = stats(op, partial_key_rstd);
-    p.partial_values = partial_values.data;
-    p.query = stats(op, query);
-    p.partial_weight = stats(op, partial_weight);
-    p.dout = dout.data;
-    p.dprefix_out = dprefix_out.data;
-    p.dprefix_lse = optional_stats(op, dprefix_lse);
-    p.dpartial_keys = dpartial_keys.data;
-    p.dpartial_values = dpartial_values.data;
-    p.dquery = optional_stats(op, dquery);
-    p.tokens = prefix_out.shape[0];
-    p.d = prefix_out.shape[1];
-    p.type = elem(op, prefix_out);
+    p.prefix_out = call.prefix_out.data;
+    p.partial_keys = call.partial_keys.data;
+    p.partial_key_rstd = stats(op, call.partial_key_rstd);
+    p.partial_values = call.partial_values.data;
+    p.query = stats(op, call.query);
+    p.partial_weight = stats(op, call.partial_weight);
+    p.dout = call.dout.data;
+    p.dprefix_out = call.dprefix_out.data;
+    p.dprefix_lse = optional_stats(op, call.dprefix_lse);
+    p.dpartial_keys = call.dpartial_keys.data;
+    p.dpartial_values = call.dpartial_values.data;
+    p.dquery = optional_stats(op, call.dquery);
+    p.tokens = call.prefix_out.shape[0];
+    p.d = call.prefix_out.shape[1];
+    p.type = elem(op, call.prefix_out);
     if (p.dquery != nullptr) {
       p.partial = scratch_floats({int64_t{gpu::kDepthReadBlocks} * p.d})[0];
     }
@@ -478,36 +462,25 @@ class CudaBackend final : public Backend {
   }
 
   // ---- DAR -----------------------------------------------------------------------------------
-  void dar_coefficients_forward_impl(const TensorView& retrieved, const TensorView& weight,
-                                     const TensorView& bias, const TensorView& scale,
-                                     const TensorView& alpha, const TensorView& beta,
-                                     const TensorView& transport, const TensorView& z_rstd,
-                                     const DarCoefficientParams& params) override {
-    gpu::DarCoefficientLaunchParams p =
-        coefficient_params("dar_coefficients_forward", retrieved, weight, bias, scale, alpha, beta,
-                           transport, z_rstd, params);
+  void run_op(const DarCoefficientsForwardArgs& call) {
+    gpu::DarCoefficientLaunchParams p = coefficient_params(
+        "dar_coefficients_forward", call.retrieved, call.weight, call.bias, call.scale, call.alpha,
+        call.beta, call.transport, call.z_rstd, call.params);
     gpu::launch_dar_coefficients_forward(p, stream_);
   }
 
-  void dar_coefficients_backward_impl(const TensorView& dalpha, const TensorView& dbeta,
-                                      const TensorView& dtransport, const TensorView& retrieved,
-                                      const TensorView& weight, const TensorView& bias,
-                                      const TensorView& scale, const TensorView& alpha,
-                                      const TensorView& beta, const TensorView& transport,
-                                      const TensorView& z_rstd, const TensorView& dretrieved,
-                                      const TensorView& dweight, const TensorView& dbias,
-                                      const TensorView& dscale,
-                                      const DarCoefficientParams& params) override {
+  void run_op(const DarCoefficientsBackwardArgs& call) {
     const char* op = "dar_coefficients_backward";
-    gpu::DarCoefficientLaunchParams p = coefficient_params(op, retrieved, weight, bias, scale,
-                                                           alpha, beta, transport, z_rstd, params);
-    p.dalpha = optional_stats(op, dalpha);
-    p.dbeta = optional_stats(op, dbeta);
-    p.dtransport = optional_stats(op, dtransport);
-    p.dretrieved = dretrieved.data;
-    p.dweight = optional_stats(op, dweight);
-    p.dbias = optional_stats(op, dbias);
-    p.dscale = optional_stats(op, dscale);
+    gpu::DarCoefficientLaunchParams p =
+        coefficient_params(op, call.retrieved, call.weight, call.bias, call.scale, call.alpha,
+                           call.beta, call.transport, call.z_rstd, call.params);
+    p.dalpha = optional_stats(op, call.dalpha);
+    p.dbeta = optional_stats(op, call.dbeta);
+    p.dtransport = optional_stats(op, call.dtransport);
+    p.dretrieved = call.dretrieved.data;
+    p.dweight = optional_stats(op, call.dweight);
+    p.dbias = optional_stats(op, call.dbias);
+    p.dscale = optional_stats(op, call.dscale);
     const auto buffers = scratch_floats(
         {p.tokens * p.outputs, p.tokens * 3,
          p.dweight != nullptr ? int64_t{gpu::kReduceSplits} * p.streams * p.d * p.outputs : 0});
@@ -517,216 +490,215 @@ class CudaBackend final : public Backend {
     gpu::launch_dar_coefficients_backward(p, stream_);
   }
 
-  void dar_mix_forward_impl(const TensorView& retrieved, const TensorView& alpha,
-                            const TensorView& out) override {
-    gpu::DarMixParams p = mix_params("dar_mix_forward", retrieved, alpha);
-    p.out = out.data;
+  void run_op(const DarMixForwardArgs& call) {
+    gpu::DarMixParams p = mix_params("dar_mix_forward", call.retrieved, call.alpha);
+    p.out = call.out.data;
     gpu::launch_dar_mix_forward(p, stream_);
   }
 
-  void dar_mix_backward_impl(const TensorView& dout, const TensorView& retrieved,
-                             const TensorView& alpha, const TensorView& dretrieved,
-                             const TensorView& dalpha) override {
-    gpu::DarMixParams p = mix_params("dar_mix_backward", retrieved, alpha);
-    p.dout = dout.data;
-    p.dretrieved = dretrieved.data;
-    p.dalpha = optional_stats("dar_mix_backward", dalpha);
+  void run_op(const DarMixBackwardArgs& call) {
+    gpu::DarMixParams p = mix_params("dar_mix_backward", call.retrieved, call.alpha);
+    p.dout = call.dout.data;
+    p.dretrieved = call.dretrieved.data;
+    p.dalpha = optional_stats("dar_mix_backward", call.dalpha);
     gpu::launch_dar_mix_backward(p, stream_);
   }
 
-  void dar_write_forward_impl(const TensorView& transport, const TensorView& partial,
-                              const TensorView& beta, const TensorView& y,
-                              const TensorView& out) override {
-    gpu::DarWriteParams p = write_params("dar_write_forward", transport, partial, beta, y, out);
+  void run_op(const DarWriteForwardArgs& call) {
+    gpu::DarWriteParams p = write_params("dar_write_forward", call.transport, call.partial,
+                                         call.beta, call.y, call.out);
     gpu::launch_dar_write_forward(p, stream_);
   }
 
-  void dar_write_backward_impl(const TensorView& dout, const TensorView& transport,
-                               const TensorView& partial, const TensorView& beta,
-                               const TensorView& y, const TensorView& dtransport,
-                               const TensorView& dpartial, const TensorView& dbeta,
-                               const TensorView& dy) override {
+  void run_op(const DarWriteBackwardArgs& call) {
     const char* op = "dar_write_backward";
-    gpu::DarWriteParams p = write_params(op, transport, partial, beta, y, dout);
+    gpu::DarWriteParams p =
+        write_params(op, call.transport, call.partial, call.beta, call.y, call.dout);
     p.out = nullptr;
-    p.dout = dout.data;
-    p.dtransport = optional_stats(op, dtransport);
-    p.dpartial = dpartial.data;
-    p.dbeta = optional_stats(op, dbeta);
-    p.dy = dy.data;
+    p.dout = call.dout.data;
+    p.dtransport = optional_stats(op, call.dtransport);
+    p.dpartial = call.dpartial.data;
+    p.dbeta = optional_stats(op, call.dbeta);
+    p.dy = call.dy.data;
     gpu::launch_dar_write_backward(p, stream_);
   }
 
   // ---- elementwise ---------------------------------------------------------------------------
-  void gelu_forward_impl(const TensorView& x, const TensorView& out) override {
-    gpu::ActivationParams p{
-        gpu::UnaryOp::gelu_forward, x.data, nullptr, nullptr, out.data, nullptr, x.numel(),
-        elem("gelu_forward", x)};
+  void run_op(const GeluForwardArgs& call) {
+    gpu::ActivationParams p{gpu::UnaryOp::gelu_forward,
+                            call.x.data,
+                            nullptr,
+                            nullptr,
+                            call.out.data,
+                            nullptr,
+                            call.x.numel(),
+                            elem("gelu_forward", call.x)};
     gpu::launch_activation(p, stream_);
   }
 
-  void gelu_backward_impl(const TensorView& dout, const TensorView& x,
-                          const TensorView& dx) override {
-    if (dx.empty())
+  void run_op(const GeluBackwardArgs& call) {
+    if (call.dx.empty())
       return;
-    gpu::ActivationParams p{
-        gpu::UnaryOp::gelu_backward, x.data, nullptr, dout.data, dx.data, nullptr, x.numel(),
-        elem("gelu_backward", x)};
+    gpu::ActivationParams p{gpu::UnaryOp::gelu_backward,
+                            call.x.data,
+                            nullptr,
+                            call.dout.data,
+                            call.dx.data,
+                            nullptr,
+                            call.x.numel(),
+                            elem("gelu_backward", call.x)};
     gpu::launch_activation(p, stream_);
   }
 
-  void swiglu_forward_impl(const TensorView& gate, const TensorView& up,
-                           const TensorView& out) override {
-    gpu::ActivationParams p{
-        gpu::UnaryOp::swiglu_forward, gate.data, up.data, nullptr, out.data, nullptr, gate.numel(),
-        elem("swiglu_forward", gate)};
+  void run_op(const SwigluForwardArgs& call) {
+    gpu::ActivationParams p{gpu::UnaryOp::swiglu_forward,
+                            call.gate.data,
+                            call.up.data,
+                            nullptr,
+                            call.out.data,
+                            nullptr,
+                            call.gate.numel(),
+                            elem("swiglu_forward", call.gate)};
     gpu::launch_activation(p, stream_);
   }
 
-  void swiglu_backward_impl(const TensorView& dout, const TensorView& gate, const TensorView& up,
-                            const TensorView& dgate, const TensorView& dup) override {
-    if (dgate.empty() && dup.empty())
+  void run_op(const SwigluBackwardArgs& call) {
+    if (call.dgate.empty() && call.dup.empty())
       return;
     gpu::ActivationParams p{gpu::UnaryOp::swiglu_backward,
-                            gate.data,
-                            up.data,
-                            dout.data,
-                            dgate.data,
-                            dup.data,
-                            gate.numel(),
-                            elem("swiglu_backward", gate)};
+                            call.gate.data,
+                            call.up.data,
+                            call.dout.data,
+                            call.dgate.data,
+                            call.dup.data,
+                            call.gate.numel(),
+                            elem("swiglu_backward", call.gate)};
     gpu::launch_activation(p, stream_);
   }
 
-  void add_impl(const TensorView& a, const TensorView& b, const TensorView& out) override {
-    gpu::launch_add(a.data, b.data, out.data, a.numel(), elem("add", a), stream_);
+  void run_op(const AddArgs& call) {
+    gpu::launch_add(call.a.data, call.b.data, call.out.data, call.a.numel(), elem("add", call.a),
+                    stream_);
   }
 
-  void axpy_impl(double alpha, const TensorView& x, const TensorView& y) override {
-    gpu::launch_axpy(static_cast<float>(alpha), x.data, elem("axpy", x), y.data, elem("axpy", y),
-                     x.numel(), stream_);
+  void run_op(const AxpyArgs& call) {
+    gpu::launch_axpy(static_cast<float>(call.alpha), call.x.data, elem("axpy", call.x), call.y.data,
+                     elem("axpy", call.y), call.x.numel(), stream_);
   }
 
-  void scale_impl(const TensorView& x, double alpha) override {
-    gpu::launch_scale(x.data, static_cast<float>(alpha), x.numel(), elem("scale", x), stream_);
+  void run_op(const ScaleArgs& call) {
+    gpu::launch_scale(call.x.data, static_cast<float>(call.alpha), call.x.numel(),
+                      elem("scale", call.x), stream_);
   }
 
-  void mul_forward_impl(const TensorView& a, const TensorView& b, const TensorView& out) override {
-    gpu::launch_mul_forward(a.data, b.data, out.data, a.numel(), elem("mul_forward", a), stream_);
+  void run_op(const MulForwardArgs& call) {
+    gpu::launch_mul_forward(call.a.data, call.b.data, call.out.data, call.a.numel(),
+                            elem("mul_forward", call.a), stream_);
   }
 
-  void mul_backward_impl(const TensorView& dout, const TensorView& a, const TensorView& b,
-                         const TensorView& da, const TensorView& db) override {
-    gpu::launch_mul_backward(dout.data, a.data, b.data, da.data, db.data, a.numel(),
-                             elem("mul_backward", a), stream_);
+  void run_op(const MulBackwardArgs& call) {
+    gpu::launch_mul_backward(call.dout.data, call.a.data, call.b.data, call.da.data, call.db.data,
+                             call.a.numel(), elem("mul_backward", call.a), stream_);
   }
 
   // ---- losses, embedding, optimizer -----------------------------------------------------------
-  void cross_entropy_forward_impl(const TensorView& logits, const TensorView& targets,
-                                  const TensorView& loss, const TensorView& lse) override {
+  void run_op(const CrossEntropyForwardArgs& call) {
     const char* op = "cross_entropy_forward";
     gpu::CrossEntropyParams p;
-    p.logits = logits.data;
-    p.targets = targets.ptr<int32_t>();
-    p.loss = optional_stats(op, loss);
-    p.lse = stats(op, lse);
-    p.rows = logits.rows();
-    p.vocab = logits.dim(-1);
-    p.type = elem(op, logits);
+    p.logits = call.logits.data;
+    p.targets = call.targets.ptr<int32_t>();
+    p.loss = optional_stats(op, call.loss);
+    p.lse = stats(op, call.lse);
+    p.rows = call.logits.rows();
+    p.vocab = call.logits.dim(-1);
+    p.type = elem(op, call.logits);
     p.row_scratch = scratch_floats({p.rows})[0];
     gpu::launch_cross_entropy_forward(p, stream_);
   }
 
-  void cross_entropy_backward_impl(double dloss, const TensorView& logits,
-                                   const TensorView& targets, const TensorView& lse,
-                                   const TensorView& dlogits) override {
+  void run_op(const CrossEntropyBackwardArgs& call) {
     const char* op = "cross_entropy_backward";
-    if (dlogits.empty())
+    if (call.dlogits.empty())
       return;
     gpu::CrossEntropyParams p;
-    p.logits = logits.data;
-    p.targets = targets.ptr<int32_t>();
-    p.lse = stats(op, lse);
-    p.dlogits = dlogits.data;
-    p.dloss = static_cast<float>(dloss);
-    p.rows = logits.rows();
-    p.vocab = logits.dim(-1);
-    p.type = elem(op, logits);
+    p.logits = call.logits.data;
+    p.targets = call.targets.ptr<int32_t>();
+    p.lse = stats(op, call.lse);
+    p.dlogits = call.dlogits.data;
+    p.dloss = static_cast<float>(call.dloss);
+    p.rows = call.logits.rows();
+    p.vocab = call.logits.dim(-1);
+    p.type = elem(op, call.logits);
     p.count_scratch = scratch_floats({1})[0];
     gpu::launch_cross_entropy_backward(p, stream_);
   }
 
-  void bce_with_logits_forward_impl(const TensorView& logits, const TensorView& targets,
-                                    const TensorView& loss) override {
+  void run_op(const BceWithLogitsForwardArgs& call) {
     const char* op = "bce_with_logits_forward";
-    if (loss.empty() || logits.numel() == 0)
+    if (call.loss.empty() || call.logits.numel() == 0)
       return;
-    gpu::launch_bce_with_logits_forward(stats(op, logits), stats(op, targets), stats(op, loss),
-                                        logits.numel(), stream_);
+    gpu::launch_bce_with_logits_forward(stats(op, call.logits), stats(op, call.targets),
+                                        stats(op, call.loss), call.logits.numel(), stream_);
   }
 
-  void bce_with_logits_backward_impl(double dloss, const TensorView& logits,
-                                     const TensorView& targets,
-                                     const TensorView& dlogits) override {
+  void run_op(const BceWithLogitsBackwardArgs& call) {
     const char* op = "bce_with_logits_backward";
-    if (dlogits.empty() || logits.numel() == 0)
+    if (call.dlogits.empty() || call.logits.numel() == 0)
       return;
-    gpu::launch_bce_with_logits_backward(static_cast<float>(dloss), stats(op, logits),
-                                         stats(op, targets), stats(op, dlogits), logits.numel(),
-                                         stream_);
+    gpu::launch_bce_with_logits_backward(static_cast<float>(call.dloss), stats(op, call.logits),
+                                         stats(op, call.targets), stats(op, call.dlogits),
+                                         call.logits.numel(), stream_);
   }
 
-  void embedding_forward_impl(const TensorView& table, const TensorView& tokens,
-                              const TensorView& out) override {
-    gpu::launch_embedding_forward(table.data, elem("embedding_forward", table),
-                                  tokens.ptr<int32_t>(), out.data, elem("embedding_forward", out),
-                                  tokens.numel(), table.shape[1], table.shape[0], stream_);
+  void run_op(const EmbeddingForwardArgs& call) {
+    gpu::launch_embedding_forward(call.table.data, elem("embedding_forward", call.table),
+                                  call.tokens.ptr<int32_t>(), call.out.data,
+                                  elem("embedding_forward", call.out), call.tokens.numel(),
+                                  call.table.shape[1], call.table.shape[0], stream_);
   }
 
-  void embedding_backward_impl(const TensorView& dout, const TensorView& tokens,
-                               const TensorView& dtable) override {
+  void run_op(const EmbeddingBackwardArgs& call) {
     const char* op = "embedding_backward";
-    if (dtable.empty()) {
+    if (call.dtable.empty()) {
       return;
     }
-    if (elem(op, dtable) == Elem::fp32) {
-      gpu::launch_embedding_backward(dout.data, elem(op, dout), tokens.ptr<int32_t>(), dtable.data,
-                                     Elem::fp32, tokens.numel(), dtable.shape[1], dtable.shape[0],
-                                     stream_);
+    if (elem(op, call.dtable) == Elem::fp32) {
+      gpu::launch_embedding_backward(
+          call.dout.data, elem(op, call.dout), call.tokens.ptr<int32_t>(), call.dtable.data,
+          Elem::fp32, call.tokens.numel(), call.dtable.shape[1], call.dtable.shape[0], stream_);
       return;
     }
-    // bf16 table: repeated tokens are summed in an fp32 buffer first and the
+    // bf16 table: repeated call.tokens are summed in an fp32 buffer first and the
     // table is rounded once (as the CPU backend does), not once per atomic add.
-    float* sums = scratch_floats({dtable.numel()})[0];
-    gpu::launch_fill(sums, dtable.numel(), 0.0, Elem::fp32, false, stream_);
-    gpu::launch_embedding_backward(dout.data, elem(op, dout), tokens.ptr<int32_t>(), sums,
-                                   Elem::fp32, tokens.numel(), dtable.shape[1], dtable.shape[0],
-                                   stream_);
-    gpu::launch_axpy(1.0f, sums, Elem::fp32, dtable.data, Elem::bf16, dtable.numel(), stream_);
+    float* sums = scratch_floats({call.dtable.numel()})[0];
+    gpu::launch_fill(sums, call.dtable.numel(), 0.0, Elem::fp32, false, stream_);
+    gpu::launch_embedding_backward(call.dout.data, elem(op, call.dout), call.tokens.ptr<int32_t>(),
+                                   sums, Elem::fp32, call.tokens.numel(), call.dtable.shape[1],
+                                   call.dtable.shape[0], stream_);
+    gpu::launch_axpy(1.0f, sums, Elem::fp32, call.dtable.data, Elem::bf16, call.dtable.numel(),
+                     stream_);
   }
 
-  void adamw_update_impl(const TensorView& params, const TensorView& grads, const TensorView& m,
-                         const TensorView& v, const AdamWParams& hyper,
-                         const TensorView& params_lowp) override {
+  void run_op(const AdamwUpdateArgs& call) {
     const char* op = "adamw_update";
     gpu::AdamWLaunchParams p;
-    p.params = stats(op, params);
-    p.grads = grads.data;
-    p.m = stats(op, m);
-    p.v = stats(op, v);
-    p.params_lowp = params_lowp.data;
-    p.count = params.numel();
-    p.learning_rate = static_cast<float>(hyper.learning_rate);
-    p.beta1 = static_cast<float>(hyper.beta1);
-    p.beta2 = static_cast<float>(hyper.beta2);
-    p.epsilon = static_cast<float>(hyper.epsilon);
-    p.weight_decay = static_cast<float>(hyper.weight_decay);
-    const double step = static_cast<double>(hyper.step);
-    p.bias_correction1 = static_cast<float>(1.0 - std::pow(hyper.beta1, step));
-    p.bias_correction2 = static_cast<float>(1.0 - std::pow(hyper.beta2, step));
-    p.grad_scale = static_cast<float>(hyper.grad_scale);
-    p.grad_type = elem(op, grads);
-    p.lowp_type = params_lowp.empty() ? Elem::fp32 : elem(op, params_lowp);
+    p.params = stats(op, call.params);
+    p.grads = call.grads.data;
+    p.m = stats(op, call.m);
+    p.v = stats(op, call.v);
+    p.params_lowp = call.params_lowp.data;
+    p.count = call.params.numel();
+    p.learning_rate = static_cast<float>(call.hyper.learning_rate);
+    p.beta1 = static_cast<float>(call.hyper.beta1);
+    p.beta2 = static_cast<float>(call.hyper.beta2);
+    p.epsilon = static_cast<float>(call.hyper.epsilon);
+    p.weight_decay = static_cast<float>(call.hyper.weight_decay);
+    const double step = static_cast<double>(call.hyper.step);
+    p.bias_correction1 = static_cast<float>(1.0 - std::pow(call.hyper.beta1, step));
+    p.bias_correction2 = static_cast<float>(1.0 - std::pow(call.hyper.beta2, step));
+    p.grad_scale = static_cast<float>(call.hyper.grad_scale);
+    p.grad_type = elem(op, call.grads);
+    p.lowp_type = call.params_lowp.empty() ? Elem::fp32 : elem(op, call.params_lowp);
     gpu::launch_adamw(p, stream_);
   }
 
@@ -918,10 +890,29 @@ class CudaBackend final : public Backend {
   gpu::DeviceArena arena_;
 };
 
+MODAR_BACKEND_EXECUTE(CudaBackend)
+
 }  // namespace
 
 std::unique_ptr<Backend> make_cuda_backend() {
   return std::make_unique<CudaBackend>(0);
+}
+
+DeviceFacts cuda_device_facts(int device) {
+  const CudaDeviceInfo info = cuda_device_info(device);
+  DeviceFacts facts;
+  facts.description = info.name;
+  facts.device_index = device;
+  facts.cache_bytes = info.l2_cache_bytes;
+  facts.memory_bytes = info.memory_bytes;
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+    facts.memory_free_bytes = static_cast<int64_t>(free_bytes);
+  } else {
+    cudaGetLastError();
+  }
+  facts.provenance = cuda_provenance(device);
+  return facts;
 }
 
 CudaDeviceInfo cuda_device_info(int device) {

@@ -81,7 +81,10 @@ def test_validate_python_and_cli_agree_on_predictions(tiny_profile):
         (lambda p: modar.profile(p / "x.toml", backend="tpu"), "backend"),
         (lambda p: modar.profile(p / "x.toml", kinds=["matmul"]), "matmul"),
         (lambda p: modar.profile(p / "x.toml", budget_s=-1), "budget_s"),
-        (lambda p: modar.profile(p / "x.toml", threads=0), "threads"),
+        (lambda p: modar.profile(p / "x.toml", threads=-1), "threads"),
+        (lambda p: modar.profile(p / "x.toml", threads=100000), "threads = 100000"),
+        (lambda p: modar.profile(p, quick=True), "is a directory"),
+        (lambda p: modar.profile(p / "no" / "x.toml", quick=True), "does not exist"),
         (lambda p: modar.validate(p / "missing.toml"), "missing.toml"),
         (lambda p: modar.validate("h200"), "h200"),
         (lambda p: modar.validate(modar.load_profile("h200")), "h200"),
@@ -119,3 +122,76 @@ def test_profiling_releases_the_gil(tmp_path):
     # ~1 tick per millisecond when the GIL is free; a held GIL would stall the
     # loop for the whole run (at most a handful of ticks)
     assert elapsed > 0.2 and ticks > 0.2 * elapsed * 1000 / 2
+
+
+def test_validate_threads_are_bounded(tiny_profile):
+    path, _, _ = tiny_profile
+    with pytest.raises(ValueError, match="threads = 100000"):
+        modar.validate(path, threads=100000, progress=False)
+
+
+# The defaults belong to the library: the CLI and Python pass only what the
+# user said, so the same inputs resolve to the same settings.
+@pytest.mark.parametrize(
+    "kwargs, flags",
+    [
+        ({}, []),
+        ({"quick": True}, ["--quick"]),
+        ({"threads": 2, "clock": "wall"}, ["--threads", "2", "--clock", "wall"]),
+        ({"quick": True, "kinds": ["gemm", "rmsnorm"], "max_dim": 64, "budget_s": 0.01},
+         ["--quick", "--kinds", "gemm,rmsnorm", "--max-dim", "64", "--budget", "0.01"]),
+        ({"dtype": "bf16", "rotate_bytes": 4096}, ["--dtype", "bf16", "--rotate-bytes", "4096"]),
+    ],
+)
+def test_profile_settings_match_the_cli(tmp_path, kwargs, flags):
+    out = tmp_path / "p.toml"
+    py = modar.profile(out, dry_run=True, **kwargs)
+    cli = json.loads(run_cli("profile", "--out", str(out), *flags, "--dry-run"))
+    assert py == cli
+    if not kwargs:  # the CPU defaults, in one place
+        assert (py["threads"], py["clock"], py["dtype"], py["budget_s"]) == (1, "cpu", "fp32", 0.25)
+
+
+@pytest.mark.parametrize(
+    "kwargs, flags",
+    [
+        ({}, []),
+        ({"quick": True, "rounds": 3}, ["--quick", "--rounds", "3"]),
+        ({"threads": 2, "clock": "wall"}, ["--threads", "2", "--clock", "wall"]),
+    ],
+)
+def test_validate_settings_match_the_cli(tiny_profile, kwargs, flags):
+    path, prof, _ = tiny_profile
+    py = modar.validate(path, dry_run=True, **kwargs)
+    cli = json.loads(run_cli("validate", "--profile", str(path), *flags, "--dry-run"))
+    assert py == cli
+    if not kwargs:  # the profile's recorded clock and threads
+        recorded = tomllib.loads(prof.to_toml())["provenance"]
+        assert py["clock"] == recorded["clock"] == "cpu"
+        assert str(py["threads"]) == recorded["threads"] == "1"
+
+
+def test_ctrl_c_stops_profiling_and_keeps_the_checkpoint(tmp_path):
+    """SIGINT during modar.profile raises KeyboardInterrupt between grid
+    points (not after the whole grid) and leaves OUT.partial for resume."""
+    import os
+    import signal
+    import threading
+    import time
+
+    out = tmp_path / "interrupted.toml"
+    timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    start = time.monotonic()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            modar.profile(out, quick=True, kinds=["gemm", "rmsnorm", "elementwise"],
+                          budget_s=0.05, progress=False)
+    finally:
+        timer.cancel()
+    elapsed = time.monotonic() - start
+    assert not out.exists()
+    partial = tmp_path / "interrupted.toml.partial"
+    assert partial.exists()
+    assert tomllib.loads(partial.read_text())["provenance"]["status"] == "partial"
+    assert elapsed < 30  # the full reduced grid takes minutes

@@ -5,6 +5,7 @@ predictions on held-out configurations.  Same work and documents as
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from typing import Any, Callable, Sequence
@@ -29,9 +30,18 @@ def _progress_lines(progress: bool | Callable[[str], None] | None):
     return None
 
 
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{name} = {value!r}: must be a positive integer")
+def _said(**values: Any) -> dict:
+    """Only what the caller gave (None = the library's default, applied in C++
+    by the same code as the CLI: runtime::resolve_profile_options /
+    resolve_validation_options)."""
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def _typed(name: str, value: Any, kind: type | tuple[type, ...]) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise TypeError(f"{name} = {value!r}: must be {getattr(kind, '__name__', 'a number')}")
     return value
 
 
@@ -42,51 +52,37 @@ def profile(
     quick: bool = False,
     dtype: str | None = None,
     threads: int | None = None,
+    clock: str | None = None,
     budget_s: float | None = None,
     rotate_bytes: int | None = None,
     resume: bool = False,
     kinds: Sequence[str] | None = None,
     max_dim: int | None = None,
+    dry_run: bool = False,
     progress: bool | Callable[[str], None] = True,
-) -> Profile:
+) -> Profile | dict:
     """Time the runtime's ops on this machine and write a profile to `out`
     (atomically; a killed run continues with resume=True), as `modar profile`.
 
-    quick: the quick grid (minutes on 2 CPU cores).  kinds: only these op
-    kinds (e.g. ["gemm", "attention"]); max_dim: only grid points whose every
-    dimension is <= max_dim.  Both give a reduced grid for a fast look (the
-    kinds left out fall back to the roofline, larger shapes extrapolate).
+    Unset arguments take the library's defaults, the same as the CLI's: on the
+    CPU one thread timed by the process CPU clock, fp32, 0.08 s per shape on
+    the quick grid (0.25 s full).  quick: the quick grid (minutes on 2 CPU
+    cores).  kinds: only these op kinds (e.g. ["gemm", "attention"]); max_dim:
+    only grid points whose every dimension is <= max_dim.  dry_run: return the
+    resolved settings (a dict, as `modar profile --dry-run`) without measuring.
     Releases the GIL; progress lines go to stderr (progress=True) or to a
-    callable.  Ctrl-C is honoured when the run returns (the checkpoint in
-    OUT.partial keeps what was measured)."""
-    options = _core.ProfileOptions()
-    if backend not in ("cpu", "cuda"):
-        raise ConfigError(f"backend = {backend!r}: allowed: cpu, cuda")
-    options.backend_name = backend
-    options.out_path = os.fspath(out)
-    options.quick = bool(quick)
-    options.resume = bool(resume)
-    options.dtype = dtype if dtype is not None else ("fp32" if backend == "cpu" else "bf16")
-    if threads is not None:
-        options.threads = _positive_int("threads", threads)
-    # the CLI's defaults: 0.08 s per shape on the quick grid, 0.25 s on the full one
-    options.budget_s = 0.08 if quick else 0.25
-    if budget_s is not None:
-        if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or not budget_s > 0:
-            raise ConfigError(f"budget_s = {budget_s!r}: must be a positive number of seconds")
-        options.budget_s = float(budget_s)
-    if rotate_bytes is not None:
-        options.rotation_bytes = _positive_int("rotate_bytes", rotate_bytes)
-    wanted: list[str] = []
+    callable.  Ctrl-C stops the run between grid points and raises
+    KeyboardInterrupt; OUT.partial keeps what was measured (resume=True)."""
     if kinds is not None:
-        wanted = [kinds] if isinstance(kinds, str) else list(kinds)
-        known = set(_core.profile_grid_kinds(backend, bool(quick), options.dtype))
-        for kind in wanted:
-            if kind not in known:
-                raise ConfigError(f"kinds: {kind!r} is not an op kind of the grid; "
-                                  f"allowed: {', '.join(sorted(known))}")
-    limit = _positive_int("max_dim", max_dim) if max_dim is not None else 0
-    cpp = _core.run_profile(options, wanted, limit, _progress_lines(progress))
+        kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+    said = _said(backend=backend, out=os.fspath(out), quick=bool(quick), resume=bool(resume),
+                 dtype=dtype, threads=_typed("threads", threads, int), clock=clock,
+                 budget_s=_typed("budget_s", budget_s, (int, float)),
+                 rotate_bytes=_typed("rotate_bytes", rotate_bytes, int), kinds=kinds,
+                 max_dim=_typed("max_dim", max_dim, int))
+    if dry_run:
+        return json.loads(_core.profile_settings(said))
+    cpp = _core.run_profile(said, _progress_lines(progress))
     return Profile(cpp, os.fspath(out))
 
 
@@ -141,26 +137,32 @@ def validate(
     *,
     backend: str = "cpu",
     quick: bool = False,
-    rounds: int = 7,
-    warmup_steps: int = 2,
+    rounds: int | None = None,
+    warmup_steps: int | None = None,
     threads: int | None = None,
+    clock: str | None = None,
+    dry_run: bool = False,
     progress: bool | Callable[[str], None] = True,
-) -> ValidationResult:
+) -> ValidationResult | dict:
     """Run held-out configurations on the runtime and compare the measured
     step time and peak memory with the cost model's prediction from
     `profile` (a path written by modar.profile / `modar profile`, or the
-    returned modar.Profile), as `modar validate --json`.  Releases the GIL."""
-    if backend not in ("cpu", "cuda"):
-        raise ConfigError(f"backend = {backend!r}: allowed: cpu, cuda")
+    returned modar.Profile), as `modar validate --json`.
+
+    Unset arguments take the library's defaults, the same as the CLI's: the
+    profile's recorded clock and (CPU) threads, 7 rounds, 2 warm-up steps.
+    dry_run: return the resolved settings (a dict, as `modar validate
+    --dry-run`).  Releases the GIL; Ctrl-C stops between cases / rounds."""
     if isinstance(profile, Profile):
         cpp = profile._cpp
     elif isinstance(profile, (str, os.PathLike)):
         cpp = _core.load_measured_profile(os.fspath(profile), backend)
     else:
-        raise ConfigError(f"profile = {profile!r}: must be a profile path or a modar.Profile")
-    document, text = _core.run_validation(
-        cpp, backend, bool(quick), _positive_int("rounds", rounds),
-        _positive_int("warmup_steps", warmup_steps) if warmup_steps != 0 else 0,
-        _positive_int("threads", threads) if threads is not None else 0,
-        _progress_lines(progress))
+        raise TypeError(f"profile = {profile!r}: must be a profile path or a modar.Profile")
+    said = _said(backend=backend, quick=bool(quick), rounds=_typed("rounds", rounds, int),
+                 warmup_steps=_typed("warmup_steps", warmup_steps, int),
+                 threads=_typed("threads", threads, int), clock=clock)
+    if dry_run:
+        return json.loads(_core.validation_settings(cpp, said))
+    document, text = _core.run_validation(cpp, said, _progress_lines(progress))
     return ValidationResult(document, text)

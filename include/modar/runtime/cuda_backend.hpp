@@ -1,7 +1,7 @@
 // modar/runtime/cuda_backend.hpp: what the CUDA backend offers beyond the
 // Backend interface (only available when modar is built with MODAR_CUDA=ON,
-// i.e. when the target modar_runtime_cuda exists; code in modar_runtime
-// guards its use with MODAR_WITH_CUDA).
+// i.e. when the target modar_runtime_cuda exists; the core never includes it:
+// the CUDA backend registers itself, see backend.hpp).
 //
 // The profiler records these as provenance of a measured GPU profile (SPEC 3:
 // device name, driver, clocks, CUDA and cuBLAS versions).  No CUDA header is
@@ -10,7 +10,10 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
+
+#include "modar/runtime/backend.hpp"
 
 namespace modar::runtime {
 
@@ -45,5 +48,12 @@ std::map<std::string, std::string> cuda_provenance(int device = 0);
 
 // The L2 size of the backend's device, for L2-rotating buffers in the profiler.
 int64_t cuda_l2_cache_bytes(int device = 0);
+
+// The backend's DeviceFacts (Backend::facts() of a CUDA backend on `device`).
+DeviceFacts cuda_device_facts(int device = 0);
+
+// The CUDA backend on device 0 (make_backend("cuda") calls it through the
+// registry); throws BackendError("no CUDA device: ...") without a GPU.
+std::unique_ptr<Backend> make_cuda_backend();
 
 }  // namespace modar::runtime

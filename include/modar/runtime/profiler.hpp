@@ -31,12 +31,15 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "modar/ops.hpp"
 #include "modar/profile.hpp"
 #include "modar/runtime/backend.hpp"
+#include "modar/runtime/host_facts.hpp"
 
 namespace modar::runtime {
 
@@ -121,22 +124,24 @@ OpTiming measure_op(Backend& backend, const OpShape& shape, Pass pass,
 
 // ---- the machine ----------------------------------------------------------------
 
-struct HostFacts {
-  std::string cpu_model;       // /proc/cpuinfo "model name"
-  int64_t l2_cache_bytes = 0;  // per core, /sys/devices/system/cpu/cpu0/cache
-  int64_t last_level_cache_bytes = 0;
-  int64_t memory_total_bytes = 0;  // /proc/meminfo MemTotal
-  int64_t memory_available_bytes = 0;
-  int logical_cpus = 0;
-};
-HostFacts read_host_facts();
+// HostFacts / read_host_facts(): modar/runtime/host_facts.hpp.
 
 // Compiler, flags (from predefined macros), Eigen version, OpenMP, modar version.
 std::map<std::string, std::string> build_provenance();
 
 // Threads the CPU backend's parallel loops and Eigen use (OpenMP); 0 = keep.
+// Throws ConfigError("threads = N: must be in [0, max_cpu_threads()]").
 void set_cpu_threads(int threads);
 int cpu_threads();
+// The most threads accepted: 4 x the logical CPUs (at least 8).
+int max_cpu_threads();
+
+// Thrown by run_profile / run_validation when their should_stop() hook says so
+// (Ctrl-C in Python; the checkpoint keeps every point measured so far).
+class Interrupted : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 // ---- a whole run -------------------------------------------------------------------
 
@@ -155,7 +160,37 @@ struct ProfileOptions {
   std::vector<ProfilePoint> points;  // empty: profile_grid(grid, device, dtype)
   std::FILE* progress = nullptr;     // progress lines with an ETA (stderr in the CLI)
   bool measure_ceilings = true;
+  // Asked between grid points (and between ceilings): true stops the run
+  // cleanly (checkpoint kept) by throwing Interrupted.
+  std::function<bool()> should_stop;
 };
+
+// ---- settings: what the user said -> the options of a run ----------------------------
+// The ONE owner of the profiler's defaults: the CLI (`modar profile`) and
+// Python (modar.profile) fill a ProfileRequest with only what the user gave,
+// and resolve_profile_options() applies the defaults and the checks.  Errors
+// name the field (e.g. "threads = -1: ..."), never a CLI flag.
+struct ProfileRequest {
+  std::string backend = "cpu";
+  std::string out_path;  // required
+  bool quick = false;
+  bool resume = false;
+  std::optional<DType> dtype;                  // default: fp32 on the CPU, bf16 on a GPU
+  std::optional<int> threads;                  // default: 1 on the CPU (see clock), 0 = all cores
+  std::optional<Clock> clock;                  // default: cpu on the CPU backend, wall on a GPU
+  std::optional<double> budget_s;              // default: 0.08 s per shape (quick), 0.25 s (full)
+  std::optional<int64_t> rotation_bytes;       // default: 2 x last-level cache / L2
+  std::optional<int64_t> device_cache_bytes;   // default: what the device reports
+  std::optional<int64_t> device_memory_bytes;  // default: what the device reports
+  std::vector<std::string> kinds;              // only these op kinds (empty: all)
+  int64_t max_dim = 0;                         // only points whose every dim is <= max_dim (0: all)
+  bool measure_ceilings = true;
+};
+ProfileOptions resolve_profile_options(const ProfileRequest& request, const Backend& backend);
+// The resolved settings as one JSON object (backend, out_path, grid, dtype,
+// threads, clock, budget_s, rotation_bytes, points, kinds): what
+// `modar profile --dry-run` and modar.profile(dry_run=True) show.
+std::string profile_settings_json(const ProfileOptions& options);
 
 // Path of the checkpoint of a run writing `out_path`.
 std::string partial_path(const std::string& out_path);

@@ -22,6 +22,8 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,9 +53,33 @@ struct ValidationOptions {
   // The clock of the timing rounds; use the profile's (provenance.clock) so
   // measured and predicted times mean the same thing.
   Clock clock = Clock::wall;
+  int threads = 0;  // CPU threads set by run_validation (0 = keep)
   std::FILE* progress = nullptr;
   std::vector<ValidationCase> cases;  // empty: validation_cases(quick, device, dtype)
+  // Asked between cases and rounds: true stops by throwing Interrupted.
+  std::function<bool()> should_stop;
 };
+
+// What the user said; resolve_validation_options() applies the defaults (the
+// ONE owner: the CLI and Python pass only what the user gave).  Defaults: the
+// profile's recorded clock (provenance.clock) and, on the CPU, its recorded
+// threads (provenance.threads), so measured and predicted times mean the same
+// thing; 7 rounds; 2 warm-up steps.
+struct ValidationRequest {
+  std::string backend = "cpu";
+  bool quick = false;
+  std::optional<int> rounds;
+  std::optional<int> warmup_steps;
+  std::optional<int> threads;
+  std::optional<Clock> clock;
+};
+ValidationOptions resolve_validation_options(const ValidationRequest& request,
+                                             const DeviceProfile& profile);
+// The resolved settings as one JSON object (backend, quick, rounds,
+// warmup_steps, threads, clock, profile).
+std::string validation_settings_json(const ValidationOptions& options,
+                                     const ValidationRequest& request,
+                                     const DeviceProfile& profile);
 
 // What the runtime executed in one training step, counted by a tracing Backend.
 struct ExecutedOps {

@@ -433,8 +433,12 @@ TEST(ModelDecode, DenseDecodeMatchesFullForward) {
     EXPECT_EQ(cache.count, kSeq);
 }
 
-// In an MoD model the routed layers' caches hold only the routed tokens.
-TEST(ModelDecode, RoutedLayersCacheOnlyRoutedTokens) {
+// In an MoD model the routed layers' caches hold only the routed tokens, and
+// exactly the tokens whose predictor logit is > 0.  Layer 0's parameters are
+// zeroed, so its branches add nothing and layer 1's input is the token's
+// embedding row: then the predictor's decision is computed here by hand,
+// logit = gelu(E[token] P_in) . p_out (GELU, tanh form).
+TEST(ModelDecode, RoutedLayersCacheExactlyThePredictedTokens) {
   Config config = tiny_config();
   config.mod.every = 2;
   config.mod.capacity = 0.5;
@@ -444,16 +448,45 @@ TEST(ModelDecode, RoutedLayersCacheOnlyRoutedTokens) {
   options.dtype = ScalarType::fp64;
   Model model(cpu_backend(), config, options);
   randomize_parameters(model.parameters(), 29, 0.5);
+  for (const auto& p : model.parameters().all()) {
+    if (p->name.rfind("layer0.", 0) == 0)
+      cpu_backend().fill(p->value.view(), 0.0);
+  }
+  const int64_t d = config.model.d_model, hidden = config.mod.predictor_hidden;
+  const std::vector<double> embedding =
+      download(cpu_backend(), model.parameters().find("embedding")->value.view());
+  const Parameter* p_in = model.parameters().find("layer1.predictor_in");
+  const Parameter* p_out = model.parameters().find("layer1.predictor_out");
+  ASSERT_NE(p_in, nullptr);
+  ASSERT_NE(p_out, nullptr);
+  const std::vector<double> w_in = download(cpu_backend(), p_in->value.view());
+  const std::vector<double> w_out = download(cpu_backend(), p_out->value.view());
+  const auto gelu = [](double x) {
+    return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+  };
   const int64_t steps = 12;
+  int64_t expected_routed = 0;
   Model::DecodeState state = model.begin_decode(steps);
   for (int64_t t = 0; t < steps; ++t) {
-    const std::vector<double> logits = model.decode_step(state, static_cast<int32_t>(t % 13));
+    const int32_t token = static_cast<int32_t>((5 * t) % 13);
+    double logit = 0.0;
+    for (int64_t h = 0; h < hidden; ++h) {
+      double z = 0.0;
+      for (int64_t i = 0; i < d; ++i)
+        z += embedding[static_cast<size_t>(token * d + i)] *
+             w_in[static_cast<size_t>(i * hidden + h)];
+      logit += gelu(z) * w_out[static_cast<size_t>(h)];
+    }
+    expected_routed += logit > 0.0 ? 1 : 0;
+    const std::vector<double> logits = model.decode_step(state, token);
     for (double v : logits)
       EXPECT_TRUE(std::isfinite(v));
+    EXPECT_EQ(state.caches[1].count, expected_routed) << "after token " << t;
   }
+  // Non-trivial: some tokens routed, some not (a fixed seed).
+  EXPECT_GT(expected_routed, 0);
+  EXPECT_LT(expected_routed, steps);
   EXPECT_EQ(state.caches[0].count, steps);  // layer 0 dense
-  EXPECT_LT(state.caches[1].count, steps);  // layer 1 routed
-  EXPECT_GT(state.caches[1].count, 0);
   EXPECT_EQ(state.caches[2].count, steps);
   Config dar = tiny_config();
   dar.dar.variant = DarVariant::attnres;

@@ -2,19 +2,27 @@
 // checkpoint / resume, rejection of partial / truncated / foreign profiles, and
 // the timing model's interpolation inside a synthetic measured grid.  No
 // assertion depends on how fast anything runs.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <utility>
 
 #include "modar/cost_model.hpp"
 #include "modar/errors.hpp"
 #include "modar/runtime/backend.hpp"
+#include "modar/runtime/forwarding_backend.hpp"
 #include "modar/runtime/profiler.hpp"
 
 namespace modar::runtime {
@@ -86,21 +94,34 @@ TEST(ProfilerStats, PercentilesByHand) {
   EXPECT_THROW(summarize_samples({}), std::invalid_argument);
 }
 
-TEST(ProfilerClock, CpuTimeTimerOnTheCpuBackend) {
+// The CPU clock counts this process's CPU time, the wall clock elapsed time:
+// a sleep shows in the wall clock only, busy work in both (CPU <= wall with
+// one thread).
+TEST(ProfilerClock, CpuClockExcludesSleepWallClockIncludesIt) {
   auto backend = make_cpu_backend();
-  auto timer = make_sample_timer(*backend, Clock::cpu);
-  timer->start();
+  set_cpu_threads(1);
+  auto cpu_timer = make_sample_timer(*backend, Clock::cpu);
+  auto wall_timer = make_sample_timer(*backend, Clock::wall);
+  cpu_timer->start();
+  wall_timer->start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  cpu_timer->stop();
+  wall_timer->stop();
+  EXPECT_GE(wall_timer->elapsed_s(), 0.06);
+  EXPECT_LT(cpu_timer->elapsed_s(), 0.02);
+
+  cpu_timer->start();
+  wall_timer->start();
   volatile double sink = 0.0;
-  for (int i = 0; i < 100000; ++i) sink = sink + std::sqrt(static_cast<double>(i));
-  timer->stop();
-  EXPECT_GE(timer->elapsed_s(), 0.0);
-  // A run with the CPU clock records it, so validate can use the same clock.
-  TimingOptions options = fast_timing();
-  options.clock = Clock::cpu;
-  const OpTiming timed =
-      measure_op(*backend, shape_of(OpKind::rmsnorm, {16, 8}), Pass::forward, options);
-  EXPECT_FALSE(timed.skipped);
-  EXPECT_EQ(std::string(to_string(Clock::cpu)), "cpu");
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+  while (std::chrono::steady_clock::now() < until) {
+    for (int i = 0; i < 1000; ++i)
+      sink = sink + std::sqrt(static_cast<double>(i));
+  }
+  cpu_timer->stop();
+  wall_timer->stop();
+  EXPECT_GT(cpu_timer->elapsed_s(), 0.0);
+  EXPECT_LE(cpu_timer->elapsed_s(), 1.05 * wall_timer->elapsed_s() + 2e-3);
 }
 
 TEST(ProfilerOps, WorkingSetOfGemmByHand) {
@@ -240,6 +261,19 @@ ProfileOptions small_run(const std::string& out) {
   return options;
 }
 
+// A checkpoint as an interrupted run leaves it (placeholder ceilings).
+DeviceProfile checkpoint_profile(const std::string& name, const std::string& backend,
+                                 std::map<std::string, std::string> provenance) {
+  DeviceProfile partial;
+  partial.name = name;
+  partial.backend = backend;
+  partial.measured = true;
+  partial.ceilings.peak_flops_bf16 = partial.ceilings.peak_flops_fp32 = 1.0;
+  partial.ceilings.memory_bandwidth = partial.ceilings.memory_bytes = 1.0;
+  partial.provenance = std::move(provenance);
+  return partial;
+}
+
 TEST(ProfilerRun, RoundTripThroughTheFile) {
   auto backend = make_cpu_backend();
   const std::string out = temp_path("roundtrip.toml");
@@ -275,17 +309,12 @@ TEST(ProfilerRun, ResumeKeepsCheckpointedPointsAndMeasuresTheRest) {
   ProfileOptions options = small_run(out);
   // A checkpoint as an interrupted run leaves it: the first point done, with a
   // sentinel time no measurement would produce.
-  DeviceProfile partial;
-  partial.name = "resume";
-  partial.backend = "cpu";
-  partial.measured = true;
-  partial.ceilings.peak_flops_bf16 = partial.ceilings.peak_flops_fp32 = 1.0;
-  partial.ceilings.memory_bandwidth = partial.ceilings.memory_bytes = 1.0;
-  partial.provenance = {{"status", "partial"},
-                        {"grid", "quick"},
-                        {"dtype", "fp32"},
-                        {"measurement_count", "1"},
-                        {"ceilings_how", "test"}};
+  DeviceProfile partial = checkpoint_profile("resume", "cpu",
+                                             {{"status", "partial"},
+                                              {"grid", "quick"},
+                                              {"dtype", "fp32"},
+                                              {"measurement_count", "1"},
+                                              {"ceilings_how", "test"}});
   OpMeasurement done;
   done.shape = options.points[0].shape;
   done.pass = options.points[0].pass;
@@ -314,13 +343,8 @@ TEST(ProfilerRun, ResumeRefusesAForeignOrDamagedCheckpoint) {
   const std::string out = temp_path("foreign.toml");
   ProfileOptions options = small_run(out);
   options.resume = true;
-  DeviceProfile partial;
-  partial.name = "foreign";
-  partial.backend = "cuda";
-  partial.measured = true;
-  partial.ceilings.peak_flops_bf16 = partial.ceilings.peak_flops_fp32 = 1.0;
-  partial.ceilings.memory_bandwidth = partial.ceilings.memory_bytes = 1.0;
-  partial.provenance = {{"status", "partial"}, {"grid", "quick"}, {"dtype", "fp32"}};
+  DeviceProfile partial = checkpoint_profile(
+      "foreign", "cuda", {{"status", "partial"}, {"grid", "quick"}, {"dtype", "fp32"}});
   save_profile_atomically(partial, partial_path(out));
   const std::string foreign = error_message<ConfigError>([&] { run_profile(*backend, options); });
   EXPECT_NE(foreign.find("backend"), std::string::npos) << foreign;
@@ -329,6 +353,136 @@ TEST(ProfilerRun, ResumeRefusesAForeignOrDamagedCheckpoint) {
   const std::string damaged = error_message<FileError>([&] { run_profile(*backend, options); });
   EXPECT_NE(damaged.find("damaged checkpoint"), std::string::npos) << damaged;
   fs::remove(partial_path(out));
+}
+
+// One CPU backend shared by the forwarding test double below.
+Backend* cpu_backend_storage() {
+  static std::unique_ptr<Backend> backend = make_cpu_backend();
+  return backend.get();
+}
+
+// A point whose op throws anything (here a std::runtime_error, not a
+// ShapeError) is recorded as skipped with the reason; the run goes on.
+class FailingBackend final : public ForwardingBackend {
+ public:
+  FailingBackend() : ForwardingBackend(*cpu_backend_storage()) {}
+
+ protected:
+  void execute(const OpArgs& call, const OpGeometry&) override {
+    if (op_id(call) == OpId::rmsnorm_backward)
+      throw std::runtime_error("device lost (test)");
+    inner().run(call);
+  }
+};
+
+TEST(ProfilerRun, APointThatThrowsAnythingIsRecordedAndSkipped) {
+  FailingBackend backend;
+  const std::string out = temp_path("failing.toml");
+  const DeviceProfile written = run_profile(backend, small_run(out));
+  ASSERT_EQ(written.measurements.size(), 2u);  // gemm and rmsnorm forward
+  EXPECT_EQ(written.provenance.at("skipped_count"), "1");
+  EXPECT_NE(written.provenance.at("skipped.0001").find("device lost (test)"), std::string::npos)
+      << written.provenance.at("skipped.0001");
+  EXPECT_NE(written.provenance.at("skipped.0001").find("rmsnorm backward"), std::string::npos);
+}
+
+// should_stop between points: Interrupted, the checkpoint keeps what was done.
+TEST(ProfilerRun, StopBetweenPointsKeepsTheCheckpoint) {
+  auto backend = make_cpu_backend();
+  const std::string out = temp_path("stopped.toml");
+  ProfileOptions options = small_run(out);
+  int asked = 0;
+  options.should_stop = [&asked] { return ++asked == 3; };  // before the 2nd point
+  EXPECT_THROW(run_profile(*backend, options), Interrupted);
+  EXPECT_FALSE(fs::exists(out));
+  ASSERT_TRUE(fs::exists(partial_path(out)));
+  const DeviceProfile partial = parse_profile_toml(read_all(partial_path(out)), "partial");
+  EXPECT_EQ(partial.measurements.size(), 1u);
+  EXPECT_EQ(partial.provenance.at("status"), "partial");
+  // ... and a resumed run finishes from it.
+  options.should_stop = nullptr;
+  options.resume = true;
+  EXPECT_EQ(run_profile(*backend, options).measurements.size(), 3u);
+}
+
+TEST(ProfilerRun, OutputProblemsAreFoundBeforeMeasuring) {
+  auto backend = make_cpu_backend();
+  const std::string dir = temp_path("a_directory");
+  fs::create_directories(dir);
+  const std::string as_dir =
+      error_message<ConfigError>([&] { run_profile(*backend, small_run(dir)); });
+  EXPECT_NE(as_dir.find("out_path = " + dir + ": is a directory"), std::string::npos) << as_dir;
+  const std::string missing =
+      error_message<ConfigError>([&] { run_profile(*backend, small_run(dir + "/no/x.toml")); });
+  EXPECT_NE(missing.find("does not exist"), std::string::npos) << missing;
+
+  // Another writer holds OUT.lock: refused, nothing written.
+  const std::string out = temp_path("locked.toml");
+  const int fd = ::open((out + ".lock").c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  const std::string locked =
+      error_message<ConfigError>([&] { run_profile(*backend, small_run(out)); });
+  EXPECT_NE(locked.find("another profile run is writing it"), std::string::npos) << locked;
+  EXPECT_FALSE(fs::exists(partial_path(out)));
+  ::close(fd);
+  EXPECT_EQ(run_profile(*backend, small_run(out)).measurements.size(), 3u);
+  EXPECT_FALSE(fs::exists(out + ".lock"));
+}
+
+// A checkpoint measured with another clock, thread count or machine is refused
+// (its times would be relabelled with this run's settings).
+TEST(ProfilerRun, ResumeRefusesAnotherClockThreadsOrMachine) {
+  auto backend = make_cpu_backend();
+  const std::string out = temp_path("mismatch.toml");
+  ProfileOptions options = small_run(out);
+  options.threads = 1;
+  const std::pair<const char*, const char*> foreign[] = {
+      {"clock", "cpu"}, {"threads", "7"}, {"device", "Some Other CPU"}};
+  for (const auto& [key, value] : foreign) {
+    const DeviceProfile partial = checkpoint_profile(
+        "mismatch", "cpu",
+        {{"status", "partial"}, {"grid", "quick"}, {"dtype", "fp32"}, {key, value}});
+    save_profile_atomically(partial, partial_path(out));
+    options.resume = true;
+    const std::string message = error_message<ConfigError>([&] { run_profile(*backend, options); });
+    EXPECT_NE(message.find(std::string(key) + " = \"" + value + "\""), std::string::npos)
+        << message;
+  }
+  fs::remove(partial_path(out));
+}
+
+TEST(ProfilerSettings, DefaultsAndFieldNamedErrors) {
+  auto backend = make_cpu_backend();
+  ProfileRequest request;
+  request.out_path = temp_path("settings.toml");
+  ProfileOptions options = resolve_profile_options(request, *backend);
+  EXPECT_EQ(options.threads, 1);
+  EXPECT_EQ(options.timing.clock, Clock::cpu);
+  EXPECT_EQ(options.dtype, DType::fp32);
+  EXPECT_DOUBLE_EQ(options.timing.budget_s, 0.25);
+  request.quick = true;
+  EXPECT_DOUBLE_EQ(resolve_profile_options(request, *backend).timing.budget_s, 0.08);
+  // kinds / max_dim: only those kinds, every dim <= max_dim.
+  request.kinds = {"rmsnorm"};
+  request.max_dim = 512;
+  options = resolve_profile_options(request, *backend);
+  ASSERT_FALSE(options.points.empty());
+  for (const ProfilePoint& p : options.points) {
+    EXPECT_EQ(p.shape.kind, OpKind::rmsnorm);
+    EXPECT_LE(std::max(p.shape.dims[0], p.shape.dims[1]), 512);
+  }
+  request.threads = 100000;
+  const std::string threads =
+      error_message<ConfigError>([&] { resolve_profile_options(request, *backend); });
+  EXPECT_EQ(threads.rfind("threads = 100000: must be in [0, ", 0), 0u) << threads;
+  EXPECT_THROW(set_cpu_threads(100000), ConfigError);
+  request.threads.reset();
+  request.kinds = {"matmul"};
+  const std::string kinds =
+      error_message<ConfigError>([&] { resolve_profile_options(request, *backend); });
+  EXPECT_NE(kinds.find("kinds: \"matmul\""), std::string::npos) << kinds;
+  EXPECT_EQ(kinds.find("--"), std::string::npos) << "library errors name fields, not flags";
 }
 
 TEST(ProfilerLoad, TruncatedCorruptedAndForeignProfilesAreRejected) {

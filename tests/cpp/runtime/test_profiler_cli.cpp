@@ -8,8 +8,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "modar/profile.hpp"
 
@@ -44,6 +46,25 @@ int lines(const std::string& text) {
   return count;
 }
 
+// A measured cpu profile with one rmsnorm measurement and this provenance.
+modar::DeviceProfile one_measurement_profile(const std::string& name,
+                                             std::map<std::string, std::string> provenance) {
+  modar::DeviceProfile profile;
+  profile.name = name;
+  profile.backend = "cpu";
+  profile.measured = true;
+  profile.ceilings.peak_flops_bf16 = profile.ceilings.peak_flops_fp32 = 1.0;
+  profile.ceilings.memory_bandwidth = profile.ceilings.memory_bytes = 1.0;
+  modar::OpMeasurement m;
+  m.shape.kind = modar::OpKind::rmsnorm;
+  m.shape.dtype = modar::DType::fp32;
+  m.shape.dims = {16, 8, 0, 0, 0, 0, 0};
+  m.median_s = 1e-6;
+  profile.measurements = {m};
+  profile.provenance = std::move(provenance);
+  return profile;
+}
+
 class ProfilerCli : public testing::Test {
  protected:
   void SetUp() override {
@@ -67,19 +88,8 @@ TEST_F(ProfilerCli, BadFlagsExitTwoWithOneLine) {
 }
 
 TEST_F(ProfilerCli, PartialForeignAndMissingProfilesAreRefused) {
-  modar::DeviceProfile profile;
-  profile.name = "cli-test";
-  profile.backend = "cpu";
-  profile.measured = true;
-  profile.ceilings.peak_flops_bf16 = profile.ceilings.peak_flops_fp32 = 1.0;
-  profile.ceilings.memory_bandwidth = profile.ceilings.memory_bytes = 1.0;
-  modar::OpMeasurement m;
-  m.shape.kind = modar::OpKind::rmsnorm;
-  m.shape.dtype = modar::DType::fp32;
-  m.shape.dims = {16, 8, 0, 0, 0, 0, 0};
-  m.median_s = 1e-6;
-  profile.measurements = {m};
-  profile.provenance = {{"status", "partial"}, {"measurement_count", "1"}};
+  modar::DeviceProfile profile =
+      one_measurement_profile("cli-test", {{"status", "partial"}, {"measurement_count", "1"}});
   const std::string path =
       testing::TempDir() + "/modar_profiler_cli_" + std::to_string(::getpid()) + ".toml";
   modar::save_profile_atomically(profile, path);
@@ -97,6 +107,42 @@ TEST_F(ProfilerCli, PartialForeignAndMissingProfilesAreRefused) {
   r = run("validate --profile " + path + ".missing");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("cannot open"), std::string::npos) << r.err;
+  std::remove(path.c_str());
+}
+
+// Output problems and impossible settings are refused before any measuring,
+// naming the field; --dry-run shows the resolved defaults.
+TEST_F(ProfilerCli, OutputAndSettingsAreCheckedUpFront) {
+  const std::string dir =
+      testing::TempDir() + "/modar_profiler_cli_dir_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  Result r = run("profile --backend cpu --quick --out " + dir);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("is a directory"), std::string::npos) << r.err;
+  EXPECT_EQ(lines(r.err), 1) << r.err;
+  r = run("profile --backend cpu --quick --out " + dir + "/missing/x.toml");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("does not exist"), std::string::npos) << r.err;
+  r = run("profile --backend cpu --quick --threads 100000 --out " + dir + "/x.toml");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("threads = 100000"), std::string::npos) << r.err;
+  r = run("profile --backend cpu --quick --threads 4294967297 --out " + dir + "/x.toml");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(ProfilerCli, ValidateThreadsAreBounded) {
+  const modar::DeviceProfile profile = one_measurement_profile(
+      "cli-threads",
+      {{"status", "complete"}, {"measurement_count", "1"}, {"clock", "cpu"}, {"threads", "1"}});
+  const std::string path =
+      testing::TempDir() + "/modar_profiler_cli_threads_" + std::to_string(::getpid()) + ".toml";
+  modar::save_profile_atomically(profile, path);
+  // Previously a SIGSEGV: now one line naming the field, exit 2.
+  Result r = run("validate --profile " + path + " --threads 100000");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("threads = 100000"), std::string::npos) << r.err;
+  EXPECT_EQ(lines(r.err), 1) << r.err;
   std::remove(path.c_str());
 }
 

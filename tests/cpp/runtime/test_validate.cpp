@@ -3,11 +3,13 @@
 // the stated function of measured and predicted numbers.  No assertion depends
 // on how fast anything runs.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "modar/cost_model.hpp"
 #include "modar/runtime/backend.hpp"
@@ -61,7 +63,11 @@ TEST(ValidateCases, HeldOutShapesAreNotGridValues) {
 DeviceProfile tiny_profile(Backend& backend) {
   ProfileOptions options;
   options.backend_name = "cpu";
-  options.out_path = (std::string(::testing::TempDir()) + "/modar_validate_tiny.toml");
+  // One file per test and process: ctest runs tests in parallel, and a second
+  // writer of the same profile is refused (OUT.lock).
+  const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
+  options.out_path = std::string(::testing::TempDir()) + "/modar_validate_tiny_" +
+                     std::to_string(::getpid()) + "_" + test->name() + ".toml";
   options.measure_ceilings = false;
   options.timing.budget_s = 0.001;
   options.timing.min_repeats = 3;
@@ -124,6 +130,79 @@ TEST(ValidateRun, TraceCountsGemmFlopsAndErrorsAreConsistent) {
     EXPECT_NE(json.find(key), std::string::npos) << key;
   }
   EXPECT_NE(validation_text(report).find("tiny-dense"), std::string::npos);
+}
+
+Config tiny_dense(int64_t d, int64_t seq) {
+  Config c;
+  c.model.d_model = d;
+  c.model.n_layers = 1;
+  c.model.n_heads = 2;
+  c.model.seq_len = seq;
+  c.model.vocab_size = 64;
+  c.dar.block_layers = 1;
+  c.train.micro_batch = 2;
+  c.train.dtype = DType::fp32;
+  return c;
+}
+
+// The report's median and max |error| over an odd and an even number of
+// cases, by hand from the per-case errors (type-7 median: the middle value,
+// or the mean of the two middle values).
+TEST(ValidateRun, MedianAndMaxOverSeveralCases) {
+  auto backend = make_cpu_backend();
+  const DeviceProfile profile = tiny_profile(*backend);
+  for (const size_t count : {3u, 4u}) {
+    ValidationOptions options;
+    options.rounds = 1;
+    options.warmup_steps = 0;
+    const int64_t widths[] = {24, 32, 40, 48};
+    for (size_t i = 0; i < count; ++i) {
+      options.cases.push_back(
+          {"dense-" + std::to_string(widths[i]), "layer", tiny_dense(widths[i], 8)});
+    }
+    const ValidationReport report = run_validation(*backend, profile, options);
+    ASSERT_EQ(report.cases.size(), count);
+    std::vector<double> step, memory;
+    for (const CaseResult& r : report.cases) {
+      step.push_back(std::abs(r.step_error));
+      memory.push_back(std::abs(r.memory_error));
+    }
+    std::sort(step.begin(), step.end());
+    std::sort(memory.begin(), memory.end());
+    const auto median = [count](const std::vector<double>& v) {
+      return count % 2 == 1 ? v[count / 2] : 0.5 * (v[count / 2 - 1] + v[count / 2]);
+    };
+    EXPECT_DOUBLE_EQ(report.step_median_abs_error, median(step)) << count;
+    EXPECT_DOUBLE_EQ(report.memory_median_abs_error, median(memory)) << count;
+    EXPECT_DOUBLE_EQ(report.step_max_abs_error, step.back()) << count;
+    EXPECT_DOUBLE_EQ(report.memory_max_abs_error, memory.back()) << count;
+  }
+}
+
+// The runtime's measured peak bytes against the memory estimate, on dense,
+// MoD and DAR layers (the validation table's memory column, as a unit test:
+// docs/profiler.md reports a median error of a few percent).
+TEST(ValidateRun, MeasuredPeakMemoryMatchesTheEstimate) {
+  auto backend = make_cpu_backend();
+  const DeviceProfile profile = tiny_profile(*backend);
+  ValidationOptions options;
+  options.rounds = 1;
+  options.warmup_steps = 0;
+  Config dense = tiny_dense(64, 32);
+  dense.model.n_layers = 2;
+  Config mod = dense;
+  mod.mod.every = 2;
+  mod.mod.capacity = 0.5;
+  Config dar = dense;
+  dar.dar.variant = DarVariant::dar;
+  options.cases = {{"dense", "step", dense}, {"mod", "step", mod}, {"dar", "step", dar}};
+  const ValidationReport report = run_validation(*backend, profile, options);
+  for (const CaseResult& r : report.cases) {
+    EXPECT_GT(r.measured_peak_bytes, 0.0) << r.validation_case.name;
+    EXPECT_NEAR(r.predicted_peak_bytes / r.measured_peak_bytes, 1.0, 0.2)
+        << r.validation_case.name << ": measured " << r.measured_peak_bytes << " B, estimated "
+        << r.predicted_peak_bytes << " B";
+  }
 }
 
 }  // namespace

@@ -1,17 +1,21 @@
-// runtime/op_checks.cpp: argument checks shared by every backend (see
-// include/modar/runtime/op_checks.hpp).  Rules common to all ops:
+// runtime/core/op_checks.cpp: the argument checks of every op, shared by every
+// backend (check() of include/modar/runtime/op_args.hpp), and the op table's
+// name lookup.  Rules common to all ops:
 //   * every required tensor is non-null and lives on the backend's device;
 //   * data tensors of one op share one float dtype; statistics are in
 //     stats_type(data); indices are i32;
 //   * gradient outputs are optional (empty) or shaped like their input;
 //     parameter gradients may be the parameter's dtype or fp32.
-#include "modar/runtime/op_checks.hpp"
-
+#include <cstring>
+#include <initializer_list>
 #include <sstream>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "modar/errors.hpp"
+#include "modar/runtime/op_args.hpp"
 
 namespace modar::runtime {
 namespace {
@@ -124,8 +128,6 @@ class Checker {
   const char* op_;
   DeviceKind device_;
 };
-
-}  // namespace
 
 void check_copy(DeviceKind device, const TensorView& src, const TensorView& dst) {
   Checker c("copy", device);
@@ -280,7 +282,7 @@ void check_router_backward(DeviceKind device, const TensorView& dlogits, const T
   c.optional_param_grad("dw", dw, "w", w);
 }
 
-static void check_logits_2d(const Checker& c, const TensorView& logits) {
+void check_logits_2d(const Checker& c, const TensorView& logits) {
   c.shape("logits", logits, {-1, -1});
   c.require(logits.dtype == ScalarType::fp32 || logits.dtype == ScalarType::fp64,
             "logits is " + logits.describe() + "; expected fp32 or fp64");
@@ -576,6 +578,374 @@ void check_adamw(DeviceKind device, const TensorView& params, const TensorView& 
   c.require(hyper.beta1 >= 0.0 && hyper.beta1 < 1.0 && hyper.beta2 >= 0.0 && hyper.beta2 < 1.0,
             "beta1 / beta2 must be in [0, 1)");
   c.require(hyper.epsilon > 0.0, "epsilon must be > 0");
+}
+
+}  // namespace
+
+// ---- one check per op, returning the resolved geometry ------------------------------
+
+namespace {
+
+OpGeometry geometry(ScalarType dtype, std::initializer_list<int64_t> dims) {
+  OpGeometry g;
+  g.dtype = dtype;
+  size_t i = 0;
+  for (int64_t d : dims)
+    g.dims[i++] = d;
+  return g;
+}
+
+// Inner dims of a GEMM already checked by check_gemm: m, n, k, batch.
+OpGeometry gemm_geometry(const GemmArgs& call) {
+  const TensorView &a = call.a, &b = call.b;
+  const bool batched = a.rank == 3 && b.rank == 3 && call.c.rank == 3;
+  // Rows and columns of each operand as a matrix (per batch entry when batched).
+  const int64_t a_rows = batched ? a.dim(1) : a.rows(), a_cols = a.dim(-1);
+  const int64_t b_rows = batched ? b.dim(1) : b.rows(), b_cols = b.dim(-1);
+  const int64_t m = call.transpose_a ? a_cols : a_rows;
+  const int64_t k = call.transpose_a ? a_rows : a_cols;
+  const int64_t n = call.transpose_b ? b_rows : b_cols;
+  return geometry(a.dtype, {m, n, k, batched ? a.dim(0) : 1});
+}
+
+OpGeometry rows_geometry(const TensorView& x) {
+  return geometry(x.dtype, {x.rows(), x.dim(-1)});
+}
+
+OpGeometry elementwise_geometry(const TensorView& x, int64_t inputs, int64_t outputs) {
+  return geometry(x.dtype, {x.numel(), inputs, outputs});
+}
+
+}  // namespace
+
+OpGeometry check(DeviceKind device, const CopyArgs& call) {
+  check_copy(device, call.src, call.dst);
+  return geometry(call.src.dtype, {call.src.numel()});
+}
+
+OpGeometry check(DeviceKind device, const FillArgs& call) {
+  check_fill(device, call.dst);
+  return geometry(call.dst.dtype, {call.dst.numel()});
+}
+
+OpGeometry check(DeviceKind device, const ConvertArgs& call) {
+  check_convert(device, call.src, call.dst);
+  return geometry(call.src.dtype, {call.src.numel()});
+}
+
+OpGeometry check(DeviceKind device, const GemmArgs& call) {
+  check_gemm(device, call.a, call.transpose_a, call.b, call.transpose_b, call.c);
+  return gemm_geometry(call);
+}
+
+OpGeometry check(DeviceKind device, const RmsnormForwardArgs& call) {
+  check_rmsnorm_forward(device, call.x, call.weight, call.out, call.rstd, call.eps);
+  return rows_geometry(call.x);
+}
+
+OpGeometry check(DeviceKind device, const RmsnormBackwardArgs& call) {
+  check_rmsnorm_backward(device, call.dout, call.x, call.weight, call.rstd, call.dx, call.dweight);
+  return rows_geometry(call.x);
+}
+
+OpGeometry check(DeviceKind device, const RopeForwardArgs& call) {
+  check_rope(device, "rope_forward", call.x, call.positions, call.out);
+  return geometry(call.x.dtype, {call.positions.numel(), call.x.dim(-2), call.x.dim(-1)});
+}
+
+OpGeometry check(DeviceKind device, const RopeBackwardArgs& call) {
+  check_rope(device, "rope_backward", call.dout, call.positions, call.dx);
+  return geometry(call.dout.dtype, {call.positions.numel(), call.dout.dim(-2), call.dout.dim(-1)});
+}
+
+namespace {
+OpGeometry attention_geometry(const TensorView& q, const TensorView& k,
+                              const AttentionParams& params) {
+  return geometry(
+      q.dtype, {q.dim(0), q.dim(2), k.dim(2), q.dim(1), k.dim(1), q.dim(3), params.causal ? 1 : 0});
+}
+}  // namespace
+
+OpGeometry check(DeviceKind device, const AttentionForwardArgs& call) {
+  check_attention_forward(device, call.q, call.k, call.v, call.valid_lengths, call.out, call.lse);
+  return attention_geometry(call.q, call.k, call.params);
+}
+
+OpGeometry check(DeviceKind device, const AttentionBackwardArgs& call) {
+  check_attention_backward(device, call.dout, call.q, call.k, call.v, call.valid_lengths, call.out,
+                           call.lse, call.dq, call.dk, call.dv);
+  return attention_geometry(call.q, call.k, call.params);
+}
+
+OpGeometry check(DeviceKind device, const RouterForwardArgs& call) {
+  check_router_forward(device, call.x, call.w, call.logits);
+  return rows_geometry(call.x);
+}
+
+OpGeometry check(DeviceKind device, const RouterBackwardArgs& call) {
+  check_router_backward(device, call.dlogits, call.x, call.w, call.dx, call.dw);
+  return rows_geometry(call.x);
+}
+
+OpGeometry check(DeviceKind device, const TopkArgs& call) {
+  check_topk(device, call.logits, call.indices);
+  return geometry(call.logits.dtype, {call.logits.dim(0), call.logits.dim(1), call.indices.dim(1)});
+}
+
+OpGeometry check(DeviceKind device, const TopkRaggedArgs& call) {
+  check_topk_ragged(device, call.logits, call.counts, call.indices);
+  return geometry(call.logits.dtype, {call.logits.dim(0), call.logits.dim(1), call.indices.dim(1)});
+}
+
+OpGeometry check(DeviceKind device, const TopkMaskArgs& call) {
+  check_topk_mask(device, call.indices, call.mask);
+  return elementwise_geometry(call.mask, 1, 1);
+}
+
+// Gather / scatter: rows moved (b * k) and the row width d.
+OpGeometry check(DeviceKind device, const GatherRowsForwardArgs& call) {
+  check_gather_rows(device, "gather_rows_forward", call.x, call.indices, call.out);
+  return rows_geometry(call.out);
+}
+
+OpGeometry check(DeviceKind device, const GatherRowsBackwardArgs& call) {
+  check_gather_rows(device, "gather_rows_backward", call.dx, call.indices, call.dout);
+  return rows_geometry(call.dout);
+}
+
+OpGeometry check(DeviceKind device, const ScatterAddScaledForwardArgs& call) {
+  check_scatter_add_scaled(device, "scatter_add_scaled_forward", call.x, call.indices,
+                           call.router_logits, call.delta, TensorView{}, TensorView{});
+  return rows_geometry(call.delta);
+}
+
+OpGeometry check(DeviceKind device, const ScatterAddScaledBackwardArgs& call) {
+  check_scatter_add_scaled(device, "scatter_add_scaled_backward", call.dx, call.indices,
+                           call.router_logits, call.delta, call.ddelta, call.drouter_logits);
+  return rows_geometry(call.delta);
+}
+
+// Depth reads: T, sources, queries, d (one output stream per call).
+OpGeometry check(DeviceKind device, const DepthReadPrefixForwardArgs& call) {
+  check_depth_read_prefix_forward(device, call.keys, call.key_rstd, call.values, call.queries,
+                                  call.out, call.lse);
+  return geometry(call.keys.dtype,
+                  {call.keys.dim(1), call.keys.dim(0), call.queries.dim(0), call.keys.dim(2), 1});
+}
+
+OpGeometry check(DeviceKind device, const DepthReadPrefixBackwardArgs& call) {
+  check_depth_read_prefix_backward(device, call.dout, call.dlse, call.keys, call.key_rstd,
+                                   call.values, call.queries, call.out, call.lse, call.dkeys,
+                                   call.dvalues, call.dqueries);
+  return geometry(call.keys.dtype,
+                  {call.keys.dim(1), call.keys.dim(0), call.queries.dim(0), call.keys.dim(2), 1});
+}
+
+// Merge: T, 1 stream, d.
+OpGeometry check(DeviceKind device, const DepthReadMergeForwardArgs& call) {
+  check_depth_read_merge(device, "depth_read_merge_forward", call.prefix_out, call.prefix_lse,
+                         call.partial_keys, call.partial_key_rstd, call.partial_values, call.query,
+                         call.out, call.partial_weight);
+  if (call.prefix_lse.empty() || call.out.empty()) {
+    throw ShapeError("depth_read_merge_forward: prefix_lse and out are required");
+  }
+  return geometry(call.prefix_out.dtype, {call.prefix_out.dim(0), 1, call.prefix_out.dim(1)});
+}
+
+OpGeometry check(DeviceKind device, const DepthReadMergeBackwardArgs& call) {
+  check_depth_read_merge(device, "depth_read_merge_backward", call.prefix_out, TensorView{},
+                         call.partial_keys, call.partial_key_rstd, call.partial_values, call.query,
+                         call.dout, call.partial_weight);
+  check_depth_read_merge_grads(device, call.prefix_out, call.query, call.dprefix_out,
+                               call.dprefix_lse, call.dpartial_keys, call.dpartial_values,
+                               call.dquery);
+  return geometry(call.prefix_out.dtype, {call.prefix_out.dim(0), 1, call.prefix_out.dim(1)});
+}
+
+// DAR head / mix / write: T, n, d.
+OpGeometry check(DeviceKind device, const DarCoefficientsForwardArgs& call) {
+  check_dar_coefficients(device, "dar_coefficients_forward", call.retrieved, call.weight, call.bias,
+                         call.scale, call.alpha, call.beta, call.transport, call.z_rstd,
+                         call.params);
+  const TensorView& r = call.retrieved;
+  return geometry(r.dtype, {r.dim(1), r.dim(0), r.dim(2), call.weight.dim(1)});
+}
+
+OpGeometry check(DeviceKind device, const DarCoefficientsBackwardArgs& call) {
+  check_dar_coefficients(device, "dar_coefficients_backward", call.retrieved, call.weight,
+                         call.bias, call.scale, call.alpha, call.beta, call.transport, call.z_rstd,
+                         call.params);
+  check_dar_coefficients_grads(device, call.dalpha, call.dbeta, call.dtransport, call.retrieved,
+                               call.weight, call.bias, call.scale, call.alpha, call.transport,
+                               call.dretrieved, call.dweight, call.dbias, call.dscale);
+  const TensorView& r = call.retrieved;
+  return geometry(r.dtype, {r.dim(1), r.dim(0), r.dim(2), call.weight.dim(1)});
+}
+
+OpGeometry check(DeviceKind device, const DarMixForwardArgs& call) {
+  check_dar_mix(device, "dar_mix_forward", call.retrieved, call.alpha, call.out);
+  const TensorView& r = call.retrieved;
+  return geometry(r.dtype, {r.dim(1), r.dim(0), r.dim(2)});
+}
+
+OpGeometry check(DeviceKind device, const DarMixBackwardArgs& call) {
+  const char* op = "dar_mix_backward";
+  check_dar_mix(device, op, call.retrieved, call.alpha, call.dout);
+  check_same_float(device, op, call.retrieved, "retrieved", call.dretrieved, "dretrieved", true);
+  check_same_float(device, op, call.alpha, "alpha", call.dalpha, "dalpha", true);
+  const TensorView& r = call.retrieved;
+  return geometry(r.dtype, {r.dim(1), r.dim(0), r.dim(2)});
+}
+
+OpGeometry check(DeviceKind device, const DarWriteForwardArgs& call) {
+  check_dar_write(device, "dar_write_forward", call.transport, call.partial, call.beta, call.y,
+                  call.out);
+  const TensorView& o = call.out;
+  return geometry(o.dtype, {o.dim(1), o.dim(0), o.dim(2), call.transport.empty() ? 0 : 1});
+}
+
+OpGeometry check(DeviceKind device, const DarWriteBackwardArgs& call) {
+  const char* op = "dar_write_backward";
+  check_dar_write(device, op, call.transport, call.partial, call.beta, call.y, call.dout);
+  if (!call.transport.empty()) {
+    check_same_float(device, op, call.transport, "transport", call.dtransport, "dtransport", true);
+    check_same_float(device, op, call.partial, "partial", call.dpartial, "dpartial", true);
+  }
+  if (!call.y.empty()) {
+    check_same_float(device, op, call.beta, "beta", call.dbeta, "dbeta", true);
+    check_same_float(device, op, call.y, "y", call.dy, "dy", true);
+  }
+  const TensorView& o = call.dout;
+  return geometry(o.dtype, {o.dim(1), o.dim(0), o.dim(2), call.transport.empty() ? 0 : 1});
+}
+
+OpGeometry check(DeviceKind device, const GeluForwardArgs& call) {
+  check_same_float(device, "gelu_forward", call.x, "x", call.out, "out", false);
+  return elementwise_geometry(call.x, 1, 1);
+}
+
+OpGeometry check(DeviceKind device, const GeluBackwardArgs& call) {
+  check_same_float(device, "gelu_backward", call.x, "x", call.dout, "dout", false);
+  check_same_float(device, "gelu_backward", call.x, "x", call.dx, "dx", false);
+  return elementwise_geometry(call.x, 2, 1);
+}
+
+OpGeometry check(DeviceKind device, const SwigluForwardArgs& call) {
+  check_same_float(device, "swiglu_forward", call.gate, "gate", call.up, "up", false);
+  check_same_float(device, "swiglu_forward", call.gate, "gate", call.out, "out", false);
+  return elementwise_geometry(call.gate, 2, 1);
+}
+
+OpGeometry check(DeviceKind device, const SwigluBackwardArgs& call) {
+  const char* op = "swiglu_backward";
+  check_same_float(device, op, call.gate, "gate", call.up, "up", false);
+  check_same_float(device, op, call.gate, "gate", call.dout, "dout", false);
+  check_same_float(device, op, call.gate, "gate", call.dgate, "dgate", true);
+  check_same_float(device, op, call.up, "up", call.dup, "dup", true);
+  return elementwise_geometry(call.gate, 3, 2);
+}
+
+OpGeometry check(DeviceKind device, const AddArgs& call) {
+  check_same_float(device, "add", call.a, "a", call.b, "b", false);
+  check_same_float(device, "add", call.a, "a", call.out, "out", false);
+  return elementwise_geometry(call.a, 2, 1);
+}
+
+OpGeometry check(DeviceKind device, const AxpyArgs& call) {
+  check_axpy(device, call.x, call.y);
+  return elementwise_geometry(call.x, 2, 1);
+}
+
+OpGeometry check(DeviceKind device, const ScaleArgs& call) {
+  check_same_float(device, "scale", call.x, "x", call.x, "x", false);
+  return elementwise_geometry(call.x, 1, 1);
+}
+
+OpGeometry check(DeviceKind device, const MulForwardArgs& call) {
+  check_same_float(device, "mul_forward", call.a, "a", call.b, "b", false);
+  check_same_float(device, "mul_forward", call.a, "a", call.out, "out", false);
+  return elementwise_geometry(call.a, 2, 1);
+}
+
+OpGeometry check(DeviceKind device, const MulBackwardArgs& call) {
+  const char* op = "mul_backward";
+  check_same_float(device, op, call.a, "a", call.b, "b", false);
+  check_same_float(device, op, call.a, "a", call.dout, "dout", false);
+  check_same_float(device, op, call.a, "a", call.da, "da", true);
+  check_same_float(device, op, call.b, "b", call.db, "db", true);
+  return elementwise_geometry(call.a, 3, 2);
+}
+
+OpGeometry check(DeviceKind device, const CrossEntropyForwardArgs& call) {
+  check_cross_entropy(device, "cross_entropy_forward", call.logits, call.targets, call.loss,
+                      call.lse);
+  if (call.loss.empty())
+    throw ShapeError("cross_entropy_forward: loss is missing");
+  return rows_geometry(call.logits);
+}
+
+OpGeometry check(DeviceKind device, const CrossEntropyBackwardArgs& call) {
+  check_cross_entropy(device, "cross_entropy_backward", call.logits, call.targets, TensorView{},
+                      call.lse);
+  check_same_float(device, "cross_entropy_backward", call.logits, "logits", call.dlogits, "dlogits",
+                   false);
+  return rows_geometry(call.logits);
+}
+
+OpGeometry check(DeviceKind device, const BceWithLogitsForwardArgs& call) {
+  check_bce_with_logits(device, "bce_with_logits_forward", call.logits, call.targets, call.loss);
+  if (call.loss.empty())
+    throw ShapeError("bce_with_logits_forward: loss is missing");
+  return elementwise_geometry(call.logits, 2, 1);
+}
+
+OpGeometry check(DeviceKind device, const BceWithLogitsBackwardArgs& call) {
+  check_bce_with_logits(device, "bce_with_logits_backward", call.logits, call.targets,
+                        TensorView{});
+  check_same_float(device, "bce_with_logits_backward", call.logits, "logits", call.dlogits,
+                   "dlogits", false);
+  return elementwise_geometry(call.logits, 2, 1);
+}
+
+OpGeometry check(DeviceKind device, const EmbeddingForwardArgs& call) {
+  check_embedding(device, "embedding_forward", call.table, call.tokens, call.out);
+  if (call.out.dtype != call.table.dtype) {
+    throw ShapeError("embedding_forward: out is " + call.out.describe() + "; expected dtype " +
+                     to_string(call.table.dtype) + " of table");
+  }
+  return rows_geometry(call.out);
+}
+
+OpGeometry check(DeviceKind device, const EmbeddingBackwardArgs& call) {
+  check_embedding(device, "embedding_backward", call.dtable, call.tokens, call.dout);
+  return rows_geometry(call.dout);
+}
+
+OpGeometry check(DeviceKind device, const AdamwUpdateArgs& call) {
+  check_adamw(device, call.params, call.grads, call.m, call.v, call.hyper, call.params_lowp);
+  return geometry(call.grads.dtype, {call.params.numel()});
+}
+
+OpGeometry check(DeviceKind device, const OpArgs& call) {
+  return std::visit(
+      [device](const auto& op) -> OpGeometry {
+        if constexpr (std::is_same_v<std::decay_t<decltype(op)>, std::monostate>) {
+          throw ShapeError("Backend::run: an empty OpArgs (no op)");
+        } else {
+          return check(device, op);
+        }
+      },
+      call);
+}
+
+bool parse_op_id(const char* name, OpId* id) {
+  for (const OpInfo& info : kOpTable) {
+    if (std::strcmp(info.name, name) == 0) {
+      *id = info.id;
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace modar::runtime

@@ -1,31 +1,38 @@
-// runtime/profiler.cpp: timing one op, the machine's ceilings, a whole
+// runtime/calibration/profiler.cpp: timing one op, the machine's ceilings, a whole
 // profiling run with checkpoint / resume, and the strict profile loader.
 // The timing rules are in the header (modar/runtime/profiler.hpp); how each op
 // kind is executed is in profiler_ops.cpp, which shapes in profiler_grid.cpp.
 #include "modar/runtime/profiler.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <new>
+#include <set>
 #include <sstream>
+#include <thread>
+#include <utility>
 
 #include "modar/errors.hpp"
+#include "modar/profile_io.hpp"
+#include "modar/json.hpp"
 #include "profiler_internal.hpp"
 
 #if defined(_OPENMP)
 #include <omp.h>
-#endif
-#if defined(MODAR_WITH_CUDA)
-#include "modar/runtime/cuda_backend.hpp"
 #endif
 
 #ifndef MODAR_VERSION
@@ -112,8 +119,8 @@ std::unique_ptr<Timer> make_sample_timer(Backend& backend, Clock clock) {
     return backend.make_timer();
   }
   if (backend.device() != DeviceKind::cpu) {
-    throw ConfigError(std::string("--clock cpu: only the cpu backend can be timed by CPU time; ") +
-                      backend.name() + " needs --clock wall");
+    throw ConfigError(std::string("clock = cpu: only the cpu backend can be timed by CPU time; ") +
+                      backend.name() + " needs clock = wall");
   }
   return std::make_unique<ProcessCpuTimer>();
 }
@@ -276,52 +283,6 @@ OpTiming measure_op(Backend& backend, const OpShape& shape, Pass pass,
 
 namespace {
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return std::string();
-  }
-  std::ostringstream content;
-  content << in.rdbuf();
-  return content.str();
-}
-
-std::string trim(std::string text) {
-  const auto first = text.find_first_not_of(" \t\r\n");
-  if (first == std::string::npos) {
-    return std::string();
-  }
-  const auto last = text.find_last_not_of(" \t\r\n");
-  return text.substr(first, last - first + 1);
-}
-
-// "1024K" / "32M" / "48K" -> bytes (sysfs cache sizes).
-int64_t parse_cache_size(const std::string& text) {
-  const std::string value = trim(text);
-  if (value.empty()) {
-    return 0;
-  }
-  char* end = nullptr;
-  const long long number = std::strtoll(value.c_str(), &end, 10);
-  int64_t scale = 1;
-  if (end != nullptr && (*end == 'K' || *end == 'k'))
-    scale = 1024;
-  if (end != nullptr && (*end == 'M' || *end == 'm'))
-    scale = 1024 * 1024;
-  if (end != nullptr && (*end == 'G' || *end == 'g'))
-    scale = int64_t{1024} * 1024 * 1024;
-  return static_cast<int64_t>(number) * scale;
-}
-
-int64_t meminfo_bytes(const std::string& meminfo, const std::string& key) {
-  const auto at = meminfo.find(key + ":");
-  if (at == std::string::npos) {
-    return 0;
-  }
-  return static_cast<int64_t>(std::strtoll(meminfo.c_str() + at + key.size() + 1, nullptr, 10)) *
-         1024;
-}
-
 std::string utc_now() {
   const std::time_t now = std::time(nullptr);
   std::tm parts{};
@@ -339,43 +300,6 @@ std::string number_text(double value) {
 }
 
 }  // namespace
-
-HostFacts read_host_facts() {
-  HostFacts facts;
-  const std::string cpuinfo = read_text("/proc/cpuinfo");
-  const auto at = cpuinfo.find("model name");
-  if (at != std::string::npos) {
-    const auto colon = cpuinfo.find(':', at);
-    const auto end = cpuinfo.find('\n', at);
-    facts.cpu_model = trim(cpuinfo.substr(colon + 1, end - colon - 1));
-  }
-  for (size_t pos = cpuinfo.find("processor"); pos != std::string::npos;
-       pos = cpuinfo.find("processor", pos + 1)) {
-    if (pos == 0 || cpuinfo[pos - 1] == '\n') {
-      ++facts.logical_cpus;
-    }
-  }
-  for (int index = 0; index < 8; ++index) {
-    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index);
-    const std::string level = trim(read_text(dir + "/level"));
-    const std::string type = trim(read_text(dir + "/type"));
-    if (level.empty()) {
-      continue;
-    }
-    const int64_t size = parse_cache_size(read_text(dir + "/size"));
-    if (type == "Instruction") {
-      continue;
-    }
-    if (level == "2") {
-      facts.l2_cache_bytes = size;
-    }
-    facts.last_level_cache_bytes = std::max(facts.last_level_cache_bytes, size);
-  }
-  const std::string meminfo = read_text("/proc/meminfo");
-  facts.memory_total_bytes = meminfo_bytes(meminfo, "MemTotal");
-  facts.memory_available_bytes = meminfo_bytes(meminfo, "MemAvailable");
-  return facts;
-}
 
 std::map<std::string, std::string> build_provenance() {
   std::map<std::string, std::string> p;
@@ -420,8 +344,17 @@ std::map<std::string, std::string> build_provenance() {
   return p;
 }
 
+int max_cpu_threads() {
+  return std::max(8, 4 * static_cast<int>(std::thread::hardware_concurrency()));
+}
+
 void set_cpu_threads(int threads) {
-  if (threads <= 0) {
+  if (threads < 0 || threads > max_cpu_threads()) {
+    throw ConfigError("threads = " + std::to_string(threads) + ": must be in [0, " +
+                      std::to_string(max_cpu_threads()) +
+                      "] (0 = all cores; at most 4 x the logical CPUs)");
+  }
+  if (threads == 0) {
     return;
   }
 #if defined(_OPENMP)
@@ -564,6 +497,55 @@ CeilingReport measure_ceilings(Backend& backend, Clock clock, DeviceKind device,
   return report;
 }
 
+// Everything about out_path that would otherwise fail only at the final rename.
+void check_out_path(const std::string& out_path) {
+  if (out_path.empty()) {
+    throw ConfigError("out_path: a path is required (where the profile is written)");
+  }
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const fs::path out(out_path);
+  if (fs::is_directory(out, error)) {
+    throw ConfigError("out_path = " + out_path + ": is a directory; give the path of a file");
+  }
+  if (fs::is_directory(fs::path(partial_path(out_path)), error)) {
+    throw ConfigError("out_path = " + out_path + ": its checkpoint " + partial_path(out_path) +
+                      " is a directory; remove it or choose another path");
+  }
+  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  if (!fs::is_directory(parent, error)) {
+    throw ConfigError("out_path = " + out_path + ": the folder " + parent.string() +
+                      " does not exist");
+  }
+}
+
+// An exclusive flock() on OUT.lock for the whole run.
+class OutputLock {
+ public:
+  explicit OutputLock(const std::string& out_path) : path_(out_path + ".lock") {
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) {
+      throw FileError("out_path = " + out_path + ": cannot create the lock file " + path_ + " (" +
+                      std::strerror(errno) + ")");
+    }
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      ::close(fd_);
+      throw ConfigError("out_path = " + out_path + ": another profile run is writing it (" + path_ +
+                        " is locked); wait for it to finish or choose another path");
+    }
+  }
+  ~OutputLock() {
+    ::unlink(path_.c_str());
+    ::close(fd_);
+  }
+  OutputLock(const OutputLock&) = delete;
+  OutputLock& operator=(const OutputLock&) = delete;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
 bool point_done(const DeviceProfile& profile, const ProfilePoint& point) {
   for (const OpMeasurement& m : profile.measurements) {
     if (same_point(m.shape, m.pass, point.shape, point.pass)) {
@@ -573,25 +555,22 @@ bool point_done(const DeviceProfile& profile, const ProfilePoint& point) {
   return false;
 }
 
-std::string read_file_or_throw(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw FileError("profile file '" + path + "': cannot open (missing or unreadable)");
-  }
-  std::ostringstream content;
-  content << in.rdbuf();
-  return content.str();
-}
-
 }  // namespace
 
 DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
-  if (options.out_path.empty()) {
-    throw ConfigError("--out: a path is required (where the profile is written)");
-  }
+  check_out_path(options.out_path);
+  // One writer per output: a second run on the same out_path is refused while
+  // this one holds OUT.lock (released by the OS if this process dies).
+  const OutputLock lock(options.out_path);
   const DeviceKind device = backend.device();
   const HostFacts host = read_host_facts();
   set_cpu_threads(options.threads);
+  const auto stop_if_asked = [&] {
+    if (options.should_stop && options.should_stop()) {
+      throw Interrupted("profile interrupted; the points measured so far are kept in " +
+                        partial_path(options.out_path) + " (continue with resume)");
+    }
+  };
 
   TimingOptions timing = options.timing;
   int64_t cache_bytes = 0;
@@ -606,17 +585,14 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
       timing.memory_limit_bytes = host.memory_available_bytes / 2;
     }
   } else {
-    int64_t reported_l2 = 0, reported_memory = 0;
-#if defined(MODAR_WITH_CUDA)
-    const CudaDeviceInfo info = cuda_device_info(0);
-    reported_l2 = info.l2_cache_bytes;
-    reported_memory = info.memory_bytes;
-#endif
+    // The backend reports its own device (no device index is assumed here).
+    const DeviceFacts facts = backend.facts();
+    const int64_t reported_l2 = facts.cache_bytes, reported_memory = facts.memory_bytes;
     cache_bytes = options.device_cache_bytes > 0 ? options.device_cache_bytes
                   : reported_l2 > 0              ? reported_l2
                                                  : kDefaultGpuL2Bytes;
     cache_source = options.device_cache_bytes > 0 ? "L2 size given on the command line"
-                   : reported_l2 > 0              ? "L2 size reported by the CUDA device"
+                   : reported_l2 > 0              ? "L2 size reported by the device"
                                                   : "L2 assumed 50 MiB (H100 / H200): not reported";
     memory_bytes = static_cast<double>(options.device_memory_bytes > 0 ? options.device_memory_bytes
                                        : reported_memory > 0           ? reported_memory
@@ -637,13 +613,13 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
   if (options.resume && std::filesystem::exists(checkpoint)) {
     DeviceProfile previous;
     try {
-      previous = parse_profile_toml(read_file_or_throw(checkpoint), checkpoint);
+      previous = parse_profile_toml(read_profile_file(checkpoint), checkpoint);
     } catch (const std::invalid_argument& e) {
       throw FileError(checkpoint + ": cannot resume from a damaged checkpoint (" + e.what() +
-                      "); delete it and run without --resume");
+                      "); delete it and run without resume");
     } catch (const FileError& e) {
       throw FileError(checkpoint + ": cannot resume from a damaged checkpoint (" + e.what() +
-                      "); delete it and run without --resume");
+                      "); delete it and run without resume");
     }
     const auto field = [&](const char* key) {
       const auto it = previous.provenance.find(key);
@@ -651,14 +627,33 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
     };
     if (previous.backend != options.backend_name) {
       throw ConfigError(checkpoint + ": backend = \"" + previous.backend +
-                        "\": the checkpoint was measured on another backend than --backend " +
+                        "\": the checkpoint was measured on another backend than backend = " +
                         options.backend_name + "; delete it or resume with the same backend");
     }
     if (field("grid") != to_string(options.grid) || field("dtype") != to_string(options.dtype)) {
       throw ConfigError(checkpoint + ": grid = \"" + field("grid") + "\", dtype = \"" +
                         field("dtype") + "\": the checkpoint is of another grid / dtype than " +
                         "this run (" + to_string(options.grid) + ", " + to_string(options.dtype) +
-                        "); resume with the same flags or delete it");
+                        "); resume with the same settings or delete it");
+    }
+    // The old measurements were taken with the checkpoint's clock, threads and
+    // machine: mixing them with new ones under this run's labels would be wrong.
+    const std::string threads_now = std::to_string(device == DeviceKind::cpu ? cpu_threads() : 0);
+    const std::string device_now = device == DeviceKind::cpu
+                                       ? (host.cpu_model.empty() ? "unknown CPU" : host.cpu_model)
+                                       : backend.name();
+    const std::pair<const char*, std::string> same[] = {
+        {"clock", to_string(options.timing.clock)},
+        {"threads", threads_now},
+        {"device", device_now},
+    };
+    for (const auto& [key, now] : same) {
+      if (!field(key).empty() && field(key) != now) {
+        throw ConfigError(checkpoint + ": " + key + " = \"" + field(key) +
+                          "\": the checkpoint was measured with another " + key +
+                          " than this run (" + now +
+                          "); resume with the same settings on the same machine, or delete it");
+      }
     }
     profile = std::move(previous);
     resumed = true;
@@ -689,20 +684,16 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
                 " s of back-to-back calls) after warm-up; " + number_text(timing.budget_s) +
                 " s budget per shape; inputs random, rotated over copies exceeding the rotation "
                 "size; spread = (p90 - p10) / median";
-  p["load_average_at_start"] = trim(read_text("/proc/loadavg"));
+  p["load_average_at_start"] = trim_text(read_text_or_empty("/proc/loadavg"));
   if (!resumed) {
     p["date"] = utc_now();
   } else {
     p["resumed"] = utc_now();
   }
   if (device != DeviceKind::cpu) {
-#if defined(MODAR_WITH_CUDA)
-    for (const auto& [key, value] : cuda_provenance(0)) {
+    for (const auto& [key, value] : backend.facts().provenance) {
       p[key] = value;
     }
-#else
-    p["gpu_facts"] = "built without CUDA: GPU facts unavailable";
-#endif
   }
   p["status"] = "partial";
   p.erase("measurement_count");
@@ -712,6 +703,7 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
     save_profile_atomically(profile, checkpoint);
   };
 
+  stop_if_asked();
   if (options.measure_ceilings && !(resumed && p.count("ceilings_how") > 0)) {
     if (options.progress != nullptr) {
       std::fprintf(options.progress, "modar profile: measuring ceilings (GEMM, copy, dispatch)\n");
@@ -750,7 +742,17 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
     if (point_done(profile, point)) {
       continue;
     }
-    const OpTiming timed = measure_op(backend, point.shape, point.pass, timing);
+    stop_if_asked();
+    // Whatever one point throws (a shape the backend rejects, an allocation or
+    // a device error) is recorded as a skip; it never aborts the run.
+    OpTiming timed;
+    try {
+      timed = measure_op(backend, point.shape, point.pass, timing);
+    } catch (const std::exception& e) {
+      timed = OpTiming{};
+      timed.skipped = true;
+      timed.skip_reason = std::string("failed: ") + e.what();
+    }
     ++done;
     if (timed.skipped) {
       ++skipped;
@@ -800,6 +802,113 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
   return profile;
 }
 
+// ---- settings ------------------------------------------------------------------------
+
+ProfileOptions resolve_profile_options(const ProfileRequest& request, const Backend& backend) {
+  ProfileOptions options;
+  const bool cpu = backend.device() == DeviceKind::cpu;
+  options.backend_name = request.backend;
+  options.out_path = request.out_path;
+  options.grid = request.quick ? GridSize::quick : GridSize::full;
+  options.resume = request.resume;
+  options.measure_ceilings = request.measure_ceilings;
+  options.dtype = request.dtype.value_or(cpu ? DType::fp32 : DType::bf16);
+  if (options.dtype != DType::fp32 && options.dtype != DType::bf16) {
+    throw ConfigError(std::string("dtype = ") + to_string(options.dtype) +
+                      ": the profiler times fp32 or bf16");
+  }
+  // CPU default: one thread timed by CPU time, so that a profile taken on a
+  // shared machine does not depend on the load at the time (docs/profiler.md).
+  options.threads = request.threads.value_or(cpu ? 1 : 0);
+  if (options.threads < 0 || options.threads > max_cpu_threads()) {
+    throw ConfigError("threads = " + std::to_string(options.threads) + ": must be in [0, " +
+                      std::to_string(max_cpu_threads()) + "] (0 = all cores)");
+  }
+  options.timing.clock = request.clock.value_or(cpu ? Clock::cpu : Clock::wall);
+  if (options.timing.clock == Clock::cpu && !cpu) {
+    throw ConfigError("clock = cpu: only the cpu backend can be timed by CPU time; use wall");
+  }
+  options.timing.budget_s = request.budget_s.value_or(request.quick ? 0.08 : 0.25);
+  if (!(options.timing.budget_s > 0.0) || !std::isfinite(options.timing.budget_s)) {
+    throw ConfigError("budget_s = " + number_text(options.timing.budget_s) +
+                      ": must be a positive number of seconds");
+  }
+  const auto positive = [](const char* name, const std::optional<int64_t>& value) -> int64_t {
+    if (!value)
+      return 0;
+    if (*value <= 0)
+      throw ConfigError(std::string(name) + " = " + std::to_string(*value) + ": must be > 0");
+    return *value;
+  };
+  options.timing.rotation_bytes = positive("rotation_bytes", request.rotation_bytes);
+  options.device_cache_bytes = positive("device_cache_bytes", request.device_cache_bytes);
+  options.device_memory_bytes = positive("device_memory_bytes", request.device_memory_bytes);
+  if (request.max_dim < 0) {
+    throw ConfigError("max_dim = " + std::to_string(request.max_dim) + ": must be >= 0 (0 = all)");
+  }
+  if (!request.kinds.empty() || request.max_dim > 0) {
+    std::set<std::string> known;
+    const std::vector<ProfilePoint> grid =
+        profile_grid(options.grid, backend.device(), options.dtype);
+    for (const ProfilePoint& point : grid)
+      known.insert(to_string(point.shape.kind));
+    for (const std::string& kind : request.kinds) {
+      if (known.count(kind) == 0) {
+        std::string allowed;
+        for (const std::string& name : known)
+          allowed += (allowed.empty() ? "" : ", ") + name;
+        throw ConfigError("kinds: \"" + kind +
+                          "\" is not an op kind of the grid; allowed: " + allowed);
+      }
+    }
+    // A reduced grid: only these op kinds, only points whose every dim is <=
+    // max_dim.  A per-dim threshold keeps each kind's grid a tensor product,
+    // which is what the timing model interpolates over.
+    const std::set<std::string> wanted(request.kinds.begin(), request.kinds.end());
+    for (const ProfilePoint& point : grid) {
+      if (!wanted.empty() && wanted.count(to_string(point.shape.kind)) == 0)
+        continue;
+      bool small = true;
+      for (int d = 0; d < op_dims_count(point.shape.kind); ++d) {
+        small = small && (request.max_dim <= 0 ||
+                          point.shape.dims[static_cast<size_t>(d)] <= request.max_dim);
+      }
+      if (small)
+        options.points.push_back(point);
+    }
+    if (options.points.empty()) {
+      throw ConfigError("kinds / max_dim: no point of the profiler's grid is left");
+    }
+  }
+  return options;
+}
+
+std::string profile_settings_json(const ProfileOptions& options) {
+  JsonWriter json(2);
+  json.begin_object();
+  json.field("backend", options.backend_name);
+  json.field("out_path", options.out_path);
+  json.field("grid", to_string(options.grid));
+  json.field("dtype", to_string(options.dtype));
+  json.field("threads", options.threads);
+  json.field("clock", to_string(options.timing.clock));
+  json.field("budget_s", options.timing.budget_s);
+  json.field("rotation_bytes", options.timing.rotation_bytes);
+  json.field("device_cache_bytes", options.device_cache_bytes);
+  json.field("device_memory_bytes", options.device_memory_bytes);
+  json.field("resume", options.resume);
+  json.field("measure_ceilings", options.measure_ceilings);
+  const std::vector<ProfilePoint> points =
+      options.points.empty()
+          ? profile_grid(options.grid,
+                         options.backend_name == "cpu" ? DeviceKind::cpu : DeviceKind::cuda,
+                         options.dtype)
+          : options.points;
+  json.field("points", static_cast<int64_t>(points.size()));
+  json.end_object();
+  return json.str() + "\n";
+}
+
 // ---- loading ---------------------------------------------------------------------------
 
 void check_measured_profile(const DeviceProfile& profile, const std::string& source,
@@ -838,7 +947,7 @@ void check_measured_profile(const DeviceProfile& profile, const std::string& sou
 }
 
 DeviceProfile load_measured_profile(const std::string& path, const std::string& expected_backend) {
-  const std::string text = read_file_or_throw(path);
+  const std::string text = read_profile_file(path);
   DeviceProfile profile;
   try {
     profile = parse_profile_toml(text, path);

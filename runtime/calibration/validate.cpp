@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -135,6 +136,12 @@ std::vector<ValidationCase> validation_cases(bool quick, DeviceKind device, DTyp
 
 ValidationReport run_validation(Backend& backend, const DeviceProfile& profile,
                                 const ValidationOptions& options) {
+  set_cpu_threads(options.threads);
+  const auto stop_if_asked = [&] {
+    if (options.should_stop && options.should_stop()) {
+      throw Interrupted("validation interrupted");
+    }
+  };
   const DType dtype =
       profile.provenance.count("dtype") > 0 && profile.provenance.at("dtype") == "bf16"
           ? DType::bf16
@@ -166,6 +173,7 @@ ValidationReport run_validation(Backend& backend, const DeviceProfile& profile,
   std::vector<CaseResult> results(cases.size());
 
   for (size_t i = 0; i < cases.size(); ++i) {
+    stop_if_asked();
     const Config& config = cases[i].config;
     ModelOptions model_options;
     model_options.dtype = scalar_type(config.train.dtype);
@@ -230,6 +238,7 @@ ValidationReport run_validation(Backend& backend, const DeviceProfile& profile,
   // Interleaved timing rounds.
   auto timer = make_sample_timer(backend, options.clock);
   for (int round = 0; round < options.rounds; ++round) {
+    stop_if_asked();
     const double round_start = now_s();
     for (size_t i = 0; i < cases.size(); ++i) {
       backend.synchronize();
@@ -266,6 +275,71 @@ ValidationReport run_validation(Backend& backend, const DeviceProfile& profile,
   report.cases = std::move(results);
   live.clear();  // models (allocated through the tracer) go before it
   return report;
+}
+
+ValidationOptions resolve_validation_options(const ValidationRequest& request,
+                                             const DeviceProfile& profile) {
+  ValidationOptions options;
+  options.quick = request.quick;
+  options.rounds = request.rounds.value_or(options.rounds);
+  if (options.rounds < 1 || options.rounds > 1000) {
+    throw ConfigError("rounds = " + std::to_string(options.rounds) + ": must be in [1, 1000]");
+  }
+  options.warmup_steps = request.warmup_steps.value_or(options.warmup_steps);
+  if (options.warmup_steps < 0 || options.warmup_steps > 1000) {
+    throw ConfigError("warmup_steps = " + std::to_string(options.warmup_steps) +
+                      ": must be in [0, 1000]");
+  }
+  const auto recorded = [&](const char* key) {
+    const auto it = profile.provenance.find(key);
+    return it == profile.provenance.end() ? std::string() : it->second;
+  };
+  const bool cpu = request.backend == "cpu";
+  // Default: the threads the profile was measured with (CPU backend).
+  int threads = 0;
+  const std::string recorded_threads = recorded("threads");
+  if (cpu && !recorded_threads.empty()) {
+    char* end = nullptr;
+    const long value = std::strtol(recorded_threads.c_str(), &end, 10);
+    if (end == recorded_threads.c_str() || *end != '\0' || value < 0 || value > max_cpu_threads()) {
+      throw ConfigError(profile.name + ": provenance.threads = \"" + recorded_threads +
+                        "\": not a thread count in [0, " + std::to_string(max_cpu_threads()) +
+                        "]; give threads explicitly");
+    }
+    threads = static_cast<int>(value);
+  }
+  options.threads = request.threads.value_or(threads);
+  if (options.threads < 0 || options.threads > max_cpu_threads()) {
+    throw ConfigError("threads = " + std::to_string(options.threads) + ": must be in [0, " +
+                      std::to_string(max_cpu_threads()) + "] (0 = all cores)");
+  }
+  // Default: the clock the profile was measured with.
+  const std::string recorded_clock = recorded("clock");
+  if (!recorded_clock.empty() && recorded_clock != "cpu" && recorded_clock != "wall") {
+    throw ConfigError(profile.name + ": provenance.clock = \"" + recorded_clock +
+                      "\": allowed: wall, cpu");
+  }
+  options.clock = request.clock.value_or(recorded_clock == "cpu" ? Clock::cpu : Clock::wall);
+  if (options.clock == Clock::cpu && !cpu) {
+    throw ConfigError("clock = cpu: only the cpu backend can be timed by CPU time; use wall");
+  }
+  return options;
+}
+
+std::string validation_settings_json(const ValidationOptions& options,
+                                     const ValidationRequest& request,
+                                     const DeviceProfile& profile) {
+  JsonWriter json(2);
+  json.begin_object();
+  json.field("backend", request.backend);
+  json.field("profile", profile.name);
+  json.field("quick", options.quick);
+  json.field("rounds", options.rounds);
+  json.field("warmup_steps", options.warmup_steps);
+  json.field("threads", options.threads);
+  json.field("clock", to_string(options.clock));
+  json.end_object();
+  return json.str() + "\n";
 }
 
 std::string validation_json(const ValidationReport& report) {
