@@ -169,6 +169,12 @@ OpTiming measure_op(Backend& backend, const OpShape& shape, Pass pass,
                          gib(options.memory_limit_bytes);
     return result;
   }
+  if (options.max_point_bytes > 0 && set_bytes > options.max_point_bytes) {
+    result.skipped = true;
+    result.skip_reason = "needs " + gib(set_bytes) + " for one copy of its tensors; this run " +
+                         "is bounded to " + gib(options.max_point_bytes) + " per shape";
+    return result;
+  }
   int64_t copies = 1;
   if (options.rotation_bytes > set_bytes && set_bytes > 0) {
     copies = (options.rotation_bytes + set_bytes - 1) / set_bytes;
@@ -683,6 +689,9 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
   p["dtype"] = to_string(options.dtype);
   p["rotation_bytes"] = std::to_string(timing.rotation_bytes) + " (2 x " + cache_source + ")";
   p["memory_limit_bytes"] = std::to_string(timing.memory_limit_bytes);
+  if (timing.max_point_bytes > 0) {
+    p["max_point_bytes"] = std::to_string(timing.max_point_bytes) + " (bounded grid)";
+  }
   p["clock"] = to_string(timing.clock);
   p["timing"] = "median of >= " + std::to_string(timing.min_repeats) +
                 " samples (each >= " + number_text(timing.min_sample_s) +
@@ -750,7 +759,16 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
     if (point_done(profile, point)) {
       continue;
     }
-    const OpTiming timed = measure_op(backend, point.shape, point.pass, timing);
+    OpTiming timed;
+    try {
+      timed = measure_op(backend, point.shape, point.pass, timing);
+    } catch (const BackendError& e) {
+      // A device failure (a CUDA error, a launch the device refused) is
+      // recorded against this shape and the grid goes on.
+      timed = OpTiming{};
+      timed.skipped = true;
+      timed.skip_reason = std::string("the backend failed: ") + e.what();
+    }
     ++done;
     if (timed.skipped) {
       ++skipped;
