@@ -108,14 +108,22 @@ if spec and spec.origin:
 print(":".join(d for d in dirs if os.path.isdir(d)))
 PY
 )
-export LD_LIBRARY_PATH="${NV_DIRS:+$NV_DIRS:}/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-find_lib() {  # prints the path of soname $1, or nothing
-  local dir
-  IFS=: read -r -a dirs <<< "$LD_LIBRARY_PATH"
-  for dir in "${dirs[@]}"; do
-    [ -n "$dir" ] && [ -e "$dir/$1" ] && { echo "$dir/$1"; return 0; }
-  done
-  ldconfig -p 2>/dev/null | awk -v n="$1" '$1 == n {print $NF; exit}'
+export LD_LIBRARY_PATH="${NV_DIRS:+$NV_DIRS:}/usr/local/cuda/lib64:/usr/local/cuda/lib:/usr/local/nvidia/lib64:/usr/local/nvidia/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+find_lib() {  # the path the dynamic loader resolves soname $1 to (as our binaries will), or nothing
+  python3 - "$1" <<'PY' 2>/dev/null
+import ctypes, sys
+try:
+    ctypes.CDLL(sys.argv[1])
+except OSError:
+    sys.exit(0)
+with open("/proc/self/maps") as maps:
+    for line in maps:
+        if sys.argv[1].split(".so")[0] + ".so" in line:
+            print(line.split()[-1])
+            break
+    else:
+        print(sys.argv[1] + " (loaded)")
+PY
 }
 note "gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ) $([ $DRY = 1 ] && echo '(dry run: no GPU needed)') commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)"
 [ -f "$ROOT/$CARRY/MANIFEST.txt" ] && note "carried build: $(head -1 "$ROOT/$CARRY/MANIFEST.txt")"
@@ -133,7 +141,7 @@ for lib in libcuda.so.1 libcudart.so.13 libcublasLt.so.13 libcublas.so.13 libcud
 done
 unresolved=$(for b in "$BIN"/*; do ldd "$b" 2>&1 | grep "not found" | sed "s|^|$(basename "$b"): |"; done | sort -u | tr '\n' ';')
 if [ $DRY = 0 ]; then
-  [ -n "$missing" ] && fail_deps "missing libraries:$missing (searched LD_LIBRARY_PATH=$LD_LIBRARY_PATH and ldconfig)"
+  [ -n "$missing" ] && fail_deps "missing libraries:$missing (the dynamic loader found none with LD_LIBRARY_PATH=$LD_LIBRARY_PATH)"
   [ -n "$unresolved" ] && fail_deps "unresolved by ldd: $unresolved"
   nvidia-smi -L > "$WORK/gpus.txt" 2>&1 || fail_deps "no GPU visible: nvidia-smi -L failed ($(head -1 "$WORK/gpus.txt"))"
   note "deps: $(head -1 "$WORK/gpus.txt")"
