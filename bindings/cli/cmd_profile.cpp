@@ -31,6 +31,8 @@ const std::vector<FlagSpec> kFlags = {
     {"--gpu-l2-bytes", true, false, "BYTES",
      "GPU L2 size (the backend does not report it; default 50 MiB)"},
     {"--gpu-memory-bytes", true, false, "BYTES", "GPU memory (default 80e9)"},
+    {"--max-point-bytes", true, false, "BYTES",
+     "bound the grid: skip (and record) shapes whose tensors exceed BYTES (default: no bound)"},
     {"--clock", true, false, "wall|cpu",
      "what a sample measures: wall time, or process CPU time per thread (cpu backend only; "
      "robust on a shared, loaded machine; best with --threads 1).  Default: cpu on the cpu "
@@ -116,6 +118,10 @@ int cmd_profile(const Args& args) {
   if (parsed.has("--gpu-l2-bytes")) {
     request.device_cache_bytes =
         parse_positive_int("--gpu-l2-bytes", *parsed.value("--gpu-l2-bytes"));
+  }
+  if (parsed.has("--max-point-bytes")) {
+    options.timing.max_point_bytes =
+        parse_positive_int("--max-point-bytes", *parsed.value("--max-point-bytes"));
   }
   if (parsed.has("--gpu-memory-bytes")) {
     request.device_memory_bytes = static_cast<int64_t>(

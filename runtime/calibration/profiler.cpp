@@ -176,6 +176,12 @@ OpTiming measure_op(Backend& backend, const OpShape& shape, Pass pass,
                          gib(options.memory_limit_bytes);
     return result;
   }
+  if (options.max_point_bytes > 0 && set_bytes > options.max_point_bytes) {
+    result.skipped = true;
+    result.skip_reason = "needs " + gib(set_bytes) + " for one copy of its tensors; this run " +
+                         "is bounded to " + gib(options.max_point_bytes) + " per shape";
+    return result;
+  }
   int64_t copies = 1;
   if (options.rotation_bytes > set_bytes && set_bytes > 0) {
     copies = (options.rotation_bytes + set_bytes - 1) / set_bytes;
@@ -678,6 +684,9 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
   p["dtype"] = to_string(options.dtype);
   p["rotation_bytes"] = std::to_string(timing.rotation_bytes) + " (2 x " + cache_source + ")";
   p["memory_limit_bytes"] = std::to_string(timing.memory_limit_bytes);
+  if (timing.max_point_bytes > 0) {
+    p["max_point_bytes"] = std::to_string(timing.max_point_bytes) + " (bounded grid)";
+  }
   p["clock"] = to_string(timing.clock);
   p["timing"] = "median of >= " + std::to_string(timing.min_repeats) +
                 " samples (each >= " + number_text(timing.min_sample_s) +

@@ -3,13 +3,14 @@
 
 #include <string>
 
+#include "caching_allocator.hpp"
 #include "check.hpp"
 
 namespace modar::gpu {
 
 DeviceArena::~DeviceArena() {
   if (base_ != nullptr) {
-    cudaFree(base_);  // a destructor must not throw; a failure here is unrecoverable anyway
+    counted_cuda_free(base_);  // a destructor must not throw; a failure here is unrecoverable anyway
   }
 }
 
@@ -24,13 +25,11 @@ void DeviceArena::reserve(size_t capacity_bytes) {
                        std::to_string(used_bytes_) + " bytes are allocated; call reset() first");
   }
   if (base_ != nullptr) {
-    MODAR_CUDA_CHECK(cudaFree(base_));
+    counted_cuda_free(base_);
     base_ = nullptr;
     capacity_bytes_ = 0;
   }
-  void* pointer = nullptr;
-  MODAR_CUDA_CHECK(cudaMalloc(&pointer, rounded));
-  base_ = static_cast<char*>(pointer);
+  base_ = static_cast<char*>(counted_cuda_malloc(rounded));
   capacity_bytes_ = rounded;
 }
 

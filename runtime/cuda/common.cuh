@@ -17,6 +17,8 @@
 
 #include <cstdint>
 
+#include "launch.hpp"
+
 namespace modar::gpu {
 
 inline constexpr unsigned kFullWarpMask = 0xffffffffu;
@@ -28,12 +30,13 @@ __host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) {
 
 // Blocks for a grid-stride loop over `count` elements with `threads` per
 // block: enough to cover every element once, at least 1, at most
-// kGridStrideMaxBlocks (the loop strides over the rest).
-inline constexpr int64_t kGridStrideMaxBlocks = 65536 * 4;
+// grid_stride_block_cap() (launch.hpp: one full wave of resident blocks,
+// multiprocessors x 2048 / threads, so a large op is a persistent grid that
+// strides; tests lower the cap to make small ops stride too).
 inline unsigned grid_stride_blocks(int64_t count, int threads) {
   const int64_t blocks = ceil_div(count, threads);
-  return static_cast<unsigned>(
-      blocks < 1 ? 1 : (blocks < kGridStrideMaxBlocks ? blocks : kGridStrideMaxBlocks));
+  const int64_t cap = grid_stride_block_cap(threads);
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks < cap ? blocks : cap));
 }
 
 __device__ __forceinline__ float load_float(const float* p) {

@@ -9,7 +9,10 @@
 // Precision: tensors are fp32 or bf16 (statistics fp32).  fp64 is the CPU
 // backend's finite-difference precision and is rejected here with a
 // ShapeError naming the op.
-// Memory: tensors come from allocate() (cudaMalloc, outside timed regions);
+// Memory: tensors come from allocate(), i.e. the caching allocator
+// (caching_allocator.hpp: size-class free lists, no cudaMalloc / sync / cudaFree
+// after warm-up); attention runs on cuDNN's fused SDPA where it can
+// (cudnn_attention.hpp) and on the reference kernel otherwise;
 // temporaries of an op (partial sums, counts, attention's D) come from ONE
 // device arena that is rewound at the start of every op and grows (with a
 // stream synchronisation, only when a larger op is seen, i.e. during warm-up)
@@ -33,11 +36,14 @@
 
 #include "arena.hpp"
 #include "attention.cuh"
+#include "caching_allocator.hpp"
 #include "check.hpp"
+#include "cudnn_attention.hpp"
 #include "dar.cuh"
 #include "depth_read.cuh"
 #include "elementwise.cuh"
 #include "embedding_adamw.cuh"
+#include "embedding_sorted.cuh"
 #include "gather_scatter.cuh"
 #include "gemm.hpp"
 #include "loss.cuh"
@@ -111,8 +117,10 @@ class CudaBackend final : public Backend {
     name_ = "cuda:" + std::to_string(device) + " (" + properties.name + ")";
     try {
       MODAR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-      MODAR_CUDA_CHECK(cudaMalloc(&gemm_workspace_, kGemmWorkspaceBytes));
+      gemm_workspace_ = gpu::counted_cuda_malloc(kGemmWorkspaceBytes);
       gemm_ = std::make_unique<gpu::LtGemm>(gemm_workspace_, kGemmWorkspaceBytes);
+      allocator_ = std::make_unique<gpu::CachingAllocator>(stream_);
+      attention_ = std::make_unique<gpu::CudnnAttention>(*allocator_);
     } catch (...) {
       release();  // the destructor does not run for a constructor that throws
       throw;
@@ -135,23 +143,13 @@ class CudaBackend final : public Backend {
     if (bytes < 0) {
       throw BackendError("cuda allocate: negative size " + std::to_string(bytes));
     }
-    void* pointer = nullptr;
-    const cudaError_t status = cudaMalloc(&pointer, static_cast<size_t>(bytes > 0 ? bytes : 1));
-    if (status != cudaSuccess) {
-      cudaGetLastError();
-      throw BackendError("cuda allocate: cudaMalloc of " + std::to_string(bytes) +
-                         " bytes failed: " + cudaGetErrorName(status) + " (" +
-                         cudaGetErrorString(status) + ")");
-    }
-    return pointer;
+    return allocator_->allocate(static_cast<size_t>(bytes));  // caching_allocator.hpp
   }
 
-  void deallocate(void* data) noexcept override {
-    if (data != nullptr) {
-      cudaStreamSynchronize(stream_);  // queued kernels may still read it
-      cudaFree(data);
-    }
-  }
+  // Back to the allocator's free list: no sync, no cudaFree (stream order).
+  void deallocate(void* data) noexcept override { allocator_->deallocate(data); }
+
+  gpu::CachingAllocator& caching_allocator() const { return *allocator_; }
 
   void copy_from_host(const void* host, const TensorView& dst) override {
     require_cuda("copy_from_host", "dst", dst);
@@ -294,7 +292,9 @@ class CudaBackend final : public Backend {
     gpu::AttentionLaunchParams p =
         attention_params("attention_forward", call.q, call.k, call.v, call.valid_lengths, call.out,
                          call.lse, call.params);
-    gpu::launch_attention_forward(p, stream_);
+    if (!attention_->forward(p, stream_)) {  // cuDNN SDPA where supported
+      gpu::launch_attention_forward(p, stream_);
+    }
   }
 
   void run_op(const AttentionBackwardArgs& call) {
@@ -306,7 +306,9 @@ class CudaBackend final : public Backend {
     p.dk = call.dk.data;
     p.dv = call.dv.data;
     p.delta = scratch_floats({p.batch * p.heads * p.seq})[0];
-    gpu::launch_attention_backward(p, stream_);
+    if (!attention_->backward(p, stream_)) {
+      gpu::launch_attention_backward(p, stream_);
+    }
   }
 
   // ---- MoD router, top-k, gather, scatter -----------------------------------------------
@@ -662,21 +664,13 @@ class CudaBackend final : public Backend {
     if (call.dtable.empty()) {
       return;
     }
-    if (elem(op, call.dtable) == Elem::fp32) {
-      gpu::launch_embedding_backward(
-          call.dout.data, elem(op, call.dout), call.tokens.ptr<int32_t>(), call.dtable.data,
-          Elem::fp32, call.tokens.numel(), call.dtable.shape[1], call.dtable.shape[0], stream_);
-      return;
-    }
-    // bf16 table: repeated call.tokens are summed in an fp32 buffer first and the
-    // table is rounded once (as the CPU backend does), not once per atomic add.
-    float* sums = scratch_floats({call.dtable.numel()})[0];
-    gpu::launch_fill(sums, call.dtable.numel(), 0.0, Elem::fp32, false, stream_);
-    gpu::launch_embedding_backward(call.dout.data, elem(op, call.dout), call.tokens.ptr<int32_t>(),
-                                   sums, Elem::fp32, call.tokens.numel(), call.dtable.shape[1],
-                                   call.dtable.shape[0], stream_);
-    gpu::launch_axpy(1.0f, sums, Elem::fp32, call.dtable.data, Elem::bf16, call.dtable.numel(),
-                     stream_);
+    // Deterministic: rows sorted by token, runs summed in order, rounded once
+    // (embedding_sorted.cuh); no atomics.
+    gpu::launch_embedding_backward_sorted(call.dout.data, elem(op, call.dout),
+                                          call.tokens.ptr<int32_t>(), call.dtable.data,
+                                          elem(op, call.dtable), call.tokens.numel(),
+                                          call.dtable.shape[1], call.dtable.shape[0], *allocator_,
+                                          stream_);
   }
 
   void run_op(const AdamwUpdateArgs& call) {
@@ -706,13 +700,15 @@ class CudaBackend final : public Backend {
   // Frees what the constructor acquired (each part may be missing).
   void release() noexcept {
     gemm_.reset();
+    attention_.reset();
+    allocator_.reset();  // synchronises the stream, so before it is destroyed
     if (stream_ != nullptr) {
       cudaStreamSynchronize(stream_);
       cudaStreamDestroy(stream_);
       stream_ = nullptr;
     }
     if (gemm_workspace_ != nullptr) {
-      cudaFree(gemm_workspace_);
+      gpu::counted_cuda_free(gemm_workspace_);
       gemm_workspace_ = nullptr;
     }
   }
@@ -887,6 +883,8 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   void* gemm_workspace_ = nullptr;
   std::unique_ptr<gpu::LtGemm> gemm_;
+  std::unique_ptr<gpu::CachingAllocator> allocator_;
+  std::unique_ptr<gpu::CudnnAttention> attention_;
   gpu::DeviceArena arena_;
 };
 
@@ -913,6 +911,23 @@ DeviceFacts cuda_device_facts(int device) {
   }
   facts.provenance = cuda_provenance(device);
   return facts;
+}
+
+CudaAllocatorStats cuda_allocator_stats(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  if (cuda == nullptr) {
+    throw BackendError("cuda_allocator_stats: backend '" + backend.name() +
+                       "' is not a CUDA backend");
+  }
+  return cuda->caching_allocator().stats();
+}
+
+void set_cuda_grid_limit_for_testing(int64_t max_blocks) {
+  gpu::set_grid_stride_block_cap(max_blocks);
+}
+
+int64_t cuda_device_malloc_calls() {
+  return gpu::cuda_malloc_calls();
 }
 
 CudaDeviceInfo cuda_device_info(int device) {

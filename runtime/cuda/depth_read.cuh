@@ -9,7 +9,9 @@ namespace modar::gpu {
 
 inline constexpr int64_t kDepthReadMaxSources = 1024;
 inline constexpr int64_t kDepthReadMaxDim = 8192;  // kRowThreads * kColumnsPerThread
-inline constexpr int kDepthReadBlocks = 128;       // token-loop blocks of the backward kernels
+// Token-loop blocks of the backward kernels: two per multiprocessor of a
+// 132-SM H100 / H200 (128 left 4 SMs idle); the fp32 partials scale with it.
+inline constexpr int kDepthReadBlocks = 264;
 inline constexpr int64_t kDepthReadMaxSourceQueryPairs = 4000;  // 3 floats each: < 48 KB of smem
 
 struct DepthReadPrefixParams {

@@ -36,4 +36,11 @@ inline constexpr int kReduceSplits = 64;
 void launch_reduce_partials(const float* partial, int splits, int64_t columns, void* out,
                             Elem out_type, cudaStream_t stream);
 
+// The most blocks of `threads` threads that a grid-stride launch uses: the
+// device's multiprocessors x (2048 / threads) (one wave of resident blocks,
+// read once from the current device), or the test override
+// (set_grid_stride_block_cap; 0 restores the default).
+int64_t grid_stride_block_cap(int threads);
+void set_grid_stride_block_cap(int64_t blocks);
+
 }  // namespace modar::gpu

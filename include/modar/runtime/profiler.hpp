@@ -105,6 +105,9 @@ struct TimingOptions {
   int64_t rotation_bytes = 0;  // copies of the tensors until their total exceeds this
   int max_copies = 256;
   int64_t memory_limit_bytes = 0;  // 0: no limit
+  // A bounded grid (scripts/gpu-check.sh): shapes whose one copy of tensors
+  // exceeds this are recorded as skipped without being allocated (0: none).
+  int64_t max_point_bytes = 0;
   uint64_t seed = 0x6d6f646172ULL;
 };
 

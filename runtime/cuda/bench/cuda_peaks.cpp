@@ -1,7 +1,16 @@
 // runtime/cuda/bench/cuda_peaks.cpp: the GPU's measured ceilings and a few of
 // our kernels against them, as one table (a benchmark program, not a test).
 //
-//   modar_cuda_peaks [--quick] [--reps N]
+//   modar_cuda_peaks [--quick] [--reps N] [--side-by-side FILE.tsv]
+//
+// --side-by-side: also time the shapes of the PyTorch comparison
+// (scripts/gpu_torch_compare.py reads FILE.tsv and times the same shapes with
+// torch.matmul, F.scaled_dot_product_attention and the same layers written in
+// PyTorch): bf16 GEMMs, attention forward and forward + backward (our default
+// path, i.e. cuDNN where available, and the reference kernel), and the dense
+// and MoD routed transformer layer forward + backward (runtime/layers.hpp).
+// One row per case: kind, the case's parameters as key=value, our median
+// seconds, the spread, and the path that ran.
 //
 // Rows: cuBLASLt bf16 GEMM (fp32 accumulation) and fp32 GEMM at large square
 // sizes (FLOP/s), a device-to-device copy (bytes read + written per second),
@@ -22,6 +31,7 @@
 #include "modar/errors.hpp"
 #include "modar/runtime/backend.hpp"
 #include "modar/runtime/cuda_backend.hpp"
+#include "modar/runtime/layers.hpp"
 
 namespace {
 
@@ -100,19 +110,145 @@ void print_rows(const std::vector<Row>& rows) {
   }
 }
 
+// ---- the PyTorch side-by-side cases (scripts/gpu_torch_compare.py) -------------
+struct SideRow {
+  std::string kind, params, path;
+  Timing timing;
+};
+
+void side_by_side(Backend& gpu, int reps, const std::string& path) {
+  std::vector<SideRow> rows;
+  const int warmup = 3;
+  // GEMMs: square ceilings and the shapes of a d = 2048 layer on 16384 tokens.
+  const int64_t gemms[][3] = {{4096, 4096, 4096},   {8192, 8192, 8192},  {16384, 2048, 2048},
+                              {16384, 8192, 2048},  {16384, 2048, 8192}, {2048, 2048, 16384}};
+  for (const auto& g : gemms) {
+    Tensor a = random_tensor(gpu, {g[0], g[2]}, ScalarType::bf16, 101);
+    Tensor b = random_tensor(gpu, {g[2], g[1]}, ScalarType::bf16, 102);
+    Tensor c = make_tensor(gpu, {g[0], g[1]}, ScalarType::bf16);
+    const Timing t = time_it(gpu, warmup, reps, [&](int) { gpu.gemm(a, false, b, false, c); });
+    rows.push_back({"gemm", "m=" + std::to_string(g[0]) + " n=" + std::to_string(g[1]) +
+                                " k=" + std::to_string(g[2]),
+                    "cublaslt", t});
+  }
+  // Attention (causal, bf16): [b, s, H, d] with G kv heads.
+  const int64_t attn[][5] = {{8, 2048, 16, 16, 128}, {2, 4096, 16, 4, 64}, {1, 8192, 16, 16, 128},
+                             {8, 256, 16, 16, 128}};
+  for (const auto& a : attn) {
+    const int64_t b = a[0], s = a[1], h = a[2], g = a[3], d = a[4];
+    Tensor q = random_tensor(gpu, {b, s, h, d}, ScalarType::bf16, 111);
+    Tensor k = random_tensor(gpu, {b, s, g, d}, ScalarType::bf16, 112);
+    Tensor v = random_tensor(gpu, {b, s, g, d}, ScalarType::bf16, 113);
+    Tensor dout = random_tensor(gpu, {b, s, h, d}, ScalarType::bf16, 114);
+    Tensor o = make_tensor(gpu, {b, s, h, d}, ScalarType::bf16);
+    Tensor lse = make_tensor(gpu, {b, h, s}, ScalarType::fp32);
+    Tensor dq = make_tensor(gpu, {b, s, h, d}, ScalarType::bf16);
+    Tensor dk = make_tensor(gpu, {b, s, g, d}, ScalarType::bf16);
+    Tensor dv = make_tensor(gpu, {b, s, g, d}, ScalarType::bf16);
+    gpu.fill(dq, 0.0), gpu.fill(dk, 0.0), gpu.fill(dv, 0.0);
+    const std::string params = "b=" + std::to_string(b) + " s=" + std::to_string(s) +
+                               " h=" + std::to_string(h) + " g=" + std::to_string(g) +
+                               " d=" + std::to_string(d) + " causal=1";
+    for (const CudaAttentionPath which : {CudaAttentionPath::automatic, CudaAttentionPath::reference}) {
+      // The reference kernel (CUDA cores) takes ~1 s per call at the largest
+      // case: time it at the smaller ones only, with 3 repetitions.
+      const bool reference = which == CudaAttentionPath::reference;
+      if (reference && static_cast<double>(b * h) * s * s > 6e8) continue;
+      set_cuda_attention_path(which);
+      const CudaAttentionCounts before = cuda_attention_counts();
+      const int attn_reps = reference ? 3 : std::max(3, reps / 2);
+      const Timing fwd = time_it(gpu, 2, attn_reps, [&](int) {
+        gpu.attention_forward(q, k, v, TensorView{}, o, lse, AttentionParams{});
+      });
+      const Timing both = time_it(gpu, 2, attn_reps, [&](int) {
+        gpu.attention_forward(q, k, v, TensorView{}, o, lse, AttentionParams{});
+        gpu.attention_backward(dout, q, k, v, TensorView{}, o, lse, dq, dk, dv, AttentionParams{});
+      });
+      const CudaAttentionCounts after = cuda_attention_counts();
+      const std::string ran = after.cudnn_forward > before.cudnn_forward ? "cudnn" : "reference";
+      rows.push_back({"attention_fwd", params, ran, fwd});
+      rows.push_back({"attention_fwd_bwd", params, ran, both});
+    }
+    set_cuda_attention_path(CudaAttentionPath::automatic);
+  }
+  // Layers: pre-norm attention (MHA, d_head 128, RoPE) + GELU MLP (4d),
+  // forward + backward; the MoD routed layer at capacity 0.125, g(r) = r.
+  const int64_t layers[][3] = {{2048, 2048, 8}};
+  for (const auto& l : layers) {
+    const int64_t d = l[0], s = l[1], b = l[2];
+    MemoryTracker tracker;
+    const Context ctx{gpu, &tracker, ScalarType::bf16};
+    BranchShape shape;
+    shape.d_model = d;
+    shape.d_head = 128;
+    shape.n_heads = d / 128;
+    shape.n_kv_heads = shape.n_heads;
+    shape.d_ff = 4 * d;
+    ParameterSet params;
+    Rng rng(1);
+    TransformerLayer dense(params, ctx, "dense", shape, rng, 0.02);
+    RoutingOptions routing;
+    routing.capacity = 0.125;
+    RoutedLayer routed(params, ctx, "routed", shape, routing, rng, 0.02);
+    Tensor x0 = random_tensor(gpu, {b, s, d}, ScalarType::bf16, 121, -2.0, 2.0);
+    Tensor dy = random_tensor(gpu, {b, s, d}, ScalarType::bf16, 122);
+    std::vector<double> pos(static_cast<size_t>(b * s));
+    for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<double>(static_cast<int64_t>(i) % s);
+    Tensor positions = make_tensor(gpu, {b, s}, ScalarType::i32, pos);
+    Tensor x = make_tensor(gpu, {b, s, d}, ScalarType::bf16);
+    Tensor dx = make_tensor(gpu, {b, s, d}, ScalarType::bf16);
+    const std::string p = "d=" + std::to_string(d) + " s=" + std::to_string(s) + " b=" +
+                          std::to_string(b) + " h=" + std::to_string(shape.n_heads) +
+                          " ff=" + std::to_string(shape.d_ff);
+    const int layer_reps = std::max(3, reps / 2);
+    const Timing dense_t = time_it(gpu, 2, layer_reps, [&](int) {
+      gpu.copy(x0, x);
+      gpu.copy(dy, dx);
+      TransformerLayer::Saved saved;
+      dense.forward_inplace(ctx, x, positions, &saved);
+      dense.backward_inplace(ctx, dx, saved);
+    });
+    const Timing routed_t = time_it(gpu, 2, layer_reps, [&](int) {
+      gpu.copy(x0, x);
+      gpu.copy(dy, dx);
+      RoutedLayer::Saved saved;
+      routed.forward_inplace(ctx, x, &saved);
+      routed.backward_inplace(ctx, dx, saved);
+    });
+    rows.push_back({"layer_dense_fwd_bwd", p, "runtime", dense_t});
+    rows.push_back({"layer_mod_fwd_bwd", p + " capacity=0.125", "runtime", routed_t});
+  }
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) {
+    throw modar::FileError("--side-by-side " + path + ": cannot open for writing");
+  }
+  std::fprintf(f, "kind\tparams\tours_median_s\tours_spread\tours_path\n");
+  for (const SideRow& r : rows) {
+    std::fprintf(f, "%s\t%s\t%.9g\t%.4f\t%s\n", r.kind.c_str(), r.params.c_str(),
+                 r.timing.median_s, r.timing.spread, r.path.c_str());
+  }
+  std::fclose(f);
+  std::printf("# side-by-side: %zu cases written to %s; %s\n", rows.size(), path.c_str(),
+              cuda_attention_report().c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   bool quick = false;
   int reps = 20;
+  std::string side_path;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--quick") {
       quick = true;
     } else if (flag == "--reps" && i + 1 < argc) {
       reps = std::max(3, std::atoi(argv[++i]));
+    } else if (flag == "--side-by-side" && i + 1 < argc) {
+      side_path = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: modar_cuda_peaks [--quick] [--reps N]\n");
+      std::fprintf(stderr,
+                   "usage: modar_cuda_peaks [--quick] [--reps N] [--side-by-side FILE.tsv]\n");
       return 2;
     }
   }
@@ -218,11 +354,18 @@ int main(int argc, char** argv) {
     }
     (void)peak_fp32;
     print_rows(rows);
+    std::printf("# %s\n", cuda_attention_report().c_str());
     std::printf(
         "# ceilings: bf16 GEMM %.1f TFLOP/s, fp32 GEMM %.1f TFLOP/s, copy %.0f GB/s; "
         "L2 %lld bytes\n",
         peak_bf16 / 1e12, peak_fp32 / 1e12, bandwidth / 1e9, static_cast<long long>(l2_bytes));
+    if (!side_path.empty()) {
+      side_by_side(gpu, reps, side_path);
+    }
   } catch (const modar::BackendError& error) {
+    std::fprintf(stderr, "modar_cuda_peaks: %s\n", error.what());
+    return 2;
+  } catch (const modar::FileError& error) {
     std::fprintf(stderr, "modar_cuda_peaks: %s\n", error.what());
     return 2;
   } catch (const std::exception& error) {

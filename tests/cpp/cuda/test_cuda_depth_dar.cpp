@@ -54,7 +54,10 @@ TEST(CudaDepthRead, PrefixForwardBackwardMatchCpu) {
   struct Case {
     int64_t sources, tokens, queries, d;
   };
-  const Case cases[] = {{1, 5, 1, 64}, {3, 17, 4, 200}, {9, 40, 8, 512}, {5, 3, 2, 2304}};
+  // The last case: a real sequence (T = 8192 tokens, more than the backward's
+  // kDepthReadBlocks = 264 token blocks, so each block loops over ~31 tokens).
+  const Case cases[] = {{1, 5, 1, 64},     {3, 17, 4, 200}, {9, 40, 8, 512},
+                        {5, 3, 2, 2304},   {4, 8192, 2, 64}};
   uint64_t seed = 500;
   for (const Case& c : cases) {
     const int64_t bank = c.sources * c.tokens * c.d;
@@ -119,8 +122,8 @@ TEST(CudaDepthRead, PrefixForwardBackwardMatchCpu) {
 
 TEST(CudaDepthRead, MergeForwardBackwardMatchCpu) {
   MODAR_REQUIRE_CUDA();
-  for (const int64_t d : {int64_t{64}, int64_t{1000}}) {
-    const int64_t tokens = 29;
+  // (tokens, d): small rows, a wide row, and a real sequence of 8192 tokens.
+  for (const auto& [tokens, d] : {std::pair<int64_t, int64_t>{29, 64}, {29, 1000}, {8192, 96}}) {
     const auto prefix = random_values(tokens * d, 1);
     const auto keys = random_values(tokens * d, 2, -2.0, 2.0);
     const auto values = random_values(tokens * d, 3);
@@ -128,7 +131,8 @@ TEST(CudaDepthRead, MergeForwardBackwardMatchCpu) {
     const auto lse = random_values(tokens, 5, -1.0, 2.0);
     for (const Precision p : {Precision::fp32, Precision::bf16}) {
       const auto rstd = row_rstd(keys, d, p);
-      const std::string label = "depth_read_merge d=" + std::to_string(d);
+      const std::string label =
+          "depth_read_merge T=" + std::to_string(tokens) + " d=" + std::to_string(d);
       expect_matches_cpu(label, p,
                          {data("prefix_out", {tokens, d}, prefix), stat("lse", {tokens}, lse),
                           data("keys", {tokens, d}, keys), stat("rstd", {tokens}, rstd),

@@ -61,12 +61,15 @@ TEST(CudaRope, ForwardBackwardAtGatheredPositions) {
   MODAR_REQUIRE_CUDA();
   const int64_t b = 2, s = 9, heads = 3;
   for (const Precision p : {Precision::fp32, Precision::bf16}) {
-    for (const int64_t d_head : {int64_t{8}, int64_t{64}, int64_t{128}}) {
+    // d_head 8 / 64 / 128: 4-pair vector path; 6 and 20: the one-pair path.
+    for (const int64_t d_head : {int64_t{6}, int64_t{8}, int64_t{20}, int64_t{64}, int64_t{128}}) {
       const int64_t count = b * s * heads * d_head;
-      // Positions of routed tokens: ascending, sparse, up to 20000 (large angles).
+      // Positions of routed tokens: sparse, up to 20000 (large angles, the
+      // kernel's 256 x 256 tables), and every 6th beyond 65536 (its fp64 path).
       std::vector<double> positions;
       for (int64_t i = 0; i < b * s; ++i)
-        positions.push_back(static_cast<double>(i * 2213 % 20011));
+        positions.push_back(i % 6 == 5 ? static_cast<double>(65536 + i * 977)
+                                       : static_cast<double>(i * 2213 % 20011));
       RopeParams params;
       params.theta_base = 10000.0;
       expect_matches_cpu("rope forward d_head=" + std::to_string(d_head), p,

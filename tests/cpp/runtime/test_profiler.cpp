@@ -230,6 +230,23 @@ TEST(ProfilerGrid, TensorProductAndOnlyForwardGemms) {
   }
 }
 
+// A bounded grid (--max-point-bytes, scripts/gpu-check.sh): a shape whose one
+// copy of tensors exceeds the bound is recorded as skipped, one that fits runs.
+TEST(ProfilerSkip, ABoundedGridSkipsShapesAboveTheBound) {
+  auto backend = make_cpu_backend();
+  TimingOptions options = fast_timing();
+  const int64_t gemm_bytes = 4 * (64 * 64 * 3);  // fp32 A, B, C of 64^3, by hand
+  options.max_point_bytes = gemm_bytes - 1;
+  const OpTiming over =
+      measure_op(*backend, shape_of(OpKind::gemm, {64, 64, 64, 1}), Pass::forward, options);
+  EXPECT_TRUE(over.skipped);
+  EXPECT_NE(over.skip_reason.find("bounded"), std::string::npos) << over.skip_reason;
+  options.max_point_bytes = gemm_bytes;
+  const OpTiming fits =
+      measure_op(*backend, shape_of(OpKind::gemm, {64, 64, 64, 1}), Pass::forward, options);
+  EXPECT_FALSE(fits.skipped) << fits.skip_reason;
+}
+
 TEST(ProfilerSkip, TooBigForTheMemoryLimitIsSkippedWithAReason) {
   auto backend = make_cpu_backend();
   TimingOptions options = fast_timing();
