@@ -120,7 +120,7 @@ int cmd_profile(const Args& args) {
         parse_positive_int("--gpu-l2-bytes", *parsed.value("--gpu-l2-bytes"));
   }
   if (parsed.has("--max-point-bytes")) {
-    options.timing.max_point_bytes =
+    request.max_point_bytes =
         parse_positive_int("--max-point-bytes", *parsed.value("--max-point-bytes"));
   }
   if (parsed.has("--gpu-memory-bytes")) {

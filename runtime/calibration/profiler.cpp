@@ -852,6 +852,7 @@ ProfileOptions resolve_profile_options(const ProfileRequest& request, const Back
   options.timing.rotation_bytes = positive("rotation_bytes", request.rotation_bytes);
   options.device_cache_bytes = positive("device_cache_bytes", request.device_cache_bytes);
   options.device_memory_bytes = positive("device_memory_bytes", request.device_memory_bytes);
+  options.timing.max_point_bytes = positive("max_point_bytes", request.max_point_bytes);
   if (request.max_dim < 0) {
     throw ConfigError("max_dim = " + std::to_string(request.max_dim) + ": must be >= 0 (0 = all)");
   }
@@ -905,6 +906,7 @@ std::string profile_settings_json(const ProfileOptions& options) {
   json.field("rotation_bytes", options.timing.rotation_bytes);
   json.field("device_cache_bytes", options.device_cache_bytes);
   json.field("device_memory_bytes", options.device_memory_bytes);
+  json.field("max_point_bytes", options.timing.max_point_bytes);
   json.field("resume", options.resume);
   json.field("measure_ceilings", options.measure_ceilings);
   const std::vector<ProfilePoint> points =

@@ -185,6 +185,7 @@ struct ProfileRequest {
   std::optional<int64_t> rotation_bytes;       // default: 2 x last-level cache / L2
   std::optional<int64_t> device_cache_bytes;   // default: what the device reports
   std::optional<int64_t> device_memory_bytes;  // default: what the device reports
+  std::optional<int64_t> max_point_bytes;      // default: unbounded (points larger are skipped)
   std::vector<std::string> kinds;              // only these op kinds (empty: all)
   int64_t max_dim = 0;                         // only points whose every dim is <= max_dim (0: all)
   bool measure_ceilings = true;
