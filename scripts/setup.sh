@@ -112,7 +112,12 @@ install_python_package() {
   echo "$VENV_PY" > "$stamp.new"  # its time: inputs edited during the build count as newer
   local settings=(--config-settings=build-dir="$py_build_dir")
   if command -v ccache >/dev/null 2>&1; then
+    # The same compiler (by name: ccache hashes it) as build/, so that the
+    # sources both compile are cache hits the second time.
+    local cxx
+    cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "${BUILD_DIR:-build}/CMakeCache.txt" 2>/dev/null)
     settings+=(--config-settings=cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
+    [ -z "$cxx" ] || settings+=(--config-settings=cmake.define.CMAKE_CXX_COMPILER="$cxx")
   fi
   PIP_ROOT_USER_ACTION=ignore "$VENV_PY" -m pip install -q --disable-pip-version-check \
     --no-build-isolation --no-deps "${settings[@]}" .
