@@ -117,7 +117,16 @@ install_python_package() {
     local cxx
     cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "${BUILD_DIR:-build}/CMakeCache.txt" 2>/dev/null)
     settings+=(--config-settings=cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
-    [ -z "$cxx" ] || settings+=(--config-settings=cmake.define.CMAKE_CXX_COMPILER="$cxx")
+    if [ -n "$cxx" ]; then
+      # CMake cannot switch the compiler of a configured tree (it drops every
+      # -D value): a tree configured with another one starts afresh.
+      local cached
+      cached=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$py_build_dir/CMakeCache.txt" 2>/dev/null)
+      if [ -n "$cached" ] && [ "$cached" != "$cxx" ]; then
+        rm -f "$py_build_dir/CMakeCache.txt"
+      fi
+      settings+=(--config-settings=cmake.define.CMAKE_CXX_COMPILER="$cxx")
+    fi
   fi
   PIP_ROOT_USER_ACTION=ignore "$VENV_PY" -m pip install -q --disable-pip-version-check \
     --no-build-isolation --no-deps "${settings[@]}" .
