@@ -53,10 +53,31 @@ REQUIREMENTS=scripts/python-requirements.txt
 check_requirements() {
   "$VENV_PY" scripts/check_python_requirements.py "$REQUIREMENTS" --cache "$VENV/.modar-requirements-ok"
 }
+# Wheels are kept in a wheelhouse outside the repository (MODAR_WHEELHOUSE), so
+# a new clone (every CI run) installs offline from it; pip downloads only what
+# the wheelhouse lacks.  Decisions by pip's exit status, never by its text.
+# --no-compile: the .pyc files are written on first import instead.
+install_pins() {
+  local wheels="${MODAR_WHEELHOUSE:-${XDG_CACHE_HOME:-$HOME/.cache}/modar-wheels}"
+  local pip=("$VENV_PY" -m pip)
+  local install=(install -q --disable-pip-version-check --no-compile)
+  mkdir -p "$wheels"
+  if "${pip[@]}" "${install[@]}" --no-index --find-links "$wheels" -r "$REQUIREMENTS" \
+       >/dev/null 2>&1; then
+    return 0
+  fi
+  echo "setup: downloading the wheels $wheels lacks" >&2
+  if "${pip[@]}" download -q --disable-pip-version-check --only-binary=:all: -d "$wheels" \
+       -r "$REQUIREMENTS" &&
+     "${pip[@]}" "${install[@]}" --no-index --find-links "$wheels" -r "$REQUIREMENTS"; then
+    return 0
+  fi
+  "${pip[@]}" "${install[@]}" -r "$REQUIREMENTS"  # a package without a wheel: pip's own way
+}
 mapfile -t py_missing < <(check_requirements)
 if ((${#py_missing[@]})); then
   echo "setup: installing Python packages into $VENV: ${py_missing[*]}" >&2
-  "$VENV_PY" -m pip install -q --disable-pip-version-check -r "$REQUIREMENTS"
+  install_pins
   mapfile -t py_missing < <(check_requirements)
   if ((${#py_missing[@]})); then
     echo "setup: still missing or broken in $VENV after pip install: ${py_missing[*]}" >&2
@@ -91,9 +112,23 @@ install_python_package() {
   echo "$VENV_PY" > "$stamp.new"  # its time: inputs edited during the build count as newer
   local settings=(--config-settings=build-dir="$py_build_dir")
   if command -v ccache >/dev/null 2>&1; then
+    # The same compiler (by name: ccache hashes it) as build/, so that the
+    # sources both compile are cache hits the second time.
+    local cxx
+    cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "${BUILD_DIR:-build}/CMakeCache.txt" 2>/dev/null)
     settings+=(--config-settings=cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
+    if [ -n "$cxx" ]; then
+      # CMake cannot switch the compiler of a configured tree (it drops every
+      # -D value): a tree configured with another one starts afresh.
+      local cached
+      cached=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$py_build_dir/CMakeCache.txt" 2>/dev/null)
+      if [ -n "$cached" ] && [ "$cached" != "$cxx" ]; then
+        rm -f "$py_build_dir/CMakeCache.txt"
+      fi
+      settings+=(--config-settings=cmake.define.CMAKE_CXX_COMPILER="$cxx")
+    fi
   fi
-  PIP_ROOT_USER_ACTION=ignore nice "$VENV_PY" -m pip install -q --disable-pip-version-check \
+  PIP_ROOT_USER_ACTION=ignore "$VENV_PY" -m pip install -q --disable-pip-version-check \
     --no-build-isolation --no-deps "${settings[@]}" .
   if ! modar_package_installed; then
     echo "setup: modar is not importable from $VENV after pip install" >&2
