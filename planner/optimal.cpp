@@ -375,7 +375,11 @@ Argmin isoflop_argmin(ArchSpace& space, double eps, double centre_flops) {
       continue;  // new shapes: recompute the order
     }
     std::vector<int> eligible;
+    const double tie_limit = losses[static_cast<size_t>(reference)] * (1.0 + kLossTieRelative);
     for (size_t i = 0; i < points.size(); ++i) {
+      if (losses[i] > tie_limit) {
+        continue;  // deepest_tie() ignores it: spare its memory check (a layout search on a cluster)
+      }
       if (!result.fits || evaluator.fits(space.arch_base(), points[i])) {
         eligible.push_back(static_cast<int>(i));
       }
