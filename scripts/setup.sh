@@ -115,13 +115,15 @@ install_python_package() {
     # The same compiler (by name: ccache hashes it) as build/, so that the
     # sources both compile are cache hits the second time.
     local cxx
-    cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "${BUILD_DIR:-build}/CMakeCache.txt" 2>/dev/null)
+    cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "${BUILD_DIR:-build}/CMakeCache.txt" 2>/dev/null ||
+          true)
     settings+=(--config-settings=cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
     if [ -n "$cxx" ]; then
       # CMake cannot switch the compiler of a configured tree (it drops every
       # -D value): a tree configured with another one starts afresh.
       local cached
-      cached=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$py_build_dir/CMakeCache.txt" 2>/dev/null)
+      cached=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$py_build_dir/CMakeCache.txt" 2>/dev/null ||
+               true)  # no such file yet in a new tree
       if [ -n "$cached" ] && [ "$cached" != "$cxx" ]; then
         rm -f "$py_build_dir/CMakeCache.txt"
       fi
