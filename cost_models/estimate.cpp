@@ -67,6 +67,7 @@ void estimate_into(const Config& config, const TimingModel& timing, StepKind ste
   const DeviceProfile& profile = timing.profile();
   check_profile_dtype(profile, config.train.dtype);  // O(1) unless it throws
   out.params = detail::closed_form_params(config);
+  out.cluster.reset();  // single-device until apply_parallel_model()
 
   // The lowering streams its ops straight into the sums (nothing stored).
   TimeEstimate& time = out.time;
@@ -184,15 +185,20 @@ void apply_cluster(const Config& config, const TimingModel& timing, Estimate& ou
 
 }  // namespace
 
+void apply_parallel_model(const Config& config, const TimingModel& timing, StepKind step,
+                          Estimate& out) {
+  if (step == StepKind::train && cluster_engaged(config)) {
+    apply_cluster(config, timing, out);
+  }
+}
+
 Estimate estimate(const Config& config, const DeviceProfile& profile, StepKind step) {
   validate(config);
   const TimingModel timing(profile);
   OpList ops;
   Estimate out;
   estimate_into(config, timing, step, ops, out);
-  if (step == StepKind::train && cluster_engaged(config)) {
-    apply_cluster(config, timing, out);
-  }
+  apply_parallel_model(config, timing, step, out);
   return out;
 }
 

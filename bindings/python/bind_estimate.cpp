@@ -171,6 +171,7 @@ EstimateHandle estimate_one(const Config& config, const std::string& step_name,
                         step, Estimate{}};
   thread_local OpList scratch;
   estimate_into(handle.config, *handle.profile->timing, step, scratch, handle.estimate);
+  apply_parallel_model(handle.config, *handle.profile->timing, step, handle.estimate);
   return handle;
 }
 
@@ -394,6 +395,7 @@ void run_rows(const BatchInput& in, size_t begin, size_t end, std::vector<RowErr
         profile_ref = config->device.profile;
       }
       estimate_into(*config, *profile->timing, in.step, scratch, estimate);
+      apply_parallel_model(*config, *profile->timing, in.step, estimate);
       in.out.write(r, estimate);
     } catch (const ConfigError& error) {
       in.out.write_failed(r);

@@ -210,6 +210,12 @@ Estimate estimate(const Config& config, const DeviceProfile& profile,
 // that did not come from a validated source.
 void estimate_into(const Config& config, const TimingModel& timing, StepKind step, OpList& scratch,
                    Estimate& out);
+// The part of estimate() that estimate_into() leaves out: on a training step
+// with a cluster engaged (cluster_engaged(), parallel.hpp), the cluster model
+// replaces the single-device memory and time of `out` and sets out.cluster.
+// A no-op otherwise.  estimate() = validate + estimate_into + this.
+void apply_parallel_model(const Config& config, const TimingModel& timing, StepKind step,
+                          Estimate& out);
 
 // The --json document of `modar estimate` (also what the Python bindings'
 // Estimate.to_dict() returns): keys documented in docs/cost_model.md.

@@ -39,8 +39,12 @@ def test_a_string_value_is_one_value():
     with pytest.raises(ValueError) as info:
         modar.Config(mlp='gelu"\nd_model = 128\n#')
     assert "model.mlp" in str(info.value)
-    # a text value (a profile path) is kept verbatim and changes nothing else
-    hostile = 'x.toml"\n[model]\nd_model = 64\n#'
+    # a text value with a line break (TOML injection) is refused, naming the field
+    with pytest.raises(ValueError) as info:
+        modar.Config(device={"profile": 'x.toml"\n[model]\nd_model = 64\n#'})
+    assert "device.profile" in one_line(info.value) and "control characters" in str(info.value)
+    # quotes and TOML syntax on one line are a text value: kept verbatim, nothing else changes
+    hostile = 'x.toml" [model] d_model = 64 #'
     config = modar.Config(device={"profile": hostile})
     assert config["device.profile"] == hostile
     assert config["model.d_model"] == 2048  # the default, untouched
