@@ -1,9 +1,76 @@
 // The JSON document of an estimate (`modar estimate --json`, Python to_dict()).
+#include <algorithm>
+#include <string>
+
 #include "modar/cost_model.hpp"
+#include "modar/estimate_json.hpp"
 #include "modar/json.hpp"
 #include "modar/parallel.hpp"
 
 namespace modar {
+
+void write_params_json(JsonWriter& json, const ParamCounts& params) {
+  json.key("params").begin_object();
+  json.field("total", params.total);
+  json.field("non_embedding", params.non_embedding);
+  json.field("flop_active", params.flop_active);
+  json.end_object();
+}
+
+void write_time_rates_json(JsonWriter& json, const TimeEstimate& time) {
+  json.field("step_s", time.step_s);
+  json.field("tokens_per_s", time.tokens_per_s);
+  json.field("mfu", time.mfu);
+  json.field("hfu", time.hfu);
+}
+
+void write_memory_parts_json(JsonWriter& json, const MemoryBreakdown& memory,
+                             std::string_view key_suffix) {
+  const auto part = [&](std::string_view name, double bytes) {
+    std::string key(name);
+    key += key_suffix;
+    json.field(key, bytes);
+  };
+  part("weights", memory.weights);
+  part("gradients", memory.gradients);
+  part("optimizer", memory.optimizer);
+  part("activations", memory.activations);
+  part("dar_bank", memory.dar_bank);
+}
+
+ParallelLayoutJson parallel_layout_json(const Config& config) {
+  ParallelLayoutJson layout;
+  layout.tensor = config.parallel.tensor;
+  layout.sequence_parallel = config.parallel.sequence_parallel;
+  layout.pipeline = config.parallel.pipeline;
+  layout.virtual_stages = config.parallel.virtual_stages;
+  layout.data = std::max<int64_t>(1, config.parallel.data(config.device.count));
+  layout.zero = config.parallel.zero;
+  layout.micro_batch = config.train.micro_batch;
+  return layout;
+}
+
+ParallelLayoutJson parallel_layout_json(const ClusterEstimate& cluster) {
+  ParallelLayoutJson layout;
+  layout.tensor = cluster.tensor;
+  layout.sequence_parallel = cluster.sequence_parallel;
+  layout.pipeline = cluster.pipeline;
+  layout.virtual_stages = cluster.virtual_stages;
+  layout.data = cluster.data;
+  layout.zero = cluster.zero;
+  layout.micro_batch = cluster.micro_batch;
+  return layout;
+}
+
+void write_parallel_layout_json(JsonWriter& json, const ParallelLayoutJson& layout) {
+  json.field("tensor", layout.tensor);
+  json.field("sequence_parallel", layout.sequence_parallel);
+  json.field("pipeline", layout.pipeline);
+  json.field("virtual_stages", layout.virtual_stages);
+  json.field("data", layout.data);
+  json.field("zero", layout.zero);
+  json.field("micro_batch", layout.micro_batch);
+}
 
 std::string estimate_to_json(const Config& config, const DeviceProfile& profile, StepKind step,
                              const Estimate& e) {
@@ -41,11 +108,7 @@ std::string estimate_to_json(const Config& config, const DeviceProfile& profile,
   json.field("dar_streams", counts.dar_streams);
   json.end_object();
 
-  json.key("params").begin_object();
-  json.field("total", e.params.total);
-  json.field("non_embedding", e.params.non_embedding);
-  json.field("flop_active", e.params.flop_active);
-  json.end_object();
+  write_params_json(json, e.params);
 
   json.key("flops").begin_object();
   json.field("forward_per_token", e.flops.forward_per_token);
@@ -65,11 +128,7 @@ std::string estimate_to_json(const Config& config, const DeviceProfile& profile,
   json.field("capacity_bytes", e.memory.capacity);
   json.field("fits", e.memory.fits);
   json.key("breakdown").begin_object();
-  json.field("weights", e.memory.weights);
-  json.field("gradients", e.memory.gradients);
-  json.field("optimizer", e.memory.optimizer);
-  json.field("activations", e.memory.activations);
-  json.field("dar_bank", e.memory.dar_bank);
+  write_memory_parts_json(json, e.memory, "");
   json.field("kv_cache", e.memory.kv_cache);
   json.field("router_buffers", e.memory.router_buffers);
   json.field("workspace", e.memory.workspace);
@@ -77,10 +136,7 @@ std::string estimate_to_json(const Config& config, const DeviceProfile& profile,
   json.end_object();
 
   json.key("time").begin_object();
-  json.field("step_s", e.time.step_s);
-  json.field("tokens_per_s", e.time.tokens_per_s);
-  json.field("mfu", e.time.mfu);
-  json.field("hfu", e.time.hfu);
+  write_time_rates_json(json, e.time);
   json.field("micro_batch_s", e.time.micro_batch_s);
   json.field("optimizer_s", e.time.optimizer_s);
   json.field("accumulation_steps", e.time.accumulation_steps);
@@ -111,13 +167,7 @@ std::string estimate_to_json(const Config& config, const DeviceProfile& profile,
     const ClusterEstimate& c = *e.cluster;
     json.key("parallel").begin_object();
     json.key("layout").begin_object();
-    json.field("tensor", c.tensor);
-    json.field("sequence_parallel", c.sequence_parallel);
-    json.field("pipeline", c.pipeline);
-    json.field("virtual_stages", c.virtual_stages);
-    json.field("data", c.data);
-    json.field("zero", c.zero);
-    json.field("micro_batch", c.micro_batch);
+    write_parallel_layout_json(json, parallel_layout_json(c));
     json.field("micro_batches", c.micro_batches);
     json.field("gpus_per_node", c.gpus_per_node);
     json.field("nodes", c.nodes);

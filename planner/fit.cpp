@@ -335,6 +335,28 @@ std::vector<RunRecord> load_runs_csv(const std::string& path) {
   return parse_runs_csv(text, shown_value(path, 200), base_dir.empty() ? "." : base_dir);
 }
 
+std::vector<RunRecord> runs_from_law(const LossFitParams& law, int64_t count, double noise_sigma,
+                                     uint64_t seed) {
+  std::vector<RunRecord> runs;
+  runs.reserve(static_cast<size_t>(std::max<int64_t>(0, count)));
+  uint64_t state = seed;
+  const auto uniform = [&] {  // splitmix64, mapped into (0, 1)
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (double(z >> 11) + 0.5) / 9007199254740992.0;
+  };
+  for (int64_t i = 0; i < count; ++i) {
+    const double n = std::exp(std::log(2e7) + uniform() * std::log(50.0));
+    const double d = std::exp(std::log(2e9) + uniform() * std::log(25.0));
+    const double normal =
+        std::sqrt(-2.0 * std::log(uniform())) * std::cos(6.283185307179586 * uniform());
+    runs.push_back({n, d, predicted_loss(law, 1.0, n, d) * std::exp(noise_sigma * normal), i + 2});
+  }
+  return runs;
+}
+
 FitResult fit_runs(const std::vector<RunRecord>& input, const FitOptions& options) {
   if (input.size() < 5) {
     throw ConfigError("fit: " + std::to_string(input.size()) +

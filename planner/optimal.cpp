@@ -23,6 +23,7 @@
 #include <utility>
 
 #include "modar/errors.hpp"
+#include "modar/estimate_json.hpp"
 #include "modar/layout_search.hpp"
 #include "modar/planner.hpp"
 #include "planner_internal.hpp"
@@ -1147,13 +1148,7 @@ std::string to_json(const OptimalResult& result) {
     json.end_object();
     json.field("layout", layout_summary(rec.config));
     json.key("parallel").begin_object();
-    json.field("tensor", rec.config.parallel.tensor);
-    json.field("sequence_parallel", rec.config.parallel.sequence_parallel);
-    json.field("pipeline", rec.config.parallel.pipeline);
-    json.field("virtual_stages", rec.config.parallel.virtual_stages);
-    json.field("data", std::max<int64_t>(1, rec.config.parallel.data(rec.config.device.count)));
-    json.field("zero", rec.config.parallel.zero);
-    json.field("micro_batch", rec.config.train.micro_batch);
+    write_parallel_layout_json(json, parallel_layout_json(rec.config));
     json.field("global_batch", rec.config.train.global_batch);
     json.field("recompute", to_string(rec.config.train.recompute));
     json.end_object();
@@ -1166,10 +1161,7 @@ std::string to_json(const OptimalResult& result) {
     json.field("block_layers", rec.config.dar.enabled() ? rec.config.dar.block_layers : 0);
     json.field("streams", rec.config.dar.resolved_streams());
     json.end_object();
-    json.key("params").begin_object();
-    json.field("total", rec.params.total).field("non_embedding", rec.params.non_embedding);
-    json.field("flop_active", rec.params.flop_active);
-    json.end_object();
+    write_params_json(json, rec.params);
     json.field("tokens", rec.tokens);
     json.field("tokens_per_param", rec.tokens / rec.params.flop_active);
     json.key("flops").begin_object();
@@ -1183,15 +1175,10 @@ std::string to_json(const OptimalResult& result) {
                   rec.prior.known ? std::optional<double>(rec.prior.eps) : std::nullopt);
     json.key("memory").begin_object();
     json.field("peak_bytes", rec.memory.peak).field("fits", rec.memory.fits);
-    json.field("weights_bytes", rec.memory.weights);
-    json.field("gradients_bytes", rec.memory.gradients);
-    json.field("optimizer_bytes", rec.memory.optimizer);
-    json.field("activations_bytes", rec.memory.activations);
-    json.field("dar_bank_bytes", rec.memory.dar_bank);
+    write_memory_parts_json(json, rec.memory, "_bytes");
     json.end_object();
     json.key("time").begin_object();
-    json.field("step_s", rec.time.step_s).field("tokens_per_s", rec.time.tokens_per_s);
-    json.field("mfu", rec.time.mfu).field("hfu", rec.time.hfu);
+    write_time_rates_json(json, rec.time);
     json.field("train_hours", rec.train_hours);
     json.field("gpu_hours", rec.train_hours * double(request.gpus));
     json.field("extrapolated", rec.time.extrapolated);

@@ -2,14 +2,9 @@
 // built-in fits, fit files, and the closed-form compute-optimal allocation
 // (Hoffmann et al. 2022 eq. 4; SPEC section 4).
 #include <toml++/toml.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
-#include <cstring>
-#include <fstream>
-#include <sstream>
+#include <cstdint>
 #include <string>
 
 #include "modar/errors.hpp"
@@ -96,14 +91,9 @@ LossFit load_fit(const std::string& name_or_path) {
                       ": unknown fit; allowed: epoch, hoffmann, or a TOML file written by "
                       "`modar fit`");
   }
-  std::ifstream in(name_or_path, std::ios::binary);
-  if (!in) {
-    throw FileError("fit file " + name_or_path + ": cannot open (" + std::strerror(errno) +
-                    "); allowed: epoch, hoffmann, or a TOML file written by `modar fit`");
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_fit_toml(text.str(), name_or_path);
+  // A fit file is a few hundred bytes; the bound refuses /dev/zero-like inputs.
+  constexpr uint64_t kMaxFitBytes = uint64_t{16} << 20;
+  return parse_fit_toml(read_input_file(name_or_path, "fit file", kMaxFitBytes), name_or_path);
 }
 
 LossFit parse_fit_toml(const std::string& toml_text, const std::string& source_name) {

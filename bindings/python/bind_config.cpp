@@ -22,29 +22,7 @@
 namespace modar::python {
 
 std::string shown(const std::string& text, size_t max_chars) {
-  std::string out;
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (i >= max_chars) {
-      out += "...(" + std::to_string(text.size()) + " characters)";
-      break;
-    }
-    const auto ch = static_cast<unsigned char>(text[i]);
-    if (ch == '\n') {
-      out += "\\n";
-    } else if (ch == '\r') {
-      out += "\\r";
-    } else if (ch == '\t') {
-      out += "\\t";
-    } else if (ch < 0x20 || ch == 0x7f) {
-      static const char* const kHex = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[ch >> 4];
-      out += kHex[ch & 0xF];
-    } else {
-      out += static_cast<char>(ch);
-    }
-  }
-  return out;
+  return shown_value(text, max_chars);
 }
 
 const std::vector<KeyInfo>& key_infos() {

@@ -46,7 +46,7 @@ py::dict config_to_dict(const Config& config);
 // the core's own limit first.
 void validate_checked(const Config& config);
 
-// A value shown in a one-line message: control characters escaped, long text cut.
+// A value shown in a one-line message (modar::shown_value, 80 characters by default).
 std::string shown(const std::string& text, size_t max_chars = 80);
 
 }  // namespace modar::python

@@ -366,6 +366,12 @@ struct RunRecord {
 std::vector<RunRecord> parse_runs_csv(const std::string& text, const std::string& source_name,
                                       const std::string& base_dir = ".");
 std::vector<RunRecord> load_runs_csv(const std::string& path);
+// `count` runs drawn from a known law (tests, benchmarks): N_f log-uniform in
+// [2e7, 1e9], D log-uniform in [2e9, 5e10], loss = predicted_loss(law, 1, N_f, D)
+// x exp(noise_sigma x a standard normal), from a splitmix64 stream seeded by
+// `seed`; line = index + 2 (as if read after a CSV header).
+std::vector<RunRecord> runs_from_law(const LossFitParams& law, int64_t count, double noise_sigma,
+                                     uint64_t seed);
 
 struct FitOptions {
   double huber_delta = 1e-3;  // Hoffmann et al.'s delta, on log-loss residuals

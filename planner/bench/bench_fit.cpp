@@ -21,27 +21,6 @@ double cpu_seconds() {
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
-std::vector<modar::RunRecord> runs_from_law(const modar::LossFitParams& law, int64_t count) {
-  std::vector<modar::RunRecord> runs;
-  runs.reserve(static_cast<size_t>(count));
-  uint64_t state = 2024;
-  const auto uniform = [&] {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (double(z >> 11) + 0.5) / 9007199254740992.0;
-  };
-  for (int64_t i = 0; i < count; ++i) {
-    const double n = std::exp(std::log(2e7) + uniform() * std::log(50.0));
-    const double d = std::exp(std::log(2e9) + uniform() * std::log(25.0));
-    const double normal =
-        std::sqrt(-2.0 * std::log(uniform())) * std::cos(6.283185307179586 * uniform());
-    runs.push_back({n, d, modar::predicted_loss(law, 1.0, n, d) * std::exp(0.005 * normal), i + 2});
-  }
-  return runs;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -52,7 +31,7 @@ int main(int argc, char** argv) {
   std::printf("%10s %10s %10s %10s %10s %12s\n", "runs", "CPU s", "wall s", "alpha", "beta",
               "alpha SE");
   for (int64_t count = 1000; count <= max_runs; count *= 10) {
-    const std::vector<modar::RunRecord> runs = runs_from_law(truth, count);
+    const std::vector<modar::RunRecord> runs = modar::runs_from_law(truth, count, 0.005, 2024);
     const auto start = std::chrono::steady_clock::now();
     const double cpu_start = cpu_seconds();
     const modar::FitResult result = modar::fit_runs(runs);

@@ -503,15 +503,23 @@ void check_dar_write(DeviceKind device, const char* op, const TensorView& transp
   }
 }
 
-void check_same_float(DeviceKind device, const char* op, const TensorView& reference,
-                      const char* reference_name, const TensorView& other, const char* other_name,
-                      bool optional) {
+// A tensor named in a check: its argument name and view.
+struct Named {
+  const char* name;
+  const TensorView& view;
+};
+
+// `reference` is floating; every `required` tensor has its shape and dtype, and
+// so does every `optional` one that is given (the gradients a caller may skip).
+void check_like(DeviceKind device, const char* op, Named reference,
+                std::initializer_list<Named> required, std::initializer_list<Named> optional = {}) {
   Checker c(op, device);
-  c.floating(reference_name, reference);
-  if (optional) {
-    c.optional_like(other_name, other, reference_name, reference);
-  } else {
-    c.like(other_name, other, reference_name, reference);
+  c.floating(reference.name, reference.view);
+  for (const Named& t : required) {
+    c.like(t.name, t.view, reference.name, reference.view);
+  }
+  for (const Named& t : optional) {
+    c.optional_like(t.name, t.view, reference.name, reference.view);
   }
 }
 
@@ -791,8 +799,8 @@ OpGeometry check(DeviceKind device, const DarMixForwardArgs& call) {
 OpGeometry check(DeviceKind device, const DarMixBackwardArgs& call) {
   const char* op = "dar_mix_backward";
   check_dar_mix(device, op, call.retrieved, call.alpha, call.dout);
-  check_same_float(device, op, call.retrieved, "retrieved", call.dretrieved, "dretrieved", true);
-  check_same_float(device, op, call.alpha, "alpha", call.dalpha, "dalpha", true);
+  check_like(device, op, {"retrieved", call.retrieved}, {}, {{"dretrieved", call.dretrieved}});
+  check_like(device, op, {"alpha", call.alpha}, {}, {{"dalpha", call.dalpha}});
   const TensorView& r = call.retrieved;
   return geometry(r.dtype, {r.dim(1), r.dim(0), r.dim(2)});
 }
@@ -808,46 +816,42 @@ OpGeometry check(DeviceKind device, const DarWriteBackwardArgs& call) {
   const char* op = "dar_write_backward";
   check_dar_write(device, op, call.transport, call.partial, call.beta, call.y, call.dout);
   if (!call.transport.empty()) {
-    check_same_float(device, op, call.transport, "transport", call.dtransport, "dtransport", true);
-    check_same_float(device, op, call.partial, "partial", call.dpartial, "dpartial", true);
+    check_like(device, op, {"transport", call.transport}, {}, {{"dtransport", call.dtransport}});
+    check_like(device, op, {"partial", call.partial}, {}, {{"dpartial", call.dpartial}});
   }
   if (!call.y.empty()) {
-    check_same_float(device, op, call.beta, "beta", call.dbeta, "dbeta", true);
-    check_same_float(device, op, call.y, "y", call.dy, "dy", true);
+    check_like(device, op, {"beta", call.beta}, {}, {{"dbeta", call.dbeta}});
+    check_like(device, op, {"y", call.y}, {}, {{"dy", call.dy}});
   }
   const TensorView& o = call.dout;
   return geometry(o.dtype, {o.dim(1), o.dim(0), o.dim(2), call.transport.empty() ? 0 : 1});
 }
 
 OpGeometry check(DeviceKind device, const GeluForwardArgs& call) {
-  check_same_float(device, "gelu_forward", call.x, "x", call.out, "out", false);
+  check_like(device, "gelu_forward", {"x", call.x}, {{"out", call.out}});
   return elementwise_geometry(call.x, 1, 1);
 }
 
 OpGeometry check(DeviceKind device, const GeluBackwardArgs& call) {
-  check_same_float(device, "gelu_backward", call.x, "x", call.dout, "dout", false);
-  check_same_float(device, "gelu_backward", call.x, "x", call.dx, "dx", false);
+  check_like(device, "gelu_backward", {"x", call.x}, {{"dout", call.dout}, {"dx", call.dx}});
   return elementwise_geometry(call.x, 2, 1);
 }
 
 OpGeometry check(DeviceKind device, const SwigluForwardArgs& call) {
-  check_same_float(device, "swiglu_forward", call.gate, "gate", call.up, "up", false);
-  check_same_float(device, "swiglu_forward", call.gate, "gate", call.out, "out", false);
+  check_like(device, "swiglu_forward", {"gate", call.gate}, {{"up", call.up}, {"out", call.out}});
   return elementwise_geometry(call.gate, 2, 1);
 }
 
 OpGeometry check(DeviceKind device, const SwigluBackwardArgs& call) {
   const char* op = "swiglu_backward";
-  check_same_float(device, op, call.gate, "gate", call.up, "up", false);
-  check_same_float(device, op, call.gate, "gate", call.dout, "dout", false);
-  check_same_float(device, op, call.gate, "gate", call.dgate, "dgate", true);
-  check_same_float(device, op, call.up, "up", call.dup, "dup", true);
+  check_like(device, op, {"gate", call.gate}, {{"up", call.up}, {"dout", call.dout}},
+             {{"dgate", call.dgate}});
+  check_like(device, op, {"up", call.up}, {}, {{"dup", call.dup}});
   return elementwise_geometry(call.gate, 3, 2);
 }
 
 OpGeometry check(DeviceKind device, const AddArgs& call) {
-  check_same_float(device, "add", call.a, "a", call.b, "b", false);
-  check_same_float(device, "add", call.a, "a", call.out, "out", false);
+  check_like(device, "add", {"a", call.a}, {{"b", call.b}, {"out", call.out}});
   return elementwise_geometry(call.a, 2, 1);
 }
 
@@ -857,22 +861,19 @@ OpGeometry check(DeviceKind device, const AxpyArgs& call) {
 }
 
 OpGeometry check(DeviceKind device, const ScaleArgs& call) {
-  check_same_float(device, "scale", call.x, "x", call.x, "x", false);
+  check_like(device, "scale", {"x", call.x}, {});
   return elementwise_geometry(call.x, 1, 1);
 }
 
 OpGeometry check(DeviceKind device, const MulForwardArgs& call) {
-  check_same_float(device, "mul_forward", call.a, "a", call.b, "b", false);
-  check_same_float(device, "mul_forward", call.a, "a", call.out, "out", false);
+  check_like(device, "mul_forward", {"a", call.a}, {{"b", call.b}, {"out", call.out}});
   return elementwise_geometry(call.a, 2, 1);
 }
 
 OpGeometry check(DeviceKind device, const MulBackwardArgs& call) {
   const char* op = "mul_backward";
-  check_same_float(device, op, call.a, "a", call.b, "b", false);
-  check_same_float(device, op, call.a, "a", call.dout, "dout", false);
-  check_same_float(device, op, call.a, "a", call.da, "da", true);
-  check_same_float(device, op, call.b, "b", call.db, "db", true);
+  check_like(device, op, {"a", call.a}, {{"b", call.b}, {"dout", call.dout}}, {{"da", call.da}});
+  check_like(device, op, {"b", call.b}, {}, {{"db", call.db}});
   return elementwise_geometry(call.a, 3, 2);
 }
 
@@ -887,8 +888,8 @@ OpGeometry check(DeviceKind device, const CrossEntropyForwardArgs& call) {
 OpGeometry check(DeviceKind device, const CrossEntropyBackwardArgs& call) {
   check_cross_entropy(device, "cross_entropy_backward", call.logits, call.targets, TensorView{},
                       call.lse);
-  check_same_float(device, "cross_entropy_backward", call.logits, "logits", call.dlogits, "dlogits",
-                   false);
+  check_like(device, "cross_entropy_backward", {"logits", call.logits},
+             {{"dlogits", call.dlogits}});
   return rows_geometry(call.logits);
 }
 
@@ -902,8 +903,8 @@ OpGeometry check(DeviceKind device, const BceWithLogitsForwardArgs& call) {
 OpGeometry check(DeviceKind device, const BceWithLogitsBackwardArgs& call) {
   check_bce_with_logits(device, "bce_with_logits_backward", call.logits, call.targets,
                         TensorView{});
-  check_same_float(device, "bce_with_logits_backward", call.logits, "logits", call.dlogits,
-                   "dlogits", false);
+  check_like(device, "bce_with_logits_backward", {"logits", call.logits},
+             {{"dlogits", call.dlogits}});
   return elementwise_geometry(call.logits, 2, 1);
 }
 

@@ -381,41 +381,18 @@ class CudaBackend final : public Backend {
 
   // ---- depth reads ------------------------------------------------------------------------
   void run_op(const DepthReadPrefixForwardArgs& call) {
-    const char* op = "depth_read_prefix_forward";
-    gpu::DepthReadPrefixParams p;
-    p.keys = call.keys.data;
-    p.key_rstd = stats(op, call.key_rstd);
-    p.values = call.values.data;
-    p.queries = stats(op, call.queries);
-    p.out = call.out.data;
-    p.lse = stats(op, call.lse);
-    p.sources = call.keys.shape[0];
-    p.tokens = call.keys.shape[1];
-    p.d = call.keys.shape[2];
-    p.queries_count = call.queries.shape[0];
-    p.type = elem(op, call.keys);
-    gpu::launch_depth_read_prefix_forward(p, stream_);
+    gpu::launch_depth_read_prefix_forward(prefix_params("depth_read_prefix_forward", call),
+                                          stream_);
   }
 
   void run_op(const DepthReadPrefixBackwardArgs& call) {
     const char* op = "depth_read_prefix_backward";
-    gpu::DepthReadPrefixParams p;
-    p.keys = call.keys.data;
-    p.key_rstd = stats(op, call.key_rstd);
-    p.values = call.values.data;
-    p.queries = stats(op, call.queries);
-    p.out = call.out.data;
-    p.lse = stats(op, call.lse);
+    gpu::DepthReadPrefixParams p = prefix_params(op, call);
     p.dout = call.dout.data;
     p.dlse = optional_stats(op, call.dlse);
     p.dkeys = call.dkeys.data;
     p.dvalues = call.dvalues.data;
     p.dqueries = optional_stats(op, call.dqueries);
-    p.sources = call.keys.shape[0];
-    p.tokens = call.keys.shape[1];
-    p.d = call.keys.shape[2];
-    p.queries_count = call.queries.shape[0];
-    p.type = elem(op, call.keys);
     if (p.dqueries != nullptr) {
       p.partial = scratch_floats({int64_t{gpu::kDepthReadBlocks} * p.queries_count * p.d})[0];
     }
@@ -424,39 +401,21 @@ class CudaBackend final : public Backend {
 
   void run_op(const DepthReadMergeForwardArgs& call) {
     const char* op = "depth_read_merge_forward";
-    gpu::DepthReadMergeParams p;
-    p.prefix_out = call.prefix_out.data;
+    gpu::DepthReadMergeParams p = merge_params(op, call);
     p.prefix_lse = stats(op, call.prefix_lse);
-    p.partial_keys = call.partial_keys.data;
-    p.partial_key_rstd = stats(op, call.partial_key_rstd);
-    p.partial_values = call.partial_values.data;
-    p.query = stats(op, call.query);
     p.out = call.out.data;
-    p.partial_weight = stats(op, call.partial_weight);
-    p.tokens = call.prefix_out.shape[0];
-    p.d = call.prefix_out.shape[1];
-    p.type = elem(op, call.prefix_out);
     gpu::launch_depth_read_merge_forward(p, stream_);
   }
 
   void run_op(const DepthReadMergeBackwardArgs& call) {
     const char* op = "depth_read_merge_backward";
-    gpu::DepthReadMergeParams p;
-    p.prefix_out = call.prefix_out.data;
-    p.partial_keys = call.partial_keys.data;
-    p.partial_key_rstd = stats(op, call.partial_key_rstd);
-    p.partial_values = call.partial_values.data;
-    p.query = stats(op, call.query);
-    p.partial_weight = stats(op, call.partial_weight);
+    gpu::DepthReadMergeParams p = merge_params(op, call);
     p.dout = call.dout.data;
     p.dprefix_out = call.dprefix_out.data;
     p.dprefix_lse = optional_stats(op, call.dprefix_lse);
     p.dpartial_keys = call.dpartial_keys.data;
     p.dpartial_values = call.dpartial_values.data;
     p.dquery = optional_stats(op, call.dquery);
-    p.tokens = call.prefix_out.shape[0];
-    p.d = call.prefix_out.shape[1];
-    p.type = elem(op, call.prefix_out);
     if (p.dquery != nullptr) {
       p.partial = scratch_floats({int64_t{gpu::kDepthReadBlocks} * p.d})[0];
     }
@@ -824,6 +783,39 @@ class CudaBackend final : public Backend {
     p.k = indices.shape[1];
     p.indices = indices.ptr<int32_t>();
     p.type = elem(op, x);
+    return p;
+  }
+
+  // The fields a depth read's forward and backward share (their args name them alike).
+  template <typename Args>
+  static gpu::DepthReadPrefixParams prefix_params(const char* op, const Args& call) {
+    gpu::DepthReadPrefixParams p;
+    p.keys = call.keys.data;
+    p.key_rstd = stats(op, call.key_rstd);
+    p.values = call.values.data;
+    p.queries = stats(op, call.queries);
+    p.out = call.out.data;
+    p.lse = stats(op, call.lse);
+    p.sources = call.keys.shape[0];
+    p.tokens = call.keys.shape[1];
+    p.d = call.keys.shape[2];
+    p.queries_count = call.queries.shape[0];
+    p.type = elem(op, call.keys);
+    return p;
+  }
+
+  template <typename Args>
+  static gpu::DepthReadMergeParams merge_params(const char* op, const Args& call) {
+    gpu::DepthReadMergeParams p;
+    p.prefix_out = call.prefix_out.data;
+    p.partial_keys = call.partial_keys.data;
+    p.partial_key_rstd = stats(op, call.partial_key_rstd);
+    p.partial_values = call.partial_values.data;
+    p.query = stats(op, call.query);
+    p.partial_weight = stats(op, call.partial_weight);
+    p.tokens = call.prefix_out.shape[0];
+    p.d = call.prefix_out.shape[1];
+    p.type = elem(op, call.prefix_out);
     return p;
   }
 

@@ -154,11 +154,59 @@ std::string static_reason(const AttentionLaunchParams& p) {
   return "";
 }
 
+// True when cuDNN runs the call (reason empty and the path allows it); false
+// for the reference kernel.  Throws when the path is `cudnn` and the reason
+// says cuDNN cannot run it.
+bool decide(const std::string& reason, bool backward) {
+  const runtime::CudaAttentionPath path = runtime::cuda_attention_path();
+  if (path == runtime::CudaAttentionPath::reference) return false;
+  if (reason.empty()) return true;
+  if (path == runtime::CudaAttentionPath::cudnn) {
+    throw BackendError(std::string("attention_") + (backward ? "backward" : "forward") +
+                       ": the cuDNN path is required (MODAR_CUDA_ATTENTION=cudnn) but " + reason);
+  }
+  note_fallback(reason);
+  return false;
+}
+
+// Stream-ordered temporaries from the caching allocator, freed on scope exit
+// (safe without a sync: every user is queued on the same stream first).
+struct Scratch {
+  CachingAllocator& allocator;
+  void* pointer = nullptr;
+  Scratch(CachingAllocator& a, size_t bytes) : allocator(a) {
+    if (bytes > 0) pointer = allocator.allocate(bytes);
+  }
+  ~Scratch() { allocator.deallocate(pointer); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+};
+
 }  // namespace
 
 void count_reference_attention(bool backward) {
   (backward ? runtime::g_reference_backward : runtime::g_reference_forward).fetch_add(1);
 }
+
+namespace {
+
+// True (and counted) when the process-wide path setting is `reference`.
+bool reference_path_chosen(bool backward) {
+  if (runtime::cuda_attention_path() != runtime::CudaAttentionPath::reference) return false;
+  count_reference_attention(backward);
+  return true;
+}
+
+// Why cuDNN cannot run the call, known before any plan: the params or the
+// library ("" when it may).
+std::string reason_before_plan(const AttentionLaunchParams& p) {
+  std::string reason = static_reason(p);
+  const CudnnLibrary& library = cudnn_library();
+  if (reason.empty() && !library.loaded) reason = library.status;
+  return reason;
+}
+
+}  // namespace
 
 #if MODAR_HAVE_CUDNN_FRONTEND
 namespace fe = cudnn_frontend;
@@ -341,6 +389,44 @@ struct CudnnAttention::Impl {
     }
     return plan;
   }
+
+  // The plan cuDNN runs the call with, given the reason found before any
+  // plan ("" = none); nullptr: the reference kernel runs (counted).  Throws
+  // when the path is `cudnn` and cuDNN cannot run the call.
+  Plan* plan_or_reference(const AttentionLaunchParams& p, bool backward, std::string reason) {
+    Plan* plan = nullptr;
+    if (reason.empty() && !ensure_handle()) reason = handle_error;
+    if (reason.empty()) {
+      plan = &plan_for(p, backward);
+      if (!plan->supported) {
+        reason = std::string("cuDNN SDPA ") + (backward ? "backward" : "forward") +
+                 " unsupported: " + plan->reason;
+      }
+    }
+    if (!decide(reason, backward)) {
+      count_reference_attention(backward);
+      return nullptr;
+    }
+    return plan;
+  }
+
+  // Runs `plan` on `stream` over the tensors of `pack` (with the clamped
+  // lengths of ragged batches, when given).
+  void execute(Plan& plan, std::unordered_map<int64_t, void*>& pack, int32_t* clamped,
+               void* workspace, bool backward, cudaStream_t stream) {
+    const std::string op = backward ? "attention_backward" : "attention_forward";
+    if (clamped != nullptr) {
+      pack[kSeqQ] = clamped;
+      pack[kSeqKv] = clamped;
+    }
+    if (fe::detail::set_stream(handle, stream) != CUDNN_STATUS_SUCCESS) {
+      throw BackendError(op + ": cudnnSetStream failed");
+    }
+    fe::error_t status = plan.graph->execute(handle, pack, workspace);
+    if (!status.is_good()) {
+      throw BackendError(op + ": cuDNN SDPA execute failed: " + status.get_message());
+    }
+  }
 #endif
 };
 
@@ -349,58 +435,13 @@ CudnnAttention::CudnnAttention(CachingAllocator& allocator)
 
 CudnnAttention::~CudnnAttention() = default;
 
-namespace {
-
-// True when cuDNN runs the call (reason empty and the path allows it); false
-// for the reference kernel.  Throws when the path is `cudnn` and the reason
-// says cuDNN cannot run it.
-bool decide(const std::string& reason, bool backward) {
-  const runtime::CudaAttentionPath path = runtime::cuda_attention_path();
-  if (path == runtime::CudaAttentionPath::reference) return false;
-  if (reason.empty()) return true;
-  if (path == runtime::CudaAttentionPath::cudnn) {
-    throw BackendError(std::string("attention_") + (backward ? "backward" : "forward") +
-                       ": the cuDNN path is required (MODAR_CUDA_ATTENTION=cudnn) but " + reason);
-  }
-  note_fallback(reason);
-  return false;
-}
-
-// Stream-ordered temporaries from the caching allocator, freed on scope exit
-// (safe without a sync: every user is queued on the same stream first).
-struct Scratch {
-  CachingAllocator& allocator;
-  void* pointer = nullptr;
-  Scratch(CachingAllocator& a, size_t bytes) : allocator(a) {
-    if (bytes > 0) pointer = allocator.allocate(bytes);
-  }
-  ~Scratch() { allocator.deallocate(pointer); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-};
-
-}  // namespace
-
 bool CudnnAttention::forward(const AttentionLaunchParams& p, cudaStream_t stream) {
-  if (runtime::cuda_attention_path() == runtime::CudaAttentionPath::reference) {
-    count_reference_attention(false);
-    return false;
-  }
-  std::string reason = static_reason(p);
-  const CudnnLibrary& library = cudnn_library();
-  if (reason.empty() && !library.loaded) reason = library.status;
+  if (reference_path_chosen(false)) return false;
+  const std::string reason = reason_before_plan(p);
 #if MODAR_HAVE_CUDNN_FRONTEND
-  Plan* plan = nullptr;
-  if (reason.empty() && !impl_->ensure_handle()) reason = impl_->handle_error;
-  if (reason.empty()) {
-    plan = &impl_->plan_for(p, false);
-    if (!plan->supported) reason = "cuDNN SDPA forward unsupported: " + plan->reason;
-  }
-  if (!decide(reason, false)) {
-    count_reference_attention(false);
-    return false;
-  }
   Impl& m = *impl_;
+  Plan* plan = m.plan_or_reference(p, false, reason);
+  if (plan == nullptr) return false;
   Scratch lengths(m.allocator, p.valid_lengths ? sizeof(int32_t) * p.batch : 0);
   Scratch workspace(m.allocator, static_cast<size_t>(plan->workspace_bytes));
   int32_t* clamped = static_cast<int32_t*>(lengths.pointer);
@@ -410,17 +451,7 @@ bool CudnnAttention::forward(const AttentionLaunchParams& p, cudaStream_t stream
                                              {kV, const_cast<void*>(p.v)},
                                              {kO, p.out},
                                              {kStats, p.lse}};
-  if (clamped != nullptr) {
-    pack[kSeqQ] = clamped;
-    pack[kSeqKv] = clamped;
-  }
-  if (fe::detail::set_stream(m.handle, stream) != CUDNN_STATUS_SUCCESS) {
-    throw BackendError("attention_forward: cudnnSetStream failed");
-  }
-  fe::error_t status = plan->graph->execute(m.handle, pack, workspace.pointer);
-  if (!status.is_good()) {
-    throw BackendError("attention_forward: cuDNN SDPA execute failed: " + status.get_message());
-  }
+  m.execute(*plan, pack, clamped, workspace.pointer, false, stream);
   if (clamped != nullptr) {
     launch_zero_padded_rows(p.out, p.lse, clamped, p.batch, p.seq, p.heads, p.heads * p.d_head,
                             stream);
@@ -435,25 +466,12 @@ bool CudnnAttention::forward(const AttentionLaunchParams& p, cudaStream_t stream
 }
 
 bool CudnnAttention::backward(const AttentionLaunchParams& p, cudaStream_t stream) {
-  if (runtime::cuda_attention_path() == runtime::CudaAttentionPath::reference) {
-    count_reference_attention(true);
-    return false;
-  }
-  std::string reason = static_reason(p);
-  const CudnnLibrary& library = cudnn_library();
-  if (reason.empty() && !library.loaded) reason = library.status;
+  if (reference_path_chosen(true)) return false;
+  const std::string reason = reason_before_plan(p);
 #if MODAR_HAVE_CUDNN_FRONTEND
-  Plan* plan = nullptr;
-  if (reason.empty() && !impl_->ensure_handle()) reason = impl_->handle_error;
-  if (reason.empty()) {
-    plan = &impl_->plan_for(p, true);
-    if (!plan->supported) reason = "cuDNN SDPA backward unsupported: " + plan->reason;
-  }
-  if (!decide(reason, true)) {
-    count_reference_attention(true);
-    return false;
-  }
   Impl& m = *impl_;
+  Plan* plan = m.plan_or_reference(p, true, reason);
+  if (plan == nullptr) return false;
   const size_t q_bytes = sizeof(uint16_t) * p.batch * p.seq * p.heads * p.d_head;
   const size_t kv_bytes = sizeof(uint16_t) * p.batch * p.seq * p.kv_heads * p.d_head;
   // cuDNN overwrites its gradients; the Backend contract accumulates.
@@ -468,17 +486,7 @@ bool CudnnAttention::backward(const AttentionLaunchParams& p, cudaStream_t strea
       {kDo, const_cast<void*>(p.dout)}, {kStats, p.lse},
       {kDq, dq.pointer},                {kDk, dk.pointer},
       {kDv, dv.pointer}};
-  if (clamped != nullptr) {
-    pack[kSeqQ] = clamped;
-    pack[kSeqKv] = clamped;
-  }
-  if (fe::detail::set_stream(m.handle, stream) != CUDNN_STATUS_SUCCESS) {
-    throw BackendError("attention_backward: cudnnSetStream failed");
-  }
-  fe::error_t status = plan->graph->execute(m.handle, pack, workspace.pointer);
-  if (!status.is_good()) {
-    throw BackendError("attention_backward: cuDNN SDPA execute failed: " + status.get_message());
-  }
+  m.execute(*plan, pack, clamped, workspace.pointer, true, stream);
   launch_accumulate_rows(p.dq, dq.pointer, clamped, p.batch, p.seq, p.heads * p.d_head, stream);
   launch_accumulate_rows(p.dk, dk.pointer, clamped, p.batch, p.seq, p.kv_heads * p.d_head, stream);
   launch_accumulate_rows(p.dv, dv.pointer, clamped, p.batch, p.seq, p.kv_heads * p.d_head, stream);

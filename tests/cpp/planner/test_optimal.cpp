@@ -8,6 +8,8 @@
 #include <set>
 #include <stdexcept>
 
+#include "../common/dar_hand_count.hpp"
+#include "modar/cost_model.hpp"
 #include "modar/errors.hpp"
 #include "modar/planner.hpp"
 
@@ -158,9 +160,37 @@ TEST(Optimal, WallClockBudgetUsesStepTime) {
     EXPECT_NEAR(rec.tokens / (100.0 / 4 * 3600.0 * rec.time.tokens_per_s), 1.0, 1e-9);
     EXPECT_NEAR(rec.train_hours, 25.0, 1e-6);
   }
-  // DAR costs time: at the same shape it gets fewer tokens per hour.
+  // DAR costs time: at the same shape it gets fewer tokens per hour, by at
+  // least what its extra work needs (hand counts from dar_math.md 4.2-4.3).
   const auto& dar = find(result, "dar", "isoflop_optimal");
-  EXPECT_GT(dar.time.step_s, 0.0);
+  const modar::Config& c = dar.config;
+  ASSERT_EQ(c.dar.variant, modar::DarVariant::dar);
+  const int64_t L = c.model.n_layers;
+  const int64_t K = c.dar.block_layers;
+  const int64_t n = c.dar.streams;
+  const double d = double(c.model.d_model);
+  modar::Config dense = c;
+  dense.dar.variant = modar::DarVariant::none;
+  const modar::DeviceProfile profile = modar::load_profile("h200");
+  const modar::Estimate with_dar = modar::estimate(c, profile);
+  const modar::Estimate without = modar::estimate(dense, profile);
+  // FLOPs: the depth-read ops add exactly the dar_math 4.3 count per token.
+  const double extra_flops = modar::dar_extra_flops_per_token(d, L, K, double(n), false);
+  EXPECT_NEAR(dar.flops.forward_dar_per_token / extra_flops, 1.0, 1e-9);
+  EXPECT_NEAR((with_dar.flops.forward_per_token - without.flops.forward_per_token) / extra_flops,
+              1.0, 1e-9);
+  // Time: phase 1 of block b loads each of the b earlier bank entries (n x d
+  // elements per token, bf16) once (dar_math 4.2), so the forward of one
+  // micro-batch of T tokens reads at least n d T x 2 bytes x N (N + 1) / 2;
+  // at the device's peak bandwidth that is a floor on the step-time overhead.
+  const int64_t N = (L + K - 1) / K;
+  const double tokens = double(c.train.micro_batch * c.model.seq_len);
+  const double bank_read_bytes = double(n) * d * tokens * 2.0 * double(N * (N + 1)) / 2.0;
+  const double floor_s = double(without.time.accumulation_steps) * bank_read_bytes /
+                         profile.ceilings.memory_bandwidth;
+  EXPECT_GT(with_dar.time.step_s - without.time.step_s, floor_s);
+  EXPECT_LT(with_dar.time.tokens_per_s, without.time.tokens_per_s);
+  EXPECT_NEAR(with_dar.time.step_s / dar.time.step_s, 1.0, 1e-12);
 }
 
 TEST(Optimal, BadBudgets) {

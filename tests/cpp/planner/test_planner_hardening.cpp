@@ -15,25 +15,7 @@ namespace {
 
 std::vector<modar::RunRecord> law_runs(const modar::LossFitParams& law, int count,
                                        double noise_sigma) {
-  // A deterministic grid in (log N, log D) with splitmix64 noise.
-  std::vector<modar::RunRecord> runs;
-  uint64_t state = 12345;
-  const auto uniform = [&] {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (double(z >> 11) + 0.5) / 9007199254740992.0;
-  };
-  for (int i = 0; i < count; ++i) {
-    const double n = std::exp(std::log(2e7) + uniform() * std::log(50.0));
-    const double d = std::exp(std::log(2e9) + uniform() * std::log(25.0));
-    const double normal =
-        std::sqrt(-2.0 * std::log(uniform())) * std::cos(6.283185307179586 * uniform());
-    const double loss = modar::predicted_loss(law, 1.0, n, d) * std::exp(noise_sigma * normal);
-    runs.push_back({n, d, loss, i + 2});
-  }
-  return runs;
+  return modar::runs_from_law(law, count, noise_sigma, 12345);
 }
 
 TEST(PlannerHardening, RunsCsvAcceptsBomAndQuotedHeaders) {
