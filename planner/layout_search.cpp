@@ -64,14 +64,7 @@ LayoutSpace layout_space(const Config& config, const TimingModel& timing,
   const NetworkProfile& network = network_or_default(timing.profile());
   space.per_node = options.gpus_per_node > 0 ? options.gpus_per_node : network.gpus_per_node;
   const ModelConfig& m = config.model;
-  int64_t global = options.global_batch > 0 ? options.global_batch : config.train.global_batch;
-  if (global <= 0) {
-    const int64_t target = std::max<int64_t>(1, (int64_t{1} << 22) / m.seq_len);
-    global = 1;
-    while (global < target) {
-      global *= 2;
-    }
-  }
+  const int64_t global = layout_global_batch(config, options);
   space.global = global;
 
   std::vector<std::pair<int64_t, int64_t>> sizes;  // (t, p) by t x p ascending
@@ -206,6 +199,18 @@ void fill(LayoutSearchResult& out, const Config& c, const Estimate& single,
 }
 
 }  // namespace
+
+int64_t layout_global_batch(const Config& config, const LayoutSearchOptions& options) {
+  int64_t global = options.global_batch > 0 ? options.global_batch : config.train.global_batch;
+  if (global <= 0) {
+    const int64_t target = std::max<int64_t>(1, (int64_t{1} << 22) / config.model.seq_len);
+    global = 1;
+    while (global < target) {
+      global *= 2;
+    }
+  }
+  return global;
+}
 
 LayoutSearchResult search_layout(const Config& config, const TimingModel& timing,
                                  const LayoutSearchOptions& options) {

@@ -88,10 +88,7 @@ class Evaluator {
       const Config config = with_shape(arch_base, point.candidate.shape);
       if (budget_.gpus > 1) {
         // Cluster (planner/layout_search.cpp): the fastest layout that fits.
-        LayoutSearchOptions options;
-        options.gpus = budget_.gpus;
-        options.gpus_per_node = budget_.gpus_per_node;
-        LayoutSearchResult layout = search_layout(config, timing_, options);
+        LayoutSearchResult layout = search_layout(config, timing_, layout_options());
         point.layout = std::move(layout.config);
         *point.estimate = std::move(layout.estimate);
         layouts_evaluated_ += layout.evaluated;
@@ -122,11 +119,8 @@ class Evaluator {
       // Some layout fits: the memory screen of the layout search (exactly
       // search_layout's answer, without timing every layout).
       if (!point.layout_fits) {
-        LayoutSearchOptions options;
-        options.gpus = budget_.gpus;
-        options.gpus_per_node = budget_.gpus_per_node;
         const LayoutFeasibility screen =
-            layout_fits(with_shape(arch_base, point.candidate.shape), timing_, options);
+            layout_fits(with_shape(arch_base, point.candidate.shape), timing_, layout_options());
         point.layout_fits = screen.fits;
         layouts_evaluated_ += screen.screened;
         layouts_timed_ += screen.timed;
@@ -171,9 +165,20 @@ class Evaluator {
   // Step time can be no shorter than the step's model FLOPs at peak rate.
   double step_time_lower_bound(const Config& arch_base, const Point& point) const {
     Config config = arch_base;
+    if (budget_.gpus > 1) {
+      // The step the layout search sizes (its global batch), not the base's.
+      config.train.global_batch = layout_global_batch(config, layout_options());
+    }
     const double tokens_per_device =
         detail::tokens_per_step(config) / double(std::max<int64_t>(1, config.device.count));
     return point.candidate.train_flops_per_token * tokens_per_device / peak_rate_;
+  }
+
+  LayoutSearchOptions layout_options() const {
+    LayoutSearchOptions options;
+    options.gpus = budget_.gpus;
+    options.gpus_per_node = budget_.gpus_per_node;
+    return options;
   }
 
   bool bound_holds() const { return bound_holds_ && peak_rate_ > 0; }

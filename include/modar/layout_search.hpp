@@ -54,6 +54,10 @@ struct LayoutFeasibility {
 LayoutFeasibility layout_fits(const Config& config, const TimingModel& timing,
                               const LayoutSearchOptions& options);
 
+// Sequences per optimizer step the search sizes its layouts for (the
+// options', else the config's, else ~4M tokens; see LayoutSearchOptions).
+int64_t layout_global_batch(const Config& config, const LayoutSearchOptions& options);
+
 // The one-line layout text of a configuration.
 std::string layout_summary(const Config& config);
 

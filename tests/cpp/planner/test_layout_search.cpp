@@ -226,6 +226,60 @@ TEST(LayoutSearch, ChinchillaBudgetOn1024GpusFitsNearTheClosedForm) {
   EXPECT_NE(to_json(result).find("\"layout\""), std::string::npos);
 }
 
+// The parity-fastest MoD on a cluster is the fastest of every shape that
+// reaches the optimal baseline's loss and fits, by brute force (each shape's
+// own layout search).  On 1024 GPUs the base config's step (micro-batch 8 x
+// 1024 sequences) is 4x the layout search's (2048 sequences): a step-time
+// bound sized on the former pruned faster shapes.
+TEST(LayoutSearch, ParityFastestOnAClusterMatchesBruteForce) {
+  OptimalRequest request;
+  request.train_flops = 1e21;
+  request.gpus = 1024;
+  request.archs = {"baseline", "mod"};
+  request.profile = "a100-80gb-dgx";
+  const OptimalResult result = optimal(request);
+  const Recommendation* baseline = nullptr;
+  const Recommendation* parity = nullptr;
+  for (const Recommendation& rec : result.recommendations) {
+    if (rec.arch == "baseline") {
+      baseline = &rec;
+    }
+    if (rec.arch == "mod" && rec.role == "parity_fastest") {
+      parity = &rec;
+    }
+  }
+  ASSERT_NE(baseline, nullptr);
+  ASSERT_NE(parity, nullptr);
+  ASSERT_TRUE(baseline->loss.has_value());
+  const double target = *baseline->loss;
+  const double eps = parity->prior.eps;
+  const DeviceProfile a100 = load_profile("a100-80gb-dgx");
+  const TimingModel timing(a100);  // holds a reference to the profile
+  LayoutSearchOptions options;
+  options.gpus = 1024;
+  const Config arch = parity->config;  // MoD settings; search_layout replaces the layout
+  double fastest = INFINITY;
+  int at_parity = 0;
+  const double n = parity->params.flop_active;
+  for (const ShapeCandidate& c : enumerate_shapes(arch, n / 8.0, n * 8.0, request.shapes)) {
+    const double tokens = 1e21 / c.train_flops_per_token;
+    const double tokens_per_param = tokens / c.params.flop_active;
+    if (predicted_loss(result.fit.params, eps, c.params.flop_active, tokens) >
+            target * (1 + 1e-12) ||
+        tokens_per_param > kFitTokensPerParamMax || tokens_per_param < kFitTokensPerParamMin ||
+        c.params.total < parity->prior.measured_size_min) {
+      continue;
+    }
+    ++at_parity;
+    const LayoutSearchResult found = search_layout(with_shape(arch, c.shape), timing, options);
+    if (found.fits) {
+      fastest = std::min(fastest, found.estimate.time.step_s);
+    }
+  }
+  ASSERT_GT(at_parity, 20);
+  EXPECT_NEAR(parity->time.step_s, fastest, 1e-12 * fastest);
+}
+
 TEST(LayoutSearch, OneGpuSaysTheLossOptimalModelDoesNotFit) {
   OptimalRequest request;
   request.train_flops = 1e22;
