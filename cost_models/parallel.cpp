@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 
 #include "attention_kernel.hpp"
 #include "cost_model_internal.hpp"
@@ -173,6 +174,191 @@ std::vector<int64_t> balanced_partition(const std::vector<double>& cost, int64_t
   return best;
 }
 
+// Memory per device of one pipeline stage: the one formula behind
+// estimate_cluster()'s per-stage memory and cluster_memory_bound().  A
+// stage's memory is affine in its layer counts (full and MoD-routed) for a
+// fixed end layer (the DAR bank it holds grows with it).
+class StageMemoryModel {
+ public:
+  StageMemoryModel(const Config& config, const DeviceProfile& profile, const ParamCounts& params)
+      : config_(config), model_(config.model) {
+    const ParallelConfig& par = config.parallel;
+    capacity_ = profile.ceilings.memory_bytes;
+    t_ = par.tensor;
+    p_ = par.pipeline;
+    v_ = par.virtual_stages;
+    dp_ = std::max<int64_t>(1, par.data(config.device.count));
+    zero_ = par.zero;
+    m_ = static_cast<double>(detail::accumulation_steps(config));
+    const LayerCounts counts = layer_counts(config);
+    B_ = static_cast<double>(dtype_bytes(config.train.dtype));
+    b_ = static_cast<double>(config.train.micro_batch);
+    s_ = static_cast<double>(model_.seq_len);
+    d_ = static_cast<double>(model_.d_model);
+    k_ = static_cast<double>(counts.routed_tokens_per_sequence);
+    T_ = b_ * s_;
+    token_share_ = par.sequence_parallel ? 1.0 / static_cast<double>(t_) : 1.0;
+    recompute_ = config.train.recompute;
+    L_ = model_.n_layers;
+    depth_ = config.dar.enabled();
+    K_ = config.dar.block_layers;
+    n_streams_ = counts.dar_streams;
+    entry_bytes_ = depth_ ? static_cast<double>(n_streams_) * T_ * (d_ * B_ + 4.0) : 0.0;
+    embedding_params_ = static_cast<double>(model_.vocab_size) * d_;
+    head_params_ = model_.tie_embeddings ? embedding_params_ : embedding_params_;
+    per_layer_params_ = (params.non_embedding - d_) / static_cast<double>(L_);
+    layer_param_bytes_ = per_layer_params_ / static_cast<double>(t_) * B_;
+    last_stage_ = (p_ * v_ - 1) % p_;
+    optimizer_bytes_per_param_ = config.train.dtype != DType::fp32 ? 12.0 : 8.0;
+  }
+
+  int64_t last_stage() const { return last_stage_; }
+  double layer_param_bytes() const { return layer_param_bytes_; }
+  double entry_bytes() const { return entry_bytes_; }
+
+  // Bank entries available after layer l (exclusive end): H_0 + completed
+  // blocks (+ the partial of a block cut by the boundary).
+  double bank_entries_at(int64_t boundary_layer) const {
+    return 1.0 + static_cast<double>(boundary_layer / K_) +
+           (boundary_layer % K_ != 0 ? 1.0 : 0.0);
+  }
+
+  // Parameters held per rank on stage i (before ZeRO sharding).
+  double stage_params(int64_t i, int64_t layers) const {
+    double stage_params = per_layer_params_ * static_cast<double>(layers);
+    if (i == 0) {
+      stage_params += embedding_params_;
+    }
+    if (i == last_stage_) {
+      stage_params += (model_.tie_embeddings && p_ == 1 ? 0.0 : head_params_) + d_;
+    }
+    return stage_params / static_cast<double>(t_);
+  }
+
+  // Stage i holding `layers` layers (`routed` of them MoD-routed), its last
+  // chunk ending at layer `end_layer` (exclusive).
+  MemoryBreakdown memory(int64_t i, int64_t layers, int64_t routed, int64_t end_layer) const {
+    const double B = B_, b = b_, s = s_, d = d_, k = k_, T = T_, token_share = token_share_;
+    const Recompute recompute = recompute_;
+    const double params = stage_params(i, layers);
+    MemoryBreakdown mem;
+    mem.capacity = capacity_;
+    const double shard_dp = static_cast<double>(dp_);
+    mem.weights = params * B / (zero_ == 3 ? shard_dp : 1.0);
+    mem.gradients = params * kGradBytesPerParam / (zero_ >= 2 ? shard_dp : 1.0);
+    mem.optimizer = params * optimizer_bytes_per_param_ / (zero_ >= 1 ? shard_dp : 1.0);
+    // Activations per micro-batch (Korthikanti et al. 2022 structure applied to
+    // modar's saved tensors, memory.cpp): the d_model-wide tensors (norm
+    // inputs / outputs, layer inputs) are replicated over the tensor group
+    // unless SP shards them; Q K V, attention output, MLP up / activation and
+    // the softmax statistics are split by t.
+    const double heads = static_cast<double>(model_.n_heads);
+    const double kv = static_cast<double>(model_.resolved_kv_heads());
+    const double dh = static_cast<double>(model_.resolved_d_head());
+    const double dff = static_cast<double>(model_.resolved_d_ff());
+    const double up = model_.mlp == MlpKind::swiglu ? 2.0 * dff : dff;
+    const double qkv = (heads + 2.0 * kv) * dh;
+    const double tt = static_cast<double>(t_);
+    auto layer_saved = [&](double rows, double seq) {
+      const double replicated =
+          (recompute == Recompute::selective ? 2.0 * d : 4.0 * d) * B * rows + 8.0 * rows;
+      const double split =
+          (qkv + heads * dh + up + (recompute == Recompute::selective ? 0.0 : dff)) * B * rows +
+          4.0 * b * heads * seq;
+      // Unfused attention keeps the softmax output, the dropout output (B each)
+      // and the 1-byte mask per score: Korthikanti's 5 a s^2 b (selective
+      // recompute drops it).
+      const double scores = config_.train.attention_kernel == AttentionKernel::unfused &&
+                                    recompute == Recompute::none
+                                ? (2.0 * B + 1.0) * b * heads * seq * seq
+                                : 0.0;
+      return replicated * token_share + (split + scores) / tt;
+    };
+    const double stage_full = static_cast<double>(layers - routed);
+    const double stage_routed = static_cast<double>(routed);
+    double activations = 0.0;
+    if (recompute == Recompute::full) {
+      activations = static_cast<double>(layers) * B * T * d * token_share;
+    } else {
+      activations = stage_full * layer_saved(T, s) +
+                    stage_routed * (layer_saved(b * k, k) + B * (T + b * k) * d * token_share);
+      if (depth_) {
+        const double stage_branches = 2.0 * static_cast<double>(layers);
+        const double stage_blocks = static_cast<double>(layers) / static_cast<double>(K_);
+        activations += (stage_branches - stage_blocks) * static_cast<double>(n_streams_) * T *
+                       (d * B + 4.0) * token_share;
+        if (n_streams_ >= 2) {
+          activations += stage_branches * B * T * d * token_share;
+        }
+      }
+    }
+    if (i == last_stage_) {
+      activations += (2.0 * B * T * d + 8.0 * T) * token_share;
+    }
+    // Micro-batches in flight (Korthikanti et al. 2022, section 4.2.3):
+    // 1F1B stage i holds p - i; interleaving adds (p - 1 - i) / v.
+    double in_flight = static_cast<double>(p_ - i);
+    if (v_ > 1) {
+      in_flight += static_cast<double>(p_ - 1 - i) / static_cast<double>(v_);
+    }
+    in_flight = std::min(in_flight, m_);
+    in_flight = std::max(in_flight, 1.0);
+    mem.activations = activations * in_flight;
+    mem.router_buffers = stage_routed * (4.0 * T + 8.0 * b * k) * in_flight;
+    if (depth_) {
+      // The bank this stage holds per micro-batch in flight: every entry up to
+      // the end of its last chunk (received or produced here).
+      mem.dar_bank = bank_entries_at(end_layer) * entry_bytes_ * token_share * in_flight;
+    }
+    // Transients: the head's logits (last stage), one layer's backward, and
+    // under ZeRO 3 two gathered layers (current + prefetch).
+    const double head_ws = i == last_stage_
+                               ? T * std::ceil(static_cast<double>(model_.vocab_size) / tt) *
+                                     (B + 4.0)
+                               : 0.0;
+    double layer_ws = 2.0 * B * T * d * token_share + B * T * std::max(up, qkv) / tt;
+    if (recompute == Recompute::full) {
+      layer_ws += layer_saved(T, s);
+    }
+    if (zero_ == 3) {
+      layer_ws += 2.0 * layer_param_bytes_;
+    }
+    mem.workspace = std::max(head_ws, layer_ws);
+    mem.peak = mem.weights + mem.gradients + mem.optimizer + mem.activations +
+               mem.router_buffers + mem.dar_bank + mem.workspace;
+    mem.fits = mem.capacity <= 0.0 || mem.peak <= mem.capacity;
+    return mem;
+  }
+
+  static constexpr double kGradBytesPerParam = 4.0;  // fp32 main gradients (memory.cpp)
+
+ private:
+  const Config& config_;
+  const ModelConfig& model_;
+  double capacity_ = 0.0;
+  int64_t t_ = 1, p_ = 1, v_ = 1, dp_ = 1, zero_ = 0;
+  double m_ = 1.0;
+  double B_ = 2.0, b_ = 1.0, s_ = 1.0, d_ = 1.0, k_ = 0.0, T_ = 1.0, token_share_ = 1.0;
+  Recompute recompute_ = Recompute::none;
+  int64_t L_ = 1;
+  bool depth_ = false;
+  int64_t K_ = 1, n_streams_ = 0;
+  double entry_bytes_ = 0.0, embedding_params_ = 0.0, head_params_ = 0.0;
+  double per_layer_params_ = 0.0, layer_param_bytes_ = 0.0;
+  int64_t last_stage_ = 0;
+  double optimizer_bytes_per_param_ = 12.0;
+};
+
+// Equal layer counts per chunk (balance_stages = false), the extra layers on
+// the first chunks.
+std::vector<int64_t> equal_chunks(int64_t layers, int64_t chunks) {
+  std::vector<int64_t> sizes(static_cast<size_t>(chunks), layers / chunks);
+  for (int64_t i = 0; i < layers % chunks; ++i) {
+    ++sizes[static_cast<size_t>(i)];
+  }
+  return sizes;
+}
+
 }  // namespace
 
 std::vector<int64_t> balance_pipeline_chunks(const std::vector<double>& layer_costs,
@@ -180,8 +366,53 @@ std::vector<int64_t> balance_pipeline_chunks(const std::vector<double>& layer_co
   return balanced_partition(layer_costs, chunks);
 }
 
+RankCompute rank_compute(const Config& config, const TimingModel& timing) {
+  RankCompute out;
+  out.tensor = config.parallel.tensor;
+  out.sequence_parallel = config.parallel.sequence_parallel;
+  out.micro_batch = config.train.micro_batch;
+  out.recompute = config.train.recompute;
+  const int64_t t = config.parallel.tensor;
+  const double token_share = out.sequence_parallel ? 1.0 / static_cast<double>(t) : 1.0;
+  const int64_t L = config.model.n_layers;
+  const LayerCounts counts = layer_counts(config);
+  const Config shard = shard_config(config);
+  const double shard_params = detail::closed_form_params(shard).total;
+  Buckets real(timing, token_share, config.train.attention_kernel);
+  detail::lower_streaming(shard, StepKind::train, shard_params, real);
+  double full_layer_s = real.layers / static_cast<double>(L);
+  double routed_layer_s = full_layer_s;
+  if (counts.routed_layers > 0) {
+    Config dense = shard;
+    dense.mod.every = 0;
+    Buckets plain(timing, token_share, config.train.attention_kernel);
+    detail::lower_streaming(dense, StepKind::train, shard_params, plain);
+    full_layer_s = plain.layers / static_cast<double>(L);
+    routed_layer_s =
+        (real.layers - full_layer_s * static_cast<double>(counts.full_layers)) /
+        static_cast<double>(counts.routed_layers);
+  }
+  out.first_s = real.first;
+  out.last_s = real.last;
+  out.full_layer_s = full_layer_s;
+  out.routed_layer_s = routed_layer_s;
+  out.all_depth_reads_s = real.all_depth_reads;
+  return out;
+}
+
 ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing,
                                  const Estimate& base) {
+  return estimate_cluster(config, timing, base, rank_compute(config, timing));
+}
+
+ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing,
+                                 const Estimate& base, const RankCompute& compute) {
+  if (compute.tensor != config.parallel.tensor ||
+      compute.sequence_parallel != config.parallel.sequence_parallel ||
+      compute.micro_batch != config.train.micro_batch ||
+      compute.recompute != config.train.recompute) {
+    throw std::logic_error("estimate_cluster: the rank compute was lowered for another layout");
+  }
   const DeviceProfile& profile = timing.profile();
   const NetworkProfile& network = network_or_default(profile);
   const ParallelConfig& par = config.parallel;
@@ -220,28 +451,13 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
   const double d = static_cast<double>(model.d_model);
   const double k = static_cast<double>(counts.routed_tokens_per_sequence);
   const double T = b * s;
-  const double token_share = sp ? 1.0 / static_cast<double>(t) : 1.0;
   const Recompute recompute = config.train.recompute;
   const int64_t L = model.n_layers;
 
-  // ---- compute per micro-batch (this rank's shard) -------------------------
-  const Config shard = shard_config(config);
-  const double shard_params = detail::closed_form_params(shard).total;
-  Buckets real(timing, token_share, config.train.attention_kernel);
-  detail::lower_streaming(shard, StepKind::train, shard_params, real);
-  double full_layer_s = real.layers / static_cast<double>(L);
-  double routed_layer_s = full_layer_s;
-  if (counts.routed_layers > 0) {
-    Config dense = shard;
-    dense.mod.every = 0;
-    Buckets plain(timing, token_share, config.train.attention_kernel);
-    detail::lower_streaming(dense, StepKind::train, shard_params, plain);
-    full_layer_s = plain.layers / static_cast<double>(L);
-    routed_layer_s =
-        (real.layers - full_layer_s * static_cast<double>(counts.full_layers)) /
-        static_cast<double>(counts.routed_layers);
-  }
-  out.dar_replicated_s = (t > 1 && !sp) ? real.all_depth_reads * (1.0 - 1.0 / t) : 0.0;
+  // ---- compute per micro-batch (this rank's shard: rank_compute) ------------
+  const double full_layer_s = compute.full_layer_s;
+  const double routed_layer_s = compute.routed_layer_s;
+  out.dar_replicated_s = (t > 1 && !sp) ? compute.all_depth_reads_s * (1.0 - 1.0 / t) : 0.0;
 
   // DAR prefix read of block j (sources H_0..H_{j-1}), forward + backward.
   const bool depth = config.dar.enabled();
@@ -311,31 +527,21 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
   }
   const int64_t chunks = p * v;
   std::vector<double> partition_cost = layer_cost;
-  partition_cost.front() += real.first + tp_ends_s / 2.0;
-  partition_cost.back() += real.last + tp_ends_s / 2.0;
+  partition_cost.front() += compute.first_s + tp_ends_s / 2.0;
+  partition_cost.back() += compute.last_s + tp_ends_s / 2.0;
   std::vector<int64_t> chunk_sizes;
   if (par.balance_stages && chunks > 1) {
     chunk_sizes = balanced_partition(partition_cost, chunks);
   } else {
-    chunk_sizes.assign(static_cast<size_t>(chunks), L / chunks);
-    for (int64_t i = 0; i < L % chunks; ++i) {
-      ++chunk_sizes[static_cast<size_t>(i)];
-    }
+    chunk_sizes = equal_chunks(L, chunks);
   }
 
-  // Bank entries available after layer l (exclusive end): H_0 + completed blocks
-  // (+ the partial of a block cut by the boundary).
+  const StageMemoryModel memory_model(config, profile, base.params);
   auto bank_entries_at = [&](int64_t boundary_layer) {
-    return 1.0 + static_cast<double>(boundary_layer / K) + (boundary_layer % K != 0 ? 1.0 : 0.0);
+    return memory_model.bank_entries_at(boundary_layer);
   };
-  const double entry_bytes = depth ? static_cast<double>(n_streams) * T * (d * B + 4.0) : 0.0;
+  const double entry_bytes = memory_model.entry_bytes();
   const double activation_send_bytes = T * d * B / static_cast<double>(t);
-
-  // ---- parameters per stage --------------------------------------------------
-  const ParamCounts params = base.params;
-  const double embedding_params = static_cast<double>(model.vocab_size) * d;
-  const double head_params = model.tie_embeddings ? embedding_params : embedding_params;
-  const double per_layer_params = (params.non_embedding - d) / static_cast<double>(L);
 
   out.stages.assign(static_cast<size_t>(p), StageSummary{});
   int64_t layer = 0;
@@ -393,13 +599,13 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
   out.bank_send_bytes_cached = cached_bytes_total;
   out.mod_score_gather_bytes =
       (sp && t > 1) ? score_bytes * static_cast<double>(counts.routed_layers) : 0.0;
-  out.stages.front().compute_s += real.first;
+  out.stages.front().compute_s += compute.first_s;
   out.stages.front().exposed_comm_s += tp_ends_s / 2.0;
-  out.stages[static_cast<size_t>((chunks - 1) % p)].compute_s += real.last;
+  out.stages[static_cast<size_t>((chunks - 1) % p)].compute_s += compute.last_s;
   out.stages[static_cast<size_t>((chunks - 1) % p)].exposed_comm_s += tp_ends_s / 2.0;
 
   // ---- ZeRO-3 parameter gathers (per micro-batch, per layer, fwd + bwd) ------
-  const double layer_param_bytes = per_layer_params / static_cast<double>(t) * B;
+  const double layer_param_bytes = memory_model.layer_param_bytes();
   double zero3_gather_one = 0.0;
   if (par.zero == 3) {
     zero3_gather_one =
@@ -407,24 +613,14 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
   }
 
   // ---- per stage: params, DP reduction, memory ------------------------------
-  const double grad_bytes_per_param = 4.0;  // fp32 main gradients (memory.cpp)
-  const bool low_precision = config.train.dtype != DType::fp32;
-  const double optimizer_bytes_per_param = low_precision ? 12.0 : 8.0;
-  const int64_t last_stage = (chunks - 1) % p;
+  const double grad_bytes_per_param = StageMemoryModel::kGradBytesPerParam;
   double slowest = 0.0, grad_exposed = 0.0, gather_exposed = 0.0, optimizer = 0.0,
          overlapped = 0.0;
   double worst_peak = -1.0;
   const NetLevel data_level = placement.data;
   for (int64_t i = 0; i < p; ++i) {
     StageSummary& stage = out.stages[static_cast<size_t>(i)];
-    double stage_params = per_layer_params * static_cast<double>(stage.layers);
-    if (i == 0) {
-      stage_params += embedding_params;
-    }
-    if (i == last_stage) {
-      stage_params += (model.tie_embeddings && p == 1 ? 0.0 : head_params) + d;
-    }
-    stage.params = stage_params / static_cast<double>(t);
+    stage.params = memory_model.stage_params(i, stage.layers);
     if (par.zero == 3) {
       const double per_layer_gather = 2.0 * zero3_gather_one;  // forward and backward
       const double per_layer_compute = stage.layers > 0 ? stage.compute_s / stage.layers : 0.0;
@@ -487,94 +683,10 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
     optimizer = std::max(optimizer, timing.op_time_s(update, Pass::forward, &source));
 
     // ---- memory per device on this stage ----
-    MemoryBreakdown& mem = stage.memory;
-    mem.capacity = profile.ceilings.memory_bytes;
-    const double shard_dp = static_cast<double>(dp);
-    mem.weights = stage.params * B / (par.zero == 3 ? shard_dp : 1.0);
-    mem.gradients = stage.params * grad_bytes_per_param / (par.zero >= 2 ? shard_dp : 1.0);
-    mem.optimizer = stage.params * optimizer_bytes_per_param / (par.zero >= 1 ? shard_dp : 1.0);
-    // Activations per micro-batch (Korthikanti et al. 2022 structure applied to
-    // modar's saved tensors, memory.cpp): the d_model-wide tensors (norm
-    // inputs / outputs, layer inputs) are replicated over the tensor group
-    // unless SP shards them; Q K V, attention output, MLP up / activation and
-    // the softmax statistics are split by t.
-    const double heads = static_cast<double>(model.n_heads);
-    const double kv = static_cast<double>(model.resolved_kv_heads());
-    const double dh = static_cast<double>(model.resolved_d_head());
-    const double dff = static_cast<double>(model.resolved_d_ff());
-    const double up = model.mlp == MlpKind::swiglu ? 2.0 * dff : dff;
-    const double qkv = (heads + 2.0 * kv) * dh;
-    const double tt = static_cast<double>(t);
-    auto layer_saved = [&](double rows, double seq) {
-      const double replicated =
-          (recompute == Recompute::selective ? 2.0 * d : 4.0 * d) * B * rows + 8.0 * rows;
-      const double split =
-          (qkv + heads * dh + up + (recompute == Recompute::selective ? 0.0 : dff)) * B * rows +
-          4.0 * b * heads * seq;
-      // Unfused attention keeps the softmax output, the dropout output (B each)
-      // and the 1-byte mask per score: Korthikanti's 5 a s^2 b (selective
-      // recompute drops it).
-      const double scores = config.train.attention_kernel == AttentionKernel::unfused &&
-                                    recompute == Recompute::none
-                                ? (2.0 * B + 1.0) * b * heads * seq * seq
-                                : 0.0;
-      return replicated * token_share + (split + scores) / tt;
-    };
-    const double stage_full = static_cast<double>(stage.layers - stage.routed_layers);
-    const double stage_routed = static_cast<double>(stage.routed_layers);
-    double activations = 0.0;
-    if (recompute == Recompute::full) {
-      activations = static_cast<double>(stage.layers) * B * T * d * token_share;
-    } else {
-      activations = stage_full * layer_saved(T, s) +
-                    stage_routed * (layer_saved(b * k, k) + B * (T + b * k) * d * token_share);
-      if (depth) {
-        const double stage_branches = 2.0 * static_cast<double>(stage.layers);
-        const double stage_blocks = static_cast<double>(stage.layers) / static_cast<double>(K);
-        activations += (stage_branches - stage_blocks) * static_cast<double>(n_streams) * T *
-                       (d * B + 4.0) * token_share;
-        if (n_streams >= 2) {
-          activations += stage_branches * B * T * d * token_share;
-        }
-      }
-    }
-    if (i == last_stage) {
-      activations += (2.0 * B * T * d + 8.0 * T) * token_share;
-    }
-    // Micro-batches in flight (Korthikanti et al. 2022, section 4.2.3):
-    // 1F1B stage i holds p - i; interleaving adds (p - 1 - i) / v.
-    double in_flight = static_cast<double>(p - i);
-    if (v > 1) {
-      in_flight += static_cast<double>(p - 1 - i) / static_cast<double>(v);
-    }
-    in_flight = std::min(in_flight, m);
-    in_flight = std::max(in_flight, 1.0);
-    mem.activations = activations * in_flight;
-    mem.router_buffers = stage_routed * (4.0 * T + 8.0 * b * k) * in_flight;
-    if (depth) {
-      // The bank this stage holds per micro-batch in flight: every entry up to
-      // the end of its last chunk (received or produced here).
-      const int64_t end_layer =
-          stage.chunk_first_layer.back() + stage.chunk_layers.back();
-      mem.dar_bank = bank_entries_at(end_layer) * entry_bytes * token_share * in_flight;
-    }
-    // Transients: the head's logits (last stage), one layer's backward, and
-    // under ZeRO 3 two gathered layers (current + prefetch).
-    const double head_ws = i == last_stage
-                               ? T * std::ceil(static_cast<double>(model.vocab_size) / tt) *
-                                     (B + 4.0)
-                               : 0.0;
-    double layer_ws = 2.0 * B * T * d * token_share + B * T * std::max(up, qkv) / tt;
-    if (recompute == Recompute::full) {
-      layer_ws += layer_saved(T, s);
-    }
-    if (par.zero == 3) {
-      layer_ws += 2.0 * layer_param_bytes;
-    }
-    mem.workspace = std::max(head_ws, layer_ws);
-    mem.peak = mem.weights + mem.gradients + mem.optimizer + mem.activations +
-               mem.router_buffers + mem.dar_bank + mem.workspace;
-    mem.fits = mem.capacity <= 0.0 || mem.peak <= mem.capacity;
+    stage.memory = memory_model.memory(
+        i, stage.layers, stage.routed_layers,
+        stage.chunk_first_layer.back() + stage.chunk_layers.back());
+    const MemoryBreakdown& mem = stage.memory;
     if (mem.peak > worst_peak) {
       worst_peak = mem.peak;
       out.busiest_stage = i;
@@ -648,6 +760,85 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
   out.exposed_comm_s = m * slow.exposed_comm_s + grad_exposed + gather_exposed;
   out.overlapped_comm_s = overlapped;
   out.step_s = ideal + out.bubble_s + grad_exposed + gather_exposed + optimizer;
+  return out;
+}
+
+bool ClusterMemoryBound::may_fit() const {
+  if (capacity <= 0.0) {
+    return true;
+  }
+  // A lower bound is assembled from the affine parts of the stage formula:
+  // allow for their rounding (never reject what the exact formula accepts).
+  return peak <= (exact ? capacity : capacity * (1.0 + 1e-9));
+}
+
+ClusterMemoryBound cluster_memory_bound(const Config& config, const DeviceProfile& profile) {
+  const ParallelConfig& par = config.parallel;
+  const int64_t p = par.pipeline;
+  const int64_t v = par.virtual_stages;
+  const int64_t L = config.model.n_layers;
+  const int64_t chunks = p * v;
+  const StageMemoryModel model(config, profile, detail::closed_form_params(config));
+  ClusterMemoryBound out;
+  out.capacity = profile.ceilings.memory_bytes;
+  if (chunks == 1 || !par.balance_stages) {
+    // The partition does not depend on time: the stages exactly as
+    // estimate_cluster() builds them.
+    const std::vector<int64_t> sizes = chunks == 1 ? std::vector<int64_t>{L} : equal_chunks(L, chunks);
+    std::vector<int64_t> layers(static_cast<size_t>(p), 0), routed(static_cast<size_t>(p), 0),
+        end(static_cast<size_t>(p), 0);
+    int64_t layer = 0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const size_t stage = static_cast<size_t>(c % p);
+      for (int64_t l = layer; l < layer + sizes[static_cast<size_t>(c)]; ++l) {
+        routed[stage] += config.mod.is_routed(l) ? 1 : 0;
+      }
+      layers[stage] += sizes[static_cast<size_t>(c)];
+      layer += sizes[static_cast<size_t>(c)];
+      end[stage] = layer;
+    }
+    out.peak = -1.0;
+    for (int64_t i = 0; i < p; ++i) {
+      const size_t k = static_cast<size_t>(i);
+      out.peak = std::max(out.peak, model.memory(i, layers[k], routed[k], end[k]).peak);
+    }
+    out.exact = true;
+    return out;
+  }
+  // Time-balanced stages: the split is unknown without timing.  Stage i's
+  // peak is a_i + c_i l_i at least, with l_i >= v its layers, c_i the cheaper
+  // of a full and a routed layer and a_i its memory without layers at the
+  // smallest end layer its last chunk can have (the DAR bank grows with it;
+  // the last stage always ends at L).  Over every split with sum l_i = L:
+  //   max_i peak_i >= max_i (a_i + c_i v)  and  >= X = (L + sum a_i / c_i) / sum 1 / c_i
+  // (if every stage stayed below X, the layers would not add up to L).
+  double bound = 0.0;
+  double sum_inverse = 0.0, sum_ratio = 0.0;
+  bool all_positive = true;
+  for (int64_t i = 0; i < p; ++i) {
+    const int64_t last_chunk = (v - 1) * p + i;
+    const int64_t end_min = i == model.last_stage() ? L : last_chunk + 1;
+    const double a = model.memory(i, 0, 0, end_min).peak;
+    double one_layer = model.memory(i, 1, 0, end_min).peak;
+    if (layer_counts(config).routed_layers > 0) {
+      one_layer = std::min(one_layer, model.memory(i, 1, 1, end_min).peak);
+    }
+    const double c = one_layer - a;
+    const int64_t most = L - (p - 1) * v;  // the other stages hold >= v each
+    bound = std::max(bound, a + std::min(c * static_cast<double>(v),
+                                         c * static_cast<double>(most)));
+    if (c > 0.0) {
+      sum_inverse += 1.0 / c;
+      sum_ratio += a / c;
+    } else {
+      all_positive = false;
+    }
+  }
+  if (all_positive && sum_inverse > 0.0) {
+    bound = std::max(bound, (static_cast<double>(L) + sum_ratio) / sum_inverse);
+  }
+  out.peak = bound;
+  out.exact = false;
   return out;
 }
 

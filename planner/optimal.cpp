@@ -60,6 +60,7 @@ struct Point {
   std::optional<MemoryBreakdown> memory;   // lazy, cheap (counts only)
   std::optional<Estimate> estimate;        // lazy: memory + step time
   std::optional<Config> layout;            // gpus > 1: the shape with its chosen layout
+  std::optional<bool> layout_fits;         // gpus > 1: some layout fits (memory screen)
 };
 
 struct Budget {
@@ -88,13 +89,11 @@ class Evaluator {
       const Config config = with_shape(arch_base, point.candidate.shape);
       if (budget_.gpus > 1) {
         // Cluster (planner/layout_search.cpp): the fastest layout that fits.
-        LayoutSearchOptions options;
-        options.gpus = budget_.gpus;
-        options.gpus_per_node = budget_.gpus_per_node;
-        LayoutSearchResult layout = search_layout(config, timing_, options);
+        LayoutSearchResult layout = search_layout(config, timing_, layout_options());
         point.layout = std::move(layout.config);
         *point.estimate = std::move(layout.estimate);
         layouts_evaluated_ += layout.evaluated;
+        layouts_timed_ += layout.timed;
       } else {
         estimate_into(config, timing_, StepKind::train, scratch_, *point.estimate);
       }
@@ -118,8 +117,16 @@ class Evaluator {
       return point.estimate->memory.fits;
     }
     if (budget_.gpus > 1) {
-      // Memory per device depends on the layout: only the layout search knows.
-      return cost_of(arch_base, point).memory.fits;
+      // Some layout fits: the memory screen of the layout search (exactly
+      // search_layout's answer, without timing every layout).
+      if (!point.layout_fits) {
+        const LayoutFeasibility screen =
+            layout_fits(with_shape(arch_base, point.candidate.shape), timing_, layout_options());
+        point.layout_fits = screen.fits;
+        layouts_evaluated_ += screen.screened;
+        layouts_timed_ += screen.timed;
+      }
+      return *point.layout_fits;
     }
     if (!point.memory) {
       point.memory = estimate_memory(with_shape(arch_base, point.candidate.shape), profile_,
@@ -159,9 +166,20 @@ class Evaluator {
   // Step time can be no shorter than the step's model FLOPs at peak rate.
   double step_time_lower_bound(const Config& arch_base, const Point& point) const {
     Config config = arch_base;
+    if (budget_.gpus > 1) {
+      // The step the layout search sizes (its global batch), not the base's.
+      config.train.global_batch = layout_global_batch(config, layout_options());
+    }
     const double tokens_per_device =
         detail::tokens_per_step(config) / double(std::max<int64_t>(1, config.device.count));
     return point.candidate.train_flops_per_token * tokens_per_device / peak_rate_;
+  }
+
+  LayoutSearchOptions layout_options() const {
+    LayoutSearchOptions options;
+    options.gpus = budget_.gpus;
+    options.gpus_per_node = budget_.gpus_per_node;
+    return options;
   }
 
   bool bound_holds() const { return bound_holds_ && peak_rate_ > 0; }
@@ -169,6 +187,7 @@ class Evaluator {
   const LossFitParams& law() const { return fit_.params; }
   int64_t cost_evaluations() const { return cost_evaluations_; }
   int64_t layouts_evaluated() const { return layouts_evaluated_; }
+  int64_t layouts_timed() const { return layouts_timed_; }
   void count_candidates(int64_t n) { candidates_ += n; }
   int64_t candidates() const { return candidates_; }
 
@@ -182,6 +201,7 @@ class Evaluator {
   bool bound_holds_ = true;
   int64_t cost_evaluations_ = 0;
   int64_t layouts_evaluated_ = 0;
+  int64_t layouts_timed_ = 0;
   int64_t candidates_ = 0;
 };
 
@@ -1043,6 +1063,7 @@ OptimalResult optimal(const OptimalRequest& request) {
   result.candidates_evaluated = evaluator.candidates();
   result.cost_evaluations = evaluator.cost_evaluations();
   result.layouts_evaluated = evaluator.layouts_evaluated();
+  result.layouts_timed = evaluator.layouts_timed();
   append_fit_notes(result, law, centre_flops, request);
   return result;
 }

@@ -23,7 +23,8 @@ struct LayoutSearchResult {
   Config config;      // the shape with the chosen [parallel], micro-batch, recompute
   Estimate estimate;  // its cluster estimate
   bool fits = false;  // false: no layout fits; the least-memory one is returned
-  int64_t evaluated = 0;
+  int64_t evaluated = 0;  // layouts considered (memory screened, or estimated)
+  int64_t timed = 0;      // of them, estimated in full (lowered and timed)
   std::string summary;  // "TP 8 (SP) x PP 4 (v 2) x DP 32, ZeRO 1, mb 1, recompute selective"
 };
 
@@ -34,8 +35,28 @@ struct LayoutSearchResult {
 // peak memory per device fits.  Model-parallel sizes t x p are visited from
 // the smallest; the search stops two doublings past the first size that fits.
 // `config` must be valid on its own (any [parallel] in it is replaced).
+// Layouts whose memory screen (cluster_memory_bound) rules them out are not
+// timed; the lowered rank compute is shared by layouts with the same tensor
+// size, micro-batch and recompute.
 LayoutSearchResult search_layout(const Config& config, const TimingModel& timing,
                                  const LayoutSearchOptions& options);
+
+struct LayoutFeasibility {
+  bool fits = false;     // exactly search_layout(...).fits
+  int64_t screened = 0;  // layouts whose memory was screened
+  int64_t timed = 0;     // layouts estimated in full (the screen was not exact)
+};
+// Does some layout of search_layout()'s space fit the device memory?  Memory
+// only: exact per-device memory where the stage partition does not depend on
+// time (one pipeline chunk), a lower bound elsewhere, confirmed by a full
+// estimate of that layout only when the bound cannot decide.  What the
+// planner asks of every candidate shape (docs/cluster.md "Memory screen").
+LayoutFeasibility layout_fits(const Config& config, const TimingModel& timing,
+                              const LayoutSearchOptions& options);
+
+// Sequences per optimizer step the search sizes its layouts for (the
+// options', else the config's, else ~4M tokens; see LayoutSearchOptions).
+int64_t layout_global_batch(const Config& config, const LayoutSearchOptions& options);
 
 // The one-line layout text of a configuration.
 std::string layout_summary(const Config& config);

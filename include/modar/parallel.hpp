@@ -106,10 +106,50 @@ struct ClusterEstimate {
 // Is the cluster model used for this configuration?  Any non-default
 // [parallel] setting or device.count > 1.
 bool cluster_engaged(const Config& config);
+
+// The lowered compute of one tensor-parallel rank per micro-batch (the costly
+// part of estimate_cluster: two lowerings of the shard).  It depends on the
+// model, the tensor size and SP, the micro-batch, recompute, dtype and
+// attention kernel only, so a layout search reuses it across pipeline,
+// data-parallel and ZeRO choices.
+struct RankCompute {
+  int64_t tensor = 1;
+  bool sequence_parallel = false;
+  int64_t micro_batch = 1;
+  Recompute recompute = Recompute::none;
+  double first_s = 0.0;            // embedding (+ the DAR bank init): the first stage
+  double last_s = 0.0;             // final norm, head, loss (+ DAR output read): the last stage
+  double full_layer_s = 0.0;       // one full layer, forward + backward (+ recompute)
+  double routed_layer_s = 0.0;     // one MoD-routed layer
+  double all_depth_reads_s = 0.0;  // every AttnRes / DAR op of the step
+};
+RankCompute rank_compute(const Config& config, const TimingModel& timing);
+
 // The cluster estimate of a validated configuration.  `base` is the
 // configuration's single-device Estimate (its FLOPs are reused).
 ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing,
                                  const Estimate& base);
+// The same with the rank's compute already lowered (rank_compute() of a
+// configuration with the same shape, tensor size, SP, micro-batch and
+// recompute; anything else throws std::logic_error).
+ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing,
+                                 const Estimate& base, const RankCompute& compute);
+
+// Per-device memory of a layout WITHOUT lowering or timing the step (the
+// layout search's feasibility screen; docs/cluster.md "Memory screen").  The
+// same per-stage formula as estimate_cluster.  Exact when the stage partition
+// does not depend on predicted time (one chunk per pipeline, or
+// balance_stages = false); otherwise a lower bound over every split of the
+// layers into p v non-empty chunks, so that may_fit() is never false for a
+// layout whose estimate_cluster() fits.
+struct ClusterMemoryBound {
+  double peak = 0.0;      // bytes per device on the busiest stage: exact, or a lower bound
+  double capacity = 0.0;  // device memory (0: unlimited)
+  bool exact = false;
+  bool may_fit() const;   // false: estimate_cluster() of this layout does not fit
+  bool fits() const { return exact && may_fit(); }  // estimate_cluster() fits
+};
+ClusterMemoryBound cluster_memory_bound(const Config& config, const DeviceProfile& profile);
 
 // Contiguous split of per-layer costs into `chunks` non-empty chunks that
 // minimises the largest chunk's cost (the pipeline's bottleneck); returns the

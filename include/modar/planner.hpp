@@ -290,6 +290,7 @@ struct OptimalResult {
   int64_t candidates_evaluated = 0;  // shapes whose predicted loss was computed
   int64_t cost_evaluations = 0;      // shapes whose memory / step time was estimated
   int64_t layouts_evaluated = 0;     // parallel layouts tried (gpus > 1; docs/cluster.md)
+  int64_t layouts_timed = 0;         // of them, lowered and timed (the rest: memory screen only)
 };
 
 // Throws ConfigError for bad budgets / names and FileError for bad files.

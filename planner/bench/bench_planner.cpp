@@ -65,14 +65,16 @@ int main() {
                 static_cast<long long>(rows), double(rows) / elapsed);
   }
 
-  // Cluster planning (docs/cluster.md): every candidate shape gets a layout
+  // Cluster planning (docs/cluster.md): every candidate shape gets a memory
+  // screen of its layouts; shapes whose step time is needed get a layout
   // search (TP/SP, PP, interleaving, ZeRO, micro-batch, recompute).
   std::printf("\nmodar optimal --gpus N: 4 architectures, profile a100-80gb-dgx\n");
-  std::printf("%-10s %6s %10s %12s %10s %12s\n", "budget", "GPUs", "CPU s", "candidates",
-              "layouts", "layouts/s");
+  std::printf("%-10s %6s %10s %12s %8s %10s %10s %12s\n", "budget", "GPUs", "CPU s",
+              "candidates", "timed", "layouts", "l. timed", "layouts/s");
   for (const auto& [budget, gpus] : {std::pair<double, int64_t>{1e23, 1024},
                                      std::pair<double, int64_t>{5.76e23, 1024},
-                                     std::pair<double, int64_t>{1e21, 64}}) {
+                                     std::pair<double, int64_t>{1e21, 64},
+                                     std::pair<double, int64_t>{1e22, 8}}) {
     modar::OptimalRequest request;
     request.train_flops = budget;
     request.gpus = gpus;
@@ -80,10 +82,12 @@ int main() {
     const double start = cpu_seconds();
     const modar::OptimalResult result = modar::optimal(request);
     const double elapsed = cpu_seconds() - start;
-    std::printf("%-10.3g %6lld %10.3f %12lld %10lld %12.0f\n", budget,
+    std::printf("%-10.3g %6lld %10.3f %12lld %8lld %10lld %10lld %12.0f\n", budget,
                 static_cast<long long>(gpus), elapsed,
                 static_cast<long long>(result.candidates_evaluated),
+                static_cast<long long>(result.cost_evaluations),
                 static_cast<long long>(result.layouts_evaluated),
+                static_cast<long long>(result.layouts_timed),
                 double(result.layouts_evaluated) / elapsed);
   }
   return 0;

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "modar/cost_model.hpp"
 #include "modar/layout_search.hpp"
@@ -79,6 +80,127 @@ TEST(LayoutSearch, FastestFeasibleLayoutMatchesBruteForce) {
   EXPECT_FALSE(found.summary.empty());
 }
 
+// The shapes the screen tests run on: dense, MoD, DAR and MoD + DAR, with an
+// odd layer count (uneven chunks) for the dense one.
+std::vector<Config> screen_shapes() {
+  Config dense;
+  dense.model.d_model = 1024;
+  dense.model.n_layers = 8;
+  dense.model.n_heads = 8;
+  dense.model.vocab_size = 8192;
+  dense.model.seq_len = 512;
+  dense.device.profile = "a100-80gb-dgx";
+  Config odd = dense;
+  odd.model.n_layers = 7;
+  Config mod = dense;
+  mod.mod.every = 2;
+  Config dar = dense;
+  dar.dar.variant = DarVariant::dar;
+  dar.dar.block_layers = 2;
+  Config both = mod;
+  both.dar = dar.dar;
+  both.model.n_layers = 10;
+  return {dense, odd, mod, dar, both};
+}
+
+// The memory screen against the full cluster model on a grid of shapes and
+// layouts: exact where it says so, never above the full peak elsewhere, and
+// never rejecting a layout the full model accepts (capacity = its peak).
+TEST(LayoutSearch, MemoryScreenNeverRejectsWhatTheFullModelAccepts) {
+  const DeviceProfile a100 = load_profile("a100-80gb-dgx");
+  int64_t checked = 0, exact = 0, bounded = 0;
+  for (const Config& shape : screen_shapes()) {
+    for (int64_t t : {1, 2}) {
+      for (int64_t p : {1, 2, 4}) {
+        for (int64_t v : {1, 2}) {
+          if (v == 2 && (p == 1 || shape.model.n_layers < 2 * p)) {
+            continue;
+          }
+          for (int64_t zero : {0, 1, 2, 3}) {
+            for (int64_t mb : {1, 2}) {
+              for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+                for (bool sp : {false, true}) {
+                  if (sp && t == 1) {
+                    continue;
+                  }
+                  for (bool balance : {true, false}) {
+                    Config c = shape;
+                    c.device.count = t * p * 2;
+                    c.cluster.gpus_per_node = 8;
+                    c.parallel.tensor = t;
+                    c.parallel.sequence_parallel = sp;
+                    c.parallel.pipeline = p;
+                    c.parallel.schedule = v > 1 ? PipelineSchedule::interleaved
+                                                : PipelineSchedule::one_f_one_b;
+                    c.parallel.virtual_stages = v;
+                    c.parallel.zero = zero;
+                    c.parallel.balance_stages = balance;
+                    c.train.micro_batch = mb;
+                    c.train.global_batch = 8;
+                    c.train.recompute = r;
+                    validate(c);
+                    const double full = estimate(c, a100).memory.peak;
+                    DeviceProfile tight = a100;
+                    tight.ceilings.memory_bytes = full;  // the full model just fits
+                    const ClusterMemoryBound bound = cluster_memory_bound(c, tight);
+                    SCOPED_TRACE(layout_summary(c) + " L " + std::to_string(c.model.n_layers) +
+                                 " mod " + std::to_string(c.mod.every) + " dar " +
+                                 std::to_string(c.dar.enabled()) + " balance " +
+                                 std::to_string(balance));
+                    ++checked;
+                    EXPECT_TRUE(bound.may_fit());
+                    if (bound.exact) {
+                      ++exact;
+                      EXPECT_NEAR(bound.peak, full, 1e-12 * full);
+                      EXPECT_TRUE(bound.fits());
+                    } else {
+                      ++bounded;
+                      EXPECT_LE(bound.peak, full * (1 + 1e-12));
+                      EXPECT_GT(bound.peak, 0.5 * full);  // a bound that screens something
+                      tight.ceilings.memory_bytes = full * (1 - 1e-6);
+                      EXPECT_FALSE(cluster_memory_bound(c, tight).fits());
+                    }
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(exact, 100);
+  EXPECT_GT(bounded, 100);
+  EXPECT_EQ(checked, exact + bounded);
+}
+
+// layout_fits() answers exactly what search_layout() finds, over shapes and
+// device memories from "everything fits" to "nothing fits".
+TEST(LayoutSearch, LayoutFitsAgreesWithTheFullSearch) {
+  int agreed_fit = 0, agreed_no_fit = 0;
+  for (const Config& shape : screen_shapes()) {
+    for (const double capacity : {0.3e9, 0.45e9, 0.6e9, 0.8e9, 1.2e9, 2e9, 80e9}) {
+      for (int64_t gpus : {2, 4, 8}) {
+        DeviceProfile profile = load_profile("a100-80gb-dgx");
+        profile.ceilings.memory_bytes = capacity;
+        const TimingModel timing(profile);
+        LayoutSearchOptions options;
+        options.gpus = gpus;
+        options.global_batch = 16;
+        const LayoutSearchResult full = search_layout(shape, timing, options);
+        const LayoutFeasibility screen = layout_fits(shape, timing, options);
+        SCOPED_TRACE("capacity " + std::to_string(capacity) + " gpus " + std::to_string(gpus) +
+                     " L " + std::to_string(shape.model.n_layers));
+        EXPECT_EQ(screen.fits, full.fits);
+        EXPECT_EQ(full.fits, full.estimate.memory.fits);
+        (full.fits ? agreed_fit : agreed_no_fit) += screen.fits == full.fits ? 1 : 0;
+      }
+    }
+  }
+  EXPECT_GT(agreed_fit, 10);
+  EXPECT_GT(agreed_no_fit, 10);
+}
+
 TEST(LayoutSearch, ChinchillaBudgetOn1024GpusFitsNearTheClosedForm) {
   OptimalRequest request;
   request.train_flops = 5.76e23;
@@ -102,6 +224,60 @@ TEST(LayoutSearch, ChinchillaBudgetOn1024GpusFitsNearTheClosedForm) {
   EXPECT_TRUE(noted);
   EXPECT_NE(to_table(result).find("layout"), std::string::npos);
   EXPECT_NE(to_json(result).find("\"layout\""), std::string::npos);
+}
+
+// The parity-fastest MoD on a cluster is the fastest of every shape that
+// reaches the optimal baseline's loss and fits, by brute force (each shape's
+// own layout search).  On 1024 GPUs the base config's step (micro-batch 8 x
+// 1024 sequences) is 4x the layout search's (2048 sequences): a step-time
+// bound sized on the former pruned faster shapes.
+TEST(LayoutSearch, ParityFastestOnAClusterMatchesBruteForce) {
+  OptimalRequest request;
+  request.train_flops = 1e21;
+  request.gpus = 1024;
+  request.archs = {"baseline", "mod"};
+  request.profile = "a100-80gb-dgx";
+  const OptimalResult result = optimal(request);
+  const Recommendation* baseline = nullptr;
+  const Recommendation* parity = nullptr;
+  for (const Recommendation& rec : result.recommendations) {
+    if (rec.arch == "baseline") {
+      baseline = &rec;
+    }
+    if (rec.arch == "mod" && rec.role == "parity_fastest") {
+      parity = &rec;
+    }
+  }
+  ASSERT_NE(baseline, nullptr);
+  ASSERT_NE(parity, nullptr);
+  ASSERT_TRUE(baseline->loss.has_value());
+  const double target = *baseline->loss;
+  const double eps = parity->prior.eps;
+  const DeviceProfile a100 = load_profile("a100-80gb-dgx");
+  const TimingModel timing(a100);  // holds a reference to the profile
+  LayoutSearchOptions options;
+  options.gpus = 1024;
+  const Config arch = parity->config;  // MoD settings; search_layout replaces the layout
+  double fastest = INFINITY;
+  int at_parity = 0;
+  const double n = parity->params.flop_active;
+  for (const ShapeCandidate& c : enumerate_shapes(arch, n / 8.0, n * 8.0, request.shapes)) {
+    const double tokens = 1e21 / c.train_flops_per_token;
+    const double tokens_per_param = tokens / c.params.flop_active;
+    if (predicted_loss(result.fit.params, eps, c.params.flop_active, tokens) >
+            target * (1 + 1e-12) ||
+        tokens_per_param > kFitTokensPerParamMax || tokens_per_param < kFitTokensPerParamMin ||
+        c.params.total < parity->prior.measured_size_min) {
+      continue;
+    }
+    ++at_parity;
+    const LayoutSearchResult found = search_layout(with_shape(arch, c.shape), timing, options);
+    if (found.fits) {
+      fastest = std::min(fastest, found.estimate.time.step_s);
+    }
+  }
+  ASSERT_GT(at_parity, 20);
+  EXPECT_NEAR(parity->time.step_s, fastest, 1e-12 * fastest);
 }
 
 TEST(LayoutSearch, OneGpuSaysTheLossOptimalModelDoesNotFit) {
