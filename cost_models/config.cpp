@@ -838,17 +838,7 @@ AttentionFlops parse_attention_flops(const std::string& text, const std::string&
 namespace {
 
 Config parse_config_toml_unvalidated(const std::string& toml_text, const std::string& source_name) {
-  toml::table root;
-  try {
-    root = toml::parse(toml_text, source_name);
-  } catch (const toml::parse_error& e) {
-    const auto& where = e.source().begin;
-    std::string description(e.description());
-    std::replace(description.begin(), description.end(), '\n', ' ');
-    throw FileError(shown_value(source_name, 200) + ":" + std::to_string(where.line) + ":" +
-                    std::to_string(where.column) + ": malformed TOML: " +
-                    shown_value(description, 300));
-  }
+  const toml::table root = detail::parse_toml_text(toml_text, source_name);
   Config config;
   const std::string where = " in " + shown_value(source_name, 200);
   for (const auto& [section_key, section_node] : root) {

@@ -117,21 +117,7 @@ std::string read_profile_file(const std::string& path) {
 }
 
 DeviceProfile parse_profile_toml(const std::string& toml_text, const std::string& source_name) {
-  toml::table root;
-  try {
-    root = toml::parse(toml_text, source_name);
-  } catch (const toml::parse_error& e) {
-    const auto& where = e.source().begin;
-    std::string description(e.description());
-    for (char& ch : description) {
-      if (ch == '\n') {
-        ch = ' ';
-      }
-    }
-    throw FileError(shown_value(source_name, 200) + ":" + std::to_string(where.line) + ":" +
-                    std::to_string(where.column) + ": malformed TOML: " +
-                    shown_value(description, 300));
-  }
+  const toml::table root = detail::parse_toml_text(toml_text, source_name);
   DeviceProfile profile;
   profile.name = read_string(root, "name", source_name, "");
   if (profile.name.empty()) {

@@ -1,13 +1,31 @@
-// Internal: how a TOML value is shown in an error message.
+// Internal: parsing a TOML text with one clear error line, and how a TOML
+// value is shown in an error message.
 #pragma once
 
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <string>
 
 #include "modar/config.hpp"
+#include "modar/errors.hpp"
 
 namespace modar::detail {
+
+// The document of `toml_text`; malformed TOML is one FileError line
+// "<source>:<line>:<column>: malformed TOML: <what>" (values escaped and cut).
+inline toml::table parse_toml_text(const std::string& toml_text, const std::string& source_name) {
+  try {
+    return toml::parse(toml_text, source_name);
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    std::string description(e.description());
+    std::replace(description.begin(), description.end(), '\n', ' ');
+    throw FileError(shown_value(source_name, 200) + ":" + std::to_string(where.line) + ":" +
+                    std::to_string(where.column) + ": malformed TOML: " +
+                    shown_value(description, 300));
+  }
+}
 
 inline std::string toml_node_text(const toml::node& node) {
   if (const auto* v = node.as_string()) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "../cost_models/toml_text.hpp"
 #include "modar/errors.hpp"
 #include "modar/planner.hpp"
 #include "planner_text.hpp"
@@ -97,14 +98,7 @@ LossFit load_fit(const std::string& name_or_path) {
 }
 
 LossFit parse_fit_toml(const std::string& toml_text, const std::string& source_name) {
-  toml::table root;
-  try {
-    root = toml::parse(toml_text, source_name);
-  } catch (const toml::parse_error& e) {
-    const auto& begin = e.source().begin;
-    throw FileError(source_name + ":" + std::to_string(begin.line) +
-                    ": malformed TOML: " + std::string(e.description()));
-  }
+  const toml::table root = detail::parse_toml_text(toml_text, source_name);
   const toml::table* fit_table = root["fit"].as_table();
   if (fit_table == nullptr) {
     throw FileError(source_name + ": no [fit] table; expected a file written by `modar fit`");

@@ -11,17 +11,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "bench_clock.hpp"
 #include "modar/planner.hpp"
-
-namespace {
-
-double cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   const int64_t max_runs = argc > 1 ? std::atoll(argv[1]) : 1000000;

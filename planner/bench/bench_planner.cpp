@@ -7,17 +7,8 @@
 #include <string>
 #include <utility>
 
+#include "bench_clock.hpp"
 #include "modar/planner.hpp"
-
-namespace {
-
-double cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
-
-}  // namespace
 
 int main() {
   // candidates = shapes whose predicted loss was computed; timed = shapes

@@ -486,55 +486,25 @@ class CudaBackend final : public Backend {
 
   // ---- elementwise ---------------------------------------------------------------------------
   void run_op(const GeluForwardArgs& call) {
-    gpu::ActivationParams p{gpu::UnaryOp::gelu_forward,
-                            call.x.data,
-                            nullptr,
-                            nullptr,
-                            call.out.data,
-                            nullptr,
-                            call.x.numel(),
-                            elem("gelu_forward", call.x)};
-    gpu::launch_activation(p, stream_);
+    activation(gpu::UnaryOp::gelu_forward, "gelu_forward", call.x, {}, {}, call.out, {});
   }
 
   void run_op(const GeluBackwardArgs& call) {
     if (call.dx.empty())
       return;
-    gpu::ActivationParams p{gpu::UnaryOp::gelu_backward,
-                            call.x.data,
-                            nullptr,
-                            call.dout.data,
-                            call.dx.data,
-                            nullptr,
-                            call.x.numel(),
-                            elem("gelu_backward", call.x)};
-    gpu::launch_activation(p, stream_);
+    activation(gpu::UnaryOp::gelu_backward, "gelu_backward", call.x, {}, call.dout, call.dx, {});
   }
 
   void run_op(const SwigluForwardArgs& call) {
-    gpu::ActivationParams p{gpu::UnaryOp::swiglu_forward,
-                            call.gate.data,
-                            call.up.data,
-                            nullptr,
-                            call.out.data,
-                            nullptr,
-                            call.gate.numel(),
-                            elem("swiglu_forward", call.gate)};
-    gpu::launch_activation(p, stream_);
+    activation(gpu::UnaryOp::swiglu_forward, "swiglu_forward", call.gate, call.up, {}, call.out,
+               {});
   }
 
   void run_op(const SwigluBackwardArgs& call) {
     if (call.dgate.empty() && call.dup.empty())
       return;
-    gpu::ActivationParams p{gpu::UnaryOp::swiglu_backward,
-                            call.gate.data,
-                            call.up.data,
-                            call.dout.data,
-                            call.dgate.data,
-                            call.dup.data,
-                            call.gate.numel(),
-                            elem("swiglu_backward", call.gate)};
-    gpu::launch_activation(p, stream_);
+    activation(gpu::UnaryOp::swiglu_backward, "swiglu_backward", call.gate, call.up, call.dout,
+               call.dgate, call.dup);
   }
 
   void run_op(const AddArgs& call) {
@@ -784,6 +754,15 @@ class CudaBackend final : public Backend {
     p.indices = indices.ptr<int32_t>();
     p.type = elem(op, x);
     return p;
+  }
+
+  // One gelu / swiglu launch: `a` gives the element count and the storage
+  // type; an operand the op does not take is an empty view.
+  void activation(gpu::UnaryOp op, const char* name, const TensorView& a, const TensorView& b,
+                  const TensorView& dout, const TensorView& out, const TensorView& out2) {
+    const gpu::ActivationParams p{op,       a.data,    b.data,         dout.data,
+                                  out.data, out2.data, a.numel(), elem(name, a)};
+    gpu::launch_activation(p, stream_);
   }
 
   // The fields a depth read's forward and backward share (their args name them alike).

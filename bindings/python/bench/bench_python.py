@@ -14,8 +14,13 @@ profile, one thread (the batched rows run with threads=1):
   modar.estimate(base, n_layers=L)   the same with one keyword override
                          (copy, typed set, validate)
   modar.estimate_batch(list)         a list of Config -> DataFrame
+  C++ estimate_into (the columns' rows)  the hot path over the first 18,000
+                         rows of the columns batch (its reference: other
+                         configurations than the grid's)
   modar.estimate_batch(columns)      a base Config + columns of overrides
                          (N rows) -> DataFrame, GIL released
+
+"vs C++" is the rate over the C++ loop's on the same configurations.
 
 Rates are per second of this thread's CPU time (the figure for "one core"),
 with wall-clock rates beside them (lower when the machine is shared).
@@ -121,10 +126,26 @@ def measure(family: str, args) -> list[tuple]:
         "dar.block_layers": rng.choice([1, 2, 4], size=args.rows).astype(np.int64),
     }
 
+    # The columns' rows are other configurations than the grid's (MoD is on
+    # wherever capacity < 1), so their C++ reference is the hot path over the
+    # same rows: the first LIST_ROWS of them, built as Configs.
+    same = min(args.rows, LIST_ROWS)
+    row_configs = [
+        modar.Config(base, model={"d_model": int(table["model.d_model"][r]),
+                                  "n_heads": int(table["model.n_heads"][r]),
+                                  "n_layers": int(table["model.n_layers"][r])},
+                     mod={"capacity": float(table["mod.capacity"][r])},
+                     dar={"block_layers": int(table["dar.block_layers"][r])})._cpp
+        for r in range(same)
+    ]
+    count, cpu, wall, _ = _core.time_estimate_into(row_configs, handle, "train", args.seconds)
+    rows_rate = count / cpu
+    out.append((family, "C++ estimate_into (the columns' rows)", count / cpu, count / wall, rows_rate, None))
+
     def batch_columns() -> int:
         return len(modar.estimate_batch(table, base=base))
 
-    out.append((family, "modar.estimate_batch(columns)", *timed(batch_columns, args.seconds), cpp_rate,
+    out.append((family, "modar.estimate_batch(columns)", *timed(batch_columns, args.seconds), rows_rate,
                 1_000_000))
     return out
 

@@ -12,18 +12,9 @@
 #include "modar/cost_model.hpp"
 #include "modar/errors.hpp"
 #include "modar/planner.hpp"
+#include "optimal_test_util.hpp"
 
 namespace {
-
-const modar::Recommendation& find(const modar::OptimalResult& result, const std::string& arch,
-                                  const std::string& role) {
-  for (const modar::Recommendation& rec : result.recommendations) {
-    if (rec.arch == arch && rec.role == role) {
-      return rec;
-    }
-  }
-  throw std::runtime_error("no recommendation " + arch + " / " + role);
-}
 
 TEST(Optimal, DenseSearchAgreesWithClosedForm) {
   // With a short sequence the attention FLOPs vanish next to 6 N_f per token,

@@ -12,18 +12,9 @@
 #include <vector>
 
 #include "modar/planner.hpp"
+#include "optimal_test_util.hpp"
 
 namespace {
-
-const modar::Recommendation& find(const modar::OptimalResult& result, const std::string& arch,
-                                  const std::string& role) {
-  for (const modar::Recommendation& rec : result.recommendations) {
-    if (rec.arch == arch && rec.role == role) {
-      return rec;
-    }
-  }
-  throw std::runtime_error("no recommendation " + arch + " / " + role);
-}
 
 bool has_flag(const modar::Recommendation& rec, const std::string& code) {
   return std::any_of(rec.flags.begin(), rec.flags.end(),
