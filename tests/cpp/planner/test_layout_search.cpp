@@ -48,7 +48,7 @@ TEST(LayoutSearch, FastestFeasibleLayoutMatchesBruteForce) {
           if (16 % (mb * dp) != 0) {
             continue;
           }
-          for (int64_t zero : {0, 1, 3}) {  // the searched stages
+          for (int64_t zero : {0, 1, 2, 3}) {  // the searched stages
             if ((dp == 1) != (zero == 0)) {
               continue;
             }
