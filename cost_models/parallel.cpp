@@ -516,22 +516,30 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
                                        placement.tensor));
 
   // ---- per-layer cost and the pipeline partition -----------------------------
-  std::vector<double> layer_cost(static_cast<size_t>(L));
-  for (int64_t l = 0; l < L; ++l) {
-    const bool routed = config.mod.is_routed(l);
-    double c = routed ? routed_layer_s + tp_routed_s : full_layer_s + tp_full_s;
-    if (depth && l % K == 0) {
-      c += prefix_s(l / K + 1);
-    }
-    layer_cost[static_cast<size_t>(l)] = c;
-  }
   const int64_t chunks = p * v;
-  std::vector<double> partition_cost = layer_cost;
-  partition_cost.front() += compute.first_s + tp_ends_s / 2.0;
-  partition_cost.back() += compute.last_s + tp_ends_s / 2.0;
   std::vector<int64_t> chunk_sizes;
   if (par.balance_stages && chunks > 1) {
-    chunk_sizes = balanced_partition(partition_cost, chunks);
+    for (const RankCompute::Split& split : compute.balanced_splits) {
+      if (split.chunks == chunks && split.gpus_per_node == out.gpus_per_node) {
+        chunk_sizes = split.sizes;
+        break;
+      }
+    }
+    if (chunk_sizes.empty()) {
+      std::vector<double> partition_cost(static_cast<size_t>(L));
+      for (int64_t l = 0; l < L; ++l) {
+        const bool routed = config.mod.is_routed(l);
+        double c = routed ? routed_layer_s + tp_routed_s : full_layer_s + tp_full_s;
+        if (depth && l % K == 0) {
+          c += prefix_s(l / K + 1);
+        }
+        partition_cost[static_cast<size_t>(l)] = c;
+      }
+      partition_cost.front() += compute.first_s + tp_ends_s / 2.0;
+      partition_cost.back() += compute.last_s + tp_ends_s / 2.0;
+      chunk_sizes = balanced_partition(partition_cost, chunks);
+      compute.balanced_splits.push_back({chunks, out.gpus_per_node, chunk_sizes});
+    }
   } else {
     chunk_sizes = equal_chunks(L, chunks);
   }
@@ -652,21 +660,30 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
     const double bucket_params = std::max(40e6, 1e6 * static_cast<double>(dp));
     const double last_bucket_share = std::min(1.0, bucket_params / std::max(stage.params, 1.0));
     const double backward_s = stage.compute_s * (2.0 / 3.0);  // backward ~ 2/3 of fwd + bwd
-    double exposed_reduce = reduce_s;
+    // ZeRO 2 and 3 keep only their shard of the gradients, so every
+    // micro-batch's backward reduce-scatters its gradients (DeepSpeed: "gradient
+    // reduction is required after every backward because of gradient
+    // partitioning", deepspeedai/DeepSpeed#2252); ZeRO 0 / 1 accumulate the
+    // full gradients and reduce once per step.  Each reduction hides behind
+    // its micro-batch's backward and, but for the last, the next micro-batch.
+    const double reductions = par.zero >= 2 ? m : 1.0;
+    double exposed_reduce = reductions * reduce_s;
     if (par.overlap_grad_reduce) {
-      exposed_reduce = std::max(reduce_s - backward_s, last_bucket_share * reduce_s);
+      exposed_reduce = (reductions - 1.0) * std::max(0.0, reduce_s - stage.compute_s) +
+                       std::max(reduce_s - backward_s, last_bucket_share * reduce_s);
     }
     double exposed_gather = gather_s;
     if (par.overlap_param_gather) {
       exposed_gather = last_bucket_share * gather_s;  // the first bucket before the forward
     }
-    overlapped += (reduce_s - exposed_reduce) + (gather_s - exposed_gather);
+    overlapped += (reductions * reduce_s - exposed_reduce) + (gather_s - exposed_gather);
     grad_exposed = std::max(grad_exposed, exposed_reduce);
     gather_exposed = std::max(gather_exposed, exposed_gather);
     if (i == 0 && dp > 1) {
       out.comm.push_back({par.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter,
-                          "dp.grad", "data", Pass::backward, dp, data_level, grad_bytes, 1.0,
-                          reduce_s, reduce_s > 0 ? exposed_reduce / reduce_s : 0.0});
+                          "dp.grad", "data", Pass::backward, dp, data_level, grad_bytes,
+                          reductions, reduce_s,
+                          reduce_s > 0 ? exposed_reduce / (reductions * reduce_s) : 0.0});
       if (gather_s > 0) {
         out.comm.push_back({Collective::all_gather, "dp.param_gather", "data", Pass::forward, dp,
                             data_level, stage.params * B, 1.0, gather_s,

@@ -90,7 +90,7 @@ LayoutSpace layout_space(const Config& config, const TimingModel& timing,
         if (global % (mb * dp) != 0) {
           continue;
         }
-        for (int64_t zero : {int64_t{0}, int64_t{1}, int64_t{3}}) {
+        for (int64_t zero : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{3}}) {
           if ((dp == 1) != (zero == 0)) {
             continue;
           }

@@ -1355,7 +1355,22 @@ std::string to_table(const OptimalResult& result) {
                         : std::string("-");
   });
   if (request.gpus > 1) {
-    add("layout", [](const Recommendation& r) { return layout_summary(r.config); });
+    // The layout in short rows (the one-line summary is in the note and JSON).
+    add("layout TP x PP x DP", [](const Recommendation& r) {
+      const ParallelConfig& p = r.config.parallel;
+      return std::to_string(p.tensor) + " x " + std::to_string(p.pipeline) + " x " +
+             std::to_string(std::max<int64_t>(1, p.data(r.config.device.count)));
+    });
+    add("  SP / v", [](const Recommendation& r) {
+      const ParallelConfig& p = r.config.parallel;
+      return std::string(p.sequence_parallel ? "SP" : "-") + " / " +
+             std::to_string(p.virtual_stages);
+    });
+    add("  ZeRO / mb / recompute", [](const Recommendation& r) {
+      return std::to_string(r.config.parallel.zero) + " / " +
+             std::to_string(r.config.train.micro_batch) + " / " +
+             to_string(r.config.train.recompute);
+    });
   }
   add("peak memory / device", [](const Recommendation& r) {
     return fixed(r.memory.peak / (1024.0 * 1024.0 * 1024.0), 1) + " GiB" +

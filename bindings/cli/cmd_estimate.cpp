@@ -96,8 +96,12 @@ std::string cluster_report(const ClusterEstimate& c, bool list_ops) {
     const StageSummary& s = c.stages[i];
     std::string chunks;
     for (size_t j = 0; j < s.chunk_layers.size(); ++j) {
-      chunks += (j ? "," : "") + std::to_string(s.chunk_first_layer[j]) + "+" +
-                std::to_string(s.chunk_layers[j]);
+      if (j > 0) {
+        chunks += ',';  // (not a string concatenation: GCC 12 -Wrestrict false positive)
+      }
+      chunks += std::to_string(s.chunk_first_layer[j]);
+      chunks += '+';
+      chunks += std::to_string(s.chunk_layers[j]);
     }
     stages.add_row({std::to_string(i), std::to_string(s.layers) + " (" + chunks + ")",
                     std::to_string(s.routed_layers), format_seconds(s.compute_s),

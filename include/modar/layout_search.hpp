@@ -30,7 +30,7 @@ struct LayoutSearchResult {
 
 // Searches TP (dividing heads, KV heads and d_ff; <= GPUs per node), PP
 // (dividing GPUs / TP, <= layers), interleaving (v in {1, 2}), ZeRO (0 on one
-// replica; 1 or 3 otherwise), micro-batch in {1, 2, 4} and recompute (none,
+// replica; 1, 2 or 3 otherwise), micro-batch in {1, 2, 4} and recompute (none,
 // then selective, then full: the first that fits) for the fastest step whose
 // peak memory per device fits.  Model-parallel sizes t x p are visited from
 // the smallest; the search stops two doublings past the first size that fits.

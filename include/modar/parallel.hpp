@@ -122,6 +122,14 @@ struct RankCompute {
   double full_layer_s = 0.0;       // one full layer, forward + backward (+ recompute)
   double routed_layer_s = 0.0;     // one MoD-routed layer
   double all_depth_reads_s = 0.0;  // every AttnRes / DAR op of the step
+  // Memo of estimate_cluster's time-balanced chunk sizes: they depend on this
+  // compute, the tensor group's collectives (GPUs per node) and the chunk
+  // count only, so layouts differing in data parallelism or ZeRO share them.
+  struct Split {
+    int64_t chunks = 0, gpus_per_node = 0;
+    std::vector<int64_t> sizes;
+  };
+  mutable std::vector<Split> balanced_splits;
 };
 RankCompute rank_compute(const Config& config, const TimingModel& timing);
 

@@ -321,6 +321,49 @@ TEST(Cluster, DataParallelAndZeroByHand) {
   expect_relative(no_overlap.cluster->grad_reduce_exposed_s, ar->time_s);
 }
 
+// DP 4 with ZeRO 2 (by hand): bf16 weights 2 P replicated, fp32 gradients
+// 4 P / 4 and AdamW states 12 P / 4 sharded, activations as on one device;
+// a reduce-scatter of the 4 P gradient bytes after EVERY micro-batch's
+// backward (a rank keeps only its gradient shard), an all-gather of the 2 P
+// updated weights per step.  ZeRO 1 reduces once per step.
+TEST(Cluster, ZeroTwoByHand) {
+  Config c = small();
+  c.device.count = 4;
+  c.train.global_batch = 16;  // micro-batch 2 x DP 4 x m = 2
+  c.parallel.zero = 2;
+  c.parallel.overlap_grad_reduce = false;
+  const Estimate e2 = estimate(c, a100());
+  const double P = e2.params.total;
+  EXPECT_EQ(e2.cluster->micro_batches, 2);
+  expect_relative(e2.memory.weights, 2 * P);
+  expect_relative(e2.memory.gradients, 4 * P / 4);
+  expect_relative(e2.memory.optimizer, 12 * P / 4);
+  const MemoryBreakdown single = estimate_memory(small(), a100());
+  expect_relative(e2.memory.activations, single.activations);
+  const CommRecord* rs =
+      find_comm(*e2.cluster, "dp.grad", Collective::reduce_scatter, Pass::backward);
+  const CommRecord* ag =
+      find_comm(*e2.cluster, "dp.param_gather", Collective::all_gather, Pass::forward);
+  ASSERT_NE(rs, nullptr);
+  ASSERT_NE(ag, nullptr);
+  expect_relative(rs->bytes, 4 * P);
+  EXPECT_EQ(rs->count, 2.0);
+  EXPECT_EQ(rs->ranks, 4);
+  expect_relative(ag->bytes, 2 * P);
+  EXPECT_EQ(ag->count, 1.0);
+  // Ring reduce-scatter inside one node: 3/4 x 4 P / busbw + 2 latency steps.
+  const NetworkProfile& net = network_or_default(a100());
+  const double rs_s = 0.75 * 4 * P / net.intra_node.bus_bandwidth + 2 * net.intra_node.latency_s;
+  expect_relative(rs->time_s, rs_s, 1e-9);
+  expect_relative(e2.cluster->grad_reduce_exposed_s, 2 * rs_s, 1e-9);  // not overlapped
+  // ZeRO 1: the same bytes, once per step, and unsharded gradients.
+  c.parallel.zero = 1;
+  const Estimate e1 = estimate(c, a100());
+  expect_relative(e1.memory.gradients, 4 * P);
+  expect_relative(e1.cluster->grad_reduce_exposed_s, rs_s, 1e-9);
+  EXPECT_NEAR(e2.memory.peak, e1.memory.peak - 4 * P * 3 / 4, 1e-6 * e1.memory.peak);
+}
+
 // PP 2 (1F1B): send of b s d B per boundary per micro-batch each way; the
 // bubble is (p - 1) / m of the ideal time; interleaving divides it by v.
 TEST(Cluster, PipelineTwoSendsAndBubble) {
