@@ -201,6 +201,16 @@ void register_world_communicator(DeviceKind device, WorldCommunicatorFactory fac
 }
 
 std::unique_ptr<Communicator> make_world_communicator(Backend& backend) {
+  // mpirun started several processes but this build cannot join them: each
+  // would believe it is alone and compute something else than asked.
+  if (!mpi_available() && launched_by_mpirun()) {
+    const char* ranks = env("OMPI_COMM_WORLD_SIZE") ? env("OMPI_COMM_WORLD_SIZE") : env("PMI_SIZE");
+    if (ranks != nullptr && std::string(ranks) != "1") {
+      throw BackendError(std::string("communicator: started by mpirun with ") + ranks +
+                         " ranks, but this build of modar has no MPI (MODAR_MPI=OFF or no "
+                         "Open MPI found at configure time)");
+    }
+  }
   if (backend.device() == DeviceKind::cpu) {
     return comm_detail::make_mpi_world_communicator();
   }

@@ -10,6 +10,7 @@
 // MPI_ERRORS_RETURN, so a failing call throws BackendError with MPI's message
 // instead of aborting the job.
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -273,6 +274,22 @@ bool mpi_available() {
   return true;
 }
 
+void abort_world(int exit_code) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  int size = 1;
+  if (initialized && !finalized) {
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+  }
+  if (size > 1) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, exit_code);
+  }
+  std::exit(exit_code);
+}
+
 std::string mpi_library_version() {
   static const std::string version = [] {
     std::string line = library_version_line();  // "Open MPI v4.1.4"
@@ -335,6 +352,10 @@ int mpi_world_ranks_on_node() {
 
 bool mpi_available() {
   return false;
+}
+
+void abort_world(int exit_code) {
+  std::exit(exit_code);
 }
 
 std::string mpi_library_version() {

@@ -120,6 +120,10 @@ std::string mpi_library_version();
 int launcher_local_rank();
 // Whether a launcher started this process (its environment says so).
 bool launched_by_mpirun();
+// End the whole job after an error that only this rank saw (the others would
+// wait forever in their next collective): MPI_Abort(MPI_COMM_WORLD, code) when
+// MPI is initialised with more than one rank, else std::exit(code).
+[[noreturn]] void abort_world(int exit_code);
 
 // ---- engines register themselves (link topology as backends, backend.hpp) ---
 // The core never calls into CUDA: the NCCL communicator (built into
