@@ -117,13 +117,30 @@ double collective_time_s(const NetworkProfile& network, Collective kind, double 
   const double nics =
       level == NetLevel::inter_node ? static_cast<double>(std::max<int64_t>(1, members_per_node))
                                     : 1.0;
+  // The measured table of this kind whose group size is nearest to `ranks`
+  // (in log2; an exact match, else the larger of two equally near) among
+  // those covering `bytes` (modar profile --comm writes one per group size).
+  const CollectiveTable* nearest = nullptr;
+  double nearest_time_s = 0.0;
+  double nearest_distance = 0.0;
   for (const CollectiveTable& table : net.tables) {
     double measured = 0.0;
-    if (table.kind == kind && table_time_s(table, bytes, &measured)) {
-      // Same bus bandwidth at another group size: rescale by the bus factor.
-      const double table_factor = collective_bus_factor(kind, table.ranks);
-      return (table_factor > 0.0 ? measured * factor / table_factor : measured) / nics;
+    if (table.kind != kind || !table_time_s(table, bytes, &measured)) {
+      continue;
     }
+    const double distance = std::fabs(std::log2(static_cast<double>(table.ranks)) -
+                                      std::log2(static_cast<double>(ranks)));
+    if (nearest == nullptr || distance < nearest_distance ||
+        (distance == nearest_distance && table.ranks > nearest->ranks)) {
+      nearest = &table;
+      nearest_time_s = measured;
+      nearest_distance = distance;
+    }
+  }
+  if (nearest != nullptr) {
+    // Same bus bandwidth at another group size: rescale by the bus factor.
+    const double table_factor = collective_bus_factor(kind, nearest->ranks);
+    return (table_factor > 0.0 ? nearest_time_s * factor / table_factor : nearest_time_s) / nics;
   }
   double bandwidth = net.bus_bandwidth > 0.0 ? net.bus_bandwidth : 1.0;
   if (level == NetLevel::inter_node) {

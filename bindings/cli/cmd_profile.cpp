@@ -9,7 +9,10 @@
 #include "cli_util.hpp"
 #include "commands.hpp"
 #include "modar/errors.hpp"
+#include "modar/profile.hpp"
 #include "modar/runtime/backend.hpp"
+#include "modar/runtime/comm.hpp"
+#include "modar/runtime/comm_profile.hpp"
 #include "modar/runtime/profiler.hpp"
 
 namespace modar::cli {
@@ -43,6 +46,18 @@ const std::vector<FlagSpec> kFlags = {
     {"--dry-run", false, false, "",
      "print the resolved settings (JSON: threads, clock, budget, points...) and exit"},
     {"--quiet", false, false, "", "no progress lines on stderr"},
+    // ---- --comm: the collectives instead of the ops (run under mpirun) ----
+    {"--comm", false, false, "",
+     "measure the collectives (all_reduce, reduce_scatter, all_gather, all_to_all, send_recv) "
+     "over message and group sizes under mpirun, and write the profile's [network] tables"},
+    {"--base", true, false, "NAME|PATH",
+     "--comm: the profile whose [network] is replaced (default: PATH of --out when it exists, "
+     "else cpu-generic / h200)"},
+    {"--collectives", true, false, "K1,K2", "--comm: only these collectives (default all five)"},
+    {"--group-sizes", true, false, "G1,G2",
+     "--comm: group sizes (default 2, 4, 8, ... up to the ranks per node, and that count)"},
+    {"--min-bytes", true, false, "BYTES", "--comm: smallest message (default 1024)"},
+    {"--max-bytes", true, false, "BYTES", "--comm: largest message (default 16 MiB cpu, 1 GiB cuda)"},
 };
 
 constexpr const char* kDescription =
@@ -50,7 +65,13 @@ constexpr const char* kDescription =
     "shapes (random inputs, warm-up, rotated input copies, median of repeats), measures the\n"
     "ceilings (largest GEMM, large copy, tiny-op dispatch), and writes a TOML profile that\n"
     "`modar estimate --set device.profile=PATH` and `modar validate --profile PATH` read.\n"
-    "Progress with an ETA goes to stderr; a killed run continues with --resume.\n";
+    "Progress with an ETA goes to stderr; a killed run continues with --resume.\n"
+    "\n"
+    "With --comm (run under mpirun, e.g. `mpirun -np 8 modar profile --comm --backend cuda\n"
+    "--out node.toml`): times each collective over message sizes and group sizes with\n"
+    "nccl-tests' definitions (algbw = size / time, busbw = algbw x bus factor; warm-up, median\n"
+    "of samples, spread) on MPI (cpu) or NCCL (cuda), prints the table, and writes --base with\n"
+    "its [network] replaced by the measured tables (atomically; rank 0 writes).\n";
 
 // An int flag that must fit an int (the library checks the range and names the field).
 int parse_int_flag(const ParsedArgs& parsed, const char* flag) {
@@ -76,17 +97,173 @@ std::vector<std::string> split_list(const std::string& text) {
   return items;
 }
 
+// `modar profile --comm`: every rank runs it; rank 0 prints and writes.
+int cmd_profile_comm(const ParsedArgs& parsed) {
+  for (const char* op_only : {"--quick", "--resume", "--threads", "--rotate-bytes", "--gpu-l2-bytes",
+                              "--gpu-memory-bytes", "--max-point-bytes", "--clock", "--kinds",
+                              "--max-dim"}) {
+    if (parsed.has(op_only)) {
+      throw ConfigError(std::string(op_only) +
+                        ": not used with --comm (it sets the op profiler; see modar profile --help)");
+    }
+  }
+  const std::vector<std::string> backends = {"cpu", "cuda"};
+  const std::string backend_name =
+      backends[parse_choice("--backend", parsed.value_or("--backend", "cpu"), backends)];
+  if (!parsed.has("--out")) {
+    throw ConfigError("--out is missing: give the path of the profile to write, e.g. --out "
+                      "profiles/cpu-comm.toml");
+  }
+  const std::string out_path = *parsed.value("--out");
+  runtime::CommProfileOptions request;
+  if (parsed.has("--collectives")) {
+    for (const std::string& name : split_list(*parsed.value("--collectives"))) {
+      Collective kind;
+      if (!parse_collective(name, &kind)) {
+        throw ConfigError("--collectives: '" + name +
+                          "' is not a collective; allowed: all_reduce, reduce_scatter, "
+                          "all_gather, all_to_all, send_recv");
+      }
+      request.kinds.push_back(kind);
+    }
+  }
+  if (parsed.has("--group-sizes")) {
+    for (const std::string& g : split_list(*parsed.value("--group-sizes"))) {
+      request.group_sizes.push_back(parse_int_in_range("--group-sizes", g, 2, 1 << 20));
+    }
+  }
+  if (parsed.has("--min-bytes")) {
+    request.min_bytes = parse_positive_int("--min-bytes", *parsed.value("--min-bytes"));
+  }
+  if (parsed.has("--max-bytes")) {
+    request.max_bytes = parse_positive_int("--max-bytes", *parsed.value("--max-bytes"));
+  }
+  if (parsed.has("--budget")) {
+    request.budget_s = parse_positive_double("--budget", *parsed.value("--budget"));
+  }
+  if (parsed.has("--dtype")) {
+    const std::vector<std::string> dtypes = {"fp32", "bf16"};
+    request.dtype = parse_choice("--dtype", *parsed.value("--dtype"), dtypes) == 0
+                        ? runtime::ScalarType::fp32
+                        : runtime::ScalarType::bf16;
+  }
+  // The base profile is read before anything is measured: a bad path fails
+  // in a second, not after the run.
+  std::string base_name = parsed.value_or("--base", "");
+  if (base_name.empty()) {
+    std::FILE* existing = std::fopen(out_path.c_str(), "r");
+    if (existing != nullptr) {
+      std::fclose(existing);
+      base_name = out_path;
+    } else {
+      base_name = backend_name == "cpu" ? "cpu-generic" : "h200";
+    }
+  }
+  const DeviceProfile base = load_profile(base_name);
+  if ((base.backend == "cpu" && backend_name == "cuda") ||
+      (base.backend == "cuda" && backend_name == "cpu")) {
+    throw ConfigError("--base " + base_name + ": a " + base.backend +
+                      " profile; --backend " + backend_name + " needs a " + backend_name +
+                      " or datasheet profile");
+  }
+
+  std::unique_ptr<runtime::Backend> backend;
+  try {
+    backend = runtime::make_backend(backend_name);
+  } catch (const BackendError& e) {
+    throw ConfigError(std::string("--backend ") + backend_name + ": " + e.what());
+  }
+  std::unique_ptr<runtime::Communicator> world = runtime::make_world_communicator(*backend);
+  const runtime::CommProfileOptions resolved =
+      runtime::resolve_comm_profile_options(request, backend->device(), world->size());
+  if (parsed.has("--dry-run")) {
+    if (world->rank() == 0) {
+      std::printf("profile --comm: %d rank(s), engine %s, %zu collective(s), sizes %lld..%lld B "
+                  "x%g, budget %g s per point, base %s -> %s\n",
+                  world->size(), world->engine().c_str(), resolved.kinds.size(),
+                  static_cast<long long>(resolved.min_bytes),
+                  static_cast<long long>(resolved.max_bytes), resolved.size_factor,
+                  resolved.budget_s, base_name.c_str(), out_path.c_str());
+    }
+    return 0;
+  }
+  request.progress = (parsed.has("--quiet") || world->rank() != 0) ? nullptr : stderr;
+  runtime::CommProfileResult result;
+  try {
+    result = runtime::run_comm_profile(*backend, *world, request);
+  } catch (const ConfigError&) {
+    throw;  // the same on every rank (checked before any communication)
+  } catch (const Interrupted&) {
+    throw;  // every rank stops at the same sample
+  } catch (const std::exception& e) {
+    // One rank's engine failure: the others would wait forever in the next
+    // collective; end the whole job.
+    std::fprintf(stderr, "modar profile: rank %d: %s\n", world->rank(), e.what());
+    runtime::abort_world(1);
+  }
+  DeviceProfile profile = runtime::with_measured_network(base, result);
+  std::string stem = out_path.substr(out_path.find_last_of('/') == std::string::npos
+                                         ? 0
+                                         : out_path.find_last_of('/') + 1);
+  if (stem.size() > 5 && stem.substr(stem.size() - 5) == ".toml") {
+    stem.resize(stem.size() - 5);
+  }
+  profile.name = stem.empty() ? base.name : stem;
+  // Rank 0 writes; every rank learns whether it worked (exit codes agree).
+  double written = 1.0;
+  std::string error;
+  if (world->rank() == 0) {
+    try {
+      check_profile_usable(parse_profile_toml(to_toml(profile), out_path), out_path);
+      save_profile_atomically(profile, out_path);
+    } catch (const std::exception& e) {
+      written = 0.0;
+      error = e.what();
+    }
+  }
+  std::unique_ptr<runtime::Backend> host = runtime::make_cpu_backend();
+  std::unique_ptr<runtime::Communicator> control =
+      backend->device() == runtime::DeviceKind::cpu ? world->split(0, world->rank())
+                                                    : runtime::make_world_communicator(*host);
+  control->broadcast(runtime::make_view(&written, runtime::ScalarType::fp64,
+                                        runtime::DeviceKind::cpu, {1}),
+                     0);
+  if (written == 0.0) {
+    throw FileError(world->rank() == 0 ? error : "rank 0 could not write " + out_path);
+  }
+  if (world->rank() == 0) {
+    std::fputs(runtime::comm_profile_table(result).c_str(), stdout);
+    std::printf("wrote %s: [network] of %s measured with %s, %d ranks (%d per node), %zu points; "
+                "intra-node busbw %.3f GB/s, latency %.2f us\n",
+                out_path.c_str(), base.name.c_str(), world->engine().c_str(), result.world_size,
+                result.ranks_per_node, result.measurements.size(),
+                result.intra_node.bus_bandwidth / 1e9, result.intra_node.latency_s * 1e6);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int cmd_profile(const Args& args) {
   if (wants_help(args)) {
-    std::fputs(usage_text("profile", "--backend cpu|cuda --out PATH [--quick] [--resume]", kFlags,
+    std::fputs(usage_text("profile",
+                          "--backend cpu|cuda --out PATH [--quick] [--resume] | --comm (under mpirun)",
+                          kFlags,
                           kDescription)
                    .c_str(),
                stdout);
     return 0;
   }
   const ParsedArgs parsed = parse_args(args, kFlags, "profile", 0, 0);
+  if (parsed.has("--comm")) {
+    return cmd_profile_comm(parsed);
+  }
+  for (const char* comm_only :
+       {"--base", "--collectives", "--group-sizes", "--min-bytes", "--max-bytes"}) {
+    if (parsed.has(comm_only)) {
+      throw ConfigError(std::string(comm_only) + ": only used with --comm");
+    }
+  }
   // Only what the user said; the defaults belong to the library
   // (runtime::resolve_profile_options), shared with modar.profile().
   runtime::ProfileRequest request;

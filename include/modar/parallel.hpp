@@ -33,8 +33,9 @@ const char* to_string(NetLevel level);
 double collective_bus_factor(Collective kind, int64_t ranks);
 // Seconds for one collective of `bytes` (the full vector: all-reduce input,
 // all-gather output, reduce-scatter input, one send) over `ranks` ranks at
-// `level`: a measured table of the level when it covers the size (log-log
-// interpolation, rescaled to `ranks` by the bus factor), else
+// `level`: a measured table of the level when one covers the size (log-log
+// interpolation; of the tables of this kind, the one measured at the group
+// size nearest `ranks`, rescaled to `ranks` by the bus factor), else
 // latency x steps + factor x bytes / bus_bandwidth, steps = ceil(log2 p)
 // (x2 for all-reduce; 1 for send/recv).  0 for ranks <= 1 or bytes <= 0.
 // At the inter-node level a group with `members_per_node` ranks in each node

@@ -49,6 +49,7 @@
 #include "loss.cuh"
 #include "modar/errors.hpp"
 #include "modar/runtime/backend.hpp"
+#include "modar/runtime/comm.hpp"
 #include "norm.cuh"
 #include "rope.cuh"
 #include "topk.cuh"
@@ -133,6 +134,8 @@ class CudaBackend final : public Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string name() const override { return name_; }
+  cudaStream_t stream() const { return stream_; }
+  int device_index() const { return device_; }
   DeviceKind device() const override { return DeviceKind::cuda; }
   DeviceFacts facts() const override { return cuda_device_facts(device_); }
   // Every op of the table in fp32 / bf16 storage (and i32 for copy / fill);
@@ -864,7 +867,28 @@ MODAR_BACKEND_EXECUTE(CudaBackend)
 }  // namespace
 
 std::unique_ptr<Backend> make_cuda_backend() {
-  return std::make_unique<CudaBackend>(0);
+  // Under mpirun each rank of a node takes its own GPU (comm.hpp): the
+  // node-local rank modulo the devices present; device 0 when not launched.
+  const int local_rank = launcher_local_rank();
+  return std::make_unique<CudaBackend>(local_rank == 0 ? 0 : local_rank % device_count_or_throw());
+}
+
+void* cuda_backend_stream(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  if (cuda == nullptr) {
+    throw BackendError("cuda_backend_stream: backend '" + backend.name() +
+                       "' is not a CUDA backend");
+  }
+  return cuda->stream();
+}
+
+int cuda_backend_device(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  if (cuda == nullptr) {
+    throw BackendError("cuda_backend_device: backend '" + backend.name() +
+                       "' is not a CUDA backend");
+  }
+  return cuda->device_index();
 }
 
 DeviceFacts cuda_device_facts(int device) {

@@ -98,8 +98,14 @@ int64_t cuda_l2_cache_bytes(int device = 0);
 // The backend's DeviceFacts (Backend::facts() of a CUDA backend on `device`).
 DeviceFacts cuda_device_facts(int device = 0);
 
-// The CUDA backend on device 0 (make_backend("cuda") calls it through the
-// registry); throws BackendError("no CUDA device: ...") without a GPU.
+// The CUDA backend (make_backend("cuda") calls it through the registry) on
+// device 0, or under mpirun on device (node-local rank mod device count), so
+// that the ranks of a node use one GPU each (comm.hpp); throws
+// BackendError("no CUDA device: ...") without a GPU.
 std::unique_ptr<Backend> make_cuda_backend();
+// The backend's cudaStream_t (as void*: no CUDA header here) and device
+// ordinal, for the NCCL communicator; BackendError for a non-CUDA backend.
+void* cuda_backend_stream(const Backend& backend);
+int cuda_backend_device(const Backend& backend);
 
 }  // namespace modar::runtime

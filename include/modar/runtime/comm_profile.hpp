@@ -1,0 +1,110 @@
+// modar/runtime/comm_profile.hpp: measure the collectives of a communicator
+// (`modar profile --comm`, run under mpirun) and turn them into the [network]
+// tables of a device profile (modar/profile.hpp), which the planner
+// interpolates (cost_models/network.cpp, collective_time_s).
+//
+// Definitions are nccl-tests' (NVIDIA/nccl-tests doc/PERFORMANCE.md):
+//   size        bytes of the full vector: all-reduce buffer, reduce-scatter
+//               input, all-gather output, all-to-all buffer per rank, one
+//               send of send/recv (the convention of collective_time_s);
+//   algbw       size / time;
+//   busbw       algbw x collective_bus_factor(kind, ranks): 2(p-1)/p for
+//               all-reduce, (p-1)/p for reduce-scatter / all-gather /
+//               all-to-all, 1 for send/recv (each rank sends to the next and
+//               receives from the previous of its group, at once).
+// How a point (kind, group size, size) is timed:
+//   * the group is ranks [0, g) of node 0 (intra_node) or the first rank of
+//     each of g nodes (inter_node: one rank per node, so the table is per NIC
+//     as the planner reads it); the other ranks wait; groups are measured one
+//     at a time, like nccl-tests;
+//   * `warmup` untimed calls; one probe call sets `inner`, the calls per
+//     sample, so that a sample lasts about `sample_s`;
+//   * each sample: the group synchronises (device sync + barrier), times
+//     `inner` back-to-back calls with the backend's timer (steady_clock on the
+//     CPU, CUDA events on a GPU), and divides; the sample of the group is the
+//     MAX over its ranks (a step waits for the slowest rank; nccl-tests
+//     averages over ranks instead);
+//   * samples until `budget_s` is spent (at least min_repeats, at most
+//     max_repeats); the median is the time, (p90 - p10) / median the spread.
+// Buffers are filled with zeros (no denormals, sums stay finite).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "modar/parallel.hpp"
+#include "modar/profile.hpp"
+#include "modar/runtime/backend.hpp"
+#include "modar/runtime/comm.hpp"
+
+namespace modar::runtime {
+
+struct CommProfileOptions {
+  std::vector<Collective> kinds;  // empty: all five
+  std::vector<int> group_sizes;   // empty: 2, 4, 8, ... <= the level's ranks, and that count
+  int64_t min_bytes = 0;          // 0: 1 KiB
+  int64_t max_bytes = 0;          // 0: 16 MiB on the CPU, 1 GiB on a GPU
+  double size_factor = 0.0;       // 0: x4 on the CPU, x2 on a GPU
+  ScalarType dtype = ScalarType::fp32;
+  int warmup = 5;                 // untimed calls per point (nccl-tests -w 5)
+  int min_repeats = 5;
+  int max_repeats = 50;
+  double budget_s = 0.0;          // per point; 0: 0.2 s on the CPU, 0.1 s on a GPU
+  double sample_s = 0.0;          // one sample; 0: 2 ms on the CPU, 1 ms on a GPU
+  FILE* progress = nullptr;       // one line per point (rank 0 only)
+};
+
+// What the options resolve to for this backend and world (the defaults above
+// filled in; ConfigError naming the field for a bad value).
+CommProfileOptions resolve_comm_profile_options(const CommProfileOptions& request,
+                                                DeviceKind device, int world_size);
+
+struct CommMeasurement {
+  Collective kind = Collective::all_reduce;
+  NetLevel level = NetLevel::intra_node;
+  int ranks = 2;
+  int64_t bytes = 0;
+  double median_s = 0.0;
+  double p10_s = 0.0;
+  double p90_s = 0.0;
+  int repeats = 0;
+  int inner = 0;  // calls per sample
+  double algbw() const { return median_s > 0 ? static_cast<double>(bytes) / median_s : 0.0; }
+  double busbw() const { return algbw() * collective_bus_factor(kind, ranks); }
+  double spread() const { return median_s > 0 ? (p90_s - p10_s) / median_s : 0.0; }
+};
+
+struct CommProfileResult {
+  std::vector<CommMeasurement> measurements;
+  int world_size = 1;
+  int ranks_per_node = 1;
+  int nodes = 1;
+  bool inter_node_measured = false;
+  // The levels measured: tables per (kind, group size), bus_bandwidth = the
+  // all-reduce busbw at the largest size and group, latency_s = the smallest
+  // all-reduce time / its 2 ceil(log2 p) steps.
+  NetworkLevel intra_node;
+  NetworkLevel inter_node;
+  std::map<std::string, std::string> provenance;  // network_* keys
+};
+
+// Collective over `world` (every rank calls it; the result is the same on
+// every rank).  `backend` owns the buffers (its device must be world's).
+// Throws ConfigError when the world has one rank ("run under mpirun"),
+// Interrupted on Ctrl-C (every rank stops at the same point).
+CommProfileResult run_comm_profile(Backend& backend, Communicator& world,
+                                   const CommProfileOptions& options);
+
+// `base` with its [network] replaced by the measured levels (the level not
+// measured is kept from base, or, without one, copied from the measured level
+// and named so), gpus_per_node = ranks per node, provenance network_* added.
+DeviceProfile with_measured_network(const DeviceProfile& base, const CommProfileResult& result);
+
+// nccl-tests-like table: one line per point (kind, level, ranks, bytes, time,
+// spread, algbw, busbw).
+std::string comm_profile_table(const CommProfileResult& result);
+
+}  // namespace modar::runtime

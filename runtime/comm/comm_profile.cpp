@@ -1,0 +1,512 @@
+// runtime/comm/comm_profile.cpp: `modar profile --comm`, the collectives timed
+// over message sizes and group sizes (definitions and procedure:
+// modar/runtime/comm_profile.hpp), and the [network] levels fitted to them.
+#include "modar/runtime/comm_profile.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <ctime>
+#include <sstream>
+
+#include "comm_internal.hpp"
+#include "modar/errors.hpp"
+#include "modar/runtime/host_facts.hpp"
+#include "modar/runtime/profiler.hpp"
+
+namespace modar::runtime {
+
+namespace {
+
+constexpr int64_t kKiB = 1024;
+constexpr int64_t kMiB = 1024 * kKiB;
+constexpr int64_t kGiB = 1024 * kMiB;
+
+std::string number_text(double value, int digits = 4) {
+  std::ostringstream out;
+  out.precision(digits);
+  out << value;
+  return out.str();
+}
+
+// Powers of two up to `ranks`, and `ranks` itself.
+std::vector<int> default_group_sizes(int ranks) {
+  std::vector<int> sizes;
+  for (int g = 2; g <= ranks; g *= 2) {
+    sizes.push_back(g);
+  }
+  if (ranks >= 2 && (sizes.empty() || sizes.back() != ranks)) {
+    sizes.push_back(ranks);
+  }
+  return sizes;
+}
+
+// The buffers of one call: elements of `in` and `out` for a vector of `count`
+// elements over `g` ranks (count already a multiple of g where it must be).
+struct CallSizes {
+  int64_t in = 0;
+  int64_t out = 0;
+};
+CallSizes call_sizes(Collective kind, int64_t count, int g) {
+  switch (kind) {
+    case Collective::all_reduce:
+      return {count, 0};
+    case Collective::reduce_scatter:
+      return {count, count / g};
+    case Collective::all_gather:
+      return {count / g, count};
+    case Collective::all_to_all:
+    case Collective::send_recv:
+      return {count, count};
+  }
+  return {count, count};
+}
+
+void run_once(Communicator& group, Collective kind, const TensorView& in, const TensorView& out) {
+  switch (kind) {
+    case Collective::all_reduce:
+      group.all_reduce(in, ReduceOp::sum);
+      return;
+    case Collective::reduce_scatter:
+      group.reduce_scatter(in, out);
+      return;
+    case Collective::all_gather:
+      group.all_gather(in, out);
+      return;
+    case Collective::all_to_all:
+      group.all_to_all(in, out);
+      return;
+    case Collective::send_recv: {
+      const int g = group.size();
+      group.send_recv(in, (group.rank() + 1) % g, out, (group.rank() + g - 1) % g);
+      return;
+    }
+  }
+}
+
+// The level's fitted figures from its tables (comm_profile.hpp).
+void fit_level(NetworkLevel& level, const std::vector<CommMeasurement>& points, NetLevel which) {
+  const CommMeasurement* largest = nullptr;   // all-reduce, largest group, largest size
+  const CommMeasurement* smallest = nullptr;  // all-reduce, largest group, smallest size
+  double best_busbw = 0.0;
+  for (const CommMeasurement& m : points) {
+    if (m.level != which) {
+      continue;
+    }
+    best_busbw = std::max(best_busbw, m.busbw());
+    if (m.kind != Collective::all_reduce) {
+      continue;
+    }
+    if (largest == nullptr || m.ranks > largest->ranks ||
+        (m.ranks == largest->ranks && m.bytes > largest->bytes)) {
+      largest = &m;
+    }
+    if (smallest == nullptr || m.ranks > smallest->ranks ||
+        (m.ranks == smallest->ranks && m.bytes < smallest->bytes)) {
+      smallest = &m;
+    }
+  }
+  level.bus_bandwidth = largest != nullptr ? largest->busbw() : best_busbw;
+  if (smallest != nullptr) {
+    const double steps = 2.0 * std::ceil(std::log2(static_cast<double>(smallest->ranks)));
+    level.latency_s = smallest->median_s / std::max(1.0, steps);
+  }
+  // Tables: one per (kind, group size), ascending sizes.
+  level.tables.clear();
+  for (const CommMeasurement& m : points) {
+    if (m.level != which) {
+      continue;
+    }
+    auto it = std::find_if(level.tables.begin(), level.tables.end(), [&](const CollectiveTable& t) {
+      return t.kind == m.kind && t.ranks == m.ranks;
+    });
+    if (it == level.tables.end()) {
+      CollectiveTable table;
+      table.kind = m.kind;
+      table.ranks = m.ranks;
+      level.tables.push_back(table);
+      it = level.tables.end() - 1;
+    }
+    it->sizes_bytes.push_back(static_cast<double>(m.bytes));
+    it->times_s.push_back(m.median_s);
+  }
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return text;
+}
+
+}  // namespace
+
+CommProfileOptions resolve_comm_profile_options(const CommProfileOptions& request,
+                                                DeviceKind device, int world_size) {
+  CommProfileOptions o = request;
+  const bool gpu = device == DeviceKind::cuda;
+  if (o.kinds.empty()) {
+    for (int i = 0; i < kCollectiveCount; ++i) {
+      o.kinds.push_back(static_cast<Collective>(i));
+    }
+  }
+  if (o.min_bytes == 0) {
+    o.min_bytes = kKiB;
+  }
+  if (o.max_bytes == 0) {
+    o.max_bytes = gpu ? kGiB : 16 * kMiB;
+  }
+  if (o.size_factor == 0.0) {
+    o.size_factor = gpu ? 2.0 : 4.0;
+  }
+  if (o.budget_s == 0.0) {
+    o.budget_s = gpu ? 0.1 : 0.2;
+  }
+  if (o.sample_s == 0.0) {
+    o.sample_s = gpu ? 1e-3 : 2e-3;
+  }
+  auto fail = [](const std::string& field, const std::string& value, const std::string& allowed) {
+    throw ConfigError("comm_profile." + field + " = " + value + ": " + allowed);
+  };
+  if (o.min_bytes < 16) {
+    fail("min_bytes", std::to_string(o.min_bytes), "must be >= 16");
+  }
+  if (o.max_bytes < o.min_bytes || o.max_bytes > 64 * kGiB) {
+    fail("max_bytes", std::to_string(o.max_bytes),
+         "must be in [min_bytes = " + std::to_string(o.min_bytes) + ", 64 GiB]");
+  }
+  if (!(o.size_factor >= 1.1 && o.size_factor <= 1024.0)) {
+    fail("size_factor", number_text(o.size_factor), "must be in [1.1, 1024]");
+  }
+  if (o.warmup < 0 || o.warmup > 1000) {
+    fail("warmup", std::to_string(o.warmup), "must be in [0, 1000]");
+  }
+  if (o.min_repeats < 1 || o.max_repeats < o.min_repeats || o.max_repeats > 100000) {
+    fail("min_repeats", std::to_string(o.min_repeats) + " (max_repeats " +
+                            std::to_string(o.max_repeats) + ")",
+         "must satisfy 1 <= min_repeats <= max_repeats <= 100000");
+  }
+  if (!(o.budget_s > 0.0 && o.budget_s <= 3600.0)) {
+    fail("budget_s", number_text(o.budget_s), "must be in (0, 3600] seconds");
+  }
+  if (!(o.sample_s > 0.0 && o.sample_s <= 10.0)) {
+    fail("sample_s", number_text(o.sample_s), "must be in (0, 10] seconds");
+  }
+  if (o.dtype == ScalarType::i32) {
+    fail("dtype", "i32", "must be fp64, fp32 or bf16");
+  }
+  for (int g : o.group_sizes) {
+    if (g < 2 || g > world_size) {
+      fail("group_sizes", std::to_string(g),
+           "must be in [2, " + std::to_string(world_size) + "] (the ranks mpirun started)");
+    }
+  }
+  return o;
+}
+
+CommProfileResult run_comm_profile(Backend& backend, Communicator& world,
+                                   const CommProfileOptions& request) {
+  if (world.size() < 2) {
+    throw ConfigError(
+        "profile --comm: the world has 1 rank (engine " + world.engine() +
+        "): communication needs at least 2; run it under mpirun, e.g. mpirun -np 4 modar profile "
+        "--comm --backend " + std::string(to_string(backend.device())) + " --out PATH");
+  }
+  if (world.device() != backend.device()) {
+    throw ConfigError(std::string("profile --comm: the communicator's device (") +
+                      to_string(world.device()) + ") is not the backend's (" +
+                      to_string(backend.device()) + ")");
+  }
+  const CommProfileOptions o = resolve_comm_profile_options(request, backend.device(), world.size());
+  // Control traffic (sample times, stop decisions) over MPI on the host, so
+  // that it never competes with the measured engine's device stream.
+  std::unique_ptr<Backend> host_backend = make_cpu_backend();
+  std::unique_ptr<Communicator> control_world = backend.device() == DeviceKind::cpu
+                                                    ? world.split(0, world.rank())
+                                                    : make_world_communicator(*host_backend);
+  const int rank = world.rank();
+  const int size = world.size();
+  CommProfileResult result;
+  result.world_size = size;
+  result.ranks_per_node = std::max(1, comm_detail::mpi_world_ranks_on_node());
+  if (size % result.ranks_per_node != 0) {
+    result.ranks_per_node = size;  // irregular placement: treat as one node
+  }
+  result.nodes = size / result.ranks_per_node;
+  result.inter_node_measured = result.nodes >= 2;
+
+  // Buffers for the largest point.
+  const int64_t element_bytes = scalar_bytes(o.dtype);
+  const int64_t max_count = o.max_bytes / element_bytes;
+  Tensor in_buffer(backend, {max_count}, o.dtype);
+  Tensor out_buffer(backend, {max_count}, o.dtype);
+  backend.fill(in_buffer, 0.0);
+  backend.fill(out_buffer, 0.0);
+  backend.synchronize();
+
+  std::vector<int64_t> byte_sizes;
+  for (double b = static_cast<double>(o.min_bytes); b <= static_cast<double>(o.max_bytes) * 1.0001;
+       b *= o.size_factor) {
+    byte_sizes.push_back(static_cast<int64_t>(std::llround(b)));
+  }
+
+  struct Level {
+    NetLevel level;
+    int ranks;  // ranks available to groups of this level
+  };
+  std::vector<Level> levels = {{NetLevel::intra_node, result.ranks_per_node}};
+  if (result.inter_node_measured) {
+    levels.push_back({NetLevel::inter_node, result.nodes});
+  }
+  const auto started = std::chrono::steady_clock::now();
+  for (const Level& level : levels) {
+    std::vector<int> groups;
+    for (int g : (o.group_sizes.empty() ? default_group_sizes(level.ranks) : o.group_sizes)) {
+      if (g >= 2 && g <= level.ranks) {
+        groups.push_back(g);
+      }
+    }
+    for (int g : groups) {
+      // Members: ranks [0, g) of node 0, or local rank 0 of nodes [0, g).
+      const int node = rank / result.ranks_per_node;
+      const int local = rank % result.ranks_per_node;
+      const bool member = level.level == NetLevel::intra_node ? (node == 0 && local < g)
+                                                              : (local == 0 && node < g);
+      std::unique_ptr<Communicator> group = world.split(member ? 0 : -1, rank);
+      std::unique_ptr<Communicator> control = control_world->split(member ? 0 : -1, rank);
+      if (member) {
+        for (Collective kind : o.kinds) {
+          for (int64_t bytes : byte_sizes) {
+            int64_t count = bytes / element_bytes;
+            if (kind != Collective::all_reduce && kind != Collective::send_recv) {
+              count -= count % g;
+            }
+            if (count < g) {
+              continue;
+            }
+            const CallSizes sizes = call_sizes(kind, count, g);
+            const TensorView in = slice(in_buffer.view(), 0, sizes.in);
+            const TensorView out =
+                sizes.out > 0 ? slice(out_buffer.view(), 0, sizes.out) : TensorView{};
+            for (int i = 0; i < o.warmup; ++i) {
+              run_once(*group, kind, in, out);
+            }
+            std::unique_ptr<Timer> timer = backend.make_timer();
+            // One sample of `inner` calls; returns the max over the group of
+            // the seconds per call, and whether any rank was interrupted.
+            auto sample = [&](int inner) {
+              backend.synchronize();
+              control->barrier();
+              timer->start();
+              for (int i = 0; i < inner; ++i) {
+                run_once(*group, kind, in, out);
+              }
+              timer->stop();
+              double values[2] = {timer->elapsed_s() / inner, interrupt_requested() ? 1.0 : 0.0};
+              control->all_reduce(make_view(values, ScalarType::fp64, DeviceKind::cpu, {2}),
+                                  ReduceOp::max);
+              if (values[1] != 0.0) {
+                throw Interrupted("interrupted (Ctrl-C) during profile --comm");
+              }
+              return values[0];
+            };
+            const double probe_s = sample(1);
+            const int inner = static_cast<int>(
+                std::clamp(std::ceil(o.sample_s / std::max(probe_s, 1e-9)), 1.0, 10000.0));
+            std::vector<double> samples;
+            double spent_s = probe_s;
+            while (static_cast<int>(samples.size()) < o.min_repeats ||
+                   (spent_s < o.budget_s && static_cast<int>(samples.size()) < o.max_repeats)) {
+              const double s = sample(inner);
+              samples.push_back(s);
+              spent_s += s * inner;
+            }
+            const TimingStats stats = summarize_samples(samples);
+            CommMeasurement m;
+            m.kind = kind;
+            m.level = level.level;
+            m.ranks = g;
+            m.bytes = count * element_bytes;
+            m.median_s = stats.median_s;
+            m.p10_s = stats.p10_s;
+            m.p90_s = stats.p90_s;
+            m.repeats = static_cast<int>(stats.repeats);
+            m.inner = inner;
+            result.measurements.push_back(m);
+            if (o.progress != nullptr && rank == 0) {
+              std::fprintf(o.progress,
+                           "profile --comm: %-14s %-10s ranks %d  %11lld B  %10.3f us  "
+                           "busbw %8.3f GB/s  (%d x %d calls, %.0f s)\n",
+                           to_string(kind), to_string(level.level), g,
+                           static_cast<long long>(m.bytes), m.median_s * 1e6, m.busbw() / 1e9,
+                           m.repeats, inner,
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
+                               .count());
+              std::fflush(o.progress);
+            }
+          }
+        }
+      }
+      group.reset();
+      control.reset();
+      control_world->barrier();
+    }
+  }
+
+  // Every rank gets rank 0's measurements (members of the last group know
+  // theirs only): broadcast them as doubles.
+  {
+    double points = static_cast<double>(result.measurements.size());
+    control_world->broadcast(make_view(&points, ScalarType::fp64, DeviceKind::cpu, {1}), 0);
+    const int64_t count = static_cast<int64_t>(points);
+    std::vector<double> packed(static_cast<size_t>(count) * 9);
+    for (size_t i = 0; i < result.measurements.size() && rank == 0; ++i) {
+      const CommMeasurement& m = result.measurements[i];
+      double* p = &packed[i * 9];
+      p[0] = static_cast<double>(m.kind);
+      p[1] = static_cast<double>(m.level);
+      p[2] = m.ranks;
+      p[3] = static_cast<double>(m.bytes);
+      p[4] = m.median_s;
+      p[5] = m.p10_s;
+      p[6] = m.p90_s;
+      p[7] = m.repeats;
+      p[8] = m.inner;
+    }
+    if (count > 0) {
+      control_world->broadcast(
+          make_view(packed.data(), ScalarType::fp64, DeviceKind::cpu, {count * 9}), 0);
+    }
+    result.measurements.clear();
+    for (int64_t i = 0; i < count; ++i) {
+      const double* p = &packed[static_cast<size_t>(i) * 9];
+      CommMeasurement m;
+      m.kind = static_cast<Collective>(static_cast<int>(p[0]));
+      m.level = static_cast<NetLevel>(static_cast<int>(p[1]));
+      m.ranks = static_cast<int>(p[2]);
+      m.bytes = static_cast<int64_t>(p[3]);
+      m.median_s = p[4];
+      m.p10_s = p[5];
+      m.p90_s = p[6];
+      m.repeats = static_cast<int>(p[7]);
+      m.inner = static_cast<int>(p[8]);
+      result.measurements.push_back(m);
+    }
+  }
+
+  const std::string engine = world.engine();
+  const bool nccl = engine.rfind("nccl", 0) == 0;
+  const std::string transport =
+      nccl ? "NCCL's choice: NVLink / NVSwitch or PCIe peer-to-peer within a node, the NICs "
+             "between nodes (NCCL_DEBUG=INFO prints it)"
+           : (result.nodes == 1 ? "shared memory within one node (Open MPI: btl vader / sm)"
+                                : "shared memory within nodes, Open MPI's network BTL between");
+  fit_level(result.intra_node, result.measurements, NetLevel::intra_node);
+  result.intra_node.name = "measured: " + engine + ", " +
+                           std::to_string(result.ranks_per_node) + " ranks per node (" +
+                           to_string(backend.device()) + ")";
+  if (result.inter_node_measured) {
+    fit_level(result.inter_node, result.measurements, NetLevel::inter_node);
+    result.inter_node.name = "measured: " + engine + ", one rank per node, " +
+                             std::to_string(result.nodes) + " nodes";
+  }
+  const HostFacts host = read_host_facts();
+  std::string env_settings;
+  for (const char* name : {"OMPI_MCA_btl", "OMPI_MCA_pml", "NCCL_ALGO", "NCCL_PROTO",
+                           "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_IB_HCA", "NCCL_NET"}) {
+    if (const char* value = std::getenv(name)) {
+      env_settings += std::string(env_settings.empty() ? "" : ", ") + name + "=" + value;
+    }
+  }
+  auto& p = result.provenance;
+  p["network_engine"] = engine;
+  p["network_transport"] = transport + (env_settings.empty() ? "" : " (" + env_settings + ")");
+  p["network_ranks"] = std::to_string(size);
+  p["network_ranks_per_node"] = std::to_string(result.ranks_per_node);
+  p["network_nodes"] = std::to_string(result.nodes);
+  p["network_device"] = backend.name() + (host.cpu_model.empty() ? "" : " on " + host.cpu_model) +
+                        ", " + std::to_string(host.logical_cpus) + " logical CPUs";
+  p["network_dtype"] = to_string(o.dtype);
+  p["network_how"] =
+      "modar profile --comm: nccl-tests definitions (size = full vector, algbw = size / time, "
+      "busbw = algbw x bus factor); one group at a time (ranks [0, g) of node 0; inter-node: "
+      "one rank per node); " + std::to_string(o.warmup) + " warm-up calls, samples of ~" +
+      number_text(o.sample_s * 1e3) + " ms of back-to-back calls, the max over the group's "
+      "ranks per sample, median of " + std::to_string(o.min_repeats) + ".." +
+      std::to_string(o.max_repeats) + " samples within " + number_text(o.budget_s) +
+      " s per point; sizes " + std::to_string(o.min_bytes) + ".." + std::to_string(o.max_bytes) +
+      " B by x" + number_text(o.size_factor);
+  p["network_date"] = utc_now();
+  // A shared machine's load is part of what was measured (oversubscribed
+  // ranks wait for a core): /proc/loadavg at the end of the run.
+  const std::string load = trim_text(read_text_or_empty("/proc/loadavg"));
+  if (!load.empty()) {
+    p["network_load_average"] = load.substr(0, load.find(' ', load.find(' ', load.find(' ') + 1) + 1)) +
+                                " (1, 5, 15 min, /proc/loadavg at the end of the run)";
+  }
+  p["network_points"] = std::to_string(result.measurements.size());
+  double worst_spread = 0.0;
+  for (const CommMeasurement& m : result.measurements) {
+    worst_spread = std::max(worst_spread, m.spread());
+  }
+  p["network_worst_spread"] = number_text(worst_spread, 3);
+  if (backend.device() == DeviceKind::cpu && result.ranks_per_node > host.logical_cpus &&
+      host.logical_cpus > 0) {
+    p["network_oversubscribed"] =
+        std::to_string(result.ranks_per_node) + " ranks on " + std::to_string(host.logical_cpus) +
+        " logical CPUs: ranks share cores, so times include waiting for a core (wall time)";
+  }
+  return result;
+}
+
+DeviceProfile with_measured_network(const DeviceProfile& base, const CommProfileResult& result) {
+  DeviceProfile profile = base;
+  const bool had_network = base.network.present;
+  NetworkProfile& net = profile.network;
+  net.present = true;
+  net.gpus_per_node = result.ranks_per_node;
+  auto keep_link = [](NetworkLevel measured, const NetworkLevel& old) {
+    measured.link_bandwidth = old.link_bandwidth;
+    return measured;
+  };
+  net.intra_node = keep_link(result.intra_node, base.network.intra_node);
+  if (result.inter_node_measured) {
+    net.inter_node = keep_link(result.inter_node, base.network.inter_node);
+  } else if (!had_network) {
+    net.inter_node = result.intra_node;
+    net.inter_node.tables.clear();
+    net.inter_node.name = "not measured (one node): the intra-node figures copied";
+  }
+  for (auto it = profile.provenance.begin(); it != profile.provenance.end();) {
+    it = it->first.rfind("network", 0) == 0 ? profile.provenance.erase(it) : std::next(it);
+  }
+  for (const auto& [key, value] : result.provenance) {
+    profile.provenance[key] = value;
+  }
+  if (!result.inter_node_measured) {
+    profile.provenance["network_inter_node"] =
+        had_network ? "not measured (one node): kept from the base profile"
+                    : "not measured (one node): the intra-node figures copied";
+  }
+  return profile;
+}
+
+std::string comm_profile_table(const CommProfileResult& result) {
+  std::ostringstream out;
+  char line[256];
+  std::snprintf(line, sizeof(line), "%-14s %-10s %5s %12s %12s %7s %10s %10s\n", "collective",
+                "level", "ranks", "size_B", "time_us", "spread", "algbw_GB/s", "busbw_GB/s");
+  out << line;
+  for (const CommMeasurement& m : result.measurements) {
+    std::snprintf(line, sizeof(line), "%-14s %-10s %5d %12lld %12.2f %7.3f %10.3f %10.3f\n",
+                  to_string(m.kind), to_string(m.level), m.ranks, static_cast<long long>(m.bytes),
+                  m.median_s * 1e6, m.spread(), m.algbw() / 1e9, m.busbw() / 1e9);
+    out << line;
+  }
+  return out.str();
+}
+
+}  // namespace modar::runtime

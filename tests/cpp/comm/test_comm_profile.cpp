@@ -1,0 +1,169 @@
+// tests/cpp/comm/test_comm_profile.cpp: `modar profile --comm`'s library part
+// (run_comm_profile, with_measured_network) and the planner's reading of the
+// tables it writes (collective_time_s).  Run alone and under mpirun -np 2 / 4
+// with the other communicator tests; the expected numbers are nccl-tests'
+// formulas and log-log interpolation worked by hand, not the code's output.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "modar/errors.hpp"
+#include "modar/parallel.hpp"
+#include "modar/profile.hpp"
+#include "modar/runtime/backend.hpp"
+#include "modar/runtime/comm.hpp"
+#include "modar/runtime/comm_profile.hpp"
+
+namespace modar::runtime {
+namespace {
+
+struct World {
+  std::unique_ptr<Backend> cpu = make_cpu_backend();
+  std::unique_ptr<Communicator> comm = make_world_communicator(*cpu);
+};
+World& world() {
+  static World w;
+  return w;
+}
+
+CommProfileOptions tiny() {
+  CommProfileOptions o;
+  o.min_bytes = 1024;
+  o.max_bytes = 4096;
+  o.size_factor = 4.0;  // 1024, 4096
+  o.warmup = 1;
+  o.min_repeats = 3;
+  o.max_repeats = 3;
+  o.budget_s = 1e-3;
+  o.sample_s = 1e-4;
+  return o;
+}
+
+TEST(CommProfile, OneRankIsRefusedWithTheWayOut) {
+  if (world().comm->size() > 1) {
+    GTEST_SKIP() << "this world has " << world().comm->size() << " ranks";
+  }
+  try {
+    run_comm_profile(*world().cpu, *world().comm, tiny());
+    FAIL() << "a one-rank world was profiled";
+  } catch (const ConfigError& error) {
+    EXPECT_NE(std::string(error.what()).find("mpirun"), std::string::npos) << error.what();
+  }
+}
+
+TEST(CommProfile, MeasuresEveryPointAndWritesTablesThePlannerReads) {
+  Communicator& comm = *world().comm;
+  const int p = comm.size();
+  if (p == 1) {
+    GTEST_SKIP() << "profile --comm needs 2 ranks (the world has 1)";
+  }
+  const CommProfileResult result = run_comm_profile(*world().cpu, comm, tiny());
+  // One node here: groups 2, 4, ... <= p, and p.
+  std::vector<int> groups;
+  for (int g = 2; g <= p; g *= 2) {
+    groups.push_back(g);
+  }
+  if (groups.back() != p) {
+    groups.push_back(p);
+  }
+  ASSERT_EQ(result.ranks_per_node, p);
+  EXPECT_FALSE(result.inter_node_measured);
+  ASSERT_EQ(result.measurements.size(), 5u * groups.size() * 2u);
+  for (const CommMeasurement& m : result.measurements) {
+    EXPECT_TRUE(m.bytes == 1024 || m.bytes == 4096) << m.bytes;
+    EXPECT_GT(m.median_s, 0.0);
+    EXPECT_LE(m.p10_s, m.median_s);
+    EXPECT_GE(m.p90_s, m.median_s);
+    EXPECT_EQ(m.repeats, 3);
+    // nccl-tests: busbw = size / time x {2(p-1)/p, (p-1)/p, 1}.
+    const double g = m.ranks;
+    const double factor = m.kind == Collective::all_reduce  ? 2.0 * (g - 1) / g
+                          : m.kind == Collective::send_recv ? 1.0
+                                                            : (g - 1) / g;
+    EXPECT_DOUBLE_EQ(m.busbw(), static_cast<double>(m.bytes) / m.median_s * factor);
+  }
+  // Every rank holds rank 0's numbers.
+  double sum = 0;
+  for (const CommMeasurement& m : result.measurements) {
+    sum += m.median_s;
+  }
+  double extremes[2] = {sum, -sum};
+  comm.all_reduce(make_view(extremes, ScalarType::fp64, DeviceKind::cpu, {2}), ReduceOp::max);
+  EXPECT_EQ(extremes[0], sum);
+  EXPECT_EQ(-extremes[1], sum);
+
+  // Into a profile, through TOML, back: the planner's times at the measured
+  // sizes are the medians; between them the log-log midpoint (geometric mean).
+  const DeviceProfile profile = with_measured_network(load_profile("cpu-generic"), result);
+  const DeviceProfile back = parse_profile_toml(to_toml(profile), "comm-test.toml");
+  check_profile_usable(back, "comm-test.toml");
+  ASSERT_TRUE(back.network.present);
+  EXPECT_EQ(back.network.gpus_per_node, p);
+  EXPECT_EQ(back.network.intra_node.tables.size(), 5u * groups.size());
+  EXPECT_TRUE(back.network.inter_node.tables.empty());
+  EXPECT_NE(back.network.inter_node.name.find("not measured"), std::string::npos);
+  EXPECT_EQ(back.provenance.at("network_ranks"), std::to_string(p));
+  EXPECT_EQ(back.provenance.at("network_engine").rfind("mpi (", 0), 0u);
+  const CommMeasurement* small = nullptr;
+  const CommMeasurement* large = nullptr;
+  for (const CommMeasurement& m : result.measurements) {
+    if (m.kind == Collective::reduce_scatter && m.ranks == p) {
+      (m.bytes == 1024 ? small : large) = &m;
+    }
+  }
+  ASSERT_TRUE(small && large);
+  const NetworkProfile& net = back.network;
+  EXPECT_NEAR(collective_time_s(net, Collective::reduce_scatter, 1024, p, NetLevel::intra_node),
+              small->median_s, 1e-9 * small->median_s);
+  EXPECT_NEAR(collective_time_s(net, Collective::reduce_scatter, 2048, p, NetLevel::intra_node),
+              std::sqrt(small->median_s * large->median_s), 1e-9 * large->median_s);
+  // A group twice as large as any measured: the largest table, rescaled by
+  // the bus factors (p-1)/p -> (2p-1)/(2p).
+  const double rescaled = large->median_s * ((2.0 * p - 1) / (2.0 * p)) / ((p - 1.0) / p);
+  EXPECT_NEAR(collective_time_s(net, Collective::reduce_scatter, 4096, 2 * p, NetLevel::intra_node),
+              rescaled, 1e-9 * rescaled);
+  // The fitted scalars: busbw of the largest all-reduce of the largest group,
+  // latency = its smallest all-reduce / 2 ceil(log2 p) steps.
+  for (const CommMeasurement& m : result.measurements) {
+    if (m.kind == Collective::all_reduce && m.ranks == p && m.bytes == 4096) {
+      EXPECT_NEAR(net.intra_node.bus_bandwidth, 4096.0 / m.median_s * 2.0 * (p - 1) / p,
+                  1e-9 * net.intra_node.bus_bandwidth);
+    }
+    if (m.kind == Collective::all_reduce && m.ranks == p && m.bytes == 1024) {
+      EXPECT_NEAR(net.intra_node.latency_s, m.median_s / (2.0 * std::ceil(std::log2(p))),
+                  1e-9 * m.median_s);
+    }
+  }
+  comm.barrier();
+}
+
+// The planner picks, among the tables of a kind, the one measured at the
+// group size nearest the asked one (log2), and rescales by the bus factor.
+TEST(CommProfile, PlannerUsesTheNearestGroupSize) {
+  NetworkProfile net;
+  net.present = true;
+  net.intra_node.bus_bandwidth = 1e9;
+  net.inter_node.bus_bandwidth = 1e9;
+  CollectiveTable two{Collective::all_reduce, 2, {1e3, 1e6}, {1e-5, 1e-3}};
+  CollectiveTable eight{Collective::all_reduce, 8, {1e3, 1e6}, {4e-5, 5e-3}};
+  net.intra_node.tables = {two, eight};
+  // Exact group sizes: the tables themselves.
+  EXPECT_DOUBLE_EQ(collective_time_s(net, Collective::all_reduce, 1e6, 2, NetLevel::intra_node), 1e-3);
+  EXPECT_DOUBLE_EQ(collective_time_s(net, Collective::all_reduce, 1e6, 8, NetLevel::intra_node), 5e-3);
+  // 16 ranks: nearest 8; bus factors 2*15/16 over 2*7/8.
+  EXPECT_DOUBLE_EQ(collective_time_s(net, Collective::all_reduce, 1e6, 16, NetLevel::intra_node),
+                   5e-3 * (30.0 / 16.0) / (14.0 / 8.0));
+  // 3 ranks: log2 3 = 1.58 is nearer 1 (2 ranks) than 3 (8 ranks).
+  EXPECT_DOUBLE_EQ(collective_time_s(net, Collective::all_reduce, 1e6, 3, NetLevel::intra_node),
+                   1e-3 * (4.0 / 3.0) / 1.0);
+  // 4 ranks: equally near 2 and 8 -> the larger, 8.
+  EXPECT_DOUBLE_EQ(collective_time_s(net, Collective::all_reduce, 1e6, 4, NetLevel::intra_node),
+                   5e-3 * 1.5 / 1.75);
+  // Outside the measured sizes: the formula (latency 0 here): factor x bytes / busbw.
+  EXPECT_DOUBLE_EQ(collective_time_s(net, Collective::all_reduce, 1e7, 8, NetLevel::intra_node),
+                   1.75 * 1e7 / 1e9);
+}
+
+}  // namespace
+}  // namespace modar::runtime
