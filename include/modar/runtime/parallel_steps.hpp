@@ -184,4 +184,65 @@ class PipelineTrainer {
   Buffer positions_;
 };
 
+// ---- tensor parallelism (Megatron), with or without sequence parallelism ----------
+
+struct TensorOptions {
+  bool sequence_parallel = false;  // parallel.sequence_parallel
+  int64_t zero_stage = 0;          // over the data group
+};
+
+// Megatron-LM's tensor-parallel layer (Shoeybi et al. 2019) on the runtime's
+// branches: each tensor rank holds heads / t query heads and kv_heads / t kv
+// heads (Wq, Wk, Wv column-parallel, Wo row-parallel) and d_ff / t of the MLP
+// (W_in / W_gate / W_up column-parallel, W_out row-parallel); a branch's
+// partial output is all-reduced over the tensor group, and so is the partial
+// gradient of its input in the backward.  With sequence parallelism
+// (Korthikanti et al. 2022) the residual stream, the depth reads of AttnRes /
+// DAR and their bank are sharded by sequence position: each branch input is
+// all-gathered and each branch output (and input gradient) reduce-scattered.
+// The branch's RMSNorm sits inside the branch here, after the gather (it runs
+// on the full sequence on every rank), and its weight's gradient is
+// all-reduced over the tensor group.  Embedding, final norm and head are
+// replicated.  Dense, AttnRes and DAR models (MoD: ConfigError).
+class TensorParallelTrainer {
+ public:
+  TensorParallelTrainer(Backend& backend, const Config& config, const ModelOptions& options,
+                        ProcessGroups& groups, const TensorOptions& tensor);
+  ~TensorParallelTrainer();
+  TensorParallelTrainer(const TensorParallelTrainer&) = delete;
+  TensorParallelTrainer& operator=(const TensorParallelTrainer&) = delete;
+
+  // tokens, targets: this data rank's rows, the same on every tensor rank.
+  StepResult train_step(const TensorView& tokens, const TensorView& targets);
+
+  ParameterSet& parameters() { return params_; }
+  const MemoryTracker& memory() const { return tracker_; }
+
+ private:
+  struct Layer;
+  Context context() { return Context{backend_, &tracker_, options_.dtype}; }
+  // [b, s / t, d] shards <-> [b, s, d] (sequence parallelism).
+  Buffer gather_sequence(const TensorView& shard);
+  Buffer scatter_sequence_sum(const TensorView& partial);
+  Buffer take_sequence_shard(const TensorView& full);
+  // A branch's partial output / input gradient made whole (all-reduce), or
+  // its reduce-scattered sequence shard.
+  Buffer reduce_branch(Buffer partial);
+
+  Backend& backend_;
+  Config config_;
+  ModelOptions options_;
+  ProcessGroups& groups_;
+  TensorOptions tensor_;
+  MemoryTracker tracker_;
+  ParameterSet params_;
+  Parameter* embedding_ = nullptr;
+  Parameter* final_norm_ = nullptr;
+  Parameter* head_ = nullptr;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::unique_ptr<DepthResidual> depth_;
+  std::vector<Parameter*> tensor_reduced_;  // gradients summed over the tensor group
+  std::unique_ptr<ShardedOptimizer> optimizer_;
+};
+
 }  // namespace modar::runtime
