@@ -20,6 +20,21 @@ struct TensorParallelTrainer::Layer {
   std::unique_ptr<MlpBranch> mlp;
   AttentionBranch::Saved attn_saved;
   MlpBranch::Saved mlp_saved;
+  // MoD (router and predictor replicated on every tensor rank)
+  bool routed = false;
+  Parameter* router = nullptr;
+  Parameter *pred_in = nullptr, *pred_out = nullptr;
+  struct Routing {
+    Buffer x;        // router input (this rank's tokens)
+    Buffer logits;   // [b, s_local] this rank's router logits
+    Buffer indices;  // [b, k] top-k positions in the whole sequence
+    Buffer local;    // [b, k] the same positions in this rank's tokens, -1 elsewhere
+    Buffer mask;     // [b, s_local] top-k mask (causal router)
+    Buffer pred_hidden_pre, pred_hidden, pred_logits;
+    Buffer delta;          // plain residual: [b, k, d]
+    Buffer branch_out[2];  // depth residual: f(X~) of each branch
+    Buffer dlogits;        // [b, s_local]
+  } routing;
 };
 
 namespace {
@@ -60,10 +75,13 @@ TensorParallelTrainer::TensorParallelTrainer(Backend& backend, const Config& con
     : backend_(backend), config_(config), options_(options), groups_(groups), tensor_(tensor) {
   const ModelConfig& m = config.model;
   const int64_t t = groups.tensor->size();
-  if (config.mod.enabled()) {
-    throw ConfigError("mod.every = " + std::to_string(config.mod.every) +
-                      ": the tensor-parallel trainer runs dense, AttnRes and DAR models only "
-                      "(MoD routed layers under tensor parallelism are not implemented)");
+  routing_ = RoutingOptions::from(config.mod);
+  routing_.aux_loss_weight = options.router_aux_loss_weight;
+  routing_.unit_gate = options.unit_router_gate;
+  if (config.mod.enabled() && routing_.unit_gate) {
+    throw ConfigError(
+        "mod: the unit router gate is an identity-check mode of the single-process "
+        "model; the tensor-parallel trainer runs g(r) = mod.router_scale");
   }
   if (groups.shape.pipeline != 1) {
     throw ConfigError("parallel.pipeline = " + std::to_string(groups.shape.pipeline) +
@@ -80,6 +98,16 @@ TensorParallelTrainer::TensorParallelTrainer(Backend& backend, const Config& con
     throw ConfigError("parallel.tensor = " + std::to_string(t) + " must divide model.seq_len = " +
                       std::to_string(m.seq_len) + " under parallel.sequence_parallel");
   }
+  if (tensor.sequence_parallel && config.mod.enabled() &&
+      config.mod.routed_tokens_per_sequence(m.seq_len) > m.seq_len / t) {
+    // Each rank gathers / scatters its routed rows with the backend's
+    // [b, k] <-> [b, s / t] row ops, which need k <= s / t.
+    throw ConfigError("mod.capacity = " + std::to_string(config.mod.capacity) + " routes " +
+                      std::to_string(config.mod.routed_tokens_per_sequence(m.seq_len)) +
+                      " tokens of model.seq_len = " + std::to_string(m.seq_len) +
+                      ", more than a sequence-parallel shard holds (seq_len / parallel.tensor = " +
+                      std::to_string(m.seq_len / t) + ")");
+  }
   BranchShape local = shape;
   local.n_heads = shape.n_heads / t;
   local.n_kv_heads = shape.n_kv_heads / t;
@@ -95,6 +123,17 @@ TensorParallelTrainer::TensorParallelTrainer(Backend& backend, const Config& con
     const std::string prefix = "layer" + std::to_string(l);
     layer->attention = std::make_unique<AttentionBranch>(params_, ctx, prefix, local, rng, 0.02);
     layer->mlp = std::make_unique<MlpBranch>(params_, ctx, prefix, local, rng, 0.02);
+    if (config.mod.is_routed(l)) {
+      layer->routed = true;
+      layer->router =
+          &params_.add(ctx, prefix + ".router", {d}, options.dtype, Init::constant_value(0), rng);
+      if (routing_.causal == CausalRouter::predictor) {
+        layer->pred_in = &params_.add(ctx, prefix + ".predictor_in", {d, routing_.predictor_hidden},
+                                      options.dtype, Init::constant_value(0), rng);
+        layer->pred_out = &params_.add(ctx, prefix + ".predictor_out", {routing_.predictor_hidden},
+                                       options.dtype, Init::constant_value(0), rng);
+      }
+    }
     layers_.push_back(std::move(layer));
   }
   const size_t before_depth = params_.all().size();
@@ -125,12 +164,15 @@ TensorParallelTrainer::TensorParallelTrainer(Backend& backend, const Config& con
   }
   // Gradients that are partial sums over the tensor ranks: the branch norms
   // (their input gradient is summed after the norm's backward), and under SP
-  // the depth-residual parameters (each rank reads its own tokens).
+  // the depth-residual, router and predictor parameters (each rank its own
+  // tokens).
   for (size_t i = 0; i < params_.all().size(); ++i) {
     Parameter* p = params_.all()[i].get();
     const bool norm = ends_with(p->name, ".attn_norm") || ends_with(p->name, ".mlp_norm");
     const bool depth = i >= before_depth && i < after_depth;
-    if (norm || (depth && tensor.sequence_parallel)) {
+    const bool router = ends_with(p->name, ".router") || ends_with(p->name, ".predictor_in") ||
+                        ends_with(p->name, ".predictor_out");
+    if (norm || ((depth || router) && tensor.sequence_parallel)) {
       tensor_reduced_.push_back(p);
     }
   }
@@ -181,12 +223,182 @@ Buffer TensorParallelTrainer::take_sequence_shard(const TensorView& full) {
   return shard;
 }
 
-Buffer TensorParallelTrainer::reduce_branch(Buffer partial) {
-  if (tensor_.sequence_parallel) {
-    return scatter_sequence_sum(partial);
+Buffer TensorParallelTrainer::branch_forward(Layer& layer, int branch, const TensorView& input,
+                                             bool sharded, const TensorView& positions) {
+  const Context ctx = context();
+  Buffer gathered = sharded ? gather_sequence(input) : Buffer{};
+  const TensorView whole = sharded ? gathered.view() : input;
+  Buffer y = branch == 0
+                 ? layer.attention->forward(ctx, whole, positions, TensorView{}, &layer.attn_saved)
+                 : layer.mlp->forward(ctx, whole, &layer.mlp_saved);
+  if (sharded) {
+    return scatter_sequence_sum(y);
   }
-  groups_.tensor->all_reduce(partial, ReduceOp::sum);
-  return partial;
+  groups_.tensor->all_reduce(y, ReduceOp::sum);
+  return y;
+}
+
+Buffer TensorParallelTrainer::branch_backward(Layer& layer, int branch, const TensorView& dy,
+                                              bool sharded) {
+  const Context ctx = context();
+  Buffer gathered = sharded ? gather_sequence(dy) : Buffer{};
+  const TensorView grad = sharded ? gathered.view() : dy;
+  Buffer dh = ctx.zeros(grad.shape_vector());
+  if (branch == 0) {
+    layer.attention->backward(ctx, grad, layer.attn_saved, dh);
+  } else {
+    layer.mlp->backward(ctx, grad, layer.mlp_saved, dh);
+  }
+  gathered.reset();
+  if (sharded) {
+    return scatter_sequence_sum(dh);
+  }
+  groups_.tensor->all_reduce(dh, ReduceOp::sum);
+  return dh;
+}
+
+Buffer TensorParallelTrainer::delta_forward(Layer& layer, const TensorView& x, bool sharded,
+                                            const TensorView& positions) {
+  // a = Attn(x), m = MLP(x + a), delta = a + m (TransformerLayer's order).
+  Buffer a = branch_forward(layer, 0, x, sharded, positions);
+  Buffer x_mid = context().make(x.shape_vector());
+  backend_.add(x, a, x_mid);
+  Buffer m = branch_forward(layer, 1, x_mid, sharded, positions);
+  x_mid.reset();
+  backend_.add(a, m, a);
+  return a;
+}
+
+Buffer TensorParallelTrainer::delta_backward(Layer& layer, const TensorView& ddelta, bool sharded) {
+  // J^T ddelta: the MLP path first; da = ddelta + d(x + a).
+  Buffer dx_mid = branch_backward(layer, 1, ddelta, sharded);
+  Buffer da = context().copy_of(ddelta);
+  backend_.axpy(1.0, dx_mid, da);
+  Buffer dx_attn = branch_backward(layer, 0, da, sharded);
+  backend_.axpy(1.0, dx_attn, dx_mid);
+  return dx_mid;
+}
+
+RoutedLayer::Losses TensorParallelTrainer::route(Layer& layer, const TensorView& x) {
+  Backend& be = backend_;
+  const Context ctx = context();
+  const bool sp = tensor_.sequence_parallel;
+  const int64_t t = sp ? groups_.tensor->size() : 1, r = sp ? groups_.tensor->rank() : 0;
+  const int64_t batch = x.dim(0), local_seq = x.dim(1), seq = local_seq * t;
+  Layer::Routing& st = layer.routing;
+  st = Layer::Routing{};
+  st.x = ctx.copy_of(x);
+  st.logits = ctx.make({batch, local_seq}, ctx.stats());
+  be.router_forward(x, layer.router->value, st.logits);
+  // Top-k over the whole sequence: under SP the b s logits are all-gathered.
+  Buffer gathered_logits;
+  TensorView logits = st.logits;
+  if (sp) {
+    Buffer stacked = ctx.make({t, batch, local_seq}, ctx.stats());
+    groups_.tensor->all_gather(st.logits, stacked);
+    gathered_logits = ctx.make({batch, seq}, ctx.stats());
+    for (int64_t q = 0; q < t; ++q) {
+      for (int64_t i = 0; i < batch; ++i) {
+        be.copy(select(select(stacked, q), i),
+                slice(select(gathered_logits, i), q * local_seq, local_seq));
+      }
+    }
+    logits = gathered_logits;
+  }
+  ModConfig mod;
+  mod.capacity = routing_.capacity;
+  const int64_t k = mod.routed_tokens_per_sequence(seq);
+  st.indices = ctx.make({batch, k}, ScalarType::i32);
+  be.topk(logits, st.indices);
+  if (sp) {
+    std::vector<int32_t> local;
+    for (double p : download(be, st.indices)) {
+      const int64_t q = static_cast<int64_t>(p) - r * local_seq;
+      local.push_back(q >= 0 && q < local_seq ? static_cast<int32_t>(q) : -1);
+    }
+    st.local = ctx.indices({batch, k}, local);
+  }
+  RoutedLayer::Losses losses;
+  if (routing_.causal == CausalRouter::none) {
+    return losses;
+  }
+  // The causal-router BCE terms on this rank's tokens: means over the whole
+  // batch are the tensor ranks' means averaged (SP).
+  Buffer mask = ctx.zeros({batch, seq}, ctx.stats());
+  be.topk_mask(st.indices, mask);
+  if (sp) {
+    st.mask = ctx.make({batch, local_seq}, ctx.stats());
+    for (int64_t i = 0; i < batch; ++i) {
+      be.copy(slice(select(mask, i), r * local_seq, local_seq), select(st.mask, i));
+    }
+  } else {
+    st.mask = std::move(mask);
+  }
+  Buffer loss = ctx.make({1}, ctx.stats());
+  be.bce_with_logits_forward(st.logits, st.mask, loss);
+  std::vector<double> values = {download(be, loss)[0], 0.0, 0.0};
+  if (routing_.causal == CausalRouter::predictor) {
+    std::vector<int64_t> hidden_shape = {batch, local_seq, routing_.predictor_hidden};
+    st.pred_hidden_pre = ctx.make(hidden_shape);
+    be.gemm(x, false, layer.pred_in->value, false, st.pred_hidden_pre);
+    st.pred_hidden = ctx.make(hidden_shape);
+    be.gelu_forward(st.pred_hidden_pre, st.pred_hidden);
+    st.pred_logits = ctx.make({batch * local_seq}, ctx.stats());
+    be.router_forward(st.pred_hidden, layer.pred_out->value, st.pred_logits);
+    be.bce_with_logits_forward(st.pred_logits, reshape(st.mask, {batch * local_seq}), loss);
+    values[1] = download(be, loss)[0];
+    const std::vector<double> pred = download(be, st.pred_logits);
+    const std::vector<double> mask = download(be, st.mask);
+    int64_t correct = 0;
+    for (size_t i = 0; i < pred.size(); ++i) {
+      correct += ((pred[i] > 0.0) == (mask[i] > 0.5)) ? 1 : 0;
+    }
+    values[2] = static_cast<double>(correct) / static_cast<double>(pred.size());
+  }
+  if (sp) {
+    values = all_reduce_sum(be, *groups_.tensor, values);
+    for (double& v : values) {
+      v /= static_cast<double>(t);
+    }
+  }
+  losses.router_aux = values[0];
+  losses.predictor = values[1];
+  losses.predictor_accuracy = values[2];
+  return losses;
+}
+
+void TensorParallelTrainer::route_backward(Layer& layer, const TensorView& dx) {
+  Backend& be = backend_;
+  const Context ctx = context();
+  Layer::Routing& st = layer.routing;
+  // Each rank's BCE is a mean over its 1 / t of the tokens.
+  const double share =
+      tensor_.sequence_parallel ? 1.0 / static_cast<double>(groups_.tensor->size()) : 1.0;
+  if (routing_.causal == CausalRouter::aux_loss) {
+    be.bce_with_logits_backward(routing_.aux_loss_weight * share, st.logits, st.mask, st.dlogits);
+  }
+  be.router_backward(st.dlogits, st.x, layer.router->value, dx, layer.router->grad);
+  if (routing_.causal == CausalRouter::predictor) {
+    Buffer dpred = ctx.zeros(st.pred_logits.view().shape_vector(), ctx.stats());
+    be.bce_with_logits_backward(share, st.pred_logits, reshape(st.mask, {st.mask.numel()}), dpred);
+    Buffer dhidden = ctx.zeros(st.pred_hidden.view().shape_vector());
+    be.router_backward(dpred, st.pred_hidden, layer.pred_out->value, dhidden, layer.pred_out->grad);
+    Buffer dpre = ctx.zeros(st.pred_hidden_pre.view().shape_vector());
+    be.gelu_backward(dhidden, st.pred_hidden_pre, dpre);
+    be.gemm(st.x, true, dpre, false, layer.pred_in->grad, 1.0, 1.0);  // stop-gradient input
+  }
+  st = Layer::Routing{};
+}
+
+Buffer TensorParallelTrainer::gather_routed(Layer& layer, const TensorView& x) {
+  Layer::Routing& st = layer.routing;
+  const bool sp = tensor_.sequence_parallel;
+  Buffer gathered = context().make({x.dim(0), st.indices.dim(1), x.dim(2)});
+  backend_.gather_rows_forward(x, sp ? st.local.view() : st.indices.view(), gathered);
+  if (sp) {
+    groups_.tensor->all_reduce(gathered, ReduceOp::sum);  // one owner per row, zeros elsewhere
+  }
+  return gathered;
 }
 
 StepResult TensorParallelTrainer::train_step(const TensorView& tokens, const TensorView& targets) {
@@ -219,40 +431,30 @@ StepResult TensorParallelTrainer::train_step(const TensorView& tokens, const Ten
     position_values[static_cast<size_t>(i)] = static_cast<int32_t>(i % seq);
   }
   Buffer positions = ctx.indices({batch, seq}, position_values);
-  // A branch on the whole sequence: input gathered under SP, output reduced.
-  auto branch_forward = [&](Layer& layer, int branch, const TensorView& h) {
-    Buffer gathered = sp ? gather_sequence(h) : Buffer{};
-    const TensorView input = sp ? gathered.view() : h;
-    Buffer y = branch == 0 ? layer.attention->forward(ctx, input, positions, TensorView{},
-                                                      &layer.attn_saved)
-                           : layer.mlp->forward(ctx, input, &layer.mlp_saved);
-    return reduce_branch(std::move(y));
-  };
-  // dh of a branch from dy (both local): dy gathered under SP, dh reduced.
-  auto branch_backward = [&](Layer& layer, int branch, const TensorView& dy) {
-    Buffer gathered = sp ? gather_sequence(dy) : Buffer{};
-    const TensorView grad = sp ? gathered.view() : dy;
-    Buffer dh = ctx.zeros({batch, seq, d});
-    if (branch == 0) {
-      layer.attention->backward(ctx, grad, layer.attn_saved, dh);
-    } else {
-      layer.mlp->backward(ctx, grad, layer.mlp_saved, dh);
-    }
-    gathered.reset();
-    return reduce_branch(std::move(dh));
-  };
-
   Buffer final_input;
+  StepResult local;
+  int64_t routed_count = 0;
+  auto add_losses = [&](const RoutedLayer::Losses& losses) {
+    local.router_aux += losses.router_aux;
+    local.predictor += losses.predictor;
+    local.predictor_accuracy += losses.predictor_accuracy;
+    ++routed_count;
+  };
   if (!depth_) {
     for (auto& layer : layers_) {
-      // a = Attn(x), m = MLP(x + a), x += a + m (TransformerLayer's order).
-      Buffer a = branch_forward(*layer, 0, x);
-      Buffer x_mid = ctx.make(x.view().shape_vector());
-      be.add(x, a, x_mid);
-      Buffer mlp_out = branch_forward(*layer, 1, x_mid);
-      x_mid.reset();
-      be.add(a, mlp_out, a);
-      be.add(x, a, x);
+      if (!layer->routed) {
+        Buffer delta = delta_forward(*layer, x, sp, positions);
+        be.add(x, delta, x);
+        continue;
+      }
+      // MoD: x[idx] += g(r) delta(X~); the routed block's collectives carry b k rows.
+      add_losses(route(*layer, x));
+      Layer::Routing& st = layer->routing;
+      Buffer gathered = gather_routed(*layer, x);
+      st.delta = delta_forward(*layer, gathered, false, st.indices);
+      gathered.reset();
+      be.scatter_add_scaled_forward(x, sp ? st.local.view() : st.indices.view(), st.logits,
+                                    st.delta, routing_.gate);
     }
     final_input = std::move(x);
   } else {
@@ -260,15 +462,36 @@ StepResult TensorParallelTrainer::train_step(const TensorView& tokens, const Ten
     depth_->set_saving(true);
     depth_->begin(ctx, x, local_tokens);
     for (size_t l = 0; l < layers_.size(); ++l) {
+      Layer& layer = *layers_[l];
       for (int branch = 0; branch < 2; ++branch) {
         const int64_t index = 2 * static_cast<int64_t>(l) + branch;
         const TensorView h = reshape(depth_->read(ctx, index), {batch, local_seq, d});
-        Buffer y = branch_forward(*layers_[l], branch, h);
+        Buffer y;
+        if (!layer.routed) {
+          y = branch_forward(layer, branch, h, sp, positions);
+        } else {
+          // Routed branch: the attention branch's input routes, both branches
+          // run on the same tokens; y = g(r) f(h~) at the routed tokens.
+          if (branch == 0) {
+            add_losses(route(layer, h));
+          }
+          Layer::Routing& st = layer.routing;
+          Buffer gathered = gather_routed(layer, h);
+          st.branch_out[branch] = branch_forward(layer, branch, gathered, false, st.indices);
+          y = ctx.zeros({batch, local_seq, d});
+          be.scatter_add_scaled_forward(y, sp ? st.local.view() : st.indices.view(), st.logits,
+                                        st.branch_out[branch], routing_.gate);
+        }
         depth_->write(ctx, index, y);
       }
     }
     final_input = depth_->read_output(ctx);
     x.reset();
+  }
+  if (routed_count > 0) {
+    local.router_aux /= static_cast<double>(routed_count);
+    local.predictor /= static_cast<double>(routed_count);
+    local.predictor_accuracy /= static_cast<double>(routed_count);
   }
   // Head and loss replicated on every tensor rank, on the whole sequence.
   Buffer final_full = sp ? gather_sequence(reshape(final_input, {batch, local_seq, d})) : Buffer{};
@@ -287,9 +510,11 @@ StepResult TensorParallelTrainer::train_step(const TensorView& tokens, const Ten
   Buffer lse = ctx.make({rows}, ctx.stats());
   const TensorView target_rows = reshape(targets, {rows});
   be.cross_entropy_forward(logits, target_rows, loss, lse);
-  StepResult local;
   local.lm_loss = download(be, loss)[0];
-  local.loss = local.lm_loss;
+  const double aux_weight =
+      config_.mod.causal_router == CausalRouter::aux_loss ? options_.router_aux_loss_weight : 0.0;
+  local.loss =
+      local.lm_loss + aux_weight * local.router_aux * routed_count + local.predictor * routed_count;
 
   // ---- backward ----
   Buffer dlogits = ctx.zeros({rows, m.vocab_size});
@@ -315,23 +540,59 @@ StepResult TensorParallelTrainer::train_step(const TensorView& tokens, const Ten
   dfinal.reset();
   if (!depth_) {
     for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
-      // TransformerLayer::backward_inplace: dx += J^T dx, the MLP path first.
       Layer& layer = **it;
-      Buffer dx_mid = branch_backward(layer, 1, dx);
-      Buffer da = ctx.copy_of(dx);
-      be.axpy(1.0, dx_mid, da);
-      Buffer dx_attn = branch_backward(layer, 0, da);
-      be.axpy(1.0, dx_attn, dx_mid);  // J^T dx, formed first and added once
-      be.axpy(1.0, dx_mid, dx);
+      if (!layer.routed) {
+        Buffer dx_delta = delta_backward(layer, dx, sp);  // formed first and added once
+        be.axpy(1.0, dx_delta, dx);
+        continue;
+      }
+      Layer::Routing& st = layer.routing;
+      const TensorView index = sp ? st.local.view() : st.indices.view();
+      Buffer ddelta = ctx.zeros(st.delta.view().shape_vector());
+      st.dlogits = ctx.zeros(st.logits.view().shape_vector(), ctx.stats());
+      be.scatter_add_scaled_backward(dx, index, st.logits, st.delta, routing_.gate, ddelta,
+                                     st.dlogits);
+      if (sp) {
+        groups_.tensor->all_reduce(ddelta, ReduceOp::sum);  // each row from its owner
+      }
+      Buffer dgathered = delta_backward(layer, ddelta, false);
+      ddelta.reset();
+      be.gather_rows_backward(dgathered, index, dx);
+      dgathered.reset();
+      route_backward(layer, dx);
     }
   } else {
     depth_->begin_backward(ctx, dx);
     be.fill(dx, 0.0);  // reused below as d embedding (this rank's tokens)
     for (int64_t l = static_cast<int64_t>(layers_.size()) - 1; l >= 0; --l) {
+      Layer& layer = *layers_[static_cast<size_t>(l)];
       for (int branch = 1; branch >= 0; --branch) {
         const int64_t index = 2 * l + branch;
         const TensorView dy = reshape(depth_->write_backward(ctx, index), {batch, local_seq, d});
-        Buffer dh = branch_backward(*layers_[static_cast<size_t>(l)], branch, dy);
+        if (!layer.routed) {
+          Buffer dh = branch_backward(layer, branch, dy, sp);
+          depth_->read_backward(ctx, index, dh);
+          continue;
+        }
+        Layer::Routing& st = layer.routing;
+        const TensorView rows_index = sp ? st.local.view() : st.indices.view();
+        if (st.dlogits.empty()) {
+          st.dlogits = ctx.zeros(st.logits.view().shape_vector(), ctx.stats());
+        }
+        Buffer& out = st.branch_out[branch];
+        Buffer dout = ctx.zeros(out.view().shape_vector());
+        be.scatter_add_scaled_backward(dy, rows_index, st.logits, out, routing_.gate, dout,
+                                       st.dlogits);
+        if (sp) {
+          groups_.tensor->all_reduce(dout, ReduceOp::sum);
+        }
+        Buffer dgathered = branch_backward(layer, branch, dout, false);
+        out.reset();
+        Buffer dh = ctx.zeros({batch, local_seq, d});
+        be.gather_rows_backward(dgathered, rows_index, dh);
+        if (branch == 0) {
+          route_backward(layer, dh);
+        }
         depth_->read_backward(ctx, index, dh);
       }
     }
@@ -345,10 +606,15 @@ StepResult TensorParallelTrainer::train_step(const TensorView& tokens, const Ten
   }
   const double ranks = static_cast<double>(groups_.data->size());
   optimizer_->step(1.0 / ranks);
-  const std::vector<double> sums = all_reduce_sum(be, *groups_.data, {local.lm_loss});
+  const std::vector<double> sums = all_reduce_sum(
+      be, *groups_.data,
+      {local.loss, local.lm_loss, local.router_aux, local.predictor, local.predictor_accuracy});
   StepResult result;
-  result.lm_loss = sums[0] / ranks;
-  result.loss = result.lm_loss;
+  result.loss = sums[0] / ranks;
+  result.lm_loss = sums[1] / ranks;
+  result.router_aux = sums[2] / ranks;
+  result.predictor = sums[3] / ranks;
+  result.predictor_accuracy = sums[4] / ranks;
   result.peak_bytes = tracker_.peak_bytes();
   return result;
 }

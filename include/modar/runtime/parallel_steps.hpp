@@ -203,7 +203,10 @@ struct TensorOptions {
 // The branch's RMSNorm sits inside the branch here, after the gather (it runs
 // on the full sequence on every rank), and its weight's gradient is
 // all-reduced over the tensor group.  Embedding, final norm and head are
-// replicated.  Dense, AttnRes and DAR models (MoD: ConfigError).
+// replicated.  MoD routed layers: router and top-k replicated (SP: each rank
+// scores its tokens and the b s logits are all-gathered, docs/cluster.md), the
+// routed block's collectives carry the b k routed rows (SP: X~ assembled by an
+// all-reduce of each rank's own rows).  Dense, MoD, AttnRes, DAR, MoD + DAR.
 class TensorParallelTrainer {
  public:
   TensorParallelTrainer(Backend& backend, const Config& config, const ModelOptions& options,
@@ -225,15 +228,30 @@ class TensorParallelTrainer {
   Buffer gather_sequence(const TensorView& shard);
   Buffer scatter_sequence_sum(const TensorView& partial);
   Buffer take_sequence_shard(const TensorView& full);
-  // A branch's partial output / input gradient made whole (all-reduce), or
-  // its reduce-scattered sequence shard.
-  Buffer reduce_branch(Buffer partial);
+  // Branch `branch` of `layer` (0 attention, 1 MLP) on `input` ([b, s / t, d]
+  // shard when `sharded`: gathered first, output reduce-scattered; else whole,
+  // output all-reduced), and its backward (returns d input, same layout).
+  Buffer branch_forward(Layer& layer, int branch, const TensorView& input, bool sharded,
+                        const TensorView& positions);
+  Buffer branch_backward(Layer& layer, int branch, const TensorView& dy, bool sharded);
+  // delta = a + m of TransformerLayer, and J^T ddelta.
+  Buffer delta_forward(Layer& layer, const TensorView& x, bool sharded,
+                       const TensorView& positions);
+  Buffer delta_backward(Layer& layer, const TensorView& ddelta, bool sharded);
+  // MoD: router logits (of this rank's tokens under SP), top-k over the whole
+  // sequence (SP: the logits all-gathered), this rank's index map and the
+  // causal-router losses (means over the whole batch).
+  RoutedLayer::Losses route(Layer& layer, const TensorView& x);
+  void route_backward(Layer& layer, const TensorView& dx);
+  // X~ [b, k, d] on every tensor rank (SP: each rank's routed rows summed).
+  Buffer gather_routed(Layer& layer, const TensorView& x);
 
   Backend& backend_;
   Config config_;
   ModelOptions options_;
   ProcessGroups& groups_;
   TensorOptions tensor_;
+  RoutingOptions routing_;
   MemoryTracker tracker_;
   ParameterSet params_;
   Parameter* embedding_ = nullptr;
