@@ -540,8 +540,8 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   std::unique_ptr<modar::runtime::Backend> backend = modar::runtime::make_cpu_backend();
   std::unique_ptr<modar::runtime::Communicator> world =
-      modar::runtime::mpi_available() ? modar::runtime::make_world_communicator(*backend)
-                                      : modar::runtime::make_self_communicator();
+      modar::runtime::launched_by_mpirun() ? modar::runtime::make_world_communicator(*backend)
+                                           : modar::runtime::make_self_communicator(*backend);
   modar::runtime::g_backend = backend.get();
   modar::runtime::g_world = world.get();
   int failed = RUN_ALL_TESTS();
