@@ -83,6 +83,9 @@ class Model {
   ParameterSet& parameters() { return params_; }
   const Config& config() const { return config_; }
   const MemoryTracker& memory() const { return tracker_; }
+  // For buffers held on the model's behalf (runtime/parallel: sharded optimizer state).
+  MemoryTracker& memory_tracker() { return tracker_; }
+  const ModelOptions& options() const { return options_; }
   Backend& backend() const { return backend_; }
   int64_t routed_layers() const;
 

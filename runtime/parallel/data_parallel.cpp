@@ -1,0 +1,250 @@
+// Process groups, the data-parallel / ZeRO optimizer step and the replicated
+// model trainer (include/modar/runtime/parallel_steps.hpp).
+#include <algorithm>
+#include <string>
+
+#include "modar/errors.hpp"
+#include "modar/runtime/parallel_steps.hpp"
+
+namespace modar::runtime {
+
+// ---- process groups ----------------------------------------------------------------
+
+LayoutShape layout_shape(const ParallelConfig& layout, int64_t world_size) {
+  if (layout.tensor < 1 || layout.pipeline < 1) {
+    throw ConfigError("parallel.tensor = " + std::to_string(layout.tensor) +
+                      ", parallel.pipeline = " + std::to_string(layout.pipeline) +
+                      ": both must be >= 1");
+  }
+  if (layout.expert != 1) {
+    throw ConfigError("parallel.expert = " + std::to_string(layout.expert) +
+                      ": the runtime's parallel steps run expert = 1 only");
+  }
+  if (world_size % (layout.tensor * layout.pipeline) != 0) {
+    throw ConfigError(
+        "parallel.tensor x parallel.pipeline = " + std::to_string(layout.tensor * layout.pipeline) +
+        " must divide the " + std::to_string(world_size) + " processes");
+  }
+  LayoutShape shape;
+  shape.tensor = layout.tensor;
+  shape.pipeline = layout.pipeline;
+  shape.data = world_size / (layout.tensor * layout.pipeline);
+  return shape;
+}
+
+LayoutCoordinates layout_coordinates(const LayoutShape& shape, int64_t rank) {
+  LayoutCoordinates at;
+  at.tensor = rank % shape.tensor;
+  at.stage = (rank / shape.tensor) % shape.pipeline;
+  at.data = rank / (shape.tensor * shape.pipeline);
+  return at;
+}
+
+int64_t layout_rank(const LayoutShape& shape, const LayoutCoordinates& at) {
+  return at.tensor + shape.tensor * (at.stage + shape.pipeline * at.data);
+}
+
+ProcessGroups make_process_groups(Communicator& world, const ParallelConfig& layout) {
+  ProcessGroups groups;
+  groups.shape = layout_shape(layout, world.size());
+  groups.at = layout_coordinates(groups.shape, world.rank());
+  const LayoutShape& s = groups.shape;
+  const LayoutCoordinates& at = groups.at;
+  // Colours name the coordinates the members share; keys order them.
+  groups.tensor =
+      world.split(static_cast<int>(at.stage + s.pipeline * at.data), static_cast<int>(at.tensor));
+  groups.pipeline =
+      world.split(static_cast<int>(at.tensor + s.tensor * at.data), static_cast<int>(at.stage));
+  groups.data =
+      world.split(static_cast<int>(at.tensor + s.tensor * at.stage), static_cast<int>(at.data));
+  return groups;
+}
+
+std::vector<double> all_reduce_sum(Backend& backend, Communicator& group,
+                                   const std::vector<double>& values) {
+  if (group.size() == 1 || values.empty()) {
+    return values;
+  }
+  Buffer buffer(backend, nullptr, {static_cast<int64_t>(values.size())}, ScalarType::fp64);
+  upload(backend, values, buffer);
+  group.all_reduce(buffer, ReduceOp::sum);
+  return download(backend, buffer);
+}
+
+// ---- ShardedOptimizer ------------------------------------------------------------------
+
+namespace {
+
+// dst = src, converting when the types differ (bf16 gradients into fp32 flats).
+void copy_or_convert(Backend& backend, const TensorView& src, const TensorView& dst) {
+  if (src.dtype == dst.dtype) {
+    backend.copy(src, dst);
+  } else {
+    backend.convert(src, dst);
+  }
+}
+
+TensorView flat_view(const TensorView& view) {
+  return reshape(view, {view.numel()});
+}
+
+}  // namespace
+
+ShardedOptimizer::ShardedOptimizer(Backend& backend, ParameterSet& params, MemoryTracker* tracker,
+                                   Communicator& data_group, int64_t zero_stage,
+                                   const AdamWParams& adamw)
+    : backend_(backend),
+      params_(params),
+      tracker_(tracker),
+      data_(data_group),
+      zero_(zero_stage),
+      adamw_(adamw) {
+  if (zero_stage < 0 || zero_stage > 2) {
+    throw ConfigError("parallel.zero = " + std::to_string(zero_stage) +
+                      ": the runtime's data-parallel step runs ZeRO stages 0, 1 and 2");
+  }
+  const auto& all = params_.all();
+  if (all.empty()) {
+    throw ConfigError("data-parallel optimizer: the stage holds no parameters");
+  }
+  optimizer_type_ = all.front()->optimizer_view().dtype;
+  int64_t offset = 0;
+  for (const auto& p : all) {
+    if (p->optimizer_view().dtype != optimizer_type_) {
+      throw ShapeError("data-parallel optimizer: parameter " + p->name + " is " +
+                       to_string(p->optimizer_view().dtype) + ", the others " +
+                       to_string(optimizer_type_));
+    }
+    offsets_.push_back(offset);
+    offset += p->value.numel();
+  }
+  const int64_t ranks = data_.size();
+  shard_numel_ = (offset + ranks - 1) / ranks;
+  flat_numel_ = shard_numel_ * ranks;
+  if (zero_ == 0) {
+    return;
+  }
+  // This rank's shard [r S, (r + 1) S) of the flattened parameters: master
+  // copy and moments here, the parameters' own moments released.
+  const Context ctx{backend_, tracker_, optimizer_type_};
+  Buffer flat = ctx.zeros({flat_numel_});
+  for (size_t i = 0; i < all.size(); ++i) {
+    copy_or_convert(backend_, flat_view(all[i]->optimizer_view()),
+                    slice(flat.view(), offsets_[i], all[i]->value.numel()));
+  }
+  shard_master_ = ctx.make({shard_numel_});
+  backend_.copy(slice(flat.view(), data_.rank() * shard_numel_, shard_numel_), shard_master_);
+  flat.reset();
+  shard_m_ = ctx.zeros({shard_numel_});
+  shard_v_ = ctx.zeros({shard_numel_});
+  for (const auto& p : all) {
+    p->adam_m.reset();
+    p->adam_v.reset();
+  }
+}
+
+ShardedOptimizer::~ShardedOptimizer() = default;
+
+void ShardedOptimizer::flatten_grads(const TensorView& flat) {
+  const auto& all = params_.all();
+  const int64_t used = offsets_.back() + all.back()->value.numel();
+  if (used < flat_numel_) {
+    backend_.fill(slice(flat, used, flat_numel_ - used), 0.0);
+  }
+  for (size_t i = 0; i < all.size(); ++i) {
+    copy_or_convert(backend_, flat_view(all[i]->grad),
+                    slice(flat, offsets_[i], all[i]->grad.numel()));
+  }
+}
+
+void ShardedOptimizer::scatter_params(const TensorView& flat) {
+  const auto& all = params_.all();
+  for (size_t i = 0; i < all.size(); ++i) {
+    Parameter& p = *all[i];
+    const TensorView part = slice(flat, offsets_[i], p.value.numel());
+    if (!p.master.empty()) {
+      backend_.copy(part, flat_view(p.master));
+    }
+    copy_or_convert(backend_, part, flat_view(p.value));
+  }
+}
+
+void ShardedOptimizer::step(double grad_scale) {
+  AdamWParams hyper = adamw_;
+  hyper.step = ++step_;
+  hyper.grad_scale = adamw_.grad_scale * grad_scale;
+  const bool reduce = data_.size() > 1;
+  if (zero_ == 0) {
+    // Every rank reduces every gradient and updates every parameter.
+    for (const auto& p : params_.all()) {
+      if (reduce) {
+        data_.all_reduce(p->grad, ReduceOp::sum);
+      }
+      const TensorView lowp = p->master.empty() ? TensorView{} : p->value.view();
+      backend_.adamw_update(p->optimizer_view(), p->grad, p->adam_m, p->adam_v, hyper, lowp);
+    }
+    return;
+  }
+  const Context ctx{backend_, tracker_, optimizer_type_};
+  Buffer flat = ctx.make({flat_numel_});
+  flatten_grads(flat);
+  const TensorView mine = slice(flat.view(), data_.rank() * shard_numel_, shard_numel_);
+  shard_grad_ = ctx.make({shard_numel_});
+  if (zero_ == 1) {
+    // ZeRO-1: the full reduced gradient on every rank; the optimizer state
+    // and the update are this rank's shard only.
+    if (reduce) {
+      data_.all_reduce(flat, ReduceOp::sum);
+    }
+    backend_.copy(mine, shard_grad_);
+  } else {
+    // ZeRO-2: each rank receives only its shard of the reduced gradient.
+    if (reduce) {
+      data_.reduce_scatter(flat, shard_grad_);
+    } else {
+      backend_.copy(mine, shard_grad_);
+    }
+  }
+  backend_.adamw_update(shard_master_, shard_grad_, shard_m_, shard_v_, hyper, TensorView{});
+  // The updated shards into every rank's full parameter values.
+  if (reduce) {
+    data_.all_gather(shard_master_, flat);
+  } else {
+    backend_.copy(shard_master_, flat);
+  }
+  scatter_params(flat);
+}
+
+std::vector<double> ShardedOptimizer::shard_gradient() const {
+  if (shard_grad_.empty()) {
+    return {};
+  }
+  return download(backend_, shard_grad_);
+}
+
+// ---- DataParallelTrainer ---------------------------------------------------------------
+
+DataParallelTrainer::DataParallelTrainer(Model& model, Communicator& data_group, int64_t zero_stage)
+    : model_(model),
+      data_(data_group),
+      optimizer_(model.backend(), model.parameters(), &model.memory_tracker(), data_group,
+                 zero_stage, model.options().adamw) {}
+
+StepResult DataParallelTrainer::train_step(const TensorView& tokens, const TensorView& targets) {
+  StepResult local = model_.forward_backward(tokens, targets);
+  const double ranks = static_cast<double>(data_.size());
+  optimizer_.step(1.0 / ranks);
+  StepResult result = local;
+  const std::vector<double> sums = all_reduce_sum(
+      model_.backend(), data_,
+      {local.loss, local.lm_loss, local.router_aux, local.predictor, local.predictor_accuracy});
+  result.loss = sums[0] / ranks;
+  result.lm_loss = sums[1] / ranks;
+  result.router_aux = sums[2] / ranks;
+  result.predictor = sums[3] / ranks;
+  result.predictor_accuracy = sums[4] / ranks;
+  result.peak_bytes = model_.memory().peak_bytes();
+  return result;
+}
+
+}  // namespace modar::runtime
