@@ -30,6 +30,15 @@ int64_t ModConfig::routed_tokens_per_sequence(int64_t seq_len) const {
   return std::clamp<int64_t>(rounded, 1, std::max<int64_t>(seq_len, 1));
 }
 
+int64_t MoeConfig::expert_capacity(int64_t tokens) const {
+  if (dropless() || choices() <= 0) {
+    return tokens;
+  }
+  const double slots = std::ceil(capacity_factor * static_cast<double>(tokens) *
+                                 static_cast<double>(top_k) / static_cast<double>(choices()));
+  return std::clamp<int64_t>(static_cast<int64_t>(slots), 0, tokens);
+}
+
 // ---- enum names -----------------------------------------------------------
 
 const char* to_string(MlpKind v) {
@@ -63,6 +72,17 @@ const char* to_string(DarVariant v) {
       return "fixedkv";
     case DarVariant::crossv:
       return "crossv";
+  }
+  return "unknown";
+}
+const char* to_string(MoeMode v) {
+  switch (v) {
+    case MoeMode::none:
+      return "none";
+    case MoeMode::staged:
+      return "staged";
+    case MoeMode::integrated:
+      return "integrated";
   }
   return "unknown";
 }
@@ -410,6 +430,67 @@ const std::vector<KeySpec>& key_specs() {
        {},
        [](Config& c, const Value& v) { c.dar.streams = v.integer; },
        [](const Config& c) { return integer_literal(c.dar.streams); }},
+      // [moe]: experts and MoDE (SPEC section 1.3, docs/moe.md).
+      {"moe.experts",
+       KeyType::integer,
+       {},
+       [](Config& c, const Value& v) { c.moe.experts = v.integer; },
+       [](const Config& c) { return integer_literal(c.moe.experts); }},
+      {"moe.top_k",
+       KeyType::integer,
+       {},
+       [](Config& c, const Value& v) { c.moe.top_k = v.integer; },
+       [](const Config& c) { return integer_literal(c.moe.top_k); }},
+      {"moe.expert_ffn",
+       KeyType::integer,
+       {},
+       [](Config& c, const Value& v) { c.moe.expert_ffn = v.integer; },
+       [](const Config& c) { return integer_literal(c.moe.expert_ffn); }},
+      {"moe.shared_experts",
+       KeyType::integer,
+       {},
+       [](Config& c, const Value& v) { c.moe.shared_experts = v.integer; },
+       [](const Config& c) { return integer_literal(c.moe.shared_experts); }},
+      {"moe.every",
+       KeyType::integer,
+       {},
+       [](Config& c, const Value& v) { c.moe.every = v.integer; },
+       [](const Config& c) { return integer_literal(c.moe.every); }},
+      {"moe.first_dense",
+       KeyType::integer,
+       {},
+       [](Config& c, const Value& v) { c.moe.first_dense = v.integer; },
+       [](const Config& c) { return integer_literal(c.moe.first_dense); }},
+      {"moe.capacity_factor",
+       KeyType::real,
+       {},
+       [](Config& c, const Value& v) { c.moe.capacity_factor = v.real; },
+       [](const Config& c) { return real_literal(c.moe.capacity_factor); }},
+      {"moe.aux_loss_coef",
+       KeyType::real,
+       {},
+       [](Config& c, const Value& v) { c.moe.aux_loss_coef = v.real; },
+       [](const Config& c) { return real_literal(c.moe.aux_loss_coef); }},
+      {"moe.z_loss_coef",
+       KeyType::real,
+       {},
+       [](Config& c, const Value& v) { c.moe.z_loss_coef = v.real; },
+       [](const Config& c) { return real_literal(c.moe.z_loss_coef); }},
+      {"moe.load_imbalance",
+       KeyType::real,
+       {},
+       [](Config& c, const Value& v) { c.moe.load_imbalance = v.real; },
+       [](const Config& c) { return real_literal(c.moe.load_imbalance); }},
+      {"moe.mode",
+       KeyType::choice,
+       {"none", "staged", "integrated"},
+       [](Config& c, const Value& v) { c.moe.mode = enum_at<MoeMode>(v); },
+       [](const Config& c) { return quoted(to_string(c.moe.mode)); }},
+      {"moe.null_experts",
+       KeyType::integer,
+       {},
+       [](Config& c, const Value& v) { c.moe.null_experts = v.integer; },
+       [](const Config& c) { return integer_literal(c.moe.null_experts); }},
       // [train]
       {"train.micro_batch",
        KeyType::integer,
@@ -930,6 +1011,94 @@ void require_non_negative(const char* key, int64_t value, const char* meaning_of
 }
 
 
+// ---- [moe] checks (SPEC section 1.3) ------------------------------------------
+void require_finite_range(const char* key, double value, double low, double high,
+                          const char* allowed) {
+  if (!(std::isfinite(value) && value >= low && value <= high)) {
+    fail(key, format_number(value), allowed);
+  }
+}
+
+void validate_moe(const Config& config) {
+  const MoeConfig& e = config.moe;
+  const ModelConfig& m = config.model;
+  require_non_negative("moe.experts", e.experts, "dense, no experts");
+  if (e.experts > 65536) {
+    fail("moe.experts", std::to_string(e.experts), "must be <= 65536");
+  }
+  require_positive("moe.top_k", e.top_k);
+  require_non_negative("moe.expert_ffn", e.expert_ffn, "model.d_ff resolved");
+  require_non_negative("moe.shared_experts", e.shared_experts, "none");
+  if (e.shared_experts > 64) {
+    fail("moe.shared_experts", std::to_string(e.shared_experts), "must be <= 64");
+  }
+  require_positive("moe.every", e.every);
+  require_non_negative("moe.first_dense", e.first_dense, "no leading dense layers");
+  require_non_negative("moe.null_experts", e.null_experts, "none");
+  if (e.null_experts > 65536) {
+    fail("moe.null_experts", std::to_string(e.null_experts), "must be <= 65536");
+  }
+  require_finite_range("moe.capacity_factor", e.capacity_factor, 0.0, 1024.0,
+                       "must be in [0, 1024] (0 = dropless)");
+  require_finite_range("moe.aux_loss_coef", e.aux_loss_coef, 0.0, 1e6,
+                       "must be a finite number >= 0");
+  require_finite_range("moe.z_loss_coef", e.z_loss_coef, 0.0, 1e6, "must be a finite number >= 0");
+  require_finite_range("moe.load_imbalance", e.load_imbalance, 1.0, 65536.0,
+                       "must be a finite number >= 1 (busiest expert's tokens / mean)");
+  if (e.experts == 0) {
+    if (e.mode != MoeMode::none) {
+      fail("moe.mode", std::string("\"") + to_string(e.mode) + "\"",
+           "needs moe.experts > 0 (MoDE routes among experts)");
+    }
+    if (e.null_experts > 0) {
+      fail("moe.null_experts", std::to_string(e.null_experts),
+           "needs moe.experts > 0 and moe.mode = \"integrated\"");
+    }
+    return;  // the other keys are not read by a dense model
+  }
+  if (e.first_dense >= m.n_layers) {
+    fail("moe.first_dense", std::to_string(e.first_dense),
+         "must be < model.n_layers = " + std::to_string(m.n_layers) +
+             " (at least one MoE layer; set moe.experts = 0 for a dense model)");
+  }
+  if (e.null_experts > 0 && e.mode != MoeMode::integrated) {
+    fail("moe.null_experts", std::to_string(e.null_experts),
+         "needs moe.mode = \"integrated\" (null experts are integrated MoDE's no-op choices)");
+  }
+  if (e.top_k > e.choices()) {
+    fail("moe.top_k", std::to_string(e.top_k),
+         "must be <= moe.experts" +
+             std::string(e.mode == MoeMode::integrated ? " + moe.null_experts = " : " = ") +
+             std::to_string(e.choices()));
+  }
+  const double max_imbalance =
+      static_cast<double>(e.choices()) / static_cast<double>(e.top_k);
+  if (e.load_imbalance > max_imbalance) {
+    fail("moe.load_imbalance", format_number(e.load_imbalance),
+         "must be <= (moe.experts + null experts) / moe.top_k = " + format_number(max_imbalance) +
+             " (the busiest expert receives at most every token)");
+  }
+  if (e.mode == MoeMode::staged && !config.mod.enabled()) {
+    fail("moe.mode", "\"staged\"",
+         "needs MoD routing around the blocks (set mod.every > 0)");
+  }
+  if (e.mode == MoeMode::integrated && config.mod.enabled()) {
+    fail("moe.mode", "\"integrated\"",
+         "routes inside the FFN with dense attention; needs mod.every = 0 (use \"staged\" "
+         "for MoD around the block)");
+  }
+  if (e.mode == MoeMode::none && config.mod.enabled()) {
+    fail("moe.mode", "\"none\"",
+         "with mod.every > 0 and moe.experts > 0 must be \"staged\" (MoD around the block, "
+         "experts inside)");
+  }
+  if (e.resolved_expert_ffn(m) % config.parallel.tensor != 0) {
+    fail("parallel.tensor", std::to_string(config.parallel.tensor),
+         "must divide the expert width moe.expert_ffn = " +
+             std::to_string(e.resolved_expert_ffn(m)));
+  }
+}
+
 // ---- [parallel] / [cluster] checks (cluster-scale planning) -----------------
 // Kept in one block, apart from the model checks above.
 void validate_parallel(const Config& config) {
@@ -945,9 +1114,14 @@ void validate_parallel(const Config& config) {
       fail(key, std::to_string(value), "must be <= 1048576");
     }
   }
-  if (p.expert != 1) {
+  require_positive("parallel.expert", p.expert);
+  if (p.expert > 1 && config.moe.experts == 0) {
     fail("parallel.expert", std::to_string(p.expert),
-         "must be 1 (expert parallelism needs MoE layers, not modelled yet)");
+         "must be 1 without experts (set moe.experts > 0 for expert parallelism)");
+  }
+  if (p.expert > 1 && config.moe.experts % p.expert != 0) {
+    fail("parallel.expert", std::to_string(p.expert),
+         "must divide moe.experts = " + std::to_string(config.moe.experts));
   }
   if (p.zero < 0 || p.zero > 3) {
     fail("parallel.zero", std::to_string(p.zero), "must be 0, 1, 2 or 3 (3 = FSDP full shard)");
@@ -990,6 +1164,13 @@ void validate_parallel(const Config& config) {
     fail("device.count", std::to_string(config.device.count),
          "must be a multiple of parallel.tensor * parallel.pipeline = " +
              std::to_string(model_parallel));
+  }
+  if (p.expert > 1 && p.data(config.device.count) % p.expert != 0) {
+    fail("parallel.expert", std::to_string(p.expert),
+         "must divide the data-parallel size device.count / (parallel.tensor * "
+         "parallel.pipeline) = " +
+             std::to_string(p.data(config.device.count)) +
+             " (expert parallelism is carved out of data parallelism)");
   }
   if (p.zero > 0 && p.data(config.device.count) < 2) {
     fail("parallel.zero", std::to_string(p.zero),
@@ -1111,6 +1292,7 @@ void validate(const Config& config) {
     fail("dar.streams", std::to_string(dar.streams),
          std::string("must be 2 for dar.variant = \"") + to_string(dar.variant) + "\"");
   }
+  validate_moe(config);       // [moe] (block above)
   validate_parallel(config);  // [parallel] / [cluster] (block above)
   // <= 2^48: both factors are bounded by their own range checks.
   const int64_t per_micro_step = t.micro_batch * config.parallel.data(config.device.count);
@@ -1137,6 +1319,17 @@ void validate(const Config& config) {
   const double rough_params =
       static_cast<double>(m.n_layers) * 3.0 * width * width +
       2.0 * static_cast<double>(m.vocab_size) * static_cast<double>(m.d_model);
+  const MoeConfig& e = config.moe;
+  const double expert_params =
+      e.enabled() ? static_cast<double>(m.n_layers) * 3.0 * static_cast<double>(m.d_model) *
+                        static_cast<double>(e.resolved_expert_ffn(m)) *
+                        static_cast<double>(e.experts + e.shared_experts)
+                  : 0.0;
+  if (expert_params > 1e17) {
+    fail("moe.experts", std::to_string(e.experts),
+         "the experts would exceed 1e17 parameters (check moe.expert_ffn, moe.experts, "
+         "model.n_layers)");
+  }
   if (rough_params > 1e17) {
     fail(
         "model.n_layers", std::to_string(m.n_layers),

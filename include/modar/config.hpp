@@ -1,6 +1,6 @@
 // modar/config.hpp: the model / training / device configuration.
 //
-// One struct per TOML section ([model], [mod], [dar], [train], [device]); the
+// One struct per TOML section ([model], [mod], [dar], [moe], [train], [device], ...); the
 // field names ARE the TOML keys (an interface: see README "Configuration").
 // Parsing and validation live in cost_models/config.cpp; the planner, the
 // runtime, the CLI and the Python bindings all read the same structs.
@@ -29,6 +29,7 @@ enum class MlpKind { gelu, swiglu };
 enum class RouterScale { linear, sigmoid };  // g(r) = r  |  g(r) = sigmoid(r)
 enum class CausalRouter { none, aux_loss, predictor };
 enum class DarVariant { none, attnres, dar, selfkv, fixedkv, crossv };
+enum class MoeMode { none, staged, integrated };  // MoDE (SPEC section 1.3)
 enum class DType { fp32, bf16, fp16, fp64 };
 enum class Optimizer { adamw };
 enum class Recompute { none, selective, full };
@@ -99,6 +100,58 @@ struct DarConfig {
   }
 };
 
+// ---- [moe]: experts and MoDE (SPEC section 1.3; docs/moe.md) ----------------
+//  * experts = E routed experts (0 = dense FFN everywhere), each an FFN of the
+//    model's MLP kind and width expert_ffn (0 = model.d_ff resolved);
+//    shared_experts of the same width see every token.
+//  * MoE layers: layer l (0-based) is MoE iff experts > 0, l >= first_dense and
+//    (l - first_dense) % every == 0.
+//  * Router: softmax over the E (+ Z null) choices, token-choice top_k, gates
+//    renormalised over the chosen k.  Aux loss aux_loss_coef * E * sum_e f_e P_e
+//    (Switch/GShard), router z-loss z_loss_coef * mean(logsumexp(logits)^2).
+//  * Capacity: capacity_factor = 0 is dropless; > 0 gives every expert
+//    ceil(capacity_factor * tokens * top_k / choices) slots (choices = E + Z),
+//    assignments over it are dropped (the token keeps its residual).
+//  * mode: "none" (plain MoE), "staged" (MoD routing around the block as set by
+//    [mod], the MoE FFN inside routed blocks; needs mod.every > 0),
+//    "integrated" (dense attention; the FFN router also chooses among
+//    null_experts = Z no-op experts: a token routed to one skips the FFN).
+//  * load_imbalance: busiest expert's tokens / mean tokens per expert, a cost
+//    model parameter only (scales the grouped expert GEMM and the all-to-all).
+struct MoeConfig {
+  int64_t experts = 0;          // E; 0 = dense
+  int64_t top_k = 1;            // experts per token
+  int64_t expert_ffn = 0;       // 0 = model's d_ff (resolved)
+  int64_t shared_experts = 0;   // experts every token passes through
+  int64_t every = 1;            // every N-th layer (from first_dense) is MoE
+  int64_t first_dense = 0;      // leading dense layers
+  double capacity_factor = 0.0; // 0 = dropless
+  double aux_loss_coef = 0.01;
+  double z_loss_coef = 0.0;
+  double load_imbalance = 1.0;  // >= 1, cost model only
+  MoeMode mode = MoeMode::none;
+  int64_t null_experts = 0;     // Z; integrated only
+
+  bool enabled() const { return experts > 0; }
+  bool is_moe_layer(int64_t layer) const {
+    return experts > 0 && layer >= first_dense && (layer - first_dense) % every == 0;
+  }
+  int64_t moe_layers(int64_t n_layers) const {
+    return (experts > 0 && n_layers > first_dense) ? (n_layers - first_dense + every - 1) / every
+                                                     : 0;
+  }
+  int64_t resolved_expert_ffn(const ModelConfig& model) const {
+    return expert_ffn > 0 ? expert_ffn : model.resolved_d_ff();
+  }
+  // Router choices: E real experts plus Z null experts (integrated MoDE).
+  int64_t choices() const { return experts + (mode == MoeMode::integrated ? null_experts : 0); }
+  bool dropless() const { return !(capacity_factor > 0.0); }
+  // Slots per expert for `tokens` tokens entering the layer:
+  // ceil(capacity_factor * tokens * top_k / choices); dropless: tokens (the
+  // most one expert can receive, each token picks an expert at most once).
+  int64_t expert_capacity(int64_t tokens) const;
+};
+
 struct TrainConfig {
   int64_t micro_batch = 8;   // sequences per device per micro-step
   int64_t global_batch = 0;  // sequences per optimizer step; 0 = micro_batch * device.count
@@ -134,11 +187,13 @@ struct ParallelConfig {
   int64_t zero = 0;                 // ZeRO stage 0..3 over the data-parallel group (3 = FSDP)
   bool overlap_grad_reduce = true;  // DP gradient reduction overlapped with the backward
   bool overlap_param_gather = true; // ZeRO parameter all-gathers overlapped with compute
-  int64_t expert = 1;               // expert parallelism: reserved (must be 1 until MoE)
+  int64_t expert = 1;               // expert parallelism EP (needs moe.experts % EP == 0)
   bool balance_stages = true;       // pipeline stages balanced by predicted time
   bool dar_bank_cache = true;       // DAR/AttnRes: receiving stages cache earlier blocks
-  // data-parallel size: device.count / (tensor x pipeline x expert)
-  int64_t data(int64_t devices) const { return devices / (tensor * pipeline * expert); }
+  // data-parallel size: device.count / (tensor x pipeline).  Expert
+  // parallelism is carved out of the data-parallel group (Megatron-Core):
+  // the EP ranks hold different experts and different data; EP divides DP.
+  int64_t data(int64_t devices) const { return devices / (tensor * pipeline); }
   bool is_default() const {
     return tensor == 1 && !sequence_parallel && pipeline == 1 &&
            schedule == PipelineSchedule::one_f_one_b && virtual_stages == 1 && zero == 0 &&
@@ -155,6 +210,7 @@ struct Config {
   ModelConfig model;
   ModConfig mod;
   DarConfig dar;
+  MoeConfig moe;
   TrainConfig train;
   DeviceConfig device;
   ParallelConfig parallel;
@@ -213,6 +269,7 @@ const char* to_string(MlpKind v);
 const char* to_string(RouterScale v);
 const char* to_string(CausalRouter v);
 const char* to_string(DarVariant v);
+const char* to_string(MoeMode v);
 const char* to_string(DType v);
 const char* to_string(Optimizer v);
 const char* to_string(Recompute v);

@@ -174,8 +174,8 @@ TEST(Cluster, ParallelConfigValidation) {
   EXPECT_EQ(error_of({"parallel.tensor=2"}),
             "device.count = 1: must be a multiple of parallel.tensor * parallel.pipeline = 2");
   EXPECT_EQ(error_of({"parallel.expert=2"}),
-            "parallel.expert = 2: must be 1 (expert parallelism needs MoE layers, not modelled "
-            "yet)");
+            "parallel.expert = 2: must be 1 without experts (set moe.experts > 0 for expert "
+            "parallelism)");
   EXPECT_EQ(error_of({"parallel.zero=4", "device.count=2"}),
             "parallel.zero = 4: must be 0, 1, 2 or 3 (3 = FSDP full shard)");
   EXPECT_EQ(error_of({"parallel.zero=1"}),
