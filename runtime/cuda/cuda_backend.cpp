@@ -140,7 +140,29 @@ class CudaBackend final : public Backend {
   DeviceFacts facts() const override { return cuda_device_facts(device_); }
   // Every op of the table in fp32 / bf16 storage (and i32 for copy / fill);
   // fp64 is the CPU backend's reference precision.
-  bool supports(OpId, ScalarType dtype) const override { return dtype != ScalarType::fp64; }
+  // The Mixture-of-Experts ops (route, aux loss, dispatch, permute, grouped
+  // GEMM) have no CUDA kernels yet: supports() is false and the MoE layers run
+  // on the CPU backend only.
+  bool supports(OpId op, ScalarType dtype) const override {
+    return dtype != ScalarType::fp64 && !is_moe_op(op);
+  }
+  static bool is_moe_op(OpId op) {
+    switch (op) {
+      case OpId::moe_route_forward:
+      case OpId::moe_route_backward:
+      case OpId::moe_aux_loss_forward:
+      case OpId::moe_aux_loss_backward:
+      case OpId::moe_dispatch:
+      case OpId::moe_permute_forward:
+      case OpId::moe_permute_backward:
+      case OpId::moe_unpermute_forward:
+      case OpId::moe_unpermute_backward:
+      case OpId::grouped_gemm:
+        return true;
+      default:
+        return false;
+    }
+  }
 
   void* allocate(int64_t bytes) override {
     if (bytes < 0) {
@@ -627,6 +649,21 @@ class CudaBackend final : public Backend {
     p.lowp_type = call.params_lowp.empty() ? Elem::fp32 : elem(op, call.params_lowp);
     gpu::launch_adamw(p, stream_);
   }
+
+  // No CUDA kernels for the MoE ops (supports() is false, so run() never gets here).
+  [[noreturn]] static void no_moe_kernel(const char* op) {
+    throw ShapeError(std::string(op) + ": no CUDA kernel (MoE ops run on the cpu backend)");
+  }
+  void run_op(const MoeRouteForwardArgs&) { no_moe_kernel("moe_route_forward"); }
+  void run_op(const MoeRouteBackwardArgs&) { no_moe_kernel("moe_route_backward"); }
+  void run_op(const MoeAuxLossForwardArgs&) { no_moe_kernel("moe_aux_loss_forward"); }
+  void run_op(const MoeAuxLossBackwardArgs&) { no_moe_kernel("moe_aux_loss_backward"); }
+  void run_op(const MoeDispatchArgs&) { no_moe_kernel("moe_dispatch"); }
+  void run_op(const MoePermuteForwardArgs&) { no_moe_kernel("moe_permute_forward"); }
+  void run_op(const MoePermuteBackwardArgs&) { no_moe_kernel("moe_permute_backward"); }
+  void run_op(const MoeUnpermuteForwardArgs&) { no_moe_kernel("moe_unpermute_forward"); }
+  void run_op(const MoeUnpermuteBackwardArgs&) { no_moe_kernel("moe_unpermute_backward"); }
+  void run_op(const GroupedGemmArgs&) { no_moe_kernel("grouped_gemm"); }
 
  private:
   // Frees what the constructor acquired (each part may be missing).

@@ -273,9 +273,31 @@ void MlpBranch::backward(const Context& ctx, const TensorView& dy, Saved& saved,
 
 TransformerLayer::TransformerLayer(ParameterSet& params, const Context& ctx,
                                    const std::string& prefix, const BranchShape& shape, Rng& rng,
-                                   double out_std)
-    : attention_(params, ctx, prefix, shape, rng, out_std),
-      mlp_(params, ctx, prefix, shape, rng, out_std) {}
+                                   double out_std, const MoeOptions* moe)
+    : attention_(params, ctx, prefix, shape, rng, out_std) {
+  if (moe != nullptr) {
+    moe_ = std::make_unique<MoeFfn>(params, ctx, prefix, shape, *moe, rng, out_std);
+  } else {
+    mlp_ = std::make_unique<MlpBranch>(params, ctx, prefix, shape, rng, out_std);
+  }
+}
+
+Buffer TransformerLayer::ffn_forward(const Context& ctx, const TensorView& x, Saved* saved) const {
+  if (moe_ != nullptr) {
+    return moe_->forward(ctx, x, saved != nullptr ? &saved->moe : nullptr,
+                         saved != nullptr ? &saved->moe_stats : nullptr);
+  }
+  return mlp_->forward(ctx, x, saved != nullptr ? &saved->mlp : nullptr);
+}
+
+void TransformerLayer::ffn_backward(const Context& ctx, const TensorView& dy, Saved& saved,
+                                    const TensorView& dx) const {
+  if (moe_ != nullptr) {
+    moe_->backward(ctx, dy, saved.moe, dx);
+  } else {
+    mlp_->backward(ctx, dy, saved.mlp, dx);
+  }
+}
 
 Buffer TransformerLayer::delta_forward(const Context& ctx, const TensorView& x,
                                        const TensorView& positions, const TensorView& valid_lengths,
@@ -285,7 +307,7 @@ Buffer TransformerLayer::delta_forward(const Context& ctx, const TensorView& x,
                                 saved != nullptr ? &saved->attn : nullptr);
   Buffer x_mid = ctx.make(x.shape_vector());
   be.add(x, a, x_mid);
-  Buffer m = mlp_.forward(ctx, x_mid, saved != nullptr ? &saved->mlp : nullptr);
+  Buffer m = ffn_forward(ctx, x_mid, saved);
   be.add(a, m, a);  // delta = a + m, in a's storage
   return a;
 }
@@ -295,7 +317,7 @@ void TransformerLayer::delta_backward(const Context& ctx, const TensorView& ddel
   Backend& be = ctx.backend;
   // d a = ddelta + d(x + a) from the MLP path; d x gets the MLP path too.
   Buffer dx_mid = ctx.zeros(ddelta.shape_vector());
-  mlp_.backward(ctx, ddelta, saved.mlp, dx_mid);
+  ffn_backward(ctx, ddelta, saved, dx_mid);
   Buffer da = ctx.copy_of(ddelta);
   be.axpy(1.0, dx_mid, da);
   be.axpy(1.0, dx_mid, dx);
@@ -325,7 +347,7 @@ void TransformerLayer::decode_inplace(const Context& ctx, const TensorView& x, i
   Buffer a = attention_.decode(ctx, x, position, cache);
   Buffer x_mid = ctx.make(x.shape_vector());
   be.add(x, a, x_mid);
-  Buffer m = mlp_.forward(ctx, x_mid, nullptr);
+  Buffer m = ffn_forward(ctx, x_mid, nullptr);
   be.add(a, m, a);
   be.add(x, a, x);
 }

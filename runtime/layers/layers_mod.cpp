@@ -25,8 +25,8 @@ namespace modar::runtime {
 
 RoutedLayer::RoutedLayer(ParameterSet& params, const Context& ctx, const std::string& prefix,
                          const BranchShape& shape, const RoutingOptions& routing, Rng& rng,
-                         double out_std)
-    : routing_(routing), shape_(shape), core_(params, ctx, prefix, shape, rng, out_std) {
+                         double out_std, const MoeOptions* moe)
+    : routing_(routing), shape_(shape), core_(params, ctx, prefix, shape, rng, out_std, moe) {
   if (!(routing.capacity > 0.0 && routing.capacity <= 1.0)) {
     throw ConfigError("mod.capacity = " + std::to_string(routing.capacity) + ": must be in (0, 1]");
   }
@@ -214,7 +214,7 @@ Buffer RoutedLayer::branch_forward(const Context& ctx, int branch, const TensorV
   if (branch == 0) {
     out = core_.attention().forward(ctx, gathered, positions_of(st), st.counts, &st.core.attn);
   } else {
-    out = core_.mlp().forward(ctx, gathered, &st.core.mlp);
+    out = core_.ffn_forward(ctx, gathered, &st.core);
   }
   Buffer y = ctx.zeros(h.shape_vector());
   be.scatter_add_scaled_forward(y, st.indices, gate_input_of(st), out, routing_.gate);
@@ -235,7 +235,7 @@ void RoutedLayer::branch_backward(const Context& ctx, int branch, const TensorVi
   if (branch == 0) {
     core_.attention().backward(ctx, dout, st.core.attn, dgathered);
   } else {
-    core_.mlp().backward(ctx, dout, st.core.mlp, dgathered);
+    core_.ffn_backward(ctx, dout, st.core, dgathered);
   }
   out.reset();
   be.gather_rows_backward(dgathered, st.indices, dh);
@@ -262,7 +262,7 @@ bool RoutedLayer::decode_inplace(const Context& ctx, const TensorView& x, int32_
   Buffer a = core_.attention().decode(ctx, x, position, cache);
   Buffer x_mid = ctx.make(x.shape_vector());
   be.add(x, a, x_mid);
-  Buffer m = core_.mlp().forward(ctx, x_mid, nullptr);
+  Buffer m = core_.ffn_forward(ctx, x_mid, nullptr);
   be.add(a, m, a);
   Buffer index = ctx.indices({1, 1}, {0});
   if (routing_.unit_gate) {

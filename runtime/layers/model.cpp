@@ -14,7 +14,6 @@ struct Model::LayerSlot {
   TransformerLayer::Saved dense_saved;
   RoutedLayer::Saved routed_saved;
   AttentionBranch::Saved attn_saved;
-  MlpBranch::Saved mlp_saved;
 };
 
 namespace {
@@ -59,14 +58,19 @@ Model::Model(Backend& backend, const Config& config, const ModelOptions& options
   RoutingOptions routing = RoutingOptions::from(config.mod);
   routing.aux_loss_weight = options.router_aux_loss_weight;
   routing.unit_gate = options.unit_router_gate;
+  // [moe]: layer l's FFN is an MoE FFN iff moe.is_moe_layer(l); inside a MoD
+  // routed block that is staged MoDE, with null experts integrated MoDE.
+  const MoeOptions moe = MoeOptions::from(config.moe, m);
   for (int64_t l = 0; l < m.n_layers; ++l) {
     auto slot = std::make_unique<LayerSlot>();
     const std::string prefix = "layer" + std::to_string(l);
+    const MoeOptions* layer_moe = config.moe.is_moe_layer(l) ? &moe : nullptr;
     if (config.mod.is_routed(l)) {
-      slot->routed =
-          std::make_unique<RoutedLayer>(params_, ctx, prefix, shape, routing, rng, out_std);
+      slot->routed = std::make_unique<RoutedLayer>(params_, ctx, prefix, shape, routing, rng,
+                                                   out_std, layer_moe);
     } else {
-      slot->dense = std::make_unique<TransformerLayer>(params_, ctx, prefix, shape, rng, out_std);
+      slot->dense =
+          std::make_unique<TransformerLayer>(params_, ctx, prefix, shape, rng, out_std, layer_moe);
     }
     layers_.push_back(std::move(slot));
   }
@@ -189,6 +193,22 @@ StepResult Model::run(const TensorView& tokens, const TensorView& targets, bool 
     result.predictor_accuracy += losses.predictor_accuracy;
     ++routed_count;
   };
+  // MoE layers (after each layer's forward, from what it saved for backward).
+  int64_t moe_count = 0;
+  double moe_weighted = 0.0;
+  auto add_moe = [&](const TransformerLayer& layer) {
+    if (layer.moe() == nullptr) {
+      return;
+    }
+    const MoeFfn::Stats& stats = layer.moe()->last_stats();
+    result.moe_aux_loss += stats.aux_loss;
+    result.moe_z_loss += stats.z_loss;
+    result.moe_dropped += stats.dropped;
+    result.moe_null += stats.null_assignments;
+    moe_weighted += layer.moe()->options().aux_loss_coef * stats.aux_loss +
+                    layer.moe()->options().z_loss_coef * stats.z_loss;
+    ++moe_count;
+  };
 
   // ---- forward ----
   Buffer x = ctx.make({batch, seq, d});
@@ -205,9 +225,11 @@ StepResult Model::run(const TensorView& tokens, const TensorView& targets, bool 
       if (slot->dense) {
         slot->dense->forward_inplace(ctx, x, positions,
                                      with_backward ? &slot->dense_saved : nullptr);
+        add_moe(*slot->dense);
       } else {
         add_losses(
             slot->routed->forward_inplace(ctx, x, with_backward ? &slot->routed_saved : nullptr));
+        add_moe(slot->routed->core());
       }
     }
     final_input = std::move(x);
@@ -225,12 +247,15 @@ StepResult Model::run(const TensorView& tokens, const TensorView& targets, bool 
           y = slot.routed->branch_forward(ctx, branch, h, slot.routed_saved, &losses);
           if (branch == 0) {
             add_losses(losses);
+          } else {
+            add_moe(slot.routed->core());
           }
         } else if (branch == 0) {
           y = slot.dense->attention().forward(ctx, h, positions, TensorView{},
                                               with_backward ? &slot.attn_saved : nullptr);
         } else {
-          y = slot.dense->mlp().forward(ctx, h, with_backward ? &slot.mlp_saved : nullptr);
+          y = slot.dense->ffn_forward(ctx, h, with_backward ? &slot.dense_saved : nullptr);
+          add_moe(*slot.dense);
         }
         depth_->write(ctx, attn_branch + branch, y);
       }
@@ -266,7 +291,11 @@ StepResult Model::run(const TensorView& tokens, const TensorView& targets, bool 
   const double aux_weight =
       config_.mod.causal_router == CausalRouter::aux_loss ? options_.router_aux_loss_weight : 0.0;
   result.loss = result.lm_loss + aux_weight * result.router_aux * routed_count +
-                result.predictor * routed_count;
+                result.predictor * routed_count + moe_weighted;
+  if (moe_count > 0) {
+    result.moe_aux_loss /= static_cast<double>(moe_count);
+    result.moe_z_loss /= static_cast<double>(moe_count);
+  }
   if (!with_backward) {
     return result;
   }
@@ -312,7 +341,7 @@ StepResult Model::run(const TensorView& tokens, const TensorView& targets, bool 
         } else if (branch == 0) {
           slot.dense->attention().backward(ctx, dy, slot.attn_saved, dh);
         } else {
-          slot.dense->mlp().backward(ctx, dy, slot.mlp_saved, dh);
+          slot.dense->ffn_backward(ctx, dy, slot.dense_saved, dh);
         }
         depth_->read_backward(ctx, index, dh);
       }

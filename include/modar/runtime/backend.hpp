@@ -418,6 +418,87 @@ class Backend {
     run(AdamwUpdateArgs{params, grads, m, v, hyper, params_lowp});
   }
 
+  // ---- Mixture of Experts (MoE FFN, MoDE) ------------------------------------------
+  // T tokens (rows), E_total = E real + null experts, top-k; router logits are a
+  // gemm x W_r ([d, E_total], stats output).  Null experts are the indices
+  // >= E (counts has E entries): their assignments get no row (slot -1).
+  //
+  // moe_route_forward: probs = softmax(logits) per row ([T, E_total] stats);
+  //   indices i32 [T, k] = the k largest logits, in descending order (ties to
+  //   the lower expert index, NaN last); gates [T, k] stats = probs at them
+  //   (renormalize: divided by their sum).
+  // moe_route_backward: dlogits += d/dlogits of sum_j dgates[t, j] gates[t, j]
+  //   (through the renormalisation and the softmax; top-k not differentiated).
+  void moe_route_forward(const TensorView& logits, const TensorView& probs,
+                         const TensorView& indices, const TensorView& gates,
+                         const MoeRouteParams& params) {
+    run(MoeRouteForwardArgs{logits, probs, indices, gates, params});
+  }
+  void moe_route_backward(const TensorView& dgates, const TensorView& probs,
+                          const TensorView& indices, const TensorView& gates,
+                          const TensorView& dlogits, const MoeRouteParams& params) {
+    run(MoeRouteBackwardArgs{dgates, probs, indices, gates, dlogits, params});
+  }
+  // loss [2] stats = {aux, z}:
+  //   aux = E_total sum_e f_e P_e,  f_e = (assignments to e) / (T k),
+  //         P_e = mean_t probs[t, e]   (Switch / GShard; 1 when uniform),
+  //   z   = mean_t (logsumexp_e logits[t, e])^2   (ST-MoE router z-loss).
+  // Backward: dlogits += daux d aux / dlogits + dz d z / dlogits (f_e is a
+  // count: not differentiated).
+  void moe_aux_loss_forward(const TensorView& logits, const TensorView& probs,
+                            const TensorView& indices, const TensorView& loss) {
+    run(MoeAuxLossForwardArgs{logits, probs, indices, loss});
+  }
+  void moe_aux_loss_backward(double daux, double dz, const TensorView& logits,
+                             const TensorView& probs, const TensorView& indices,
+                             const TensorView& dlogits) {
+    run(MoeAuxLossBackwardArgs{daux, dz, logits, probs, indices, dlogits});
+  }
+  // The expert-grouped layout.  counts i32 [E] (out) = rows each real expert
+  // receives; slots i32 [T, k] (out) = the row of assignment (t, j) in the
+  // grouped layout (expert e's rows are [sum_{e' < e} counts, + counts[e]),
+  // in token order), -1 when dropped or null.  capacity > 0: an expert keeps at
+  // most `capacity` assignments, in priority order first choices (j = 0) of all
+  // tokens first, then j = 1, ...; each in token order (GShard); the rest drop.
+  void moe_dispatch(const TensorView& indices, const TensorView& counts, const TensorView& slots,
+                    int64_t capacity) {
+    run(MoeDispatchArgs{indices, counts, slots, capacity});
+  }
+  // out[slots[t, j]] = x[t] (rows no slot names: zero); x [.., d] with T rows,
+  // out [R, d].  Backward: dx[t] += sum_j dout[slots[t, j]].
+  void moe_permute_forward(const TensorView& x, const TensorView& slots, const TensorView& out) {
+    run(MoePermuteForwardArgs{x, slots, out});
+  }
+  void moe_permute_backward(const TensorView& dout, const TensorView& slots,
+                            const TensorView& dx) {
+    run(MoePermuteBackwardArgs{dout, slots, dx});
+  }
+  // out[t] = sum_{j: slots[t, j] >= 0} gates[t, j] y[slots[t, j]] (overwrites;
+  // zero for a token with no slot).  Backward: dy[slot] += gate dout[t],
+  // dgates[t, j] += <dout[t], y[slot]>.
+  void moe_unpermute_forward(const TensorView& y, const TensorView& slots, const TensorView& gates,
+                             const TensorView& out) {
+    run(MoeUnpermuteForwardArgs{y, slots, gates, out});
+  }
+  void moe_unpermute_backward(const TensorView& dout, const TensorView& y, const TensorView& slots,
+                              const TensorView& gates, const TensorView& dy,
+                              const TensorView& dgates) {
+    run(MoeUnpermuteBackwardArgs{dout, y, slots, gates, dy, dgates});
+  }
+  // One GEMM per expert over ragged row groups (counts i32 [E], sum <= R):
+  //   transpose_a false: a [R, K] grouped rows, b [E, K, N] ([E, N, K] with
+  //     transpose_b), c [R, N]: c_e = alpha a_e op(b_e) + beta c_e; rows past
+  //     sum(counts) are not touched;
+  //   transpose_a true (weight gradient): a [R, K], b [R, N] (no transpose_b),
+  //     c [E, K, N]: c_e = alpha a_e^T b_e + beta c_e (an expert with no rows:
+  //     c_e = beta c_e).
+  // Each expert's GEMM is exactly the gemm op on its rows.
+  void grouped_gemm(const TensorView& a, bool transpose_a, const TensorView& b, bool transpose_b,
+                    const TensorView& c, const TensorView& counts, double alpha = 1.0,
+                    double beta = 0.0) {
+    run(GroupedGemmArgs{a, transpose_a, b, transpose_b, c, counts, alpha, beta});
+  }
+
  protected:
   // The one entry point of a backend: run the (already checked) op.  Backends
   // declare MODAR_BACKEND_OPS in their class (one run_op per table row) and

@@ -213,6 +213,72 @@ class MlpBranch {
   Parameter *norm_, *w_in_, *w_gate_, *w_up_, *w_out_;
 };
 
+// ---- the Mixture-of-Experts FFN (MoE, integrated MoDE) ----------------------------
+
+// What an MoE FFN is made of ([moe] of the config; see docs/runtime_layers.md#moe).
+struct MoeOptions {
+  int64_t experts = 8;            // real experts E
+  int64_t top_k = 2;              // experts per token (token choice)
+  int64_t expert_ffn = 0;         // hidden width of one expert; 0 = the model's d_ff
+  int64_t shared_experts = 0;     // always-on experts (one MLP of width shared * expert_ffn)
+  double capacity_factor = 0.0;   // 0 = dropless; else ceil(cf * tokens * top_k / experts)
+  double aux_loss_coef = 0.01;    // weight of the load-balancing loss in the objective
+  double z_loss_coef = 0.0;       // weight of the router z-loss
+  int64_t null_experts = 0;       // integrated MoDE: tokens routed to one skip the FFN
+  bool renormalize = true;        // gates of the top-k divided by their sum ([moe])
+  int64_t total_experts() const { return experts + null_experts; }
+  // Rows per expert for `tokens` tokens entering the layer:
+  // MoeConfig::expert_capacity (ceil(cf tokens k / (E + null)); dropless: tokens).
+  int64_t capacity(int64_t tokens) const;
+  // The [moe] section of a config (null experts only in integrated mode).
+  static MoeOptions from(const MoeConfig& moe, const ModelConfig& model);
+};
+
+// y = sum_j g_j Expert_{e_j}(u) + Shared(u),  u = RMSNorm(x) (weighted), over
+// the top-k of p = softmax(u W_r) among E real + N null experts; a null
+// expert contributes nothing (the token skips the FFN).  Experts are the dense
+// MLP (GELU or SwiGLU, BranchShape::mlp) with width expert_ffn; weights
+// [E, d, f] / [E, f, d].  Ops: gemm (router), moe_route_forward, moe_dispatch,
+// moe_permute_forward, grouped_gemm, GELU / SwiGLU, grouped_gemm,
+// moe_unpermute_forward (+ moe_aux_loss_forward when a loss weight is set).
+class MoeFfn {
+ public:
+  struct Saved {
+    Buffer x, rstd, u, logits, probs, indices, gates, counts, slots;
+    Buffer rows, pre, gate, up, hidden, expert_out;         // expert-grouped [R, ..]
+    Buffer shared_pre, shared_gate, shared_up, shared_hidden;  // shared experts [T, ..]
+    int64_t kept_rows = 0;
+  };
+  struct Stats {
+    double aux_loss = 0.0;         // unweighted load-balancing loss (1 = balanced)
+    double z_loss = 0.0;           // unweighted router z-loss
+    int64_t assignments = 0;       // tokens * top_k
+    int64_t null_assignments = 0;  // routed to a null expert (skipped the FFN)
+    int64_t dropped = 0;           // real-expert assignments over capacity
+  };
+  MoeFfn(ParameterSet& params, const Context& ctx, const std::string& prefix,
+         const BranchShape& shape, const MoeOptions& moe, Rng& rng, double out_std);
+  // x [.., d] -> y of x's shape.  saved == nullptr: inference.
+  Buffer forward(const Context& ctx, const TensorView& x, Saved* saved, Stats* stats) const;
+  // dx += J^T dy; parameter gradients += (router through the gates and the
+  // weighted auxiliary / z losses).
+  void backward(const Context& ctx, const TensorView& dy, Saved& saved, const TensorView& dx) const;
+  const MoeOptions& options() const { return moe_; }
+  // The Stats of the last forward (also in inference, where saved == nullptr).
+  const Stats& last_stats() const { return last_stats_; }
+
+ private:
+  Buffer experts_forward(const Context& ctx, const TensorView& rows, const TensorView& counts,
+                         Saved* saved) const;
+  BranchShape shape_;
+  MoeOptions moe_;
+  int64_t width_ = 0;
+  Parameter *norm_, *router_;
+  Parameter *w_in_ = nullptr, *w_gate_ = nullptr, *w_up_ = nullptr, *w_out_ = nullptr;
+  Parameter *s_in_ = nullptr, *s_gate_ = nullptr, *s_up_ = nullptr, *s_out_ = nullptr;
+  mutable Stats last_stats_;
+};
+
 // ---- a transformer layer on the plain residual stream ---------------------------
 
 class TransformerLayer {
@@ -220,9 +286,17 @@ class TransformerLayer {
   struct Saved {
     AttentionBranch::Saved attn;
     MlpBranch::Saved mlp;
+    MoeFfn::Saved moe;
+    MoeFfn::Stats moe_stats;
   };
+  // moe != nullptr: the FFN is an MoE FFN (MoeFfn) instead of the dense MLP.
   TransformerLayer(ParameterSet& params, const Context& ctx, const std::string& prefix,
-                   const BranchShape& shape, Rng& rng, double out_std);
+                   const BranchShape& shape, Rng& rng, double out_std,
+                   const MoeOptions* moe = nullptr);
+  // The FFN branch (dense MLP or MoE): y = f(x); backward dx += J^T dy.
+  Buffer ffn_forward(const Context& ctx, const TensorView& x, Saved* saved) const;
+  void ffn_backward(const Context& ctx, const TensorView& dy, Saved& saved,
+                    const TensorView& dx) const;
   // delta = a + m for x [b, s, d] (x itself is not changed).
   Buffer delta_forward(const Context& ctx, const TensorView& x, const TensorView& positions,
                        const TensorView& valid_lengths, Saved* saved) const;
@@ -239,11 +313,13 @@ class TransformerLayer {
                       KvCache& cache) const;
 
   const AttentionBranch& attention() const { return attention_; }
-  const MlpBranch& mlp() const { return mlp_; }
+  const MlpBranch& mlp() const { return *mlp_; }  // dense layers only (moe() == nullptr)
+  const MoeFfn* moe() const { return moe_.get(); }
 
  private:
   AttentionBranch attention_;
-  MlpBranch mlp_;
+  std::unique_ptr<MlpBranch> mlp_;
+  std::unique_ptr<MoeFfn> moe_;
 };
 
 // ---- the MoD routed layer --------------------------------------------------------
@@ -289,8 +365,10 @@ class RoutedLayer {
     std::vector<std::vector<int32_t>> positions;
   };
 
+  // moe != nullptr: staged MoDE (the routed tokens' FFN is an MoE FFN).
   RoutedLayer(ParameterSet& params, const Context& ctx, const std::string& prefix,
-              const BranchShape& shape, const RoutingOptions& routing, Rng& rng, double out_std);
+              const BranchShape& shape, const RoutingOptions& routing, Rng& rng, double out_std,
+              const MoeOptions* moe = nullptr);
   int64_t routed_tokens(int64_t seq_len) const;
   // x [b, s, d] updated in place.  `forced` selects the routed tokens instead
   // of top-k (no auxiliary losses then).

@@ -5,7 +5,9 @@
 //          -> cross-entropy;  backward;  AdamW.
 //
 // Layers: dense, or MoD-routed where config.mod.is_routed(l) (capacity, g(r),
-// auxiliary loss / predictor from [mod]).  Residual: the plain residual stream,
+// auxiliary loss / predictor from [mod]); the FFN is an MoE FFN where
+// config.moe.is_moe_layer(l) ([moe]: staged MoDE inside routed blocks,
+// integrated MoDE with null experts).  Residual: the plain residual stream,
 // or AttnRes / DAR (config.dar.*) around every branch (layers.hpp
 // DepthResidual).  MoD inside an AttnRes / DAR model routes each branch of a
 // routed layer: the router reads the layer's attention-branch input h, both
@@ -43,6 +45,14 @@ struct StepResult {
   double router_aux = 0.0;  // mean over routed layers of the router BCE (unweighted)
   double predictor = 0.0;   // mean over routed layers of the predictor BCE
   double predictor_accuracy = 0.0;
+  // MoE layers ([moe]): the mean over MoE
+  // layers of the unweighted load-balancing and z losses (their weighted sum
+  // is part of `loss`), and the assignments dropped (over capacity) or routed
+  // to a null expert, summed over layers.
+  double moe_aux_loss = 0.0;
+  double moe_z_loss = 0.0;
+  int64_t moe_dropped = 0;
+  int64_t moe_null = 0;
   int64_t peak_bytes = 0;  // peak bytes held during the step
   double step_s = 0.0;     // wall time of the step (measure_training_step only)
 };

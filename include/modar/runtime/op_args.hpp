@@ -387,6 +387,83 @@ struct AdamwUpdateArgs {
   TensorView params_lowp;
 };
 
+// ---- Mixture of Experts (MoE FFN, MoDE; see backend.hpp and docs/runtime_ops.md) ----
+
+struct MoeRouteParams {
+  // false: gate = p_e (Switch / GShard);  true: gates of the k chosen experts
+  // divided by their sum (Mixtral / DeepSeek "norm_topk_prob").
+  bool renormalize = false;
+};
+struct MoeRouteForwardArgs {
+  TensorView logits;
+  TensorView probs;
+  TensorView indices;
+  TensorView gates;
+  MoeRouteParams params{};
+};
+struct MoeRouteBackwardArgs {
+  TensorView dgates;
+  TensorView probs;
+  TensorView indices;
+  TensorView gates;
+  TensorView dlogits;
+  MoeRouteParams params{};
+};
+struct MoeAuxLossForwardArgs {
+  TensorView logits;
+  TensorView probs;
+  TensorView indices;
+  TensorView loss;
+};
+struct MoeAuxLossBackwardArgs {
+  double daux = 1.0;
+  double dz = 0.0;
+  TensorView logits;
+  TensorView probs;
+  TensorView indices;
+  TensorView dlogits;
+};
+struct MoeDispatchArgs {
+  TensorView indices;
+  TensorView counts;
+  TensorView slots;
+  int64_t capacity = 0;  // rows per expert; 0 = dropless
+};
+struct MoePermuteForwardArgs {
+  TensorView x;
+  TensorView slots;
+  TensorView out;
+};
+struct MoePermuteBackwardArgs {
+  TensorView dout;
+  TensorView slots;
+  TensorView dx;
+};
+struct MoeUnpermuteForwardArgs {
+  TensorView y;
+  TensorView slots;
+  TensorView gates;
+  TensorView out;
+};
+struct MoeUnpermuteBackwardArgs {
+  TensorView dout;
+  TensorView y;
+  TensorView slots;
+  TensorView gates;
+  TensorView dy;
+  TensorView dgates;
+};
+struct GroupedGemmArgs {
+  TensorView a;
+  bool transpose_a = false;
+  TensorView b;
+  bool transpose_b = false;
+  TensorView c;
+  TensorView counts;
+  double alpha = 1.0;
+  double beta = 0.0;
+};
+
 // ---- the op table ---------------------------------------------------------------
 
 #define MODAR_RUNTIME_OPS(X)                                                                       \
@@ -436,7 +513,17 @@ struct AdamwUpdateArgs {
   X(bce_with_logits_backward, BceWithLogitsBackwardArgs, elementwise, backward, true, false)       \
   X(embedding_forward, EmbeddingForwardArgs, embedding, forward, true, true)                       \
   X(embedding_backward, EmbeddingBackwardArgs, embedding, backward, true, true)                    \
-  X(adamw_update, AdamwUpdateArgs, optimizer_update, forward, true, true)
+  X(adamw_update, AdamwUpdateArgs, optimizer_update, forward, true, true)                          \
+  X(moe_route_forward, MoeRouteForwardArgs, topk, forward, true, false)                            \
+  X(moe_route_backward, MoeRouteBackwardArgs, topk, backward, true, false)                         \
+  X(moe_aux_loss_forward, MoeAuxLossForwardArgs, elementwise, forward, true, false)                \
+  X(moe_aux_loss_backward, MoeAuxLossBackwardArgs, elementwise, backward, true, false)             \
+  X(moe_dispatch, MoeDispatchArgs, topk, forward, true, false)                                     \
+  X(moe_permute_forward, MoePermuteForwardArgs, gather, forward, true, false)                      \
+  X(moe_permute_backward, MoePermuteBackwardArgs, scatter_add, backward, true, false)              \
+  X(moe_unpermute_forward, MoeUnpermuteForwardArgs, scatter_add, forward, true, false)             \
+  X(moe_unpermute_backward, MoeUnpermuteBackwardArgs, gather, backward, true, false)               \
+  X(grouped_gemm, GroupedGemmArgs, gemm, forward, true, false)
 
 enum class OpId : uint8_t {
 #define MODAR_OP_ID(id, Args, kind, pass, in_vocabulary, profiled) id,

@@ -508,6 +508,110 @@ const std::map<std::string, CaseBuilder>& cases() {
              },
              {0, 2, 3}};
        }},
+      // Mixture of Experts: T = n tokens, 8 experts (the last 2 null in the
+      // dispatch cases: counts has 6 entries), top-2.
+      {"moe_route_forward",
+       [](int64_t n) {
+         return Case{{T({n, 8}, S), T({n, 8}, SZ), T({n, 2}, Role::index, 1), T({n, 2}, SZ)},
+                     [](const Views& v) {
+                       return std::vector<OpArgs>{
+                           MoeRouteForwardArgs{v[0], v[1], v[2], v[3], MoeRouteParams{true}}};
+                     },
+                     {1, 2, 3}};
+       }},
+      {"moe_route_backward",
+       [](int64_t n) {
+         return Case{{T({n, 8}, S), T({n, 8}, SZ), T({n, 2}, Role::index, 1), T({n, 2}, SZ),
+                      T({n, 2}, S), T({n, 8}, SZ)},
+                     [](const Views& v) {
+                       const MoeRouteParams params{true};
+                       return std::vector<OpArgs>{
+                           MoeRouteForwardArgs{v[0], v[1], v[2], v[3], params},
+                           MoeRouteBackwardArgs{v[4], v[1], v[2], v[3], v[5], params}};
+                     },
+                     {5}};
+       }},
+      {"moe_aux_loss_forward",
+       [](int64_t n) {
+         return Case{{T({n, 8}, S), T({n, 8}, SZ), T({n, 2}, Role::index, 1), T({n, 2}, SZ),
+                      T({2}, SZ)},
+                     [](const Views& v) {
+                       return std::vector<OpArgs>{MoeRouteForwardArgs{v[0], v[1], v[2], v[3]},
+                                                  MoeAuxLossForwardArgs{v[0], v[1], v[2], v[4]}};
+                     },
+                     {4}};
+       }},
+      {"moe_aux_loss_backward",
+       [](int64_t n) {
+         return Case{{T({n, 8}, S), T({n, 8}, SZ), T({n, 2}, Role::index, 1), T({n, 2}, SZ),
+                      T({n, 8}, SZ)},
+                     [](const Views& v) {
+                       return std::vector<OpArgs>{
+                           MoeRouteForwardArgs{v[0], v[1], v[2], v[3]},
+                           MoeAuxLossBackwardArgs{1.5, 0.5, v[0], v[1], v[2], v[4]}};
+                     },
+                     {4}};
+       }},
+      {"moe_dispatch",
+       [](int64_t n) {
+         return Case{{T({n, 2}, Role::index, 8), T({6}, Role::index, 1), T({n, 2}, Role::index, 1)},
+                     [](const Views& v) {
+                       return std::vector<OpArgs>{MoeDispatchArgs{v[0], v[1], v[2], 2}};
+                     },
+                     {1, 2}};
+       }},
+      {"moe_permute_forward",
+       [](int64_t n) {
+         return Case{{T({n, 2}, Role::index, 8), T({6}, Role::index, 1), T({n, 2}, Role::index, 1),
+                      T({n, 8}), T({2 * n, 8}, Z)},
+                     [](const Views& v) {
+                       return std::vector<OpArgs>{MoeDispatchArgs{v[0], v[1], v[2], 0},
+                                                  MoePermuteForwardArgs{v[3], v[2], v[4]}};
+                     },
+                     {4}};
+       }},
+      {"moe_permute_backward",
+       [](int64_t n) {
+         return Case{{T({n, 2}, Role::index, 8), T({6}, Role::index, 1), T({n, 2}, Role::index, 1),
+                      T({2 * n, 8}), T({n, 8}, Z)},
+                     [](const Views& v) {
+                       return std::vector<OpArgs>{MoeDispatchArgs{v[0], v[1], v[2], 0},
+                                                  MoePermuteBackwardArgs{v[3], v[2], v[4]}};
+                     },
+                     {4}};
+       }},
+      {"moe_unpermute_forward",
+       [](int64_t n) {
+         return Case{{T({n, 2}, Role::index, 8), T({6}, Role::index, 1), T({n, 2}, Role::index, 1),
+                      T({2 * n, 8}), T({n, 2}, S), T({n, 8}, Z)},
+                     [](const Views& v) {
+                       return std::vector<OpArgs>{MoeDispatchArgs{v[0], v[1], v[2], 0},
+                                                  MoeUnpermuteForwardArgs{v[3], v[2], v[4], v[5]}};
+                     },
+                     {5}};
+       }},
+      {"moe_unpermute_backward",
+       [](int64_t n) {
+         return Case{{T({n, 2}, Role::index, 8), T({6}, Role::index, 1), T({n, 2}, Role::index, 1),
+                      T({n, 8}), T({2 * n, 8}), T({n, 2}, S), T({2 * n, 8}, Z), T({n, 2}, SZ)},
+                     [](const Views& v) {
+                       return std::vector<OpArgs>{
+                           MoeDispatchArgs{v[0], v[1], v[2], 0},
+                           MoeUnpermuteBackwardArgs{v[3], v[4], v[2], v[5], v[6], v[7]}};
+                     },
+                     {6, 7}};
+       }},
+      {"grouped_gemm",
+       [](int64_t n) {
+         const double first = static_cast<double>(n / 3);
+         return Case{{T({n, 12}), T({3, 12, 5}), Given({3}, {first, 0.0, double(n) - first}),
+                      T({n, 5}, Z)},
+                     [](const Views& v) {
+                       return std::vector<OpArgs>{
+                           GroupedGemmArgs{v[0], false, v[1], false, v[3], v[2]}};
+                     },
+                     {3}};
+       }},
   };
   return all;
 }

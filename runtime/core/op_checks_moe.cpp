@@ -1,0 +1,259 @@
+// runtime/core/op_checks_moe.cpp: the argument checks of the Mixture-of-Experts
+// ops (op_args.hpp, backend.hpp "Mixture of Experts"), shared by every backend.
+// Same rules as op_checks.cpp: tensors present and on the device, router
+// statistics in one stats dtype (fp32 / fp64), indices i32, gradient outputs
+// optional or shaped like their input; shapes named in the error.
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "modar/errors.hpp"
+#include "modar/runtime/op_args.hpp"
+
+namespace modar::runtime {
+namespace {
+
+std::string dims_text(const std::vector<int64_t>& dims) {
+  std::ostringstream text;
+  text << '[';
+  for (size_t i = 0; i < dims.size(); ++i) {
+    text << (i ? ", " : "");
+    if (dims[i] < 0) {
+      text << '*';
+    } else {
+      text << dims[i];
+    }
+  }
+  text << ']';
+  return text.str();
+}
+
+class MoeChecker {
+ public:
+  MoeChecker(const char* op, DeviceKind device) : op_(op), device_(device) {}
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw ShapeError(std::string(op_) + ": " + what);
+  }
+  void require(bool condition, const std::string& what) const {
+    if (!condition)
+      fail(what);
+  }
+  void present(const char* name, const TensorView& t) const {
+    if (t.empty())
+      fail(std::string(name) + " is missing (null data)");
+    if (t.device != device_) {
+      fail(std::string(name) + " is " + t.describe() + "; expected a tensor on " +
+           to_string(device_));
+    }
+  }
+  // Exact shape; a negative entry matches anything.
+  void shape(const char* name, const TensorView& t, const std::vector<int64_t>& dims) const {
+    present(name, t);
+    bool ok = t.rank == static_cast<int>(dims.size());
+    for (int i = 0; ok && i < t.rank; ++i) {
+      ok = dims[static_cast<size_t>(i)] < 0 ||
+           dims[static_cast<size_t>(i)] == t.shape[static_cast<size_t>(i)];
+    }
+    if (!ok)
+      fail(std::string(name) + " is " + t.describe() + "; expected " + dims_text(dims));
+  }
+  void dtype(const char* name, const TensorView& t, ScalarType expected) const {
+    present(name, t);
+    if (t.dtype != expected) {
+      fail(std::string(name) + " is " + t.describe() + "; expected dtype " + to_string(expected));
+    }
+  }
+  void floating(const char* name, const TensorView& t) const {
+    present(name, t);
+    if (!is_floating(t.dtype))
+      fail(std::string(name) + " is " + t.describe() + "; expected fp64, fp32 or bf16");
+  }
+  // Router statistics: fp32 or fp64.
+  void stats(const char* name, const TensorView& t) const {
+    present(name, t);
+    if (t.dtype != ScalarType::fp32 && t.dtype != ScalarType::fp64)
+      fail(std::string(name) + " is " + t.describe() + "; expected router statistics (fp32 or fp64)");
+  }
+  void like(const char* name, const TensorView& t, const char* ref_name,
+            const TensorView& ref) const {
+    present(name, t);
+    if (t.dtype != ref.dtype || t.shape_vector() != ref.shape_vector()) {
+      fail(std::string(name) + " is " + t.describe() + "; expected the shape and dtype of " +
+           ref_name + " " + ref.describe());
+    }
+  }
+  void optional_like(const char* name, const TensorView& t, const char* ref_name,
+                     const TensorView& ref) const {
+    if (!t.empty())
+      like(name, t, ref_name, ref);
+  }
+
+ private:
+  const char* op_;
+  DeviceKind device_;
+};
+
+OpGeometry moe_geometry(ScalarType dtype, std::initializer_list<int64_t> dims) {
+  OpGeometry g;
+  g.dtype = dtype;
+  size_t i = 0;
+  for (int64_t d : dims)
+    g.dims[i++] = d;
+  return g;
+}
+
+// logits, probs [T, E] stats (probs may be empty where noted); indices i32 [T, k], k <= E.
+void check_route_tensors(const MoeChecker& c, const TensorView& logits, const TensorView& probs,
+                         const TensorView& indices) {
+  c.stats("logits", logits);
+  c.shape("logits", logits, {-1, -1});
+  c.like("probs", probs, "logits", logits);
+  c.dtype("indices", indices, ScalarType::i32);
+  c.shape("indices", indices, {logits.dim(0), -1});
+  c.require(indices.dim(1) >= 1 && indices.dim(1) <= logits.dim(1),
+            "indices is " + indices.describe() + "; expected k in [1, E = " +
+                std::to_string(logits.dim(1)) + "] columns");
+}
+
+// x [.., d] with T rows; slots i32 [T, k]; rows [R, d] of x's dtype.
+void check_permute_tensors(const MoeChecker& c, const TensorView& x, const TensorView& slots,
+                           const TensorView& rows) {
+  c.floating("x", x);
+  c.dtype("slots", slots, ScalarType::i32);
+  c.shape("slots", slots, {x.rows(), -1});
+  c.floating("rows", rows);
+  c.shape("rows", rows, {-1, x.dim(-1)});
+  c.require(rows.dtype == x.dtype,
+            "rows " + rows.describe() + " must have the dtype of x " + x.describe());
+}
+
+}  // namespace
+
+OpGeometry check(DeviceKind device, const MoeRouteForwardArgs& call) {
+  MoeChecker c("moe_route_forward", device);
+  check_route_tensors(c, call.logits, call.probs, call.indices);
+  c.stats("gates", call.gates);
+  c.shape("gates", call.gates, {call.indices.dim(0), call.indices.dim(1)});
+  c.require(call.gates.dtype == call.logits.dtype, "gates " + call.gates.describe() +
+                                                       " must have the dtype of logits " +
+                                                       call.logits.describe());
+  return moe_geometry(call.logits.dtype,
+                      {call.logits.dim(0), call.logits.dim(1), call.indices.dim(1)});
+}
+
+OpGeometry check(DeviceKind device, const MoeRouteBackwardArgs& call) {
+  MoeChecker c("moe_route_backward", device);
+  check_route_tensors(c, call.probs, call.probs, call.indices);
+  c.stats("gates", call.gates);
+  c.shape("gates", call.gates, {call.indices.dim(0), call.indices.dim(1)});
+  c.require(call.gates.dtype == call.probs.dtype, "gates " + call.gates.describe() +
+                                                      " must have the dtype of probs " +
+                                                      call.probs.describe());
+  c.like("dgates", call.dgates, "gates", call.gates);
+  c.like("dlogits", call.dlogits, "probs", call.probs);
+  return moe_geometry(call.probs.dtype,
+                      {call.probs.dim(0), call.probs.dim(1), call.indices.dim(1)});
+}
+
+OpGeometry check(DeviceKind device, const MoeAuxLossForwardArgs& call) {
+  MoeChecker c("moe_aux_loss_forward", device);
+  check_route_tensors(c, call.logits, call.probs, call.indices);
+  c.shape("loss", call.loss, {2});
+  c.require(call.loss.dtype == call.logits.dtype,
+            "loss " + call.loss.describe() + " must have the dtype of logits");
+  return moe_geometry(call.logits.dtype,
+                      {call.logits.dim(0), call.logits.dim(1), call.indices.dim(1)});
+}
+
+OpGeometry check(DeviceKind device, const MoeAuxLossBackwardArgs& call) {
+  MoeChecker c("moe_aux_loss_backward", device);
+  check_route_tensors(c, call.logits, call.probs, call.indices);
+  c.like("dlogits", call.dlogits, "logits", call.logits);
+  return moe_geometry(call.logits.dtype,
+                      {call.logits.dim(0), call.logits.dim(1), call.indices.dim(1)});
+}
+
+OpGeometry check(DeviceKind device, const MoeDispatchArgs& call) {
+  MoeChecker c("moe_dispatch", device);
+  c.dtype("indices", call.indices, ScalarType::i32);
+  c.shape("indices", call.indices, {-1, -1});
+  c.dtype("counts", call.counts, ScalarType::i32);
+  c.shape("counts", call.counts, {-1});
+  c.require(call.counts.dim(0) >= 1, "counts is " + call.counts.describe() +
+                                         "; expected one entry per real expert (>= 1)");
+  c.dtype("slots", call.slots, ScalarType::i32);
+  c.shape("slots", call.slots, {call.indices.dim(0), call.indices.dim(1)});
+  c.require(call.capacity >= 0,
+            "capacity = " + std::to_string(call.capacity) + ": must be >= 0 (0 = dropless)");
+  return moe_geometry(ScalarType::fp32,
+                      {call.indices.dim(0), call.indices.dim(1), call.counts.dim(0)});
+}
+
+OpGeometry check(DeviceKind device, const MoePermuteForwardArgs& call) {
+  MoeChecker c("moe_permute_forward", device);
+  check_permute_tensors(c, call.x, call.slots, call.out);
+  return moe_geometry(call.x.dtype, {call.out.dim(0), call.x.dim(-1)});
+}
+
+OpGeometry check(DeviceKind device, const MoePermuteBackwardArgs& call) {
+  MoeChecker c("moe_permute_backward", device);
+  check_permute_tensors(c, call.dx, call.slots, call.dout);
+  return moe_geometry(call.dx.dtype, {call.dout.dim(0), call.dx.dim(-1)});
+}
+
+OpGeometry check(DeviceKind device, const MoeUnpermuteForwardArgs& call) {
+  MoeChecker c("moe_unpermute_forward", device);
+  check_permute_tensors(c, call.out, call.slots, call.y);
+  c.stats("gates", call.gates);
+  c.shape("gates", call.gates, {call.slots.dim(0), call.slots.dim(1)});
+  return moe_geometry(call.y.dtype, {call.y.dim(0), call.y.dim(-1)});
+}
+
+OpGeometry check(DeviceKind device, const MoeUnpermuteBackwardArgs& call) {
+  MoeChecker c("moe_unpermute_backward", device);
+  check_permute_tensors(c, call.dout, call.slots, call.y);
+  c.stats("gates", call.gates);
+  c.shape("gates", call.gates, {call.slots.dim(0), call.slots.dim(1)});
+  c.optional_like("dy", call.dy, "y", call.y);
+  c.optional_like("dgates", call.dgates, "gates", call.gates);
+  return moe_geometry(call.y.dtype, {call.y.dim(0), call.y.dim(-1)});
+}
+
+OpGeometry check(DeviceKind device, const GroupedGemmArgs& call) {
+  MoeChecker c("grouped_gemm", device);
+  c.floating("a", call.a);
+  c.floating("b", call.b);
+  c.floating("c", call.c);
+  c.require(call.a.dtype == call.b.dtype,
+            "a " + call.a.describe() + " and b " + call.b.describe() + " must share a dtype");
+  c.require(call.c.dtype == call.a.dtype || call.c.dtype == ScalarType::fp32,
+            "c " + call.c.describe() + " must have the dtype of a (" + to_string(call.a.dtype) +
+                ") or fp32");
+  c.dtype("counts", call.counts, ScalarType::i32);
+  c.shape("counts", call.counts, {-1});
+  const int64_t experts = call.counts.dim(0);
+  c.shape("a", call.a, {-1, -1});
+  const int64_t rows = call.a.dim(0), k = call.a.dim(1);
+  if (!call.transpose_a) {
+    // c [R, N] = a [R, K] op(b_e), b [E, K, N] or [E, N, K].
+    c.shape("b", call.b, {experts, -1, -1});
+    const int64_t k_b = call.transpose_b ? call.b.dim(2) : call.b.dim(1);
+    const int64_t n = call.transpose_b ? call.b.dim(1) : call.b.dim(2);
+    c.require(k_b == k, "inner dimensions differ: a is " + call.a.describe() + ", b is " +
+                            call.b.describe() + (call.transpose_b ? " (transposed)" : "") +
+                            "; expected b " +
+                            dims_text(call.transpose_b ? std::vector<int64_t>{experts, -1, k}
+                                                       : std::vector<int64_t>{experts, k, -1}));
+    c.shape("c", call.c, {rows, n});
+    return moe_geometry(call.a.dtype, {rows, n, k, 1});
+  }
+  // Weight gradient: c [E, K, N] = a_e^T b_e with a [R, K], b [R, N].
+  c.require(!call.transpose_b, "transpose_a with transpose_b is not a grouped GEMM form");
+  c.shape("b", call.b, {rows, -1});
+  const int64_t n = call.b.dim(1);
+  c.shape("c", call.c, {experts, k, n});
+  return moe_geometry(call.a.dtype, {k, n, rows, 1});
+}
+
+}  // namespace modar::runtime
