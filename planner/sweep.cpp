@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "modar/errors.hpp"
+#include "modar/layout_search.hpp"
 #include "modar/planner.hpp"
 #include "planner_internal.hpp"
 #include "planner_text.hpp"
@@ -153,10 +154,26 @@ int64_t sweep(const SweepRequest& request, const std::function<void(const SweepR
           row.loss =
               predicted_loss(fit.params, prior.eps, candidate.params.flop_active, row.tokens);
         }
-        if (profile) {
+        if (profile && request.gpus > 1) {
+          // Cluster: the layout search of `optimal --gpus` (planner/layout_search.cpp).
+          LayoutSearchOptions options;
+          options.gpus = request.gpus;
+          options.gpus_per_node = request.gpus_per_node;
+          LayoutSearchResult found =
+              search_layout(with_shape(arch_base, candidate.shape), *timing, options);
+          est = std::move(found.estimate);
+          row.has_layout = true;
+          row.layout = std::move(found.summary);
+          row.parallel = found.config.parallel;
+          row.data_parallel = found.config.parallel.data(found.config.device.count);
+          row.micro_batch = found.config.train.micro_batch;
+          row.recompute = found.config.train.recompute;
+        } else if (profile) {
           // The candidate's config was validated by the shape search.
           estimate_into(with_shape(arch_base, candidate.shape), *timing, StepKind::train, scratch,
                         est);
+        }
+        if (profile) {
           row.has_time = true;
           row.peak_memory_bytes = est.memory.peak;
           row.fits = est.memory.fits;
@@ -183,7 +200,8 @@ std::string sweep_csv_header() {
   return "budget_flops,arch,capacity,every,block_layers,streams,n_layers,d_model,n_heads,"
          "n_kv_heads,d_head,d_ff,aspect_ratio,params_total,params_non_embedding,"
          "params_flop_active,forward_flops_per_token,tokens,eps,loss,peak_memory_bytes,fits,"
-         "step_s,tokens_per_s,train_hours";
+         "step_s,tokens_per_s,train_hours,tensor,sequence_parallel,pipeline,virtual_stages,"
+         "data,zero,micro_batch,recompute";
 }
 
 std::string to_csv_line(const SweepRow& row) {
@@ -219,6 +237,19 @@ std::string to_csv_line(const SweepRow& row) {
   } else {
     out += ",,,,";
   }
+  // The layout (gpus > 1; empty cells on one device).
+  if (row.has_layout) {
+    for (const int64_t v : {row.parallel.tensor, int64_t{-1}, row.parallel.pipeline,
+                            row.parallel.virtual_stages, row.data_parallel, row.parallel.zero,
+                            row.micro_batch}) {
+      out += ',';
+      out += v < 0 ? (row.parallel.sequence_parallel ? "true" : "false") : std::to_string(v);
+    }
+    out += ',';
+    out += to_string(row.recompute);
+  } else {
+    out += ",,,,,,,,";
+  }
   return out;
 }
 
@@ -243,6 +274,18 @@ std::string to_json_line(const SweepRow& row) {
     json.field("peak_memory_bytes", row.peak_memory_bytes).field("fits", row.fits);
     json.field("step_s", row.step_s).field("tokens_per_s", row.tokens_per_s);
     json.field("train_hours", row.train_hours);
+  }
+  if (row.has_layout) {
+    json.field("layout", row.layout);
+    json.key("parallel").begin_object();
+    json.field("tensor", row.parallel.tensor);
+    json.field("sequence_parallel", row.parallel.sequence_parallel);
+    json.field("pipeline", row.parallel.pipeline);
+    json.field("virtual_stages", row.parallel.virtual_stages);
+    json.field("data", row.data_parallel).field("zero", row.parallel.zero);
+    json.field("micro_batch", row.micro_batch);
+    json.field("recompute", to_string(row.recompute));
+    json.end_object();
   }
   json.end_object();
   return json.str();

@@ -120,6 +120,8 @@ int cmd_sweep(const Args& args) {
       {"--block-layers", true, false, "LIST", "DAR layers per block (default 2)"},
       {"--streams", true, false, "LIST", "DAR streams (default 2)"},
       {"--no-time", false, false, "", "skip per-candidate memory and step time (faster)"},
+      {"--gpus-per-node", true, false, "G",
+       "cluster (--gpus > 1): GPUs per node (default: the profile's network, 8)"},
       {"--jsonl", false, false, "", "JSON lines instead of CSV"},
       {"--output", true, false, "PATH", "write to PATH (atomically) instead of stdout"},
   };
@@ -178,6 +180,9 @@ int cmd_sweep(const Args& args) {
     request.profile = parsed.value_or("--profile", default_profile_name());
     if (const auto v = parsed.value("--gpus")) {
       request.gpus = parse_positive_int("--gpus", *v);
+    }
+    if (const auto v = parsed.value("--gpus-per-node")) {
+      request.gpus_per_node = parse_positive_int("--gpus-per-node", *v);
     }
     request.with_time = !parsed.has("--no-time");
     request.base = planner_base_config(parsed);

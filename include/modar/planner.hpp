@@ -310,7 +310,8 @@ struct SweepRequest {
   std::string fit = "epoch";
   EpsOverrides eps_overrides;
   std::string profile = default_profile_name();
-  int64_t gpus = 1;
+  int64_t gpus = 1;  // > 1: every timed candidate gets a layout search (docs/cluster.md)
+  int64_t gpus_per_node = 0;  // cluster: 0 = the profile's network
   bool with_time = true;  // memory and step time per candidate (slower)
   Config base;
   ShapeSearchOptions shapes;
@@ -342,6 +343,14 @@ struct SweepRow {
   double step_s = 0.0;
   double tokens_per_s = 0.0;
   double train_hours = 0.0;
+  // gpus > 1 with time: the fastest layout that fits (else the least-memory
+  // one, `fits` false), as `optimal --gpus` chooses it.
+  bool has_layout = false;
+  std::string layout;  // one-line summary (layout_summary)
+  ParallelConfig parallel;
+  int64_t data_parallel = 1;
+  int64_t micro_batch = 1;
+  Recompute recompute = Recompute::none;
 };
 
 // Streams every evaluated candidate to `sink`; returns the number of rows.

@@ -4,6 +4,7 @@
 // on one GPU the loss-optimal model that does not fit is named, not hidden.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -289,6 +290,59 @@ TEST(LayoutSearch, ParityFastestOnAClusterMatchesBruteForce) {
   }
   ASSERT_GT(at_parity, 20);
   EXPECT_NEAR(parity->time.step_s, fastest, 1e-12 * fastest);
+}
+
+// `sweep --gpus N` uses the cluster model: each timed row carries the layout
+// the search chose, and the public estimate() of the row's shape with that
+// layout reproduces its step time and memory; its CSV line has the layout
+// columns; on one device the row has no layout and empty layout cells.
+TEST(LayoutSearch, SweepOnAClusterCarriesTheLayoutOfEachRow) {
+  SweepRequest request;
+  request.budgets_flops = {1e21};
+  request.archs = {"baseline", "mod"};
+  request.gpus = 64;
+  request.profile = "a100-80gb-dgx";
+  const DeviceProfile a100 = load_profile("a100-80gb-dgx");
+  const std::vector<SweepRow> rows = sweep(request);
+  ASSERT_GT(rows.size(), 10u);
+  int distributed = 0;
+  for (const SweepRow& row : rows) {
+    ASSERT_TRUE(row.has_layout);
+    ASSERT_TRUE(row.fits);
+    Config c = request.base;
+    c.device.count = 64;
+    c.device.profile = "a100-80gb-dgx";
+    c.cluster.gpus_per_node = 8;
+    if (row.arch == "mod") {
+      c.mod.every = row.every;
+      c.mod.capacity = row.capacity;
+    }
+    c = with_shape(c, row.shape);
+    c.parallel = row.parallel;
+    c.train.micro_batch = row.micro_batch;
+    c.train.recompute = row.recompute;
+    c.train.global_batch = 2048;  // the search's default: ~4M tokens of 2048
+    const Estimate e = estimate(c, a100);
+    EXPECT_NEAR(e.time.step_s, row.step_s, 1e-9 * row.step_s) << row.layout;
+    EXPECT_NEAR(e.memory.peak, row.peak_memory_bytes, 1e-9 * row.peak_memory_bytes);
+    EXPECT_EQ(row.data_parallel * row.parallel.tensor * row.parallel.pipeline, 64);
+    EXPECT_EQ(row.layout, layout_summary(c));
+    distributed += row.parallel.zero > 0 ? 1 : 0;
+    const std::string csv = to_csv_line(row);
+    const std::string header = sweep_csv_header();
+    EXPECT_EQ(std::count(csv.begin(), csv.end(), ','),
+              std::count(header.begin(), header.end(), ','));
+    EXPECT_NE(csv.find("," + std::to_string(row.data_parallel) + ","), std::string::npos);
+    EXPECT_NE(to_json_line(row).find("\"layout\":"), std::string::npos);
+  }
+  EXPECT_GT(distributed, 0);
+  request.gpus = 1;
+  request.profile = "h200";
+  for (const SweepRow& row : sweep(request)) {
+    EXPECT_FALSE(row.has_layout);
+    EXPECT_EQ(to_csv_line(row).substr(to_csv_line(row).size() - 8), ",,,,,,,,");
+    EXPECT_EQ(to_json_line(row).find("\"layout\""), std::string::npos);
+  }
 }
 
 TEST(LayoutSearch, OneGpuSaysTheLossOptimalModelDoesNotFit) {
