@@ -24,25 +24,6 @@
 #include <mpi.h>
 #endif
 
-// AddressSanitizer builds (scripts/sanitize.sh): Open MPI, its runtime (ORTE,
-// PMIx, hwloc, libevent) and their plugins keep allocations until exit, which
-// LeakSanitizer would report in every process that initialised MPI.  This
-// hook (read by LSan at exit) ignores leaks whose stack passes through those
-// libraries only; nothing of modar's is suppressed.
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define MODAR_ASAN_BUILD 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__)
-#define MODAR_ASAN_BUILD 1
-#endif
-#if defined(MODAR_HAVE_MPI) && defined(MODAR_ASAN_BUILD)
-extern "C" const char* __lsan_default_suppressions() {
-  return "leak:libmpi.so\nleak:libopen-pal.so\nleak:libopen-rte.so\nleak:libpmix.so\n"
-         "leak:libhwloc.so\nleak:libevent\nleak:mca_\nleak:libmpi_cxx.so\n";
-}
-#endif
 
 namespace modar::runtime {
 
