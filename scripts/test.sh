@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # README command 2: set up and build if needed (scripts/setup.sh), then run
 # every test: C++ (ctest in build/) and Python (pytest with .venv's python).
+# ctest includes the multi-process tests, which it starts under mpirun
+# (comm.mpi_np2, comm.mpi_np4: cmake/modar_mpi_test.cmake, --allow-run-as-root
+# --oversubscribe, 120 s each at most; "skipped" when the build has no MPI).
 #
 #   scripts/test.sh [--sanitize | --no-sanitize]
 #

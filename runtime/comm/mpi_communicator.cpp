@@ -24,6 +24,7 @@
 #include <mpi.h>
 #endif
 
+
 namespace modar::runtime {
 
 #ifdef MODAR_HAVE_MPI
@@ -123,7 +124,7 @@ constexpr int kPointToPointTag = 7100;
 
 class MpiCommunicator final : public Communicator {
  public:
-  // Takes ownership of `comm` unless it is MPI_COMM_WORLD.
+  // Takes ownership of `comm` (freed by the destructor) unless it is MPI_COMM_WORLD.
   explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {
     check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
     check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
@@ -306,7 +307,11 @@ namespace comm_detail {
 
 std::unique_ptr<Communicator> make_mpi_world_communicator() {
   ensure_mpi();
-  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
+  // A duplicate: each world communicator is its own context, so traffic of
+  // two of them (a library's and the caller's) can never match by mistake.
+  MPI_Comm world = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup");
+  return std::make_unique<MpiCommunicator>(world);
 }
 
 int mpi_world_rank() {

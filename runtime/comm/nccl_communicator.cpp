@@ -14,7 +14,7 @@
 // ncclCommSplit (NCCL >= 2.18).
 //
 // Every call is enqueued on the CUDA backend's stream (comm.hpp: ordered like
-// backend ops).  all_to_all and send_recv are NCCL groups of ncclSend /
+// backend ops); the backend must outlive its communicators.  all_to_all and send_recv are NCCL groups of ncclSend /
 // ncclRecv (ncclAlltoAll exists only from 2.28).  barrier() is an all-reduce of
 // one int followed by a stream synchronisation.
 #include <cuda_runtime_api.h>
@@ -177,6 +177,7 @@ class NcclCommunicator final : public Communicator {
     check_nccl(api.comm_user_rank(comm_, &rank_), "ncclCommUserRank", comm_);
     check_nccl(api.comm_count(comm_, &size_), "ncclCommCount", comm_);
     barrier_word_ = backend_.allocate(sizeof(int32_t));
+    backend_.fill(make_view(barrier_word_, ScalarType::i32, DeviceKind::cuda, {1}), 0.0);
   }
   ~NcclCommunicator() override {
     const NcclApi& api = nccl_api();

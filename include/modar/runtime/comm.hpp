@@ -97,7 +97,8 @@ class Communicator {
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;  // MPI_Comm_split
 };
 
-// The world of this process: MPI (all mpirun ranks) for a CPU backend; NCCL
+// The world of this process (collective: every rank calls it; each call is a
+// new communication context, MPI_Comm_dup): MPI (all mpirun ranks) for a CPU backend; NCCL
 // over the same ranks for a CUDA backend (each rank's backend must be on its
 // own GPU: make_cuda_backend picks the node-local rank's device).  Without MPI
 // in this build the world is this process alone (size 1; NCCL still runs, on
