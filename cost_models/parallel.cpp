@@ -96,7 +96,13 @@ Config shard_config(const Config& config) {
   m.n_heads = config.model.n_heads / t;
   m.d_ff = config.model.resolved_d_ff() / t;
   m.vocab_size = (config.model.vocab_size + t - 1) / t;
+  if (config.moe.enabled()) {
+    // Experts (docs/moe.md): expert widths split by t; the shard holds
+    // moe.experts / EP experts (the lowering reads parallel.expert).
+    shard.moe.expert_ffn = config.moe.resolved_expert_ffn(config.model) / t;
+  }
   shard.parallel = ParallelConfig{};
+  shard.parallel.expert = config.parallel.expert;
   shard.device.count = 1;
   shard.train.global_batch = 0;
   return shard;
@@ -286,6 +292,30 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
       (sp && t > 1) ? fwd_passes * collective_time_s(network, Collective::all_gather, score_bytes,
                                                      t, placement.tensor, tp_per_node)
                     : 0.0;
+  // ---- expert parallelism (docs/moe.md): per MoE layer and micro-batch two
+  // all-to-alls forward (dispatch, combine) and two backward (+ two forward
+  // again under full recompute), each of the rank's expert slots x d x B
+  // (the busiest rank: x moe.load_imbalance), over the EP group carved out of
+  // the data-parallel ranks (EP neighbours are t x p ranks apart).
+  const int64_t ep = par.expert;
+  const NetLevel expert_level =
+      t * p * ep <= out.gpus_per_node ? NetLevel::intra_node : NetLevel::inter_node;
+  const int64_t ep_per_node =
+      t * p < out.gpus_per_node ? std::min<int64_t>(ep, out.gpus_per_node / (t * p)) : 1;
+  auto a2a_bytes = [&](double rows) {
+    return static_cast<double>(detail::moe_slots(config, static_cast<int64_t>(rows))) * d * B *
+           config.moe.load_imbalance * token_share;
+  };
+  auto ep_time = [&](double rows) {
+    if (ep <= 1 || !config.moe.enabled()) {
+      return 0.0;
+    }
+    return (fwd_passes + 1.0) * 2.0 *
+           collective_time_s(network, Collective::all_to_all, a2a_bytes(rows), ep, expert_level,
+                             ep_per_node);
+  };
+  const double ep_full_s = ep_time(T);
+  const double ep_routed_s = ep_time(b * k);
   const double tp_full_s = tp_time(full_rows_bytes);
   const double tp_routed_s = tp_time(routed_rows_bytes) + score_gather_s;
   // Embedding (vocab-parallel lookup: all-reduce forward) and head (input
@@ -304,6 +334,9 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
   for (int64_t l = 0; l < L; ++l) {
     const bool routed = config.mod.is_routed(l);
     double c = routed ? routed_layer_s + tp_routed_s : full_layer_s + tp_full_s;
+    if (config.moe.is_moe_layer(l)) {
+      c += routed ? ep_routed_s : ep_full_s;
+    }
     if (depth && l % K == 0) {
       c += prefix_s(l / K + 1);
     }
@@ -335,7 +368,12 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
   const ParamCounts params = base.params;
   const double embedding_params = static_cast<double>(model.vocab_size) * d;
   const double head_params = model.tie_embeddings ? embedding_params : embedding_params;
-  const double per_layer_params = (params.non_embedding - d) / static_cast<double>(L);
+  // Routed experts are sharded by expert parallelism (their share per layer,
+  // spread evenly over the layers); the rest is replicated over EP.
+  const double expert_per_layer = params.experts / static_cast<double>(L);
+  const double per_layer_params =
+      (params.non_embedding - d - params.experts) / static_cast<double>(L) +
+      expert_per_layer / static_cast<double>(par.expert);
 
   out.stages.assign(static_cast<size_t>(p), StageSummary{});
   int64_t layer = 0;
@@ -351,6 +389,11 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
     for (int64_t l = layer; l < layer + size; ++l) {
       stage.compute_s += config.mod.is_routed(l) ? routed_layer_s : full_layer_s;
       stage.exposed_comm_s += config.mod.is_routed(l) ? tp_routed_s : tp_full_s;
+      if (config.moe.is_moe_layer(l)) {
+        stage.exposed_comm_s += config.mod.is_routed(l) ? ep_routed_s : ep_full_s;
+        stage.moe_layers_here += config.mod.is_routed(l) ? 0 : 1;
+        stage.moe_routed_layers_here += config.mod.is_routed(l) ? 1 : 0;
+      }
       stage.routed_layers += config.mod.is_routed(l) ? 1 : 0;
       if (depth && l % K == 0) {
         stage.compute_s += prefix_s(l / K + 1);
@@ -439,13 +482,24 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
       slowest = stage_s;
       out.slowest_stage = i;
     }
-    // Data-parallel gradient reduction of this rank's parameters.
+    // Data-parallel gradient reduction of this rank's parameters (the expert
+    // shard's over the dp / EP ranks holding the same experts).
     const double grad_bytes = stage.params * grad_bytes_per_param;
+    const double expert_stage_params = expert_per_layer / static_cast<double>(par.expert) *
+                                       static_cast<double>(stage.layers) /
+                                       static_cast<double>(t);
+    const int64_t expert_dp = dp / std::max<int64_t>(par.expert, 1);
     double reduce_s = 0.0, gather_s = 0.0;
     if (dp > 1) {
-      reduce_s = collective_time_s(
-          network, par.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter,
-          grad_bytes, dp, data_level, dp_per_node);
+      const Collective reduce =
+          par.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter;
+      reduce_s = collective_time_s(network, reduce,
+                                   (stage.params - expert_stage_params) * grad_bytes_per_param,
+                                   dp, data_level, dp_per_node);
+      if (expert_dp > 1 && expert_stage_params > 0) {
+        reduce_s += collective_time_s(network, reduce, expert_stage_params * grad_bytes_per_param,
+                                      expert_dp, data_level, dp_per_node);
+      }
       if (par.zero == 1 || par.zero == 2) {
         gather_s = collective_time_s(network, Collective::all_gather, stage.params * B, dp,
                                      data_level, dp_per_node);
@@ -491,8 +545,14 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
     mem.capacity = profile.ceilings.memory_bytes;
     const double shard_dp = static_cast<double>(dp);
     mem.weights = stage.params * B / (par.zero == 3 ? shard_dp : 1.0);
-    mem.gradients = stage.params * grad_bytes_per_param / (par.zero >= 2 ? shard_dp : 1.0);
-    mem.optimizer = stage.params * optimizer_bytes_per_param / (par.zero >= 1 ? shard_dp : 1.0);
+    // ZeRO shards the replicated part over dp, the expert shard over dp / EP.
+    const double shard_edp = static_cast<double>(std::max<int64_t>(expert_dp, 1));
+    const double dense_stage = stage.params - expert_stage_params;
+    mem.gradients = dense_stage * grad_bytes_per_param / (par.zero >= 2 ? shard_dp : 1.0) +
+                    expert_stage_params * grad_bytes_per_param / (par.zero >= 2 ? shard_edp : 1.0);
+    mem.optimizer =
+        dense_stage * optimizer_bytes_per_param / (par.zero >= 1 ? shard_dp : 1.0) +
+        expert_stage_params * optimizer_bytes_per_param / (par.zero >= 1 ? shard_edp : 1.0);
     // Activations per micro-batch (Korthikanti et al. 2022 structure applied to
     // modar's saved tensors, memory.cpp): the d_model-wide tensors (norm
     // inputs / outputs, layer inputs) are replicated over the tensor group
@@ -538,6 +598,11 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
         }
       }
     }
+    // MoE layers (docs/moe.md): the expert slots' saved tensors.
+    activations += static_cast<double>(stage.moe_layers_here) *
+                       detail::moe_saved_extra_bytes(config, T, tt) +
+                   static_cast<double>(stage.moe_routed_layers_here) *
+                       detail::moe_saved_extra_bytes(config, b * k, tt);
     if (i == last_stage) {
       activations += (2.0 * B * T * d + 8.0 * T) * token_share;
     }
@@ -551,6 +616,11 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
     in_flight = std::max(in_flight, 1.0);
     mem.activations = activations * in_flight;
     mem.router_buffers = stage_routed * (4.0 * T + 8.0 * b * k) * in_flight;
+    mem.router_buffers += (static_cast<double>(stage.moe_layers_here) *
+                               detail::moe_buffer_bytes(config, T) +
+                           static_cast<double>(stage.moe_routed_layers_here) *
+                               detail::moe_buffer_bytes(config, b * k)) *
+                          in_flight;
     if (depth) {
       // The bank this stage holds per micro-batch in flight: every entry up to
       // the end of its last chunk (received or produced here).
@@ -570,6 +640,14 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
     }
     if (par.zero == 3) {
       layer_ws += 2.0 * layer_param_bytes;
+    }
+    if (config.moe.enabled()) {
+      // A MoE layer's backward: the slots' gradients in and out, the widest slot tensor.
+      const double slots = static_cast<double>(detail::moe_slots(config, static_cast<int64_t>(T)));
+      const double ffn = static_cast<double>(config.moe.resolved_expert_ffn(model));
+      const double expert_up = model.mlp == MlpKind::swiglu ? 2.0 * ffn : ffn;
+      layer_ws = std::max(layer_ws, 2.0 * B * T * d * token_share + 2.0 * B * slots * d +
+                                        B * slots * expert_up / tt);
     }
     mem.workspace = std::max(head_ws, layer_ws);
     mem.peak = mem.weights + mem.gradients + mem.optimizer + mem.activations +
@@ -622,6 +700,15 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
                                             placement.tensor),
                           1.0});
     }
+  }
+  if (ep > 1 && config.moe.enabled() && first.moe_layers_here + first.moe_routed_layers_here > 0) {
+    const double count = 2.0 * static_cast<double>(first.moe_layers_here) * m;
+    const double one = collective_time_s(network, Collective::all_to_all, a2a_bytes(T), ep,
+                                         expert_level, ep_per_node);
+    out.comm.push_back({Collective::all_to_all, "ep.dispatch_combine", "expert", Pass::forward,
+                        ep, expert_level, a2a_bytes(T), count * fwd_passes, one, 1.0});
+    out.comm.push_back({Collective::all_to_all, "ep.dispatch_combine", "expert", Pass::backward,
+                        ep, expert_level, a2a_bytes(T), count, one, 1.0});
   }
   if (par.zero == 3 && dp > 1) {
     out.comm.push_back({Collective::all_gather, "zero3.param_gather", "data", Pass::forward, dp,
