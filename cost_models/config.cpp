@@ -1313,6 +1313,26 @@ void validate(const Config& config) {
          "train.micro_batch * model.seq_len = " + format_number(tokens) +
              " must be <= 2^34 tokens");
   }
+  if (config.moe.enabled()) {
+    // Expert slots x widths are 64-bit products in the lowering (SPEC 1.3).
+    const MoeConfig& e = config.moe;
+    const double capacity =
+        e.dropless() ? tokens
+                     : std::min(tokens, std::ceil(e.capacity_factor * tokens *
+                                                  static_cast<double>(e.top_k) /
+                                                  static_cast<double>(e.choices())));
+    const double slots = e.dropless() ? tokens * static_cast<double>(e.top_k)
+                                      : capacity * static_cast<double>(e.experts);
+    const double widest = static_cast<double>(
+        std::max<int64_t>({m.d_model, 2 * e.resolved_expert_ffn(m),
+                           (e.shared_experts + 1) * 2 * e.resolved_expert_ffn(m)}));
+    if (slots * widest > static_cast<double>(int64_t{1} << 56)) {
+      fail("moe.experts", std::to_string(e.experts),
+           "expert slots x width = " + format_number(slots * widest) +
+               " must be <= 2^56 (check moe.top_k, moe.capacity_factor, moe.expert_ffn, "
+               "train.micro_batch)");
+    }
+  }
   const double width = static_cast<double>(
       std::max<int64_t>({m.d_model, m.resolved_d_ff(),
                          m.resolved_d_head() * (m.n_heads + 2 * m.resolved_kv_heads())}));

@@ -84,6 +84,11 @@ struct MoeParams {
   double replaced_dense = 0;  // the dense FFNs the MoE layers do not have
 };
 MoeParams moe_params(const Config& config);
+// Bytes one MoE layer on `rows` rows saves for backward beyond a dense layer
+// on the same rows (memory.cpp's table; widths of experts split by `tensor`).
+double moe_saved_extra_bytes(const Config& config, double rows, double tensor);
+// Router probabilities, index + gates and the permutation map of one MoE layer.
+double moe_buffer_bytes(const Config& config, double rows);
 
 // Tokens of one lowered micro-step (training: micro_batch * seq_len; decode: micro_batch).
 int64_t tokens_per_micro_step(const Config& config, StepKind step);

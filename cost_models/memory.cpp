@@ -129,17 +129,7 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
     const MoeConfig& e = config.moe;
     const double expert_ffn = e.enabled() ? static_cast<double>(e.resolved_expert_ffn(m)) : 0.0;
     const double expert_up = m.mlp == MlpKind::swiglu ? 2.0 * expert_ffn : expert_ffn;
-    const double shared_ffn = static_cast<double>(e.shared_experts) * expert_ffn;
-    const double shared_up = m.mlp == MlpKind::swiglu ? 2.0 * shared_ffn : shared_ffn;
-    auto moe_extra = [&](double rows) {
-      const double slots = static_cast<double>(moe_slots(config, static_cast<int64_t>(rows)));
-      const bool selective = policy == Recompute::selective;
-      const double dense_ffn = selective ? up_width : up_width + d_ff;
-      const double slot_elements = selective ? 2.0 * width + expert_up
-                                             : 2.0 * width + expert_up + expert_ffn;
-      const double shared_elements = selective ? shared_up : shared_up + shared_ffn;
-      return B * (slots * slot_elements + rows * shared_elements - rows * dense_ffn);
-    };
+    auto moe_extra = [&](double rows) { return moe_saved_extra_bytes(config, rows, 1.0); };
     double activations = 0.0;
     if (policy == Recompute::full) {
       activations += layers * B * T * width;
@@ -165,11 +155,7 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
     mem.activations = activations;
 
     mem.router_buffers = routed_layers * (4.0 * T + 8.0 * R);
-    auto moe_buffers = [&](double rows) {
-      const double slots = static_cast<double>(moe_slots(config, static_cast<int64_t>(rows)));
-      return 4.0 * rows * static_cast<double>(e.choices()) +
-             8.0 * rows * static_cast<double>(e.top_k) + 4.0 * slots;
-    };
+    auto moe_buffers = [&](double rows) { return moe_buffer_bytes(config, rows); };
     if (e.enabled()) {
       mem.router_buffers += moe_full * moe_buffers(T) + moe_routed * moe_buffers(R);
     }

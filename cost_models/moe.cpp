@@ -47,4 +47,37 @@ MoeParams moe_params(const Config& config) {
   return out;
 }
 
+double moe_saved_extra_bytes(const Config& config, double rows, double tensor) {
+  const MoeConfig& e = config.moe;
+  if (!e.enabled() || config.train.recompute == Recompute::full) {
+    return 0.0;
+  }
+  const ModelConfig& m = config.model;
+  const bool swiglu = m.mlp == MlpKind::swiglu;
+  const bool selective = config.train.recompute == Recompute::selective;
+  const double B = static_cast<double>(dtype_bytes(config.train.dtype));
+  const double width = static_cast<double>(m.d_model);
+  const double d_ff = static_cast<double>(m.resolved_d_ff());
+  const double up = swiglu ? 2.0 * d_ff : d_ff;
+  const double ffn = static_cast<double>(e.resolved_expert_ffn(m));
+  const double expert_up = swiglu ? 2.0 * ffn : ffn;
+  const double shared_ffn = static_cast<double>(e.shared_experts) * ffn;
+  const double shared_up = swiglu ? 2.0 * shared_ffn : shared_ffn;
+  const double slots = static_cast<double>(moe_slots(config, static_cast<int64_t>(rows)));
+  const double dense_ffn = (selective ? up : up + d_ff) / tensor;
+  const double slot_elements = 2.0 * width + (selective ? expert_up : expert_up + ffn) / tensor;
+  const double shared_elements = (selective ? shared_up : shared_up + shared_ffn) / tensor;
+  return B * (slots * slot_elements + rows * shared_elements - rows * dense_ffn);
+}
+
+double moe_buffer_bytes(const Config& config, double rows) {
+  const MoeConfig& e = config.moe;
+  if (!e.enabled()) {
+    return 0.0;
+  }
+  const double slots = static_cast<double>(moe_slots(config, static_cast<int64_t>(rows)));
+  return 4.0 * rows * static_cast<double>(e.choices()) +
+         8.0 * rows * static_cast<double>(e.top_k) + 4.0 * slots;
+}
+
 }  // namespace modar::detail

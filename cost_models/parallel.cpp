@@ -97,7 +97,13 @@ Config shard_config(const Config& config) {
   m.n_heads = config.model.n_heads / t;
   m.d_ff = config.model.resolved_d_ff() / t;
   m.vocab_size = (config.model.vocab_size + t - 1) / t;
+  if (config.moe.enabled()) {
+    // Experts (docs/moe.md): expert widths split by t; the shard holds
+    // moe.experts / EP experts (the lowering reads parallel.expert).
+    shard.moe.expert_ffn = config.moe.resolved_expert_ffn(config.model) / t;
+  }
   shard.parallel = ParallelConfig{};
+  shard.parallel.expert = config.parallel.expert;
   shard.device.count = 1;
   shard.train.global_batch = 0;
   return shard;
@@ -206,7 +212,13 @@ class StageMemoryModel {
     entry_bytes_ = depth_ ? static_cast<double>(n_streams_) * T_ * (d_ * B_ + 4.0) : 0.0;
     embedding_params_ = static_cast<double>(model_.vocab_size) * d_;
     head_params_ = model_.tie_embeddings ? embedding_params_ : embedding_params_;
-    per_layer_params_ = (params.non_embedding - d_) / static_cast<double>(L_);
+    // Routed experts are sharded by expert parallelism (their share per layer,
+    // spread evenly over the layers); the rest is replicated over EP.
+    ep_ = std::max<int64_t>(1, par.expert);
+    expert_dp_ = std::max<int64_t>(1, dp_ / ep_);
+    expert_per_layer_ = params.experts / static_cast<double>(L_);
+    per_layer_params_ = (params.non_embedding - d_ - params.experts) / static_cast<double>(L_) +
+                        expert_per_layer_ / static_cast<double>(ep_);
     layer_param_bytes_ = per_layer_params_ / static_cast<double>(t_) * B_;
     last_stage_ = (p_ * v_ - 1) % p_;
     optimizer_bytes_per_param_ = config.train.dtype != DType::fp32 ? 12.0 : 8.0;
@@ -235,9 +247,17 @@ class StageMemoryModel {
     return stage_params / static_cast<double>(t_);
   }
 
-  // Stage i holding `layers` layers (`routed` of them MoD-routed), its last
-  // chunk ending at layer `end_layer` (exclusive).
-  MemoryBreakdown memory(int64_t i, int64_t layers, int64_t routed, int64_t end_layer) const {
+  // The routed experts' parameters among stage_params() (this rank's EP shard).
+  double expert_stage_params(int64_t layers) const {
+    return expert_per_layer_ / static_cast<double>(ep_) * static_cast<double>(layers) /
+           static_cast<double>(t_);
+  }
+
+  // Stage i holding `layers` layers (`routed` of them MoD-routed; `moe_full`
+  // full and `moe_routed` routed ones with an expert FFN, docs/moe.md), its
+  // last chunk ending at layer `end_layer` (exclusive).
+  MemoryBreakdown memory(int64_t i, int64_t layers, int64_t routed, int64_t end_layer,
+                         int64_t moe_full = 0, int64_t moe_routed = 0) const {
     const double B = B_, b = b_, s = s_, d = d_, k = k_, T = T_, token_share = token_share_;
     const Recompute recompute = recompute_;
     const double params = stage_params(i, layers);
@@ -245,8 +265,15 @@ class StageMemoryModel {
     mem.capacity = capacity_;
     const double shard_dp = static_cast<double>(dp_);
     mem.weights = params * B / (zero_ == 3 ? shard_dp : 1.0);
-    mem.gradients = params * kGradBytesPerParam / (zero_ >= 2 ? shard_dp : 1.0);
-    mem.optimizer = params * optimizer_bytes_per_param_ / (zero_ >= 1 ? shard_dp : 1.0);
+    // ZeRO shards the replicated part over dp, the expert shard over dp / EP.
+    const double shard_edp = static_cast<double>(expert_dp_);
+    const double expert_params = expert_stage_params(layers);
+    const double dense_params = params - expert_params;
+    mem.gradients = dense_params * kGradBytesPerParam / (zero_ >= 2 ? shard_dp : 1.0) +
+                    expert_params * kGradBytesPerParam / (zero_ >= 2 ? shard_edp : 1.0);
+    mem.optimizer =
+        dense_params * optimizer_bytes_per_param_ / (zero_ >= 1 ? shard_dp : 1.0) +
+        expert_params * optimizer_bytes_per_param_ / (zero_ >= 1 ? shard_edp : 1.0);
     // Activations per micro-batch (Korthikanti et al. 2022 structure applied to
     // modar's saved tensors, memory.cpp): the d_model-wide tensors (norm
     // inputs / outputs, layer inputs) are replicated over the tensor group
@@ -292,6 +319,10 @@ class StageMemoryModel {
         }
       }
     }
+    // MoE layers (docs/moe.md): the expert slots' saved tensors.
+    activations += static_cast<double>(moe_full) * detail::moe_saved_extra_bytes(config_, T, tt) +
+                   static_cast<double>(moe_routed) *
+                       detail::moe_saved_extra_bytes(config_, b * k, tt);
     if (i == last_stage_) {
       activations += (2.0 * B * T * d + 8.0 * T) * token_share;
     }
@@ -305,6 +336,10 @@ class StageMemoryModel {
     in_flight = std::max(in_flight, 1.0);
     mem.activations = activations * in_flight;
     mem.router_buffers = stage_routed * (4.0 * T + 8.0 * b * k) * in_flight;
+    mem.router_buffers += (static_cast<double>(moe_full) * detail::moe_buffer_bytes(config_, T) +
+                           static_cast<double>(moe_routed) *
+                               detail::moe_buffer_bytes(config_, b * k)) *
+                          in_flight;
     if (depth_) {
       // The bank this stage holds per micro-batch in flight: every entry up to
       // the end of its last chunk (received or produced here).
@@ -323,6 +358,14 @@ class StageMemoryModel {
     if (zero_ == 3) {
       layer_ws += 2.0 * layer_param_bytes_;
     }
+    if (config_.moe.enabled()) {
+      // A MoE layer's backward: the slots' gradients in and out, the widest slot tensor.
+      const double slots = static_cast<double>(detail::moe_slots(config_, static_cast<int64_t>(T)));
+      const double ffn = static_cast<double>(config_.moe.resolved_expert_ffn(model_));
+      const double expert_up = model_.mlp == MlpKind::swiglu ? 2.0 * ffn : ffn;
+      layer_ws = std::max(layer_ws, 2.0 * B * T * d * token_share + 2.0 * B * slots * d +
+                                        B * slots * expert_up / tt);
+    }
     mem.workspace = std::max(head_ws, layer_ws);
     mem.peak = mem.weights + mem.gradients + mem.optimizer + mem.activations +
                mem.router_buffers + mem.dar_bank + mem.workspace;
@@ -336,7 +379,8 @@ class StageMemoryModel {
   const Config& config_;
   const ModelConfig& model_;
   double capacity_ = 0.0;
-  int64_t t_ = 1, p_ = 1, v_ = 1, dp_ = 1, zero_ = 0;
+  int64_t t_ = 1, p_ = 1, v_ = 1, dp_ = 1, zero_ = 0, ep_ = 1, expert_dp_ = 1;
+  double expert_per_layer_ = 0.0;
   double m_ = 1.0;
   double B_ = 2.0, b_ = 1.0, s_ = 1.0, d_ = 1.0, k_ = 0.0, T_ = 1.0, token_share_ = 1.0;
   Recompute recompute_ = Recompute::none;
@@ -502,6 +546,30 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
       (sp && t > 1) ? fwd_passes * collective_time_s(network, Collective::all_gather, score_bytes,
                                                      t, placement.tensor, tp_per_node)
                     : 0.0;
+  // ---- expert parallelism (docs/moe.md): per MoE layer and micro-batch two
+  // all-to-alls forward (dispatch, combine) and two backward (+ two forward
+  // again under full recompute), each of the rank's expert slots x d x B
+  // (the busiest rank: x moe.load_imbalance), over the EP group carved out of
+  // the data-parallel ranks (EP neighbours are t x p ranks apart).
+  const int64_t ep = par.expert;
+  const NetLevel expert_level =
+      t * p * ep <= out.gpus_per_node ? NetLevel::intra_node : NetLevel::inter_node;
+  const int64_t ep_per_node =
+      t * p < out.gpus_per_node ? std::min<int64_t>(ep, out.gpus_per_node / (t * p)) : 1;
+  auto a2a_bytes = [&](double rows) {
+    return static_cast<double>(detail::moe_slots(config, static_cast<int64_t>(rows))) * d * B *
+           config.moe.load_imbalance * token_share;
+  };
+  auto ep_time = [&](double rows) {
+    if (ep <= 1 || !config.moe.enabled()) {
+      return 0.0;
+    }
+    return (fwd_passes + 1.0) * 2.0 *
+           collective_time_s(network, Collective::all_to_all, a2a_bytes(rows), ep, expert_level,
+                             ep_per_node);
+  };
+  const double ep_full_s = ep_time(T);
+  const double ep_routed_s = ep_time(b * k);
   const double tp_full_s = tp_time(full_rows_bytes);
   const double tp_routed_s = tp_time(routed_rows_bytes) + score_gather_s;
   // Embedding (vocab-parallel lookup: all-reduce forward) and head (input
@@ -530,6 +598,9 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
       for (int64_t l = 0; l < L; ++l) {
         const bool routed = config.mod.is_routed(l);
         double c = routed ? routed_layer_s + tp_routed_s : full_layer_s + tp_full_s;
+        if (config.moe.is_moe_layer(l)) {
+          c += routed ? ep_routed_s : ep_full_s;
+        }
         if (depth && l % K == 0) {
           c += prefix_s(l / K + 1);
         }
@@ -565,6 +636,11 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
     for (int64_t l = layer; l < layer + size; ++l) {
       stage.compute_s += config.mod.is_routed(l) ? routed_layer_s : full_layer_s;
       stage.exposed_comm_s += config.mod.is_routed(l) ? tp_routed_s : tp_full_s;
+      if (config.moe.is_moe_layer(l)) {
+        stage.exposed_comm_s += config.mod.is_routed(l) ? ep_routed_s : ep_full_s;
+        stage.moe_layers_here += config.mod.is_routed(l) ? 0 : 1;
+        stage.moe_routed_layers_here += config.mod.is_routed(l) ? 1 : 0;
+      }
       stage.routed_layers += config.mod.is_routed(l) ? 1 : 0;
       if (depth && l % K == 0) {
         stage.compute_s += prefix_s(l / K + 1);
@@ -643,13 +719,22 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
       slowest = stage_s;
       out.slowest_stage = i;
     }
-    // Data-parallel gradient reduction of this rank's parameters.
+    // Data-parallel gradient reduction of this rank's parameters (the expert
+    // shard's over the dp / EP ranks holding the same experts).
     const double grad_bytes = stage.params * grad_bytes_per_param;
+    const double expert_stage_params = memory_model.expert_stage_params(stage.layers);
+    const int64_t expert_dp = dp / std::max<int64_t>(par.expert, 1);
     double reduce_s = 0.0, gather_s = 0.0;
     if (dp > 1) {
-      reduce_s = collective_time_s(
-          network, par.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter,
-          grad_bytes, dp, data_level, dp_per_node);
+      const Collective reduce =
+          par.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter;
+      reduce_s = collective_time_s(network, reduce,
+                                   (stage.params - expert_stage_params) * grad_bytes_per_param,
+                                   dp, data_level, dp_per_node);
+      if (expert_dp > 1 && expert_stage_params > 0) {
+        reduce_s += collective_time_s(network, reduce, expert_stage_params * grad_bytes_per_param,
+                                      expert_dp, data_level, dp_per_node);
+      }
       if (par.zero == 1 || par.zero == 2) {
         gather_s = collective_time_s(network, Collective::all_gather, stage.params * B, dp,
                                      data_level, dp_per_node);
@@ -702,7 +787,8 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
     // ---- memory per device on this stage ----
     stage.memory = memory_model.memory(
         i, stage.layers, stage.routed_layers,
-        stage.chunk_first_layer.back() + stage.chunk_layers.back());
+        stage.chunk_first_layer.back() + stage.chunk_layers.back(), stage.moe_layers_here,
+        stage.moe_routed_layers_here);
     const MemoryBreakdown& mem = stage.memory;
     if (mem.peak > worst_peak) {
       worst_peak = mem.peak;
@@ -751,6 +837,15 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
                                             placement.tensor),
                           1.0});
     }
+  }
+  if (ep > 1 && config.moe.enabled() && first.moe_layers_here + first.moe_routed_layers_here > 0) {
+    const double count = 2.0 * static_cast<double>(first.moe_layers_here) * m;
+    const double one = collective_time_s(network, Collective::all_to_all, a2a_bytes(T), ep,
+                                         expert_level, ep_per_node);
+    out.comm.push_back({Collective::all_to_all, "ep.dispatch_combine", "expert", Pass::forward,
+                        ep, expert_level, a2a_bytes(T), count * fwd_passes, one, 1.0});
+    out.comm.push_back({Collective::all_to_all, "ep.dispatch_combine", "expert", Pass::backward,
+                        ep, expert_level, a2a_bytes(T), count, one, 1.0});
   }
   if (par.zero == 3 && dp > 1) {
     out.comm.push_back({Collective::all_gather, "zero3.param_gather", "data", Pass::forward, dp,
@@ -803,12 +898,16 @@ ClusterMemoryBound cluster_memory_bound(const Config& config, const DeviceProfil
     // estimate_cluster() builds them.
     const std::vector<int64_t> sizes = chunks == 1 ? std::vector<int64_t>{L} : equal_chunks(L, chunks);
     std::vector<int64_t> layers(static_cast<size_t>(p), 0), routed(static_cast<size_t>(p), 0),
-        end(static_cast<size_t>(p), 0);
+        end(static_cast<size_t>(p), 0), moe_full(static_cast<size_t>(p), 0),
+        moe_routed(static_cast<size_t>(p), 0);
     int64_t layer = 0;
     for (int64_t c = 0; c < chunks; ++c) {
       const size_t stage = static_cast<size_t>(c % p);
       for (int64_t l = layer; l < layer + sizes[static_cast<size_t>(c)]; ++l) {
         routed[stage] += config.mod.is_routed(l) ? 1 : 0;
+        if (config.moe.is_moe_layer(l)) {
+          (config.mod.is_routed(l) ? moe_routed : moe_full)[stage] += 1;
+        }
       }
       layers[stage] += sizes[static_cast<size_t>(c)];
       layer += sizes[static_cast<size_t>(c)];
@@ -817,7 +916,8 @@ ClusterMemoryBound cluster_memory_bound(const Config& config, const DeviceProfil
     out.peak = -1.0;
     for (int64_t i = 0; i < p; ++i) {
       const size_t k = static_cast<size_t>(i);
-      out.peak = std::max(out.peak, model.memory(i, layers[k], routed[k], end[k]).peak);
+      out.peak = std::max(out.peak, model.memory(i, layers[k], routed[k], end[k], moe_full[k],
+                                                 moe_routed[k]).peak);
     }
     out.exact = true;
     return out;
@@ -836,9 +936,18 @@ ClusterMemoryBound cluster_memory_bound(const Config& config, const DeviceProfil
     const int64_t last_chunk = (v - 1) * p + i;
     const int64_t end_min = i == model.last_stage() ? L : last_chunk + 1;
     const double a = model.memory(i, 0, 0, end_min).peak;
+    // The cheapest layer there is (full or routed, with or without experts).
+    const bool any_routed = layer_counts(config).routed_layers > 0;
+    const bool any_moe = config.moe.enabled();
     double one_layer = model.memory(i, 1, 0, end_min).peak;
-    if (layer_counts(config).routed_layers > 0) {
+    if (any_routed) {
       one_layer = std::min(one_layer, model.memory(i, 1, 1, end_min).peak);
+    }
+    if (any_moe) {
+      one_layer = std::min(one_layer, model.memory(i, 1, 0, end_min, 1, 0).peak);
+      if (any_routed) {
+        one_layer = std::min(one_layer, model.memory(i, 1, 1, end_min, 0, 1).peak);
+      }
     }
     const double c = one_layer - a;
     const int64_t most = L - (p - 1) * v;  // the other stages hold >= v each

@@ -21,6 +21,7 @@ Config arch_config(const Config& base, const ArchSpec& arch) {
   Config config = base;
   config.mod = arch.mod;
   config.dar = arch.dar;
+  config.moe = arch.moe;
   return config;
 }
 

@@ -783,6 +783,7 @@ OptimalResult optimal(const OptimalRequest& request) {
   base.device.profile = request.profile;
   base.mod = ModConfig{};
   base.dar = DarConfig{};
+  base.moe = MoeConfig{};
   validate(base);
 
   const Budget budget{request.train_flops, request.gpu_hours, request.gpus,

@@ -48,13 +48,14 @@ int64_t sweep(const SweepRequest& request, const std::function<void(const SweepR
   base.device.profile = request.profile;
   base.mod = ModConfig{};
   base.dar = DarConfig{};
+  base.moe = MoeConfig{};
   validate(base);
 
   // Expand the architecture knobs.
   std::vector<ArchSpec> variants;
   for (const std::string& name : request.archs) {
-    const bool mod = name == "mod" || name == "mod+dar";
-    const bool dar = name == "dar" || name == "mod+dar";
+    const bool mod = arch_has_mod(name);
+    const bool dar = arch_has_dar(name);
     const std::vector<double> capacities = mod ? request.capacities : std::vector<double>{1.0};
     const std::vector<int64_t> everys = mod ? request.everys : std::vector<int64_t>{0};
     const std::vector<int64_t> blocks = dar ? request.block_layers : std::vector<int64_t>{0};

@@ -41,8 +41,8 @@ std::vector<CurveKey> requested_curves(const SweepRequest& request) {
   std::vector<CurveKey> curves;
   for (const double budget : request.budgets_flops) {
     for (const std::string& name : request.archs) {
-      const bool mod = name == "mod" || name == "mod+dar";
-      const bool dar = name == "dar" || name == "mod+dar";
+      const bool mod = arch_has_mod(name);
+      const bool dar = arch_has_dar(name);
       for (const double c : mod ? request.capacities : std::vector<double>{1.0}) {
         for (const int64_t e : mod ? request.everys : std::vector<int64_t>{0}) {
           for (const int64_t k : dar ? request.block_layers : std::vector<int64_t>{0}) {
@@ -73,6 +73,7 @@ std::string explain_empty_curve(const SweepRequest& request, const CurveKey& cur
   const ArchSpec arch = arch_of(curve, request);
   arch_base.mod = arch.mod;
   arch_base.dar = arch.dar;
+  arch_base.moe = arch.moe;
   const std::vector<ShapeCandidate> all =
       enumerate_shapes(arch_base, 0.0, std::numeric_limits<double>::max(), request.shapes);
   const ShapeSearchOptions& o = request.shapes;

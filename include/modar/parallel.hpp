@@ -65,6 +65,8 @@ struct CommRecord {
 struct StageSummary {
   int64_t layers = 0;         // transformer layers on this stage (all its chunks)
   int64_t routed_layers = 0;  // MoD-routed among them
+  int64_t moe_layers_here = 0;         // MoE layers among the full layers (docs/moe.md)
+  int64_t moe_routed_layers_here = 0;  // MoE layers among the routed ones (staged MoDE)
   std::vector<int64_t> chunk_first_layer;  // per virtual chunk on this stage
   std::vector<int64_t> chunk_layers;
   double compute_s = 0.0;      // per micro-batch: fwd + bwd (+ recompute), this rank's share

@@ -118,7 +118,13 @@ struct ArchSpec {
   std::string name = "baseline";  // baseline | mod | dar | mod+dar
   ModConfig mod;                  // every = 0 for baseline / dar
   DarConfig dar;                  // variant none for baseline / mod
+  MoeConfig moe;                  // experts = 0 unless moe / mode-* (docs/moe.md)
 };
+// Architecture names with experts: moe, mode-staged, mode-integrated (each
+// also "+dar").  Whether a name carries MoD routing (mod, mod+dar,
+// mode-staged[+dar]) or DAR (a "+dar" suffix or "dar").
+bool arch_has_mod(const std::string& name);
+bool arch_has_dar(const std::string& name);
 std::vector<std::string> arch_names();
 // Apply the MoD / DAR knobs to the architecture name; throws ConfigError on an
 // unknown name (listing the allowed ones).

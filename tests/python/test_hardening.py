@@ -147,7 +147,7 @@ def test_eps_dict_sets_the_prior():
         ({"mod": "0.9"}, TypeError, "eps['mod']"),
         ({"mod": -1.0}, ValueError, "mod"),
         ({"mod": float("nan")}, ValueError, "mod"),
-        ({"moe": 0.9}, ValueError, "moe"),
+        ({"mixtral": 0.9}, ValueError, "mixtral"),
         ({1: 0.9}, TypeError, "eps key"),
         ({" mod": 0.9}, ValueError, "' mod'"),
     ],

@@ -132,7 +132,7 @@ def test_fit_recovers_a_known_law_and_equals_cli(tmp_path):
         (lambda: modar.optimal(flops=float("nan")), "flops"),
         (lambda: modar.optimal(), "budget"),
         (lambda: modar.optimal(flops=1e20, gpus=0), "gpus"),
-        (lambda: modar.optimal(flops=1e20, arch=["baseline", "moe"]), "moe"),
+        (lambda: modar.optimal(flops=1e20, arch=["baseline", "mixtral"]), "mixtral"),
         (lambda: modar.optimal(flops=1e20, capacity=0), "capacity"),
         (lambda: modar.optimal(flops=1e20, fit="chinchilla"), "chinchilla"),
         (lambda: modar.optimal(flops=1e20, eps={"mod": -2}), "mod"),

@@ -162,6 +162,11 @@ TEST(MoeConfig, ErrorsNameTheKeyTheValueAndWhatIsAllowed) {
             "ConfigError: parallel.expert = 4: must divide the data-parallel size device.count / "
             "(parallel.tensor * parallel.pipeline) = 2 (expert parallelism is carved out of data "
             "parallelism)");
+  // Slots x widths stay far from 64-bit overflow (the lowering multiplies them).
+  EXPECT_EQ(with({"moe.experts=65536", "moe.expert_ffn=16777216", "moe.shared_experts=64",
+                  "moe.capacity_factor=1024", "train.micro_batch=64"})
+                .rfind("ConfigError: moe.experts = 65536: expert slots x width = ", 0),
+            0u);
   EXPECT_EQ(with({"moe.experts=8", "moe.top_k=2", "moe.mode=integrated", "moe.null_experts=8",
                   "moe.load_imbalance=8"}),
             "no error");

@@ -66,7 +66,7 @@ TEST(PlannerCli, BadBudgets) {
 }
 
 TEST(PlannerCli, UnknownNames) {
-  expect_one_line_error("optimal --flops 1e20 --arch baseline,moe",
+  expect_one_line_error("optimal --flops 1e20 --arch baseline,mixtral",
                         "allowed: baseline, mod, dar, mod+dar");
   expect_one_line_error("optimal --flops 1e20 --fit chinchilla", "allowed: epoch, hoffmann");
   expect_one_line_error("optimal --flops 1e20 --eps mod=abc", "(0, 2]");

@@ -192,7 +192,7 @@ TEST(Optimal, BadBudgets) {
     EXPECT_THROW(modar::optimal(request), modar::ConfigError) << bad;
   }
   request.train_flops = 1e20;
-  request.archs = {"moe"};
+  request.archs = {"mixtral"};
   EXPECT_THROW(modar::optimal(request), modar::ConfigError);
   request.archs = {"baseline"};
   request.fit = "nope";

@@ -87,7 +87,7 @@ TEST(Priors, OverridesWin) {
 
 TEST(Priors, BadOverridesAreRejected) {
   EXPECT_THROW(modar::parse_eps_overrides("mod"), modar::ConfigError);
-  EXPECT_THROW(modar::parse_eps_overrides("moe=0.9"), modar::ConfigError);
+  EXPECT_THROW(modar::parse_eps_overrides("mixtral=0.9"), modar::ConfigError);
   EXPECT_THROW(modar::parse_eps_overrides("mod=abc"), modar::ConfigError);
   EXPECT_THROW(modar::parse_eps_overrides("mod=0"), modar::ConfigError);
   EXPECT_THROW(modar::parse_eps_overrides("mod=nan"), modar::ConfigError);
@@ -96,7 +96,7 @@ TEST(Priors, BadOverridesAreRejected) {
 
 TEST(Arch, UnknownNameListsAllowed) {
   try {
-    modar::make_arch("moe");
+    modar::make_arch("mixtral");
     FAIL();
   } catch (const modar::ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("baseline, mod, dar, mod+dar"), std::string::npos);
