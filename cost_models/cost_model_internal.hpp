@@ -28,7 +28,7 @@ struct FlopAccumulator {
         } else if (op.shape.kind == OpKind::router ||
                    (op.label[0] == 'm' && op.label[1] == 'o' && op.label[2] == 'd')) {
           router += total;  // the router GEMV and the predictor GEMMs (labels "mod.*")
-        } else if (op.shape.kind != OpKind::gemm) {
+        } else if (op.shape.kind != OpKind::gemm && op.shape.kind != OpKind::expert_gemm) {
           depth_reads += total;  // AttnRes / DAR ops
         }
         break;
@@ -67,6 +67,24 @@ FlopCounts flop_counts_from_ops(const Config& config, StepKind step, const OpLis
 double flop_active_from_ops(const Config& config, StepKind step, const OpList& ops);
 MemoryBreakdown memory_from_params(const Config& config, double total_params,
                                    double device_memory_bytes, StepKind step);
+// ---- experts (cost_models/moe.cpp; SPEC 1.3, docs/moe.md) ------------------
+// Expert slots one MoE layer processes on one device for `rows` tokens:
+// dropless, the expected real-expert assignments round(rows k E / (E + Z));
+// with a capacity factor, E x expert_capacity(rows) (padded dispatch).
+int64_t moe_slots(const Config& config, int64_t rows);
+// Parameters of one expert FFN (the model's MLP kind at moe.expert_ffn).
+double expert_ffn_params(const Config& config);
+// The MoE layers' routed experts (all of them) and the router / shared
+// experts, over every MoE layer.
+struct MoeParams {
+  double routed = 0;     // E x expert FFN x MoE layers
+  double active_routed = 0;  // top_k x E / (E + Z) x expert FFN x MoE layers
+  double router = 0;     // d x (E + Z) x MoE layers
+  double shared = 0;     // shared_experts x expert FFN x MoE layers
+  double replaced_dense = 0;  // the dense FFNs the MoE layers do not have
+};
+MoeParams moe_params(const Config& config);
+
 // Tokens of one lowered micro-step (training: micro_batch * seq_len; decode: micro_batch).
 int64_t tokens_per_micro_step(const Config& config, StepKind step);
 

@@ -49,11 +49,17 @@ ParamCounts closed_form_params(const Config& config) {
       body += later * (n * width * (base_outputs + transport) + base_outputs + transport + 3.0);
     }
   }
+  // MoE layers (SPEC 1.3): router + E experts + shared experts instead of the
+  // dense FFN.
+  const MoeParams moe = moe_params(config);
+  body += moe.router + moe.routed + moe.shared - moe.replaced_dense;
   ParamCounts params;
   const double embedding = vocab * width;
   const double head = m.tie_embeddings ? 0.0 : vocab * width;
   params.total = body + embedding + head;
   params.non_embedding = body;
+  params.experts = moe.routed;
+  params.active = params.total - moe.routed + moe.active_routed;
   return params;
 }
 

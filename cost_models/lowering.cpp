@@ -213,6 +213,43 @@ namespace {
       c.bytes = (backward ? 3.0 : 2.0) * B * rows * width + 4.0 * rows;
       break;
     }
+    case OpKind::expert_gemm: {
+      // Grouped GEMM: the ragged dim sums to M over the G groups (dims[5]
+      // picks which dim is ragged; FLOPs and bytes are the same either way).
+      const double groups = d(std::max<int64_t>(x[0], 1)), total = d(x[1]), n = d(x[2]),
+                   k = d(x[3]);
+      c.flops = 2.0 * total * n * k;
+      c.bytes = B * (total * k + groups * k * n + total * n);
+      break;
+    }
+    case OpKind::moe_topk: {
+      const double rows = d(x[0]), choices = d(x[1]), k = d(x[2]);
+      // Forward: read fp32 logits, write fp32 probabilities (kept for the aux
+      // and z losses), int32 index + fp32 gate per choice made.  Backward:
+      // read the probabilities and the gate gradients, write the logit gradient.
+      c.flops = 0.0;  // softmax and comparisons, not counted
+      c.bytes = backward ? 8.0 * rows * choices + 4.0 * rows * k
+                         : 8.0 * rows * choices + 8.0 * rows * k;
+      break;
+    }
+    case OpKind::permute: {
+      const double slots = d(x[0]), width = d(x[1]), rows = d(x[2]);
+      // Forward: a row copy per slot.  Backward: the slots' gradient rows are
+      // added back into the tokens' rows.
+      c.flops = 0.0;
+      c.bytes = backward ? B * width * (slots + rows) + 4.0 * slots
+                         : 2.0 * B * width * slots + 4.0 * slots;
+      break;
+    }
+    case OpKind::unpermute: {
+      const double slots = d(x[0]), width = d(x[1]), rows = d(x[2]);
+      // Forward y[t] = sum gate e[slot]: read the slots and gates, write the
+      // tokens.  Backward: d e[slot] = gate dy[t] and d gate = <dy[t], e[slot]>.
+      c.flops = (backward ? 4.0 : 2.0) * slots * width;
+      c.bytes = backward ? 3.0 * B * width * slots + 8.0 * slots
+                         : B * width * (slots + rows) + 8.0 * slots;
+      break;
+    }
     case OpKind::optimizer_update: {
       const double params = d(x[0]);
       // AdamW with fp32 master weights: read grad (fp32), master, m, v; write
@@ -244,6 +281,17 @@ LayerCounts layer_counts(const Config& config) {
   if (config.dar.enabled()) {
     counts.dar_blocks = config.dar.blocks(layers);
     counts.dar_streams = config.dar.resolved_streams();
+  }
+  if (config.moe.enabled()) {
+    const int64_t moe = config.moe.moe_layers(layers);
+    if (config.mod.every > 0) {
+      // MoE layers l = first_dense + j every, MoD-routed iff l % mod.every == phase.
+      const int64_t phase = config.mod.offset % config.mod.every;
+      for (int64_t l = config.moe.first_dense; l < layers; l += config.moe.every) {
+        counts.moe_routed_layers += (l % config.mod.every == phase) ? 1 : 0;
+      }
+    }
+    counts.moe_full_layers = moe - counts.moe_routed_layers;
   }
   return counts;
 }
@@ -361,6 +409,12 @@ class Lowerer {
   void attention_branch(int64_t rows, int64_t sequences, int64_t query_len, int64_t key_len,
                         bool causal, int64_t multiplicity);
   void mlp_branch(int64_t rows, int64_t multiplicity);
+  void moe_branch(int64_t rows, int64_t multiplicity);
+  // The FFN branches of `layers` layers on `rows` rows, `moe` of which are MoE.
+  void ffn_branches(int64_t rows, int64_t layers, int64_t moe) {
+    mlp_branch(rows, layers - moe);
+    moe_branch(rows, moe);
+  }
   void residual_add(int64_t rows, int64_t multiplicity) {
     forward(OpKind::elementwise, {rows * config_.model.d_model, 2, 1}, multiplicity, "residual.add",
             Recomputed::full_only, nullptr);  // backward: identity
@@ -471,6 +525,86 @@ void Lowerer<Stream>::mlp_branch(int64_t rows, int64_t multiplicity) {
          Recomputed::full_only);
 }
 
+// MoE FFN (SPEC 1.3) on `rows` tokens: norm, router GEMM (d -> E + Z),
+// softmax top-k, permutation into expert order, the experts' grouped GEMMs on
+// the processed slots, the combine with the gates, and the shared experts (one
+// fused FFN of width shared x expert_ffn on every token).  Processed slots:
+// dropless, the expected real-expert assignments rows x k x E / (E + Z);
+// with a capacity factor, every local expert's capacity ceil(cf rows k /
+// (E + Z)) (padded dispatch, as Switch / GShard run it).  Under expert
+// parallelism a rank holds E / EP experts and, in expectation, processes as
+// many slots as it routes (its tokens' assignments spread over the group).
+template <class Stream>
+void Lowerer<Stream>::moe_branch(int64_t rows, int64_t multiplicity) {
+  if (multiplicity <= 0) {
+    return;
+  }
+  const ModelConfig& m = config_.model;
+  const MoeConfig& e = config_.moe;
+  const int64_t ffn = e.resolved_expert_ffn(m);
+  const bool swiglu = m.mlp == MlpKind::swiglu;
+  const int64_t up = swiglu ? 2 * ffn : ffn;
+  const int64_t local = std::max<int64_t>(1, e.experts / std::max<int64_t>(config_.parallel.expert, 1));
+  const int64_t slots = detail::moe_slots(config_, rows);
+  const int64_t imbalance = std::llround(e.load_imbalance * 1000.0);
+  forward(OpKind::rmsnorm, {rows, m.d_model}, multiplicity, "mlp.norm", Recomputed::cheap,
+          "mlp.norm.bwd");
+  linear(rows, m.d_model, e.choices(), multiplicity,
+         {"moe.router", "moe.router.dgrad", "moe.router.wgrad"}, Recomputed::full_only);
+  forward(OpKind::moe_topk, {rows, e.choices(), e.top_k}, multiplicity, "moe.topk",
+          Recomputed::full_only, "moe.topk.bwd");
+  if (slots > 0) {
+    forward(OpKind::permute, {slots, m.d_model, rows}, multiplicity, "moe.permute",
+            Recomputed::full_only, "moe.permute.bwd");
+    // Expert GEMMs: forward, then (backward list) dgrad and wgrad per GEMM.
+    auto grouped = [&](int64_t in, int64_t out, const LinearLabels& labels) {
+      forward(OpKind::expert_gemm, {local, slots, out, in, imbalance, 0}, multiplicity,
+              labels.forward, Recomputed::full_only, nullptr);
+      if (train_) {
+        push(backward_, OpKind::expert_gemm, Pass::backward, {local, slots, in, out, imbalance, 0},
+             multiplicity, labels.dgrad);
+        push(backward_, OpKind::expert_gemm, Pass::backward, {local, slots, in, out, imbalance, 1},
+             multiplicity, labels.wgrad);
+      }
+    };
+    grouped(m.d_model, up,
+            {swiglu ? "moe.expert.gate_up" : "moe.expert.up",
+             swiglu ? "moe.expert.gate_up.dgrad" : "moe.expert.up.dgrad",
+             swiglu ? "moe.expert.gate_up.wgrad" : "moe.expert.up.wgrad"});
+    forward(OpKind::elementwise, {slots * ffn, swiglu ? 2 : 1, 1}, multiplicity,
+            swiglu ? "moe.expert.swiglu" : "moe.expert.gelu", Recomputed::cheap, nullptr);
+    if (train_) {
+      push(backward_, OpKind::elementwise, Pass::backward,
+           {slots * ffn, swiglu ? 3 : 2, swiglu ? 2 : 1}, multiplicity,
+           swiglu ? "moe.expert.swiglu.bwd" : "moe.expert.gelu.bwd");
+    }
+    grouped(ffn, m.d_model, {"moe.expert.down", "moe.expert.down.dgrad", "moe.expert.down.wgrad"});
+    forward(OpKind::unpermute, {slots, m.d_model, rows, e.top_k}, multiplicity, "moe.unpermute",
+            Recomputed::full_only, "moe.unpermute.bwd");
+  }
+  if (e.shared_experts > 0) {
+    const int64_t shared = e.shared_experts * ffn;
+    linear(rows, m.d_model, swiglu ? 2 * shared : shared, multiplicity,
+           {swiglu ? "moe.shared.gate_up" : "moe.shared.up",
+            swiglu ? "moe.shared.gate_up.dgrad" : "moe.shared.up.dgrad",
+            swiglu ? "moe.shared.gate_up.wgrad" : "moe.shared.up.wgrad"},
+           Recomputed::full_only);
+    forward(OpKind::elementwise, {rows * shared, swiglu ? 2 : 1, 1}, multiplicity,
+            swiglu ? "moe.shared.swiglu" : "moe.shared.gelu", Recomputed::cheap, nullptr);
+    if (train_) {
+      push(backward_, OpKind::elementwise, Pass::backward,
+           {rows * shared, swiglu ? 3 : 2, swiglu ? 2 : 1}, multiplicity,
+           swiglu ? "moe.shared.swiglu.bwd" : "moe.shared.gelu.bwd");
+    }
+    linear(rows, shared, m.d_model, multiplicity,
+           {"moe.shared.down", "moe.shared.down.dgrad", "moe.shared.down.wgrad"},
+           Recomputed::full_only);
+    // Routed + shared outputs summed.
+    forward(OpKind::elementwise, {rows * m.d_model, 2, 1}, multiplicity, "moe.shared.add",
+            Recomputed::full_only, nullptr);
+  }
+}
+
 template <class Stream>
 void Lowerer<Stream>::router(int64_t rows, int64_t multiplicity) {
   const ModelConfig& m = config_.model;
@@ -513,7 +647,7 @@ void Lowerer<Stream>::layers_plain() {
   // Full layers.
   attention_for(false, full);
   residual_add(T, full);
-  mlp_branch(T, full);
+  ffn_branches(T, full, counts_.moe_full_layers);
   residual_add(T, full);
   // Routed layers: router on all tokens, branches on the routed rows only.
   if (routed > 0) {
@@ -522,7 +656,7 @@ void Lowerer<Stream>::layers_plain() {
     routed_gather(R, routed, "mod.gather");
     attention_for(true, routed);
     residual_add(R, routed);  // X~ + a, the MLP branch's input
-    mlp_branch(R, routed);
+    ffn_branches(R, routed, counts_.moe_routed_layers);
     residual_add(R, routed);  // delta = a + m
     routed_scatter(R, routed, "mod.scatter_add");
   }
@@ -604,7 +738,7 @@ void Lowerer<Stream>::layers_with_depth_reads() {
 
   // The branches themselves (the residual adds are replaced by the writes).
   attention_for(false, full);
-  mlp_branch(T, full);
+  ffn_branches(T, full, counts_.moe_full_layers);
   if (routed > 0) {
     const int64_t R = routed_rows();
     router(T, routed);  // on the attention branch's input h (all tokens)
@@ -612,7 +746,7 @@ void Lowerer<Stream>::layers_with_depth_reads() {
     attention_for(true, routed);
     routed_scatter(R, routed, "mod.scatter_add");
     routed_gather(R, routed, "mod.gather");
-    mlp_branch(R, routed);
+    ffn_branches(R, routed, counts_.moe_routed_layers);
     routed_scatter(R, routed, "mod.scatter_add");
   }
 

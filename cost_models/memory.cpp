@@ -42,6 +42,19 @@
 //                forward/backward boundary (the head's transients) to the backward
 //                of the last layer / DAR block (that layer's transients), so the
 //                step's peak is at one of the two; the max picks it.
+// Experts (SPEC 1.3), per MoE layer on r rows with S = moe_slots(r) expert
+// slots, u_e = expert up width (SwiGLU 2 f_e), f_e = moe.expert_ffn:
+//   activations  the dense FFN's (u + d_ff) B r are replaced by the slots'
+//                permuted input and expert output (2 d), up output (u_e) and
+//                activation output (f_e; selective: recomputed) B S, plus the
+//                shared experts' up and activation outputs on r rows;
+//   router_buffers  fp32 router probabilities (4 r (E + Z), for the aux and
+//                z losses), int32 index + fp32 gate per choice (8 r k) and the
+//                permutation map (4 S);
+//   workspace    a layer's backward also holds the slots' gradients in and out
+//                (2 B S d) and the widest slot intermediate (B S u_e).
+// Under expert parallelism (parallel.cpp) the weights, gradients and
+// optimizer states of the routed experts are divided by EP.
 // Decode: weights, the KV cache (2 G d_h B per cached token per layer; routed
 // layers cache only their k routed tokens per sequence), the bank of the
 // current token, and one layer's activations plus fp32 logits as workspace.
@@ -110,12 +123,32 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
       return B * rows * saved_elements_per_row + 8.0 * rows + 4.0 * b * heads * sequence_len +
              scores;
     };
+    // MoE layers: what they save beyond (or instead of) the dense FFN's.
+    const double moe_full = static_cast<double>(counts.moe_full_layers);
+    const double moe_routed = static_cast<double>(counts.moe_routed_layers);
+    const MoeConfig& e = config.moe;
+    const double expert_ffn = e.enabled() ? static_cast<double>(e.resolved_expert_ffn(m)) : 0.0;
+    const double expert_up = m.mlp == MlpKind::swiglu ? 2.0 * expert_ffn : expert_ffn;
+    const double shared_ffn = static_cast<double>(e.shared_experts) * expert_ffn;
+    const double shared_up = m.mlp == MlpKind::swiglu ? 2.0 * shared_ffn : shared_ffn;
+    auto moe_extra = [&](double rows) {
+      const double slots = static_cast<double>(moe_slots(config, static_cast<int64_t>(rows)));
+      const bool selective = policy == Recompute::selective;
+      const double dense_ffn = selective ? up_width : up_width + d_ff;
+      const double slot_elements = selective ? 2.0 * width + expert_up
+                                             : 2.0 * width + expert_up + expert_ffn;
+      const double shared_elements = selective ? shared_up : shared_up + shared_ffn;
+      return B * (slots * slot_elements + rows * shared_elements - rows * dense_ffn);
+    };
     double activations = 0.0;
     if (policy == Recompute::full) {
       activations += layers * B * T * width;
     } else {
       activations += full_layers * layer_saved(T, s);
       activations += routed_layers * (layer_saved(R, k) + B * T * width + B * R * width);
+      if (e.enabled()) {
+        activations += moe_full * moe_extra(T) + moe_routed * moe_extra(R);
+      }
       if (depth_reads) {
         // P^{i-1} and its fp32 rstd for every branch at block position i >= 1
         // (the merge backward reads the partial's keys and values; dar_math 5.5
@@ -132,6 +165,14 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
     mem.activations = activations;
 
     mem.router_buffers = routed_layers * (4.0 * T + 8.0 * R);
+    auto moe_buffers = [&](double rows) {
+      const double slots = static_cast<double>(moe_slots(config, static_cast<int64_t>(rows)));
+      return 4.0 * rows * static_cast<double>(e.choices()) +
+             8.0 * rows * static_cast<double>(e.top_k) + 4.0 * slots;
+    };
+    if (e.enabled()) {
+      mem.router_buffers += moe_full * moe_buffers(T) + moe_routed * moe_buffers(R);
+    }
     if (config.mod.causal_router == CausalRouter::predictor && policy != Recompute::full) {
       mem.router_buffers +=
           routed_layers * B * T * static_cast<double>(config.mod.predictor_hidden);
@@ -171,6 +212,12 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
                          8.0 * T + 4.0 * b * heads * s;
     } else if (policy == Recompute::selective) {
       layer_workspace += B * T * (2.0 * width + d_ff);
+    }
+    if (e.enabled()) {
+      const double slots = static_cast<double>(moe_slots(config, static_cast<int64_t>(T)));
+      layer_workspace = std::max(layer_workspace,
+                                 2.0 * B * T * width + 2.0 * B * slots * width +
+                                     B * std::max(slots * expert_up, T * qkv_width));
     }
     layer_workspace += dar_transient;
     mem.workspace = std::max(head_workspace, layer_workspace);

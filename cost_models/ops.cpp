@@ -2,6 +2,9 @@
 // device profiles and of the JSON output: changing one breaks old profiles.
 #include "modar/ops.hpp"
 
+#include <algorithm>
+#include <cmath>
+
 namespace modar {
 
 const char* to_string(OpKind kind) {
@@ -38,6 +41,14 @@ const char* to_string(OpKind kind) {
       return "embedding";
     case OpKind::optimizer_update:
       return "optimizer_update";
+    case OpKind::expert_gemm:
+      return "expert_gemm";
+    case OpKind::moe_topk:
+      return "moe_topk";
+    case OpKind::permute:
+      return "permute";
+    case OpKind::unpermute:
+      return "unpermute";
   }
   return "unknown";
 }
@@ -96,8 +107,33 @@ int op_dims_count(OpKind kind) {
       return 2;
     case OpKind::optimizer_update:
       return 1;
+    case OpKind::expert_gemm:
+      return 6;
+    case OpKind::moe_topk:
+      return 3;
+    case OpKind::permute:
+      return 3;
+    case OpKind::unpermute:
+      return 4;
   }
   return 7;
+}
+
+OpShape expert_gemm_timing_shape(const OpShape& expert_gemm) {
+  const auto& x = expert_gemm.dims;
+  const int64_t groups = std::max<int64_t>(x[0], 1);
+  const double imbalance = x[4] > 0 ? static_cast<double>(x[4]) / 1000.0 : 1.0;
+  const double mean_rows = static_cast<double>(x[1]) / static_cast<double>(groups);
+  const int64_t busiest = static_cast<int64_t>(std::ceil(mean_rows * imbalance - 1e-9));
+  OpShape gemm;
+  gemm.kind = OpKind::gemm;
+  gemm.dtype = expert_gemm.dtype;
+  if (x[5] == 0) {
+    gemm.dims = {busiest, x[2], x[3], groups, 0, 0, 0};
+  } else {
+    gemm.dims = {x[2], x[3], busiest, groups, 0, 0, 0};
+  }
+  return gemm;
 }
 
 const char* to_string(Pass pass) {

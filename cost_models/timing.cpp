@@ -48,6 +48,8 @@ bool is_categorical(OpKind kind, int dim) {
       return dim == 1 || dim == 3 || dim == 4;
     case OpKind::elementwise:
       return dim == 1 || dim == 2;
+    case OpKind::expert_gemm:
+      return dim == 5;
     default:
       return false;
   }
@@ -272,6 +274,12 @@ double TimingModel::roofline_s(const OpShape& shape, Pass pass) const {
 }
 
 double TimingModel::op_time_s(const OpShape& shape, Pass pass, Source* source) const {
+  if (shape.kind == OpKind::expert_gemm &&
+      (index_ == nullptr || !index_->has_measurements[static_cast<size_t>(OpKind::expert_gemm)])) {
+    // Not measured as such: the per-expert GEMM at the busiest expert's rows
+    // (load imbalance), batched over the experts (ops.hpp).
+    return op_time_s(expert_gemm_timing_shape(shape), Pass::forward, source);
+  }
   const double roofline = roofline_s(shape, pass);
   if (index_ == nullptr) {
     *source = Source::roofline;

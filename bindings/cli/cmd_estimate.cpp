@@ -96,8 +96,11 @@ std::string cluster_report(const ClusterEstimate& c, bool list_ops) {
     const StageSummary& s = c.stages[i];
     std::string chunks;
     for (size_t j = 0; j < s.chunk_layers.size(); ++j) {
-      chunks += (j ? "," : "") + std::to_string(s.chunk_first_layer[j]) + "+" +
-                std::to_string(s.chunk_layers[j]);
+      // Appended piece by piece (GCC 12's false -Wrestrict on + chains).
+      chunks += j ? "," : "";
+      chunks += std::to_string(s.chunk_first_layer[j]);
+      chunks += '+';
+      chunks += std::to_string(s.chunk_layers[j]);
     }
     stages.add_row({std::to_string(i), std::to_string(s.layers) + " (" + chunks + ")",
                     std::to_string(s.routed_layers), format_seconds(s.compute_s),
@@ -133,6 +136,43 @@ std::string cluster_report(const ClusterEstimate& c, bool list_ops) {
   return out;
 }
 
+// Experts (docs/moe.md): the layout of the MoE layers and their routing.
+// Built by appending (GCC 12's false -Wrestrict fires on long + chains).
+std::string moe_line(const Config& config) {
+  const MoeConfig& moe = config.moe;
+  std::string out = std::to_string(moe.experts);
+  out += " experts (width ";
+  out += std::to_string(moe.resolved_expert_ffn(config.model));
+  out += "), top-";
+  out += std::to_string(moe.top_k);
+  out += ", shared ";
+  out += std::to_string(moe.shared_experts);
+  out += ", ";
+  out += std::to_string(moe.moe_layers(config.model.n_layers));
+  out += " MoE layers (every ";
+  out += std::to_string(moe.every);
+  out += " from layer ";
+  out += std::to_string(moe.first_dense);
+  out += "), ";
+  if (moe.dropless()) {
+    out += "dropless";
+  } else {
+    out += "capacity factor ";
+    out += format_number(moe.capacity_factor);
+  }
+  out += ", mode ";
+  out += to_string(moe.mode);
+  if (moe.mode == MoeMode::integrated) {
+    out += ", null experts ";
+    out += std::to_string(moe.null_experts);
+  }
+  out += ", load imbalance ";
+  out += format_number(moe.load_imbalance);
+  out += ", expert parallel ";
+  out += std::to_string(config.parallel.expert);
+  return out;
+}
+
 std::string report(const Config& config, const DeviceProfile& profile, StepKind step,
                    const Estimate& e, const std::string& source, bool list_ops) {
   const LayerCounts counts = layer_counts(config);
@@ -142,6 +182,9 @@ std::string report(const Config& config, const DeviceProfile& profile, StepKind 
   out += "model       " + model_line(config) + "\n";
   out += "mod         " + mod_line(config, counts) + "\n";
   out += "dar         " + dar_line(config, counts) + "\n";
+  if (config.moe.enabled()) {
+    out += "moe         " + moe_line(config) + "\n";
+  }
   out += "train       micro_batch " + std::to_string(config.train.micro_batch) + ", global_batch " +
          std::to_string(config.train.global_batch > 0
                             ? config.train.global_batch
@@ -153,7 +196,15 @@ std::string report(const Config& config, const DeviceProfile& profile, StepKind 
 
   out += "parameters  total " + format_count(e.params.total) + " (" + format_sci(e.params.total) +
          "), non-embedding " + format_count(e.params.non_embedding) + ", FLOP-active N_f " +
-         format_count(e.params.flop_active) + "\n";
+         format_count(e.params.flop_active);
+  if (config.moe.enabled()) {
+    out += ", active ";
+    out += format_count(e.params.active);
+    out += " (routed experts ";
+    out += format_count(e.params.experts);
+    out += ")";
+  }
+  out += "\n";
   out += "FLOPs/token forward " + format_sci(e.flops.forward_per_token) + " (attention " +
          format_sci(e.flops.forward_attention_per_token, 3) + ", router " +
          format_sci(e.flops.forward_router_per_token, 3) + ", depth reads " +

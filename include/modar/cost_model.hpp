@@ -49,6 +49,8 @@ struct LayerCounts {
   int64_t routed_tokens_per_sequence = 0;  // k (training / prefill)
   int64_t dar_blocks = 0;                  // N (0 without DAR)
   int64_t dar_streams = 0;                 // n (0 without DAR, 1 for attnres)
+  int64_t moe_full_layers = 0;             // MoE layers among the full layers
+  int64_t moe_routed_layers = 0;           // MoE layers among the MoD-routed ones (staged)
 };
 LayerCounts layer_counts(const Config& config);
 
@@ -56,6 +58,12 @@ struct ParamCounts {
   double total = 0;
   double non_embedding = 0;
   double flop_active = 0;  // N_f: forward FLOPs per token without attention / 2
+  // Experts (SPEC 1.3): the routed experts' parameters (all experts of all MoE
+  // layers, inside total), and the parameters one token touches (total less
+  // the experts it is not routed to: top_k of E, times E / (E + Z) for
+  // integrated MoDE's null experts).  Dense: experts = 0, active = total.
+  double experts = 0;
+  double active = 0;
 };
 
 struct FlopCounts {
@@ -173,6 +181,9 @@ inline double TimingModel::roofline_from_cost_s(DType dtype, double executed_flo
 }
 
 inline double TimingModel::op_time_s(const OpRecord& op, Source* source) const {
+  if (op.shape.kind == OpKind::expert_gemm) {
+    return op_time_s(op.shape, op.pass, source);  // timed as its per-expert GEMM (ops.hpp)
+  }
   // Only attention FLOPs depend on the counting convention; the time uses the
   // executed ones.  Every other kind's recorded FLOPs are the executed FLOPs.
   const double executed_flops = op.shape.kind == OpKind::attention

@@ -29,6 +29,25 @@
 //   cross_entropy      rows, vocab
 //   embedding          rows, d                                     lookup: 0 FLOPs, bytes only
 //   optimizer_update   params                                      AdamW, fp32 master
+//   --- experts (SPEC 1.3, docs/moe.md) ---
+//   expert_gemm        G, M, n, k, imbalance_permille,             grouped GEMM over G experts
+//                      ragged_inner(0/1)                           with ragged row counts m_g
+//                                                                  (sum M).  0: C_g[m_g, n] =
+//                                                                  A_g[m_g, k] B_g[k, n];
+//                                                                  1 (weight gradient):
+//                                                                  C_g[n, k] = A_g[m_g, n]^T
+//                                                                  B_g[m_g, k].  FLOPs 2 M n k.
+//                                                                  imbalance_permille = 1000 x
+//                                                                  moe.load_imbalance (time only)
+//   moe_topk           rows, choices, k                            softmax over choices (E + Z),
+//                                                                  top-k, gates renormalised
+//                                                                  over the k; keeps the probs
+//                                                                  for the aux / z losses
+//   permute            slots, d, rows                              out[slot] = x[token(slot)]
+//                                                                  (tokens into expert order);
+//                                                                  backward: scatter-add back
+//   unpermute          slots, d, rows, k                           y[t] = sum over t's slots of
+//                                                                  gate x e[slot] (combine)
 //
 // Backward ops carry Pass::backward and the same dims as their forward op,
 // except GEMMs: a linear layer's backward is two plain GEMMs (dgrad, wgrad)
@@ -61,8 +80,14 @@ enum class OpKind : uint8_t {
   cross_entropy,
   embedding,
   optimizer_update,
+  // Appended (experts, SPEC 1.3): profiles name kinds by string, so old
+  // profiles stay valid.
+  expert_gemm,
+  moe_topk,
+  permute,
+  unpermute,
 };
-inline constexpr int kOpKindCount = 16;
+inline constexpr int kOpKindCount = 20;
 
 enum class Pass : uint8_t { forward, backward, recompute };
 
@@ -92,11 +117,17 @@ bool parse_op_kind(const std::string& name, OpKind* kind);
 bool parse_pass(const std::string& name, Pass* pass);
 // How many leading dims are meaningful for `kind` (the table above).
 int op_dims_count(OpKind kind);
+// The plain GEMM an expert_gemm is timed as when the profile has no
+// measurement of expert_gemm itself: the per-expert shape with the busiest
+// expert's rows (mean rows M / G x imbalance, rounded up) as a batch of G
+// (one launch, the slowest group sets the pace).
+OpShape expert_gemm_timing_shape(const OpShape& expert_gemm);
 // True for the op kinds whose FLOPs are counted by default (SPEC section 2:
 // GEMMs, attention, router, LM head; plus the depth-read family, whose
 // FLOPs dar_math.md section 4.3 counts).  Norms, elementwise, top-k, gather,
 // scatter, cross-entropy, embedding and the optimizer are bytes-dominated
-// and reported but not counted.
+// and reported but not counted.  Experts: expert_gemm is counted (the MoE
+// router is a gemm); moe_topk, permute and unpermute are not.
 inline bool is_counted_kind(OpKind kind) {
   switch (kind) {
     case OpKind::gemm:
@@ -106,6 +137,7 @@ inline bool is_counted_kind(OpKind kind) {
     case OpKind::depth_read_merge:
     case OpKind::dar_coefficients:
     case OpKind::dar_write:
+    case OpKind::expert_gemm:
       return true;
     default:
       return false;
