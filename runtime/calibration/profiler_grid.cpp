@@ -8,7 +8,8 @@
 // emits.  Values cover what lower() produces for the configurations a device
 // of this kind is used for:
 //   * CPU: small models (d 64 .. 1024, tokens 16 .. 4096, d_ff up to 4096,
-//     vocab up to 16384), the range `modar validate` runs on;
+//     vocab up to 16384), the range `modar validate` runs on; experts (MoE
+//     ops: CPU only) 2 .. 8 groups, 256 .. 4096 expert rows;
 //   * GPU: LLM shapes (tokens 256 .. 64K, d 512 .. 8192, d_ff up to 32K,
 //     vocab 50K), axis steps of 4x (quick) or 2x (full).
 // The lists are documented in docs/profiler.md; changing them changes which
@@ -36,6 +37,8 @@ struct Axes {
   Axis elements;  // elementwise
   Axis ce_rows, vocab;
   Axis params;
+  // Experts (CPU only: the MoE ops have no CUDA kernels yet).
+  Axis expert_groups, expert_rows, expert_width, expert_choices, expert_k, expert_tokens;
 };
 
 Axis powers(int64_t first, int64_t last, int64_t factor) {
@@ -67,6 +70,12 @@ Axes axes_for(GridSize size, DeviceKind device) {
     a.ce_rows = full ? powers(64, 8192, 2) : powers(64, 4096, 4);
     a.vocab = full ? powers(256, 32768, 2) : powers(256, 16384, 4);
     a.params = full ? powers(1 << 12, 1 << 26, 2) : powers(1 << 14, 1 << 24, 4);
+    a.expert_groups = full ? Axis{2, 4, 8, 16, 64} : Axis{2, 8};
+    a.expert_rows = full ? powers(64, 16384, 4) : Axis{256, 4096};
+    a.expert_width = full ? powers(64, 4096, 4) : Axis{64, 256, 1024};
+    a.expert_choices = full ? Axis{4, 16, 64, 256} : Axis{4, 16, 64};
+    a.expert_k = full ? Axis{1, 2, 4} : Axis{1, 4};
+    a.expert_tokens = full ? powers(64, 16384, 4) : Axis{64, 1024, 4096};
   } else {
     a.gemm = full ? powers(128, 65536, 2) : powers(256, 65536, 4);
     a.tokens = full ? powers(256, 65536, 2) : powers(256, 65536, 4);
@@ -198,6 +207,27 @@ std::vector<ProfilePoint> profile_grid(GridSize size, DeviceKind device, DType d
       grid.add(OpKind::cross_entropy, {rows, vocab}, true);
   for (int64_t p : a.params)
     grid.add(OpKind::optimizer_update, {p}, false);
+  // Experts: grouped GEMMs in both passes (the lowering labels dgrad / wgrad
+  // backward) at balanced load (imbalance 1000 permille) for both forms; the
+  // router top-k over rows x choices x k; the permutations over slots x d x
+  // rows (x k).  Empty on the GPU (no CUDA kernels for the MoE ops yet).
+  for (int64_t ragged : {0, 1})
+    for (int64_t groups : a.expert_groups)
+      for (int64_t rows : a.expert_rows)
+        for (int64_t n : a.expert_width)
+          for (int64_t k : a.expert_width)
+            grid.add(OpKind::expert_gemm, {groups, rows, n, k, 1000, ragged}, true);
+  for (int64_t rows : a.expert_tokens)
+    for (int64_t choices : a.expert_choices)
+      for (int64_t k : a.expert_k)
+        grid.add(OpKind::moe_topk, {rows, choices, k}, true);
+  for (int64_t slots : a.expert_tokens)
+    for (int64_t d : a.width)
+      for (int64_t rows : a.expert_tokens) {
+        grid.add(OpKind::permute, {slots, d, rows}, true);
+        for (int64_t k : a.expert_k)
+          grid.add(OpKind::unpermute, {slots, d, rows, k}, true);
+      }
   return grid.take();
 }
 

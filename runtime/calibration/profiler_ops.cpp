@@ -25,6 +25,13 @@
 //   elementwise      forward: 1 input GELU, 2+ inputs (inputs - 1) adds;
 //                    backward: 2 outputs SwiGLU backward, else GELU backward.
 //   optimizer_update adamw_update over `params` fp32 master weights.
+//   expert_gemm      one grouped_gemm over G experts and M rows (the busiest
+//                    expert ceil(M / G x imbalance) rows); ragged_inner = the
+//                    weight-gradient form.  Both passes run the same call.
+//   moe_topk         forward: moe_route_forward + moe_aux_loss_forward +
+//                    moe_dispatch; backward: the route and loss backwards.
+//   permute          moe_permute_forward / _backward (k = ceil(slots / rows)).
+//   unpermute        moe_unpermute_forward / _backward (the gated combine).
 //
 // Backward benches run the forward once per tensor copy first (untimed), so
 // the saved state (lse, rstd, partial weights) is consistent.
@@ -169,6 +176,26 @@ int key_stream(int64_t variant, int j, int n) {
       return j;  // attnres, selfkv, crossv
   }
 }
+// Rows per expert of an expert_gemm bench: the busiest expert
+// min(M, ceil(M / G x imbalance)) rows (imbalance in permille, <= 1000 =
+// balanced), the rest spread evenly over the other experts.
+std::vector<double> expert_gemm_rows(int64_t groups, int64_t rows, int64_t imbalance_permille) {
+  const double imbalance = std::max(1.0, static_cast<double>(imbalance_permille) / 1000.0);
+  std::vector<double> counts(static_cast<size_t>(groups), 0.0);
+  const int64_t busiest = std::min<int64_t>(
+      rows, static_cast<int64_t>(std::ceil(static_cast<double>(rows) /
+                                            static_cast<double>(groups) * imbalance - 1e-9)));
+  counts[0] = static_cast<double>(busiest);
+  int64_t left = rows - busiest;
+  for (int64_t g = 1; g < groups; ++g) {
+    const int64_t share = left / (groups - g);
+    counts[static_cast<size_t>(g)] = static_cast<double>(share);
+    left -= share;
+  }
+  counts[0] += static_cast<double>(left);  // G = 1, or rounding
+  return counts;
+}
+
 int value_stream(int64_t variant, int j, int n) {
   if (n <= 1)
     return 0;
@@ -562,6 +589,105 @@ BenchSpec bench_spec(const OpShape& shape, Pass pass) {
         spec.run = [](Backend& be, const Views& v) { be.embedding_forward(v[0], v[1], v[2]); };
       } else {
         spec.run = [](Backend& be, const Views& v) { be.embedding_backward(v[2], v[1], v[0]); };
+      }
+      break;
+    }
+    case OpKind::expert_gemm: {
+      // One grouped_gemm over G experts and M rows in all, split by
+      // expert_gemm_rows (the busiest expert ceil(M / G x imbalance) rows):
+      //   ragged_inner 0: C[M, n] = A[M, k] B_g[k, n];
+      //   ragged_inner 1 (weight gradient): C_g[n, k] = A_g[m_g, n]^T B_g[m_g, k].
+      const int64_t groups = x[0], rows = x[1], n = x[2], k = x[3];
+      if (groups < 1 || rows < 1 || n < 1 || k < 1)
+        unsupported(shape, pass, "G, M, n, k must be >= 1");
+      const std::vector<double> counts = expert_gemm_rows(groups, rows, x[4]);
+      // 0 counts, 1 A, 2 B, 3 C
+      if (x[5] == 0) {
+        t = {data({groups}, ScalarType::i32, Fill::modulo, 1), data({rows, k}, dt, U),
+             data({groups, k, n}, dt, U), data({rows, n}, dt, U)};
+        spec.run = [](Backend& be, const Views& v) {
+          be.grouped_gemm(v[1], false, v[2], false, v[3], v[0]);
+        };
+      } else {
+        t = {data({groups}, ScalarType::i32, Fill::modulo, 1), data({rows, n}, dt, U),
+             data({rows, k}, dt, U), data({groups, n, k}, dt, U)};
+        spec.run = [](Backend& be, const Views& v) {
+          be.grouped_gemm(v[1], true, v[2], false, v[3], v[0], 1.0, 1.0);
+        };
+      }
+      spec.setup = [counts](Backend& be, const Views& v) { upload(be, counts, v[0]); };
+      break;
+    }
+    case OpKind::moe_topk: {
+      // Router softmax + top-k + gates and the load-balancing / z losses over
+      // `choices` experts; backward: their backwards into the logits.
+      const int64_t rows = x[0], choices = x[1], k = x[2];
+      if (rows < 1 || k < 1 || k > choices)
+        unsupported(shape, pass, "needs rows >= 1 and k in [1, choices]");
+      // 0 logits, 1 probs, 2 indices, 3 gates, 4 loss, 5 dgates, 6 dlogits,
+      // 7 counts, 8 slots (forward: the dispatch of the chosen experts)
+      t = {data({rows, choices}, st, U), data({rows, choices}, st, P),
+           data({rows, k}, ScalarType::i32, Fill::modulo, k), data({rows, k}, st, P),
+           data({2}, st, U)};
+      auto forward = [](Backend& be, const Views& v) {
+        be.moe_route_forward(v[0], v[1], v[2], v[3], MoeRouteParams{});
+        be.moe_aux_loss_forward(v[0], v[1], v[2], v[4]);
+      };
+      auto forward_and_dispatch = [forward](Backend& be, const Views& v) {
+        forward(be, v);
+        be.moe_dispatch(v[2], v[7], v[8], 0);
+      };
+      t.push_back(data({rows, k}, st, U));
+      t.push_back(data({rows, choices}, st, U));
+      t.push_back(data({choices}, ScalarType::i32, Fill::modulo, 1));
+      t.push_back(data({rows, k}, ScalarType::i32, Fill::modulo, 1));
+      if (!backward) {
+        spec.run = forward_and_dispatch;
+      } else {
+        spec.setup = forward;
+        spec.run = [](Backend& be, const Views& v) {
+          be.moe_route_backward(v[5], v[1], v[2], v[3], v[6], MoeRouteParams{});
+          be.moe_aux_loss_backward(0.01, 0.001, v[0], v[1], v[2], v[6]);
+        };
+      }
+      break;
+    }
+    case OpKind::permute:
+    case OpKind::unpermute: {
+      // `slots` expert rows of width d for `rows` tokens with k choices each
+      // (permute: k = ceil(slots / rows)); assignment t k + j goes to row
+      // t k + j while that is < slots, the rest are dropped (-1): the slot map
+      // is uploaded in the untimed setup.
+      const int64_t slots = x[0], d = x[1], rows = x[2];
+      const int64_t k = shape.kind == OpKind::unpermute
+                            ? x[3]
+                            : (slots + std::max<int64_t>(rows, 1) - 1) / std::max<int64_t>(rows, 1);
+      if (slots < 1 || rows < 1 || d < 1 || k < 1)
+        unsupported(shape, pass, "needs slots, d, rows, k >= 1");
+      // 0 slot map [rows, k], 1 tokens [rows, d], 2 expert rows [slots, d], 3 gates,
+      // 4 gradient of the gates, 5 gradient of the expert rows
+      t = {data({rows, k}, ScalarType::i32, Fill::modulo, slots), data({rows, d}, dt, U),
+           data({slots, d}, dt, U), data({rows, k}, st, P), data({rows, k}, st, U),
+           data({slots, d}, dt, U)};
+      std::vector<double> slot_map(static_cast<size_t>(rows * k));
+      for (size_t i = 0; i < slot_map.size(); ++i) {
+        slot_map[i] = static_cast<int64_t>(i) < slots ? static_cast<double>(i) : -1.0;
+      }
+      spec.setup = [slot_map](Backend& be, const Views& v) { upload(be, slot_map, v[0]); };
+      if (shape.kind == OpKind::permute) {
+        if (!backward) {
+          spec.run = [](Backend& be, const Views& v) { be.moe_permute_forward(v[1], v[0], v[2]); };
+        } else {
+          spec.run = [](Backend& be, const Views& v) { be.moe_permute_backward(v[2], v[0], v[1]); };
+        }
+      } else if (!backward) {
+        spec.run = [](Backend& be, const Views& v) {
+          be.moe_unpermute_forward(v[2], v[0], v[3], v[1]);
+        };
+      } else {
+        spec.run = [](Backend& be, const Views& v) {
+          be.moe_unpermute_backward(v[1], v[2], v[0], v[3], v[5], v[4]);
+        };
       }
       break;
     }

@@ -112,6 +112,39 @@ std::vector<ValidationCase> validation_cases(bool quick, DeviceKind device, DTyp
     c.dar.block_layers = 2;
     add("dar-step", "step", c);
   }
+  // Experts ([moe], dropless): MoE FFN, integrated MoDE (null experts) and
+  // staged MoDE (MoD around the block, MoE inside the routed blocks).  CPU
+  // only: the MoE ops have no CUDA kernels yet.
+  if (cpu) {
+    Config c = small_config(d, 1, heads, seq, batch, layer_vocab, dtype);
+    c.moe.experts = 6;
+    c.moe.top_k = 2;
+    c.moe.expert_ffn = 2 * d;
+    add("moe-e6k2-layer", "layer", c);
+  }
+  if (cpu) {
+    Config c = small_config(d, 4, heads, seq, batch, vocab, dtype);
+    c.moe.experts = 6;
+    c.moe.top_k = 2;
+    c.moe.expert_ffn = 2 * d;
+    c.moe.first_dense = 1;
+    add("moe-e6k2-step", "step", c);
+    Config integrated = c;
+    integrated.moe.mode = MoeMode::integrated;
+    integrated.moe.null_experts = 2;
+    add("mode-integrated-step", "step", integrated);
+  }
+  if (cpu) {
+    Config c = small_config(d, 4, heads, seq * 2, batch, vocab, dtype);
+    c.mod.every = 2;
+    c.mod.offset = 1;
+    c.mod.capacity = 0.25;
+    c.moe.experts = 6;
+    c.moe.top_k = 2;
+    c.moe.expert_ffn = 2 * d;
+    c.moe.mode = MoeMode::staged;
+    add("mode-staged-step", "step", c);
+  }
   if (!quick) {
     Config wide = small_config(cpu ? 384 : 3072, 2, cpu ? 6 : 24, seq, batch, vocab, dtype);
     add("dense-wide-step", "step", wide);

@@ -186,20 +186,22 @@ OpGeometry check(DeviceKind device, const MoeDispatchArgs& call) {
   c.shape("slots", call.slots, {call.indices.dim(0), call.indices.dim(1)});
   c.require(call.capacity >= 0,
             "capacity = " + std::to_string(call.capacity) + ": must be >= 0 (0 = dropless)");
+  // moe_topk: rows, choices (unknown here: the real experts), k.
   return moe_geometry(ScalarType::fp32,
-                      {call.indices.dim(0), call.indices.dim(1), call.counts.dim(0)});
+                      {call.indices.dim(0), call.counts.dim(0), call.indices.dim(1)});
 }
 
 OpGeometry check(DeviceKind device, const MoePermuteForwardArgs& call) {
   MoeChecker c("moe_permute_forward", device);
   check_permute_tensors(c, call.x, call.slots, call.out);
-  return moe_geometry(call.x.dtype, {call.out.dim(0), call.x.dim(-1)});
+  // permute: slots, d, rows.
+  return moe_geometry(call.x.dtype, {call.out.dim(0), call.x.dim(-1), call.x.rows()});
 }
 
 OpGeometry check(DeviceKind device, const MoePermuteBackwardArgs& call) {
   MoeChecker c("moe_permute_backward", device);
   check_permute_tensors(c, call.dx, call.slots, call.dout);
-  return moe_geometry(call.dx.dtype, {call.dout.dim(0), call.dx.dim(-1)});
+  return moe_geometry(call.dx.dtype, {call.dout.dim(0), call.dx.dim(-1), call.dx.rows()});
 }
 
 OpGeometry check(DeviceKind device, const MoeUnpermuteForwardArgs& call) {
@@ -207,7 +209,9 @@ OpGeometry check(DeviceKind device, const MoeUnpermuteForwardArgs& call) {
   check_permute_tensors(c, call.out, call.slots, call.y);
   c.stats("gates", call.gates);
   c.shape("gates", call.gates, {call.slots.dim(0), call.slots.dim(1)});
-  return moe_geometry(call.y.dtype, {call.y.dim(0), call.y.dim(-1)});
+  // unpermute: slots, d, rows, k.
+  return moe_geometry(call.y.dtype,
+                      {call.y.dim(0), call.y.dim(-1), call.out.rows(), call.slots.dim(1)});
 }
 
 OpGeometry check(DeviceKind device, const MoeUnpermuteBackwardArgs& call) {
@@ -217,7 +221,8 @@ OpGeometry check(DeviceKind device, const MoeUnpermuteBackwardArgs& call) {
   c.shape("gates", call.gates, {call.slots.dim(0), call.slots.dim(1)});
   c.optional_like("dy", call.dy, "y", call.y);
   c.optional_like("dgates", call.dgates, "gates", call.gates);
-  return moe_geometry(call.y.dtype, {call.y.dim(0), call.y.dim(-1)});
+  return moe_geometry(call.y.dtype,
+                      {call.y.dim(0), call.y.dim(-1), call.dout.rows(), call.slots.dim(1)});
 }
 
 OpGeometry check(DeviceKind device, const GroupedGemmArgs& call) {
@@ -246,14 +251,16 @@ OpGeometry check(DeviceKind device, const GroupedGemmArgs& call) {
                             dims_text(call.transpose_b ? std::vector<int64_t>{experts, -1, k}
                                                        : std::vector<int64_t>{experts, k, -1}));
     c.shape("c", call.c, {rows, n});
-    return moe_geometry(call.a.dtype, {rows, n, k, 1});
+    // expert_gemm: G, M, n, k, imbalance (permille; balanced here), ragged_inner.
+    return moe_geometry(call.a.dtype, {experts, rows, n, k, 1000, 0});
   }
   // Weight gradient: c [E, K, N] = a_e^T b_e with a [R, K], b [R, N].
   c.require(!call.transpose_b, "transpose_a with transpose_b is not a grouped GEMM form");
   c.shape("b", call.b, {rows, -1});
   const int64_t n = call.b.dim(1);
   c.shape("c", call.c, {experts, k, n});
-  return moe_geometry(call.a.dtype, {k, n, rows, 1});
+  // expert_gemm ragged_inner: C_g[n', k'] = A_g[m_g, n']^T B_g[m_g, k'].
+  return moe_geometry(call.a.dtype, {experts, rows, k, n, 1000, 1});
 }
 
 }  // namespace modar::runtime

@@ -16,7 +16,9 @@
 //     as cost_models/lowering.cpp labels it: e.g. a gather's backward
 //     (gather_rows_backward) is a scatter_add op and a scatter's backward a
 //     gather op; dar_mix belongs to dar_coefficients; GELU / SwiGLU / add /
-//     axpy / scale / mul / BCE / topk_mask are elementwise;
+//     axpy / scale / mul / BCE / topk_mask are elementwise; the MoE router,
+//     its losses and the dispatch are moe_topk, the grouped GEMM (both forms)
+//     is expert_gemm;
 //   * in_vocabulary: false for copy / fill / convert (memory ops: counted as
 //     calls only, never as a vocabulary op);
 //   * profiled: the profiler's bench of (kind, pass) executes this op
@@ -514,16 +516,16 @@ struct GroupedGemmArgs {
   X(embedding_forward, EmbeddingForwardArgs, embedding, forward, true, true)                       \
   X(embedding_backward, EmbeddingBackwardArgs, embedding, backward, true, true)                    \
   X(adamw_update, AdamwUpdateArgs, optimizer_update, forward, true, true)                          \
-  X(moe_route_forward, MoeRouteForwardArgs, topk, forward, true, false)                            \
-  X(moe_route_backward, MoeRouteBackwardArgs, topk, backward, true, false)                         \
-  X(moe_aux_loss_forward, MoeAuxLossForwardArgs, elementwise, forward, true, false)                \
-  X(moe_aux_loss_backward, MoeAuxLossBackwardArgs, elementwise, backward, true, false)             \
-  X(moe_dispatch, MoeDispatchArgs, topk, forward, true, false)                                     \
-  X(moe_permute_forward, MoePermuteForwardArgs, gather, forward, true, false)                      \
-  X(moe_permute_backward, MoePermuteBackwardArgs, scatter_add, backward, true, false)              \
-  X(moe_unpermute_forward, MoeUnpermuteForwardArgs, scatter_add, forward, true, false)             \
-  X(moe_unpermute_backward, MoeUnpermuteBackwardArgs, gather, backward, true, false)               \
-  X(grouped_gemm, GroupedGemmArgs, gemm, forward, true, false)
+  X(moe_route_forward, MoeRouteForwardArgs, moe_topk, forward, true, true)                        \
+  X(moe_route_backward, MoeRouteBackwardArgs, moe_topk, backward, true, true)                     \
+  X(moe_aux_loss_forward, MoeAuxLossForwardArgs, moe_topk, forward, true, true)                   \
+  X(moe_aux_loss_backward, MoeAuxLossBackwardArgs, moe_topk, backward, true, true)                \
+  X(moe_dispatch, MoeDispatchArgs, moe_topk, forward, true, true)                                 \
+  X(moe_permute_forward, MoePermuteForwardArgs, permute, forward, true, true)                     \
+  X(moe_permute_backward, MoePermuteBackwardArgs, permute, backward, true, true)                  \
+  X(moe_unpermute_forward, MoeUnpermuteForwardArgs, unpermute, forward, true, true)               \
+  X(moe_unpermute_backward, MoeUnpermuteBackwardArgs, unpermute, backward, true, true)            \
+  X(grouped_gemm, GroupedGemmArgs, expert_gemm, forward, true, true)
 
 enum class OpId : uint8_t {
 #define MODAR_OP_ID(id, Args, kind, pass, in_vocabulary, profiled) id,

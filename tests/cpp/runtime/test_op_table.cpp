@@ -136,6 +136,14 @@ std::vector<OpShape> small_shapes(OpKind kind) {
       return {make({8, 16, 0, 0, 0, 0, 0})};
     case OpKind::optimizer_update:
       return {make({64, 0, 0, 0, 0, 0, 0})};
+    case OpKind::expert_gemm:
+      return {make({3, 10, 8, 6, 1500, 0, 0}), make({3, 10, 8, 6, 1000, 1, 0})};
+    case OpKind::moe_topk:
+      return {make({8, 6, 2, 0, 0, 0, 0})};
+    case OpKind::permute:
+      return {make({16, 8, 8, 0, 0, 0, 0})};
+    case OpKind::unpermute:
+      return {make({16, 8, 8, 2, 0, 0, 0})};
   }
   return {};
 }

@@ -169,6 +169,13 @@ std::vector<ProfilePoint> small_points() {
   add(OpKind::elementwise, {64, 3, 2}, Pass::backward);
   add(OpKind::elementwise, {64, 1, 1}, Pass::backward);
   add(OpKind::optimizer_update, {100}, Pass::forward);
+  for (const Pass pass : {Pass::forward, Pass::backward}) {
+    add(OpKind::expert_gemm, {3, 20, 8, 6, 1500, 0}, pass);
+    add(OpKind::expert_gemm, {3, 20, 8, 6, 1000, 1}, pass);
+    add(OpKind::moe_topk, {16, 6, 2}, pass);
+    add(OpKind::permute, {24, 8, 16}, pass);
+    add(OpKind::unpermute, {24, 8, 16, 2}, pass);
+  }
   return points;
 }
 
