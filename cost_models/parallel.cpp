@@ -556,6 +556,8 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
       t * p * ep <= out.gpus_per_node ? NetLevel::intra_node : NetLevel::inter_node;
   const int64_t ep_per_node =
       t * p < out.gpus_per_node ? std::min<int64_t>(ep, out.gpus_per_node / (t * p)) : 1;
+  // Under SP each tensor rank dispatches only its share of the tokens.
+  const double token_share = sp ? 1.0 / static_cast<double>(t) : 1.0;
   auto a2a_bytes = [&](double rows) {
     return static_cast<double>(detail::moe_slots(config, static_cast<int64_t>(rows))) * d * B *
            config.moe.load_imbalance * token_share;
