@@ -451,11 +451,11 @@ const std::vector<KeySpec>& key_specs() {
        {},
        [](Config& c, const Value& v) { c.moe.shared_experts = v.integer; },
        [](const Config& c) { return integer_literal(c.moe.shared_experts); }},
-      {"moe.every",
+      {"moe.interval",
        KeyType::integer,
        {},
-       [](Config& c, const Value& v) { c.moe.every = v.integer; },
-       [](const Config& c) { return integer_literal(c.moe.every); }},
+       [](Config& c, const Value& v) { c.moe.interval = v.integer; },
+       [](const Config& c) { return integer_literal(c.moe.interval); }},
       {"moe.first_dense",
        KeyType::integer,
        {},
@@ -1032,7 +1032,7 @@ void validate_moe(const Config& config) {
   if (e.shared_experts > 64) {
     fail("moe.shared_experts", std::to_string(e.shared_experts), "must be <= 64");
   }
-  require_positive("moe.every", e.every);
+  require_positive("moe.interval", e.interval);
   require_non_negative("moe.first_dense", e.first_dense, "no leading dense layers");
   require_non_negative("moe.null_experts", e.null_experts, "none");
   if (e.null_experts > 65536) {

@@ -14,6 +14,8 @@ void write_params_json(JsonWriter& json, const ParamCounts& params) {
   json.field("total", params.total);
   json.field("non_embedding", params.non_embedding);
   json.field("flop_active", params.flop_active);
+  json.field("experts", params.experts);  // routed experts' parameters (0 when dense)
+  json.field("active", params.active);    // parameters one token touches (= total when dense)
   json.end_object();
 }
 

@@ -287,7 +287,7 @@ LayerCounts layer_counts(const Config& config) {
     if (config.mod.every > 0) {
       // MoE layers l = first_dense + j every, MoD-routed iff l % mod.every == phase.
       const int64_t phase = config.mod.offset % config.mod.every;
-      for (int64_t l = config.moe.first_dense; l < layers; l += config.moe.every) {
+      for (int64_t l = config.moe.first_dense; l < layers; l += config.moe.interval) {
         counts.moe_routed_layers += (l % config.mod.every == phase) ? 1 : 0;
       }
     }

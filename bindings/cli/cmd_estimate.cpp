@@ -151,7 +151,7 @@ std::string moe_line(const Config& config) {
   out += ", ";
   out += std::to_string(moe.moe_layers(config.model.n_layers));
   out += " MoE layers (every ";
-  out += std::to_string(moe.every);
+  out += std::to_string(moe.interval);
   out += " from layer ";
   out += std::to_string(moe.first_dense);
   out += "), ";

@@ -123,7 +123,7 @@ struct MoeConfig {
   int64_t top_k = 1;            // experts per token
   int64_t expert_ffn = 0;       // 0 = model's d_ff (resolved)
   int64_t shared_experts = 0;   // experts every token passes through
-  int64_t every = 1;            // every N-th layer (from first_dense) is MoE
+  int64_t interval = 1;         // every interval-th layer (from first_dense) is MoE
   int64_t first_dense = 0;      // leading dense layers
   double capacity_factor = 0.0; // 0 = dropless
   double aux_loss_coef = 0.01;
@@ -134,10 +134,10 @@ struct MoeConfig {
 
   bool enabled() const { return experts > 0; }
   bool is_moe_layer(int64_t layer) const {
-    return experts > 0 && layer >= first_dense && (layer - first_dense) % every == 0;
+    return experts > 0 && layer >= first_dense && (layer - first_dense) % interval == 0;
   }
   int64_t moe_layers(int64_t n_layers) const {
-    return (experts > 0 && n_layers > first_dense) ? (n_layers - first_dense + every - 1) / every
+    return (experts > 0 && n_layers > first_dense) ? (n_layers - first_dense + interval - 1) / interval
                                                      : 0;
   }
   int64_t resolved_expert_ffn(const ModelConfig& model) const {

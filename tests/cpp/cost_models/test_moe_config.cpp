@@ -34,7 +34,7 @@ TEST(MoeConfig, DefaultsAreDenseAndEveryKeyIsListed) {
   EXPECT_FALSE(c.moe.enabled());
   EXPECT_EQ(c.moe.experts, 0);
   EXPECT_EQ(c.moe.top_k, 1);
-  EXPECT_EQ(c.moe.every, 1);
+  EXPECT_EQ(c.moe.interval, 1);
   EXPECT_EQ(c.moe.capacity_factor, 0.0);
   EXPECT_EQ(c.moe.aux_loss_coef, 0.01);
   EXPECT_EQ(c.moe.load_imbalance, 1.0);
@@ -42,7 +42,7 @@ TEST(MoeConfig, DefaultsAreDenseAndEveryKeyIsListed) {
   EXPECT_EQ(c.moe.moe_layers(24), 0);
   EXPECT_FALSE(c.moe.is_moe_layer(0));
   for (const char* key : {"moe.experts", "moe.top_k", "moe.expert_ffn", "moe.shared_experts",
-                          "moe.every", "moe.first_dense", "moe.capacity_factor",
+                          "moe.interval", "moe.first_dense", "moe.capacity_factor",
                           "moe.aux_loss_coef", "moe.z_loss_coef", "moe.load_imbalance",
                           "moe.mode", "moe.null_experts"}) {
     const auto& keys = config_keys();
@@ -62,7 +62,7 @@ experts = 64
 top_k = 6
 expert_ffn = 1408
 shared_experts = 2
-every = 2
+interval = 2
 first_dense = 1
 capacity_factor = 1.25
 aux_loss_coef = 0.001
@@ -82,7 +82,7 @@ count = 8
   EXPECT_EQ(c.parallel.expert, 8);
   // Expert parallelism is carved out of data parallelism: DP stays 8.
   EXPECT_EQ(c.parallel.data(c.device.count), 8);
-  // Layers 1, 3, 5, 7, 9, 11 are MoE (first_dense = 1, every = 2): 6 of 12.
+  // Layers 1, 3, 5, 7, 9, 11 are MoE (first_dense = 1, interval = 2): 6 of 12.
   EXPECT_EQ(c.moe.moe_layers(12), 6);
   EXPECT_FALSE(c.moe.is_moe_layer(0));
   EXPECT_TRUE(c.moe.is_moe_layer(1));
@@ -136,7 +136,7 @@ TEST(MoeConfig, ErrorsNameTheKeyTheValueAndWhatIsAllowed) {
   EXPECT_EQ(with({"moe.experts=8", "moe.top_k=2", "moe.load_imbalance=5"}),
             "ConfigError: moe.load_imbalance = 5: must be <= (moe.experts + null experts) / "
             "moe.top_k = 4 (the busiest expert receives at most every token)");
-  EXPECT_EQ(with({"moe.every=0"}), "ConfigError: moe.every = 0: must be a positive integer");
+  EXPECT_EQ(with({"moe.interval=0"}), "ConfigError: moe.interval = 0: must be a positive integer");
   EXPECT_EQ(with({"moe.mode=\"staged\""}),
             "ConfigError: moe.mode = \"staged\": needs moe.experts > 0 (MoDE routes among experts)");
   EXPECT_EQ(with({"moe.mode=fancy"}),

@@ -39,7 +39,7 @@ TEST(MoeCounts, TotalVersusActiveAndTopKFlops) {
   Config c = base();
   c.moe.experts = 8;
   c.moe.top_k = 2;
-  c.moe.every = 2;
+  c.moe.interval = 2;
   c.moe.first_dense = 1;  // MoE layers 1 and 3
   const ParamAndFlopCounts counts = count_params_and_flops(c);
   const double moe_layer_ffn = 8 * d + 8 * kFfn;  // router d x E + 8 experts
