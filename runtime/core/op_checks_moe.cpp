@@ -9,90 +9,13 @@
 
 #include "modar/errors.hpp"
 #include "modar/runtime/op_args.hpp"
+#include "op_checker.hpp"
 
 namespace modar::runtime {
 namespace {
 
-std::string dims_text(const std::vector<int64_t>& dims) {
-  std::ostringstream text;
-  text << '[';
-  for (size_t i = 0; i < dims.size(); ++i) {
-    text << (i ? ", " : "");
-    if (dims[i] < 0) {
-      text << '*';
-    } else {
-      text << dims[i];
-    }
-  }
-  text << ']';
-  return text.str();
-}
-
-class MoeChecker {
- public:
-  MoeChecker(const char* op, DeviceKind device) : op_(op), device_(device) {}
-
-  [[noreturn]] void fail(const std::string& what) const {
-    throw ShapeError(std::string(op_) + ": " + what);
-  }
-  void require(bool condition, const std::string& what) const {
-    if (!condition)
-      fail(what);
-  }
-  void present(const char* name, const TensorView& t) const {
-    if (t.empty())
-      fail(std::string(name) + " is missing (null data)");
-    if (t.device != device_) {
-      fail(std::string(name) + " is " + t.describe() + "; expected a tensor on " +
-           to_string(device_));
-    }
-  }
-  // Exact shape; a negative entry matches anything.
-  void shape(const char* name, const TensorView& t, const std::vector<int64_t>& dims) const {
-    present(name, t);
-    bool ok = t.rank == static_cast<int>(dims.size());
-    for (int i = 0; ok && i < t.rank; ++i) {
-      ok = dims[static_cast<size_t>(i)] < 0 ||
-           dims[static_cast<size_t>(i)] == t.shape[static_cast<size_t>(i)];
-    }
-    if (!ok)
-      fail(std::string(name) + " is " + t.describe() + "; expected " + dims_text(dims));
-  }
-  void dtype(const char* name, const TensorView& t, ScalarType expected) const {
-    present(name, t);
-    if (t.dtype != expected) {
-      fail(std::string(name) + " is " + t.describe() + "; expected dtype " + to_string(expected));
-    }
-  }
-  void floating(const char* name, const TensorView& t) const {
-    present(name, t);
-    if (!is_floating(t.dtype))
-      fail(std::string(name) + " is " + t.describe() + "; expected fp64, fp32 or bf16");
-  }
-  // Router statistics: fp32 or fp64.
-  void stats(const char* name, const TensorView& t) const {
-    present(name, t);
-    if (t.dtype != ScalarType::fp32 && t.dtype != ScalarType::fp64)
-      fail(std::string(name) + " is " + t.describe() + "; expected router statistics (fp32 or fp64)");
-  }
-  void like(const char* name, const TensorView& t, const char* ref_name,
-            const TensorView& ref) const {
-    present(name, t);
-    if (t.dtype != ref.dtype || t.shape_vector() != ref.shape_vector()) {
-      fail(std::string(name) + " is " + t.describe() + "; expected the shape and dtype of " +
-           ref_name + " " + ref.describe());
-    }
-  }
-  void optional_like(const char* name, const TensorView& t, const char* ref_name,
-                     const TensorView& ref) const {
-    if (!t.empty())
-      like(name, t, ref_name, ref);
-  }
-
- private:
-  const char* op_;
-  DeviceKind device_;
-};
+using MoeChecker = detail::Checker;
+using detail::dims_text;
 
 OpGeometry moe_geometry(ScalarType dtype, std::initializer_list<int64_t> dims) {
   OpGeometry g;
