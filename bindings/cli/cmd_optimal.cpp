@@ -74,16 +74,7 @@ int cmd_optimal(const Args& args) {
     if (const auto v = parsed.value("--streams")) {
       request.dar_streams = parse_positive_int("--streams", *v);
     }
-    request.fit = parsed.value_or("--fit", "epoch");
-    request.eps_overrides = parse_eps_overrides(parsed.value_or("--eps", ""));
-    request.profile = parsed.value_or("--profile", default_profile_name());
-    if (const auto v = parsed.value("--gpus")) {
-      request.gpus = parse_positive_int("--gpus", *v);
-    }
-    if (const auto v = parsed.value("--gpus-per-node")) {
-      request.gpus_per_node = parse_positive_int("--gpus-per-node", *v);
-    }
-    request.base = planner_base_config(parsed);
+    parse_planner_run_flags(parsed, request);
     return optimal(request);
   });
   const std::string text = parsed.has("--json") ? to_json(result) + "\n" : to_table(result);

@@ -176,17 +176,8 @@ int cmd_sweep(const Args& args) {
     if (const auto v = parsed.value("--streams")) {
       request.streams = parse_positive_int_list("--streams", *v);
     }
-    request.fit = parsed.value_or("--fit", "epoch");
-    request.eps_overrides = parse_eps_overrides(parsed.value_or("--eps", ""));
-    request.profile = parsed.value_or("--profile", default_profile_name());
-    if (const auto v = parsed.value("--gpus")) {
-      request.gpus = parse_positive_int("--gpus", *v);
-    }
-    if (const auto v = parsed.value("--gpus-per-node")) {
-      request.gpus_per_node = parse_positive_int("--gpus-per-node", *v);
-    }
     request.with_time = !parsed.has("--no-time");
-    request.base = planner_base_config(parsed);
+    parse_planner_run_flags(parsed, request);
 
     if (!jsonl) {
       buffer = sweep_csv_header() + "\n";

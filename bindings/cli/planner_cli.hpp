@@ -28,4 +28,20 @@ const std::vector<FlagKey>& planner_flag_keys();
 void check_depth_knob(const std::string& flag, int64_t value, const ShapeSearchOptions& options,
                       const char* what);
 
+// --fit / --eps / --profile / --gpus / --gpus-per-node and, last, the base
+// configuration: the fields OptimalRequest and SweepRequest share.
+template <class Request>
+void parse_planner_run_flags(const ParsedArgs& parsed, Request& request) {
+  request.fit = parsed.value_or("--fit", "epoch");
+  request.eps_overrides = parse_eps_overrides(parsed.value_or("--eps", ""));
+  request.profile = parsed.value_or("--profile", default_profile_name());
+  if (const auto v = parsed.value("--gpus")) {
+    request.gpus = parse_positive_int("--gpus", *v);
+  }
+  if (const auto v = parsed.value("--gpus-per-node")) {
+    request.gpus_per_node = parse_positive_int("--gpus-per-node", *v);
+  }
+  request.base = planner_base_config(parsed);
+}
+
 }  // namespace modar::cli
