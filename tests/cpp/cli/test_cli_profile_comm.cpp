@@ -12,43 +12,24 @@
 #include <sstream>
 #include <string>
 
+#include "../common/cli_run.hpp"
 #include "modar/profile.hpp"
 
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using Result = modar_test::CliResult;
+using modar_test::slurp;
 
 std::string temp_path(const std::string& name) {
-  return testing::TempDir() + "/cli_comm_" + std::to_string(::getpid()) + "_" + name;
+  return modar_test::temp_path_for("cli_comm_", name);
 }
 
 Result run(const std::string& prefix, const std::string& arguments) {
   static int calls = 0;
-  const std::string stem = temp_path("run" + std::to_string(++calls));
   // Processes that start MPI run without LeakSanitizer in the sanitizer
   // build (cmake/modar_mpi_test.cmake says why); harmless elsewhere.
-  const std::string command = "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 " + prefix +
-                              std::string(MODAR_CLI_PATH) + " " + arguments + " >" +
-                              stem + ".out 2>" + stem + ".err </dev/null";
-  const int status = std::system(command.c_str());
-  Result r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(stem + ".out");
-  r.err = slurp(stem + ".err");
-  std::remove((stem + ".out").c_str());
-  std::remove((stem + ".err").c_str());
-  return r;
+  return modar_test::run_cli(temp_path("run" + std::to_string(++calls)),
+                             "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 " + prefix, arguments);
 }
 
 bool exists(const std::string& path) {
