@@ -34,6 +34,8 @@ CONFIGS = [
          mod={"capacity": 0.25, "every": 2}),
     dict(d_model=768, n_layers=8, n_heads=12, seq_len=2048, dar={"variant": "dar", "block_layers": 2},
          train={"micro_batch": 4, "global_batch": 32, "recompute": "full"}, device={"count": 2}),
+    dict(d_model=512, n_layers=4, n_heads=8, seq_len=512,
+         moe={"experts": 8, "top_k": 2, "shared_experts": 1}),
 ]
 
 
@@ -216,3 +218,21 @@ def test_single_estimate_reads_the_structs_lazily():
     assert "_document" not in result.__dict__
     assert result.to_dict()["time"]["step_s"] == step
     assert result["params"]["total"] == result.params_total
+
+
+def test_batch_moe_columns_follow_the_spec_definition():
+    # SPEC 1.3: a token touches top_k of the E routed experts, so the active
+    # parameters are the total less (1 - top_k / E) of the routed experts'.
+    # Routed expert parameters by hand: GELU expert 2 d d_e weights per expert
+    # (expert_ffn defaults to d_ff = 4 d), E experts in every MoE layer.
+    d, layers, experts, top_k = 512, 4, 8, 2
+    config = modar.Config(profile="cpu-generic", d_model=d, n_layers=layers, n_heads=8, seq_len=512,
+                          mlp="gelu", moe={"experts": experts, "top_k": top_k})
+    row = modar.estimate_batch([config]).iloc[0]
+    moe_layers = row["params.experts"] / (experts * 2 * d * 4 * d)
+    assert moe_layers == pytest.approx(round(moe_layers)) and 1 <= round(moe_layers) <= layers
+    assert row["params.active"] == pytest.approx(
+        row["params.total"] - row["params.experts"] * (1 - top_k / experts), rel=1e-12)
+    dense = modar.estimate_batch([modar.Config(profile="cpu-generic", d_model=d, n_layers=layers,
+                                               n_heads=8, seq_len=512, mlp="gelu")]).iloc[0]
+    assert dense["params.experts"] == 0 and dense["params.active"] == dense["params.total"]

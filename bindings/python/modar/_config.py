@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from . import _core
 
 ConfigError = _core.ConfigError
-_SECTIONS = ("model", "mod", "dar", "train", "device")
+_SECTIONS = ("model", "mod", "dar", "moe", "train", "device", "parallel", "cluster")
 
 
 _KEYS: dict[str, str] | None = None  # dotted key -> its type ("integer", "real", ...)
