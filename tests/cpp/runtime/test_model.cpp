@@ -1,37 +1,13 @@
 // Whole-model training step: finite-difference gradients (fp64) for every
 // layer / residual type, the identities of SPEC 1.1 / 1.2 at model level, a
 // training sanity run and the peak-memory report.
-#include "test_layers_common.hpp"
+#include "test_model_common.hpp"
 
 namespace modar::runtime::layer_tests {
 namespace {
 
-Config tiny_config() {
-  Config config;
-  config.model.d_model = 16;
-  config.model.n_layers = 3;
-  config.model.n_heads = 2;
-  config.model.n_kv_heads = 1;
-  config.model.d_ff = 24;
-  config.model.vocab_size = 13;
-  config.model.seq_len = 6;
-  return config;
-}
-
-constexpr int64_t kBatch = 2, kSeq = 6;
-
-std::vector<int32_t> token_ids(int64_t count, int32_t vocab, int32_t shift) {
-  std::vector<int32_t> ids(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) {
-    ids[static_cast<size_t>(i)] = static_cast<int32_t>((7 * i + 3 + shift * i * i) % vocab);
-  }
-  return ids;
-}
-
-struct ModelCase {
-  const char* name;
-  std::function<void(Config&)> edit;
-};
+Config tiny_config() { return tiny_model_config(); }
+constexpr int64_t kBatch = kModelBatch, kSeq = kModelSeq;
 
 class ModelGradients : public ::testing::TestWithParam<ModelCase> {};
 
@@ -150,9 +126,7 @@ INSTANTIATE_TEST_SUITE_P(Architectures, ModelGradients,
                                                        c.mod.capacity = 0.5;
                                                        c.mod.causal_router = CausalRouter::aux_loss;
                                                      }}),
-                         [](const ::testing::TestParamInfo<ModelCase>& info) {
-                           return std::string(info.param.name);
-                         });
+                         model_case_name);
 
 // SPEC 1.1: MoD at capacity 1, every layer routed, with g(r) = 1, reproduces
 // the dense model exactly (loss, logits and every shared gradient, bit for bit).
@@ -174,13 +148,7 @@ TEST(ModelIdentity, ModCapacityOneEveryOneIsTheDenseModel) {
   Buffer targets = dense.make_tokens(token_ids(kBatch * kSeq, 13, 2), kBatch, kSeq);
   const StepResult a = dense.forward_backward(tokens, targets);
   const StepResult b = routed.forward_backward(tokens, targets);
-  EXPECT_EQ(a.loss, b.loss);
-  EXPECT_EQ(dense.last_logits(), routed.last_logits());
-  for (const auto& p : dense.parameters().all()) {
-    EXPECT_EQ(download(cpu_backend(), p->grad),
-              download(cpu_backend(), routed.parameters().find(p->name)->grad))
-        << p->name;
-  }
+  expect_identical_steps(dense, a, routed, b);
 }
 
 // SPEC 1.2: DAR reduces to AttnRes when the streams carry the same thing.
@@ -320,9 +288,7 @@ INSTANTIATE_TEST_SUITE_P(Architectures, ModelTraining,
                                                        c.dar.variant = DarVariant::dar;
                                                        c.dar.block_layers = 1;
                                                      }}),
-                         [](const ::testing::TestParamInfo<ModelCase>& info) {
-                           return std::string(info.param.name);
-                         });
+                         model_case_name);
 
 // The peak covers parameters + gradients + both AdamW moments (4 copies of the
 // parameters in fp32) plus at least the logits of the step; a forward-only

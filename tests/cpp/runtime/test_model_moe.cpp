@@ -3,22 +3,15 @@
 // bit) and finite-difference gradients (fp64) of the full objective
 // (LM + weighted load-balancing and z losses) for MoE, staged MoDE,
 // integrated MoDE and MoE inside DAR.
-#include "test_layers_common.hpp"
+#include "test_model_common.hpp"
 
 namespace modar::runtime::layer_tests {
 namespace {
 
-constexpr int64_t kBatch = 2, kSeq = 6, kVocab = 13;
+constexpr int64_t kBatch = kModelBatch, kSeq = kModelSeq;
 
 Config moe_config() {
-  Config config;
-  config.model.d_model = 16;
-  config.model.n_layers = 3;
-  config.model.n_heads = 2;
-  config.model.n_kv_heads = 1;
-  config.model.d_ff = 24;
-  config.model.vocab_size = kVocab;
-  config.model.seq_len = kSeq;
+  Config config = tiny_model_config();
   config.moe.experts = 3;
   config.moe.top_k = 2;
   config.moe.expert_ffn = 8;
@@ -28,13 +21,7 @@ Config moe_config() {
   return config;
 }
 
-std::vector<int32_t> ids(int32_t shift) {
-  std::vector<int32_t> v(static_cast<size_t>(kBatch * kSeq));
-  for (size_t i = 0; i < v.size(); ++i) {
-    v[i] = static_cast<int32_t>((5 * i + 2 + static_cast<size_t>(shift) * i * i) % kVocab);
-  }
-  return v;
-}
+std::vector<int32_t> ids(int32_t shift) { return token_ids(kBatch * kSeq, kModelVocab, shift); }
 
 struct Step {
   StepResult result;
@@ -99,13 +86,7 @@ TEST(MoeModel, IntegratedModeWithoutNullExpertsEqualsMoe) {
   Model b(cpu_backend(), integrated, options);
   const Step sa = run_step(a);
   const Step sb = run_step(b);
-  EXPECT_EQ(sa.result.loss, sb.result.loss);
-  EXPECT_EQ(sa.logits, sb.logits);
-  for (const auto& p : a.parameters().all()) {
-    EXPECT_EQ(download(cpu_backend(), p->grad),
-              download(cpu_backend(), b.parameters().find(p->name)->grad))
-        << p->name;
-  }
+  expect_identical_steps(a, sa.result, b, sb.result);
   // With null experts the router has more columns and some tokens skip the FFN.
   integrated.moe.null_experts = 2;
   Model c(cpu_backend(), integrated, options);
@@ -114,12 +95,7 @@ TEST(MoeModel, IntegratedModeWithoutNullExpertsEqualsMoe) {
   EXPECT_EQ(c.parameters().find("layer1.moe_router")->value.dim(1), 5);
 }
 
-struct MoeModelCase {
-  const char* name;
-  std::function<void(Config&)> edit;
-};
-
-class MoeModelGradients : public ::testing::TestWithParam<MoeModelCase> {};
+class MoeModelGradients : public ::testing::TestWithParam<ModelCase> {};
 
 TEST_P(MoeModelGradients, MatchFiniteDifferences) {
   Config config = moe_config();
@@ -142,31 +118,31 @@ TEST_P(MoeModelGradients, MatchFiniteDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(
     Architectures, MoeModelGradients,
-    ::testing::Values(MoeModelCase{"moe", [](Config&) {}},
-                      MoeModelCase{"moe_shared_capacity_swiglu",
+    ::testing::Values(ModelCase{"moe", [](Config&) {}},
+                      ModelCase{"moe_shared_capacity_swiglu",
                                    [](Config& c) {
                                      c.model.mlp = MlpKind::swiglu;
                                      c.moe.shared_experts = 1;
                                      c.moe.capacity_factor = 0.75;
                                    }},
-                      MoeModelCase{"mode_staged",
+                      ModelCase{"mode_staged",
                                    [](Config& c) {
                                      c.moe.mode = MoeMode::staged;
                                      c.mod.every = 2;
                                      c.mod.offset = 1;
                                      c.mod.capacity = 0.5;
                                    }},
-                      MoeModelCase{"mode_integrated",
+                      ModelCase{"mode_integrated",
                                    [](Config& c) {
                                      c.moe.mode = MoeMode::integrated;
                                      c.moe.null_experts = 2;
                                    }},
-                      MoeModelCase{"moe_dar",
+                      ModelCase{"moe_dar",
                                    [](Config& c) {
                                      c.dar.variant = DarVariant::dar;
                                      c.dar.block_layers = 2;
                                    }}),
-    [](const ::testing::TestParamInfo<MoeModelCase>& info) { return std::string(info.param.name); });
+    model_case_name);
 
 }  // namespace
 }  // namespace modar::runtime::layer_tests

@@ -1,0 +1,60 @@
+// Fixtures shared by the whole-model runtime tests (test_model*.cpp): the
+// tiny model, its token ids, named config edits for parameterised tests and
+// the bit-for-bit comparison of two models' steps.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "test_layers_common.hpp"
+
+namespace modar::runtime::layer_tests {
+
+constexpr int64_t kModelBatch = 2, kModelSeq = 6, kModelVocab = 13;
+
+// d 16, 3 layers, 2 heads over 1 KV head, d_ff 24, V 13, s 6.
+inline Config tiny_model_config() {
+  Config config;
+  config.model.d_model = 16;
+  config.model.n_layers = 3;
+  config.model.n_heads = 2;
+  config.model.n_kv_heads = 1;
+  config.model.d_ff = 24;
+  config.model.vocab_size = kModelVocab;
+  config.model.seq_len = kModelSeq;
+  return config;
+}
+
+// Deterministic ids (7 i + 3 + shift i^2) mod vocab; shifts give other sequences.
+inline std::vector<int32_t> token_ids(int64_t count, int32_t vocab, int32_t shift) {
+  std::vector<int32_t> ids(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    ids[static_cast<size_t>(i)] = static_cast<int32_t>((7 * i + 3 + shift * i * i) % vocab);
+  }
+  return ids;
+}
+
+// A named edit of the tiny config, for INSTANTIATE_TEST_SUITE_P.
+struct ModelCase {
+  const char* name;
+  std::function<void(Config&)> edit;
+};
+inline std::string model_case_name(const ::testing::TestParamInfo<ModelCase>& info) {
+  return info.param.name;
+}
+
+// The same step on two models gave the same loss, logits and gradient of
+// every parameter of `a` (found by name in `b`), bit for bit.
+inline void expect_identical_steps(Model& a, const StepResult& step_a, Model& b,
+                                   const StepResult& step_b) {
+  EXPECT_EQ(step_a.loss, step_b.loss);
+  EXPECT_EQ(a.last_logits(), b.last_logits());
+  for (const auto& p : a.parameters().all()) {
+    const Parameter* q = b.parameters().find(p->name);
+    ASSERT_NE(q, nullptr) << p->name;
+    EXPECT_EQ(download(cpu_backend(), p->grad), download(cpu_backend(), q->grad)) << p->name;
+  }
+}
+
+}  // namespace modar::runtime::layer_tests
