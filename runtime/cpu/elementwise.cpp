@@ -9,6 +9,7 @@
 // All tensors are flat arrays of equal element count; bf16 goes through fp32
 // staging (cpu_common.hpp).
 #include <cmath>
+#include <utility>
 
 #include "cpu_backend.hpp"
 #include "cpu_common.hpp"
@@ -32,6 +33,47 @@ GeluTerms<C> gelu_terms(C x) {
   const C derivative =
       C(0.5) * (C(1) + th) + C(0.5) * x * (C(1) - th * th) * k * (C(1) + C(3) * c * x * x);
   return {value, derivative};
+}
+
+// out[i] = f(a[i], b[i]) over equal-size flat tensors (out may alias a or b:
+// each element is read before it is written).
+template <class F>
+void binary_map(const TensorView& a, const TensorView& b, const TensorView& out, F f) {
+  const int64_t count = a.numel();
+  dispatch_compute(a.dtype, [&](auto tag) {
+    using C = decltype(tag);
+    Input<C> a_in(a), b_in(b);
+    Output<C> out_w(out, OutputMode::overwrite);
+    MODAR_PARALLEL_FOR_IF(worth_threads(count))
+    for (int64_t i = 0; i < count; ++i)
+      out_w[i] = f(a_in[i], b_in[i]);
+    out_w.commit();
+  });
+}
+
+// The backward of a binary map: grads(a, b, dout) returns {d a, d b} for one
+// element; they are accumulated into da and db (either may be absent).
+template <class Grads>
+void binary_backward(const TensorView& a, const TensorView& b, const TensorView& dout,
+                     const TensorView& da, const TensorView& db, Grads grads) {
+  const int64_t count = a.numel();
+  dispatch_compute(a.dtype, [&](auto tag) {
+    using C = decltype(tag);
+    Input<C> a_in(a), b_in(b), g_in(dout);
+    Output<C> da_acc(da, OutputMode::accumulate), db_acc(db, OutputMode::accumulate);
+    C* da_p = da_acc.data();
+    C* db_p = db_acc.data();
+    MODAR_PARALLEL_FOR_IF(worth_threads(count))
+    for (int64_t i = 0; i < count; ++i) {
+      const auto [d_a, d_b] = grads(a_in[i], b_in[i], g_in[i]);
+      if (da_p)
+        da_p[i] += d_a;
+      if (db_p)
+        db_p[i] += d_b;
+    }
+    da_acc.commit();
+    db_acc.commit();
+  });
 }
 
 }  // namespace
@@ -63,52 +105,19 @@ void CpuBackend::run_op(const GeluBackwardArgs& call) {
 }
 
 void CpuBackend::run_op(const SwigluForwardArgs& call) {
-  const int64_t count = call.gate.numel();
-  dispatch_compute(call.gate.dtype, [&](auto tag) {
-    using C = decltype(tag);
-    Input<C> a_in(call.gate), b_in(call.up);
-    Output<C> out_w(call.out, OutputMode::overwrite);
-    MODAR_PARALLEL_FOR_IF(worth_threads(count))
-    for (int64_t i = 0; i < count; ++i)
-      out_w[i] = a_in[i] * sigmoid(a_in[i]) * b_in[i];
-    out_w.commit();
-  });
+  binary_map(call.gate, call.up, call.out, [](auto a, auto b) { return a * sigmoid(a) * b; });
 }
 
 void CpuBackend::run_op(const SwigluBackwardArgs& call) {
-  const int64_t count = call.gate.numel();
-  dispatch_compute(call.gate.dtype, [&](auto tag) {
-    using C = decltype(tag);
-    Input<C> a_in(call.gate), b_in(call.up), g_in(call.dout);
-    Output<C> da_acc(call.dgate, OutputMode::accumulate), db_acc(call.dup, OutputMode::accumulate);
-    C* da = da_acc.data();
-    C* db = db_acc.data();
-    MODAR_PARALLEL_FOR_IF(worth_threads(count))
-    for (int64_t i = 0; i < count; ++i) {
-      const C a = a_in[i];
-      const C s = sigmoid(a);
-      if (da)
-        da[i] += g_in[i] * b_in[i] * s * (C(1) + a * (C(1) - s));
-      if (db)
-        db[i] += g_in[i] * a * s;
-    }
-    da_acc.commit();
-    db_acc.commit();
+  binary_backward(call.gate, call.up, call.dout, call.dgate, call.dup, [](auto a, auto b, auto g) {
+    using C = decltype(a);
+    const C s = sigmoid(a);
+    return std::pair<C, C>{g * b * s * (C(1) + a * (C(1) - s)), g * a * s};
   });
 }
 
 void CpuBackend::run_op(const AddArgs& call) {
-  const int64_t count = call.a.numel();
-  dispatch_compute(call.a.dtype, [&](auto tag) {
-    using C = decltype(tag);
-    Input<C> a_in(call.a),
-        b_in(call.b);  // call.out may alias call.a or call.b: elementwise, read before write
-    Output<C> out_w(call.out, OutputMode::overwrite);
-    MODAR_PARALLEL_FOR_IF(worth_threads(count))
-    for (int64_t i = 0; i < count; ++i)
-      out_w[i] = a_in[i] + b_in[i];
-    out_w.commit();
-  });
+  binary_map(call.a, call.b, call.out, [](auto a, auto b) { return a + b; });
 }
 
 void CpuBackend::run_op(const AxpyArgs& call) {
@@ -139,35 +148,12 @@ void CpuBackend::run_op(const ScaleArgs& call) {
 }
 
 void CpuBackend::run_op(const MulForwardArgs& call) {
-  const int64_t count = call.a.numel();
-  dispatch_compute(call.a.dtype, [&](auto tag) {
-    using C = decltype(tag);
-    Input<C> a_in(call.a), b_in(call.b);
-    Output<C> out_w(call.out, OutputMode::overwrite);
-    MODAR_PARALLEL_FOR_IF(worth_threads(count))
-    for (int64_t i = 0; i < count; ++i)
-      out_w[i] = a_in[i] * b_in[i];
-    out_w.commit();
-  });
+  binary_map(call.a, call.b, call.out, [](auto a, auto b) { return a * b; });
 }
 
 void CpuBackend::run_op(const MulBackwardArgs& call) {
-  const int64_t count = call.a.numel();
-  dispatch_compute(call.a.dtype, [&](auto tag) {
-    using C = decltype(tag);
-    Input<C> a_in(call.a), b_in(call.b), g_in(call.dout);
-    Output<C> da_acc(call.da, OutputMode::accumulate), db_acc(call.db, OutputMode::accumulate);
-    C* da_p = da_acc.data();
-    C* db_p = db_acc.data();
-    MODAR_PARALLEL_FOR_IF(worth_threads(count))
-    for (int64_t i = 0; i < count; ++i) {
-      if (da_p)
-        da_p[i] += g_in[i] * b_in[i];
-      if (db_p)
-        db_p[i] += g_in[i] * a_in[i];
-    }
-    da_acc.commit();
-    db_acc.commit();
+  binary_backward(call.a, call.b, call.dout, call.da, call.db, [](auto a, auto b, auto g) {
+    return std::pair<decltype(a), decltype(a)>{g * b, g * a};
   });
 }
 

@@ -28,6 +28,22 @@
 namespace modar::runtime::cpu {
 namespace {
 
+// dst += sum over the kept assignments j of token t of weight(j) src[slot_j]:
+// the combine (weight = gate) and the permute's backward (weight = 1).
+template <class C, class Weight>
+void gather_slot_rows(C* dst, const C* src, const int32_t* slots, int64_t t, int64_t k, int64_t d,
+                      Weight weight) {
+  for (int64_t j = 0; j < k; ++j) {
+    const int64_t slot = slots[t * k + j];
+    if (slot < 0)
+      continue;
+    const C w = weight(j);
+    const C* row = src + slot * d;
+    for (int64_t c = 0; c < d; ++c)
+      dst[c] += w * row[c];
+  }
+}
+
 // Softmax of one row into p; returns the row's logsumexp.
 template <class C>
 C softmax_row(const C* l, int64_t experts, C* p) {
@@ -255,17 +271,8 @@ void CpuBackend::run_op(const MoePermuteBackwardArgs& call) {
     Output<C> dx(call.dx, OutputMode::accumulate);
     const int32_t* slots = call.slots.ptr<int32_t>();
     MODAR_PARALLEL_FOR_IF(worth_threads(tokens * k * d))
-    for (int64_t t = 0; t < tokens; ++t) {
-      for (int64_t j = 0; j < k; ++j) {
-        const int64_t slot = slots[t * k + j];
-        if (slot < 0)
-          continue;
-        const C* src = dout.data() + slot * d;
-        C* dst = dx.data() + t * d;
-        for (int64_t c = 0; c < d; ++c)
-          dst[c] += src[c];
-      }
-    }
+    for (int64_t t = 0; t < tokens; ++t)
+      gather_slot_rows(dx.data() + t * d, dout.data(), slots, t, k, d, [](int64_t) { return C(1); });
     dx.commit();
   });
 }
@@ -283,15 +290,7 @@ void CpuBackend::run_op(const MoeUnpermuteForwardArgs& call) {
     for (int64_t t = 0; t < tokens; ++t) {
       C* dst = out.data() + t * d;
       std::fill(dst, dst + d, C(0));
-      for (int64_t j = 0; j < k; ++j) {
-        const int64_t slot = slots[t * k + j];
-        if (slot < 0)
-          continue;
-        const C g = gates[t * k + j];
-        const C* src = y.data() + slot * d;
-        for (int64_t c = 0; c < d; ++c)
-          dst[c] += g * src[c];
-      }
+      gather_slot_rows(dst, y.data(), slots, t, k, d, [&](int64_t j) { return gates[t * k + j]; });
     }
     out.commit();
   });
