@@ -61,6 +61,26 @@ C gate_derivative(C r, RouterScale gate) {
   return s * (C(1) - s);
 }
 
+// dst[i, p] += factor(i, p) src[i, j] for each kept top-k position p = idx[i, j]
+// of row i (p < 0: an empty slot): the gather's backward (factor 1) and the
+// routed delta's scatter (factor g(r)).
+template <class C, class Factor>
+void scatter_kept_rows(C* dst, const C* src, const int32_t* idx, int64_t batch, int64_t seq,
+                       int64_t k, int64_t d, Factor factor) {
+  for (int64_t i = 0; i < batch; ++i) {
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t p = idx[i * k + j];
+      if (p < 0)
+        continue;
+      const C w = factor(i, p);
+      const C* row = src + (i * k + j) * d;
+      C* out = dst + (i * seq + p) * d;
+      for (int64_t c = 0; c < d; ++c)
+        out[c] += w * row[c];
+    }
+  }
+}
+
 }  // namespace
 
 void CpuBackend::run_op(const RouterForwardArgs& call) {
@@ -173,17 +193,8 @@ void CpuBackend::run_op(const GatherRowsBackwardArgs& call) {
     using C = decltype(tag);
     Input<C> g(call.dout);
     Output<C> dx_acc(call.dx, OutputMode::accumulate);
-    for (int64_t i = 0; i < batch; ++i) {
-      for (int64_t j = 0; j < k; ++j) {
-        const int32_t p = idx[i * k + j];
-        if (p < 0)
-          continue;
-        const C* src = g.data() + (i * k + j) * d;
-        C* dst = dx_acc.data() + (i * seq + p) * d;
-        for (int64_t c = 0; c < d; ++c)
-          dst[c] += src[c];
-      }
-    }
+    scatter_kept_rows(dx_acc.data(), g.data(), idx, batch, seq, k, d,
+                      [](int64_t, int64_t) { return C(1); });
     dx_acc.commit();
   });
 }
@@ -198,18 +209,8 @@ void CpuBackend::run_op(const ScatterAddScaledForwardArgs& call) {
     Input<C> delta_in(call.delta);
     Output<C> x_mod(call.x, OutputMode::modify);
     const C* r = call.router_logits.ptr<C>();
-    for (int64_t i = 0; i < batch; ++i) {
-      for (int64_t j = 0; j < k; ++j) {
-        const int32_t p = idx[i * k + j];
-        if (p < 0)
-          continue;
-        const C factor = gate_value(r[i * seq + p], call.gate);
-        const C* src = delta_in.data() + (i * k + j) * d;
-        C* dst = x_mod.data() + (i * seq + p) * d;
-        for (int64_t c = 0; c < d; ++c)
-          dst[c] += factor * src[c];
-      }
-    }
+    scatter_kept_rows(x_mod.data(), delta_in.data(), idx, batch, seq, k, d,
+                      [&](int64_t i, int64_t p) { return gate_value(r[i * seq + p], call.gate); });
     x_mod.commit();
   });
 }
