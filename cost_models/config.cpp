@@ -14,11 +14,14 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <type_traits>
+#include <utility>
 
 #include "modar/errors.hpp"
 #include "toml_text.hpp"
@@ -325,205 +328,94 @@ Enum enum_at(const Value& v) {
   return static_cast<Enum>(v.integer);
 }
 
+// Table rows for a plain field of a section (Config::*Section).*Field: the
+// setter stores the typed value, the getter writes its TOML literal.
+template <auto Section, auto Field>
+KeySpec integer_key(const char* key) {
+  return {key,
+          KeyType::integer,
+          {},
+          [](Config& c, const Value& v) { (c.*Section).*Field = v.integer; },
+          [](const Config& c) { return integer_literal((c.*Section).*Field); }};
+}
+template <auto Section, auto Field>
+KeySpec real_key(const char* key) {
+  return {key,
+          KeyType::real,
+          {},
+          [](Config& c, const Value& v) { (c.*Section).*Field = v.real; },
+          [](const Config& c) { return real_literal((c.*Section).*Field); }};
+}
+template <auto Section, auto Field>
+KeySpec boolean_key(const char* key) {
+  return {key,
+          KeyType::boolean,
+          {},
+          [](Config& c, const Value& v) { (c.*Section).*Field = v.boolean; },
+          [](const Config& c) { return std::string((c.*Section).*Field ? "true" : "false"); }};
+}
+// `choices`: the enum's names in enum order.
+template <auto Section, auto Field>
+KeySpec choice_key(const char* key, std::vector<const char*> choices) {
+  return {key, KeyType::choice, std::move(choices),
+          [](Config& c, const Value& v) {
+            using Enum = std::remove_reference_t<decltype((c.*Section).*Field)>;
+            (c.*Section).*Field = enum_at<Enum>(v);
+          },
+          [](const Config& c) { return quoted(to_string((c.*Section).*Field)); }};
+}
+
 const std::vector<KeySpec>& key_specs() {
   static const std::vector<KeySpec> specs = {
       // [model]
-      {"model.d_model",
-       KeyType::integer,
-       {},
-       [](Config& c, const Value& v) { c.model.d_model = v.integer; },
-       [](const Config& c) { return integer_literal(c.model.d_model); }},
-      {"model.n_layers",
-       KeyType::integer,
-       {},
-       [](Config& c, const Value& v) { c.model.n_layers = v.integer; },
-       [](const Config& c) { return integer_literal(c.model.n_layers); }},
-      {"model.n_heads",
-       KeyType::integer,
-       {},
-       [](Config& c, const Value& v) { c.model.n_heads = v.integer; },
-       [](const Config& c) { return integer_literal(c.model.n_heads); }},
-      {"model.n_kv_heads",
-       KeyType::integer,
-       {},
-       [](Config& c, const Value& v) { c.model.n_kv_heads = v.integer; },
-       [](const Config& c) { return integer_literal(c.model.n_kv_heads); }},
-      {"model.d_head",
-       KeyType::integer,
-       {},
-       [](Config& c, const Value& v) { c.model.d_head = v.integer; },
-       [](const Config& c) { return integer_literal(c.model.d_head); }},
-      {"model.d_ff",
-       KeyType::integer,
-       {},
-       [](Config& c, const Value& v) { c.model.d_ff = v.integer; },
-       [](const Config& c) { return integer_literal(c.model.d_ff); }},
-      {"model.mlp",
-       KeyType::choice,
-       {"gelu", "swiglu"},
-       [](Config& c, const Value& v) { c.model.mlp = enum_at<MlpKind>(v); },
-       [](const Config& c) { return quoted(to_string(c.model.mlp)); }},
-      {"model.vocab_size",
-       KeyType::integer,
-       {},
-       [](Config& c, const Value& v) { c.model.vocab_size = v.integer; },
-       [](const Config& c) { return integer_literal(c.model.vocab_size); }},
-      {"model.tie_embeddings",
-       KeyType::boolean,
-       {},
-       [](Config& c, const Value& v) { c.model.tie_embeddings = v.boolean; },
-       [](const Config& c) { return std::string(c.model.tie_embeddings ? "true" : "false"); }},
-      {"model.seq_len",
-       KeyType::integer,
-       {},
-       [](Config& c, const Value& v) { c.model.seq_len = v.integer; },
-       [](const Config& c) { return integer_literal(c.model.seq_len); }},
-      {"model.norm_eps",
-       KeyType::real,
-       {},
-       [](Config& c, const Value& v) { c.model.norm_eps = v.real; },
-       [](const Config& c) { return real_literal(c.model.norm_eps); }},
+      integer_key<&Config::model, &ModelConfig::d_model>("model.d_model"),
+      integer_key<&Config::model, &ModelConfig::n_layers>("model.n_layers"),
+      integer_key<&Config::model, &ModelConfig::n_heads>("model.n_heads"),
+      integer_key<&Config::model, &ModelConfig::n_kv_heads>("model.n_kv_heads"),
+      integer_key<&Config::model, &ModelConfig::d_head>("model.d_head"),
+      integer_key<&Config::model, &ModelConfig::d_ff>("model.d_ff"),
+      choice_key<&Config::model, &ModelConfig::mlp>("model.mlp", {"gelu", "swiglu"}),
+      integer_key<&Config::model, &ModelConfig::vocab_size>("model.vocab_size"),
+      boolean_key<&Config::model, &ModelConfig::tie_embeddings>("model.tie_embeddings"),
+      integer_key<&Config::model, &ModelConfig::seq_len>("model.seq_len"),
+      real_key<&Config::model, &ModelConfig::norm_eps>("model.norm_eps"),
       // [mod]
-      {"mod.capacity",
-       KeyType::real,
-       {},
-       [](Config& c, const Value& v) { c.mod.capacity = v.real; },
-       [](const Config& c) { return real_literal(c.mod.capacity); }},
-      {"mod.every",
-       KeyType::integer,
-       {},
-       [](Config& c, const Value& v) { c.mod.every = v.integer; },
-       [](const Config& c) { return integer_literal(c.mod.every); }},
-      {"mod.offset",
-       KeyType::integer,
-       {},
-       [](Config& c, const Value& v) { c.mod.offset = v.integer; },
-       [](const Config& c) { return integer_literal(c.mod.offset); }},
-      {"mod.router_scale",
-       KeyType::choice,
-       {"linear", "sigmoid"},
-       [](Config& c, const Value& v) { c.mod.router_scale = enum_at<RouterScale>(v); },
-       [](const Config& c) { return quoted(to_string(c.mod.router_scale)); }},
-      {"mod.causal_router",
-       KeyType::choice,
-       {"none", "aux_loss", "predictor"},
-       [](Config& c, const Value& v) { c.mod.causal_router = enum_at<CausalRouter>(v); },
-       [](const Config& c) { return quoted(to_string(c.mod.causal_router)); }},
-      {"mod.predictor_hidden",
-       KeyType::integer,
-       {},
-       [](Config& c, const Value& v) { c.mod.predictor_hidden = v.integer; },
-       [](const Config& c) { return integer_literal(c.mod.predictor_hidden); }},
+      real_key<&Config::mod, &ModConfig::capacity>("mod.capacity"),
+      integer_key<&Config::mod, &ModConfig::every>("mod.every"),
+      integer_key<&Config::mod, &ModConfig::offset>("mod.offset"),
+      choice_key<&Config::mod, &ModConfig::router_scale>("mod.router_scale", {"linear", "sigmoid"}),
+      choice_key<&Config::mod, &ModConfig::causal_router>("mod.causal_router",
+                                                          {"none", "aux_loss", "predictor"}),
+      integer_key<&Config::mod, &ModConfig::predictor_hidden>("mod.predictor_hidden"),
       // [dar]
-      {"dar.variant",
-       KeyType::choice,
-       {"none", "attnres", "dar", "selfkv", "fixedkv", "crossv"},
-       [](Config& c, const Value& v) { c.dar.variant = enum_at<DarVariant>(v); },
-       [](const Config& c) { return quoted(to_string(c.dar.variant)); }},
-      {"dar.block_layers",
-       KeyType::integer,
-       {},
-       [](Config& c, const Value& v) { c.dar.block_layers = v.integer; },
-       [](const Config& c) { return integer_literal(c.dar.block_layers); }},
-      {"dar.streams",
-       KeyType::integer,
-       {},
-       [](Config& c, const Value& v) { c.dar.streams = v.integer; },
-       [](const Config& c) { return integer_literal(c.dar.streams); }},
+      choice_key<&Config::dar, &DarConfig::variant>(
+          "dar.variant", {"none", "attnres", "dar", "selfkv", "fixedkv", "crossv"}),
+      integer_key<&Config::dar, &DarConfig::block_layers>("dar.block_layers"),
+      integer_key<&Config::dar, &DarConfig::streams>("dar.streams"),
       // [moe]: experts and MoDE (SPEC section 1.3, docs/moe.md).
-      {"moe.experts",
-       KeyType::integer,
-       {},
-       [](Config& c, const Value& v) { c.moe.experts = v.integer; },
-       [](const Config& c) { return integer_literal(c.moe.experts); }},
-      {"moe.top_k",
-       KeyType::integer,
-       {},
-       [](Config& c, const Value& v) { c.moe.top_k = v.integer; },
-       [](const Config& c) { return integer_literal(c.moe.top_k); }},
-      {"moe.expert_ffn",
-       KeyType::integer,
-       {},
-       [](Config& c, const Value& v) { c.moe.expert_ffn = v.integer; },
-       [](const Config& c) { return integer_literal(c.moe.expert_ffn); }},
-      {"moe.shared_experts",
-       KeyType::integer,
-       {},
-       [](Config& c, const Value& v) { c.moe.shared_experts = v.integer; },
-       [](const Config& c) { return integer_literal(c.moe.shared_experts); }},
-      {"moe.interval",
-       KeyType::integer,
-       {},
-       [](Config& c, const Value& v) { c.moe.interval = v.integer; },
-       [](const Config& c) { return integer_literal(c.moe.interval); }},
-      {"moe.first_dense",
-       KeyType::integer,
-       {},
-       [](Config& c, const Value& v) { c.moe.first_dense = v.integer; },
-       [](const Config& c) { return integer_literal(c.moe.first_dense); }},
-      {"moe.capacity_factor",
-       KeyType::real,
-       {},
-       [](Config& c, const Value& v) { c.moe.capacity_factor = v.real; },
-       [](const Config& c) { return real_literal(c.moe.capacity_factor); }},
-      {"moe.aux_loss_coef",
-       KeyType::real,
-       {},
-       [](Config& c, const Value& v) { c.moe.aux_loss_coef = v.real; },
-       [](const Config& c) { return real_literal(c.moe.aux_loss_coef); }},
-      {"moe.z_loss_coef",
-       KeyType::real,
-       {},
-       [](Config& c, const Value& v) { c.moe.z_loss_coef = v.real; },
-       [](const Config& c) { return real_literal(c.moe.z_loss_coef); }},
-      {"moe.load_imbalance",
-       KeyType::real,
-       {},
-       [](Config& c, const Value& v) { c.moe.load_imbalance = v.real; },
-       [](const Config& c) { return real_literal(c.moe.load_imbalance); }},
-      {"moe.mode",
-       KeyType::choice,
-       {"none", "staged", "integrated"},
-       [](Config& c, const Value& v) { c.moe.mode = enum_at<MoeMode>(v); },
-       [](const Config& c) { return quoted(to_string(c.moe.mode)); }},
-      {"moe.null_experts",
-       KeyType::integer,
-       {},
-       [](Config& c, const Value& v) { c.moe.null_experts = v.integer; },
-       [](const Config& c) { return integer_literal(c.moe.null_experts); }},
+      integer_key<&Config::moe, &MoeConfig::experts>("moe.experts"),
+      integer_key<&Config::moe, &MoeConfig::top_k>("moe.top_k"),
+      integer_key<&Config::moe, &MoeConfig::expert_ffn>("moe.expert_ffn"),
+      integer_key<&Config::moe, &MoeConfig::shared_experts>("moe.shared_experts"),
+      integer_key<&Config::moe, &MoeConfig::interval>("moe.interval"),
+      integer_key<&Config::moe, &MoeConfig::first_dense>("moe.first_dense"),
+      real_key<&Config::moe, &MoeConfig::capacity_factor>("moe.capacity_factor"),
+      real_key<&Config::moe, &MoeConfig::aux_loss_coef>("moe.aux_loss_coef"),
+      real_key<&Config::moe, &MoeConfig::z_loss_coef>("moe.z_loss_coef"),
+      real_key<&Config::moe, &MoeConfig::load_imbalance>("moe.load_imbalance"),
+      choice_key<&Config::moe, &MoeConfig::mode>("moe.mode", {"none", "staged", "integrated"}),
+      integer_key<&Config::moe, &MoeConfig::null_experts>("moe.null_experts"),
       // [train]
-      {"train.micro_batch",
-       KeyType::integer,
-       {},
-       [](Config& c, const Value& v) { c.train.micro_batch = v.integer; },
-       [](const Config& c) { return integer_literal(c.train.micro_batch); }},
-      {"train.global_batch",
-       KeyType::integer,
-       {},
-       [](Config& c, const Value& v) { c.train.global_batch = v.integer; },
-       [](const Config& c) { return integer_literal(c.train.global_batch); }},
+      integer_key<&Config::train, &TrainConfig::micro_batch>("train.micro_batch"),
+      integer_key<&Config::train, &TrainConfig::global_batch>("train.global_batch"),
       // Enum order of DType is fp32, bf16, fp16: the names below are in that order.
-      {"train.dtype",
-       KeyType::choice,
-       {"fp32", "bf16", "fp16"},
-       [](Config& c, const Value& v) { c.train.dtype = enum_at<DType>(v); },
-       [](const Config& c) { return quoted(to_string(c.train.dtype)); }},
-      {"train.optimizer",
-       KeyType::choice,
-       {"adamw"},
-       [](Config& c, const Value& v) { c.train.optimizer = enum_at<Optimizer>(v); },
-       [](const Config& c) { return quoted(to_string(c.train.optimizer)); }},
-      {"train.recompute",
-       KeyType::choice,
-       {"none", "selective", "full"},
-       [](Config& c, const Value& v) { c.train.recompute = enum_at<Recompute>(v); },
-       [](const Config& c) { return quoted(to_string(c.train.recompute)); }},
+      choice_key<&Config::train, &TrainConfig::dtype>("train.dtype", {"fp32", "bf16", "fp16"}),
+      choice_key<&Config::train, &TrainConfig::optimizer>("train.optimizer", {"adamw"}),
+      choice_key<&Config::train, &TrainConfig::recompute>("train.recompute",
+                                                          {"none", "selective", "full"}),
       // train.attention_kernel (docs/cluster.md): executed kernel, time and memory.
-      {"train.attention_kernel",
-       KeyType::choice,
-       {"flash", "unfused"},
-       [](Config& c, const Value& v) { c.train.attention_kernel = enum_at<AttentionKernel>(v); },
-       [](const Config& c) { return quoted(to_string(c.train.attention_kernel)); }},
+      choice_key<&Config::train, &TrainConfig::attention_kernel>("train.attention_kernel",
+                                                                 {"flash", "unfused"}),
       // [device]
       {"device.profile",
        KeyType::text,
@@ -547,83 +439,25 @@ const std::vector<KeySpec>& key_specs() {
          }
          return out + "\"";
        }},
-      {"device.count",
-       KeyType::integer,
-       {},
-       [](Config& c, const Value& v) { c.device.count = v.integer; },
-       [](const Config& c) { return integer_literal(c.device.count); }},
+      integer_key<&Config::device, &DeviceConfig::count>("device.count"),
       // [parallel] and [cluster]: cluster-scale planning (docs/cluster.md).
-      {"parallel.tensor",
-       KeyType::integer,
-       {},
-       [](Config& c, const Value& v) { c.parallel.tensor = v.integer; },
-       [](const Config& c) { return integer_literal(c.parallel.tensor); }},
-      {"parallel.sequence_parallel",
-       KeyType::boolean,
-       {},
-       [](Config& c, const Value& v) { c.parallel.sequence_parallel = v.boolean; },
-       [](const Config& c) {
-         return std::string(c.parallel.sequence_parallel ? "true" : "false");
-       }},
-      {"parallel.pipeline",
-       KeyType::integer,
-       {},
-       [](Config& c, const Value& v) { c.parallel.pipeline = v.integer; },
-       [](const Config& c) { return integer_literal(c.parallel.pipeline); }},
-      {"parallel.schedule",
-       KeyType::choice,
-       {"1f1b", "interleaved"},
-       [](Config& c, const Value& v) { c.parallel.schedule = enum_at<PipelineSchedule>(v); },
-       [](const Config& c) { return quoted(to_string(c.parallel.schedule)); }},
-      {"parallel.virtual_stages",
-       KeyType::integer,
-       {},
-       [](Config& c, const Value& v) { c.parallel.virtual_stages = v.integer; },
-       [](const Config& c) { return integer_literal(c.parallel.virtual_stages); }},
-      {"parallel.zero",
-       KeyType::integer,
-       {},
-       [](Config& c, const Value& v) { c.parallel.zero = v.integer; },
-       [](const Config& c) { return integer_literal(c.parallel.zero); }},
-      {"parallel.overlap_grad_reduce",
-       KeyType::boolean,
-       {},
-       [](Config& c, const Value& v) { c.parallel.overlap_grad_reduce = v.boolean; },
-       [](const Config& c) {
-         return std::string(c.parallel.overlap_grad_reduce ? "true" : "false");
-       }},
-      {"parallel.overlap_param_gather",
-       KeyType::boolean,
-       {},
-       [](Config& c, const Value& v) { c.parallel.overlap_param_gather = v.boolean; },
-       [](const Config& c) {
-         return std::string(c.parallel.overlap_param_gather ? "true" : "false");
-       }},
-      {"parallel.expert",
-       KeyType::integer,
-       {},
-       [](Config& c, const Value& v) { c.parallel.expert = v.integer; },
-       [](const Config& c) { return integer_literal(c.parallel.expert); }},
-      {"parallel.balance_stages",
-       KeyType::boolean,
-       {},
-       [](Config& c, const Value& v) { c.parallel.balance_stages = v.boolean; },
-       [](const Config& c) { return std::string(c.parallel.balance_stages ? "true" : "false"); }},
-      {"parallel.dar_bank_cache",
-       KeyType::boolean,
-       {},
-       [](Config& c, const Value& v) { c.parallel.dar_bank_cache = v.boolean; },
-       [](const Config& c) { return std::string(c.parallel.dar_bank_cache ? "true" : "false"); }},
-      {"cluster.gpus_per_node",
-       KeyType::integer,
-       {},
-       [](Config& c, const Value& v) { c.cluster.gpus_per_node = v.integer; },
-       [](const Config& c) { return integer_literal(c.cluster.gpus_per_node); }},
-      {"cluster.nodes",
-       KeyType::integer,
-       {},
-       [](Config& c, const Value& v) { c.cluster.nodes = v.integer; },
-       [](const Config& c) { return integer_literal(c.cluster.nodes); }},
+      integer_key<&Config::parallel, &ParallelConfig::tensor>("parallel.tensor"),
+      boolean_key<&Config::parallel, &ParallelConfig::sequence_parallel>(
+          "parallel.sequence_parallel"),
+      integer_key<&Config::parallel, &ParallelConfig::pipeline>("parallel.pipeline"),
+      choice_key<&Config::parallel, &ParallelConfig::schedule>("parallel.schedule",
+                                                               {"1f1b", "interleaved"}),
+      integer_key<&Config::parallel, &ParallelConfig::virtual_stages>("parallel.virtual_stages"),
+      integer_key<&Config::parallel, &ParallelConfig::zero>("parallel.zero"),
+      boolean_key<&Config::parallel, &ParallelConfig::overlap_grad_reduce>(
+          "parallel.overlap_grad_reduce"),
+      boolean_key<&Config::parallel, &ParallelConfig::overlap_param_gather>(
+          "parallel.overlap_param_gather"),
+      integer_key<&Config::parallel, &ParallelConfig::expert>("parallel.expert"),
+      boolean_key<&Config::parallel, &ParallelConfig::balance_stages>("parallel.balance_stages"),
+      boolean_key<&Config::parallel, &ParallelConfig::dar_bank_cache>("parallel.dar_bank_cache"),
+      integer_key<&Config::cluster, &ClusterConfig::gpus_per_node>("cluster.gpus_per_node"),
+      integer_key<&Config::cluster, &ClusterConfig::nodes>("cluster.nodes"),
       // [counting]: conventions only (SPEC section 2), no effect on the model.
       {"counting.attention_flops",
        KeyType::choice,
@@ -1010,7 +844,6 @@ void require_non_negative(const char* key, int64_t value, const char* meaning_of
   }
 }
 
-
 // ---- [moe] checks (SPEC section 1.3) ------------------------------------------
 void require_finite_range(const char* key, double value, double low, double high,
                           const char* allowed) {
@@ -1071,16 +904,14 @@ void validate_moe(const Config& config) {
              std::string(e.mode == MoeMode::integrated ? " + moe.null_experts = " : " = ") +
              std::to_string(e.choices()));
   }
-  const double max_imbalance =
-      static_cast<double>(e.choices()) / static_cast<double>(e.top_k);
+  const double max_imbalance = static_cast<double>(e.choices()) / static_cast<double>(e.top_k);
   if (e.load_imbalance > max_imbalance) {
     fail("moe.load_imbalance", format_number(e.load_imbalance),
          "must be <= (moe.experts + null experts) / moe.top_k = " + format_number(max_imbalance) +
              " (the busiest expert receives at most every token)");
   }
   if (e.mode == MoeMode::staged && !config.mod.enabled()) {
-    fail("moe.mode", "\"staged\"",
-         "needs MoD routing around the blocks (set mod.every > 0)");
+    fail("moe.mode", "\"staged\"", "needs MoD routing around the blocks (set mod.every > 0)");
   }
   if (e.mode == MoeMode::integrated && config.mod.enabled()) {
     fail("moe.mode", "\"integrated\"",
@@ -1309,18 +1140,18 @@ void validate(const Config& config) {
   // parameter count must stay far from overflow.
   const double tokens = static_cast<double>(t.micro_batch) * static_cast<double>(m.seq_len);
   if (tokens > static_cast<double>(int64_t{1} << 34)) {
-    fail("train.micro_batch", std::to_string(t.micro_batch),
-         "train.micro_batch * model.seq_len = " + format_number(tokens) +
-             " must be <= 2^34 tokens");
+    fail(
+        "train.micro_batch", std::to_string(t.micro_batch),
+        "train.micro_batch * model.seq_len = " + format_number(tokens) + " must be <= 2^34 tokens");
   }
   if (config.moe.enabled()) {
     // Expert slots x widths are 64-bit products in the lowering (SPEC 1.3).
     const MoeConfig& e = config.moe;
     const double capacity =
-        e.dropless() ? tokens
-                     : std::min(tokens, std::ceil(e.capacity_factor * tokens *
-                                                  static_cast<double>(e.top_k) /
-                                                  static_cast<double>(e.choices())));
+        e.dropless()
+            ? tokens
+            : std::min(tokens, std::ceil(e.capacity_factor * tokens * static_cast<double>(e.top_k) /
+                                         static_cast<double>(e.choices())));
     const double slots = e.dropless() ? tokens * static_cast<double>(e.top_k)
                                       : capacity * static_cast<double>(e.experts);
     const double widest = static_cast<double>(
@@ -1340,11 +1171,11 @@ void validate(const Config& config) {
       static_cast<double>(m.n_layers) * 3.0 * width * width +
       2.0 * static_cast<double>(m.vocab_size) * static_cast<double>(m.d_model);
   const MoeConfig& e = config.moe;
-  const double expert_params =
-      e.enabled() ? static_cast<double>(m.n_layers) * 3.0 * static_cast<double>(m.d_model) *
-                        static_cast<double>(e.resolved_expert_ffn(m)) *
-                        static_cast<double>(e.experts + e.shared_experts)
-                  : 0.0;
+  const double expert_params = e.enabled() ? static_cast<double>(m.n_layers) * 3.0 *
+                                                 static_cast<double>(m.d_model) *
+                                                 static_cast<double>(e.resolved_expert_ffn(m)) *
+                                                 static_cast<double>(e.experts + e.shared_experts)
+                                           : 0.0;
   if (expert_params > 1e17) {
     fail("moe.experts", std::to_string(e.experts),
          "the experts would exceed 1e17 parameters (check moe.expert_ffn, moe.experts, "
