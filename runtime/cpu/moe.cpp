@@ -22,6 +22,7 @@
 #include <limits>
 #include <numeric>
 
+#include "../core/grouped_gemm_split.hpp"
 #include "cpu_backend.hpp"
 #include "cpu_common.hpp"
 
@@ -88,8 +89,7 @@ void check_indices_nonnegative(const char* op, const TensorView& indices) {
 }  // namespace
 
 void CpuBackend::run_op(const MoeRouteForwardArgs& call) {
-  const int64_t tokens = call.logits.dim(0), experts = call.logits.dim(1),
-                k = call.indices.dim(1);
+  const int64_t tokens = call.logits.dim(0), experts = call.logits.dim(1), k = call.indices.dim(1);
   dispatch_compute(call.logits.dtype, [&](auto tag) {
     using C = decltype(tag);
     std::vector<int32_t> order(static_cast<size_t>(experts));
@@ -152,8 +152,7 @@ void CpuBackend::run_op(const MoeRouteBackwardArgs& call) {
 }
 
 void CpuBackend::run_op(const MoeAuxLossForwardArgs& call) {
-  const int64_t tokens = call.logits.dim(0), experts = call.logits.dim(1),
-                k = call.indices.dim(1);
+  const int64_t tokens = call.logits.dim(0), experts = call.logits.dim(1), k = call.indices.dim(1);
   check_index_range("moe_aux_loss_forward", "indices", call.indices, 0, experts);
   dispatch_compute(call.logits.dtype, [&](auto tag) {
     using C = decltype(tag);
@@ -166,8 +165,8 @@ void CpuBackend::run_op(const MoeAuxLossForwardArgs& call) {
       const C* p = call.probs.ptr<C>() + t * experts;
       for (int64_t e = 0; e < experts; ++e)
         mean_p[static_cast<size_t>(e)] += static_cast<double>(p[e]);
-      const double lse = static_cast<double>(logsumexp_row(call.logits.ptr<C>() + t * experts,
-                                                           experts));
+      const double lse =
+          static_cast<double>(logsumexp_row(call.logits.ptr<C>() + t * experts, experts));
       z += lse * lse;
     }
     double aux = 0.0;
@@ -182,8 +181,7 @@ void CpuBackend::run_op(const MoeAuxLossForwardArgs& call) {
 }
 
 void CpuBackend::run_op(const MoeAuxLossBackwardArgs& call) {
-  const int64_t tokens = call.logits.dim(0), experts = call.logits.dim(1),
-                k = call.indices.dim(1);
+  const int64_t tokens = call.logits.dim(0), experts = call.logits.dim(1), k = call.indices.dim(1);
   check_index_range("moe_aux_loss_backward", "indices", call.indices, 0, experts);
   dispatch_compute(call.logits.dtype, [&](auto tag) {
     using C = decltype(tag);
@@ -212,8 +210,7 @@ void CpuBackend::run_op(const MoeAuxLossBackwardArgs& call) {
 
 void CpuBackend::run_op(const MoeDispatchArgs& call) {
   check_indices_nonnegative("moe_dispatch", call.indices);
-  const int64_t tokens = call.indices.dim(0), k = call.indices.dim(1),
-                experts = call.counts.dim(0);
+  const int64_t tokens = call.indices.dim(0), k = call.indices.dim(1), experts = call.counts.dim(0);
   const int32_t* idx = call.indices.ptr<int32_t>();
   int32_t* slots = call.slots.ptr<int32_t>();
   std::vector<int64_t> taken(static_cast<size_t>(experts), 0);
@@ -272,7 +269,8 @@ void CpuBackend::run_op(const MoePermuteBackwardArgs& call) {
     const int32_t* slots = call.slots.ptr<int32_t>();
     MODAR_PARALLEL_FOR_IF(worth_threads(tokens * k * d))
     for (int64_t t = 0; t < tokens; ++t)
-      gather_slot_rows(dx.data() + t * d, dout.data(), slots, t, k, d, [](int64_t) { return C(1); });
+      gather_slot_rows(dx.data() + t * d, dout.data(), slots, t, k, d,
+                       [](int64_t) { return C(1); });
     dx.commit();
   });
 }
@@ -336,34 +334,10 @@ void CpuBackend::run_op(const MoeUnpermuteBackwardArgs& call) {
 }
 
 void CpuBackend::run_op(const GroupedGemmArgs& call) {
-  const int64_t experts = call.counts.dim(0), rows = call.a.dim(0);
-  check_index_range("grouped_gemm", "counts", call.counts, 0, rows + 1);
-  const int32_t* counts = call.counts.ptr<int32_t>();
-  int64_t total = 0;
-  for (int64_t e = 0; e < experts; ++e)
-    total += counts[e];
-  if (total > rows) {
-    throw ShapeError("grouped_gemm: counts sum to " + std::to_string(total) + " rows; a has " +
-                     std::to_string(rows));
-  }
-  int64_t offset = 0;
-  for (int64_t e = 0; e < experts; ++e) {
-    const int64_t count = counts[e];
-    if (!call.transpose_a) {
-      if (count > 0) {
-        run_op(GemmArgs{slice(call.a, offset, count), false, select(call.b, e), call.transpose_b,
-                        slice(call.c, offset, count), call.alpha, call.beta});
-      }
-    } else if (count > 0) {
-      run_op(GemmArgs{slice(call.a, offset, count), true, slice(call.b, offset, count), false,
-                      select(call.c, e), call.alpha, call.beta});
-    } else if (call.beta == 0.0) {
-      run_op(FillArgs{select(call.c, e), 0.0});
-    } else if (call.beta != 1.0) {
-      run_op(ScaleArgs{select(call.c, e), call.beta});
-    }
-    offset += count;
-  }
+  check_index_range("grouped_gemm", "counts", call.counts, 0, call.a.dim(0) + 1);
+  detail::split_grouped_gemm(
+      call, call.counts.ptr<int32_t>(), [this](const GemmArgs& g) { run_op(g); },
+      [this](const FillArgs& f) { run_op(f); }, [this](const ScaleArgs& s) { run_op(s); });
 }
 
 }  // namespace modar::runtime::cpu

@@ -33,7 +33,9 @@
 #include <string>
 #include <type_traits>
 #include <variant>
+#include <vector>
 
+#include "../core/grouped_gemm_split.hpp"
 #include "arena.hpp"
 #include "attention.cuh"
 #include "caching_allocator.hpp"
@@ -50,6 +52,7 @@
 #include "modar/errors.hpp"
 #include "modar/runtime/backend.hpp"
 #include "modar/runtime/comm.hpp"
+#include "moe.cuh"
 #include "norm.cuh"
 #include "rope.cuh"
 #include "topk.cuh"
@@ -140,29 +143,7 @@ class CudaBackend final : public Backend {
   DeviceFacts facts() const override { return cuda_device_facts(device_); }
   // Every op of the table in fp32 / bf16 storage (and i32 for copy / fill);
   // fp64 is the CPU backend's reference precision.
-  // The Mixture-of-Experts ops (route, aux loss, dispatch, permute, grouped
-  // GEMM) have no CUDA kernels yet: supports() is false and the MoE layers run
-  // on the CPU backend only.
-  bool supports(OpId op, ScalarType dtype) const override {
-    return dtype != ScalarType::fp64 && !is_moe_op(op);
-  }
-  static bool is_moe_op(OpId op) {
-    switch (op) {
-      case OpId::moe_route_forward:
-      case OpId::moe_route_backward:
-      case OpId::moe_aux_loss_forward:
-      case OpId::moe_aux_loss_backward:
-      case OpId::moe_dispatch:
-      case OpId::moe_permute_forward:
-      case OpId::moe_permute_backward:
-      case OpId::moe_unpermute_forward:
-      case OpId::moe_unpermute_backward:
-      case OpId::grouped_gemm:
-        return true;
-      default:
-        return false;
-    }
-  }
+  bool supports(OpId, ScalarType dtype) const override { return dtype != ScalarType::fp64; }
 
   void* allocate(int64_t bytes) override {
     if (bytes < 0) {
@@ -620,11 +601,10 @@ class CudaBackend final : public Backend {
     }
     // Deterministic: rows sorted by token, runs summed in order, rounded once
     // (embedding_sorted.cuh); no atomics.
-    gpu::launch_embedding_backward_sorted(call.dout.data, elem(op, call.dout),
-                                          call.tokens.ptr<int32_t>(), call.dtable.data,
-                                          elem(op, call.dtable), call.tokens.numel(),
-                                          call.dtable.shape[1], call.dtable.shape[0], *allocator_,
-                                          stream_);
+    gpu::launch_embedding_backward_sorted(
+        call.dout.data, elem(op, call.dout), call.tokens.ptr<int32_t>(), call.dtable.data,
+        elem(op, call.dtable), call.tokens.numel(), call.dtable.shape[1], call.dtable.shape[0],
+        *allocator_, stream_);
   }
 
   void run_op(const AdamwUpdateArgs& call) {
@@ -650,20 +630,113 @@ class CudaBackend final : public Backend {
     gpu::launch_adamw(p, stream_);
   }
 
-  // No CUDA kernels for the MoE ops (supports() is false, so run() never gets here).
-  [[noreturn]] static void no_moe_kernel(const char* op) {
-    throw ShapeError(std::string(op) + ": no CUDA kernel (MoE ops run on the cpu backend)");
+  // ---- Mixture of Experts (moe.cu; the grouped GEMM is one GEMM per expert) ---------
+  static gpu::MoeRouteParams moe_route(const TensorView& logits, const TensorView& indices) {
+    gpu::MoeRouteParams p;
+    p.tokens = logits.dim(0);
+    p.experts = logits.dim(1);
+    p.k = indices.dim(1);
+    return p;
   }
-  void run_op(const MoeRouteForwardArgs&) { no_moe_kernel("moe_route_forward"); }
-  void run_op(const MoeRouteBackwardArgs&) { no_moe_kernel("moe_route_backward"); }
-  void run_op(const MoeAuxLossForwardArgs&) { no_moe_kernel("moe_aux_loss_forward"); }
-  void run_op(const MoeAuxLossBackwardArgs&) { no_moe_kernel("moe_aux_loss_backward"); }
-  void run_op(const MoeDispatchArgs&) { no_moe_kernel("moe_dispatch"); }
-  void run_op(const MoePermuteForwardArgs&) { no_moe_kernel("moe_permute_forward"); }
-  void run_op(const MoePermuteBackwardArgs&) { no_moe_kernel("moe_permute_backward"); }
-  void run_op(const MoeUnpermuteForwardArgs&) { no_moe_kernel("moe_unpermute_forward"); }
-  void run_op(const MoeUnpermuteBackwardArgs&) { no_moe_kernel("moe_unpermute_backward"); }
-  void run_op(const GroupedGemmArgs&) { no_moe_kernel("grouped_gemm"); }
+
+  void run_op(const MoeRouteForwardArgs& call) {
+    gpu::MoeRouteParams p = moe_route(call.logits, call.indices);
+    p.renormalize = call.params.renormalize;
+    gpu::launch_moe_route_forward(
+        p, stats("moe_route_forward", call.logits), stats("moe_route_forward", call.probs),
+        call.indices.ptr<int32_t>(), stats("moe_route_forward", call.gates), stream_);
+  }
+
+  void run_op(const MoeRouteBackwardArgs& call) {
+    gpu::MoeRouteParams p = moe_route(call.probs, call.indices);
+    p.renormalize = call.params.renormalize;
+    gpu::launch_moe_route_backward(
+        p, stats("moe_route_backward", call.dgates), stats("moe_route_backward", call.probs),
+        call.indices.ptr<int32_t>(), stats("moe_route_backward", call.gates),
+        stats("moe_route_backward", call.dlogits), stream_);
+  }
+
+  void run_op(const MoeAuxLossForwardArgs& call) {
+    gpu::launch_moe_aux_loss_forward(
+        moe_route(call.logits, call.indices), stats("moe_aux_loss_forward", call.logits),
+        stats("moe_aux_loss_forward", call.probs), call.indices.ptr<int32_t>(),
+        stats("moe_aux_loss_forward", call.loss), stream_);
+  }
+
+  void run_op(const MoeAuxLossBackwardArgs& call) {
+    const gpu::MoeRouteParams p = moe_route(call.logits, call.indices);
+    gpu::launch_moe_aux_loss_backward(
+        p, call.daux, call.dz, stats("moe_aux_loss_backward", call.logits),
+        stats("moe_aux_loss_backward", call.probs), call.indices.ptr<int32_t>(),
+        stats("moe_aux_loss_backward", call.dlogits), scratch_floats({p.experts})[0], stream_);
+  }
+
+  void run_op(const MoeDispatchArgs& call) {
+    const int64_t experts = call.counts.dim(0);
+    // The cursor is int32 scratch (a float buffer of the same size).
+    int32_t* cursor = reinterpret_cast<int32_t*>(scratch_floats({experts})[0]);
+    gpu::launch_moe_dispatch(call.indices.dim(0), call.indices.dim(1), experts, call.capacity,
+                             call.indices.ptr<int32_t>(), call.counts.ptr<int32_t>(),
+                             call.slots.ptr<int32_t>(), cursor, stream_);
+  }
+
+  static gpu::MoeRowsParams moe_rows(const char* op, const TensorView& x, const TensorView& slots,
+                                     const TensorView& rows) {
+    gpu::MoeRowsParams p;
+    p.tokens = x.rows();
+    p.k = slots.dim(1);
+    p.d = x.dim(-1);
+    p.rows = rows.dim(0);
+    p.slots = slots.ptr<int32_t>();
+    p.type = elem(op, x);
+    return p;
+  }
+
+  void run_op(const MoePermuteForwardArgs& call) {
+    gpu::launch_moe_permute_forward(moe_rows("moe_permute_forward", call.x, call.slots, call.out),
+                                    call.x.data, call.out.data, stream_);
+  }
+
+  void run_op(const MoePermuteBackwardArgs& call) {
+    gpu::launch_moe_permute_backward(
+        moe_rows("moe_permute_backward", call.dx, call.slots, call.dout), call.dout.data,
+        call.dx.data, stream_);
+  }
+
+  void run_op(const MoeUnpermuteForwardArgs& call) {
+    gpu::launch_moe_unpermute_forward(
+        moe_rows("moe_unpermute_forward", call.out, call.slots, call.y), call.y.data,
+        stats("moe_unpermute_forward", call.gates), call.out.data, stream_);
+  }
+
+  void run_op(const MoeUnpermuteBackwardArgs& call) {
+    gpu::launch_moe_unpermute_backward(
+        moe_rows("moe_unpermute_backward", call.dout, call.slots, call.y), call.dout.data,
+        call.y.data, stats("moe_unpermute_backward", call.gates),
+        call.dy.empty() ? nullptr : call.dy.data,
+        optional_stats("moe_unpermute_backward", call.dgates), stream_);
+  }
+
+  // The expert row counts come to the host (one stream sync per call) to size
+  // the per-expert GEMMs.
+  void run_op(const GroupedGemmArgs& call) {
+    const int64_t experts = call.counts.dim(0), rows = call.a.dim(0);
+    std::vector<int32_t> counts(static_cast<size_t>(experts));
+    MODAR_CUDA_CHECK(cudaMemcpyAsync(counts.data(), call.counts.data,
+                                     counts.size() * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                     stream_));
+    MODAR_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    for (int64_t e = 0; e < experts; ++e) {
+      if (counts[static_cast<size_t>(e)] < 0 || counts[static_cast<size_t>(e)] > rows) {
+        throw ShapeError("grouped_gemm: counts[" + std::to_string(e) +
+                         "] = " + std::to_string(counts[static_cast<size_t>(e)]) +
+                         " out of range [0, " + std::to_string(rows + 1) + ")");
+      }
+    }
+    detail::split_grouped_gemm(
+        call, counts.data(), [this](const GemmArgs& g) { run_op(g); },
+        [this](const FillArgs& f) { run_op(f); }, [this](const ScaleArgs& s) { run_op(s); });
+  }
 
  private:
   // Frees what the constructor acquired (each part may be missing).
@@ -800,7 +873,7 @@ class CudaBackend final : public Backend {
   // type; an operand the op does not take is an empty view.
   void activation(gpu::UnaryOp op, const char* name, const TensorView& a, const TensorView& b,
                   const TensorView& dout, const TensorView& out, const TensorView& out2) {
-    const gpu::ActivationParams p{op,       a.data,    b.data,         dout.data,
+    const gpu::ActivationParams p{op,       a.data,    b.data,    dout.data,
                                   out.data, out2.data, a.numel(), elem(name, a)};
     gpu::launch_activation(p, stream_);
   }
