@@ -183,7 +183,8 @@ void DepthResidual::prefix_forward(const Context& ctx, int64_t block, BlockState
 
 TensorView DepthResidual::read(const Context& ctx, int64_t branch) {
   const int64_t n = options_.streams, block = block_of(branch), i = position_in_block(branch);
-  if (i == 0) {
+  if (i == 0 || !block_states_[static_cast<size_t>(block)]) {
+    // (The second case: a pipeline segment starting inside the block.)
     start_block(ctx, block);
   }
   auto state = std::make_unique<BranchState>();
@@ -284,6 +285,10 @@ void DepthResidual::write(const Context& ctx, int64_t branch, const TensorView& 
     // Nothing of the block is kept: its phase-1 outputs (o-bar, lse) are
     // recomputed from the bank in backward (dar_math 5.5).
     block_states_[static_cast<size_t>(block)].reset();
+  } else if (branch == segment_end_ - 1) {
+    // A pipeline segment ends inside the block: P goes to the next stage,
+    // the phase-1 outputs are recomputed in backward as above.
+    block_states_[static_cast<size_t>(block)].reset();
   }
   if (!saving_) {
     branch_states_[static_cast<size_t>(branch)].reset();
@@ -357,17 +362,25 @@ TensorView DepthResidual::write_backward(const Context& ctx, int64_t branch) {
   Backend& be = ctx.backend;
   const int64_t n = options_.streams, block = block_of(branch), i = position_in_block(branch);
   BranchState& state = *branch_states_[static_cast<size_t>(branch)];
-  if (i == block_size(block) - 1) {
+  // The block's last branch, or (pipeline) the last branch of a segment that
+  // ends inside the block: the block's phase 1 is recomputed from the bank.
+  const bool block_starts_here = !block_states_[static_cast<size_t>(block)];
+  if (block_starts_here) {
     auto recomputed = std::make_unique<BlockState>();
     prefix_forward(ctx, block, *recomputed);
     block_states_[static_cast<size_t>(block)] = std::move(recomputed);
   }
   BlockState& bs = *block_states_[static_cast<size_t>(block)];
-  if (i == block_size(block) - 1) {
-    // dP^S = d H_{block+1}, complete: every later read has been differentiated.
-    dpartial_ = ctx.make({n, tokens_, d_});
-    for (int j = 0; j < n; ++j) {
-      be.copy(select(dbank_stream(j), block + 1), select(dpartial_, j));
+  if (block_starts_here) {
+    if (i == block_size(block) - 1) {
+      // dP^S = d H_{block+1}, complete: every later read has been differentiated.
+      dpartial_ = ctx.make({n, tokens_, d_});
+      for (int j = 0; j < n; ++j) {
+        be.copy(select(dbank_stream(j), block + 1), select(dpartial_, j));
+      }
+    } else if (dpartial_.empty()) {
+      throw ShapeError("depth residual: branch " + std::to_string(branch) +
+                       " ends a segment inside a block but no gradient of P was received");
     }
     for (int j = 0; j < n; ++j) {
       bs.dout.push_back(ctx.zeros(bs.out[static_cast<size_t>(j)].view().shape_vector()));
@@ -447,10 +460,16 @@ void DepthResidual::read_backward(const Context& ctx, int64_t branch, const Tens
     }
   }
   branch_states_[static_cast<size_t>(branch)].reset();
-  if (i == 0) {
+  if (i == 0 || branch == segment_first_) {
+    // (The second case: a pipeline segment starting inside the block; its
+    // phase-1 backward covers its own positions, the rest have zero dout and
+    // dlse.  dpartial_ is then d P received, which goes back to the stage
+    // before.)
     prefix_backward(ctx, block);
     block_states_[static_cast<size_t>(block)].reset();
-    dpartial_.reset();
+    if (i == 0) {
+      dpartial_.reset();
+    }
   }
 }
 
@@ -487,9 +506,11 @@ void DepthResidual::release() {
 
 void DepthResidual::finish_backward(const Context& ctx, const TensorView& dembedding) {
   Backend& be = ctx.backend;
-  const TensorView demb = reshape(dembedding, {tokens_, d_});
-  for (int j = 0; j < options_.streams; ++j) {
-    be.axpy(1.0, select(dbank_stream(j), 0), demb);
+  if (!dembedding.empty()) {  // (empty on a pipeline stage without the embedding)
+    const TensorView demb = reshape(dembedding, {tokens_, d_});
+    for (int j = 0; j < options_.streams; ++j) {
+      be.axpy(1.0, select(dbank_stream(j), 0), demb);
+    }
   }
   be.mul_backward(dfolded_query_, query_->value, key_norm_->value, query_->grad, key_norm_->grad);
   dbank_.reset();
@@ -499,6 +520,205 @@ void DepthResidual::finish_backward(const Context& ctx, const TensorView& dembed
   folded_query_.reset();
   block_states_.clear();
   branch_states_.clear();
+}
+
+// ---- pipeline stages --------------------------------------------------------------
+
+struct DepthResidual::State {
+  int64_t tokens = 0;
+  bool saving = true;
+  Buffer folded_query, dfolded_query, bank, bank_rstd, dbank, partial, partial_rstd, dpartial;
+  std::vector<std::unique_ptr<BlockState>> block_states;
+  std::vector<std::unique_ptr<BranchState>> branch_states;
+  std::unique_ptr<BranchState> output_state;
+};
+
+std::shared_ptr<DepthResidual::State> DepthResidual::take_state() {
+  auto state = std::make_shared<State>();
+  state->tokens = tokens_;
+  state->saving = saving_;
+  state->folded_query = std::move(folded_query_);
+  state->dfolded_query = std::move(dfolded_query_);
+  state->bank = std::move(bank_);
+  state->bank_rstd = std::move(bank_rstd_);
+  state->dbank = std::move(dbank_);
+  state->partial = std::move(partial_);
+  state->partial_rstd = std::move(partial_rstd_);
+  state->dpartial = std::move(dpartial_);
+  state->block_states = std::move(block_states_);
+  state->branch_states = std::move(branch_states_);
+  state->output_state = std::move(output_state_);
+  block_states_.clear();
+  branch_states_.clear();
+  return state;
+}
+
+void DepthResidual::put_state(std::shared_ptr<State> state) {
+  if (!state) {
+    release();
+    return;
+  }
+  tokens_ = state->tokens;
+  saving_ = state->saving;
+  folded_query_ = std::move(state->folded_query);
+  dfolded_query_ = std::move(state->dfolded_query);
+  bank_ = std::move(state->bank);
+  bank_rstd_ = std::move(state->bank_rstd);
+  dbank_ = std::move(state->dbank);
+  partial_ = std::move(state->partial);
+  partial_rstd_ = std::move(state->partial_rstd);
+  dpartial_ = std::move(state->dpartial);
+  block_states_ = std::move(state->block_states);
+  branch_states_ = std::move(state->branch_states);
+  output_state_ = std::move(state->output_state);
+}
+
+void DepthResidual::set_segment(int64_t first_branch, int64_t end_branch) {
+  if (first_branch < 0 || end_branch <= first_branch || end_branch > options_.total_branches) {
+    throw ShapeError("depth residual: segment [" + std::to_string(first_branch) + ", " +
+                     std::to_string(end_branch) + ") is not within the " +
+                     std::to_string(options_.total_branches) + " branches");
+  }
+  segment_first_ = first_branch;
+  segment_end_ = end_branch;
+}
+
+void DepthResidual::begin_received(const Context& ctx, int64_t tokens) {
+  if (!bank_.empty()) {
+    if (tokens != tokens_) {
+      throw ShapeError("depth residual: the bank holds " + std::to_string(tokens_) +
+                       " tokens, not " + std::to_string(tokens));
+    }
+    return;
+  }
+  tokens_ = tokens;
+  bank_ = ctx.zeros({options_.streams, entries(), tokens, d_});
+  bank_rstd_ = ctx.zeros({options_.streams, entries(), tokens}, ctx.stats());
+  folded_query_ = ctx.make(query_->value.view().shape_vector(), ctx.stats());
+  ctx.backend.mul_forward(query_->value, key_norm_->value, folded_query_);
+  block_states_.clear();
+  block_states_.resize(static_cast<size_t>(blocks()));
+  branch_states_.clear();
+  branch_states_.resize(static_cast<size_t>(options_.total_branches));
+  partial_.reset();
+  partial_rstd_.reset();
+  output_state_.reset();
+}
+
+namespace {
+
+void check_boundary(int64_t from, int64_t complete, const char* what) {
+  if (from < 0 || from > complete) {
+    throw ShapeError(std::string("depth residual ") + what + ": entries from " +
+                     std::to_string(from) + " of " + std::to_string(complete));
+  }
+}
+
+}  // namespace
+
+DepthResidual::BoundaryBuffers DepthResidual::pack_boundary(const Context& ctx,
+                                                            int64_t end_branch,
+                                                            int64_t from) const {
+  Backend& be = ctx.backend;
+  const int64_t n = options_.streams, complete = complete_entries(end_branch);
+  check_boundary(from, complete, "boundary");
+  const int64_t count = complete - from, k = count + (cuts_block(end_branch) ? 1 : 0);
+  BoundaryBuffers out;
+  out.values = ctx.make({n, k, tokens_, d_});
+  out.stats = ctx.make({n, k, tokens_}, ctx.stats());
+  for (int j = 0; j < n && k > 0; ++j) {
+    if (count > 0) {
+      be.copy(slice(bank_stream(j), from, count), slice(select(out.values, j), 0, count));
+      be.copy(slice(bank_rstd_stream(j), from, count), slice(select(out.stats, j), 0, count));
+    }
+    if (k > count) {
+      be.copy(select(partial_, j), select(select(out.values, j), count));
+      be.copy(select(partial_rstd_, j), select(select(out.stats, j), count));
+    }
+  }
+  return out;
+}
+
+void DepthResidual::unpack_boundary(const Context& ctx, int64_t end_branch, int64_t from,
+                                    const BoundaryBuffers& in) {
+  Backend& be = ctx.backend;
+  const int64_t n = options_.streams, complete = complete_entries(end_branch);
+  check_boundary(from, complete, "boundary");
+  const int64_t count = complete - from;
+  const bool cut = cuts_block(end_branch);
+  if (cut) {
+    partial_ = ctx.make({n, tokens_, d_});
+    partial_rstd_ = ctx.make({n, tokens_}, ctx.stats());
+  } else {
+    partial_.reset();
+    partial_rstd_.reset();
+  }
+  for (int j = 0; j < n; ++j) {
+    if (count > 0) {
+      be.copy(slice(select(in.values, j), 0, count), slice(bank_stream(j), from, count));
+      be.copy(slice(select(in.stats, j), 0, count), slice(bank_rstd_stream(j), from, count));
+    }
+    if (cut) {
+      be.copy(select(select(in.values, j), count), select(partial_, j));
+      be.copy(select(select(in.stats, j), count), select(partial_rstd_, j));
+    }
+  }
+}
+
+void DepthResidual::begin_backward_received(const Context& ctx) {
+  if (dbank_.empty()) {
+    dbank_ = ctx.zeros({options_.streams, entries(), tokens_, d_});
+    dfolded_query_ = ctx.zeros(folded_query_.view().shape_vector(), ctx.stats());
+  }
+  dpartial_.reset();
+}
+
+Buffer DepthResidual::pack_boundary_gradient(const Context& ctx, int64_t end_branch,
+                                             int64_t from) {
+  Backend& be = ctx.backend;
+  const int64_t n = options_.streams, complete = complete_entries(end_branch);
+  check_boundary(from, complete, "boundary gradient");
+  const int64_t count = complete - from;
+  const bool cut = cuts_block(end_branch);
+  if (cut && dpartial_.empty()) {
+    throw ShapeError("depth residual: no gradient of the received P to send back");
+  }
+  Buffer out = ctx.make({n, count + (cut ? 1 : 0), tokens_, d_});
+  for (int j = 0; j < n; ++j) {
+    if (count > 0) {
+      const TensorView sent = slice(dbank_stream(j), from, count);
+      be.copy(sent, slice(select(out, j), 0, count));
+      be.fill(sent, 0.0);
+    }
+    if (cut) {
+      be.copy(select(dpartial_, j), select(select(out, j), count));
+    }
+  }
+  dpartial_.reset();
+  return out;
+}
+
+void DepthResidual::unpack_boundary_gradient(const Context& ctx, int64_t end_branch, int64_t from,
+                                             const TensorView& dvalues) {
+  Backend& be = ctx.backend;
+  const int64_t n = options_.streams, complete = complete_entries(end_branch);
+  check_boundary(from, complete, "boundary gradient");
+  const int64_t count = complete - from;
+  const bool cut = cuts_block(end_branch);
+  if (dbank_.empty()) {
+    throw ShapeError("depth residual: a bank gradient arrived before begin_backward_received");
+  }
+  if (cut) {
+    dpartial_ = ctx.make({n, tokens_, d_});
+  }
+  for (int j = 0; j < n; ++j) {
+    if (count > 0) {
+      be.axpy(1.0, slice(select(dvalues, j), 0, count), slice(dbank_stream(j), from, count));
+    }
+    if (cut) {
+      be.copy(select(select(dvalues, j), count), select(dpartial_, j));
+    }
+  }
 }
 
 }  // namespace modar::runtime

@@ -480,6 +480,48 @@ class DepthResidual {
   // Free the bank and every saved state (after a forward-only pass).
   void release();
 
+  // ---- pipeline stages (runtime/parallel/pipeline.cpp) ----
+  // A stage runs the branches [first, end) of the model (a segment; the
+  // default is every branch).  A block cut by a segment edge is started from
+  // the bank at the segment's first read, and its phase-1 backward is split:
+  // each segment differentiates its own positions (the others' read
+  // gradients are exact zeros there).
+  void set_segment(int64_t first_branch, int64_t end_branch);
+  // Complete bank entries after branches [0, end): H_0 and the finished
+  // blocks; a boundary inside a block also carries the partial P.
+  int64_t complete_entries(int64_t end_branch) const {
+    return 1 + end_branch / options_.branches_per_block;
+  }
+  bool cuts_block(int64_t end_branch) const {
+    return end_branch % options_.branches_per_block != 0;
+  }
+  // Allocates the bank of a stage that receives it (no embedding here); a
+  // no-op when this micro-batch's bank already lives here (an earlier chunk).
+  void begin_received(const Context& ctx, int64_t tokens);
+  // The boundary after branch `end`: entries [from, complete_entries(end))
+  // and, when the boundary cuts a block, P (as one more entry), each with its
+  // key statistic: values [n, k, T, d] and rstd [n, k, T].
+  struct BoundaryBuffers {
+    Buffer values, stats;
+  };
+  BoundaryBuffers pack_boundary(const Context& ctx, int64_t end_branch, int64_t from) const;
+  void unpack_boundary(const Context& ctx, int64_t end_branch, int64_t from,
+                       const BoundaryBuffers& in);
+  // Backward across the same boundary: d values [n, k, T, d] (the statistic is
+  // a function of its entry, not an input: no gradient of its own).  The
+  // receiving stage packs and ZEROES the gradients it sends (they now belong
+  // to the sender); the sender adds them into its bank gradient and takes the
+  // partial's gradient as dP of its last branch.
+  void begin_backward_received(const Context& ctx);
+  Buffer pack_boundary_gradient(const Context& ctx, int64_t end_branch, int64_t from);
+  void unpack_boundary_gradient(const Context& ctx, int64_t end_branch, int64_t from,
+                                const TensorView& dvalues);
+  // The forward / backward state of one micro-batch, so that a pipeline stage
+  // can hold several in flight (1F1B): take_state() leaves this object empty.
+  struct State;
+  std::shared_ptr<State> take_state();  // (shared: State is opaque here)
+  void put_state(std::shared_ptr<State> state);
+
  private:
   struct BranchState;
   struct BlockState;
@@ -521,6 +563,7 @@ class DepthResidual {
   Buffer partial_, partial_rstd_;  // P^i [n, T, d], rstd [n, T]
   Buffer dpartial_;
   std::unique_ptr<BranchState> output_state_;
+  int64_t segment_first_ = 0, segment_end_ = -1;  // -1: every branch
 };
 
 }  // namespace modar::runtime

@@ -133,6 +133,17 @@ class DataParallelTrainer {
 struct PipelineOptions {
   int64_t microbatches = 1;  // m: the rank's rows are cut into m equal microbatches
   int64_t zero_stage = 0;    // over the data group
+  // parallel.virtual_stages: v chunks of layers per stage, chunk c on stage
+  // c mod p (Megatron's interleaved placement).  v > 1 runs micro-batch by
+  // micro-batch through all chunks (no overlap: the interleaved 1F1B
+  // schedule is not implemented), v = 1 the 1F1B schedule.
+  int64_t virtual_stages = 1;
+  // parallel.dar_bank_cache: a stage keeps the AttnRes / DAR bank entries it
+  // held at the end of its previous chunk, so a boundary sends only the
+  // entries since then (and a cut block's partial).  Without it every
+  // boundary sends the whole bank.  Same bytes at v = 1 (no stage has held
+  // anything before), as the planner models it.
+  bool dar_bank_cache = true;
 };
 
 class PipelineTrainer {
@@ -151,20 +162,31 @@ class PipelineTrainer {
   // global-batch means on every rank; peak_bytes is this rank's.
   StepResult train_step(const TensorView& tokens, const TensorView& targets);
 
+  // This stage's first chunk of layers [first_layer, end_layer).
   int64_t first_layer() const { return first_layer_; }
   int64_t end_layer() const { return end_layer_; }
   ParameterSet& parameters() { return params_; }
   const MemoryTracker& memory() const { return tracker_; }
   // The order of this stage's forward (+mb) and backward (-mb - 1) passes in
-  // the last step (the 1F1B schedule, checked by the tests).
+  // the last step (the 1F1B schedule, checked by the tests; one entry per
+  // chunk when v > 1).
   const std::vector<int64_t>& last_schedule() const { return schedule_; }
 
  private:
   struct Slot;
   struct Micro;
+  struct Chunk {
+    int64_t index = 0;               // global chunk c (on stage c mod p)
+    int64_t first = 0, end = 0;      // layers [first, end)
+    size_t slot_begin = 0, slot_end = 0;  // into layers_
+  };
   Context context() { return Context{backend_, &tracker_, options_.dtype}; }
-  void forward(Micro& micro);
-  void backward(Micro& micro);
+  void forward(Micro& micro, const Chunk& chunk);
+  void backward(Micro& micro, const Chunk& chunk);
+  // AttnRes / DAR: entries the receiver of global chunk `c` already holds
+  // (parallel.dar_bank_cache: what it had at the end of its chunk c - p).
+  int64_t bank_held_before(int64_t c) const;
+  int64_t chunk_end_layer(int64_t c) const;
 
   Backend& backend_;
   Config config_;
@@ -179,6 +201,9 @@ class PipelineTrainer {
   Parameter* final_norm_ = nullptr;
   Parameter* head_ = nullptr;
   std::vector<std::unique_ptr<Slot>> layers_;
+  std::vector<Chunk> chunks_;                // this stage's, in order
+  std::unique_ptr<DepthResidual> depth_;     // AttnRes / DAR: parameters replicated per stage
+  std::vector<Parameter*> depth_params_;     // their gradients are summed over the stages
   std::unique_ptr<ShardedOptimizer> optimizer_;
   std::vector<int64_t> schedule_;
   Buffer positions_;

@@ -390,7 +390,7 @@ TEST(Pipeline, OneFOneBEqualsTheSingleProcessStep) {
   for (const Family& family : families()) {
     if (family.name.find("dar") != std::string::npos ||
         family.name.find("attnres") != std::string::npos) {
-      continue;  // AttnRes / DAR pipeline stages: not implemented (ConfigError below)
+      continue;  // AttnRes / DAR pipeline stages: tests/cpp/parallel/test_parallel_depth.cpp
     }
     for (int64_t stages : {int64_t{1}, int64_t{2}, int64_t{4}}) {
       if (world % stages != 0) {
@@ -404,19 +404,6 @@ TEST(Pipeline, OneFOneBEqualsTheSingleProcessStep) {
         check_pipeline(family, stages, micro, dp > 1 ? 1 : 0);
       }
     }
-  }
-}
-
-TEST(Pipeline, DepthResidualModelsAreRefusedNamingTheField) {
-  Config config = tiny_config();
-  config.dar.variant = DarVariant::dar;
-  ParallelConfig layout;
-  ProcessGroups groups = make_process_groups(*g_world, layout);
-  try {
-    PipelineTrainer trainer(*g_backend, config, fp64_options(), groups, PipelineOptions{});
-    ADD_FAILURE() << "expected ConfigError";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("dar.variant"), std::string::npos) << e.what();
   }
 }
 

@@ -1,0 +1,432 @@
+// AttnRes / DAR models across pipeline stages (fp64, CPU backend): the
+// pipeline step equals the single-process step on the same global batch, and
+// the bytes each boundary sends are the planner's (docs/runtime_parallel.md,
+// cost_models/parallel.cpp), counted here by hand.
+//
+// Run as one process and under mpirun with 2 and 4 (tests/CMakeLists.txt).
+// Every rank also runs the single-process Model on the whole global batch (the
+// models are tiny) and compares after two AdamW steps: losses to 1e-12
+// relative, every parameter (and, ZeRO 0, every gradient) to 1e-12 of its
+// tensor's largest entry.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "modar/errors.hpp"
+#include "modar/runtime/parallel_steps.hpp"
+
+namespace modar::runtime {
+namespace {
+
+Backend* g_backend = nullptr;
+Communicator* g_world = nullptr;
+
+constexpr double kRelative = 1e-12;
+constexpr int kSteps = 2;
+constexpr int64_t kBatch = 8;
+
+Config tiny_config() {
+  Config config;
+  config.model.d_model = 16;
+  config.model.n_layers = 4;
+  config.model.n_heads = 2;
+  config.model.n_kv_heads = 1;
+  config.model.d_ff = 24;
+  config.model.vocab_size = 13;
+  config.model.seq_len = 6;
+  config.model.tie_embeddings = false;
+  return config;
+}
+
+struct Family {
+  std::string name;
+  std::function<void(Config&)> edit;
+};
+
+std::vector<Family> families() {
+  return {
+      {"attnres_block",
+       [](Config& c) {
+         c.dar.variant = DarVariant::attnres;
+         c.dar.block_layers = 2;
+       }},
+      {"attnres_full",
+       [](Config& c) {
+         c.dar.variant = DarVariant::attnres;
+         c.dar.block_layers = 1;
+       }},
+      {"dar_full",
+       [](Config& c) {
+         c.dar.variant = DarVariant::dar;
+         c.dar.block_layers = 1;
+       }},
+      {"dar_block",
+       [](Config& c) {
+         c.dar.variant = DarVariant::dar;
+         c.dar.block_layers = 2;
+       }},
+      {"mod_dar",
+       [](Config& c) {
+         c.mod.every = 2;
+         c.mod.capacity = 0.5;
+         c.mod.causal_router = CausalRouter::aux_loss;
+         c.dar.variant = DarVariant::dar;
+         c.dar.block_layers = 2;
+       }},
+  };
+}
+
+ModelOptions fp64_options() {
+  ModelOptions options;
+  options.dtype = ScalarType::fp64;
+  options.seed = 8;
+  // AdamW in its near-linear regime (epsilon = 1 >> |g|: the update is about
+  // lr m, like momentum SGD), so that a parameter's error is its gradients'
+  // error.  With epsilon = 1e-8, AdamW divides every element by its own
+  // gradient scale: an element whose gradient is 1e-3 of its tensor's largest
+  // and carries a 1e-14..4e-12 relative difference of summation order (any
+  // regrouping: the cached bank's gradient is summed on the stage holding the
+  // entry and then added to the other stages', a + (b + c) for (a + b) + c;
+  // data-parallel means over 8 micro-batches do the same) moves lr times that
+  // difference, 1.3e-12 of the largest entry of the zero-initialised
+  // depth.query after two steps (Full DAR; both beta1 = 0.9 and 0).  The
+  // gradients are checked to 1e-12 of their largest entry as they are.
+  options.adamw.learning_rate = 0.1;
+  options.adamw.epsilon = 1.0;
+  options.adamw.weight_decay = 0.1;
+  return options;
+}
+
+std::vector<int32_t> ids(int64_t vocab, int64_t seq, int64_t begin, int64_t count, int shift) {
+  std::vector<int32_t> values;
+  for (int64_t r = begin; r < begin + count; ++r) {
+    for (int64_t t = 0; t < seq; ++t) {
+      const int64_t i = r * seq + t + shift;
+      values.push_back(static_cast<int32_t>((i * 7919 + 13 + (i * i) % 5) % vocab));
+    }
+  }
+  return values;
+}
+
+struct Reference {
+  std::vector<StepResult> steps;
+  std::vector<std::vector<double>> grads, values;
+  std::vector<std::string> names;
+};
+
+Reference serial_reference(const Config& config) {
+  Model model(*g_backend, config, fp64_options());
+  const int64_t seq = config.model.seq_len, vocab = config.model.vocab_size;
+  Buffer tokens = model.make_tokens(ids(vocab, seq, 0, kBatch, 0), kBatch, seq);
+  Buffer targets = model.make_tokens(ids(vocab, seq, 0, kBatch, 1), kBatch, seq);
+  Reference ref;
+  for (int s = 0; s < kSteps; ++s) {
+    ref.steps.push_back(model.train_step(tokens, targets));
+  }
+  for (const auto& p : model.parameters().all()) {
+    ref.names.push_back(p->name);
+    ref.grads.push_back(download(*g_backend, p->grad));
+    ref.values.push_back(download(*g_backend, p->value));
+  }
+  return ref;
+}
+
+void expect_close(double got, double want, const std::string& what) {
+  EXPECT_LE(std::abs(got - want), kRelative * std::abs(want))
+      << what << ": " << got << " vs " << want;
+}
+
+// Each element to 1e-12 of the tensor's largest entry (a reference that is
+// exactly zero everywhere must be exactly zero here).
+void expect_tensor(const std::vector<double>& got, const std::vector<double>& want,
+                   const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 0.0;
+  for (double w : want) {
+    scale = std::max(scale, std::abs(w));
+  }
+  int64_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::abs(got[i] - want[i]) > kRelative * scale && ++bad <= 3) {
+      ADD_FAILURE() << what << "[" << i << "]: " << got[i] << " vs " << want[i];
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+// The pipeline group, with every send recorded (peer, bytes): an account of
+// the traffic independent of the trainer's own bookkeeping.
+class CountingCommunicator : public Communicator {
+ public:
+  explicit CountingCommunicator(std::unique_ptr<Communicator> inner) : inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string engine() const override { return inner_->engine(); }
+  DeviceKind device() const override { return inner_->device(); }
+  void all_reduce(const TensorView& buf, ReduceOp op) override { inner_->all_reduce(buf, op); }
+  void reduce_scatter(const TensorView& in, const TensorView& out) override {
+    inner_->reduce_scatter(in, out);
+  }
+  void all_gather(const TensorView& in, const TensorView& out) override {
+    inner_->all_gather(in, out);
+  }
+  void all_to_all(const TensorView& in, const TensorView& out) override {
+    inner_->all_to_all(in, out);
+  }
+  void broadcast(const TensorView& buf, int root) override { inner_->broadcast(buf, root); }
+  void send(const TensorView& buf, int peer) override {
+    sends.emplace_back(peer, buf.bytes());
+    inner_->send(buf, peer);
+  }
+  void recv(const TensorView& buf, int peer) override { inner_->recv(buf, peer); }
+  void send_recv(const TensorView& send_buf, int send_peer, const TensorView& recv_buf,
+                 int recv_peer) override {
+    sends.emplace_back(send_peer, send_buf.bytes());
+    inner_->send_recv(send_buf, send_peer, recv_buf, recv_peer);
+  }
+  void barrier() override { inner_->barrier(); }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    return inner_->split(color, key);
+  }
+
+  std::vector<std::pair<int, int64_t>> sends;
+
+ private:
+  std::unique_ptr<Communicator> inner_;
+};
+
+// ---- the planner's bank bytes, by hand ---------------------------------------------------
+//
+// cost_models/parallel.cpp (bank_entries_at, the dar_bank_cache branch):
+// the boundary after layer l sends the bank entries that exist then, H_0 and
+// one per completed block (l / K), plus the partial of a block the boundary
+// cuts (l mod K != 0) as one more entry; each entry is n T (d B + B_stats)
+// bytes (the planner writes 4 for the fp32 statistic; in fp64 the runtime's
+// key rstd is fp64: 8).  With the cache the receiving stage already holds
+// the complete entries it had at the end of its previous chunk (1 + l' / K
+// with l' that chunk's end layer): only the rest goes.  The backward returns
+// the gradient of the same entries (d B each: the rstd is a function of its
+// entry, not an input).
+//
+// Full AttnRes (K = 1) makes every BRANCH its own entry (SPEC 1.2,
+// dar_math 1.2): 1 + 2 l entries after layer l, where the planner's
+// bank_entries_at counts 1 + l (an undercount in the planner, reported).
+struct BankShape {
+  int64_t streams = 1;
+  int64_t block_layers = 1;
+  bool per_branch = false;  // Full AttnRes
+  int64_t complete(int64_t layer) const {
+    return per_branch ? 1 + 2 * layer : 1 + layer / block_layers;
+  }
+  bool cut(int64_t layer) const { return !per_branch && layer % block_layers != 0; }
+};
+
+BankShape bank_shape(const Config& c) {
+  BankShape b;
+  b.streams = c.dar.variant == DarVariant::attnres ? 1 : c.dar.streams;
+  b.block_layers = c.dar.block_layers;
+  b.per_branch = c.dar.variant == DarVariant::attnres && c.dar.block_layers == 1;
+  return b;
+}
+
+// The sends (peer, bytes) one step makes on pipeline stage `stage`.
+std::vector<std::pair<int, int64_t>> expected_sends(const Config& config, int64_t stages,
+                                                    int64_t virtual_stages, bool cache,
+                                                    int64_t micro_rows, int64_t microbatches,
+                                                    int64_t stage) {
+  const BankShape bank = bank_shape(config);
+  const int64_t L = config.model.n_layers, chunks = stages * virtual_stages;
+  std::vector<int64_t> end(static_cast<size_t>(chunks));  // equal chunks, first L mod C longer
+  int64_t layer = 0;
+  for (int64_t c = 0; c < chunks; ++c) {
+    layer += L / chunks + (c < L % chunks ? 1 : 0);
+    end[static_cast<size_t>(c)] = layer;
+  }
+  const int64_t T = micro_rows * config.model.seq_len, d = config.model.d_model, B = 8;
+  std::vector<std::pair<int, int64_t>> out;
+  for (int64_t mb = 0; mb < microbatches; ++mb) {
+    for (int64_t c = 0; c + 1 < chunks; ++c) {
+      const int64_t l = end[static_cast<size_t>(c)];
+      int64_t held = 0;
+      if (cache && c + 1 - stages >= 0) {
+        held = bank.complete(end[static_cast<size_t>(c + 1 - stages)]);
+      }
+      const int64_t k = bank.complete(l) - held + (bank.cut(l) ? 1 : 0);
+      if (k == 0) {
+        continue;
+      }
+      const int64_t from_stage = c % stages, to_stage = (c + 1) % stages;
+      if (from_stage == stage) {  // forward: entries, then their rstd
+        out.emplace_back(static_cast<int>(to_stage), bank.streams * k * T * d * B);
+        out.emplace_back(static_cast<int>(to_stage), bank.streams * k * T * B);
+      }
+      if (to_stage == stage) {  // backward: their gradient
+        out.emplace_back(static_cast<int>(from_stage), bank.streams * k * T * d * B);
+      }
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void check_pipeline(const Family& family, int64_t stages, int64_t virtual_stages,
+                    int64_t microbatches, bool cache) {
+  Config config = tiny_config();
+  family.edit(config);
+  const int64_t world = g_world->size(), dp = world / stages;
+  const int64_t zero = dp > 1 ? 1 : 0;
+  const std::string what = family.name + " pp " + std::to_string(stages) + " v " +
+                           std::to_string(virtual_stages) + " m " + std::to_string(microbatches) +
+                           (cache ? " cached" : " whole bank") + " dp " + std::to_string(dp) +
+                           " on " + std::to_string(world) + " ranks";
+  SCOPED_TRACE(what);
+  const Reference ref = serial_reference(config);
+  ParallelConfig layout;
+  layout.pipeline = stages;
+  layout.zero = zero;
+  ProcessGroups groups = make_process_groups(*g_world, layout);
+  auto counting = std::make_unique<CountingCommunicator>(std::move(groups.pipeline));
+  CountingCommunicator* counter = counting.get();
+  groups.pipeline = std::move(counting);
+  const int64_t rows = kBatch / dp, seq = config.model.seq_len, vocab = config.model.vocab_size;
+  PipelineOptions options;
+  options.microbatches = microbatches;
+  options.zero_stage = zero;
+  options.virtual_stages = virtual_stages;
+  options.dar_bank_cache = cache;
+  PipelineTrainer trainer(*g_backend, config, fp64_options(), groups, options);
+  const Context ctx{*g_backend, nullptr, ScalarType::fp64};
+  Buffer tokens = ctx.indices({rows, seq}, ids(vocab, seq, groups.at.data * rows, rows, 0));
+  Buffer targets = ctx.indices({rows, seq}, ids(vocab, seq, groups.at.data * rows, rows, 1));
+  for (int s = 0; s < kSteps; ++s) {
+    counter->sends.clear();
+    const StepResult got = trainer.train_step(tokens, targets);
+    const StepResult& want = ref.steps[static_cast<size_t>(s)];
+    const std::string step = " step " + std::to_string(s);
+    expect_close(got.loss, want.loss, "loss" + step);
+    expect_close(got.lm_loss, want.lm_loss, "lm_loss" + step);
+    expect_close(got.router_aux, want.router_aux, "router_aux" + step);
+  }
+  // Every parameter this stage holds (the depth parameters on every stage).
+  int64_t checked = 0;
+  for (const auto& p : trainer.parameters().all()) {
+    const auto it = std::find(ref.names.begin(), ref.names.end(), p->name);
+    ASSERT_NE(it, ref.names.end()) << p->name;
+    const size_t i = static_cast<size_t>(it - ref.names.begin());
+    expect_tensor(download(*g_backend, p->value), ref.values[i], p->name);
+    if (zero == 0) {
+      std::vector<double> g = download(*g_backend, p->grad);
+      for (double& v : g) {
+        v /= static_cast<double>(dp * microbatches);
+      }
+      expect_tensor(g, ref.grads[i], "grad " + p->name);
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+  // The bank's bytes of the last step, message by message.
+  std::vector<std::pair<int, int64_t>> sends = counter->sends;
+  std::sort(sends.begin(), sends.end());
+  EXPECT_EQ(sends, expected_sends(config, stages, virtual_stages, cache, rows / microbatches,
+                                  microbatches, groups.at.stage));
+  // The schedule: 1F1B at v = 1 (tests/cpp/parallel/test_parallel_steps.cpp
+  // checks its order); v > 1 runs each micro-batch through its v chunks
+  // forward, then back.
+  if (virtual_stages > 1) {
+    std::vector<int64_t> want;
+    for (int64_t mb = 0; mb < microbatches; ++mb) {
+      want.insert(want.end(), static_cast<size_t>(virtual_stages), mb);
+      want.insert(want.end(), static_cast<size_t>(virtual_stages), -mb - 1);
+    }
+    EXPECT_EQ(trainer.last_schedule(), want);
+  }
+}
+
+TEST(PipelineDepth, BankAcrossStagesEqualsTheSingleProcessStep) {
+  const int64_t world = g_world->size();
+  for (const Family& family : families()) {
+    for (int64_t stages : {int64_t{1}, int64_t{2}, int64_t{4}}) {
+      if (world % stages != 0) {
+        continue;
+      }
+      const int64_t dp = world / stages;
+      for (int64_t v : {int64_t{1}, int64_t{2}}) {
+        if (stages * v > tiny_config().model.n_layers || (v > 1 && stages < 2)) {
+          continue;
+        }
+        for (int64_t micro : {int64_t{1}, int64_t{2}}) {
+          if ((kBatch / dp) % micro != 0) {
+            continue;
+          }
+          for (bool cache : {true, false}) {
+            check_pipeline(family, stages, v, micro, cache);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The byte formula above, once by hand for one layout (no communication):
+// DAR Block (n = 2, K = 2), L = 4 in 4 chunks of one layer on 2 stages, one
+// micro-batch of 4 x 6 tokens, d = 16, fp64.  Boundaries after layers 1, 2, 3:
+//   layer 1 (stage 0 -> 1): H_0 + the cut block's partial: 2 entries, both modes;
+//   layer 2 (stage 1 -> 0): H_0, H_1: 2 entries; cached: stage 0 held H_0 -> 1;
+//   layer 3 (stage 0 -> 1): H_0, H_1 + partial: 3; cached: stage 1 held H_0,
+//   H_1 (its chunk ended at layer 2) -> the partial only, 1.
+// An entry is n T d 8 = 2 x 24 x 16 x 8 = 6144 bytes (+ 2 x 24 x 8 = 384 of rstd).
+TEST(PipelineDepth, HandCountOfTheCachedBankBytes) {
+  Config config = tiny_config();
+  config.dar.variant = DarVariant::dar;
+  config.dar.block_layers = 2;
+  // Stage 0 sends forward at layers 1 and 3 and a gradient back at layer 2.
+  // Cached: layer 1: 2 entries = 12288 + 768 rstd; layer 3: 6144 + 384;
+  // backward of layer 2 (1 entry): 6144.
+  const std::vector<std::pair<int, int64_t>> cached0 = {
+      {1, 384}, {1, 768}, {1, 6144}, {1, 6144}, {1, 12288}};
+  EXPECT_EQ(expected_sends(config, 2, 2, true, 4, 1, 0), cached0);
+  // Whole bank: layer 1: 12288 + 768; layer 3: 18432 + 1152; layer 2 back: 12288.
+  const std::vector<std::pair<int, int64_t>> whole0 = {
+      {1, 768}, {1, 1152}, {1, 12288}, {1, 12288}, {1, 18432}};
+  EXPECT_EQ(expected_sends(config, 2, 2, false, 4, 1, 0), whole0);
+}
+
+TEST(PipelineDepth, VirtualStagesWithoutAPipelineAreRefusedNamingTheField) {
+  Config config = tiny_config();
+  config.dar.variant = DarVariant::dar;
+  ParallelConfig layout;
+  layout.pipeline = 1;
+  ProcessGroups groups = make_process_groups(*g_world, layout);
+  PipelineOptions options;
+  options.virtual_stages = 2;
+  try {
+    PipelineTrainer trainer(*g_backend, config, fp64_options(), groups, options);
+    ADD_FAILURE() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.virtual_stages = 2"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace modar::runtime
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  std::unique_ptr<modar::runtime::Backend> backend = modar::runtime::make_cpu_backend();
+  std::unique_ptr<modar::runtime::Communicator> world =
+      modar::runtime::launched_by_mpirun() ? modar::runtime::make_world_communicator(*backend)
+                                           : modar::runtime::make_self_communicator(*backend);
+  modar::runtime::g_backend = backend.get();
+  modar::runtime::g_world = world.get();
+  int failed = RUN_ALL_TESTS();
+  failed = static_cast<int>(
+      modar::runtime::all_reduce_sum(*backend, *world, {static_cast<double>(failed != 0)})[0]);
+  world.reset();
+  return failed != 0 ? 1 : 0;
+}
