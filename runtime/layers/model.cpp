@@ -52,6 +52,11 @@ Model::Model(Backend& backend, const Config& config, const ModelOptions& options
   const int64_t d = m.d_model;
   embedding_ =
       &params_.add(ctx, "embedding", {m.vocab_size, d}, options.dtype, Init::normal_std(0.02), rng);
+  auto close_unit = [this](const std::string& name) {
+    const int64_t begin = units_.empty() ? 0 : units_.back().end;
+    units_.push_back({name, begin, static_cast<int64_t>(params_.all().size())});
+  };
+  close_unit("embedding");
   BranchShape shape = BranchShape::from(m);
   shape.rope_theta = options.rope_theta;
   const double out_std = 0.02 / std::sqrt(2.0 * static_cast<double>(m.n_layers));
@@ -73,15 +78,20 @@ Model::Model(Backend& backend, const Config& config, const ModelOptions& options
           std::make_unique<TransformerLayer>(params_, ctx, prefix, shape, rng, out_std, layer_moe);
     }
     layers_.push_back(std::move(slot));
+    close_unit(prefix);
   }
   if (config.dar.enabled()) {
     depth_ = std::make_unique<DepthResidual>(params_, ctx, DepthOptions::from(config), d, rng);
+    depth_unit_ = static_cast<int64_t>(units_.size());
+    close_unit("depth");
   }
   final_norm_ = &params_.add(ctx, "final_norm", {d}, options.dtype, Init::constant_value(1.0), rng);
   if (!m.tie_embeddings) {
     head_ =
         &params_.add(ctx, "head", {d, m.vocab_size}, options.dtype, Init::normal_std(0.02), rng);
   }
+  head_unit_ = static_cast<int64_t>(units_.size());
+  close_unit("head");
 }
 
 Model::~Model() = default;
@@ -92,6 +102,17 @@ int64_t Model::routed_layers() const {
     count += slot->routed ? 1 : 0;
   }
   return count;
+}
+
+std::vector<MoeFfn*> Model::moe_ffns() {
+  std::vector<MoeFfn*> out;
+  for (const auto& slot : layers_) {
+    const MoeFfn* ffn = slot->dense ? slot->dense->moe() : slot->routed->core().moe();
+    if (ffn != nullptr) {
+      out.push_back(const_cast<MoeFfn*>(ffn));  // the model owns its layers
+    }
+  }
+  return out;
 }
 
 Buffer Model::make_tokens(const std::vector<int32_t>& ids, int64_t batch, int64_t seq) const {
@@ -159,6 +180,10 @@ StepResult Model::evaluate(const TensorView& tokens, const TensorView& targets) 
 }
 
 void Model::optimizer_step() {
+  if (hooks_ != nullptr) {
+    throw ConfigError(
+        "parallel.zero = 3: the model's parameters are sharded; the sharded optimizer steps them");
+  }
   AdamWParams hyper = options_.adamw;
   hyper.step = ++step_;
   params_.adamw_step(backend_, hyper);
@@ -182,9 +207,22 @@ StepResult Model::run(const TensorView& tokens, const TensorView& targets, bool 
                      targets.describe() + " must both be i32 [b, s]");
   }
   const int64_t batch = tokens.dim(0), seq = tokens.dim(1), d = m.d_model, rows = batch * seq;
-  if (with_backward) {
+  if (with_backward && hooks_ == nullptr) {
     params_.zero_grads(be);
   }
+  // ZeRO-3 (ParameterUnitHooks): a unit's values / gradients around its use.
+  auto acquire = [this](int64_t unit, bool values, bool grads) {
+    if (hooks_ != nullptr && unit >= 0) {
+      hooks_->acquire(unit, values, grads);
+    }
+  };
+  auto release = [this](int64_t unit) {
+    if (hooks_ != nullptr && unit >= 0) {
+      hooks_->release(unit);
+    }
+  };
+  const int64_t embedding_unit = 0;
+  const bool tied = head_ == nullptr;
   StepResult result;
   int64_t routed_count = 0;
   auto add_losses = [&](const RoutedLayer::Losses& losses) {
@@ -212,7 +250,9 @@ StepResult Model::run(const TensorView& tokens, const TensorView& targets, bool 
 
   // ---- forward ----
   Buffer x = ctx.make({batch, seq, d});
+  acquire(embedding_unit, true, false);
   be.embedding_forward(embedding_->value, tokens, x);
+  release(embedding_unit);
   std::vector<int32_t> position_values(static_cast<size_t>(rows));
   for (int64_t i = 0; i < rows; ++i) {
     position_values[static_cast<size_t>(i)] = static_cast<int32_t>(i % seq);
@@ -221,7 +261,10 @@ StepResult Model::run(const TensorView& tokens, const TensorView& targets, bool 
 
   Buffer final_input;  // [b, s, d]: the residual stream, or the depth output read
   if (!depth_) {
-    for (auto& slot : layers_) {
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      LayerSlot* slot = layers_[l].get();
+      const int64_t unit = layer_unit0_ + static_cast<int64_t>(l);
+      acquire(unit, true, false);
       if (slot->dense) {
         slot->dense->forward_inplace(ctx, x, positions,
                                      with_backward ? &slot->dense_saved : nullptr);
@@ -231,13 +274,17 @@ StepResult Model::run(const TensorView& tokens, const TensorView& targets, bool 
             slot->routed->forward_inplace(ctx, x, with_backward ? &slot->routed_saved : nullptr));
         add_moe(slot->routed->core());
       }
+      release(unit);
     }
     final_input = std::move(x);
   } else {
     depth_->set_saving(with_backward);
+    acquire(depth_unit_, true, false);
     depth_->begin(ctx, x, rows);
     for (size_t l = 0; l < layers_.size(); ++l) {
       LayerSlot& slot = *layers_[l];
+      const int64_t unit = layer_unit0_ + static_cast<int64_t>(l);
+      acquire(unit, true, false);
       const int64_t attn_branch = 2 * static_cast<int64_t>(l);
       for (int branch = 0; branch < 2; ++branch) {
         const TensorView h = reshape(depth_->read(ctx, attn_branch + branch), {batch, seq, d});
@@ -259,8 +306,10 @@ StepResult Model::run(const TensorView& tokens, const TensorView& targets, bool 
         }
         depth_->write(ctx, attn_branch + branch, y);
       }
+      release(unit);
     }
     final_input = depth_->read_output(ctx);  // [T, d]
+    release(depth_unit_);
     x.reset();
     if (!with_backward) {
       depth_->release();
@@ -275,6 +324,10 @@ StepResult Model::run(const TensorView& tokens, const TensorView& targets, bool 
   const TensorView final_view = reshape(final_input, {batch, seq, d});
   Buffer final_rstd = ctx.make({rows}, ctx.stats());
   Buffer final_u = ctx.make({batch, seq, d});
+  acquire(head_unit_, true, false);
+  if (tied) {
+    acquire(embedding_unit, true, false);
+  }
   be.rmsnorm_forward(final_view, final_norm_->value, final_u, final_rstd, m.norm_eps);
   last_logits_ = ctx.make({rows, m.vocab_size});
   const TensorView u_rows = reshape(final_u, {rows, d});
@@ -297,10 +350,18 @@ StepResult Model::run(const TensorView& tokens, const TensorView& targets, bool 
     result.moe_z_loss /= static_cast<double>(moe_count);
   }
   if (!with_backward) {
+    release(head_unit_);
+    if (tied) {
+      release(embedding_unit);
+    }
     return result;
   }
 
   // ---- backward ----
+  acquire(head_unit_, true, true);
+  if (tied) {
+    acquire(embedding_unit, true, true);  // held to the embedding's backward
+  }
   Buffer dlogits = ctx.zeros({rows, m.vocab_size});
   be.cross_entropy_backward(1.0, last_logits_, target_rows, lse, dlogits);
   Buffer du = ctx.make({rows, d});
@@ -315,23 +376,28 @@ StepResult Model::run(const TensorView& tokens, const TensorView& targets, bool 
   Buffer dx = ctx.zeros({batch, seq, d});
   be.rmsnorm_backward(reshape(du, {batch, seq, d}), final_view, final_norm_->value, final_rstd, dx,
                       final_norm_->grad);
+  release(head_unit_);
   du.reset();
   final_u.reset();
   final_input.reset();
   if (!depth_) {
-    for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
-      LayerSlot& slot = **it;
+    for (int64_t l = static_cast<int64_t>(layers_.size()) - 1; l >= 0; --l) {
+      LayerSlot& slot = *layers_[static_cast<size_t>(l)];
+      acquire(layer_unit0_ + l, true, true);
       if (slot.dense) {
         slot.dense->backward_inplace(ctx, dx, slot.dense_saved);
       } else {
         slot.routed->backward_inplace(ctx, dx, slot.routed_saved);
       }
+      release(layer_unit0_ + l);
     }
   } else {
+    acquire(depth_unit_, true, true);
     depth_->begin_backward(ctx, dx);
     be.fill(dx, 0.0);  // reused below as d embedding
     for (int64_t l = static_cast<int64_t>(layers_.size()) - 1; l >= 0; --l) {
       LayerSlot& slot = *layers_[static_cast<size_t>(l)];
+      acquire(layer_unit0_ + l, true, true);
       for (int branch = 1; branch >= 0; --branch) {
         const int64_t index = 2 * l + branch;
         const TensorView dy = reshape(depth_->write_backward(ctx, index), {batch, seq, d});
@@ -345,10 +411,16 @@ StepResult Model::run(const TensorView& tokens, const TensorView& targets, bool 
         }
         depth_->read_backward(ctx, index, dh);
       }
+      release(layer_unit0_ + l);
     }
     depth_->finish_backward(ctx, dx);
+    release(depth_unit_);
+  }
+  if (!tied) {
+    acquire(embedding_unit, false, true);
   }
   be.embedding_backward(dx, tokens, embedding_->grad);
+  release(embedding_unit);
   return result;
 }
 

@@ -15,6 +15,7 @@
 // t, and each grouped GEMM is the gemm op on the same [T, .] operands, so the
 // layer reproduces the dense MlpBranch bit for bit (tests/cpp/runtime/
 // test_layers_moe.cpp).
+#include <algorithm>
 #include <cmath>
 
 #include "modar/errors.hpp"
@@ -55,7 +56,10 @@ MoeOptions MoeOptions::from(const MoeConfig& moe, const ModelConfig& model) {
 
 MoeFfn::MoeFfn(ParameterSet& params, const Context& ctx, const std::string& prefix,
                const BranchShape& shape, const MoeOptions& moe, Rng& rng, double out_std)
-    : shape_(shape), moe_(moe), width_(moe.expert_ffn > 0 ? moe.expert_ffn : shape.d_ff) {
+    : shape_(shape),
+      moe_(moe),
+      width_(moe.expert_ffn > 0 ? moe.expert_ffn : shape.d_ff),
+      local_experts_(moe.experts) {
   if (moe.experts < 1) {
     throw ConfigError("moe.experts = " + std::to_string(moe.experts) + ": must be >= 1");
   }
@@ -105,6 +109,114 @@ MoeFfn::MoeFfn(ParameterSet& params, const Context& ctx, const std::string& pref
   }
 }
 
+std::vector<Parameter*> MoeFfn::expert_parameters() const {
+  std::vector<Parameter*> out;
+  for (Parameter* p : {w_in_, w_gate_, w_up_, w_out_}) {
+    if (p != nullptr) {
+      out.push_back(p);
+    }
+  }
+  return out;
+}
+
+void MoeFfn::shard_experts(const Context& ctx, int rank, int size) {
+  if (size < 1 || moe_.experts % size != 0 || local_experts_ != moe_.experts) {
+    throw ConfigError("moe.experts = " + std::to_string(moe_.experts) +
+                      " must be a multiple of parallel.expert = " + std::to_string(size));
+  }
+  local_experts_ = moe_.experts / size;
+  for (Parameter* p : expert_parameters()) {
+    std::vector<int64_t> shape = p->value.view().shape_vector();
+    const int64_t per_expert = p->value.numel() / shape[0];
+    shape[0] = local_experts_;
+    auto keep = [&](Buffer& full) {
+      if (full.empty()) {
+        return;
+      }
+      Buffer part = ctx.make(shape, full.dtype());
+      ctx.backend.copy(slice(reshape(full, {full.numel()}), rank * local_experts_ * per_expert,
+                             local_experts_ * per_expert),
+                       reshape(part, {part.numel()}));
+      full = std::move(part);
+    };
+    keep(p->value);
+    keep(p->grad);
+    keep(p->master);
+    keep(p->adam_m);
+    keep(p->adam_v);
+  }
+}
+
+std::vector<int64_t> MoeFfn::group_dispatch(const Context& ctx, const TensorView& indices,
+                                            const TensorView& counts,
+                                            const TensorView& slots) const {
+  const int64_t tokens = indices.dim(0), k = moe_.top_k, e_count = moe_.experts;
+  const std::vector<double> idx = download(ctx.backend, indices);
+  // Assignments of this rank per (expert, choice j), then every rank's.
+  std::vector<int64_t> mine(static_cast<size_t>(1 + e_count * k), 0);
+  mine[0] = tokens;
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t j = 0; j < k; ++j) {
+      const auto e = static_cast<int64_t>(idx[static_cast<size_t>(t * k + j)]);
+      if (e < e_count) {
+        ++mine[static_cast<size_t>(1 + e * k + j)];
+      }
+    }
+  }
+  const std::vector<int64_t> all = exchange_->all_gather_counts(mine);
+  const int64_t ranks = exchange_->size(), me = exchange_->rank(), width = 1 + e_count * k;
+  int64_t group_tokens = 0;
+  for (int64_t r = 0; r < ranks; ++r) {
+    group_tokens += all[static_cast<size_t>(r * width)];
+  }
+  const bool capped = moe_.capacity_factor > 0.0;
+  const int64_t capacity = capped ? moe_.capacity(group_tokens) : 0;
+  // keep[e][j]: this rank's first keep assignments of (e, j) survive; the
+  // single-process priority is j-major, then token order (ranks in order).
+  std::vector<int64_t> keep(static_cast<size_t>(e_count * k), 0), kept(static_cast<size_t>(e_count), 0);
+  for (int64_t e = 0; e < e_count; ++e) {
+    int64_t before = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      const size_t at = static_cast<size_t>(1 + e * k + j);
+      int64_t earlier_ranks = 0, all_ranks = 0;
+      for (int64_t r = 0; r < ranks; ++r) {
+        const int64_t c = all[static_cast<size_t>(r * width) + at];
+        all_ranks += c;
+        earlier_ranks += r < me ? c : 0;
+      }
+      const int64_t own = mine[at];
+      const int64_t room =
+          capped ? std::max<int64_t>(0, capacity - before - earlier_ranks) : own;
+      keep[static_cast<size_t>(e * k + j)] = std::min(own, room);
+      kept[static_cast<size_t>(e)] += keep[static_cast<size_t>(e * k + j)];
+      before += all_ranks;
+    }
+  }
+  std::vector<int64_t> next(static_cast<size_t>(e_count), 0), used(keep.size(), 0);
+  for (int64_t e = 1; e < e_count; ++e) {
+    next[static_cast<size_t>(e)] = next[static_cast<size_t>(e - 1)] + kept[static_cast<size_t>(e - 1)];
+  }
+  std::vector<int32_t> slot_values(static_cast<size_t>(tokens * k), -1);
+  for (int64_t j = 0; j < k; ++j) {
+    for (int64_t t = 0; t < tokens; ++t) {
+      const auto e = static_cast<int64_t>(idx[static_cast<size_t>(t * k + j)]);
+      if (e >= e_count) {
+        continue;  // a null expert
+      }
+      const size_t ej = static_cast<size_t>(e * k + j);
+      if (used[ej] < keep[ej]) {
+        ++used[ej];
+        slot_values[static_cast<size_t>(t * k + j)] =
+            static_cast<int32_t>(next[static_cast<size_t>(e)]++);
+      }
+    }
+  }
+  ctx.backend.copy_from_host(slot_values.data(), slots);
+  const std::vector<int32_t> count_values(kept.begin(), kept.end());
+  ctx.backend.copy_from_host(count_values.data(), counts);
+  return kept;
+}
+
 Buffer MoeFfn::experts_forward(const Context& ctx, const TensorView& rows, const TensorView& counts,
                                Saved* saved) const {
   Backend& be = ctx.backend;
@@ -149,11 +261,18 @@ Buffer MoeFfn::forward(const Context& ctx, const TensorView& x, Saved* saved, St
   be.moe_route_forward(logits, probs, indices, gates, MoeRouteParams{moe_.renormalize});
   Buffer counts = ctx.make({moe_.experts}, ScalarType::i32);
   Buffer slots = ctx.make({tokens, k}, ScalarType::i32);
-  be.moe_dispatch(indices, counts, slots, moe_.capacity(tokens));
-  std::vector<double> host_counts = download(be, counts);
+  std::vector<int64_t> expert_counts;
+  if (exchange_ == nullptr) {
+    be.moe_dispatch(indices, counts, slots, moe_.capacity(tokens));
+    for (double c : download(be, counts)) {
+      expert_counts.push_back(static_cast<int64_t>(c));
+    }
+  } else {
+    expert_counts = group_dispatch(ctx, indices, counts, slots);
+  }
   int64_t kept = 0;
-  for (double c : host_counts) {
-    kept += static_cast<int64_t>(c);
+  for (int64_t c : expert_counts) {
+    kept += c;
   }
   {
     Stats& st = last_stats_;
@@ -180,7 +299,39 @@ Buffer MoeFfn::forward(const Context& ctx, const TensorView& x, Saved* saved, St
   Buffer y_buffer = ctx.make(x.shape_vector());
   const TensorView y = reshape(y_buffer, {tokens, d});
   Buffer rows, expert_out;
-  if (kept > 0) {
+  ExpertExchange::Plan plan;
+  int64_t local_rows = 0;
+  if (exchange_ != nullptr) {
+    // Expert parallelism: every rank of the group joins the exchanges, rows or not.
+    if (kept > 0) {
+      rows = ctx.make({kept, d});
+      be.moe_permute_forward(u, slots, rows);
+    }
+    plan = exchange_->plan(expert_counts);
+    Buffer local = exchange_->dispatch(ctx, rows, d, plan);
+    rows.reset();
+    std::vector<int32_t> local_counts(static_cast<size_t>(local_experts_), 0);
+    for (int64_t s = 0; s < exchange_->size(); ++s) {
+      for (int64_t e = 0; e < local_experts_; ++e) {
+        const int64_t c = plan.recv[static_cast<size_t>(s * local_experts_ + e)];
+        local_counts[static_cast<size_t>(e)] += static_cast<int32_t>(c);
+        local_rows += c;
+      }
+    }
+    counts = ctx.make({local_experts_}, ScalarType::i32);
+    be.copy_from_host(local_counts.data(), counts);
+    Buffer local_out;
+    if (local_rows > 0) {
+      local_out = experts_forward(ctx, local, counts, saved);
+    }
+    expert_out = exchange_->combine(ctx, local_out, d, plan);
+    rows = std::move(local);
+    if (kept > 0) {
+      be.moe_unpermute_forward(expert_out, slots, gates, y);
+    } else {
+      be.fill(y, 0.0);
+    }
+  } else if (kept > 0) {
     rows = ctx.make({kept, d});
     be.moe_permute_forward(u, slots, rows);
     expert_out = experts_forward(ctx, rows, counts, saved);
@@ -224,6 +375,8 @@ Buffer MoeFfn::forward(const Context& ctx, const TensorView& x, Saved* saved, St
     saved->rows = std::move(rows);
     saved->expert_out = std::move(expert_out);
     saved->kept_rows = kept;
+    saved->plan = std::move(plan);
+    saved->local_rows = local_rows;
   }
   return y_buffer;
 }
@@ -235,15 +388,27 @@ void MoeFfn::backward(const Context& ctx, const TensorView& dy_in, Saved& saved,
   const TensorView dy = reshape(dy_in, {tokens, d});
   Buffer du = ctx.zeros({tokens, d});
   Buffer dgates = ctx.zeros(saved.gates.view().shape_vector(), ctx.stats());
-  if (saved.kept_rows > 0) {
-    const int64_t r = saved.kept_rows;
-    Buffer dexpert = ctx.zeros({r, d});
-    be.moe_unpermute_backward(dy, saved.expert_out, saved.slots, saved.gates, dexpert, dgates);
+  if (saved.kept_rows > 0 || exchange_ != nullptr) {
+    // Under expert parallelism the expert gradients travel to the experts'
+    // ranks and the rows' gradients back (every rank joins both exchanges).
+    Buffer dexpert;
+    if (saved.kept_rows > 0) {
+      dexpert = ctx.zeros({saved.kept_rows, d});
+      be.moe_unpermute_backward(dy, saved.expert_out, saved.slots, saved.gates, dexpert, dgates);
+    }
+    int64_t r = saved.kept_rows;
+    if (exchange_ != nullptr) {
+      Buffer local = exchange_->dispatch(ctx, dexpert, d, saved.plan);
+      dexpert = std::move(local);
+      r = saved.local_rows;
+    }
+    Buffer drows;
+    if (r > 0) {
     Buffer dhidden = ctx.make({r, f});
     be.grouped_gemm(dexpert, false, w_out_->value, true, dhidden, saved.counts);
     be.grouped_gemm(saved.hidden, true, dexpert, false, w_out_->grad, saved.counts, 1.0, 1.0);
     dexpert.reset();
-    Buffer drows = ctx.make({r, d});
+    drows = ctx.make({r, d});
     if (shape_.mlp == MlpKind::gelu) {
       Buffer dpre = ctx.zeros({r, f});
       be.gelu_backward(dhidden, saved.pre, dpre);
@@ -258,7 +423,14 @@ void MoeFfn::backward(const Context& ctx, const TensorView& dy_in, Saved& saved,
       be.grouped_gemm(saved.rows, true, dgate, false, w_gate_->grad, saved.counts, 1.0, 1.0);
       be.grouped_gemm(saved.rows, true, dup, false, w_up_->grad, saved.counts, 1.0, 1.0);
     }
-    be.moe_permute_backward(drows, saved.slots, du);
+    }
+    if (exchange_ != nullptr) {
+      Buffer back = exchange_->combine(ctx, drows, d, saved.plan);
+      drows = std::move(back);
+    }
+    if (saved.kept_rows > 0) {
+      be.moe_permute_backward(drows, saved.slots, du);
+    }
   }
   if (s_out_ != nullptr) {
     const int64_t fs = moe_.shared_experts * f;

@@ -1,6 +1,7 @@
 // Process groups, the data-parallel / ZeRO optimizer step and the replicated
 // model trainer (include/modar/runtime/parallel_steps.hpp).
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 
 #include "modar/errors.hpp"
@@ -101,7 +102,8 @@ ShardedOptimizer::ShardedOptimizer(Backend& backend, ParameterSet& params, Memor
       adamw_(adamw) {
   if (zero_stage < 0 || zero_stage > 2) {
     throw ConfigError("parallel.zero = " + std::to_string(zero_stage) +
-                      ": the runtime's data-parallel step runs ZeRO stages 0, 1 and 2");
+                      ": ShardedOptimizer runs ZeRO stages 0, 1 and 2 (stage 3: Zero3Optimizer "
+                      "through DataParallelTrainer)");
   }
   const auto& all = params_.all();
   if (all.empty()) {
@@ -225,15 +227,43 @@ std::vector<double> ShardedOptimizer::shard_gradient() const {
 // ---- DataParallelTrainer ---------------------------------------------------------------
 
 DataParallelTrainer::DataParallelTrainer(Model& model, Communicator& data_group, int64_t zero_stage)
-    : model_(model),
-      data_(data_group),
-      optimizer_(model.backend(), model.parameters(), &model.memory_tracker(), data_group,
-                 zero_stage, model.options().adamw) {}
+    : model_(model), data_(data_group) {
+  if (zero_stage == 3) {
+    zero3_ = std::make_unique<Zero3Optimizer>(model, data_group, model.options().adamw);
+  } else {
+    optimizer_ = std::make_unique<ShardedOptimizer>(model.backend(), model.parameters(),
+                                                    &model.memory_tracker(), data_group,
+                                                    zero_stage, model.options().adamw);
+  }
+}
+
+DataParallelTrainer::~DataParallelTrainer() = default;
+
+ShardedOptimizer& DataParallelTrainer::optimizer() {
+  if (!optimizer_) {
+    throw std::logic_error("DataParallelTrainer::optimizer(): ZeRO 3 runs a Zero3Optimizer");
+  }
+  return *optimizer_;
+}
+
+Zero3Optimizer& DataParallelTrainer::zero3() {
+  if (!zero3_) {
+    throw std::logic_error("DataParallelTrainer::zero3(): this trainer runs ZeRO 0-2");
+  }
+  return *zero3_;
+}
 
 StepResult DataParallelTrainer::train_step(const TensorView& tokens, const TensorView& targets) {
+  if (zero3_) {
+    zero3_->reset_parameter_peak();
+  }
   StepResult local = model_.forward_backward(tokens, targets);
   const double ranks = static_cast<double>(data_.size());
-  optimizer_.step(1.0 / ranks);
+  if (zero3_) {
+    zero3_->step(1.0 / ranks);
+  } else {
+    optimizer_->step(1.0 / ranks);
+  }
   StepResult result = local;
   const std::vector<double> sums = all_reduce_sum(
       model_.backend(), data_,

@@ -234,6 +234,36 @@ struct MoeOptions {
   static MoeOptions from(const MoeConfig& moe, const ModelConfig& model);
 };
 
+// Expert parallelism of an MoeFfn (runtime/parallel/expert_parallel.cpp): the
+// E experts are split over an expert group of size() ranks, E / size()
+// consecutive experts each (the layer's expert weights then hold only this
+// rank's).  Rows travel by all-to-all, the counts exchanged first.
+class ExpertExchange {
+ public:
+  struct Plan {
+    int64_t chunk = 0;  // rows per rank pair in the (padded) all-to-all buffers
+    // [size][E / size]: rows this rank sends to rank j for j's local expert e,
+    // and rows it receives from rank s for its own local expert e.
+    std::vector<int64_t> send, recv;
+  };
+  virtual ~ExpertExchange() = default;
+  virtual int size() const = 0;
+  virtual int rank() const = 0;
+  // Every rank's `mine` (the same length on every rank), in rank order.
+  virtual std::vector<int64_t> all_gather_counts(const std::vector<int64_t>& mine) = 0;
+  // counts [E]: this rank's rows per expert -> the plan (counts all-to-all,
+  // chunk = the group's largest block).
+  virtual Plan plan(const std::vector<int64_t>& counts) = 0;
+  // rows [R, d] grouped by expert (R = sum counts; may be empty) -> this
+  // rank's experts' rows [sum recv, d], grouped by local expert, then source.
+  virtual Buffer dispatch(const Context& ctx, const TensorView& rows, int64_t d,
+                          const Plan& plan) = 0;
+  // The inverse: [sum recv, d] local-expert-major -> [R, d] back in the
+  // senders' order.
+  virtual Buffer combine(const Context& ctx, const TensorView& rows, int64_t d,
+                         const Plan& plan) = 0;
+};
+
 // y = sum_j g_j Expert_{e_j}(u) + Shared(u),  u = RMSNorm(x) (weighted), over
 // the top-k of p = softmax(u W_r) among E real + N null experts; a null
 // expert contributes nothing (the token skips the FFN).  Experts are the dense
@@ -248,6 +278,11 @@ class MoeFfn {
     Buffer rows, pre, gate, up, hidden, expert_out;         // expert-grouped [R, ..]
     Buffer shared_pre, shared_gate, shared_up, shared_hidden;  // shared experts [T, ..]
     int64_t kept_rows = 0;
+    // Expert parallelism: the exchange plan; rows / pre / gate / up / hidden /
+    // counts are then this rank's experts' (local_rows of them) and
+    // expert_out the combined [kept_rows, d].
+    ExpertExchange::Plan plan;
+    int64_t local_rows = 0;
   };
   struct Stats {
     double aux_loss = 0.0;         // unweighted load-balancing loss (1 = balanced)
@@ -266,8 +301,22 @@ class MoeFfn {
   const MoeOptions& options() const { return moe_; }
   // The Stats of the last forward (also in inference, where saved == nullptr).
   const Stats& last_stats() const { return last_stats_; }
+  // Expert parallelism (nullptr: every expert here).  The exchange's rank
+  // holds experts [rank E / size, (rank + 1) E / size); shard_experts()
+  // keeps only those rows of the expert weights (values, gradients,
+  // moments).  Capacity (capacity_factor > 0) is then counted over the
+  // group's tokens with the single-process priority (choice j-major, then
+  // token order, ranks in order), so a group holding the whole batch drops
+  // exactly what one process would.
+  void set_expert_exchange(ExpertExchange* exchange) { exchange_ = exchange; }
+  void shard_experts(const Context& ctx, int rank, int size);
+  std::vector<Parameter*> expert_parameters() const;  // the [E, ..] weights
 
  private:
+  // Host dispatch under expert parallelism: slots and counts of this rank's
+  // rows (capacity over the group); returns the counts per expert.
+  std::vector<int64_t> group_dispatch(const Context& ctx, const TensorView& indices,
+                                      const TensorView& counts, const TensorView& slots) const;
   Buffer experts_forward(const Context& ctx, const TensorView& rows, const TensorView& counts,
                          Saved* saved) const;
   BranchShape shape_;
@@ -277,6 +326,8 @@ class MoeFfn {
   Parameter *w_in_ = nullptr, *w_gate_ = nullptr, *w_up_ = nullptr, *w_out_ = nullptr;
   Parameter *s_in_ = nullptr, *s_gate_ = nullptr, *s_up_ = nullptr, *s_out_ = nullptr;
   mutable Stats last_stats_;
+  ExpertExchange* exchange_ = nullptr;
+  int64_t local_experts_ = 0;  // E, or E / size under expert parallelism
 };
 
 // ---- a transformer layer on the plain residual stream ---------------------------

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "modar/config.hpp"
@@ -55,6 +56,33 @@ struct StepResult {
   int64_t moe_null = 0;
   int64_t peak_bytes = 0;  // peak bytes held during the step
   double step_s = 0.0;     // wall time of the step (measure_training_step only)
+};
+
+// Parameter units (ZeRO-3, runtime/parallel): the model's parameters in
+// contiguous ranges of ParameterSet::all(), in order: the embedding, one unit
+// per layer, the AttnRes / DAR depth residual (when enabled), and the final
+// norm + head.  With hooks set, Model::run acquires a unit right before its
+// use and releases it right after, instead of holding every parameter:
+//   forward   embedding | layer 0 .. L-1 (depth held around all of them) |
+//             final norm + head (+ the embedding when tied)
+//   backward  final norm + head (+ tied embedding, held to the end) |
+//             layer L-1 .. 0 (depth held around them, its recompute too) |
+//             the embedding's gradient (values not needed when untied)
+// The final norm + head unit is not released between the forward and the
+// backward of a training step.  run() does not zero the gradients then (the
+// hooks hand out zeroed ones), and optimizer_step() refuses to run.
+struct ParameterUnit {
+  std::string name;  // "embedding", "layer<l>", "depth", "head"
+  int64_t begin = 0, end = 0;  // [begin, end) of parameters().all()
+};
+class ParameterUnitHooks {
+ public:
+  virtual ~ParameterUnitHooks() = default;
+  // values: the unit's Parameter::value buffers must be present; grads: its
+  // Parameter::grad buffers too (zeroed when handed out for the step).
+  virtual void acquire(int64_t unit, bool values, bool grads) = 0;
+  // The model is done with the unit: values may go, gradients are complete.
+  virtual void release(int64_t unit) = 0;
 };
 
 class Model {
@@ -99,6 +127,12 @@ class Model {
   Backend& backend() const { return backend_; }
   int64_t routed_layers() const;
 
+  // ZeRO-3 (see ParameterUnitHooks above); nullptr: every parameter held.
+  const std::vector<ParameterUnit>& parameter_units() const { return units_; }
+  void set_parameter_hooks(ParameterUnitHooks* hooks) { hooks_ = hooks; }
+  // The MoE FFNs of the MoE layers, in layer order (expert parallelism).
+  std::vector<MoeFfn*> moe_ffns();
+
  private:
   struct LayerSlot;
   StepResult run(const TensorView& tokens, const TensorView& targets, bool with_backward);
@@ -116,6 +150,9 @@ class Model {
   std::unique_ptr<DepthResidual> depth_;
   Buffer last_logits_;
   int64_t step_ = 0;
+  std::vector<ParameterUnit> units_;
+  int64_t layer_unit0_ = 1, depth_unit_ = -1, head_unit_ = -1;
+  ParameterUnitHooks* hooks_ = nullptr;
 };
 
 // Build the model of `config` on `backend` (dtype config.train.dtype, batch

@@ -13,7 +13,11 @@
 //    the parameters), 2 (reduce-scatter of the gradients into the shard, same
 //    update and all-gather).
 //  * DataParallelTrainer  a whole Model replicated on the data group, each
-//    rank stepping on its rows of the global batch.
+//    rank stepping on its rows of the global batch; with ZeRO 3 the Model's
+//    parameter units sharded by a Zero3Optimizer (gathered per unit right
+//    before use, gradients reduce-scattered per unit after its backward).
+//  * ExpertParallelTrainer  the experts of every MoE layer split over expert
+//    groups carved out of the data group, tokens exchanged by all-to-all.
 //  * PipelineTrainer  the model cut into p contiguous stages of layers
 //    (embedding on the first, final norm + head + loss on the last; a tied
 //    embedding lives on both and their gradients are summed), microbatches
@@ -111,21 +115,130 @@ class ShardedOptimizer {
 std::vector<double> all_reduce_sum(Backend& backend, Communicator& group,
                                    const std::vector<double>& values);
 
+// ZeRO stage 3 (Rajbhandari et al. 2020) over the data group, on the Model's
+// parameter units (model.hpp ParameterUnitHooks): each unit (embedding, each
+// layer, the depth residual, final norm + head) is flattened, padded to a
+// multiple of dp and cut into dp shards; this rank keeps only its shard of
+// every unit (master values and AdamW moments; the full values, gradients and
+// moments of the Model are released).  Model::run acquires a unit right
+// before its use: an all-gather of the shards into freshly allocated
+// Parameter::value buffers, released right after the unit's forward, gathered
+// again for its backward; after the unit's backward its gradients are
+// reduce-scattered into this rank's shard and freed (per unit, so per layer).
+// Parameter values must not be bf16 with an fp32 master (ConfigError:
+// train.dtype).  The model's hooks point here while this object lives.
+class Zero3Optimizer final : public ParameterUnitHooks {
+ public:
+  Zero3Optimizer(Model& model, Communicator& data_group, const AdamWParams& adamw);
+  ~Zero3Optimizer() override;
+  Zero3Optimizer(const Zero3Optimizer&) = delete;
+  Zero3Optimizer& operator=(const Zero3Optimizer&) = delete;
+
+  void acquire(int64_t unit, bool values, bool grads) override;
+  void release(int64_t unit) override;
+  // After the backward: AdamW on every unit's shard with the reduced
+  // gradients multiplied by grad_scale (nothing is gathered here: the next
+  // forward gathers the updated shards).
+  void step(double grad_scale);
+
+  struct Traffic {  // message bytes as the planner counts them (the full gathered /
+                    // reduced buffer, padding included), and calls
+    int64_t all_gather_bytes = 0, all_gather_calls = 0;
+    int64_t reduce_scatter_bytes = 0, reduce_scatter_calls = 0;
+    int64_t layer_gather_bytes = 0;  // the part of all_gather_bytes for "layer<l>" units
+  };
+  const Traffic& traffic() const { return traffic_; }
+  void reset_traffic() { traffic_ = Traffic{}; }
+  // Parameter bytes on this rank: the shards' master values plus the values
+  // of the units gathered at the moment (peak since the last step began).
+  const MemoryTracker& parameter_memory() const { return parameter_memory_; }
+  void reset_parameter_peak() { parameter_memory_.reset_peak(); }
+  int64_t unit_count() const { return static_cast<int64_t>(units_.size()); }
+  int64_t unit_numel(int64_t unit) const;        // parameters of the unit
+  int64_t unit_shard_numel(int64_t unit) const;  // ceil(numel / dp)
+  // The reduced (unscaled) gradient shard of a unit after the last backward.
+  std::vector<double> shard_gradient(int64_t unit) const;
+
+ private:
+  struct Unit;
+  Model& model_;
+  Communicator& data_;
+  AdamWParams adamw_;
+  int64_t step_ = 0;
+  std::vector<std::unique_ptr<Unit>> units_;
+  Traffic traffic_;
+  MemoryTracker parameter_memory_;
+};
+
 // A Model replicated over the data group: each rank runs forward / backward on
-// its own rows of the global batch, then the ShardedOptimizer step.
+// its own rows of the global batch, then the ShardedOptimizer step (ZeRO 0-2),
+// or with zero_stage 3 the Model's parameters sharded by a Zero3Optimizer.
 class DataParallelTrainer {
  public:
   DataParallelTrainer(Model& model, Communicator& data_group, int64_t zero_stage);
+  ~DataParallelTrainer();
   // tokens, targets: this rank's rows (i32 [b / dp, s]; every rank the same b / dp).
   // The returned losses are the global-batch means (identical on every rank);
   // peak_bytes is this rank's.
   StepResult train_step(const TensorView& tokens, const TensorView& targets);
-  ShardedOptimizer& optimizer() { return optimizer_; }
+  ShardedOptimizer& optimizer();  // ZeRO 0-2 (std::logic_error under ZeRO 3)
+  Zero3Optimizer& zero3();        // ZeRO 3 (std::logic_error otherwise)
 
  private:
   Model& model_;
   Communicator& data_;
-  ShardedOptimizer optimizer_;
+  std::unique_ptr<ShardedOptimizer> optimizer_;
+  std::unique_ptr<Zero3Optimizer> zero3_;
+};
+
+// ---- expert parallelism ------------------------------------------------------------
+
+// Bytes moved by the expert exchanges of an ExpertParallelTrainer (this rank).
+struct ExpertTraffic {
+  int64_t all_to_all_calls = 0;  // dispatch + combine, forward and backward
+  int64_t all_to_all_bytes = 0;  // message bytes: the whole padded send buffer
+  int64_t payload_bytes = 0;     // the rows actually sent (self included), no padding
+  int64_t count_bytes = 0;       // the counts exchanges before them
+};
+
+// Expert parallelism (Lepikhin et al. 2020, as Megatron-Core carves it out
+// of the data group): the data group's ranks in blocks of `expert`
+// consecutive ranks form the expert groups; the E experts of every MoE layer
+// are split over an expert group (E / expert consecutive experts per rank).
+// Each rank routes its own tokens, exchanges the per-expert counts
+// (all-to-all), sends the rows to the experts' ranks (all-to-all, equal
+// chunks padded to the group's largest block), runs its experts, and sends
+// the outputs back (all-to-all) to combine; the backward runs the same two
+// exchanges on the gradients.  Expert weights' gradients are summed over the
+// expert-data group (the dp / expert ranks holding the same experts), every
+// other gradient over the whole data group; AdamW on every rank (ZeRO 0).
+class ExpertParallelTrainer {
+ public:
+  // Shards the model's experts (Model::moe_ffns) in place: ConfigError naming
+  // parallel.expert / moe.experts unless expert divides dp and E.
+  ExpertParallelTrainer(Model& model, Communicator& data_group, int64_t expert);
+  ~ExpertParallelTrainer();
+  ExpertParallelTrainer(const ExpertParallelTrainer&) = delete;
+  ExpertParallelTrainer& operator=(const ExpertParallelTrainer&) = delete;
+
+  // tokens, targets: this data rank's rows.  Losses: global-batch means.
+  StepResult train_step(const TensorView& tokens, const TensorView& targets);
+  Communicator& expert_group() { return *expert_; }
+  Communicator& expert_data_group() { return *expert_data_; }
+  const ExpertTraffic& traffic() const { return traffic_; }
+  void reset_traffic() { traffic_ = ExpertTraffic{}; }
+  bool is_expert_parameter(const Parameter* p) const;
+
+ private:
+  class Exchange;
+  Model& model_;
+  Communicator& data_;
+  std::unique_ptr<Communicator> expert_, expert_data_;
+  ExpertTraffic traffic_;
+  std::unique_ptr<Exchange> exchange_;
+  std::vector<MoeFfn*> ffns_;
+  std::vector<Parameter*> expert_params_;
+  int64_t step_ = 0;
 };
 
 // ---- pipeline parallelism (1F1B) -------------------------------------------------
