@@ -423,6 +423,7 @@ std::vector<ReplayedRank> replay_timeline(const std::vector<RankTimeline>& ranks
         const double transfer = std::max(0.0, c.wall_end_s - last_wall_start);
         out[r].wait_s += start - arrival[r][i];
         out[r].transfer_s += transfer;
+        out[r].call_comm_s.push_back(start + transfer - arrival[r][i]);
         clock[r] = start + transfer;
         ++next[r];
         progress = true;
@@ -719,8 +720,41 @@ ParallelValidationReport run_parallel_validation(Backend& backend, Communicator&
     r.transfer_s = chosen[critical].transfer_s;
     r.wait_s = chosen[critical].wait_s;
     r.comm_s = r.transfer_s + r.wait_s;
-    r.calls_per_step =
-        static_cast<int64_t>(lc->rounds[median_round][critical].timeline.calls.size());
+    const RankTimeline& critical_timeline = lc->rounds[median_round][critical].timeline;
+    r.calls_per_step = static_cast<int64_t>(critical_timeline.calls.size());
+    {
+      // Classify each call's group by which layout coordinate its members vary in.
+      const LayoutShape shape = layout_shape(lc->validation_case.config.parallel, P);
+      std::map<std::string, double> by_group;
+      for (size_t i = 0; i < critical_timeline.calls.size(); ++i) {
+        const TimelineCall& call = critical_timeline.calls[i];
+        std::vector<int> members = call.members;
+        if (!call.collective) {
+          members = {static_cast<int>(critical)};
+          for (const int peer : {call.send_to, call.recv_from}) {
+            if (peer >= 0) {
+              members.push_back(peer);
+            }
+          }
+        }
+        bool tensor = false, stage = false, data = false;
+        const LayoutCoordinates first = layout_coordinates(shape, members.front());
+        for (const int m : members) {
+          const LayoutCoordinates at = layout_coordinates(shape, m);
+          tensor = tensor || at.tensor != first.tensor;
+          stage = stage || at.stage != first.stage;
+          data = data || at.data != first.data;
+        }
+        const int varying = (tensor ? 1 : 0) + (stage ? 1 : 0) + (data ? 1 : 0);
+        const std::string label = members.size() == 1 ? "self"
+                                  : varying != 1      ? "world"
+                                  : tensor            ? "tensor"
+                                  : stage             ? "pipeline"
+                                                      : "data";
+        by_group[label] += chosen[critical].call_comm_s[i];
+      }
+      r.comm_by_group_s.assign(by_group.begin(), by_group.end());
+    }
     const TimingStats stats = summarize_samples(steps);
     r.step_spread = stats.spread();
     r.wall_step_s = median(wall_steps);
@@ -739,6 +773,16 @@ ParallelValidationReport run_parallel_validation(Backend& backend, Communicator&
     r.predicted_compute_s = cluster.compute_s + cluster.optimizer_s;
     r.predicted_bubble_s = cluster.bubble_s;
     r.predicted_comm_s = cluster.exposed_comm_s + cluster.bubble_s;
+    {
+      std::map<std::string, double> by_group;
+      for (const CommRecord& record : cluster.comm) {
+        by_group[record.group] += record.count * record.time_s * record.exposed_fraction;
+      }
+      if (cluster.bubble_s > 0.0) {
+        by_group["pipeline bubble"] += cluster.bubble_s;
+      }
+      r.predicted_comm_by_group_s.assign(by_group.begin(), by_group.end());
+    }
     const LayoutShape shape = layout_shape(config.parallel, P);
     for (int k = 0; k < P; ++k) {
       const int64_t stage = layout_coordinates(shape, k).stage;
@@ -813,6 +857,22 @@ std::string parallel_validation_text(const ParallelValidationReport& report) {
                   1e3 * r.wall_step_s);
     out << line;
   }
+  out << "\ncommunication by group, ms (measured: the slowest rank's transfer + wait; predicted: "
+         "the planner's comm records x exposed share, and the bubble):\n";
+  for (const ParallelCaseResult& r : report.cases) {
+    std::snprintf(line, sizeof(line), "%-30s measured", r.validation_case.name.c_str());
+    out << line;
+    for (const auto& [group, seconds] : r.comm_by_group_s) {
+      std::snprintf(line, sizeof(line), " %s %.1f", group.c_str(), 1e3 * seconds);
+      out << line;
+    }
+    out << "; predicted";
+    for (const auto& [group, seconds] : r.predicted_comm_by_group_s) {
+      std::snprintf(line, sizeof(line), " %s %.1f", group.c_str(), 1e3 * seconds);
+      out << line;
+    }
+    out << "\n";
+  }
   std::snprintf(line, sizeof(line),
                 "\nstep time   |error|: median %.1f%%, max %.1f%%\n"
                 "compute     |error|: median %.1f%%\n"
@@ -859,6 +919,11 @@ std::string parallel_validation_json(const ParallelValidationReport& report) {
     json.field("step_spread", r.step_spread).field("rounds", r.rounds);
     json.field("calls_per_step", r.calls_per_step);
     json.field("wall_step_s", r.wall_step_s).field("wall_comm_s", r.wall_comm_s);
+    json.key("comm_by_group_s").begin_object();
+    for (const auto& [group, seconds] : r.comm_by_group_s) {
+      json.field(group, seconds);
+    }
+    json.end_object();
     json.key("rank_compute_s").begin_array();
     for (const double v : r.rank_compute_s) {
       json.value(v);
@@ -883,6 +948,11 @@ std::string parallel_validation_json(const ParallelValidationReport& report) {
     json.key("predicted").begin_object();
     json.field("step_s", r.predicted_step_s).field("compute_s", r.predicted_compute_s);
     json.field("comm_s", r.predicted_comm_s).field("bubble_s", r.predicted_bubble_s);
+    json.key("comm_by_group_s").begin_object();
+    for (const auto& [group, seconds] : r.predicted_comm_by_group_s) {
+      json.field(group, seconds);
+    }
+    json.end_object();
     json.key("rank_peak_bytes").begin_array();
     for (const double v : r.rank_predicted_peak_bytes) {
       json.value(v);

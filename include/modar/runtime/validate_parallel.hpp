@@ -39,6 +39,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "modar/config.hpp"
@@ -75,6 +76,7 @@ struct ReplayedRank {
   double transfer_s = 0.0;  // sum over calls of wall end - the last participant's wall start
   double wait_s = 0.0;      // idle in calls until the partners arrived (replayed)
   double end_s = 0.0;       // compute + transfer + wait
+  std::vector<double> call_comm_s;  // per call: its end - this rank's arrival (transfer + wait)
 };
 // Replays one step on dedicated cores: a rank's clock advances by its
 // compute segments; a call completes at the latest arrival of its
@@ -121,6 +123,11 @@ struct ParallelCaseResult {
   std::vector<double> rank_peak_bytes;                          // per rank
   std::vector<double> rank_predicted_peak_bytes;                // its stage's prediction
   int64_t calls_per_step = 0;  // communicator calls of the critical rank
+  // Communication by process group ("tensor", "pipeline", "data", "world"):
+  // measured = the critical rank's transfer + wait in the median round;
+  // predicted = the planner's comm records (count x time x exposed share) of
+  // that group, the bubble under "pipeline bubble".
+  std::vector<std::pair<std::string, double>> comm_by_group_s, predicted_comm_by_group_s;
   // predicted
   double predicted_step_s = 0.0;
   double predicted_compute_s = 0.0;  // cluster compute_s + optimizer_s

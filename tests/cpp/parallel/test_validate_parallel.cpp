@@ -215,7 +215,21 @@ TEST(ParallelValidateRun, PartsAddUpToTheStep) {
                 1e-9 * r.predicted_step_s)
         << name;
     EXPECT_GT(r.predicted_comm_s, 0.0) << name;
+    double by_group = 0.0;
+    for (const auto& [group, seconds] : r.comm_by_group_s) {
+      by_group += seconds;
+    }
+    EXPECT_NEAR(by_group, r.comm_s, 1e-12 + 1e-9 * r.comm_s) << name;
   }
+  // dp 2: every call is on the data group; pp 2: the activations and
+  // gradients travel on the pipeline group.
+  ASSERT_EQ(report.cases[0].comm_by_group_s.size(), 1U);
+  EXPECT_EQ(report.cases[0].comm_by_group_s[0].first, "data");
+  bool pipeline = false;
+  for (const auto& [group, seconds] : report.cases[1].comm_by_group_s) {
+    pipeline = pipeline || group == "pipeline";
+  }
+  EXPECT_TRUE(pipeline);
   // Communicator calls per step, counted from docs/runtime_parallel.md:
   // ZeRO-1 = one all-reduce of the flat gradient, one all-gather of the
   // updated shards, and the loss all-reduce of DataParallelTrainer.
