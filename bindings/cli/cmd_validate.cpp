@@ -10,8 +10,10 @@
 #include "commands.hpp"
 #include "modar/errors.hpp"
 #include "modar/runtime/backend.hpp"
+#include "modar/runtime/comm.hpp"
 #include "modar/runtime/profiler.hpp"
 #include "modar/runtime/validate.hpp"
+#include "modar/runtime/validate_parallel.hpp"
 
 namespace modar::cli {
 namespace {
@@ -26,6 +28,10 @@ const std::vector<FlagSpec> kFlags = {
     {"--clock", true, false, "wall|cpu",
      "what a sample measures: wall time or process CPU time per thread (cpu backend only); "
      "default: the profile's provenance.clock"},
+    {"--parallel", false, false, "",
+     "the multi-process cases (data, tensor + sequence, pipeline parallel, ZeRO, mixed) under "
+     "mpirun -np 2 or 4: compute (CPU time) and communication (wall time) reported separately"},
+    {"--cases", true, false, "N1,N2", "--parallel: only these cases (names as in the table)"},
     {"--dry-run", false, false, "", "print the resolved settings (JSON) and exit"},
     {"--quiet", false, false, "", "no progress lines on stderr"},
 };
@@ -34,13 +40,95 @@ constexpr const char* kDescription =
     "Runs held-out configurations (not on the profile's grid: dense, MoD at several\n"
     "capacities, AttnRes, DAR; single layers and whole small training steps) on the\n"
     "runtime and compares the median measured step time and peak memory with the cost\n"
-    "model's prediction from the profile.  error = (predicted - measured) / measured.\n";
+    "model's prediction from the profile.  error = (predicted - measured) / measured.\n"
+    "With --parallel (under mpirun, e.g. `mpirun -np 4 modar validate --parallel --profile\n"
+    "profiles/cpu-comm.toml`): the multi-process training steps against the planner's cluster\n"
+    "model and the profile's [network] tables (docs/profiler.md).\n";
+
+std::vector<std::string> split_names(const std::string& text) {
+  std::vector<std::string> names;
+  std::string item;
+  for (const char ch : text + ",") {
+    if (ch == ',') {
+      if (!item.empty()) {
+        names.push_back(item);
+      }
+      item.clear();
+    } else {
+      item += ch;
+    }
+  }
+  return names;
+}
+
+// `modar validate --parallel`: every rank runs it; rank 0 prints.
+int cmd_validate_parallel(const ParsedArgs& parsed, const std::string& backend_name) {
+  for (const char* single : {"--threads", "--clock"}) {
+    if (parsed.has(single)) {
+      throw ConfigError(std::string(single) +
+                        ": not used with --parallel (one thread per rank; compute is timed by "
+                        "process CPU time, communication by wall time)");
+    }
+  }
+  if (backend_name != "cpu") {
+    throw ConfigError("--backend " + backend_name +
+                      ": --parallel runs on the cpu backend only (compute is timed by process "
+                      "CPU time)");
+  }
+  if (!runtime::launched_by_mpirun()) {
+    throw ConfigError("--parallel: run under mpirun with 2 or 4 ranks, e.g. `mpirun -np 4 modar "
+                      "validate --parallel --profile profiles/cpu-comm.toml`");
+  }
+  if (!runtime::mpi_available()) {
+    throw ConfigError("--parallel: this build has no MPI (MODAR_MPI=OFF or no Open MPI found)");
+  }
+  const DeviceProfile profile =
+      runtime::load_measured_profile(*parsed.value("--profile"), backend_name);
+  const auto clock = profile.provenance.find("clock");
+  if (clock != profile.provenance.end() && clock->second != "cpu") {
+    throw ConfigError(profile.name + ": provenance.clock = \"" + clock->second +
+                      "\": --parallel compares CPU-time compute; allowed: a profile measured "
+                      "with --clock cpu");
+  }
+  runtime::ParallelValidationOptions options;
+  options.quick = parsed.has("--quick");
+  if (parsed.has("--rounds")) {
+    options.rounds = static_cast<int>(parse_int_in_range("--rounds", *parsed.value("--rounds"), 1, 1000));
+  }
+  if (parsed.has("--cases")) {
+    options.only = split_names(*parsed.value("--cases"));
+  }
+  std::unique_ptr<runtime::Backend> backend = runtime::make_backend(backend_name);
+  std::unique_ptr<runtime::Communicator> world = runtime::make_world_communicator(*backend);
+  const std::vector<runtime::ParallelValidationCase> cases =
+      runtime::parallel_validation_cases(world->size(), options.quick);
+  if (parsed.has("--dry-run")) {
+    if (world->rank() == 0) {
+      std::printf("validate --parallel: %d ranks, profile %s, rounds %d, warm-up %d, cases:",
+                  world->size(), profile.name.c_str(), options.rounds, options.warmup_steps);
+      for (const auto& c : cases) {
+        std::printf(" %s", c.name.c_str());
+      }
+      std::printf("\n");
+    }
+    return 0;
+  }
+  options.progress = parsed.has("--quiet") ? nullptr : stderr;
+  const runtime::ParallelValidationReport report =
+      runtime::run_parallel_validation(*backend, *world, profile, options);
+  if (world->rank() == 0) {
+    const std::string text = parsed.has("--json") ? runtime::parallel_validation_json(report)
+                                                  : runtime::parallel_validation_text(report);
+    std::fputs(text.c_str(), stdout);
+  }
+  return 0;
+}
 
 }  // namespace
 
 int cmd_validate(const Args& args) {
   if (wants_help(args)) {
-    std::fputs(usage_text("validate", "--profile PATH [--backend cpu|cuda] [--json] [--quick]",
+    std::fputs(usage_text("validate", "--profile PATH [--backend cpu|cuda] [--json] [--quick] [--parallel]",
                           kFlags, kDescription)
                    .c_str(),
                stdout);
@@ -53,6 +141,20 @@ int cmd_validate(const Args& args) {
   const std::vector<std::string> backends = {"cpu", "cuda"};
   const std::string backend_name =
       backends[parse_choice("--backend", parsed.value_or("--backend", "cpu"), backends)];
+  if (parsed.has("--parallel")) {
+    try {
+      return cmd_validate_parallel(parsed, backend_name);
+    } catch (const ConfigError&) {
+      // The same error on every rank: rank 0 alone prints it.
+      if (runtime::launched_by_mpirun() && runtime::launcher_local_rank() != 0) {
+        return 2;
+      }
+      throw;
+    }
+  }
+  if (parsed.has("--cases")) {
+    throw ConfigError("--cases: only used with --parallel");
+  }
   const DeviceProfile profile =
       runtime::load_measured_profile(*parsed.value("--profile"), backend_name);
   // Only what the user said; the defaults (the profile's clock and threads)
