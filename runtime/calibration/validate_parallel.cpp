@@ -705,21 +705,23 @@ ParallelValidationReport run_parallel_validation(Backend& backend, Communicator&
     const auto median_round = static_cast<size_t>(
         std::find(steps.begin(), steps.end(), median_step) - steps.begin());
     const std::vector<ReplayedRank>& chosen = replays[median_round];
-    size_t critical = 0;
+    size_t critical = 0;  // the busiest rank
+    double step = 0.0;
     for (size_t k = 0; k < chosen.size(); ++k) {
       r.rank_compute_s.push_back(chosen[k].compute_s);
       r.rank_comm_s.push_back(chosen[k].transfer_s + chosen[k].wait_s);
       r.rank_end_s.push_back(chosen[k].end_s);
-      if (chosen[k].end_s > chosen[critical].end_s) {
+      step = std::max(step, chosen[k].end_s);
+      if (chosen[k].compute_s > chosen[critical].compute_s) {
         critical = k;
       }
     }
-    r.step_s = chosen[critical].end_s;
-    r.critical_rank = static_cast<int>(critical);
+    r.step_s = step;
+    r.busiest_rank = static_cast<int>(critical);
     r.compute_s = chosen[critical].compute_s;
     r.transfer_s = chosen[critical].transfer_s;
-    r.wait_s = chosen[critical].wait_s;
-    r.comm_s = r.transfer_s + r.wait_s;
+    r.comm_s = r.step_s - r.compute_s;
+    r.wait_s = r.comm_s - r.transfer_s;
     const RankTimeline& critical_timeline = lc->rounds[median_round][critical].timeline;
     r.calls_per_step = static_cast<int64_t>(critical_timeline.calls.size());
     {
@@ -752,6 +754,9 @@ ParallelValidationReport run_parallel_validation(Backend& backend, Communicator&
                                   : stage             ? "pipeline"
                                                       : "data";
         by_group[label] += chosen[critical].call_comm_s[i];
+      }
+      if (step > chosen[critical].end_s) {
+        by_group["idle at the end"] += step - chosen[critical].end_s;
       }
       r.comm_by_group_s.assign(by_group.begin(), by_group.end());
     }
@@ -822,9 +827,9 @@ ParallelValidationReport run_parallel_validation(Backend& backend, Communicator&
             "outside communicator calls; transfer = wall time of a call from its last "
             "participant's arrival to its end; the step is replayed as if each rank had its own "
             "core (a call completes at the latest arrival of its participants + its transfer), "
-            "wait = the replayed idle time in calls (imbalance, pipeline bubble); comm = transfer "
-            "+ wait; step = the slowest rank's replayed end = its compute + comm; the round with "
-            "the median step is reported. wall = the raw oversubscribed wall step (not compared). "
+            "wait = the replayed idle time in calls (imbalance, pipeline bubble); step = the "
+            "slowest rank's replayed end; compute = the busiest rank's (largest compute), comm = "
+            "step - compute = its transfer + wait; the round with the median step is reported. wall = the raw oversubscribed wall step (not compared). "
             "predicted = estimate() with the case's [parallel] layout (no overlap, stages by layer "
             "count): compute = compute_s + optimizer_s, comm = exposed_comm_s + bubble_s";
   report.method = method.str();
@@ -857,7 +862,7 @@ std::string parallel_validation_text(const ParallelValidationReport& report) {
                   1e3 * r.wall_step_s);
     out << line;
   }
-  out << "\ncommunication by group, ms (measured: the slowest rank's transfer + wait; predicted: "
+  out << "\ncommunication by group, ms (measured: the busiest rank's transfer + wait; predicted: "
          "the planner's comm records x exposed share, and the bubble):\n";
   for (const ParallelCaseResult& r : report.cases) {
     std::snprintf(line, sizeof(line), "%-30s measured", r.validation_case.name.c_str());
@@ -882,8 +887,9 @@ std::string parallel_validation_text(const ParallelValidationReport& report) {
                 100.0 * report.compute_median_abs_error, 100.0 * report.comm_median_abs_error,
                 100.0 * report.memory_median_abs_error, 100.0 * report.memory_max_abs_error);
   out << line;
-  out << "step = compute + comm of the slowest rank (replayed); comm = transfer + wait; pred comm "
-         "includes the pipeline bubble; wall = raw oversubscribed wall step\n";
+  out << "step = the slowest rank's replayed end; compute = the busiest rank's CPU time; comm = "
+         "step - compute = its transfer + wait; pred comm includes the pipeline bubble; wall = "
+         "raw oversubscribed wall step (slowest rank, median)\n";
   out << "load average before / after: " << report.load_average_before << " / "
       << report.load_average_after << "\n";
   out << "method: " << report.method << "\n";
@@ -915,7 +921,7 @@ std::string parallel_validation_json(const ParallelValidationReport& report) {
     json.key("measured").begin_object();
     json.field("step_s", r.step_s).field("compute_s", r.compute_s).field("comm_s", r.comm_s);
     json.field("transfer_s", r.transfer_s).field("wait_s", r.wait_s);
-    json.field("critical_rank", static_cast<int64_t>(r.critical_rank));
+    json.field("busiest_rank", static_cast<int64_t>(r.busiest_rank));
     json.field("step_spread", r.step_spread).field("rounds", r.rounds);
     json.field("calls_per_step", r.calls_per_step);
     json.field("wall_step_s", r.wall_step_s).field("wall_comm_s", r.wall_comm_s);

@@ -221,10 +221,14 @@ TEST(ParallelValidateRun, PartsAddUpToTheStep) {
     }
     EXPECT_NEAR(by_group, r.comm_s, 1e-12 + 1e-9 * r.comm_s) << name;
   }
-  // dp 2: every call is on the data group; pp 2: the activations and
-  // gradients travel on the pipeline group.
-  ASSERT_EQ(report.cases[0].comm_by_group_s.size(), 1U);
+  // dp 2: every call is on the data group (the busiest rank may also idle
+  // until the slowest one ends); pp 2: the activations and gradients travel
+  // on the pipeline group.
+  ASSERT_FALSE(report.cases[0].comm_by_group_s.empty());
   EXPECT_EQ(report.cases[0].comm_by_group_s[0].first, "data");
+  for (const auto& [group, seconds] : report.cases[0].comm_by_group_s) {
+    EXPECT_TRUE(group == "data" || group == "idle at the end") << group;
+  }
   bool pipeline = false;
   for (const auto& [group, seconds] : report.cases[1].comm_by_group_s) {
     pipeline = pipeline || group == "pipeline";
