@@ -29,7 +29,7 @@
 namespace modar::runtime {
 namespace {
 
-constexpr int kMaxWorld = 32;  // group ids carry a member bit mask
+constexpr int kMaxWorld = 32;  // group ids carry a member bit mask of 32 bits
 
 double wall_now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
@@ -150,7 +150,10 @@ class TimingCommunicator final : public Communicator {
     for (const int r : world_ranks_) {
       mask |= uint64_t{1} << r;
     }
-    group_ = static_cast<int64_t>(mask) * 64 + recorder_->next_ordinal(mask);
+    // id = ordinal x 2^32 + member mask: exact in the fp64 records up to 2^21
+    // communicators of one membership.
+    group_ = recorder_->next_ordinal(mask) * (int64_t{1} << kMaxWorld) +
+             static_cast<int64_t>(mask);
   }
 
   int rank() const override { return inner_->rank(); }
@@ -230,9 +233,9 @@ class TimingCommunicator final : public Communicator {
 };
 
 std::vector<int> members_of(int64_t group) {
-  const uint64_t mask = static_cast<uint64_t>(group / 64);
+  const uint64_t mask = static_cast<uint64_t>(group % (int64_t{1} << kMaxWorld));
   std::vector<int> members;
-  for (int r = 0; r < 64; ++r) {
+  for (int r = 0; r < kMaxWorld; ++r) {
     if ((mask >> r) & 1U) {
       members.push_back(r);
     }
