@@ -91,9 +91,9 @@ std::vector<ReplayedRank> replay_timeline(const std::vector<RankTimeline>& ranks
 // ---- cases --------------------------------------------------------------------
 
 struct ParallelValidationCase {
-  std::string name;    // "dp2-zero1-dense", "tp2-sp-dp2-moddar", ...
-  std::string model;   // "dense" | "mod" | "moddar"
-  std::string trainer; // "data" | "tensor" | "pipeline"
+  std::string name;          // "dp2-zero1-dense", "tp2-sp-dp2-moddar", ...
+  std::string model;         // "dense" | "mod" | "moddar"
+  std::string trainer;       // "data" | "tensor" | "pipeline"
   int64_t microbatches = 1;  // pipeline: m
   // The whole case: model, global batch, [parallel] (tensor, sequence
   // parallelism, pipeline, zero), device.count = the ranks; what the
@@ -122,9 +122,9 @@ struct ParallelCaseResult {
   double step_s = 0.0;
   int busiest_rank = 0;
   double compute_s = 0.0, comm_s = 0.0, transfer_s = 0.0, wait_s = 0.0;
-  double step_spread = 0.0;     // (p90 - p10) / median of the replayed steps
-  double wall_step_s = 0.0;     // median raw wall step (oversubscribed), slowest rank
-  double wall_comm_s = 0.0;     // its wall time inside communicator calls (that rank, median)
+  double step_spread = 0.0;  // (p90 - p10) / median of the replayed steps
+  double wall_step_s = 0.0;  // median raw wall step (oversubscribed), slowest rank
+  double wall_comm_s = 0.0;  // its wall time inside communicator calls (that rank, median)
   std::vector<double> rank_compute_s, rank_comm_s, rank_end_s;  // the median round, per rank
   std::vector<double> rank_peak_bytes;                          // per rank
   std::vector<double> rank_predicted_peak_bytes;                // its stage's prediction

@@ -197,8 +197,7 @@ TEST(ParallelValidateRun, PartsAddUpToTheStep) {
     ASSERT_EQ(r.rank_peak_bytes.size(), 2U) << name;
     double slowest = 0.0;
     for (size_t k = 0; k < 2; ++k) {
-      EXPECT_NEAR(r.rank_compute_s[k] + r.rank_comm_s[k], r.rank_end_s[k],
-                  1e-9 * r.rank_end_s[k])
+      EXPECT_NEAR(r.rank_compute_s[k] + r.rank_comm_s[k], r.rank_end_s[k], 1e-9 * r.rank_end_s[k])
           << name << " rank " << k;
       EXPECT_GT(r.rank_compute_s[k], 0.0) << name;
       EXPECT_GT(r.rank_peak_bytes[k], 0.0) << name;
