@@ -1,6 +1,7 @@
 // `modar validate`: measured vs predicted step time and peak memory on
 // held-out configurations (runtime/validate.cpp).
 #include <cstdio>
+#include <exception>
 #include <limits>
 #include <memory>
 #include <string>
@@ -114,8 +115,17 @@ int cmd_validate_parallel(const ParsedArgs& parsed, const std::string& backend_n
     return 0;
   }
   options.progress = parsed.has("--quiet") ? nullptr : stderr;
-  const runtime::ParallelValidationReport report =
-      runtime::run_parallel_validation(*backend, *world, profile, options);
+  runtime::ParallelValidationReport report;
+  try {
+    report = runtime::run_parallel_validation(*backend, *world, profile, options);
+  } catch (const ConfigError&) {
+    throw;  // the same on every rank (the cases and layouts are checked alike)
+  } catch (const std::exception& e) {
+    // One rank's failure: the others would wait forever in their next
+    // collective; end the whole job.
+    std::fprintf(stderr, "modar validate: rank %d: %s\n", world->rank(), e.what());
+    runtime::abort_world(1);
+  }
   if (world->rank() == 0) {
     const std::string text = parsed.has("--json") ? runtime::parallel_validation_json(report)
                                                   : runtime::parallel_validation_text(report);

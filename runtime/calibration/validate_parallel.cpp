@@ -29,11 +29,10 @@
 namespace modar::runtime {
 namespace {
 
-constexpr int kMaxWorld = 32;  // group ids carry a member bit mask
+constexpr int kMaxWorld = 32;  // group ids carry a member bit mask of 32 bits
 
 double wall_now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 double cpu_now_s() {
@@ -119,12 +118,11 @@ class Recorder {
     std::vector<double> out = {peak_bytes, wall_step_s_, wall_in_calls_s_, compute_after_s_,
                                static_cast<double>(calls_.size())};
     for (const TimelineCall& c : calls_) {
-      out.insert(out.end(),
-                 {static_cast<double>(c.group), c.collective ? 1.0 : 0.0,
-                  static_cast<double>(c.sequence), static_cast<double>(c.send_to),
-                  static_cast<double>(c.recv_from), static_cast<double>(c.send_sequence),
-                  static_cast<double>(c.recv_sequence), c.compute_before_s, c.wall_start_s,
-                  c.wall_end_s});
+      out.insert(out.end(), {static_cast<double>(c.group), c.collective ? 1.0 : 0.0,
+                             static_cast<double>(c.sequence), static_cast<double>(c.send_to),
+                             static_cast<double>(c.recv_from), static_cast<double>(c.send_sequence),
+                             static_cast<double>(c.recv_sequence), c.compute_before_s,
+                             c.wall_start_s, c.wall_end_s});
     }
     return out;
   }
@@ -145,12 +143,16 @@ class TimingCommunicator final : public Communicator {
  public:
   TimingCommunicator(std::unique_ptr<Communicator> inner, std::shared_ptr<Recorder> recorder,
                      std::vector<int> world_ranks)
-      : inner_(std::move(inner)), recorder_(std::move(recorder)), world_ranks_(std::move(world_ranks)) {
+      : inner_(std::move(inner)),
+        recorder_(std::move(recorder)),
+        world_ranks_(std::move(world_ranks)) {
     uint64_t mask = 0;
     for (const int r : world_ranks_) {
       mask |= uint64_t{1} << r;
     }
-    group_ = static_cast<int64_t>(mask) * 64 + recorder_->next_ordinal(mask);
+    // id = ordinal x 2^32 + member mask: exact in the fp64 records up to 2^21
+    // communicators of one membership.
+    group_ = recorder_->next_ordinal(mask) * (int64_t{1} << kMaxWorld) + static_cast<int64_t>(mask);
   }
 
   int rank() const override { return inner_->rank(); }
@@ -230,9 +232,9 @@ class TimingCommunicator final : public Communicator {
 };
 
 std::vector<int> members_of(int64_t group) {
-  const uint64_t mask = static_cast<uint64_t>(group / 64);
+  const uint64_t mask = static_cast<uint64_t>(group % (int64_t{1} << kMaxWorld));
   std::vector<int> members;
-  for (int r = 0; r < 64; ++r) {
+  for (int r = 0; r < kMaxWorld; ++r) {
     if ((mask >> r) & 1U) {
       members.push_back(r);
     }
@@ -362,9 +364,10 @@ std::vector<ReplayedRank> replay_timeline(const std::vector<RankTimeline>& ranks
       if (c.collective) {
         with = collectives[{c.group, c.sequence}];
         if (!c.members.empty() && with.size() != c.members.size()) {
-          throw unmatched(r, i, "collective " + std::to_string(c.sequence) + " reached by " +
-                                    std::to_string(with.size()) + " of " +
-                                    std::to_string(c.members.size()) + " members");
+          throw unmatched(r, i,
+                          "collective " + std::to_string(c.sequence) + " reached by " +
+                              std::to_string(with.size()) + " of " +
+                              std::to_string(c.members.size()) + " members");
         }
         continue;
       }
@@ -487,8 +490,8 @@ std::vector<ParallelValidationCase> parallel_validation_cases(int world, bool qu
   }
   // Pipeline: plain-residual models only (PipelineTrainer refuses AttnRes /
   // DAR), so the MoD model stands in for MoD + DAR.
-  for (const std::string& model : quick ? std::vector<std::string>{"dense"}
-                                        : std::vector<std::string>{"dense", "mod"}) {
+  for (const std::string& model :
+       quick ? std::vector<std::string>{"dense"} : std::vector<std::string>{"dense", "mod"}) {
     add("pp" + w + "-1f1b-m4", model, "pipeline", 1, false, world, 0, 4);
   }
   if (world == 4) {
@@ -531,8 +534,8 @@ std::vector<int32_t> case_ids(int64_t vocab, int64_t seq, int64_t begin, int64_t
   for (int64_t r = begin; r < begin + rows; ++r) {
     for (int64_t t = 0; t < seq; ++t) {
       const auto i = static_cast<uint64_t>(r * seq + t + shift) + 977 * seed;
-      values.push_back(static_cast<int32_t>((i * 7919 + 13 + (i * i) % 5) %
-                                            static_cast<uint64_t>(vocab)));
+      values.push_back(
+          static_cast<int32_t>((i * 7919 + 13 + (i * i) % 5) % static_cast<uint64_t>(vocab)));
     }
   }
   return values;
@@ -560,10 +563,11 @@ ParallelValidationReport run_parallel_validation(Backend& backend, Communicator&
                       ": only the cpu backend (compute is timed by process CPU time)");
   }
   if (world.size() > kMaxWorld) {
-    throw ConfigError("validate --parallel: " + std::to_string(world.size()) +
-                      " ranks: at most " + std::to_string(kMaxWorld));
+    throw ConfigError("validate --parallel: " + std::to_string(world.size()) + " ranks: at most " +
+                      std::to_string(kMaxWorld));
   }
-  std::vector<ParallelValidationCase> cases = parallel_validation_cases(world.size(), options.quick);
+  std::vector<ParallelValidationCase> cases =
+      parallel_validation_cases(world.size(), options.quick);
   if (!options.only.empty()) {
     std::vector<ParallelValidationCase> chosen;
     for (const std::string& name : options.only) {
@@ -574,9 +578,9 @@ ParallelValidationReport run_parallel_validation(Backend& backend, Communicator&
         for (const auto& c : cases) {
           allowed += (allowed.empty() ? "" : ", ") + c.name;
         }
-        throw ConfigError("cases: '" + name + "' is not a case on " +
-                          std::to_string(world.size()) + " ranks" +
-                          (options.quick ? " with quick" : "") + "; allowed: " + allowed);
+        throw ConfigError("cases: '" + name + "' is not a case on " + std::to_string(world.size()) +
+                          " ranks" + (options.quick ? " with quick" : "") +
+                          "; allowed: " + allowed);
       }
       chosen.push_back(*it);
     }
@@ -630,8 +634,8 @@ ParallelValidationReport run_parallel_validation(Backend& backend, Communicator&
     lc->targets = ctx.indices({rows, seq}, case_ids(vocab, seq, first_row, rows, 1, options.seed));
     if (cases[i].trainer == "data") {
       lc->model = std::make_unique<Model>(backend, model_config, model_options);
-      lc->data = std::make_unique<DataParallelTrainer>(*lc->model, *lc->groups.data,
-                                                       config.parallel.zero);
+      lc->data =
+          std::make_unique<DataParallelTrainer>(*lc->model, *lc->groups.data, config.parallel.zero);
     } else if (cases[i].trainer == "tensor") {
       TensorOptions tensor;
       tensor.sequence_parallel = config.parallel.sequence_parallel;
@@ -702,24 +706,26 @@ ParallelValidationReport run_parallel_validation(Backend& backend, Communicator&
       wall_comms.push_back(wall_comm);
     }
     const double median_step = median(steps);
-    const auto median_round = static_cast<size_t>(
-        std::find(steps.begin(), steps.end(), median_step) - steps.begin());
+    const auto median_round =
+        static_cast<size_t>(std::find(steps.begin(), steps.end(), median_step) - steps.begin());
     const std::vector<ReplayedRank>& chosen = replays[median_round];
-    size_t critical = 0;
+    size_t critical = 0;  // the busiest rank
+    double step = 0.0;
     for (size_t k = 0; k < chosen.size(); ++k) {
       r.rank_compute_s.push_back(chosen[k].compute_s);
       r.rank_comm_s.push_back(chosen[k].transfer_s + chosen[k].wait_s);
       r.rank_end_s.push_back(chosen[k].end_s);
-      if (chosen[k].end_s > chosen[critical].end_s) {
+      step = std::max(step, chosen[k].end_s);
+      if (chosen[k].compute_s > chosen[critical].compute_s) {
         critical = k;
       }
     }
-    r.step_s = chosen[critical].end_s;
-    r.critical_rank = static_cast<int>(critical);
+    r.step_s = step;
+    r.busiest_rank = static_cast<int>(critical);
     r.compute_s = chosen[critical].compute_s;
     r.transfer_s = chosen[critical].transfer_s;
-    r.wait_s = chosen[critical].wait_s;
-    r.comm_s = r.transfer_s + r.wait_s;
+    r.comm_s = r.step_s - r.compute_s;
+    r.wait_s = r.comm_s - r.transfer_s;
     const RankTimeline& critical_timeline = lc->rounds[median_round][critical].timeline;
     r.calls_per_step = static_cast<int64_t>(critical_timeline.calls.size());
     {
@@ -752,6 +758,9 @@ ParallelValidationReport run_parallel_validation(Backend& backend, Communicator&
                                   : stage             ? "pipeline"
                                                       : "data";
         by_group[label] += chosen[critical].call_comm_s[i];
+      }
+      if (step > chosen[critical].end_s) {
+        by_group["idle at the end"] += step - chosen[critical].end_s;
       }
       r.comm_by_group_s.assign(by_group.begin(), by_group.end());
     }
@@ -786,8 +795,7 @@ ParallelValidationReport run_parallel_validation(Backend& backend, Communicator&
     const LayoutShape shape = layout_shape(config.parallel, P);
     for (int k = 0; k < P; ++k) {
       const int64_t stage = layout_coordinates(shape, k).stage;
-      r.rank_predicted_peak_bytes.push_back(
-          cluster.stages[static_cast<size_t>(stage)].memory.peak);
+      r.rank_predicted_peak_bytes.push_back(cluster.stages[static_cast<size_t>(stage)].memory.peak);
     }
     r.peak_bytes = *std::max_element(r.rank_peak_bytes.begin(), r.rank_peak_bytes.end());
     r.predicted_peak_bytes = estimate_result.memory.peak;
@@ -822,9 +830,10 @@ ParallelValidationReport run_parallel_validation(Backend& backend, Communicator&
             "outside communicator calls; transfer = wall time of a call from its last "
             "participant's arrival to its end; the step is replayed as if each rank had its own "
             "core (a call completes at the latest arrival of its participants + its transfer), "
-            "wait = the replayed idle time in calls (imbalance, pipeline bubble); comm = transfer "
-            "+ wait; step = the slowest rank's replayed end = its compute + comm; the round with "
-            "the median step is reported. wall = the raw oversubscribed wall step (not compared). "
+            "wait = the replayed idle time in calls (imbalance, pipeline bubble); step = the "
+            "slowest rank's replayed end; compute = the busiest rank's (largest compute), comm = "
+            "step - compute = its transfer + wait; the round with the median step is reported. "
+            "wall = the raw oversubscribed wall step (not compared). "
             "predicted = estimate() with the case's [parallel] layout (no overlap, stages by layer "
             "count): compute = compute_s + optimizer_s, comm = exposed_comm_s + bubble_s";
   report.method = method.str();
@@ -851,13 +860,12 @@ std::string parallel_validation_text(const ParallelValidationReport& report) {
                   "%7.1fms %+6.1f%% | %8.2f %8.2f %+6.1f%% | %7.1fms\n",
                   r.validation_case.name.c_str(), 1e3 * r.step_s, 1e3 * r.predicted_step_s,
                   100.0 * r.step_error, 1e3 * r.compute_s, 1e3 * r.predicted_compute_s,
-                  100.0 * r.compute_error, 1e3 * r.comm_s, 1e3 * r.wait_s,
-                  1e3 * r.predicted_comm_s, 100.0 * r.comm_error, r.peak_bytes / 1048576.0,
-                  r.predicted_peak_bytes / 1048576.0, 100.0 * r.memory_error,
-                  1e3 * r.wall_step_s);
+                  100.0 * r.compute_error, 1e3 * r.comm_s, 1e3 * r.wait_s, 1e3 * r.predicted_comm_s,
+                  100.0 * r.comm_error, r.peak_bytes / 1048576.0,
+                  r.predicted_peak_bytes / 1048576.0, 100.0 * r.memory_error, 1e3 * r.wall_step_s);
     out << line;
   }
-  out << "\ncommunication by group, ms (measured: the slowest rank's transfer + wait; predicted: "
+  out << "\ncommunication by group, ms (measured: the busiest rank's transfer + wait; predicted: "
          "the planner's comm records x exposed share, and the bubble):\n";
   for (const ParallelCaseResult& r : report.cases) {
     std::snprintf(line, sizeof(line), "%-30s measured", r.validation_case.name.c_str());
@@ -882,8 +890,9 @@ std::string parallel_validation_text(const ParallelValidationReport& report) {
                 100.0 * report.compute_median_abs_error, 100.0 * report.comm_median_abs_error,
                 100.0 * report.memory_median_abs_error, 100.0 * report.memory_max_abs_error);
   out << line;
-  out << "step = compute + comm of the slowest rank (replayed); comm = transfer + wait; pred comm "
-         "includes the pipeline bubble; wall = raw oversubscribed wall step\n";
+  out << "step = the slowest rank's replayed end; compute = the busiest rank's CPU time; comm = "
+         "step - compute = its transfer + wait; pred comm includes the pipeline bubble; wall = "
+         "raw oversubscribed wall step (slowest rank, median)\n";
   out << "load average before / after: " << report.load_average_before << " / "
       << report.load_average_after << "\n";
   out << "method: " << report.method << "\n";
@@ -906,7 +915,8 @@ std::string parallel_validation_json(const ParallelValidationReport& report) {
     json.field("model", r.validation_case.model);
     json.field("trainer", r.validation_case.trainer);
     json.key("layout").begin_object();
-    json.field("tensor", c.parallel.tensor).field("sequence_parallel", c.parallel.sequence_parallel);
+    json.field("tensor", c.parallel.tensor)
+        .field("sequence_parallel", c.parallel.sequence_parallel);
     json.field("pipeline", c.parallel.pipeline).field("zero", c.parallel.zero);
     json.field("data", c.parallel.data(c.device.count));
     json.field("microbatches", r.validation_case.microbatches);
@@ -915,7 +925,7 @@ std::string parallel_validation_json(const ParallelValidationReport& report) {
     json.key("measured").begin_object();
     json.field("step_s", r.step_s).field("compute_s", r.compute_s).field("comm_s", r.comm_s);
     json.field("transfer_s", r.transfer_s).field("wait_s", r.wait_s);
-    json.field("critical_rank", static_cast<int64_t>(r.critical_rank));
+    json.field("busiest_rank", static_cast<int64_t>(r.busiest_rank));
     json.field("step_spread", r.step_spread).field("rounds", r.rounds);
     json.field("calls_per_step", r.calls_per_step);
     json.field("wall_step_s", r.wall_step_s).field("wall_comm_s", r.wall_comm_s);

@@ -23,7 +23,11 @@
 //     segments (CPU time) and each call's transfer time, as if every rank had
 //     its own core, and the replay's waits are reported;
 //   * step = the replayed step (the slowest rank's end); per rank
-//     compute + comm (= transfer + wait) = its end, exactly.
+//     compute + comm (= transfer + wait) = its end, exactly.  The table
+//     reports the BUSIEST rank (the largest compute; the planner's compute
+//     is the slowest stage's): its compute, and comm = step - compute = its
+//     transfer + wait (+ any idle after its last call until the slowest
+//     rank ends).
 // The raw wall step (oversubscribed) is reported beside it.
 //
 // Prediction: estimate(config, profile) with the case's [parallel] layout
@@ -87,9 +91,9 @@ std::vector<ReplayedRank> replay_timeline(const std::vector<RankTimeline>& ranks
 // ---- cases --------------------------------------------------------------------
 
 struct ParallelValidationCase {
-  std::string name;    // "dp2-zero1-dense", "tp2-sp-dp2-moddar", ...
-  std::string model;   // "dense" | "mod" | "moddar"
-  std::string trainer; // "data" | "tensor" | "pipeline"
+  std::string name;          // "dp2-zero1-dense", "tp2-sp-dp2-moddar", ...
+  std::string model;         // "dense" | "mod" | "moddar"
+  std::string trainer;       // "data" | "tensor" | "pipeline"
   int64_t microbatches = 1;  // pipeline: m
   // The whole case: model, global batch, [parallel] (tensor, sequence
   // parallelism, pipeline, zero), device.count = the ranks; what the
@@ -112,19 +116,22 @@ struct ParallelValidationOptions {
 struct ParallelCaseResult {
   ParallelValidationCase validation_case;
   int64_t rounds = 0;
-  // measured, the round whose replayed step is the median (compute + comm = step)
+  // measured, the round whose replayed step is the median: step = the
+  // slowest rank's end; compute, transfer of the busiest rank (largest
+  // compute); comm = step - compute; wait = comm - transfer.
   double step_s = 0.0;
-  int critical_rank = 0;  // the rank whose end is the step
+  int busiest_rank = 0;
   double compute_s = 0.0, comm_s = 0.0, transfer_s = 0.0, wait_s = 0.0;
-  double step_spread = 0.0;     // (p90 - p10) / median of the replayed steps
-  double wall_step_s = 0.0;     // median raw wall step (oversubscribed), slowest rank
-  double wall_comm_s = 0.0;     // its wall time inside communicator calls (that rank, median)
+  double step_spread = 0.0;  // (p90 - p10) / median of the replayed steps
+  double wall_step_s = 0.0;  // median raw wall step (oversubscribed), slowest rank
+  double wall_comm_s = 0.0;  // its wall time inside communicator calls (that rank, median)
   std::vector<double> rank_compute_s, rank_comm_s, rank_end_s;  // the median round, per rank
   std::vector<double> rank_peak_bytes;                          // per rank
   std::vector<double> rank_predicted_peak_bytes;                // its stage's prediction
-  int64_t calls_per_step = 0;  // communicator calls of the critical rank
+  int64_t calls_per_step = 0;  // communicator calls of the busiest rank
   // Communication by process group ("tensor", "pipeline", "data", "world"):
-  // measured = the critical rank's transfer + wait in the median round;
+  // measured = the busiest rank's transfer + wait in the median round (and
+  // "idle at the end" until the slowest rank ends);
   // predicted = the planner's comm records (count x time x exposed share) of
   // that group, the bubble under "pipeline bubble".
   std::vector<std::pair<std::string, double>> comm_by_group_s, predicted_comm_by_group_s;

@@ -197,8 +197,7 @@ TEST(ParallelValidateRun, PartsAddUpToTheStep) {
     ASSERT_EQ(r.rank_peak_bytes.size(), 2U) << name;
     double slowest = 0.0;
     for (size_t k = 0; k < 2; ++k) {
-      EXPECT_NEAR(r.rank_compute_s[k] + r.rank_comm_s[k], r.rank_end_s[k],
-                  1e-9 * r.rank_end_s[k])
+      EXPECT_NEAR(r.rank_compute_s[k] + r.rank_comm_s[k], r.rank_end_s[k], 1e-9 * r.rank_end_s[k])
           << name << " rank " << k;
       EXPECT_GT(r.rank_compute_s[k], 0.0) << name;
       EXPECT_GT(r.rank_peak_bytes[k], 0.0) << name;
@@ -221,10 +220,14 @@ TEST(ParallelValidateRun, PartsAddUpToTheStep) {
     }
     EXPECT_NEAR(by_group, r.comm_s, 1e-12 + 1e-9 * r.comm_s) << name;
   }
-  // dp 2: every call is on the data group; pp 2: the activations and
-  // gradients travel on the pipeline group.
-  ASSERT_EQ(report.cases[0].comm_by_group_s.size(), 1U);
+  // dp 2: every call is on the data group (the busiest rank may also idle
+  // until the slowest one ends); pp 2: the activations and gradients travel
+  // on the pipeline group.
+  ASSERT_FALSE(report.cases[0].comm_by_group_s.empty());
   EXPECT_EQ(report.cases[0].comm_by_group_s[0].first, "data");
+  for (const auto& [group, seconds] : report.cases[0].comm_by_group_s) {
+    EXPECT_TRUE(group == "data" || group == "idle at the end") << group;
+  }
   bool pipeline = false;
   for (const auto& [group, seconds] : report.cases[1].comm_by_group_s) {
     pipeline = pipeline || group == "pipeline";
