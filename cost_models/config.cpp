@@ -116,6 +116,9 @@ const char* to_string(Recompute v) {
 const char* to_string(AttentionKernel v) {
   return v == AttentionKernel::flash ? "flash" : "unfused";
 }
+const char* to_string(GradAccumulation v) {
+  return v == GradAccumulation::fused ? "fused" : "unfused";
+}
 const char* to_string(PipelineSchedule v) {
   return v == PipelineSchedule::one_f_one_b ? "1f1b" : "interleaved";
 }
@@ -524,6 +527,12 @@ const std::vector<KeySpec>& key_specs() {
        {"flash", "unfused"},
        [](Config& c, const Value& v) { c.train.attention_kernel = enum_at<AttentionKernel>(v); },
        [](const Config& c) { return quoted(to_string(c.train.attention_kernel)); }},
+      // train.grad_accumulation (docs/cluster.md): a memory-bound pass per micro-batch.
+      {"train.grad_accumulation",
+       KeyType::choice,
+       {"fused", "unfused"},
+       [](Config& c, const Value& v) { c.train.grad_accumulation = enum_at<GradAccumulation>(v); },
+       [](const Config& c) { return quoted(to_string(c.train.grad_accumulation)); }},
       // [device]
       {"device.profile",
        KeyType::text,
