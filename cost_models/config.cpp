@@ -119,6 +119,9 @@ const char* to_string(Recompute v) {
 const char* to_string(AttentionKernel v) {
   return v == AttentionKernel::flash ? "flash" : "unfused";
 }
+const char* to_string(GradAccumulation v) {
+  return v == GradAccumulation::fused ? "fused" : "unfused";
+}
 const char* to_string(PipelineSchedule v) {
   return v == PipelineSchedule::one_f_one_b ? "1f1b" : "interleaved";
 }
@@ -416,6 +419,9 @@ const std::vector<KeySpec>& key_specs() {
       // train.attention_kernel (docs/cluster.md): executed kernel, time and memory.
       choice_key<&Config::train, &TrainConfig::attention_kernel>("train.attention_kernel",
                                                                  {"flash", "unfused"}),
+      // train.grad_accumulation (docs/cluster.md): a memory-bound pass per micro-batch.
+      choice_key<&Config::train, &TrainConfig::grad_accumulation>("train.grad_accumulation",
+                                                                  {"fused", "unfused"}),
       // [device]
       {"device.profile",
        KeyType::text,

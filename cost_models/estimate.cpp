@@ -8,6 +8,7 @@
 // step / (step time x peak x devices), HFU the same with recompute FLOPs.
 #include "cost_model_internal.hpp"
 #include "modar/parallel.hpp"
+#include "grad_accumulation.hpp"
 #include "step_accumulator.hpp"
 
 namespace modar {
@@ -104,6 +105,21 @@ void estimate_into(const Config& config, const TimingModel& timing, StepKind ste
   out.memory =
       detail::memory_from_params(config, out.params.total, profile.ceilings.memory_bytes, step);
 
+  if (step == StepKind::train) {
+    // train.grad_accumulation = unfused: a read-modify-write of the main
+    // gradients per micro-batch (docs/cluster.md), listed with the elementwise ops.
+    const double accumulate_s =
+        detail::grad_accumulation_time_s(out.params.total, config, profile);
+    if (accumulate_s > 0.0) {
+      time.micro_batch_s += accumulate_s;
+      OpKindTime& bucket = time.by_kind[static_cast<size_t>(OpKind::elementwise)];
+      const double steps = static_cast<double>(accumulation);
+      bucket.count += accumulation;
+      bucket.bytes += steps * detail::grad_accumulation_bytes(out.params.total, config);
+      bucket.flops += steps * out.params.total;
+      bucket.time_s += steps * accumulate_s;
+    }
+  }
   time.extrapolated = time.ops_extrapolated > 0;
   time.calibrated = time.ops_interpolated + time.ops_extrapolated > 0;
   time.step_s = static_cast<double>(accumulation) * time.micro_batch_s + time.optimizer_s;

@@ -30,6 +30,7 @@
 #include <stdexcept>
 
 #include "attention_kernel.hpp"
+#include "grad_accumulation.hpp"
 #include "cost_model_internal.hpp"
 
 namespace modar {
@@ -373,7 +374,7 @@ class StageMemoryModel {
     return mem;
   }
 
-  static constexpr double kGradBytesPerParam = 4.0;  // fp32 main gradients (memory.cpp)
+  static constexpr double kGradBytesPerParam = detail::kMainGradBytesPerParam;
 
  private:
   const Config& config_;
@@ -716,6 +717,10 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
       stage.exposed_comm_s += exposed_per_layer * static_cast<double>(stage.layers);
       overlapped += (per_layer_gather - exposed_per_layer) * static_cast<double>(stage.layers) * m;
     }
+    // train.grad_accumulation = unfused: every micro-batch's backward adds the
+    // rank's gradients into the main-gradient buffer (ZeRO 2 / 3: its shard).
+    stage.compute_s += detail::grad_accumulation_time_s(
+        stage.params / static_cast<double>(par.zero >= 2 ? dp : 1), config, profile);
     const double stage_s = stage.compute_s + stage.exposed_comm_s;
     if (stage_s > slowest) {
       slowest = stage_s;

@@ -7,7 +7,12 @@ row's model and layout on the embedded A100 profile (a100-80gb-dgx, not tuned
 to these rows) and prints predicted vs published TFLOP/s per GPU, counted by
 the paper's equation 3:  F = 96 B s l h^2 (1 + s / (6 h) + V / (16 l h)).
 
-Usage: examples/cluster/megatron_table1.py [path/to/modar]
+Usage: examples/cluster/megatron_table1.py [path/to/modar] [--breakdown]
+
+--breakdown also prints, per row, what each 2021 setting of the base config
+costs: the predicted TFLOP/s with that one setting switched to what modern
+stacks do (FlashAttention, wgrad-fused gradient accumulation, gradient
+reduce overlapped with the backward), everything else as published.
 """
 import csv
 import json
@@ -44,8 +49,42 @@ def layout_sets(row):
     return sets
 
 
+# The 2021 settings of megatron_base.toml and their modern counterparts.
+MODERN = [
+    ("attention", "train.attention_kernel=flash"),
+    ("grad acc", "train.grad_accumulation=fused"),
+    ("DP overlap", "parallel.overlap_grad_reduce=true"),
+]
+
+
+def run(modar, base, sets):
+    cmd = [modar, "estimate", base, "--json"]
+    for s in sets:
+        cmd += ["--set", s]
+    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+
+
+def breakdown(modar, base):
+    print()
+    print("what each 2021 setting costs: predicted TFLOP/s per GPU with that one setting "
+          "modern (the rest as published)")
+    print(f"{'params':>8} {'2021':>7} " + " ".join(f"{name:>11}" for name, _ in MODERN) +
+          f" {'all modern':>11} {'paper':>6}")
+    for row in rows():
+        flops = equation3_flops(int(row["batch"]), int(row["layers"]), int(row["hidden"]))
+        gpus = int(row["gpus"])
+        rate = lambda doc: flops / doc["time"]["step_s"] / gpus / 1e12
+        sets = layout_sets(row)
+        cells = [rate(run(modar, base, sets + [modern])) for _, modern in MODERN]
+        everything = rate(run(modar, base, sets + [m for _, m in MODERN]))
+        print(f"{row['params_b']:>7}B {rate(run(modar, base, sets)):7.1f} " +
+              " ".join(f"{c:11.1f}" for c in cells) +
+              f" {everything:11.1f} {float(row['tflops_per_gpu']):6.0f}")
+
+
 def main():
-    modar = sys.argv[1] if len(sys.argv) > 1 else os.environ.get(
+    args = [a for a in sys.argv[1:] if a != "--breakdown"]
+    modar = args[0] if args else os.environ.get(
         "MODAR", os.path.join(ROOT, "build", "bin", "modar"))
     if not os.access(modar, os.X_OK):
         sys.exit(f"modar binary not found at {modar} (build first, or pass its path)")
@@ -55,11 +94,7 @@ def main():
           f"{'pred':>6} {'paper':>6} {'error':>7}")
     errors = []
     for row in rows():
-        sets = layout_sets(row)
-        cmd = [modar, "estimate", base, "--json"]
-        for s in sets:
-            cmd += ["--set", s]
-        doc = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+        doc = run(modar, base, layout_sets(row))
         par = doc["parallel"]
         step = doc["time"]["step_s"]
         gpus = int(row["gpus"])
@@ -76,6 +111,8 @@ def main():
               f"{predicted:6.1f} {published:6.0f} {error:+7.1%}")
     print(f"median |error| {statistics.median(errors):.1%}, max |error| {max(errors):.1%} "
           f"(profile a100-80gb-dgx, micro-batch 1, full recompute, no tuning to these rows)")
+    if "--breakdown" in sys.argv[1:]:
+        breakdown(modar, base)
 
 
 if __name__ == "__main__":

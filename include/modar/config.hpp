@@ -38,6 +38,12 @@ enum class AttentionFlops { causal, full, flash };  // SPEC section 2
 // flash = FlashAttention (default); unfused = scores materialised in HBM
 // (Megatron-LM before FlashAttention: batched GEMMs + fused softmax + dropout).
 enum class AttentionKernel { flash, unfused };
+// How each micro-batch's weight gradients reach the main-gradient buffer:
+// fused = the wgrad GEMM accumulates into it (beta = 1; Megatron-Core / TE
+// gradient_accumulation_fusion, default); unfused = the GEMM writes a fresh
+// gradient that a separate kernel adds in (Megatron-LM 2021 DDP param hook,
+// main_grad.add_(grad)): a read-modify-write of the buffer per micro-batch.
+enum class GradAccumulation { fused, unfused };
 
 struct ModelConfig {
   int64_t d_model = 2048;
@@ -159,6 +165,7 @@ struct TrainConfig {
   Optimizer optimizer = Optimizer::adamw;
   Recompute recompute = Recompute::none;
   AttentionKernel attention_kernel = AttentionKernel::flash;  // docs/cluster.md
+  GradAccumulation grad_accumulation = GradAccumulation::fused;  // docs/cluster.md
 };
 
 // The default device profile: "h200-measured" when a measured H200 profile is
@@ -276,6 +283,7 @@ const char* to_string(Recompute v);
 const char* to_string(AttentionFlops v);
 const char* to_string(PipelineSchedule v);
 const char* to_string(AttentionKernel v);
+const char* to_string(GradAccumulation v);
 int64_t dtype_bytes(DType v);
 
 // Parse an enum from its name; throws ConfigError naming `field`, the value and

@@ -616,5 +616,64 @@ TEST(Cluster, ModAdvantageErodesWithDataParallelScale) {
   EXPECT_GT(mod_large, dense_large);  // the exposed reduction follows parameters
 }
 
+// train.grad_accumulation = unfused (Megatron-LM 2021 DDP param hook,
+// main_grad.add_(grad)): every micro-batch reads the fp32 main gradient (4 B)
+// and the bf16 gradient (2 B) of each of the rank's parameters and writes the
+// main gradient back (4 B), at the memory-bound ceiling, plus one launch.  By
+// hand: 10 P bytes per micro-batch; DP 2, 4 micro-batches, no pipeline, the
+// reduction not overlapped (so it does not depend on the compute): the step
+// grows by exactly 4 x (10 P / bandwidth + launch).  One device: the same.
+TEST(Cluster, UnfusedGradientAccumulationByHand) {
+  const DeviceCeilings& ceilings = a100().ceilings;
+  const double bandwidth = 1.733e12;  // achievable_bandwidth of the profile (85% of 2039 GB/s)
+  ASSERT_EQ(ceilings.achievable_bandwidth, bandwidth);
+  for (int64_t devices : {1, 2}) {
+    Config c = small();
+    c.device.count = devices;
+    c.train.global_batch = 8 * devices;  // 4 micro-batches of 2 per device
+    c.parallel.overlap_grad_reduce = false;
+    const Estimate fused = estimate(c, a100());
+    c.train.grad_accumulation = GradAccumulation::unfused;
+    const Estimate unfused = estimate(c, a100());
+    const double P = fused.params.total;
+    const double per_micro_batch = 10.0 * P / bandwidth + ceilings.launch_overhead_s;
+    const double expected = 4.0 * per_micro_batch;
+    EXPECT_NEAR(unfused.time.step_s - fused.time.step_s, expected, 1e-6 * expected);
+    EXPECT_EQ(unfused.cluster != nullptr, devices > 1);
+  }
+  // The default is fused (what Megatron-Core / Transformer Engine do).
+  EXPECT_EQ(Config{}.train.grad_accumulation, GradAccumulation::fused);
+  try {
+    parse_config_toml("[train]\ngrad_accumulation = \"hook\"\n");
+    ADD_FAILURE() << "an unknown grad_accumulation was accepted";
+  } catch (const ConfigError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("train.grad_accumulation"), std::string::npos) << message;
+    EXPECT_NE(message.find("unfused"), std::string::npos) << message;
+  }
+}
+
+// train.attention_kernel = unfused (Megatron-LM 2021 CoreAttention), by hand
+// for one device without recompute: per layer and micro-batch the two
+// batched GEMMs run the whole s x s square (4 s^2 d_h FLOPs per head forward,
+// twice that backward) at the GEMM ceiling, plus the score traffic: forward
+// 6 passes of 2 B and the 1-byte dropout mask written, backward 9 passes and
+// the mask read; 3 launches each.
+TEST(Cluster, UnfusedAttentionByHand) {
+  Config c = small();  // b 2, heads 4, s 128, d_h 64, 8 layers, one micro-batch
+  c.train.attention_kernel = AttentionKernel::unfused;
+  const Estimate e = estimate(c, a100());
+  const DeviceCeilings& ceilings = a100().ceilings;
+  const double scores = 2.0 * 4.0 * 128.0 * 128.0;
+  const double flop_rate = 267.9e12, bandwidth = 1.733e12;  // the profile's achievable ceilings
+  const double forward = 4.0 * scores * 64.0 / flop_rate + (6.0 * 2.0 + 1.0) * scores / bandwidth +
+                         3.0 * ceilings.launch_overhead_s;
+  const double backward = 8.0 * scores * 64.0 / flop_rate +
+                          (9.0 * 2.0 + 1.0) * scores / bandwidth + 3.0 * ceilings.launch_overhead_s;
+  const OpKindTime& attention = e.time.by_kind[static_cast<size_t>(OpKind::attention)];
+  const double expected = 8.0 * (forward + backward);
+  EXPECT_NEAR(attention.time_s, expected, 1e-9 * expected);
+}
+
 }  // namespace
 }  // namespace modar
