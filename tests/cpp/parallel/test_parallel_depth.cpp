@@ -70,6 +70,12 @@ std::vector<Family> families() {
          c.dar.variant = DarVariant::dar;
          c.dar.block_layers = 2;
        }},
+      {"selfkv_n3",  // n > 2: Sinkhorn transport, own-stream keys and values
+       [](Config& c) {
+         c.dar.variant = DarVariant::selfkv;
+         c.dar.streams = 3;
+         c.dar.block_layers = 2;
+       }},
       {"mod_dar",
        [](Config& c) {
          c.mod.every = 2;
