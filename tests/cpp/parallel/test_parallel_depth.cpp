@@ -70,6 +70,12 @@ std::vector<Family> families() {
          c.dar.variant = DarVariant::dar;
          c.dar.block_layers = 2;
        }},
+      {"selfkv_n3",  // n > 2: Sinkhorn transport, own-stream keys and values
+       [](Config& c) {
+         c.dar.variant = DarVariant::selfkv;
+         c.dar.streams = 3;
+         c.dar.block_layers = 2;
+       }},
       {"mod_dar",
        [](Config& c) {
          c.mod.every = 2;
@@ -102,12 +108,16 @@ ModelOptions fp64_options() {
   return options;
 }
 
+// Tokens all different within a sequence ((5 r + 7 t + 3) mod V, seq <= V),
+// targets the next position's: a repeated token routed with its copy would
+// tie the copy's router logit in exact arithmetic, and MoD's top-k would pick
+// between them by rounding (docs/runtime_parallel.md, MoD top-k at exact ties).
 std::vector<int32_t> ids(int64_t vocab, int64_t seq, int64_t begin, int64_t count, int shift) {
+  EXPECT_LE(seq, vocab);
   std::vector<int32_t> values;
   for (int64_t r = begin; r < begin + count; ++r) {
     for (int64_t t = 0; t < seq; ++t) {
-      const int64_t i = r * seq + t + shift;
-      values.push_back(static_cast<int32_t>((i * 7919 + 13 + (i * i) % 5) % vocab));
+      values.push_back(static_cast<int32_t>((5 * r + 7 * (t + shift) + 3) % vocab));
     }
   }
   return values;
