@@ -138,6 +138,75 @@ TEST(CommProfile, MeasuresEveryPointAndWritesTablesThePlannerReads) {
   comm.barrier();
 }
 
+// The cold arrival's time of a call, on hand-made timelines (seconds on one
+// clock): from the last member's start to the latest end.
+TEST(CommProfile, ColdCallRunsFromTheLastArrivalToTheLatestEnd) {
+  // Three members arrive at 10, 4 and 25 ms and leave at 31, 30 and 33 ms:
+  // the call could not start before 25 ms; the last member out left at 33.
+  EXPECT_NEAR(last_arrival_call_s({0.010, 0.004, 0.025}, {0.031, 0.030, 0.033}), 0.008, 1e-15);
+  // The latest end need not be the last arrival's: 2 arrives last (at 7),
+  // 0 is rescheduled late and leaves at 19: 12.
+  EXPECT_NEAR(last_arrival_call_s({1.0, 2.0, 7.0}, {19.0, 9.0, 8.0}), 12.0, 1e-12);
+  // A member that left before the last arrived (a send completes locally)
+  // counts 0, not a negative time.
+  EXPECT_EQ(last_arrival_call_s({0.0, 1.0}, {0.5, 0.9}), 0.0);
+  EXPECT_THROW(last_arrival_call_s({}, {}), ConfigError);
+  EXPECT_THROW(last_arrival_call_s({0.0, 1.0}, {2.0}), ConfigError);
+}
+
+TEST(CommProfile, ArrivalDefaultsColdOnTheCpuAndHotOnAGpu) {
+  CommProfileOptions o;
+  const CommProfileOptions cpu = resolve_comm_profile_options(o, DeviceKind::cpu, 4);
+  EXPECT_EQ(cpu.arrival, CommArrival::cold);
+  EXPECT_EQ(cpu.compute_before_s, 2e-3);
+  EXPECT_EQ(cpu.budget_s, 0.5);
+  const CommProfileOptions gpu = resolve_comm_profile_options(o, DeviceKind::cuda, 4);
+  EXPECT_EQ(gpu.arrival, CommArrival::hot);
+  o.arrival = CommArrival::hot;
+  EXPECT_EQ(resolve_comm_profile_options(o, DeviceKind::cpu, 4).budget_s, 0.2);
+  o.arrival = CommArrival::cold;
+  try {
+    resolve_comm_profile_options(o, DeviceKind::cuda, 4);
+    FAIL() << "cold arrival accepted on a GPU";
+  } catch (const ConfigError& error) {
+    EXPECT_NE(std::string(error.what()).find("comm_profile.arrival = cold"), std::string::npos)
+        << error.what();
+  }
+  o = CommProfileOptions{};
+  o.compute_before_s = -1.0;
+  EXPECT_THROW(resolve_comm_profile_options(o, DeviceKind::cpu, 4), ConfigError);
+}
+
+// Cold: one call per sample after the compute burst (its length recorded in
+// the provenance); hot: the provenance says so.
+TEST(CommProfile, ColdSamplesAreOneCallAfterTheBurst) {
+  Communicator& comm = *world().comm;
+  if (comm.size() == 1) {
+    GTEST_SKIP() << "profile --comm needs 2 ranks (the world has 1)";
+  }
+  CommProfileOptions o = tiny();
+  o.kinds = {Collective::all_reduce};
+  o.max_bytes = 1024;
+  o.group_sizes = {2};
+  o.arrival = CommArrival::cold;
+  o.compute_before_s = 0.05;
+  o.min_repeats = 3;
+  o.max_repeats = 3;
+  const CommProfileResult result = run_comm_profile(*world().cpu, comm, o);
+  ASSERT_EQ(result.measurements.size(), 1u);
+  const CommMeasurement& m = result.measurements[0];
+  EXPECT_EQ(m.inner, 1);
+  EXPECT_EQ(m.repeats, 3);
+  EXPECT_GT(m.median_s, 0.0);
+  EXPECT_EQ(result.provenance.at("network_arrival").rfind("cold: ", 0), 0u);
+  EXPECT_NE(result.provenance.at("network_arrival").find("spins 50 ms"), std::string::npos)
+      << result.provenance.at("network_arrival");
+  o.arrival = CommArrival::hot;
+  const CommProfileResult hot = run_comm_profile(*world().cpu, comm, o);
+  EXPECT_EQ(hot.provenance.at("network_arrival").rfind("hot: ", 0), 0u);
+  comm.barrier();
+}
+
 // The planner picks, among the tables of a kind, the one measured at the
 // group size nearest the asked one (log2), and rescales by the bus factor.
 TEST(CommProfile, PlannerUsesTheNearestGroupSize) {
