@@ -111,7 +111,7 @@ void fit_level(NetworkLevel& level, const std::vector<CommMeasurement>& points, 
   level.bus_bandwidth = largest != nullptr ? largest->busbw() : best_busbw;
   if (smallest != nullptr) {
     const double steps = 2.0 * std::ceil(std::log2(static_cast<double>(smallest->ranks)));
-    level.latency_s = smallest->median_s / std::max(1.0, steps);
+    level.latency_s = smallest->time_s / std::max(1.0, steps);
   }
   // Tables: one per (kind, group size), ascending sizes.
   level.tables.clear();
@@ -130,7 +130,7 @@ void fit_level(NetworkLevel& level, const std::vector<CommMeasurement>& points, 
       it = level.tables.end() - 1;
     }
     it->sizes_bytes.push_back(static_cast<double>(m.bytes));
-    it->times_s.push_back(m.median_s);
+    it->times_s.push_back(m.time_s);
   }
 }
 
@@ -215,7 +215,7 @@ CommProfileOptions resolve_comm_profile_options(const CommProfileOptions& reques
     o.compute_before_s = 2e-3;
   }
   if (o.budget_s == 0.0) {
-    o.budget_s = gpu ? 0.1 : (o.arrival == CommArrival::cold ? 0.5 : 0.2);
+    o.budget_s = gpu ? 0.1 : (o.arrival == CommArrival::cold ? 1.0 : 0.2);
   }
   if (o.sample_s == 0.0) {
     o.sample_s = gpu ? 1e-3 : 2e-3;
@@ -434,6 +434,14 @@ CommProfileResult run_comm_profile(Backend& backend, Communicator& world,
             m.ranks = g;
             m.bytes = count * element_bytes;
             m.median_s = stats.median_s;
+            m.time_s = stats.median_s;
+            if (o.arrival == CommArrival::cold) {
+              double sum_s = 0.0;
+              for (double v : samples) {
+                sum_s += v;
+              }
+              m.time_s = sum_s / static_cast<double>(samples.size());
+            }
             m.p10_s = stats.p10_s;
             m.p90_s = stats.p90_s;
             m.repeats = static_cast<int>(stats.repeats);
@@ -444,7 +452,7 @@ CommProfileResult run_comm_profile(Backend& backend, Communicator& world,
                            "profile --comm: %-14s %-10s ranks %d  %11lld B  %10.3f us  "
                            "busbw %8.3f GB/s  (%d x %d calls, %.0f s)\n",
                            to_string(kind), to_string(level.level), g,
-                           static_cast<long long>(m.bytes), m.median_s * 1e6, m.busbw() / 1e9,
+                           static_cast<long long>(m.bytes), m.time_s * 1e6, m.busbw() / 1e9,
                            m.repeats, inner,
                            std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
                                .count());
@@ -465,10 +473,10 @@ CommProfileResult run_comm_profile(Backend& backend, Communicator& world,
     double points = static_cast<double>(result.measurements.size());
     control_world->broadcast(make_view(&points, ScalarType::fp64, DeviceKind::cpu, {1}), 0);
     const int64_t count = static_cast<int64_t>(points);
-    std::vector<double> packed(static_cast<size_t>(count) * 9);
+    std::vector<double> packed(static_cast<size_t>(count) * 10);
     for (size_t i = 0; i < result.measurements.size() && rank == 0; ++i) {
       const CommMeasurement& m = result.measurements[i];
-      double* p = &packed[i * 9];
+      double* p = &packed[i * 10];
       p[0] = static_cast<double>(m.kind);
       p[1] = static_cast<double>(m.level);
       p[2] = m.ranks;
@@ -478,14 +486,15 @@ CommProfileResult run_comm_profile(Backend& backend, Communicator& world,
       p[6] = m.p90_s;
       p[7] = m.repeats;
       p[8] = m.inner;
+      p[9] = m.time_s;
     }
     if (count > 0) {
       control_world->broadcast(
-          make_view(packed.data(), ScalarType::fp64, DeviceKind::cpu, {count * 9}), 0);
+          make_view(packed.data(), ScalarType::fp64, DeviceKind::cpu, {count * 10}), 0);
     }
     result.measurements.clear();
     for (int64_t i = 0; i < count; ++i) {
-      const double* p = &packed[static_cast<size_t>(i) * 9];
+      const double* p = &packed[static_cast<size_t>(i) * 10];
       CommMeasurement m;
       m.kind = static_cast<Collective>(static_cast<int>(p[0]));
       m.level = static_cast<NetLevel>(static_cast<int>(p[1]));
@@ -496,6 +505,7 @@ CommProfileResult run_comm_profile(Backend& backend, Communicator& world,
       m.p90_s = p[6];
       m.repeats = static_cast<int>(p[7]);
       m.inner = static_cast<int>(p[8]);
+      m.time_s = p[9];
       result.measurements.push_back(m);
     }
   }
@@ -536,14 +546,15 @@ CommProfileResult run_comm_profile(Backend& backend, Communicator& world,
   const std::string sampling =
       o.arrival == CommArrival::cold
           ? "samples of one call each, timed from the group's last arrival to the end (the max "
-            "over its ranks)"
+            "over its ranks), the table's time their MEAN (the spread from the median)"
           : "samples of ~" + number_text(o.sample_s * 1e3) +
-                " ms of back-to-back calls, the max over the group's ranks per sample";
+                " ms of back-to-back calls, the max over the group's ranks per sample, the "
+                "median of the samples";
   p["network_how"] =
       "modar profile --comm: nccl-tests definitions (size = full vector, algbw = size / time, "
       "busbw = algbw x bus factor); one group at a time (ranks [0, g) of node 0; inter-node: "
       "one rank per node); " + std::to_string(o.warmup) + " warm-up calls, " + sampling +
-      ", median of " + std::to_string(o.min_repeats) + ".." + std::to_string(o.max_repeats) +
+      ", " + std::to_string(o.min_repeats) + ".." + std::to_string(o.max_repeats) +
       " samples within " + number_text(o.budget_s) + " s per point; sizes " +
       std::to_string(o.min_bytes) + ".." + std::to_string(o.max_bytes) + " B by x" +
       number_text(o.size_factor);
@@ -619,7 +630,7 @@ std::string comm_profile_table(const CommProfileResult& result) {
   for (const CommMeasurement& m : result.measurements) {
     std::snprintf(line, sizeof(line), "%-14s %-10s %5d %12lld %12.2f %7.3f %10.3f %10.3f\n",
                   to_string(m.kind), to_string(m.level), m.ranks, static_cast<long long>(m.bytes),
-                  m.median_s * 1e6, m.spread(), m.algbw() / 1e9, m.busbw() / 1e9);
+                  m.time_s * 1e6, m.spread(), m.algbw() / 1e9, m.busbw() / 1e9);
     out << line;
   }
   return out.str();

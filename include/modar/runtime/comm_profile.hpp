@@ -42,7 +42,8 @@
 //     definition `modar validate --parallel` uses for a call's transfer
 //     (validate_parallel.hpp), measured without a barrier before the call;
 //     the starts and ends are exchanged after the call (all-gather);
-//   * samples until `budget_s` of wall time is spent (bursts included).
+//   * samples until `budget_s` of wall time is spent (bursts included); the
+//     table's time is their mean (CommMeasurement::time_s).
 // Buffers are filled with zeros (no denormals, sums stay finite).
 #pragma once
 
@@ -72,7 +73,7 @@ struct CommProfileOptions {
   int warmup = 5;                 // untimed calls per point (nccl-tests -w 5)
   int min_repeats = 5;
   int max_repeats = 50;
-  double budget_s = 0.0;          // per point; 0: 0.2 s on the CPU (0.5 s cold), 0.1 s on a GPU
+  double budget_s = 0.0;          // per point; 0: 0.2 s on the CPU (1 s cold), 0.1 s on a GPU
   double sample_s = 0.0;          // one sample; 0: 2 ms on the CPU, 1 ms on a GPU (hot)
   CommArrival arrival = CommArrival::automatic;  // cold: cpu backend only
   double compute_before_s = 0.0;  // cold: CPU time spun before each call; 0: 2 ms
@@ -95,12 +96,18 @@ struct CommMeasurement {
   NetLevel level = NetLevel::intra_node;
   int ranks = 2;
   int64_t bytes = 0;
+  // The time the tables hold: hot, the median of the samples; cold, their
+  // MEAN (a cold call is bimodal on a loaded host, ~0.1 ms when the group's
+  // ranks are running and a scheduler period when one must be woken; a
+  // step's many calls add up to the mean, and the median flips between the
+  // modes from one run to the next).
+  double time_s = 0.0;
   double median_s = 0.0;
   double p10_s = 0.0;
   double p90_s = 0.0;
   int repeats = 0;
   int inner = 0;  // calls per sample
-  double algbw() const { return median_s > 0 ? static_cast<double>(bytes) / median_s : 0.0; }
+  double algbw() const { return time_s > 0 ? static_cast<double>(bytes) / time_s : 0.0; }
   double busbw() const { return algbw() * collective_bus_factor(kind, ranks); }
   double spread() const { return median_s > 0 ? (p90_s - p10_s) / median_s : 0.0; }
 };
