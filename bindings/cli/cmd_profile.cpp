@@ -57,7 +57,8 @@ const std::vector<FlagSpec> kFlags = {
     {"--group-sizes", true, false, "G1,G2",
      "--comm: group sizes (default 2, 4, 8, ... up to the ranks per node, and that count)"},
     {"--min-bytes", true, false, "BYTES", "--comm: smallest message (default 1024)"},
-    {"--max-bytes", true, false, "BYTES", "--comm: largest message (default 16 MiB cpu, 1 GiB cuda)"},
+    {"--max-bytes", true, false, "BYTES",
+     "--comm: largest message (default 16 MiB cpu, 1 GiB cuda)"},
     {"--arrival", true, false, "cold|hot",
      "--comm: cold (default on cpu): before each timed call every rank spins 2 ms of CPU time, "
      "and the call is timed from the last rank's arrival to its end, as a training step meets "
@@ -197,13 +198,13 @@ int cmd_profile_comm(const ParsedArgs& parsed) {
       runtime::resolve_comm_profile_options(request, backend->device(), world->size());
   if (parsed.has("--dry-run")) {
     if (world->rank() == 0) {
-      std::printf("profile --comm: %d rank(s), engine %s, %zu collective(s), sizes %lld..%lld B "
-                  "x%g, budget %g s per point, arrival %s, base %s -> %s\n",
-                  world->size(), world->engine().c_str(), resolved.kinds.size(),
-                  static_cast<long long>(resolved.min_bytes),
-                  static_cast<long long>(resolved.max_bytes), resolved.size_factor,
-                  resolved.budget_s, runtime::to_string(resolved.arrival), base_name.c_str(),
-                  out_path.c_str());
+      std::printf(
+          "profile --comm: %d rank(s), engine %s, %zu collective(s), sizes %lld..%lld B "
+          "x%g, budget %g s per point, arrival %s, base %s -> %s\n",
+          world->size(), world->engine().c_str(), resolved.kinds.size(),
+          static_cast<long long>(resolved.min_bytes), static_cast<long long>(resolved.max_bytes),
+          resolved.size_factor, resolved.budget_s, runtime::to_string(resolved.arrival),
+          base_name.c_str(), out_path.c_str());
     }
     return 0;
   }
@@ -278,9 +279,8 @@ int cmd_profile(const Args& args) {
   if (parsed.has("--comm")) {
     return cmd_profile_comm(parsed);
   }
-  for (const char* comm_only :
-       {"--base", "--collectives", "--group-sizes", "--min-bytes", "--max-bytes", "--arrival",
-        "--compute-before-ms"}) {
+  for (const char* comm_only : {"--base", "--collectives", "--group-sizes", "--min-bytes",
+                                "--max-bytes", "--arrival", "--compute-before-ms"}) {
     if (parsed.has(comm_only)) {
       throw ConfigError(std::string(comm_only) + ": only used with --comm");
     }

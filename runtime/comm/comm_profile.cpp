@@ -3,12 +3,13 @@
 // modar/runtime/comm_profile.hpp), and the [network] levels fitted to them.
 #include "modar/runtime/comm_profile.hpp"
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
-#include <time.h>
 #include <sstream>
 
 #include "comm_internal.hpp"
@@ -553,11 +554,11 @@ CommProfileResult run_comm_profile(Backend& backend, Communicator& world,
   p["network_how"] =
       "modar profile --comm: nccl-tests definitions (size = full vector, algbw = size / time, "
       "busbw = algbw x bus factor); one group at a time (ranks [0, g) of node 0; inter-node: "
-      "one rank per node); " + std::to_string(o.warmup) + " warm-up calls, " + sampling +
-      ", " + std::to_string(o.min_repeats) + ".." + std::to_string(o.max_repeats) +
-      " samples within " + number_text(o.budget_s) + " s per point; sizes " +
-      std::to_string(o.min_bytes) + ".." + std::to_string(o.max_bytes) + " B by x" +
-      number_text(o.size_factor);
+      "one rank per node); " +
+      std::to_string(o.warmup) + " warm-up calls, " + sampling + ", " +
+      std::to_string(o.min_repeats) + ".." + std::to_string(o.max_repeats) + " samples within " +
+      number_text(o.budget_s) + " s per point; sizes " + std::to_string(o.min_bytes) + ".." +
+      std::to_string(o.max_bytes) + " B by x" + number_text(o.size_factor);
   p["network_arrival"] =
       o.arrival == CommArrival::cold
           ? "cold: before each timed call every rank of the group spins " +

@@ -73,10 +73,10 @@ struct CommProfileOptions {
   int warmup = 5;                 // untimed calls per point (nccl-tests -w 5)
   int min_repeats = 5;
   int max_repeats = 50;
-  double budget_s = 0.0;          // per point; 0: 0.2 s on the CPU (1 s cold), 0.1 s on a GPU
-  double sample_s = 0.0;          // one sample; 0: 2 ms on the CPU, 1 ms on a GPU (hot)
+  double budget_s = 0.0;  // per point; 0: 0.2 s on the CPU (1 s cold), 0.1 s on a GPU
+  double sample_s = 0.0;  // one sample; 0: 2 ms on the CPU, 1 ms on a GPU (hot)
   CommArrival arrival = CommArrival::automatic;  // cold: cpu backend only
-  double compute_before_s = 0.0;  // cold: CPU time spun before each call; 0: 2 ms
+  double compute_before_s = 0.0;                 // cold: CPU time spun before each call; 0: 2 ms
   FILE* progress = nullptr;       // one line per point (rank 0 only)
 };
 
