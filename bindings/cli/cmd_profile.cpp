@@ -57,7 +57,14 @@ const std::vector<FlagSpec> kFlags = {
     {"--group-sizes", true, false, "G1,G2",
      "--comm: group sizes (default 2, 4, 8, ... up to the ranks per node, and that count)"},
     {"--min-bytes", true, false, "BYTES", "--comm: smallest message (default 1024)"},
-    {"--max-bytes", true, false, "BYTES", "--comm: largest message (default 16 MiB cpu, 1 GiB cuda)"},
+    {"--max-bytes", true, false, "BYTES",
+     "--comm: largest message (default 16 MiB cpu, 1 GiB cuda)"},
+    {"--arrival", true, false, "cold|hot",
+     "--comm: cold (default on cpu): before each timed call every rank spins 2 ms of CPU time, "
+     "and the call is timed from the last rank's arrival to its end, as a training step meets "
+     "it; hot (default and only choice on cuda): back-to-back calls, nccl-tests' way"},
+    {"--compute-before-ms", true, false, "MS",
+     "--comm, cold arrival: the CPU time every rank spins before each timed call (default 2)"},
 };
 
 constexpr const char* kDescription =
@@ -71,7 +78,10 @@ constexpr const char* kDescription =
     "--out node.toml`): times each collective over message sizes and group sizes with\n"
     "nccl-tests' definitions (algbw = size / time, busbw = algbw x bus factor; warm-up, median\n"
     "of samples, spread) on MPI (cpu) or NCCL (cuda), prints the table, and writes --base with\n"
-    "its [network] replaced by the measured tables (atomically; rank 0 writes).\n";
+    "its [network] replaced by the measured tables (atomically; rank 0 writes).  On the cpu\n"
+    "backend each call is timed cold by default (--arrival): after 2 ms of compute on every\n"
+    "rank, from the last rank's arrival to the end, as `modar validate --parallel` times a\n"
+    "step's calls.\n";
 
 // An int flag that must fit an int (the library checks the range and names the field).
 int parse_int_flag(const ParsedArgs& parsed, const char* flag) {
@@ -138,6 +148,16 @@ int cmd_profile_comm(const ParsedArgs& parsed) {
   if (parsed.has("--max-bytes")) {
     request.max_bytes = parse_positive_int("--max-bytes", *parsed.value("--max-bytes"));
   }
+  if (parsed.has("--arrival")) {
+    const std::vector<std::string> arrivals = {"cold", "hot"};
+    request.arrival = parse_choice("--arrival", *parsed.value("--arrival"), arrivals) == 0
+                          ? runtime::CommArrival::cold
+                          : runtime::CommArrival::hot;
+  }
+  if (parsed.has("--compute-before-ms")) {
+    request.compute_before_s =
+        parse_positive_double("--compute-before-ms", *parsed.value("--compute-before-ms")) * 1e-3;
+  }
   if (parsed.has("--budget")) {
     request.budget_s = parse_positive_double("--budget", *parsed.value("--budget"));
   }
@@ -178,12 +198,13 @@ int cmd_profile_comm(const ParsedArgs& parsed) {
       runtime::resolve_comm_profile_options(request, backend->device(), world->size());
   if (parsed.has("--dry-run")) {
     if (world->rank() == 0) {
-      std::printf("profile --comm: %d rank(s), engine %s, %zu collective(s), sizes %lld..%lld B "
-                  "x%g, budget %g s per point, base %s -> %s\n",
-                  world->size(), world->engine().c_str(), resolved.kinds.size(),
-                  static_cast<long long>(resolved.min_bytes),
-                  static_cast<long long>(resolved.max_bytes), resolved.size_factor,
-                  resolved.budget_s, base_name.c_str(), out_path.c_str());
+      std::printf(
+          "profile --comm: %d rank(s), engine %s, %zu collective(s), sizes %lld..%lld B "
+          "x%g, budget %g s per point, arrival %s, base %s -> %s\n",
+          world->size(), world->engine().c_str(), resolved.kinds.size(),
+          static_cast<long long>(resolved.min_bytes), static_cast<long long>(resolved.max_bytes),
+          resolved.size_factor, resolved.budget_s, runtime::to_string(resolved.arrival),
+          base_name.c_str(), out_path.c_str());
     }
     return 0;
   }
@@ -258,8 +279,8 @@ int cmd_profile(const Args& args) {
   if (parsed.has("--comm")) {
     return cmd_profile_comm(parsed);
   }
-  for (const char* comm_only :
-       {"--base", "--collectives", "--group-sizes", "--min-bytes", "--max-bytes"}) {
+  for (const char* comm_only : {"--base", "--collectives", "--group-sizes", "--min-bytes",
+                                "--max-bytes", "--arrival", "--compute-before-ms"}) {
     if (parsed.has(comm_only)) {
       throw ConfigError(std::string(comm_only) + ": only used with --comm");
     }

@@ -3,6 +3,8 @@
 // modar/runtime/comm_profile.hpp), and the [network] levels fitted to them.
 #include "modar/runtime/comm_profile.hpp"
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -110,7 +112,7 @@ void fit_level(NetworkLevel& level, const std::vector<CommMeasurement>& points, 
   level.bus_bandwidth = largest != nullptr ? largest->busbw() : best_busbw;
   if (smallest != nullptr) {
     const double steps = 2.0 * std::ceil(std::log2(static_cast<double>(smallest->ranks)));
-    level.latency_s = smallest->median_s / std::max(1.0, steps);
+    level.latency_s = smallest->time_s / std::max(1.0, steps);
   }
   // Tables: one per (kind, group size), ascending sizes.
   level.tables.clear();
@@ -129,8 +131,28 @@ void fit_level(NetworkLevel& level, const std::vector<CommMeasurement>& points, 
       it = level.tables.end() - 1;
     }
     it->sizes_bytes.push_back(static_cast<double>(m.bytes));
-    it->times_s.push_back(m.median_s);
+    it->times_s.push_back(m.time_s);
   }
+}
+
+// Spins `seconds` of this thread's CPU time (the cold arrival's compute).
+void spin_thread_cpu_s(double seconds) {
+  auto thread_cpu_s = [] {
+    timespec now{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+    return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
+  };
+  const double until = thread_cpu_s() + seconds;
+  volatile double sink = 1.0;
+  while (thread_cpu_s() < until) {
+    for (int i = 0; i < 256; ++i) {
+      sink = sink * 1.0000001 + 1e-9;
+    }
+  }
+}
+
+double steady_now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 std::string utc_now() {
@@ -143,6 +165,31 @@ std::string utc_now() {
 }
 
 }  // namespace
+
+const char* to_string(CommArrival arrival) {
+  switch (arrival) {
+    case CommArrival::automatic:
+      return "automatic";
+    case CommArrival::hot:
+      return "hot";
+    case CommArrival::cold:
+      return "cold";
+  }
+  return "?";
+}
+
+double last_arrival_call_s(const std::vector<double>& starts_s, const std::vector<double>& ends_s) {
+  if (starts_s.empty() || starts_s.size() != ends_s.size()) {
+    throw ConfigError("last_arrival_call_s: " + std::to_string(starts_s.size()) + " starts and " +
+                      std::to_string(ends_s.size()) + " ends: one of each per member is needed");
+  }
+  const double last_start = *std::max_element(starts_s.begin(), starts_s.end());
+  double time_s = 0.0;
+  for (double end : ends_s) {
+    time_s = std::max(time_s, end - last_start);
+  }
+  return time_s;
+}
 
 CommProfileOptions resolve_comm_profile_options(const CommProfileOptions& request,
                                                 DeviceKind device, int world_size) {
@@ -162,8 +209,14 @@ CommProfileOptions resolve_comm_profile_options(const CommProfileOptions& reques
   if (o.size_factor == 0.0) {
     o.size_factor = gpu ? 2.0 : 4.0;
   }
+  if (o.arrival == CommArrival::automatic) {
+    o.arrival = gpu ? CommArrival::hot : CommArrival::cold;
+  }
+  if (o.compute_before_s == 0.0) {
+    o.compute_before_s = 2e-3;
+  }
   if (o.budget_s == 0.0) {
-    o.budget_s = gpu ? 0.1 : 0.2;
+    o.budget_s = gpu ? 0.1 : (o.arrival == CommArrival::cold ? 1.0 : 0.2);
   }
   if (o.sample_s == 0.0) {
     o.sample_s = gpu ? 1e-3 : 2e-3;
@@ -194,6 +247,12 @@ CommProfileOptions resolve_comm_profile_options(const CommProfileOptions& reques
   }
   if (!(o.sample_s > 0.0 && o.sample_s <= 10.0)) {
     fail("sample_s", number_text(o.sample_s), "must be in (0, 10] seconds");
+  }
+  if (o.arrival == CommArrival::cold && gpu) {
+    fail("arrival", "cold", "the cpu backend only (a GPU collective is timed hot, back to back)");
+  }
+  if (!(o.compute_before_s > 0.0 && o.compute_before_s <= 1.0)) {
+    fail("compute_before_s", number_text(o.compute_before_s), "must be in (0, 1] seconds");
   }
   if (o.dtype == ScalarType::i32) {
     fail("dtype", "i32", "must be fp64, fp32 or bf16");
@@ -313,16 +372,61 @@ CommProfileResult run_comm_profile(Backend& backend, Communicator& world,
               }
               return values[0];
             };
-            const double probe_s = sample(1);
-            const int inner = static_cast<int>(
-                std::clamp(std::ceil(o.sample_s / std::max(probe_s, 1e-9)), 1.0, 10000.0));
+            // The cold arrival's sample: one call after a compute burst,
+            // timed from the last member's arrival (comm_profile.hpp); every
+            // member gets the same value.
+            const int members = group->size();
+            std::vector<double> exchanged(static_cast<size_t>(members) * 3);
+            auto cold_sample = [&]() {
+              spin_thread_cpu_s(o.compute_before_s);
+              double mine[3] = {steady_now_s(), 0.0, 0.0};
+              run_once(*group, kind, in, out);
+              backend.synchronize();
+              mine[1] = steady_now_s();
+              mine[2] = interrupt_requested() ? 1.0 : 0.0;
+              control->all_gather(make_view(mine, ScalarType::fp64, DeviceKind::cpu, {3}),
+                                  make_view(exchanged.data(), ScalarType::fp64, DeviceKind::cpu,
+                                            {static_cast<int64_t>(exchanged.size())}));
+              std::vector<double> starts, ends;
+              for (int r = 0; r < members; ++r) {
+                starts.push_back(exchanged[static_cast<size_t>(r) * 3]);
+                ends.push_back(exchanged[static_cast<size_t>(r) * 3 + 1]);
+                if (exchanged[static_cast<size_t>(r) * 3 + 2] != 0.0) {
+                  throw Interrupted("interrupted (Ctrl-C) during profile --comm");
+                }
+              }
+              return last_arrival_call_s(starts, ends);
+            };
             std::vector<double> samples;
-            double spent_s = probe_s;
-            while (static_cast<int>(samples.size()) < o.min_repeats ||
-                   (spent_s < o.budget_s && static_cast<int>(samples.size()) < o.max_repeats)) {
-              const double s = sample(inner);
-              samples.push_back(s);
-              spent_s += s * inner;
+            int inner = 1;
+            if (o.arrival == CommArrival::cold) {
+              // Wall time, bursts included, bounds a point; rank 0's clock
+              // decides for all (broadcast), so that every member stops at
+              // the same sample.
+              const double began = steady_now_s();
+              for (;;) {
+                samples.push_back(cold_sample());
+                double more = static_cast<int>(samples.size()) < o.min_repeats ||
+                                      (steady_now_s() - began < o.budget_s &&
+                                       static_cast<int>(samples.size()) < o.max_repeats)
+                                  ? 1.0
+                                  : 0.0;
+                control->broadcast(make_view(&more, ScalarType::fp64, DeviceKind::cpu, {1}), 0);
+                if (more == 0.0) {
+                  break;
+                }
+              }
+            } else {
+              const double probe_s = sample(1);
+              inner = static_cast<int>(
+                  std::clamp(std::ceil(o.sample_s / std::max(probe_s, 1e-9)), 1.0, 10000.0));
+              double spent_s = probe_s;
+              while (static_cast<int>(samples.size()) < o.min_repeats ||
+                     (spent_s < o.budget_s && static_cast<int>(samples.size()) < o.max_repeats)) {
+                const double s = sample(inner);
+                samples.push_back(s);
+                spent_s += s * inner;
+              }
             }
             const TimingStats stats = summarize_samples(samples);
             CommMeasurement m;
@@ -331,6 +435,14 @@ CommProfileResult run_comm_profile(Backend& backend, Communicator& world,
             m.ranks = g;
             m.bytes = count * element_bytes;
             m.median_s = stats.median_s;
+            m.time_s = stats.median_s;
+            if (o.arrival == CommArrival::cold) {
+              double sum_s = 0.0;
+              for (double v : samples) {
+                sum_s += v;
+              }
+              m.time_s = sum_s / static_cast<double>(samples.size());
+            }
             m.p10_s = stats.p10_s;
             m.p90_s = stats.p90_s;
             m.repeats = static_cast<int>(stats.repeats);
@@ -341,7 +453,7 @@ CommProfileResult run_comm_profile(Backend& backend, Communicator& world,
                            "profile --comm: %-14s %-10s ranks %d  %11lld B  %10.3f us  "
                            "busbw %8.3f GB/s  (%d x %d calls, %.0f s)\n",
                            to_string(kind), to_string(level.level), g,
-                           static_cast<long long>(m.bytes), m.median_s * 1e6, m.busbw() / 1e9,
+                           static_cast<long long>(m.bytes), m.time_s * 1e6, m.busbw() / 1e9,
                            m.repeats, inner,
                            std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
                                .count());
@@ -362,10 +474,10 @@ CommProfileResult run_comm_profile(Backend& backend, Communicator& world,
     double points = static_cast<double>(result.measurements.size());
     control_world->broadcast(make_view(&points, ScalarType::fp64, DeviceKind::cpu, {1}), 0);
     const int64_t count = static_cast<int64_t>(points);
-    std::vector<double> packed(static_cast<size_t>(count) * 9);
+    std::vector<double> packed(static_cast<size_t>(count) * 10);
     for (size_t i = 0; i < result.measurements.size() && rank == 0; ++i) {
       const CommMeasurement& m = result.measurements[i];
-      double* p = &packed[i * 9];
+      double* p = &packed[i * 10];
       p[0] = static_cast<double>(m.kind);
       p[1] = static_cast<double>(m.level);
       p[2] = m.ranks;
@@ -375,14 +487,15 @@ CommProfileResult run_comm_profile(Backend& backend, Communicator& world,
       p[6] = m.p90_s;
       p[7] = m.repeats;
       p[8] = m.inner;
+      p[9] = m.time_s;
     }
     if (count > 0) {
       control_world->broadcast(
-          make_view(packed.data(), ScalarType::fp64, DeviceKind::cpu, {count * 9}), 0);
+          make_view(packed.data(), ScalarType::fp64, DeviceKind::cpu, {count * 10}), 0);
     }
     result.measurements.clear();
     for (int64_t i = 0; i < count; ++i) {
-      const double* p = &packed[static_cast<size_t>(i) * 9];
+      const double* p = &packed[static_cast<size_t>(i) * 10];
       CommMeasurement m;
       m.kind = static_cast<Collective>(static_cast<int>(p[0]));
       m.level = static_cast<NetLevel>(static_cast<int>(p[1]));
@@ -393,6 +506,7 @@ CommProfileResult run_comm_profile(Backend& backend, Communicator& world,
       m.p90_s = p[6];
       m.repeats = static_cast<int>(p[7]);
       m.inner = static_cast<int>(p[8]);
+      m.time_s = p[9];
       result.measurements.push_back(m);
     }
   }
@@ -430,15 +544,29 @@ CommProfileResult run_comm_profile(Backend& backend, Communicator& world,
   p["network_device"] = backend.name() + (host.cpu_model.empty() ? "" : " on " + host.cpu_model) +
                         ", " + std::to_string(host.logical_cpus) + " logical CPUs";
   p["network_dtype"] = to_string(o.dtype);
+  const std::string sampling =
+      o.arrival == CommArrival::cold
+          ? "samples of one call each, timed from the group's last arrival to the end (the max "
+            "over its ranks), the table's time their MEAN (the spread from the median)"
+          : "samples of ~" + number_text(o.sample_s * 1e3) +
+                " ms of back-to-back calls, the max over the group's ranks per sample, the "
+                "median of the samples";
   p["network_how"] =
       "modar profile --comm: nccl-tests definitions (size = full vector, algbw = size / time, "
       "busbw = algbw x bus factor); one group at a time (ranks [0, g) of node 0; inter-node: "
-      "one rank per node); " + std::to_string(o.warmup) + " warm-up calls, samples of ~" +
-      number_text(o.sample_s * 1e3) + " ms of back-to-back calls, the max over the group's "
-      "ranks per sample, median of " + std::to_string(o.min_repeats) + ".." +
-      std::to_string(o.max_repeats) + " samples within " + number_text(o.budget_s) +
-      " s per point; sizes " + std::to_string(o.min_bytes) + ".." + std::to_string(o.max_bytes) +
-      " B by x" + number_text(o.size_factor);
+      "one rank per node); " +
+      std::to_string(o.warmup) + " warm-up calls, " + sampling + ", " +
+      std::to_string(o.min_repeats) + ".." + std::to_string(o.max_repeats) + " samples within " +
+      number_text(o.budget_s) + " s per point; sizes " + std::to_string(o.min_bytes) + ".." +
+      std::to_string(o.max_bytes) + " B by x" + number_text(o.size_factor);
+  p["network_arrival"] =
+      o.arrival == CommArrival::cold
+          ? "cold: before each timed call every rank of the group spins " +
+                number_text(o.compute_before_s * 1e3) +
+                " ms of its thread CPU time (a step's compute), then calls; the time runs from "
+                "the last rank's arrival (latest steady-clock start) to each rank's end, max over "
+                "ranks: modar validate --parallel's transfer"
+          : "hot: back-to-back calls, every rank already in the collective loop";
   p["network_date"] = utc_now();
   // A shared machine's load is part of what was measured (oversubscribed
   // ranks wait for a core): /proc/loadavg at the end of the run.
@@ -503,7 +631,7 @@ std::string comm_profile_table(const CommProfileResult& result) {
   for (const CommMeasurement& m : result.measurements) {
     std::snprintf(line, sizeof(line), "%-14s %-10s %5d %12lld %12.2f %7.3f %10.3f %10.3f\n",
                   to_string(m.kind), to_string(m.level), m.ranks, static_cast<long long>(m.bytes),
-                  m.median_s * 1e6, m.spread(), m.algbw() / 1e9, m.busbw() / 1e9);
+                  m.time_s * 1e6, m.spread(), m.algbw() / 1e9, m.busbw() / 1e9);
     out << line;
   }
   return out.str();

@@ -26,6 +26,24 @@
 //     averages over ranks instead);
 //   * samples until `budget_s` is spent (at least min_repeats, at most
 //     max_repeats); the median is the time, (p90 - p10) / median the spread.
+// That is the `hot` arrival (CommArrival::hot, the default on a GPU): every
+// rank is already spinning in the collective when the next call starts.  A
+// training step meets its collectives differently: the ranks arrive after a
+// stretch of compute, and on a CPU host the early ones poll, yield and must be
+// rescheduled when the last one arrives.  The `cold` arrival (the default on
+// the CPU backend) measures that:
+//   * each sample is ONE call: every member first spins `compute_before_s` of
+//     its own thread CPU time (a step's compute between two calls; a busy
+//     loop, so that it costs the same CPU work whatever the load), then reads
+//     the steady clock (system-wide on Linux, so comparable across the
+//     node's ranks), calls, and reads it again;
+//   * the call's time is last_arrival_call_s: from the LAST member's arrival
+//     (the latest start) to each member's end, the max over members: the
+//     definition `modar validate --parallel` uses for a call's transfer
+//     (validate_parallel.hpp), measured without a barrier before the call;
+//     the starts and ends are exchanged after the call (all-gather);
+//   * samples until `budget_s` of wall time is spent (bursts included); the
+//     table's time is their mean (CommMeasurement::time_s).
 // Buffers are filled with zeros (no denormals, sums stay finite).
 #pragma once
 
@@ -42,6 +60,9 @@
 
 namespace modar::runtime {
 
+enum class CommArrival { automatic, hot, cold };  // automatic: cold on the CPU, hot on a GPU
+const char* to_string(CommArrival arrival);
+
 struct CommProfileOptions {
   std::vector<Collective> kinds;  // empty: all five
   std::vector<int> group_sizes;   // empty: 2, 4, 8, ... <= the level's ranks, and that count
@@ -52,8 +73,10 @@ struct CommProfileOptions {
   int warmup = 5;                 // untimed calls per point (nccl-tests -w 5)
   int min_repeats = 5;
   int max_repeats = 50;
-  double budget_s = 0.0;          // per point; 0: 0.2 s on the CPU, 0.1 s on a GPU
-  double sample_s = 0.0;          // one sample; 0: 2 ms on the CPU, 1 ms on a GPU
+  double budget_s = 0.0;  // per point; 0: 0.2 s on the CPU (1 s cold), 0.1 s on a GPU
+  double sample_s = 0.0;  // one sample; 0: 2 ms on the CPU, 1 ms on a GPU (hot)
+  CommArrival arrival = CommArrival::automatic;  // cold: cpu backend only
+  double compute_before_s = 0.0;                 // cold: CPU time spun before each call; 0: 2 ms
   FILE* progress = nullptr;       // one line per point (rank 0 only)
 };
 
@@ -62,17 +85,29 @@ struct CommProfileOptions {
 CommProfileOptions resolve_comm_profile_options(const CommProfileOptions& request,
                                                 DeviceKind device, int world_size);
 
+// The cold arrival's time of one call (comm_profile.hpp, above): member r
+// entered the call at starts_s[r] and left it at ends_s[r] (one clock);
+// returns max over r of (ends_s[r] - max over q of starts_s[q]), at least 0.
+// ConfigError when the vectors are empty or differ in length.
+double last_arrival_call_s(const std::vector<double>& starts_s, const std::vector<double>& ends_s);
+
 struct CommMeasurement {
   Collective kind = Collective::all_reduce;
   NetLevel level = NetLevel::intra_node;
   int ranks = 2;
   int64_t bytes = 0;
+  // The time the tables hold: hot, the median of the samples; cold, their
+  // MEAN (a cold call is bimodal on a loaded host, ~0.1 ms when the group's
+  // ranks are running and a scheduler period when one must be woken; a
+  // step's many calls add up to the mean, and the median flips between the
+  // modes from one run to the next).
+  double time_s = 0.0;
   double median_s = 0.0;
   double p10_s = 0.0;
   double p90_s = 0.0;
   int repeats = 0;
   int inner = 0;  // calls per sample
-  double algbw() const { return median_s > 0 ? static_cast<double>(bytes) / median_s : 0.0; }
+  double algbw() const { return time_s > 0 ? static_cast<double>(bytes) / time_s : 0.0; }
   double busbw() const { return algbw() * collective_bus_factor(kind, ranks); }
   double spread() const { return median_s > 0 ? (p90_s - p10_s) / median_s : 0.0; }
 };

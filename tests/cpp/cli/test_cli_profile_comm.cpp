@@ -52,6 +52,11 @@ TEST(CliProfileComm, BadFlagsAreOneLineExit2AndWriteNothing) {
   expect_one_line_error(run("", "profile --comm --base no-such-profile.toml --out " + out),
                         "no-such-profile");
   expect_one_line_error(run("", "profile --comm"), "--out is missing");
+  expect_one_line_error(run("", "profile --comm --arrival warm --out " + out), "--arrival");
+  expect_one_line_error(run("", "profile --arrival cold --out " + out),
+                        "--arrival: only used with --comm");
+  expect_one_line_error(run("", "profile --comm --compute-before-ms -1 --out " + out),
+                        "--compute-before-ms");
   EXPECT_FALSE(exists(out));
 }
 

@@ -81,12 +81,12 @@ TEST(CommProfile, MeasuresEveryPointAndWritesTablesThePlannerReads) {
     const double factor = m.kind == Collective::all_reduce  ? 2.0 * (g - 1) / g
                           : m.kind == Collective::send_recv ? 1.0
                                                             : (g - 1) / g;
-    EXPECT_DOUBLE_EQ(m.busbw(), static_cast<double>(m.bytes) / m.median_s * factor);
+    EXPECT_DOUBLE_EQ(m.busbw(), static_cast<double>(m.bytes) / m.time_s * factor);
   }
   // Every rank holds rank 0's numbers.
   double sum = 0;
   for (const CommMeasurement& m : result.measurements) {
-    sum += m.median_s;
+    sum += m.time_s;
   }
   double extremes[2] = {sum, -sum};
   comm.all_reduce(make_view(extremes, ScalarType::fp64, DeviceKind::cpu, {2}), ReduceOp::max);
@@ -115,26 +115,102 @@ TEST(CommProfile, MeasuresEveryPointAndWritesTablesThePlannerReads) {
   ASSERT_TRUE(small && large);
   const NetworkProfile& net = back.network;
   EXPECT_NEAR(collective_time_s(net, Collective::reduce_scatter, 1024, p, NetLevel::intra_node),
-              small->median_s, 1e-9 * small->median_s);
+              small->time_s, 1e-9 * small->time_s);
   EXPECT_NEAR(collective_time_s(net, Collective::reduce_scatter, 2048, p, NetLevel::intra_node),
-              std::sqrt(small->median_s * large->median_s), 1e-9 * large->median_s);
+              std::sqrt(small->time_s * large->time_s), 1e-9 * large->time_s);
   // A group twice as large as any measured: the largest table, rescaled by
   // the bus factors (p-1)/p -> (2p-1)/(2p).
-  const double rescaled = large->median_s * ((2.0 * p - 1) / (2.0 * p)) / ((p - 1.0) / p);
+  const double rescaled = large->time_s * ((2.0 * p - 1) / (2.0 * p)) / ((p - 1.0) / p);
   EXPECT_NEAR(collective_time_s(net, Collective::reduce_scatter, 4096, 2 * p, NetLevel::intra_node),
               rescaled, 1e-9 * rescaled);
   // The fitted scalars: busbw of the largest all-reduce of the largest group,
   // latency = its smallest all-reduce / 2 ceil(log2 p) steps.
   for (const CommMeasurement& m : result.measurements) {
     if (m.kind == Collective::all_reduce && m.ranks == p && m.bytes == 4096) {
-      EXPECT_NEAR(net.intra_node.bus_bandwidth, 4096.0 / m.median_s * 2.0 * (p - 1) / p,
+      EXPECT_NEAR(net.intra_node.bus_bandwidth, 4096.0 / m.time_s * 2.0 * (p - 1) / p,
                   1e-9 * net.intra_node.bus_bandwidth);
     }
     if (m.kind == Collective::all_reduce && m.ranks == p && m.bytes == 1024) {
-      EXPECT_NEAR(net.intra_node.latency_s, m.median_s / (2.0 * std::ceil(std::log2(p))),
-                  1e-9 * m.median_s);
+      EXPECT_NEAR(net.intra_node.latency_s, m.time_s / (2.0 * std::ceil(std::log2(p))),
+                  1e-9 * m.time_s);
     }
   }
+  comm.barrier();
+}
+
+// The cold arrival's time of a call, on hand-made timelines (seconds on one
+// clock): from the last member's start to the latest end.
+TEST(CommProfile, ColdCallRunsFromTheLastArrivalToTheLatestEnd) {
+  // Three members arrive at 10, 4 and 25 ms and leave at 31, 30 and 33 ms:
+  // the call could not start before 25 ms; the last member out left at 33.
+  EXPECT_NEAR(last_arrival_call_s({0.010, 0.004, 0.025}, {0.031, 0.030, 0.033}), 0.008, 1e-15);
+  // The latest end need not be the last arrival's: 2 arrives last (at 7),
+  // 0 is rescheduled late and leaves at 19: 12.
+  EXPECT_NEAR(last_arrival_call_s({1.0, 2.0, 7.0}, {19.0, 9.0, 8.0}), 12.0, 1e-12);
+  // A member that left before the last arrived (a send completes locally)
+  // counts 0, not a negative time.
+  EXPECT_EQ(last_arrival_call_s({0.0, 1.0}, {0.5, 0.9}), 0.0);
+  EXPECT_THROW(last_arrival_call_s({}, {}), ConfigError);
+  EXPECT_THROW(last_arrival_call_s({0.0, 1.0}, {2.0}), ConfigError);
+}
+
+TEST(CommProfile, ArrivalDefaultsColdOnTheCpuAndHotOnAGpu) {
+  CommProfileOptions o;
+  const CommProfileOptions cpu = resolve_comm_profile_options(o, DeviceKind::cpu, 4);
+  EXPECT_EQ(cpu.arrival, CommArrival::cold);
+  EXPECT_EQ(cpu.compute_before_s, 2e-3);
+  EXPECT_EQ(cpu.budget_s, 1.0);
+  const CommProfileOptions gpu = resolve_comm_profile_options(o, DeviceKind::cuda, 4);
+  EXPECT_EQ(gpu.arrival, CommArrival::hot);
+  o.arrival = CommArrival::hot;
+  EXPECT_EQ(resolve_comm_profile_options(o, DeviceKind::cpu, 4).budget_s, 0.2);
+  o.arrival = CommArrival::cold;
+  try {
+    resolve_comm_profile_options(o, DeviceKind::cuda, 4);
+    FAIL() << "cold arrival accepted on a GPU";
+  } catch (const ConfigError& error) {
+    EXPECT_NE(std::string(error.what()).find("comm_profile.arrival = cold"), std::string::npos)
+        << error.what();
+  }
+  o = CommProfileOptions{};
+  o.compute_before_s = -1.0;
+  EXPECT_THROW(resolve_comm_profile_options(o, DeviceKind::cpu, 4), ConfigError);
+}
+
+// Cold: one call per sample after the compute burst (its length recorded in
+// the provenance); hot: the provenance says so.
+TEST(CommProfile, ColdSamplesAreOneCallAfterTheBurst) {
+  Communicator& comm = *world().comm;
+  if (comm.size() == 1) {
+    GTEST_SKIP() << "profile --comm needs 2 ranks (the world has 1)";
+  }
+  CommProfileOptions o = tiny();
+  o.kinds = {Collective::all_reduce};
+  o.max_bytes = 1024;
+  o.group_sizes = {2};
+  o.arrival = CommArrival::cold;
+  o.compute_before_s = 0.05;
+  o.min_repeats = 3;
+  o.max_repeats = 3;
+  const CommProfileResult result = run_comm_profile(*world().cpu, comm, o);
+  ASSERT_EQ(result.measurements.size(), 1u);
+  const CommMeasurement& m = result.measurements[0];
+  EXPECT_EQ(m.inner, 1);
+  EXPECT_EQ(m.repeats, 3);
+  EXPECT_GT(m.median_s, 0.0);
+  // Cold: the table's time is the mean of the 3 samples, so it lies within
+  // [min, max] of them and is at least a third of their max (all >= 0).
+  EXPECT_GT(m.time_s, 0.0);
+  EXPECT_GE(m.time_s, m.p10_s * (1 - 1e-12));
+  EXPECT_GE(m.time_s, m.p90_s / 3.0 * (1 - 1e-12));
+  EXPECT_EQ(result.provenance.at("network_arrival").rfind("cold: ", 0), 0u);
+  EXPECT_NE(result.provenance.at("network_arrival").find("spins 50 ms"), std::string::npos)
+      << result.provenance.at("network_arrival");
+  o.arrival = CommArrival::hot;
+  const CommProfileResult hot = run_comm_profile(*world().cpu, comm, o);
+  ASSERT_EQ(hot.measurements.size(), 1u);
+  EXPECT_EQ(hot.measurements[0].time_s, hot.measurements[0].median_s);  // hot: the median
+  EXPECT_EQ(hot.provenance.at("network_arrival").rfind("hot: ", 0), 0u);
   comm.barrier();
 }
 
