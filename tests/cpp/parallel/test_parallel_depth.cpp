@@ -364,18 +364,15 @@ TEST(PipelineDepth, BankAcrossStagesEqualsTheSingleProcessStep) {
       if (world % stages != 0) {
         continue;
       }
-      const int64_t dp = world / stages;
       for (int64_t v : {int64_t{1}, int64_t{2}}) {
         if (stages * v > tiny_config().model.n_layers || (v > 1 && stages < 2)) {
           continue;
         }
-        for (int64_t micro : {int64_t{1}, int64_t{2}}) {
-          if ((kBatch / dp) % micro != 0) {
-            continue;
-          }
-          for (bool cache : {true, false}) {
-            check_pipeline(family, stages, v, micro, cache);
-          }
+        // m = 2: two micro-batches in flight under 1F1B, one bank state each
+        // (m = 1 is the same code with one; kept out for the sanitizer
+        // build's time).
+        for (bool cache : {true, false}) {
+          check_pipeline(family, stages, v, 2, cache);
         }
       }
     }
