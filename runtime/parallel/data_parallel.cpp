@@ -171,17 +171,58 @@ void ShardedOptimizer::scatter_params(const TensorView& flat) {
   }
 }
 
+// ZeRO-0 reduces the gradients as data-parallel frameworks do, in buckets of
+// consecutive parameters of one dtype of at most kGradBucketBytes (PyTorch
+// DDP's default bucket_cap_mb = 25): one all-reduce per bucket instead of one
+// per tensor, so the call count is what the planner's bucketed reduce counts.
+// A bucket of one tensor is reduced in place.
+void ShardedOptimizer::all_reduce_grads_in_buckets() {
+  constexpr int64_t kGradBucketBytes = int64_t{25} << 20;
+  const auto& all = params_.all();
+  size_t first = 0;
+  while (first < all.size()) {
+    const ScalarType type = all[first]->grad.dtype();
+    int64_t numel = all[first]->grad.numel();
+    size_t end = first + 1;
+    while (end < all.size() && all[end]->grad.dtype() == type &&
+           (numel + all[end]->grad.numel()) * scalar_bytes(type) <= kGradBucketBytes) {
+      numel += all[end]->grad.numel();
+      ++end;
+    }
+    if (end == first + 1) {
+      data_.all_reduce(all[first]->grad, ReduceOp::sum);
+    } else {
+      const Context ctx{backend_, tracker_, type};
+      Buffer bucket = ctx.make({numel});
+      int64_t at = 0;
+      for (size_t i = first; i < end; ++i) {
+        const int64_t n = all[i]->grad.numel();
+        backend_.copy(flat_view(all[i]->grad), slice(bucket.view(), at, n));
+        at += n;
+      }
+      data_.all_reduce(bucket, ReduceOp::sum);
+      at = 0;
+      for (size_t i = first; i < end; ++i) {
+        const int64_t n = all[i]->grad.numel();
+        backend_.copy(slice(bucket.view(), at, n), flat_view(all[i]->grad));
+        at += n;
+      }
+    }
+    first = end;
+  }
+}
+
 void ShardedOptimizer::step(double grad_scale) {
   AdamWParams hyper = adamw_;
   hyper.step = ++step_;
   hyper.grad_scale = adamw_.grad_scale * grad_scale;
   const bool reduce = data_.size() > 1;
   if (zero_ == 0) {
-    // Every rank reduces every gradient and updates every parameter.
+    // Every rank reduces every gradient (in buckets) and updates every parameter.
+    if (reduce) {
+      all_reduce_grads_in_buckets();
+    }
     for (const auto& p : params_.all()) {
-      if (reduce) {
-        data_.all_reduce(p->grad, ReduceOp::sum);
-      }
       const TensorView lowp = p->master.empty() ? TensorView{} : p->value.view();
       backend_.adamw_update(p->optimizer_view(), p->grad, p->adam_m, p->adam_v, hyper, lowp);
     }

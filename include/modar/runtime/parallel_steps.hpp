@@ -7,7 +7,7 @@
 //    (tensor fastest, as cost_models/parallel.cpp places a tensor group inside
 //    a node), split into the tensor, pipeline and data-parallel groups.
 //  * ShardedOptimizer  the data-parallel gradient reduction and AdamW over any
-//    ParameterSet: ZeRO stage 0 (all-reduce of every gradient, full optimizer
+//    ParameterSet: ZeRO stage 0 (all-reduce of the gradients in 25 MiB buckets, full optimizer
 //    state on every rank), 1 (all-reduce, each rank updates and keeps the
 //    AdamW state of its 1/dp shard of the flattened parameters, all-gather of
 //    the parameters), 2 (reduce-scatter of the gradients into the shard, same
@@ -71,7 +71,8 @@ ProcessGroups make_process_groups(Communicator& world, const ParallelConfig& lay
 
 class ShardedOptimizer {
  public:
-  // zero_stage 0, 1 or 2 (ConfigError otherwise: parallel.zero).  With a
+  // zero_stage 0, 1 or 2 (ConfigError otherwise: parallel.zero).  Stage 0
+  // all-reduces the gradients in buckets of at most 25 MiB (DDP's default).  With a
   // stage >= 1 the parameters' own AdamW moments are released and this
   // object holds the shard's master copy and moments instead (counted by
   // `tracker`).
@@ -97,6 +98,7 @@ class ShardedOptimizer {
  private:
   void flatten_grads(const TensorView& flat);
   void scatter_params(const TensorView& flat);
+  void all_reduce_grads_in_buckets();
 
   Backend& backend_;
   ParameterSet& params_;
