@@ -670,7 +670,11 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
         uncached_bytes_total += bank;
         cached_bytes_total += bank_cached;
       }
-      const double send = activation_send_bytes + (par.dar_bank_cache ? bank_cached : bank);
+      // A depth-residual model sends the bank alone: the next layer's input is
+      // a read of it (H_0, the completed blocks and a cut block's partial),
+      // so no residual stream crosses (runtime/parallel/pipeline.cpp alike).
+      const double send =
+          depth ? (par.dar_bank_cache ? bank_cached : bank) : activation_send_bytes;
       stage.send_bytes += send;
       stage.bank_send_bytes += par.dar_bank_cache ? bank_cached : bank;
       // Forward send out of this chunk and the gradient coming back (same size).
