@@ -8,45 +8,12 @@
 // models are tiny) and compares after two AdamW steps: losses to 1e-12
 // relative, every parameter (and, ZeRO 0, every gradient) to 1e-12 of its
 // tensor's largest entry.
-#include <gtest/gtest.h>
-
-#include <algorithm>
-#include <cmath>
-#include <functional>
-#include <string>
 #include <utility>
-#include <vector>
 
-#include "modar/errors.hpp"
-#include "modar/runtime/parallel_steps.hpp"
+#include "parallel_test_common.hpp"
 
 namespace modar::runtime {
 namespace {
-
-Backend* g_backend = nullptr;
-Communicator* g_world = nullptr;
-
-constexpr double kRelative = 1e-12;
-constexpr int kSteps = 2;
-constexpr int64_t kBatch = 8;
-
-Config tiny_config() {
-  Config config;
-  config.model.d_model = 16;
-  config.model.n_layers = 4;
-  config.model.n_heads = 2;
-  config.model.n_kv_heads = 1;
-  config.model.d_ff = 24;
-  config.model.vocab_size = 13;
-  config.model.seq_len = 6;
-  config.model.tie_embeddings = false;
-  return config;
-}
-
-struct Family {
-  std::string name;
-  std::function<void(Config&)> edit;
-};
 
 std::vector<Family> families() {
   return {
@@ -87,7 +54,8 @@ std::vector<Family> families() {
   };
 }
 
-ModelOptions fp64_options() {
+// fp64_options() with AdamW in its near-linear regime:
+ModelOptions depth_options() {
   ModelOptions options;
   options.dtype = ScalarType::fp64;
   options.seed = 8;
@@ -108,65 +76,12 @@ ModelOptions fp64_options() {
   return options;
 }
 
-// Tokens all different within a sequence ((5 r + 7 t + 3) mod V, seq <= V),
-// targets the next position's: a repeated token routed with its copy would
-// tie the copy's router logit in exact arithmetic, and MoD's top-k would pick
-// between them by rounding (docs/runtime_parallel.md, MoD top-k at exact ties).
-std::vector<int32_t> ids(int64_t vocab, int64_t seq, int64_t begin, int64_t count, int shift) {
-  EXPECT_LE(seq, vocab);
-  std::vector<int32_t> values;
-  for (int64_t r = begin; r < begin + count; ++r) {
-    for (int64_t t = 0; t < seq; ++t) {
-      values.push_back(static_cast<int32_t>((5 * r + 7 * (t + shift) + 3) % vocab));
-    }
-  }
-  return values;
-}
-
-struct Reference {
-  std::vector<StepResult> steps;
-  std::vector<std::vector<double>> grads, values;
-  std::vector<std::string> names;
-};
-
-Reference serial_reference(const Config& config) {
-  Model model(*g_backend, config, fp64_options());
-  const int64_t seq = config.model.seq_len, vocab = config.model.vocab_size;
-  Buffer tokens = model.make_tokens(ids(vocab, seq, 0, kBatch, 0), kBatch, seq);
-  Buffer targets = model.make_tokens(ids(vocab, seq, 0, kBatch, 1), kBatch, seq);
-  Reference ref;
-  for (int s = 0; s < kSteps; ++s) {
-    ref.steps.push_back(model.train_step(tokens, targets));
-  }
-  for (const auto& p : model.parameters().all()) {
-    ref.names.push_back(p->name);
-    ref.grads.push_back(download(*g_backend, p->grad));
-    ref.values.push_back(download(*g_backend, p->value));
-  }
-  return ref;
-}
-
-void expect_close(double got, double want, const std::string& what) {
-  EXPECT_LE(std::abs(got - want), kRelative * std::abs(want))
-      << what << ": " << got << " vs " << want;
-}
-
-// Each element to 1e-12 of the tensor's largest entry (a reference that is
-// exactly zero everywhere must be exactly zero here).
-void expect_tensor(const std::vector<double>& got, const std::vector<double>& want,
-                   const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double scale = 0.0;
-  for (double w : want) {
-    scale = std::max(scale, std::abs(w));
-  }
-  int64_t bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::abs(got[i] - want[i]) > kRelative * scale && ++bad <= 3) {
-      ADD_FAILURE() << what << "[" << i << "]: " << got[i] << " vs " << want[i];
-    }
-  }
-  EXPECT_EQ(bad, 0) << what;
+// The single-process step on tokens all different within a sequence
+// (distinct_ids: a repeated token routed with its copy would tie the copy's
+// router logit in exact arithmetic, and MoD's top-k would pick between them
+// by rounding; docs/runtime_parallel.md, MoD top-k at exact ties).
+Reference depth_reference(const Config& config) {
+  return serial_reference(config, distinct_ids, depth_options());
 }
 
 // The pipeline group, with every send recorded (peer, bytes): an account of
@@ -295,7 +210,7 @@ void check_pipeline(const Family& family, int64_t stages, int64_t virtual_stages
                            (cache ? " cached" : " whole bank") + " dp " + std::to_string(dp) +
                            " on " + std::to_string(world) + " ranks";
   SCOPED_TRACE(what);
-  const Reference ref = serial_reference(config);
+  const Reference ref = depth_reference(config);
   ParallelConfig layout;
   layout.pipeline = stages;
   layout.zero = zero;
@@ -309,10 +224,12 @@ void check_pipeline(const Family& family, int64_t stages, int64_t virtual_stages
   options.zero_stage = zero;
   options.virtual_stages = virtual_stages;
   options.dar_bank_cache = cache;
-  PipelineTrainer trainer(*g_backend, config, fp64_options(), groups, options);
+  PipelineTrainer trainer(*g_backend, config, depth_options(), groups, options);
   const Context ctx{*g_backend, nullptr, ScalarType::fp64};
-  Buffer tokens = ctx.indices({rows, seq}, ids(vocab, seq, groups.at.data * rows, rows, 0));
-  Buffer targets = ctx.indices({rows, seq}, ids(vocab, seq, groups.at.data * rows, rows, 1));
+  Buffer tokens =
+      ctx.indices({rows, seq}, distinct_ids(vocab, seq, groups.at.data * rows, rows, 0));
+  Buffer targets =
+      ctx.indices({rows, seq}, distinct_ids(vocab, seq, groups.at.data * rows, rows, 1));
   for (int s = 0; s < kSteps; ++s) {
     counter->sends.clear();
     const StepResult got = trainer.train_step(tokens, targets);
@@ -328,13 +245,13 @@ void check_pipeline(const Family& family, int64_t stages, int64_t virtual_stages
     const auto it = std::find(ref.names.begin(), ref.names.end(), p->name);
     ASSERT_NE(it, ref.names.end()) << p->name;
     const size_t i = static_cast<size_t>(it - ref.names.begin());
-    expect_tensor(download(*g_backend, p->value), ref.values[i], p->name);
+    expect_values(download(*g_backend, p->value), ref.values[i], p->name);
     if (zero == 0) {
       std::vector<double> g = download(*g_backend, p->grad);
       for (double& v : g) {
         v /= static_cast<double>(dp * microbatches);
       }
-      expect_tensor(g, ref.grads[i], "grad " + p->name);
+      expect_values(g, ref.grads[i], "grad " + p->name);
     }
     ++checked;
   }
@@ -412,7 +329,7 @@ TEST(PipelineDepth, VirtualStagesWithoutAPipelineAreRefusedNamingTheField) {
   PipelineOptions options;
   options.virtual_stages = 2;
   try {
-    PipelineTrainer trainer(*g_backend, config, fp64_options(), groups, options);
+    PipelineTrainer trainer(*g_backend, config, depth_options(), groups, options);
     ADD_FAILURE() << "expected ConfigError";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("parallel.virtual_stages = 2"), std::string::npos)
@@ -424,16 +341,5 @@ TEST(PipelineDepth, VirtualStagesWithoutAPipelineAreRefusedNamingTheField) {
 }  // namespace modar::runtime
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  std::unique_ptr<modar::runtime::Backend> backend = modar::runtime::make_cpu_backend();
-  std::unique_ptr<modar::runtime::Communicator> world =
-      modar::runtime::launched_by_mpirun() ? modar::runtime::make_world_communicator(*backend)
-                                           : modar::runtime::make_self_communicator(*backend);
-  modar::runtime::g_backend = backend.get();
-  modar::runtime::g_world = world.get();
-  int failed = RUN_ALL_TESTS();
-  failed = static_cast<int>(
-      modar::runtime::all_reduce_sum(*backend, *world, {static_cast<double>(failed != 0)})[0]);
-  world.reset();
-  return failed != 0 ? 1 : 0;
+  return modar::runtime::run_parallel_tests(argc, argv);
 }

@@ -6,198 +6,30 @@
 // models are tiny) and compares after two steps: losses to 1e-12 relative,
 // every parameter to 1e-12 of its tensor's largest entry, the reduced gradient
 // shards likewise.  Memory and traffic are checked against hand counts.
-#include <gtest/gtest.h>
-
-#include <algorithm>
-#include <cmath>
-#include <functional>
-#include <string>
-#include <vector>
-
-#include "modar/errors.hpp"
-#include "modar/runtime/parallel_steps.hpp"
+#include "parallel_test_common.hpp"
 
 namespace modar::runtime {
 namespace {
 
-Backend* g_backend = nullptr;
-Communicator* g_world = nullptr;
-
-constexpr double kRelative = 1e-12;
-constexpr int kSteps = 2;
-constexpr int64_t kBatch = 8;  // global batch (divisible by every dp x microbatches used)
-
-Config tiny_config() {
-  Config config;
-  config.model.d_model = 16;
-  config.model.n_layers = 4;
-  config.model.n_heads = 2;
-  config.model.n_kv_heads = 1;
-  config.model.d_ff = 24;
-  config.model.vocab_size = 13;
-  config.model.seq_len = 6;
-  config.model.tie_embeddings = false;
-  return config;
-}
-
-struct Family {
-  std::string name;
-  std::function<void(Config&)> edit;
-};
-
+// The common families and a dropless MoE (its load-balancing loss off: a
+// per-batch statistic, not a mean over rows).
 std::vector<Family> families() {
-  return {
-      {"dense", [](Config&) {}},
-      {"dense_tied", [](Config& c) { c.model.tie_embeddings = true; }},
-      {"mod",
-       [](Config& c) {
-         c.mod.every = 2;
-         c.mod.capacity = 0.5;
-         c.mod.causal_router = CausalRouter::aux_loss;
-       }},
-      {"mod_predictor",
-       [](Config& c) {
-         c.mod.every = 1;
-         c.mod.capacity = 0.34;
-         c.mod.router_scale = RouterScale::sigmoid;
-         c.mod.causal_router = CausalRouter::predictor;
-         c.mod.predictor_hidden = 8;
-       }},
-      {"dar",
-       [](Config& c) {
-         c.dar.variant = DarVariant::dar;
-         c.dar.block_layers = 1;
-       }},
-      {"attnres",
-       [](Config& c) {
-         c.dar.variant = DarVariant::attnres;
-         c.dar.block_layers = 2;
-       }},
-      {"moe_dropless",
-       [](Config& c) {
-         c.moe.experts = 4;
-         c.moe.top_k = 2;
-         c.moe.interval = 2;
-         c.moe.aux_loss_coef = 0.0;  // a per-batch statistic: not a mean over rows
-       }},
-      {"mod_dar",
-       [](Config& c) {
-         c.mod.every = 2;
-         c.mod.capacity = 0.5;
-         c.mod.causal_router = CausalRouter::aux_loss;
-         c.dar.variant = DarVariant::dar;
-         c.dar.block_layers = 2;
-       }},
-  };
+  std::vector<Family> all = common_families();
+  all.push_back({"moe_dropless", [](Config& c) {
+                   c.moe.experts = 4;
+                   c.moe.top_k = 2;
+                   c.moe.interval = 2;
+                   c.moe.aux_loss_coef = 0.0;
+                 }});
+  return all;
 }
 
-ModelOptions fp64_options() {
-  ModelOptions options;
-  options.dtype = ScalarType::fp64;
-  // (The MoD-predictor family under the tensor-parallel trainer is left out
-  // of the TP test: open item in docs/runtime_parallel.md.)
-  options.seed = 8;
-  options.adamw.learning_rate = 1e-3;
-  options.adamw.weight_decay = 0.1;
-  return options;
-}
-
-// Deterministic tokens / targets of the global batch: rows [begin, begin + count).
-std::vector<int32_t> ids(int64_t vocab, int64_t seq, int64_t begin, int64_t count, int shift) {
-  std::vector<int32_t> values;
-  for (int64_t r = begin; r < begin + count; ++r) {
-    for (int64_t t = 0; t < seq; ++t) {
-      const int64_t i = r * seq + t + shift;
-      values.push_back(static_cast<int32_t>((i * 7919 + 13 + (i * i) % 5) % vocab));
-    }
-  }
-  return values;
-}
-
-struct Reference {
-  std::vector<StepResult> steps;
-  std::vector<std::vector<double>> grads;  // of the last step, per parameter (global mean)
-  std::vector<std::vector<double>> values;
-  std::vector<std::string> names;
-};
-
-Reference serial_reference(const Config& config) {
-  Model model(*g_backend, config, fp64_options());
-  const int64_t seq = config.model.seq_len, vocab = config.model.vocab_size;
-  Buffer tokens = model.make_tokens(ids(vocab, seq, 0, kBatch, 0), kBatch, seq);
-  Buffer targets = model.make_tokens(ids(vocab, seq, 0, kBatch, 1), kBatch, seq);
-  Reference ref;
-  for (int s = 0; s < kSteps; ++s) {
-    ref.steps.push_back(model.train_step(tokens, targets));
-  }
-  for (const auto& p : model.parameters().all()) {
-    ref.names.push_back(p->name);
-    ref.grads.push_back(download(*g_backend, p->grad));
-    ref.values.push_back(download(*g_backend, p->value));
-  }
-  return ref;
-}
-
-void expect_close(double got, double want, const std::string& what) {
-  EXPECT_LE(std::abs(got - want), kRelative * std::abs(want))
-      << what << ": " << got << " vs " << want;
-}
-
-// Every element of a parameter to 1e-12 relative to the parameter's largest
-// entry (an element near zero is the difference p - lr u of two O(scale)
-// numbers, so its own relative error is not meaningful).
-void expect_values(const std::vector<double>& got, const std::vector<double>& want,
-                   const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double scale = 0.0;
-  for (double w : want) {
-    scale = std::max(scale, std::abs(w));
-  }
-  int64_t bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::abs(got[i] - want[i]) > kRelative * scale) {
-      if (++bad <= 3) {
-        ADD_FAILURE() << what << "[" << i << "]: " << got[i] << " vs " << want[i];
-      }
-    }
-  }
-  EXPECT_EQ(bad, 0) << what;
-}
-
-// Gradients (sums of means reduced in another order) to 1e-12 of the tensor's
-// largest entry.
-void expect_gradient(const std::vector<double>& got, const std::vector<double>& want,
-                     const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double scale = 0.0;
-  for (double w : want) {
-    scale = std::max(scale, std::abs(w));
-  }
-  // (A reference gradient that is exactly zero, e.g. the depth key norm's at
-  // zero queries, must be exactly zero here too: scale 0 allows no error.)
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_LE(std::abs(got[i] - want[i]), kRelative * scale)
-        << what << "[" << i << "]: " << got[i] << " vs " << want[i];
-  }
-}
-
-void expect_losses(const StepResult& got, const StepResult& want, const std::string& what) {
-  expect_close(got.loss, want.loss, what + " loss");
-  expect_close(got.lm_loss, want.lm_loss, what + " lm_loss");
-  expect_close(got.router_aux, want.router_aux, what + " router_aux");
-  expect_close(got.predictor, want.predictor, what + " predictor");
-}
-
-// ---- ZeRO-3 ------------------------------------------------------------------------------
-
-// Parameters per unit of the tiny config, by hand (untied, gelu MLP, no
-// biases): d = 16, h = 2 heads of d_h = 8, 1 kv head, d_ff = 24, V = 13.
 constexpr int64_t kD = 16, kV = 13, kLayers = 4;
-constexpr int64_t kEmbedding = kV * kD;                                  // 208
-constexpr int64_t kLayer = 2 * kD                                        // two norms
-                           + kD * 16 + 2 * kD * 8 + 16 * kD              // wq, wk, wv, wo
-                           + 2 * kD * 24;                                // w_in, w_out
-constexpr int64_t kHead = kD + kD * kV;                                  // final norm + head
+constexpr int64_t kEmbedding = kV * kD;                      // 208
+constexpr int64_t kLayer = 2 * kD                            // two norms
+                           + kD * 16 + 2 * kD * 8 + 16 * kD  // wq, wk, wv, wo
+                           + 2 * kD * 24;                    // w_in, w_out
+constexpr int64_t kHead = kD + kD * kV;                      // final norm + head
 static_assert(kLayer == 1568, "hand count");
 
 int64_t ceil_div(int64_t a, int64_t b) {
@@ -207,8 +39,7 @@ int64_t ceil_div(int64_t a, int64_t b) {
 void check_zero3(const Family& family) {
   Config config = tiny_config();
   family.edit(config);
-  const std::string what =
-      family.name + " zero 3 on " + std::to_string(g_world->size()) + " ranks";
+  const std::string what = family.name + " zero 3 on " + std::to_string(g_world->size()) + " ranks";
   const Reference ref = serial_reference(config);
   ParallelConfig layout;
   layout.zero = 3;
@@ -364,9 +195,8 @@ TEST(Zero3, TrafficMatchesThePlannersCount) {
   ASSERT_EQ(kLayer % dp, 0);
   EXPECT_EQ(t.layer_gather_bytes, 2 * kLayers * kLayer * bytes);
   EXPECT_EQ(t.all_gather_calls, 2 * kLayers + 2);
-  EXPECT_EQ(t.all_gather_bytes, t.layer_gather_bytes + bytes * dp *
-                                                            (ceil_div(kEmbedding, dp) +
-                                                             ceil_div(kHead, dp)));
+  EXPECT_EQ(t.all_gather_bytes,
+            t.layer_gather_bytes + bytes * dp * (ceil_div(kEmbedding, dp) + ceil_div(kHead, dp)));
   // Planner: one reduce-scatter of every parameter's gradient per step; here
   // one per unit, each padded to a multiple of dp.
   EXPECT_EQ(t.reduce_scatter_calls, kLayers + 2);
@@ -540,9 +370,9 @@ TEST(ExpertParallel, AllToAllBytesMatchThePlannersCount) {
   const int64_t moe_layers = kLayers, top_k = 2, bytes = 8;
   const int64_t planner_one = rows * seq * top_k * kD * bytes;  // moe_slots(T) d B
   EXPECT_EQ(t.all_to_all_calls, 4 * moe_layers);
-  const std::vector<double> sums =
-      all_reduce_sum(*g_backend, trainer.expert_group(),
-                     {static_cast<double>(t.payload_bytes), static_cast<double>(t.all_to_all_bytes)});
+  const std::vector<double> sums = all_reduce_sum(
+      *g_backend, trainer.expert_group(),
+      {static_cast<double>(t.payload_bytes), static_cast<double>(t.all_to_all_bytes)});
   EXPECT_EQ(static_cast<int64_t>(sums[0]), ep * 4 * moe_layers * planner_one);
   EXPECT_GE(static_cast<int64_t>(sums[1]), static_cast<int64_t>(sums[0]));
   // Counts before every forward exchange: the assignments all-gather
@@ -578,17 +408,5 @@ TEST(ExpertParallel, AnExpertGroupThatDoesNotDivideIsRefusedNamingTheField) {
 }  // namespace modar::runtime
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  std::unique_ptr<modar::runtime::Backend> backend = modar::runtime::make_cpu_backend();
-  std::unique_ptr<modar::runtime::Communicator> world =
-      modar::runtime::launched_by_mpirun() ? modar::runtime::make_world_communicator(*backend)
-                                           : modar::runtime::make_self_communicator(*backend);
-  modar::runtime::g_backend = backend.get();
-  modar::runtime::g_world = world.get();
-  int failed = RUN_ALL_TESTS();
-  // One verdict for all ranks: any rank's failure fails the run.
-  failed = static_cast<int>(
-      modar::runtime::all_reduce_sum(*backend, *world, {static_cast<double>(failed != 0)})[0]);
-  world.reset();
-  return failed != 0 ? 1 : 0;
+  return modar::runtime::run_parallel_tests(argc, argv);
 }

@@ -1,0 +1,235 @@
+// tests/cpp/parallel/parallel_test_common.hpp: what the parallel-equals-serial
+// test binaries share (each binary has one translation unit that includes it):
+// the tiny fp64 model and its families, the global batch's token ids, the
+// single-process reference step, the comparisons (1e-12) and main.
+//
+// Every rank also runs the single-process Model on the whole global batch (the
+// models are tiny) and compares with its own part after two AdamW steps.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "modar/errors.hpp"
+#include "modar/runtime/parallel_steps.hpp"
+
+namespace modar::runtime {
+namespace {
+
+// Set by run_parallel_tests() (main) before the tests run.
+Backend* g_backend = nullptr;
+Communicator* g_world = nullptr;
+
+constexpr double kRelative = 1e-12;
+constexpr int kSteps = 2;
+constexpr int64_t kBatch = 8;  // global batch (divisible by every dp x microbatches used)
+
+inline Config tiny_config() {
+  Config config;
+  config.model.d_model = 16;
+  config.model.n_layers = 4;
+  config.model.n_heads = 2;
+  config.model.n_kv_heads = 1;
+  config.model.d_ff = 24;
+  config.model.vocab_size = 13;
+  config.model.seq_len = 6;
+  config.model.tie_embeddings = false;
+  return config;
+}
+
+struct Family {
+  std::string name;
+  std::function<void(Config&)> edit;
+};
+
+// The model families every layout is tested with (each file adds its own).
+inline std::vector<Family> common_families() {
+  return {
+      {"dense", [](Config&) {}},
+      {"dense_tied", [](Config& c) { c.model.tie_embeddings = true; }},
+      {"mod",
+       [](Config& c) {
+         c.mod.every = 2;
+         c.mod.capacity = 0.5;
+         c.mod.causal_router = CausalRouter::aux_loss;
+       }},
+      {"mod_predictor",
+       [](Config& c) {
+         c.mod.every = 1;
+         c.mod.capacity = 0.34;
+         c.mod.router_scale = RouterScale::sigmoid;
+         c.mod.causal_router = CausalRouter::predictor;
+         c.mod.predictor_hidden = 8;
+       }},
+      {"dar",
+       [](Config& c) {
+         c.dar.variant = DarVariant::dar;
+         c.dar.block_layers = 1;
+       }},
+      {"attnres",
+       [](Config& c) {
+         c.dar.variant = DarVariant::attnres;
+         c.dar.block_layers = 2;
+       }},
+      {"mod_dar",
+       [](Config& c) {
+         c.mod.every = 2;
+         c.mod.capacity = 0.5;
+         c.mod.causal_router = CausalRouter::aux_loss;
+         c.dar.variant = DarVariant::dar;
+         c.dar.block_layers = 2;
+       }},
+  };
+}
+
+inline ModelOptions fp64_options() {
+  ModelOptions options;
+  options.dtype = ScalarType::fp64;
+  options.seed = 8;
+  options.adamw.learning_rate = 1e-3;
+  options.adamw.weight_decay = 0.1;
+  return options;
+}
+
+// Deterministic tokens / targets of the global batch: rows [begin, begin + count).
+inline std::vector<int32_t> ids(int64_t vocab, int64_t seq, int64_t begin, int64_t count,
+                                int shift) {
+  std::vector<int32_t> values;
+  for (int64_t r = begin; r < begin + count; ++r) {
+    for (int64_t t = 0; t < seq; ++t) {
+      const int64_t i = r * seq + t + shift;
+      values.push_back(static_cast<int32_t>((i * 7919 + 13 + (i * i) % 5) % vocab));
+    }
+  }
+  return values;
+}
+
+// Tokens all different within a sequence (seq <= vocab): (5 r + 7 t + 3) mod
+// V, targets the next position's.  The tensor-parallel test uses these: a
+// token repeated in a sequence and routed together with its copy keeps a
+// residual EQUAL to the copy's in exact arithmetic (attention over two equal
+// values returns that value; RoPE rotates only q and k), so their router
+// logits tie exactly and MoD's top-k picks between them by the last bit of
+// rounding, which the tensor ranks' partial sums change (see "MoD top-k at
+// exact ties" in docs/runtime_parallel.md).
+inline std::vector<int32_t> distinct_ids(int64_t vocab, int64_t seq, int64_t begin, int64_t count,
+                                         int shift) {
+  EXPECT_LE(seq, vocab) << "distinct tokens need seq <= vocab";
+  std::vector<int32_t> values;
+  for (int64_t r = begin; r < begin + count; ++r) {
+    for (int64_t t = 0; t < seq; ++t) {
+      values.push_back(static_cast<int32_t>((5 * r + 7 * (t + shift) + 3) % vocab));
+    }
+  }
+  return values;
+}
+
+using TokenIds = std::vector<int32_t> (*)(int64_t, int64_t, int64_t, int64_t, int);
+
+struct Reference {
+  std::vector<StepResult> steps;
+  std::vector<std::vector<double>> grads;  // of the last step, per parameter (global mean)
+  std::vector<std::vector<double>> values;
+  std::vector<std::string> names;
+};
+
+inline Reference serial_reference(const Config& config, TokenIds token_ids = ids,
+                                  const ModelOptions& options = fp64_options()) {
+  Model model(*g_backend, config, options);
+  const int64_t seq = config.model.seq_len, vocab = config.model.vocab_size;
+  Buffer tokens = model.make_tokens(token_ids(vocab, seq, 0, kBatch, 0), kBatch, seq);
+  Buffer targets = model.make_tokens(token_ids(vocab, seq, 0, kBatch, 1), kBatch, seq);
+  Reference ref;
+  for (int s = 0; s < kSteps; ++s) {
+    ref.steps.push_back(model.train_step(tokens, targets));
+  }
+  for (const auto& p : model.parameters().all()) {
+    ref.names.push_back(p->name);
+    ref.grads.push_back(download(*g_backend, p->grad));
+    ref.values.push_back(download(*g_backend, p->value));
+  }
+  return ref;
+}
+
+inline size_t index_of(const Reference& ref, const std::string& name) {
+  const auto it = std::find(ref.names.begin(), ref.names.end(), name);
+  EXPECT_NE(it, ref.names.end()) << name;
+  return static_cast<size_t>(it - ref.names.begin());
+}
+
+inline void expect_close(double got, double want, const std::string& what) {
+  EXPECT_LE(std::abs(got - want), kRelative * std::abs(want))
+      << what << ": " << got << " vs " << want;
+}
+
+// Every element of a parameter to 1e-12 relative to the parameter's largest
+// entry (an element near zero is the difference p - lr u of two O(scale)
+// numbers, so its own relative error is not meaningful).
+inline void expect_values(const std::vector<double>& got, const std::vector<double>& want,
+                          const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 0.0;
+  for (double w : want) {
+    scale = std::max(scale, std::abs(w));
+  }
+  int64_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::abs(got[i] - want[i]) > kRelative * scale) {
+      if (++bad <= 3) {
+        ADD_FAILURE() << what << "[" << i << "]: " << got[i] << " vs " << want[i];
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+// Gradients (sums of means reduced in another order) to 1e-12 of the tensor's
+// largest entry.
+inline void expect_gradient(const std::vector<double>& got, const std::vector<double>& want,
+                            const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 0.0;
+  for (double w : want) {
+    scale = std::max(scale, std::abs(w));
+  }
+  // (A reference gradient that is exactly zero, e.g. the depth key norm's at
+  // zero queries, must be exactly zero here too: scale 0 allows no error.)
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_LE(std::abs(got[i] - want[i]), kRelative * scale)
+        << what << "[" << i << "]: " << got[i] << " vs " << want[i];
+  }
+}
+
+inline void expect_losses(const StepResult& got, const StepResult& want, const std::string& what) {
+  expect_close(got.loss, want.loss, what + " loss");
+  expect_close(got.lm_loss, want.lm_loss, what + " lm_loss");
+  expect_close(got.router_aux, want.router_aux, what + " router_aux");
+  expect_close(got.predictor, want.predictor, what + " predictor");
+}
+
+}  // namespace
+
+// The whole main of a parallel test binary: a CPU backend, the MPI world
+// under mpirun (else a one-rank world), the tests, one verdict for all ranks.
+inline int run_parallel_tests(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  std::unique_ptr<Communicator> world =
+      launched_by_mpirun() ? make_world_communicator(*backend) : make_self_communicator(*backend);
+  g_backend = backend.get();
+  g_world = world.get();
+  int failed = RUN_ALL_TESTS();
+  // One verdict for all ranks: any rank's failure fails the run.
+  failed =
+      static_cast<int>(all_reduce_sum(*backend, *world, {static_cast<double>(failed != 0)})[0]);
+  world.reset();
+  return failed != 0 ? 1 : 0;
+}
+
+}  // namespace modar::runtime
