@@ -157,6 +157,20 @@ inline Reference serial_reference(const Config& config, TokenIds token_ids = ids
   return ref;
 }
 
+// This rank's rows of the global batch (rows kBatch / dp from its data rank),
+// as token and target buffers.
+struct RankBatch {
+  Buffer tokens, targets;
+};
+inline RankBatch rank_batch(const Config& config, const ProcessGroups& groups,
+                            TokenIds token_ids = ids) {
+  const Context ctx{*g_backend, nullptr, ScalarType::fp64};
+  const int64_t rows = kBatch / groups.shape.data, seq = config.model.seq_len;
+  const int64_t vocab = config.model.vocab_size, first = groups.at.data * rows;
+  return {ctx.indices({rows, seq}, token_ids(vocab, seq, first, rows, 0)),
+          ctx.indices({rows, seq}, token_ids(vocab, seq, first, rows, 1))};
+}
+
 inline size_t index_of(const Reference& ref, const std::string& name) {
   const auto it = std::find(ref.names.begin(), ref.names.end(), name);
   EXPECT_NE(it, ref.names.end()) << name;

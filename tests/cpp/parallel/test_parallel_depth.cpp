@@ -218,18 +218,16 @@ void check_pipeline(const Family& family, int64_t stages, int64_t virtual_stages
   auto counting = std::make_unique<CountingCommunicator>(std::move(groups.pipeline));
   CountingCommunicator* counter = counting.get();
   groups.pipeline = std::move(counting);
-  const int64_t rows = kBatch / dp, seq = config.model.seq_len, vocab = config.model.vocab_size;
+  const int64_t rows = kBatch / dp;
   PipelineOptions options;
   options.microbatches = microbatches;
   options.zero_stage = zero;
   options.virtual_stages = virtual_stages;
   options.dar_bank_cache = cache;
   PipelineTrainer trainer(*g_backend, config, depth_options(), groups, options);
-  const Context ctx{*g_backend, nullptr, ScalarType::fp64};
-  Buffer tokens =
-      ctx.indices({rows, seq}, distinct_ids(vocab, seq, groups.at.data * rows, rows, 0));
-  Buffer targets =
-      ctx.indices({rows, seq}, distinct_ids(vocab, seq, groups.at.data * rows, rows, 1));
+  const RankBatch batch = rank_batch(config, groups, distinct_ids);
+  const Buffer& tokens = batch.tokens;
+  const Buffer& targets = batch.targets;
   for (int s = 0; s < kSteps; ++s) {
     counter->sends.clear();
     const StepResult got = trainer.train_step(tokens, targets);

@@ -169,15 +169,14 @@ void check_pipeline(const Family& family, int64_t stages, int64_t microbatches, 
   layout.pipeline = stages;
   layout.zero = zero;
   ProcessGroups groups = make_process_groups(*g_world, layout);
-  const int64_t dp = groups.shape.data, rows = kBatch / dp, seq = config.model.seq_len;
-  const int64_t vocab = config.model.vocab_size;
+  const int64_t dp = groups.shape.data;
   PipelineOptions options;
   options.microbatches = microbatches;
   options.zero_stage = zero;
   PipelineTrainer trainer(*g_backend, config, fp64_options(), groups, options);
-  const Context ctx{*g_backend, nullptr, ScalarType::fp64};
-  Buffer tokens = ctx.indices({rows, seq}, ids(vocab, seq, groups.at.data * rows, rows, 0));
-  Buffer targets = ctx.indices({rows, seq}, ids(vocab, seq, groups.at.data * rows, rows, 1));
+  const RankBatch batch = rank_batch(config, groups);
+  const Buffer& tokens = batch.tokens;
+  const Buffer& targets = batch.targets;
   for (int s = 0; s < kSteps; ++s) {
     const StepResult got = trainer.train_step(tokens, targets);
     expect_losses(got, ref.steps[static_cast<size_t>(s)], what + " step " + std::to_string(s));
@@ -283,17 +282,14 @@ void check_tensor(const Family& family, int64_t t, bool sp, int64_t zero) {
   layout.sequence_parallel = sp;
   layout.zero = zero;
   ProcessGroups groups = make_process_groups(*g_world, layout);
-  const int64_t dp = groups.shape.data, rows = kBatch / dp, seq = config.model.seq_len;
-  const int64_t vocab = config.model.vocab_size;
+  const int64_t dp = groups.shape.data;
   TensorOptions options;
   options.sequence_parallel = sp;
   options.zero_stage = zero;
   TensorParallelTrainer trainer(*g_backend, config, fp64_options(), groups, options);
-  const Context ctx{*g_backend, nullptr, ScalarType::fp64};
-  Buffer tokens =
-      ctx.indices({rows, seq}, distinct_ids(vocab, seq, groups.at.data * rows, rows, 0));
-  Buffer targets =
-      ctx.indices({rows, seq}, distinct_ids(vocab, seq, groups.at.data * rows, rows, 1));
+  const RankBatch batch = rank_batch(config, groups, distinct_ids);
+  const Buffer& tokens = batch.tokens;
+  const Buffer& targets = batch.targets;
   for (int s = 0; s < kSteps; ++s) {
     const StepResult got = trainer.train_step(tokens, targets);
     expect_losses(got, ref.steps[static_cast<size_t>(s)], what + " step " + std::to_string(s));
