@@ -299,11 +299,45 @@ LayerCounts layer_counts(const Config& config) {
 namespace {
 
 // Which recompute policy re-runs an op in backward.
+// The recompute module of an op (detail::RecomputePlan says which re-run):
+// `never` outside the layers (embedding, head, DAR prefix reads); `layer`
+// any op inside a layer that only full recompute re-runs; the rest the
+// modules modar's selective (norms, RoPE, activations; core attention with
+// the unfused kernel) and Megatron's selective (train.recompute_modules)
+// name.
 enum class Recomputed : uint8_t {
-  never,      // outside the layers (embedding, head, DAR prefix reads)
-  full_only,  // every op inside a layer: re-run under recompute = full
-  cheap,      // norms, activations, RoPE: re-run under selective and full
+  never,
+  layer,
+  norm,
+  rope,
+  core_attention,
+  mlp,
+  mlp_activation,
+  moe,
+  moe_activation,
+  shared,
+  shared_activation,
+  predictor_activation,
 };
+
+uint32_t recompute_mask(const detail::RecomputePlan& plan) {
+  const auto bit = [](Recomputed r) { return uint32_t{1} << static_cast<unsigned>(r); };
+  if (plan.full) {
+    return ~bit(Recomputed::never);
+  }
+  uint32_t mask = 0;
+  mask |= plan.norms ? bit(Recomputed::norm) : 0;
+  mask |= plan.rope ? bit(Recomputed::rope) : 0;
+  mask |= plan.core_attention ? bit(Recomputed::core_attention) : 0;
+  mask |= plan.mlp ? bit(Recomputed::mlp) : 0;
+  mask |= plan.mlp_activation ? bit(Recomputed::mlp_activation) : 0;
+  mask |= plan.moe ? bit(Recomputed::moe) : 0;
+  mask |= plan.moe_activation ? bit(Recomputed::moe_activation) : 0;
+  mask |= plan.shared ? bit(Recomputed::shared) : 0;
+  mask |= plan.shared_activation ? bit(Recomputed::shared_activation) : 0;
+  mask |= plan.predictor_activation ? bit(Recomputed::predictor_activation) : 0;
+  return mask;
+}
 
 struct LinearLabels {
   const char* forward;
@@ -322,12 +356,14 @@ class Lowerer {
   // made and nothing is stored (estimate_into's hot path; sums do not depend
   // on the order).
   Lowerer(const Config& config, StepKind step, OpList& ops, OpList& recompute, OpList& backward,
-          Stream* stream)
+          Stream* stream, const detail::ShardView& view = detail::ShardView{})
       : config_(config),
+        view_(view),
         train_(step == StepKind::train),
         dtype_(config.train.dtype),
         bytes_per_element_(static_cast<double>(dtype_bytes(config.train.dtype))),
         convention_(config.attention_flops),
+        recompute_mask_(recompute_mask(detail::recompute_plan(config))),
         ops_(ops),
         recompute_(recompute),
         backward_(backward),
@@ -381,9 +417,7 @@ class Lowerer {
     if (!train_) {
       return;
     }
-    const Recompute policy = config_.train.recompute;
-    if ((policy == Recompute::full && recomputed != Recomputed::never) ||
-        (policy == Recompute::selective && recomputed == Recomputed::cheap)) {
+    if ((recompute_mask_ >> static_cast<unsigned>(recomputed)) & 1u) {
       push(recompute_, kind, Pass::recompute, dims, multiplicity, label);
     }
     if (backward_label != nullptr) {
@@ -415,9 +449,30 @@ class Lowerer {
     mlp_branch(rows, layers - moe);
     moe_branch(rows, moe);
   }
+  // Hidden dropout on `rows` rows (docs/cluster.md "Dropout"): Megatron's
+  // fused bias-dropout-add writes a 1-byte mask beside the add, and its
+  // backward reads the gradient and the mask and writes the gradient.  Both
+  // are elementwise ops of one input and one output whose element counts give
+  // exactly those bytes (rows d / (2B) for the mask write; rows d (2B + 1) /
+  // (2B) for the backward), so a measured profile times them on its own grid.
+  void hidden_dropout(int64_t rows, int64_t multiplicity, const char* mask_label,
+                      const char* backward_label, Recomputed recomputed) {
+    if (!train_ || config_.train.hidden_dropout <= 0.0 || multiplicity <= 0) {
+      return;
+    }
+    const int64_t elements = rows * config_.model.d_model;
+    const int64_t B = dtype_bytes(dtype_);
+    forward(OpKind::elementwise, {(elements + 2 * B - 1) / (2 * B), 1, 1}, multiplicity,
+            mask_label, recomputed, nullptr);
+    push(backward_, OpKind::elementwise, Pass::backward,
+         {(elements * (2 * B + 1) + 2 * B - 1) / (2 * B), 1, 1}, multiplicity, backward_label);
+  }
+  void layer_dropout(int64_t rows, int64_t multiplicity) {
+    hidden_dropout(rows, multiplicity, "dropout.mask", "dropout.bwd", Recomputed::layer);
+  }
   void residual_add(int64_t rows, int64_t multiplicity) {
     forward(OpKind::elementwise, {rows * config_.model.d_model, 2, 1}, multiplicity, "residual.add",
-            Recomputed::full_only, nullptr);  // backward: identity
+            Recomputed::layer, nullptr);  // backward: identity
   }
   void router(int64_t rows, int64_t multiplicity);
   void dar_branch_ops(int64_t branch_class, int64_t multiplicity);
@@ -426,7 +481,7 @@ class Lowerer {
   void routed_gather(int64_t rows, int64_t multiplicity, const char* label) {
     // Forward gather; its backward scatters the gradient rows back.
     forward(OpKind::gather, {rows, config_.model.d_model}, multiplicity, label,
-            Recomputed::full_only, nullptr);
+            Recomputed::layer, nullptr);
     if (train_) {
       push(backward_, OpKind::scatter_add, Pass::backward, {rows, config_.model.d_model},
            multiplicity, "mod.gather.bwd");
@@ -435,7 +490,7 @@ class Lowerer {
   void routed_scatter(int64_t rows, int64_t multiplicity, const char* label) {
     // Forward x[idx] += g(r) delta; its backward gathers dx rows (d_delta, dg).
     forward(OpKind::scatter_add, {rows, config_.model.d_model}, multiplicity, label,
-            Recomputed::full_only, nullptr);
+            Recomputed::layer, nullptr);
     if (train_) {
       push(backward_, OpKind::gather, Pass::backward, {rows, config_.model.d_model}, multiplicity,
            "mod.scatter.bwd");
@@ -460,8 +515,10 @@ class Lowerer {
     const int64_t s = config_.model.seq_len;
     const int64_t k = counts_.routed_tokens_per_sequence;
     if (train_) {
-      attention_branch(routed ? b * k : b * s, b, routed ? k : s, routed ? k : s, true,
-                       multiplicity);
+      // Context parallelism (ShardView): the rank's queries against the keys
+      // of the whole sequence.
+      const int64_t keys = (routed ? k : s) * view_.context;
+      attention_branch(routed ? b * k : b * s, b, routed ? k : s, keys, true, multiplicity);
     } else {
       // Decode: each routed row is one sequence's new token attending to the cache.
       const int64_t rows = routed ? routed_rows() : b;
@@ -470,10 +527,12 @@ class Lowerer {
   }
 
   const Config& config_;
+  const detail::ShardView view_;
   const bool train_;
   const DType dtype_;
   const double bytes_per_element_;
   const AttentionFlops convention_;
+  const uint32_t recompute_mask_;  // bit r: ops tagged Recomputed r are re-run
   OpList& ops_;
   OpList& recompute_;
   OpList& backward_;
@@ -488,17 +547,17 @@ void Lowerer<Stream>::attention_branch(int64_t rows, int64_t sequences, int64_t 
   const int64_t heads = m.n_heads;
   const int64_t kv_heads = m.resolved_kv_heads();
   const int64_t d_head = m.resolved_d_head();
-  forward(OpKind::rmsnorm, {rows, m.d_model}, multiplicity, "attn.norm", Recomputed::cheap,
+  forward(OpKind::rmsnorm, {rows, m.d_model}, multiplicity, "attn.norm", Recomputed::norm,
           "attn.norm.bwd");
   linear(rows, m.d_model, (heads + 2 * kv_heads) * d_head, multiplicity,
-         {"attn.qkv", "attn.qkv.dgrad", "attn.qkv.wgrad"}, Recomputed::full_only);
+         {"attn.qkv", "attn.qkv.dgrad", "attn.qkv.wgrad"}, Recomputed::layer);
   forward(OpKind::rope, {rows, heads + kv_heads, d_head}, multiplicity, "attn.rope",
-          Recomputed::cheap, "attn.rope.bwd");
+          Recomputed::rope, "attn.rope.bwd");
   forward(OpKind::attention,
           {sequences, heads, kv_heads, query_len, key_len, d_head, causal ? 1 : 0}, multiplicity,
-          "attn.core", Recomputed::full_only, "attn.core.bwd");
+          "attn.core", Recomputed::core_attention, "attn.core.bwd");
   linear(rows, heads * d_head, m.d_model, multiplicity,
-         {"attn.out", "attn.out.dgrad", "attn.out.wgrad"}, Recomputed::full_only);
+         {"attn.out", "attn.out.dgrad", "attn.out.wgrad"}, Recomputed::layer);
 }
 
 template <class Stream>
@@ -506,15 +565,15 @@ void Lowerer<Stream>::mlp_branch(int64_t rows, int64_t multiplicity) {
   const ModelConfig& m = config_.model;
   const int64_t d_ff = m.resolved_d_ff();
   const bool swiglu = m.mlp == MlpKind::swiglu;
-  forward(OpKind::rmsnorm, {rows, m.d_model}, multiplicity, "mlp.norm", Recomputed::cheap,
+  forward(OpKind::rmsnorm, {rows, m.d_model}, multiplicity, "mlp.norm", Recomputed::norm,
           "mlp.norm.bwd");
   linear(rows, m.d_model, swiglu ? 2 * d_ff : d_ff, multiplicity,
          {swiglu ? "mlp.gate_up" : "mlp.up", swiglu ? "mlp.gate_up.dgrad" : "mlp.up.dgrad",
           swiglu ? "mlp.gate_up.wgrad" : "mlp.up.wgrad"},
-         Recomputed::full_only);
+         Recomputed::mlp);
   // GELU: y = gelu(u); SwiGLU: y = silu(g) * u.
   forward(OpKind::elementwise, {rows * d_ff, swiglu ? 2 : 1, 1}, multiplicity,
-          swiglu ? "mlp.swiglu" : "mlp.gelu", Recomputed::cheap, nullptr);
+          swiglu ? "mlp.swiglu" : "mlp.gelu", Recomputed::mlp_activation, nullptr);
   if (train_) {
     // Backward reads dY and the inputs, writes the input gradients.
     push(backward_, OpKind::elementwise, Pass::backward,
@@ -522,7 +581,7 @@ void Lowerer<Stream>::mlp_branch(int64_t rows, int64_t multiplicity) {
          swiglu ? "mlp.swiglu.bwd" : "mlp.gelu.bwd");
   }
   linear(rows, d_ff, m.d_model, multiplicity, {"mlp.down", "mlp.down.dgrad", "mlp.down.wgrad"},
-         Recomputed::full_only);
+         Recomputed::mlp);
 }
 
 // MoE FFN (SPEC 1.3) on `rows` tokens: norm, router GEMM (d -> E + Z),
@@ -545,21 +604,23 @@ void Lowerer<Stream>::moe_branch(int64_t rows, int64_t multiplicity) {
   const bool swiglu = m.mlp == MlpKind::swiglu;
   const int64_t up = swiglu ? 2 * ffn : ffn;
   const int64_t local = std::max<int64_t>(1, e.experts / std::max<int64_t>(config_.parallel.expert, 1));
-  const int64_t slots = detail::moe_slots(config_, rows);
+  const int64_t expert_rows =
+      rows * view_.expert_rows_numerator / std::max<int64_t>(view_.expert_rows_denominator, 1);
+  const int64_t slots = detail::moe_slots(config_, expert_rows);
   const int64_t imbalance = std::llround(e.load_imbalance * 1000.0);
-  forward(OpKind::rmsnorm, {rows, m.d_model}, multiplicity, "mlp.norm", Recomputed::cheap,
+  forward(OpKind::rmsnorm, {rows, m.d_model}, multiplicity, "mlp.norm", Recomputed::norm,
           "mlp.norm.bwd");
   linear(rows, m.d_model, e.choices(), multiplicity,
-         {"moe.router", "moe.router.dgrad", "moe.router.wgrad"}, Recomputed::full_only);
+         {"moe.router", "moe.router.dgrad", "moe.router.wgrad"}, Recomputed::moe);
   forward(OpKind::moe_topk, {rows, e.choices(), e.top_k}, multiplicity, "moe.topk",
-          Recomputed::full_only, "moe.topk.bwd");
+          Recomputed::moe, "moe.topk.bwd");
   if (slots > 0) {
-    forward(OpKind::permute, {slots, m.d_model, rows}, multiplicity, "moe.permute",
-            Recomputed::full_only, "moe.permute.bwd");
+    forward(OpKind::permute, {slots, m.d_model, expert_rows}, multiplicity, "moe.permute",
+            Recomputed::moe, "moe.permute.bwd");
     // Expert GEMMs: forward, then (backward list) dgrad and wgrad per GEMM.
     auto grouped = [&](int64_t in, int64_t out, const LinearLabels& labels) {
       forward(OpKind::expert_gemm, {local, slots, out, in, imbalance, 0}, multiplicity,
-              labels.forward, Recomputed::full_only, nullptr);
+              labels.forward, Recomputed::moe, nullptr);
       if (train_) {
         push(backward_, OpKind::expert_gemm, Pass::backward, {local, slots, in, out, imbalance, 0},
              multiplicity, labels.dgrad);
@@ -572,25 +633,26 @@ void Lowerer<Stream>::moe_branch(int64_t rows, int64_t multiplicity) {
              swiglu ? "moe.expert.gate_up.dgrad" : "moe.expert.up.dgrad",
              swiglu ? "moe.expert.gate_up.wgrad" : "moe.expert.up.wgrad"});
     forward(OpKind::elementwise, {slots * ffn, swiglu ? 2 : 1, 1}, multiplicity,
-            swiglu ? "moe.expert.swiglu" : "moe.expert.gelu", Recomputed::cheap, nullptr);
+            swiglu ? "moe.expert.swiglu" : "moe.expert.gelu", Recomputed::moe_activation, nullptr);
     if (train_) {
       push(backward_, OpKind::elementwise, Pass::backward,
            {slots * ffn, swiglu ? 3 : 2, swiglu ? 2 : 1}, multiplicity,
            swiglu ? "moe.expert.swiglu.bwd" : "moe.expert.gelu.bwd");
     }
     grouped(ffn, m.d_model, {"moe.expert.down", "moe.expert.down.dgrad", "moe.expert.down.wgrad"});
-    forward(OpKind::unpermute, {slots, m.d_model, rows, e.top_k}, multiplicity, "moe.unpermute",
-            Recomputed::full_only, "moe.unpermute.bwd");
+    forward(OpKind::unpermute, {slots, m.d_model, expert_rows, e.top_k}, multiplicity,
+            "moe.unpermute",
+            Recomputed::moe, "moe.unpermute.bwd");
   }
   if (e.shared_experts > 0) {
-    const int64_t shared = e.shared_experts * ffn;
+    const int64_t shared = e.shared_experts * (view_.shared_ffn > 0 ? view_.shared_ffn : ffn);
     linear(rows, m.d_model, swiglu ? 2 * shared : shared, multiplicity,
            {swiglu ? "moe.shared.gate_up" : "moe.shared.up",
             swiglu ? "moe.shared.gate_up.dgrad" : "moe.shared.up.dgrad",
             swiglu ? "moe.shared.gate_up.wgrad" : "moe.shared.up.wgrad"},
-           Recomputed::full_only);
+           Recomputed::shared);
     forward(OpKind::elementwise, {rows * shared, swiglu ? 2 : 1, 1}, multiplicity,
-            swiglu ? "moe.shared.swiglu" : "moe.shared.gelu", Recomputed::cheap, nullptr);
+            swiglu ? "moe.shared.swiglu" : "moe.shared.gelu", Recomputed::shared_activation, nullptr);
     if (train_) {
       push(backward_, OpKind::elementwise, Pass::backward,
            {rows * shared, swiglu ? 3 : 2, swiglu ? 2 : 1}, multiplicity,
@@ -598,10 +660,10 @@ void Lowerer<Stream>::moe_branch(int64_t rows, int64_t multiplicity) {
     }
     linear(rows, shared, m.d_model, multiplicity,
            {"moe.shared.down", "moe.shared.down.dgrad", "moe.shared.down.wgrad"},
-           Recomputed::full_only);
+           Recomputed::shared);
     // Routed + shared outputs summed.
     forward(OpKind::elementwise, {rows * m.d_model, 2, 1}, multiplicity, "moe.shared.add",
-            Recomputed::full_only, nullptr);
+            Recomputed::shared, nullptr);
   }
 }
 
@@ -613,19 +675,19 @@ void Lowerer<Stream>::router(int64_t rows, int64_t multiplicity) {
   // Training always computes the router logits (they scale the branch output);
   // decode uses the predictor instead when there is one.
   if (train_ || !use_predictor) {
-    forward(OpKind::router, {rows, m.d_model}, multiplicity, "mod.router", Recomputed::full_only,
+    forward(OpKind::router, {rows, m.d_model}, multiplicity, "mod.router", Recomputed::layer,
             "mod.router.bwd");
   }
   if (use_predictor) {
     // Predictor MLP on a stop-gradient copy of x: d -> hidden -> 1.
     linear(rows, m.d_model, mod.predictor_hidden, multiplicity,
            {"mod.predictor.in", "mod.predictor.in.dgrad", "mod.predictor.in.wgrad"},
-           Recomputed::full_only, /*input_needs_grad=*/false);
+           Recomputed::layer, /*input_needs_grad=*/false);
     forward(OpKind::elementwise, {rows * mod.predictor_hidden, 1, 1}, multiplicity,
-            "mod.predictor.act", Recomputed::cheap, "mod.predictor.act.bwd");
+            "mod.predictor.act", Recomputed::predictor_activation, "mod.predictor.act.bwd");
     linear(rows, mod.predictor_hidden, 1, multiplicity,
            {"mod.predictor.out", "mod.predictor.out.dgrad", "mod.predictor.out.wgrad"},
-           Recomputed::full_only);
+           Recomputed::layer);
   }
   if (train_) {
     const int64_t b = config_.train.micro_batch;
@@ -649,6 +711,7 @@ void Lowerer<Stream>::layers_plain() {
   residual_add(T, full);
   ffn_branches(T, full, counts_.moe_full_layers);
   residual_add(T, full);
+  layer_dropout(T, 2 * full);
   // Routed layers: router on all tokens, branches on the routed rows only.
   if (routed > 0) {
     const int64_t R = routed_rows();
@@ -658,6 +721,7 @@ void Lowerer<Stream>::layers_plain() {
     residual_add(R, routed);  // X~ + a, the MLP branch's input
     ffn_branches(R, routed, counts_.moe_routed_layers);
     residual_add(R, routed);  // delta = a + m
+    layer_dropout(R, 2 * routed);
     routed_scatter(R, routed, "mod.scatter_add");
   }
 }
@@ -674,12 +738,12 @@ void Lowerer<Stream>::dar_branch_ops(int64_t branch_class, int64_t multiplicity)
   const int64_t variant = static_cast<int64_t>(config_.dar.variant);
   if (branch_class != 0) {
     forward(OpKind::depth_read_merge, {T, n, width, variant}, multiplicity, "dar.merge",
-            Recomputed::full_only, "dar.merge.bwd");
+            Recomputed::layer, "dar.merge.bwd");
   }
   if (n >= 2) {
     const int64_t outputs = 2 * n + (branch_class == 0 ? 0 : DarConfig::transport_params(n));
     forward(OpKind::dar_coefficients, {T, n, width, outputs}, multiplicity, "dar.coefficients",
-            Recomputed::full_only, "dar.coefficients.bwd");
+            Recomputed::layer, "dar.coefficients.bwd");
   }
 }
 
@@ -729,16 +793,17 @@ void Lowerer<Stream>::layers_with_depth_reads() {
   dar_branch_ops(1, branches - 2 * N);
   dar_branch_ops(2, N);
   // Writes: P = beta y (first), P = M P + beta y (middle), + rstd (last).
-  forward(OpKind::dar_write, {T, n, width, 0, 0}, N, "dar.write", Recomputed::full_only,
+  forward(OpKind::dar_write, {T, n, width, 0, 0}, N, "dar.write", Recomputed::layer,
           "dar.write.bwd");
   forward(OpKind::dar_write, {T, n, width, 1, 0}, branches - 2 * N, "dar.write",
-          Recomputed::full_only, "dar.write.bwd");
-  forward(OpKind::dar_write, {T, n, width, 1, 1}, N, "dar.write_block_end", Recomputed::full_only,
+          Recomputed::layer, "dar.write.bwd");
+  forward(OpKind::dar_write, {T, n, width, 1, 1}, N, "dar.write_block_end", Recomputed::layer,
           "dar.write_block_end.bwd");
 
   // The branches themselves (the residual adds are replaced by the writes).
   attention_for(false, full);
   ffn_branches(T, full, counts_.moe_full_layers);
+  layer_dropout(T, 2 * full);
   if (routed > 0) {
     const int64_t R = routed_rows();
     router(T, routed);  // on the attention branch's input h (all tokens)
@@ -748,6 +813,7 @@ void Lowerer<Stream>::layers_with_depth_reads() {
     routed_gather(R, routed, "mod.gather");
     ffn_branches(R, routed, counts_.moe_routed_layers);
     routed_scatter(R, routed, "mod.scatter_add");
+    layer_dropout(R, 2 * routed);
   }
 
   // Output read over H_0..H_N (one query per stream), then the streams' mean.
@@ -765,15 +831,20 @@ void Lowerer<Stream>::run() {
   const ModelConfig& m = config_.model;
   const int64_t T = tokens();
   forward(OpKind::embedding, {T, m.d_model}, 1, "embedding", Recomputed::never, "embedding.bwd");
+  hidden_dropout(T, 1, "embedding.dropout.mask", "embedding.dropout.bwd", Recomputed::never);
   if (config_.dar.enabled()) {
     layers_with_depth_reads();
   } else {
     layers_plain();
   }
   forward(OpKind::rmsnorm, {T, m.d_model}, 1, "final.norm", Recomputed::never, "final.norm.bwd");
-  linear(T, m.d_model, m.vocab_size, 1, {"head", "head.dgrad", "head.wgrad"}, Recomputed::never);
+  // The head and the loss run over the padded vocabulary (Megatron-LM pads
+  // with make_vocab_size_divisible_by x tensor size; the padding's logits are
+  // computed and masked).
+  const int64_t vocab = m.padded_vocab(config_.parallel.tensor);
+  linear(T, m.d_model, vocab, 1, {"head", "head.dgrad", "head.wgrad"}, Recomputed::never);
   if (train_) {
-    forward(OpKind::cross_entropy, {T, m.vocab_size}, 1, "loss.cross_entropy", Recomputed::never,
+    forward(OpKind::cross_entropy, {T, vocab}, 1, "loss.cross_entropy", Recomputed::never,
             "loss.cross_entropy.bwd");
   }
 }
@@ -818,9 +889,10 @@ namespace detail {
 namespace {
 
 template <class Stream>
-void stream_lowering(const Config& config, StepKind step, double total_params, Stream& consumer) {
+void stream_lowering(const Config& config, StepKind step, double total_params, Stream& consumer,
+                     const ShardView& view = ShardView{}) {
   thread_local OpList unused;
-  Lowerer<Stream> lowerer(config, step, unused, unused, unused, &consumer);
+  Lowerer<Stream> lowerer(config, step, unused, unused, unused, &consumer, view);
   lowerer.run();
   if (step == StepKind::train) {
     consumer.take(optimizer_update(config, total_params));
@@ -832,6 +904,11 @@ void stream_lowering(const Config& config, StepKind step, double total_params, S
 void lower_streaming(const Config& config, StepKind step, double total_params,
                      OpConsumer& consumer) {
   stream_lowering(config, step, total_params, consumer);
+}
+
+void lower_streaming(const Config& config, StepKind step, double total_params,
+                     const ShardView& view, OpConsumer& consumer) {
+  stream_lowering(config, step, total_params, consumer, view);
 }
 
 void lower_streaming(const Config& config, StepKind step, double total_params,

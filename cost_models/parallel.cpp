@@ -47,20 +47,24 @@ bool starts_with(const char* text, const char* prefix) {
 
 // Time of one micro-batch's ops by where they run.
 struct Buckets final : detail::OpConsumer {
-  Buckets(const TimingModel& timing, double token_share, AttentionKernel kernel)
-      : timing_(timing), share_(token_share), kernel_(kernel) {}
+  Buckets(const TimingModel& timing, double token_share, AttentionKernel kernel,
+          bool attention_dropout)
+      : timing_(timing), share_(token_share), kernel_(kernel), dropout_(attention_dropout) {}
   void take(const OpRecord& op) override {
     if (op.shape.kind == OpKind::optimizer_update) {
       return;  // the optimizer runs on the sharded states (estimate_cluster)
     }
     TimingModel::Source source = TimingModel::Source::roofline;
-    double seconds = detail::attention_kernel_time_s(op, timing_, kernel_, &source) *
+    double seconds = detail::attention_kernel_time_s(op, timing_, kernel_, dropout_, &source) *
                      static_cast<double>(op.multiplicity);
     const char* label = op.label;
     // Token-wise ops on full d_model rows: sharded by tokens under SP.
     const bool token_wise = starts_with(label, "attn.norm") || starts_with(label, "mlp.norm") ||
                             starts_with(label, "residual.") || starts_with(label, "final.norm") ||
-                            starts_with(label, "dar.") || starts_with(label, "mod.router");
+                            starts_with(label, "dar.") || starts_with(label, "mod.router") ||
+                            starts_with(label, "moe.router") || starts_with(label, "moe.topk") ||
+                            starts_with(label, "dropout.") ||
+                            starts_with(label, "embedding.dropout");
     if (token_wise) {
       seconds *= share_;
     }
@@ -80,28 +84,47 @@ struct Buckets final : detail::OpConsumer {
     if (starts_with(label, "dar.")) {
       all_depth_reads += seconds;
     }
+    if (op.shape.kind == OpKind::attention) {
+      (op.pass == Pass::backward ? attention_backward : attention_forward) +=
+          op.pass == Pass::recompute ? 0.0 : seconds;
+    }
   }
   double first = 0, last = 0, prefix = 0, layers = 0, depth_reads = 0, all_depth_reads = 0;
+  double attention_forward = 0, attention_backward = 0;  // the core attention ops
 
  private:
   const TimingModel& timing_;
   double share_;
   AttentionKernel kernel_;
+  bool dropout_;
 };
+
+// The tokens of one sequence a context-parallel rank holds: s / c (two
+// load-balanced chunks of s / 2c), and the MoD-routed ones among them.
+int64_t rank_seq_len(const Config& config) {
+  return config.model.seq_len / config.parallel.context;
+}
+int64_t rank_routed_tokens(const Config& config) {
+  return config.mod.routed_tokens_per_sequence(rank_seq_len(config));
+}
 
 Config shard_config(const Config& config) {
   Config shard = config;
   const int64_t t = config.parallel.tensor;
   ModelConfig& m = shard.model;
+  m.seq_len = rank_seq_len(config);  // CP: the rank's queries (ShardView: keys of the sequence)
   m.d_head = config.model.resolved_d_head();
   m.n_kv_heads = config.model.resolved_kv_heads() / t;
   m.n_heads = config.model.n_heads / t;
   m.d_ff = config.model.resolved_d_ff() / t;
-  m.vocab_size = (config.model.vocab_size + t - 1) / t;
+  m.vocab_size = config.model.padded_vocab(t) / t;  // the rank's slice of the padded vocabulary
+  m.make_vocab_size_divisible_by = 1;
   if (config.moe.enabled()) {
-    // Experts (docs/moe.md): expert widths split by t; the shard holds
-    // moe.experts / EP experts (the lowering reads parallel.expert).
-    shard.moe.expert_ffn = config.moe.resolved_expert_ffn(config.model) / t;
+    // Experts (docs/moe.md): routed expert widths split by the expert tensor
+    // size; the shard holds moe.experts / EP experts (the lowering reads
+    // parallel.expert).
+    shard.moe.expert_ffn =
+        config.moe.resolved_expert_ffn(config.model) / config.parallel.resolved_expert_tensor();
   }
   shard.parallel = ParallelConfig{};
   shard.parallel.expert = config.parallel.expert;
@@ -110,15 +133,78 @@ Config shard_config(const Config& config) {
   return shard;
 }
 
+// The routed experts of one rank (docs/cluster.md "Expert parallelism"):
+// under sequence parallelism (or without tensor parallelism) a rank
+// dispatches its own T / t tokens and its expert-tensor group gathers etp
+// ranks' slots (rows x etp / t); without SP every tensor rank holds all T
+// tokens and etp = t (rows x 1).
+detail::MoeRankShare moe_rank_share(const Config& config) {
+  const ParallelConfig& par = config.parallel;
+  const double t = static_cast<double>(par.tensor);
+  const double etp = static_cast<double>(par.resolved_expert_tensor());
+  detail::MoeRankShare share;
+  share.tensor = t;
+  share.expert_tensor = etp;
+  share.expert_rows = (par.sequence_parallel || par.tensor == 1) ? etp / t : 1.0;
+  return share;
+}
+
+detail::ShardView shard_view(const Config& config) {
+  detail::ShardView view;
+  view.context = config.parallel.context;
+  if (config.moe.enabled()) {
+    const ParallelConfig& par = config.parallel;
+    if (par.sequence_parallel || par.tensor == 1) {
+      view.expert_rows_numerator = par.resolved_expert_tensor();
+      view.expert_rows_denominator = par.tensor;
+    }
+    view.shared_ffn = config.moe.resolved_expert_ffn(config.model) / par.tensor;
+  }
+  return view;
+}
+
+// rank = tensor + t (context + c (stage + p data)): a tensor group sits in a
+// node first, then the context group, then the pipeline, then data replicas.
 struct Placement {
-  NetLevel tensor, pipeline, data;
+  NetLevel tensor, context, pipeline, data;
 };
 
-Placement place(int64_t t, int64_t p, int64_t d, int64_t gpus_per_node) {
-  Placement out;
-  out.tensor = t <= gpus_per_node ? NetLevel::intra_node : NetLevel::inter_node;
-  out.pipeline = t * p <= gpus_per_node ? NetLevel::intra_node : NetLevel::inter_node;
-  out.data = t * p * d <= gpus_per_node ? NetLevel::intra_node : NetLevel::inter_node;
+Placement place(int64_t t, int64_t c, int64_t p, int64_t d, int64_t gpus_per_node) {
+  const auto level = [&](int64_t span) {
+    return span <= gpus_per_node ? NetLevel::intra_node : NetLevel::inter_node;
+  };
+  return {level(t), level(t * c), level(t * c * p), level(t * c * p * d)};
+}
+
+// A group of the expert layers (docs/cluster.md "Expert parallelism"):
+// Megatron-Core folds a pipeline stage's tensor x context x data ranks, in
+// the order tensor index + t (context index + c data index) ("folded index"
+// f), into expert_tensor x expert x expert_data; with A = t c, f sits on rank
+// f % A + A (stage + p (f / A)).  The
+// group of `members` ranks `stride` apart in f (expert tensor: stride 1;
+// expert: stride etp; expert data: stride etp x EP) is intra-node when its
+// last member shares the first's node, and drives as many NICs as it has
+// members in one node.
+struct GroupPlace {
+  NetLevel level = NetLevel::intra_node;
+  int64_t per_node = 1;
+};
+
+GroupPlace folded_group(int64_t stride, int64_t members, int64_t t, int64_t c, int64_t p,
+                        int64_t gpus_per_node) {
+  const int64_t inner = t * c;
+  const auto rank_of = [&](int64_t f) { return f % inner + inner * p * (f / inner); };
+  GroupPlace out;
+  if (members <= 1) {
+    return out;
+  }
+  out.level = rank_of(stride * (members - 1)) < gpus_per_node ? NetLevel::intra_node
+                                                               : NetLevel::inter_node;
+  int64_t in_first_node = 0;
+  while (in_first_node < members && rank_of(stride * in_first_node) < gpus_per_node) {
+    ++in_first_node;
+  }
+  out.per_node = std::max<int64_t>(1, in_first_node);
   return out;
 }
 
@@ -200,29 +286,43 @@ class StageMemoryModel {
     const LayerCounts counts = layer_counts(config);
     B_ = static_cast<double>(dtype_bytes(config.train.dtype));
     b_ = static_cast<double>(config.train.micro_batch);
-    s_ = static_cast<double>(model_.seq_len);
+    // A context-parallel rank holds s / c tokens of each sequence.
+    context_ = par.context;
+    s_ = static_cast<double>(rank_seq_len(config));
     d_ = static_cast<double>(model_.d_model);
-    k_ = static_cast<double>(counts.routed_tokens_per_sequence);
+    k_ = static_cast<double>(rank_routed_tokens(config));
     T_ = b_ * s_;
     token_share_ = par.sequence_parallel ? 1.0 / static_cast<double>(t_) : 1.0;
-    recompute_ = config.train.recompute;
+    plan_ = detail::recompute_plan(config);
     L_ = model_.n_layers;
     depth_ = config.dar.enabled();
     K_ = config.dar.block_layers;
     n_streams_ = counts.dar_streams;
     entry_bytes_ = depth_ ? static_cast<double>(n_streams_) * T_ * (d_ * B_ + 4.0) : 0.0;
-    embedding_params_ = static_cast<double>(model_.vocab_size) * d_;
+    embedding_params_ = static_cast<double>(model_.padded_vocab(t_)) * d_;
     head_params_ = model_.tie_embeddings ? embedding_params_ : embedding_params_;
-    // Routed experts are sharded by expert parallelism (their share per layer,
-    // spread evenly over the layers); the rest is replicated over EP.
+    // Routed experts are sharded by expert parallelism and expert tensor
+    // parallelism (their share per layer, spread evenly over the layers); the
+    // rest by tensor parallelism.  ZeRO shards the experts over the
+    // expert-data-parallel ranks (Megatron-Core's folding, docs/cluster.md).
     ep_ = std::max<int64_t>(1, par.expert);
-    expert_dp_ = std::max<int64_t>(1, dp_ / ep_);
+    expert_tensor_ = std::max<int64_t>(1, par.resolved_expert_tensor());
+    expert_dp_ = std::max<int64_t>(1, par.expert_data(config.device.count));
+    moe_share_ = moe_rank_share(config);
     expert_per_layer_ = params.experts / static_cast<double>(L_);
-    per_layer_params_ = (params.non_embedding - d_ - params.experts) / static_cast<double>(L_) +
-                        expert_per_layer_ / static_cast<double>(ep_);
-    layer_param_bytes_ = per_layer_params_ / static_cast<double>(t_) * B_;
+    dense_per_layer_ = (params.non_embedding - d_ - params.experts) / static_cast<double>(L_);
+    layer_param_bytes_ = (dense_per_layer_ / static_cast<double>(t_) +
+                          expert_per_layer_ / static_cast<double>(ep_ * expert_tensor_)) *
+                         B_;
     last_stage_ = (p_ * v_ - 1) % p_;
     optimizer_bytes_per_param_ = config.train.dtype != DType::fp32 ? 12.0 : 8.0;
+    // Ring attention's transients: the K V block in hand and the one arriving
+    // (forward), the block and its gradient both ways (backward): 4 blocks.
+    if (context_ > 1) {
+      cp_ring_bytes_ = 4.0 * b_ * s_ * 2.0 *
+                       static_cast<double>(model_.resolved_kv_heads() / t_) *
+                       static_cast<double>(model_.resolved_d_head()) * B_;
+    }
   }
 
   int64_t last_stage() const { return last_stage_; }
@@ -238,20 +338,21 @@ class StageMemoryModel {
 
   // Parameters held per rank on stage i (before ZeRO sharding).
   double stage_params(int64_t i, int64_t layers) const {
-    double stage_params = per_layer_params_ * static_cast<double>(layers);
+    double dense = dense_per_layer_ * static_cast<double>(layers);
     if (i == 0) {
-      stage_params += embedding_params_;
+      dense += embedding_params_;
     }
     if (i == last_stage_) {
-      stage_params += (model_.tie_embeddings && p_ == 1 ? 0.0 : head_params_) + d_;
+      dense += (model_.tie_embeddings && p_ == 1 ? 0.0 : head_params_) + d_;
     }
-    return stage_params / static_cast<double>(t_);
+    return dense / static_cast<double>(t_) + expert_stage_params(layers);
   }
 
-  // The routed experts' parameters among stage_params() (this rank's EP shard).
+  // The routed experts' parameters among stage_params() (this rank's EP x
+  // expert-TP shard).
   double expert_stage_params(int64_t layers) const {
-    return expert_per_layer_ / static_cast<double>(ep_) * static_cast<double>(layers) /
-           static_cast<double>(t_);
+    return expert_per_layer_ * static_cast<double>(layers) /
+           static_cast<double>(ep_ * expert_tensor_);
   }
 
   // Stage i holding `layers` layers (`routed` of them MoD-routed; `moe_full`
@@ -260,13 +361,14 @@ class StageMemoryModel {
   MemoryBreakdown memory(int64_t i, int64_t layers, int64_t routed, int64_t end_layer,
                          int64_t moe_full = 0, int64_t moe_routed = 0) const {
     const double B = B_, b = b_, s = s_, d = d_, k = k_, T = T_, token_share = token_share_;
-    const Recompute recompute = recompute_;
     const double params = stage_params(i, layers);
     MemoryBreakdown mem;
     mem.capacity = capacity_;
-    const double shard_dp = static_cast<double>(dp_);
+    // ZeRO shards over the data-parallel ranks with their context ranks.
+    const double shard_dp = static_cast<double>(dp_ * context_);
     mem.weights = params * B / (zero_ == 3 ? shard_dp : 1.0);
-    // ZeRO shards the replicated part over dp, the expert shard over dp / EP.
+    // ZeRO shards the dense part over dp, the expert shard over the
+    // expert-data-parallel ranks.
     const double shard_edp = static_cast<double>(expert_dp_);
     const double expert_params = expert_stage_params(layers);
     const double dense_params = params - expert_params;
@@ -287,25 +389,16 @@ class StageMemoryModel {
     const double up = model_.mlp == MlpKind::swiglu ? 2.0 * dff : dff;
     const double qkv = (heads + 2.0 * kv) * dh;
     const double tt = static_cast<double>(t_);
+    // The one per-layer table of memory.cpp (layer_saved_bytes), held the
+    // Korthikanti way by this rank.
     auto layer_saved = [&](double rows, double seq) {
-      const double replicated =
-          (recompute == Recompute::selective ? 2.0 * d : 4.0 * d) * B * rows + 8.0 * rows;
-      const double split =
-          (qkv + heads * dh + up + (recompute == Recompute::selective ? 0.0 : dff)) * B * rows +
-          4.0 * b * heads * seq;
-      // Unfused attention keeps the softmax output, the dropout output (B each)
-      // and the 1-byte mask per score: Korthikanti's 5 a s^2 b (selective
-      // recompute drops it).
-      const double scores = config_.train.attention_kernel == AttentionKernel::unfused &&
-                                    recompute == Recompute::none
-                                ? (2.0 * B + 1.0) * b * heads * seq * seq
-                                : 0.0;
-      return replicated * token_share + (split + scores) / tt;
+      return detail::layer_saved_bytes(config_, rows, seq, detail::LayerShare{token_share, tt},
+                                       plan_);
     };
     const double stage_full = static_cast<double>(layers - routed);
     const double stage_routed = static_cast<double>(routed);
     double activations = 0.0;
-    if (recompute == Recompute::full) {
+    if (plan_.full) {
       activations = static_cast<double>(layers) * B * T * d * token_share;
     } else {
       activations = stage_full * layer_saved(T, s) +
@@ -321,11 +414,14 @@ class StageMemoryModel {
       }
     }
     // MoE layers (docs/moe.md): the expert slots' saved tensors.
-    activations += static_cast<double>(moe_full) * detail::moe_saved_extra_bytes(config_, T, tt) +
-                   static_cast<double>(moe_routed) *
-                       detail::moe_saved_extra_bytes(config_, b * k, tt);
+    activations +=
+        static_cast<double>(moe_full) * detail::moe_saved_extra_bytes(config_, T, moe_share_) +
+        static_cast<double>(moe_routed) * detail::moe_saved_extra_bytes(config_, b * k, moe_share_);
     if (i == last_stage_) {
       activations += (2.0 * B * T * d + 8.0 * T) * token_share;
+    }
+    if (i == 0 && config_.train.hidden_dropout > 0.0) {
+      activations += detail::kDropoutMaskBytes * T * d * token_share;  // the embedding dropout
     }
     // Micro-batches in flight (Korthikanti et al. 2022, section 4.2.3):
     // 1F1B stage i holds p - i; interleaving adds (p - 1 - i) / v.
@@ -337,10 +433,11 @@ class StageMemoryModel {
     in_flight = std::max(in_flight, 1.0);
     mem.activations = activations * in_flight;
     mem.router_buffers = stage_routed * (4.0 * T + 8.0 * b * k) * in_flight;
-    mem.router_buffers += (static_cast<double>(moe_full) * detail::moe_buffer_bytes(config_, T) +
-                           static_cast<double>(moe_routed) *
-                               detail::moe_buffer_bytes(config_, b * k)) *
-                          in_flight;
+    // The router runs on the rank's tokens (T / t under SP).
+    mem.router_buffers +=
+        (static_cast<double>(moe_full) * detail::moe_buffer_bytes(config_, T * token_share) +
+         static_cast<double>(moe_routed) * detail::moe_buffer_bytes(config_, b * k * token_share)) *
+        in_flight;
     if (depth_) {
       // The bank this stage holds per micro-batch in flight: every entry up to
       // the end of its last chunk (received or produced here).
@@ -349,23 +446,32 @@ class StageMemoryModel {
     // Transients: the head's logits (last stage), one layer's backward, and
     // under ZeRO 3 two gathered layers (current + prefetch).
     const double head_ws = i == last_stage_
-                               ? T * std::ceil(static_cast<double>(model_.vocab_size) / tt) *
+                               ? T * static_cast<double>(model_.padded_vocab(t_)) / tt *
                                      (B + 4.0)
                                : 0.0;
     double layer_ws = 2.0 * B * T * d * token_share + B * T * std::max(up, qkv) / tt;
-    if (recompute == Recompute::full) {
-      layer_ws += layer_saved(T, s);
-    }
+    // One layer's recomputed tensors through its backward: all of them under
+    // full recompute, else what the recomputed modules dropped.
+    layer_ws += detail::layer_saved_bytes(config_, T, s, detail::LayerShare{token_share, tt},
+                                          detail::RecomputePlan{}) -
+                (plan_.full ? 0.0 : layer_saved(T, s));
     if (zero_ == 3) {
       layer_ws += 2.0 * layer_param_bytes_;
     }
+    layer_ws += cp_ring_bytes_;
     if (config_.moe.enabled()) {
       // A MoE layer's backward: the slots' gradients in and out, the widest slot tensor.
-      const double slots = static_cast<double>(detail::moe_slots(config_, static_cast<int64_t>(T)));
+      const double slots = detail::moe_rank_slots(config_, T, moe_share_);
       const double ffn = static_cast<double>(config_.moe.resolved_expert_ffn(model_));
       const double expert_up = model_.mlp == MlpKind::swiglu ? 2.0 * ffn : ffn;
+      // The all-gather dispatcher holds the group's gathered tokens meanwhile.
+      const double gathered =
+          config_.moe.token_dispatcher == TokenDispatcher::allgather
+              ? B * T * token_share * d * static_cast<double>(ep_ * expert_tensor_)
+              : 0.0;
       layer_ws = std::max(layer_ws, 2.0 * B * T * d * token_share + 2.0 * B * slots * d +
-                                        B * slots * expert_up / tt);
+                                        B * slots * expert_up / moe_share_.expert_tensor +
+                                        gathered);
     }
     mem.workspace = std::max(head_ws, layer_ws);
     mem.peak = mem.weights + mem.gradients + mem.optimizer + mem.activations +
@@ -380,16 +486,19 @@ class StageMemoryModel {
   const Config& config_;
   const ModelConfig& model_;
   double capacity_ = 0.0;
-  int64_t t_ = 1, p_ = 1, v_ = 1, dp_ = 1, zero_ = 0, ep_ = 1, expert_dp_ = 1;
-  double expert_per_layer_ = 0.0;
+  int64_t t_ = 1, p_ = 1, v_ = 1, dp_ = 1, zero_ = 0, ep_ = 1, expert_tensor_ = 1,
+          expert_dp_ = 1, context_ = 1;
+  detail::MoeRankShare moe_share_;
+  double expert_per_layer_ = 0.0, dense_per_layer_ = 0.0;
   double m_ = 1.0;
   double B_ = 2.0, b_ = 1.0, s_ = 1.0, d_ = 1.0, k_ = 0.0, T_ = 1.0, token_share_ = 1.0;
-  Recompute recompute_ = Recompute::none;
+  detail::RecomputePlan plan_;
   int64_t L_ = 1;
   bool depth_ = false;
   int64_t K_ = 1, n_streams_ = 0;
   double entry_bytes_ = 0.0, embedding_params_ = 0.0, head_params_ = 0.0;
-  double per_layer_params_ = 0.0, layer_param_bytes_ = 0.0;
+  double layer_param_bytes_ = 0.0;
+  double cp_ring_bytes_ = 0.0;
   int64_t last_stage_ = 0;
   double optimizer_bytes_per_param_ = 12.0;
 };
@@ -417,25 +526,43 @@ RankCompute rank_compute(const Config& config, const TimingModel& timing) {
   out.sequence_parallel = config.parallel.sequence_parallel;
   out.micro_batch = config.train.micro_batch;
   out.recompute = config.train.recompute;
+  out.recompute_granularity = config.train.recompute_granularity;
+  out.recompute_modules = config.train.recompute_modules;
+  out.expert = config.parallel.expert;
+  out.expert_tensor = config.parallel.resolved_expert_tensor();
+  out.context = config.parallel.context;
   const int64_t t = config.parallel.tensor;
   const double token_share = out.sequence_parallel ? 1.0 / static_cast<double>(t) : 1.0;
   const int64_t L = config.model.n_layers;
   const LayerCounts counts = layer_counts(config);
   const Config shard = shard_config(config);
   const double shard_params = detail::closed_form_params(shard).total;
-  Buckets real(timing, token_share, config.train.attention_kernel);
-  detail::lower_streaming(shard, StepKind::train, shard_params, real);
-  double full_layer_s = real.layers / static_cast<double>(L);
+  const bool attention_dropout = config.train.attention_dropout > 0.0;
+  Buckets real(timing, token_share, config.train.attention_kernel, attention_dropout);
+  const detail::ShardView view = shard_view(config);
+  detail::lower_streaming(shard, StepKind::train, shard_params, view, real);
+  const double layers = static_cast<double>(L);
+  double full_layer_s = real.layers / layers;
   double routed_layer_s = full_layer_s;
+  out.full_attention_forward_s = real.attention_forward / layers;
+  out.full_attention_backward_s = real.attention_backward / layers;
+  out.routed_attention_forward_s = out.full_attention_forward_s;
+  out.routed_attention_backward_s = out.full_attention_backward_s;
   if (counts.routed_layers > 0) {
     Config dense = shard;
     dense.mod.every = 0;
-    Buckets plain(timing, token_share, config.train.attention_kernel);
-    detail::lower_streaming(dense, StepKind::train, shard_params, plain);
-    full_layer_s = plain.layers / static_cast<double>(L);
-    routed_layer_s =
-        (real.layers - full_layer_s * static_cast<double>(counts.full_layers)) /
-        static_cast<double>(counts.routed_layers);
+    Buckets plain(timing, token_share, config.train.attention_kernel, attention_dropout);
+    detail::lower_streaming(dense, StepKind::train, shard_params, view, plain);
+    full_layer_s = plain.layers / layers;
+    const double full = static_cast<double>(counts.full_layers);
+    const double routed = static_cast<double>(counts.routed_layers);
+    routed_layer_s = (real.layers - full_layer_s * full) / routed;
+    out.full_attention_forward_s = plain.attention_forward / layers;
+    out.full_attention_backward_s = plain.attention_backward / layers;
+    out.routed_attention_forward_s =
+        (real.attention_forward - out.full_attention_forward_s * full) / routed;
+    out.routed_attention_backward_s =
+        (real.attention_backward - out.full_attention_backward_s * full) / routed;
   }
   out.first_s = real.first;
   out.last_s = real.last;
@@ -452,10 +579,7 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
 
 ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing,
                                  const Estimate& base, const RankCompute& compute) {
-  if (compute.tensor != config.parallel.tensor ||
-      compute.sequence_parallel != config.parallel.sequence_parallel ||
-      compute.micro_batch != config.train.micro_batch ||
-      compute.recompute != config.train.recompute) {
+  if (!compute.matches(config)) {
     throw std::logic_error("estimate_cluster: the rank compute was lowered for another layout");
   }
   const DeviceProfile& profile = timing.profile();
@@ -467,24 +591,35 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
   const int64_t p = par.pipeline;
   const int64_t v = par.virtual_stages;
   const int64_t dp = std::max<int64_t>(1, par.data(config.device.count));
+  const int64_t cp = par.context;
   const bool sp = par.sequence_parallel;
   out.tensor = t;
+  out.context = cp;
   out.pipeline = p;
   out.virtual_stages = v;
   out.data = dp;
   out.zero = par.zero;
+  out.expert = par.expert;
+  out.expert_tensor = par.resolved_expert_tensor();
+  out.expert_data = std::max<int64_t>(1, par.expert_data(config.device.count));
   out.sequence_parallel = sp;
   out.micro_batch = config.train.micro_batch;
   out.micro_batches = detail::accumulation_steps(config);
   out.gpus_per_node =
       config.cluster.gpus_per_node > 0 ? config.cluster.gpus_per_node : network.gpus_per_node;
   out.nodes = (config.device.count + out.gpus_per_node - 1) / out.gpus_per_node;
-  const Placement placement = place(t, p, dp, out.gpus_per_node);
-  // Data-parallel ranks per node (rank = tp + t (stage + p dp_index)).
-  const int64_t dp_per_node =
-      t * p < out.gpus_per_node ? std::min<int64_t>(dp, out.gpus_per_node / (t * p)) : 1;
+  const Placement placement = place(t, cp, p, dp, out.gpus_per_node);
+  // The gradients reduce over the data-parallel ranks with their context
+  // ranks (Megatron-Core's data-parallel group with CP): dp x c ranks, c of
+  // them in each t c block, one block per data index.  Ranks per node
+  // (rank = tp + t (cp + c (stage + p dp_index))):
+  const int64_t grad_ranks = dp * cp;
+  const int64_t gpn = out.gpus_per_node;
+  const int64_t dp_per_node = std::min<int64_t>(
+      grad_ranks, t * cp * p < gpn ? cp * (gpn / (t * cp * p)) : (t * cp <= gpn ? cp : 1));
   const int64_t tp_per_node = std::min<int64_t>(t, out.gpus_per_node);
   out.tensor_level = placement.tensor;
+  out.context_level = placement.context;
   out.pipeline_level = placement.pipeline;
   out.data_level = placement.data;
   const double m = static_cast<double>(out.micro_batches);
@@ -492,11 +627,11 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
   const LayerCounts counts = layer_counts(config);
   const double B = static_cast<double>(dtype_bytes(config.train.dtype));
   const double b = static_cast<double>(config.train.micro_batch);
-  const double s = static_cast<double>(model.seq_len);
+  // A context-parallel rank holds s / c tokens of each sequence (k / c routed).
+  const double s = static_cast<double>(rank_seq_len(config));
   const double d = static_cast<double>(model.d_model);
-  const double k = static_cast<double>(counts.routed_tokens_per_sequence);
+  const double k = static_cast<double>(rank_routed_tokens(config));
   const double T = b * s;
-  const Recompute recompute = config.train.recompute;
   const int64_t L = model.n_layers;
 
   // ---- compute per micro-batch (this rank's shard: rank_compute) ------------
@@ -516,8 +651,8 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
     OpShape shape;
     shape.kind = OpKind::depth_read_prefix;
     shape.dtype = config.train.dtype;
-    const int64_t tokens = sp ? config.train.micro_batch * model.seq_len / t
-                              : config.train.micro_batch * model.seq_len;
+    const int64_t rank_tokens = config.train.micro_batch * rank_seq_len(config);
+    const int64_t tokens = sp ? rank_tokens / t : rank_tokens;
     shape.dims = {tokens, block, 2 * block_layers * n_streams, model.d_model, n_streams,
                   static_cast<int64_t>(config.dar.variant), 0};
     TimingModel::Source source = TimingModel::Source::roofline;
@@ -528,7 +663,12 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
   // ---- tensor-parallel communication per layer ------------------------------
   const double full_rows_bytes = T * d * B;
   const double routed_rows_bytes = b * k * d * B;
-  const double fwd_passes = recompute == Recompute::full ? 2.0 : 1.0;  // forward re-run
+  const detail::RecomputePlan plan = detail::recompute_plan(config);
+  const double fwd_passes = plan.full ? 2.0 : 1.0;  // forward re-run
+  // The ring attention's sends run again with the core attention's recompute,
+  // the expert dispatch with the MoE FFN's (Megatron's "moe" module).
+  const double ring_passes = plan.full || plan.core_attention ? 2.0 : 1.0;
+  const double moe_passes = plan.full || plan.moe ? 2.0 : 1.0;
   auto tp_time = [&](double bytes) {
     // Per layer: 2 collectives per forward pass and 2 in backward.
     if (t <= 1) {
@@ -542,39 +682,129 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
     return (fwd_passes + 1.0) * 2.0 *
            collective_time_s(network, Collective::all_reduce, bytes, t, placement.tensor, tp_per_node);
   };
-  const double score_bytes = b * s * 4.0;
-  const double score_gather_s =
-      (sp && t > 1) ? fwd_passes * collective_time_s(network, Collective::all_gather, score_bytes,
-                                                     t, placement.tensor, tp_per_node)
-                    : 0.0;
-  // ---- expert parallelism (docs/moe.md): per MoE layer and micro-batch two
-  // all-to-alls forward (dispatch, combine) and two backward (+ two forward
-  // again under full recompute), each of the rank's expert slots x d x B
-  // (the busiest rank: x moe.load_imbalance), over the EP group carved out of
-  // the data-parallel ranks (EP neighbours are t x p ranks apart).
+  // MoD's per-sequence top-k needs the router scores of the whole sequence:
+  // an all-gather of b s fp32 scores over the ranks holding parts of it (the
+  // tensor group under SP, times the context group).
+  const int64_t score_group = (sp && t > 1 ? t : 1) * cp;
+  const NetLevel score_level = cp > 1 ? placement.context : placement.tensor;
+  const double score_bytes = b * static_cast<double>(model.seq_len) * 4.0;
+  const double score_one_s =
+      collective_time_s(network, Collective::all_gather, score_bytes, score_group, score_level,
+                        std::min<int64_t>(score_group, gpn));
+  const double score_gather_s = score_group > 1 ? fwd_passes * score_one_s : 0.0;
+  // ---- context parallelism (docs/cluster.md "Context parallelism"): ring
+  // attention passes each rank's K and V block (b s/c x 2 (G / t) d_h x B)
+  // around the c ranks of its context group: c - 1 sends forward, and c - 1
+  // of the block and its gradient backward, each step overlapped with the
+  // attention of the block in hand (1 / c of the rank's attention); under
+  // full recompute (or core attention's) the forward ring runs again.
+  const double kv_width = 2.0 * static_cast<double>(model.resolved_kv_heads() / t) *
+                          static_cast<double>(model.resolved_d_head()) * B;
+  struct RingTime {
+    double exposed = 0.0, overlapped = 0.0, forward_one = 0.0, backward_one = 0.0;
+  };
+  auto ring_time = [&](double rows, double attention_forward_s, double attention_backward_s) {
+    RingTime ring;
+    if (cp <= 1) {
+      return ring;
+    }
+    const double steps = static_cast<double>(cp - 1);
+    const double block = rows * kv_width;
+    ring.forward_one =
+        collective_time_s(network, Collective::send_recv, block, 2, placement.context);
+    ring.backward_one =
+        collective_time_s(network, Collective::send_recv, 2.0 * block, 2, placement.context);
+    const double c = static_cast<double>(cp);
+    const double exposed_forward = std::max(0.0, ring.forward_one - attention_forward_s / c);
+    const double exposed_backward = std::max(0.0, ring.backward_one - attention_backward_s / c);
+    ring.exposed = steps * (ring_passes * exposed_forward + exposed_backward);
+    ring.overlapped =
+        steps * (ring_passes * ring.forward_one + ring.backward_one) - ring.exposed;
+    return ring;
+  };
+  const RingTime ring_full =
+      ring_time(T, compute.full_attention_forward_s, compute.full_attention_backward_s);
+  const RingTime ring_routed =
+      ring_time(b * k, compute.routed_attention_forward_s, compute.routed_attention_backward_s);
+  // ---- expert layers (docs/cluster.md "Expert parallelism"): per MoE layer
+  // and micro-batch, the dispatch and combine all-to-alls over the EP group
+  // forward and backward (+ forward again under full recompute), each of the
+  // rank's expert slots x d x B (the busiest rank: x moe.load_imbalance).
+  // Under SP (or t = 1) the rank dispatches its own T / t tokens and, with an
+  // expert tensor size etp > 1, its expert-tensor group all-gathers the
+  // slots before the experts and reduce-scatters after them (Megatron-Core's
+  // alltoall dispatcher), in place of the FFN half of the layer's tensor
+  // collectives; without SP (etp = t) every tensor rank holds all T tokens
+  // and the layer keeps its tensor all-reduces.
   const int64_t ep = par.expert;
-  const NetLevel expert_level =
-      t * p * ep <= out.gpus_per_node ? NetLevel::intra_node : NetLevel::inter_node;
-  const int64_t ep_per_node =
-      t * p < out.gpus_per_node ? std::min<int64_t>(ep, out.gpus_per_node / (t * p)) : 1;
+  const int64_t etp = par.resolved_expert_tensor();
+  const bool expert_sp_path = config.moe.enabled() && (sp || t == 1);
+  const GroupPlace ep_group = folded_group(etp, ep, t, cp, p, out.gpus_per_node);
+  const GroupPlace etp_group = folded_group(1, etp, t, cp, p, out.gpus_per_node);
+  const detail::MoeRankShare moe_share = moe_rank_share(config);
   // Under SP each tensor rank dispatches only its share of the tokens.
   const double token_share = sp ? 1.0 / static_cast<double>(t) : 1.0;
   auto a2a_bytes = [&](double rows) {
-    return static_cast<double>(detail::moe_slots(config, static_cast<int64_t>(rows))) * d * B *
-           config.moe.load_imbalance * token_share;
+    return static_cast<double>(detail::moe_slots(config, std::llround(rows * token_share))) * d *
+           B * config.moe.load_imbalance;
   };
-  auto ep_time = [&](double rows) {
-    if (ep <= 1 || !config.moe.enabled()) {
+  auto etp_bytes = [&](double rows) {
+    return detail::moe_rank_slots(config, rows, moe_share) * d * B * config.moe.load_imbalance;
+  };
+  // moe.token_dispatcher = allgather (Megatron-Core's MoEAllGatherTokenDispatcher):
+  // the ETP x EP group all-gathers its ranks' tokens (d x B each, with their
+  // k weights and int64 expert indices) before the experts and
+  // reduce-scatters the combined outputs after them, instead of the
+  // all-to-alls and the slot gathers.
+  const bool allgather = config.moe.token_dispatcher == TokenDispatcher::allgather;
+  const int64_t gather_ranks = etp * ep;
+  const GroupPlace gather_group = folded_group(1, gather_ranks, t, cp, p, out.gpus_per_node);
+  auto gather_bytes = [&](double rows) {
+    const double k_choices = static_cast<double>(config.moe.top_k);
+    return std::round(rows * token_share) * static_cast<double>(gather_ranks) *
+           (d * B + k_choices * (B + 8.0));
+  };
+  // Per MoE layer beyond (or, for the FFN half under SP, instead of) the
+  // dense layer's tensor collectives.
+  auto moe_comm_s = [&](double rows, double tp_layer_s) {
+    if (!config.moe.enabled()) {
       return 0.0;
     }
-    return (fwd_passes + 1.0) * 2.0 *
-           collective_time_s(network, Collective::all_to_all, a2a_bytes(rows), ep, expert_level,
-                             ep_per_node);
+    double seconds = expert_sp_path ? -tp_layer_s / 2.0 : 0.0;
+    if (allgather) {
+      if (gather_ranks > 1) {
+        seconds += (moe_passes + 1.0) *
+                   (collective_time_s(network, Collective::all_gather, gather_bytes(rows),
+                                      gather_ranks, gather_group.level, gather_group.per_node) +
+                    collective_time_s(network, Collective::reduce_scatter, gather_bytes(rows),
+                                      gather_ranks, gather_group.level, gather_group.per_node));
+      }
+      return seconds;
+    }
+    if (ep > 1) {
+      seconds += (moe_passes + 1.0) * 2.0 *
+                 collective_time_s(network, Collective::all_to_all, a2a_bytes(rows), ep,
+                                   ep_group.level, ep_group.per_node);
+    }
+    if (expert_sp_path) {
+      // The FFN's all-gather / reduce-scatter of the tokens is replaced above.
+      if (etp > 1) {
+        seconds += (moe_passes + 1.0) *
+                   (collective_time_s(network, Collective::all_gather, etp_bytes(rows), etp,
+                                      etp_group.level, etp_group.per_node) +
+                    collective_time_s(network, Collective::reduce_scatter, etp_bytes(rows), etp,
+                                      etp_group.level, etp_group.per_node));
+      }
+    }
+    return seconds;
   };
-  const double ep_full_s = ep_time(T);
-  const double ep_routed_s = ep_time(b * k);
-  const double tp_full_s = tp_time(full_rows_bytes);
-  const double tp_routed_s = tp_time(routed_rows_bytes) + score_gather_s;
+  const double tp_full_layer_s = tp_time(full_rows_bytes);
+  const double tp_routed_layer_s = tp_time(routed_rows_bytes);
+  // Per layer on the critical path: tensor collectives and the exposed ring.
+  const double tp_full_s = tp_full_layer_s + ring_full.exposed;
+  const double tp_routed_s = tp_routed_layer_s + score_gather_s + ring_routed.exposed;
+  const double ep_full_s = moe_comm_s(T, tp_full_layer_s);
+  const double ep_routed_s = moe_comm_s(b * k, tp_routed_layer_s);
   // Embedding (vocab-parallel lookup: all-reduce forward) and head (input
   // gradient all-reduce backward); SP: all-gather / reduce-scatter instead.
   const double tp_ends_s =
@@ -689,7 +919,7 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
   out.bank_send_bytes_uncached = uncached_bytes_total;
   out.bank_send_bytes_cached = cached_bytes_total;
   out.mod_score_gather_bytes =
-      (sp && t > 1) ? score_bytes * static_cast<double>(counts.routed_layers) : 0.0;
+      score_group > 1 ? score_bytes * static_cast<double>(counts.routed_layers) : 0.0;
   out.stages.front().compute_s += compute.first_s;
   out.stages.front().exposed_comm_s += tp_ends_s / 2.0;
   out.stages[static_cast<size_t>((chunks - 1) % p)].compute_s += compute.last_s;
@@ -700,7 +930,8 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
   double zero3_gather_one = 0.0;
   if (par.zero == 3) {
     zero3_gather_one =
-        collective_time_s(network, Collective::all_gather, layer_param_bytes, dp, placement.data, dp_per_node);
+        collective_time_s(network, Collective::all_gather, layer_param_bytes, grad_ranks,
+                          dp > 1 ? placement.data : placement.context, dp_per_node);
   }
 
   // ---- per stage: params, DP reduction, memory ------------------------------
@@ -708,10 +939,15 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
   double slowest = 0.0, grad_exposed = 0.0, gather_exposed = 0.0, optimizer = 0.0,
          overlapped = 0.0;
   double worst_peak = -1.0;
-  const NetLevel data_level = placement.data;
+  const NetLevel data_level = dp > 1 ? placement.data : placement.context;
+  const int64_t expert_dp = std::max<int64_t>(1, par.expert_data(config.device.count));
+  const GroupPlace edp_group = folded_group(etp * ep, expert_dp, t, cp, p, out.gpus_per_node);
   for (int64_t i = 0; i < p; ++i) {
     StageSummary& stage = out.stages[static_cast<size_t>(i)];
     stage.params = memory_model.stage_params(i, stage.layers);
+    overlapped += (ring_full.overlapped * static_cast<double>(stage.layers - stage.routed_layers) +
+                   ring_routed.overlapped * static_cast<double>(stage.routed_layers)) *
+                  m;
     if (par.zero == 3) {
       const double per_layer_gather = 2.0 * zero3_gather_one;  // forward and backward
       const double per_layer_compute = stage.layers > 0 ? stage.compute_s / stage.layers : 0.0;
@@ -724,36 +960,39 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
     // train.grad_accumulation = unfused: every micro-batch's backward adds the
     // rank's gradients into the main-gradient buffer (ZeRO 2 / 3: its shard).
     stage.compute_s += detail::grad_accumulation_time_s(
-        stage.params / static_cast<double>(par.zero >= 2 ? dp : 1), config, profile);
+        stage.params / static_cast<double>(par.zero >= 2 ? grad_ranks : 1), config, profile);
     const double stage_s = stage.compute_s + stage.exposed_comm_s;
     if (stage_s > slowest) {
       slowest = stage_s;
       out.slowest_stage = i;
     }
     // Data-parallel gradient reduction of this rank's parameters (the expert
-    // shard's over the dp / EP ranks holding the same experts).
+    // shard's over the expert-data-parallel ranks holding the same experts).
     const double grad_bytes = stage.params * grad_bytes_per_param;
     const double expert_stage_params = memory_model.expert_stage_params(stage.layers);
-    const int64_t expert_dp = dp / std::max<int64_t>(par.expert, 1);
+    const double dense_stage_params = stage.params - expert_stage_params;
     double reduce_s = 0.0, gather_s = 0.0;
-    if (dp > 1) {
-      const Collective reduce =
-          par.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter;
-      reduce_s = collective_time_s(network, reduce,
-                                   (stage.params - expert_stage_params) * grad_bytes_per_param,
-                                   dp, data_level, dp_per_node);
-      if (expert_dp > 1 && expert_stage_params > 0) {
-        reduce_s += collective_time_s(network, reduce, expert_stage_params * grad_bytes_per_param,
-                                      expert_dp, data_level, dp_per_node);
-      }
+    const Collective reduce = par.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter;
+    if (grad_ranks > 1) {
+      reduce_s = collective_time_s(network, reduce, dense_stage_params * grad_bytes_per_param, grad_ranks,
+                                   data_level, dp_per_node);
       if (par.zero == 1 || par.zero == 2) {
-        gather_s = collective_time_s(network, Collective::all_gather, stage.params * B, dp,
+        gather_s = collective_time_s(network, Collective::all_gather, dense_stage_params * B, grad_ranks,
                                      data_level, dp_per_node);
       }
     }
-    // Megatron-Core buckets: max(40M, 1M x dp) parameters; the last bucket
+    if (expert_dp > 1 && expert_stage_params > 0) {
+      reduce_s += collective_time_s(network, reduce, expert_stage_params * grad_bytes_per_param,
+                                    expert_dp, edp_group.level, edp_group.per_node);
+      if (par.zero == 1 || par.zero == 2) {
+        gather_s += collective_time_s(network, Collective::all_gather, expert_stage_params * B,
+                                      expert_dp, edp_group.level, edp_group.per_node);
+      }
+    }
+    // Megatron-Core buckets: max(40M, 1M x dp) parameters (dp: the gradient
+    // group, with the context ranks); the last bucket
     // reduces after the backward ends.
-    const double bucket_params = std::max(40e6, 1e6 * static_cast<double>(dp));
+    const double bucket_params = std::max(40e6, 1e6 * static_cast<double>(grad_ranks));
     const double last_bucket_share = std::min(1.0, bucket_params / std::max(stage.params, 1.0));
     const double backward_s = stage.compute_s * (2.0 / 3.0);  // backward ~ 2/3 of fwd + bwd
     // ZeRO 2 and 3 keep only their shard of the gradients, so every
@@ -775,13 +1014,13 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
     overlapped += (reductions * reduce_s - exposed_reduce) + (gather_s - exposed_gather);
     grad_exposed = std::max(grad_exposed, exposed_reduce);
     gather_exposed = std::max(gather_exposed, exposed_gather);
-    if (i == 0 && dp > 1) {
+    if (i == 0 && (grad_ranks > 1 || (expert_dp > 1 && expert_stage_params > 0))) {
       out.comm.push_back({par.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter,
-                          "dp.grad", "data", Pass::backward, dp, data_level, grad_bytes,
+                          "dp.grad", "data", Pass::backward, grad_ranks, data_level, grad_bytes,
                           reductions, reduce_s,
                           reduce_s > 0 ? exposed_reduce / (reductions * reduce_s) : 0.0});
       if (gather_s > 0) {
-        out.comm.push_back({Collective::all_gather, "dp.param_gather", "data", Pass::forward, dp,
+        out.comm.push_back({Collective::all_gather, "dp.param_gather", "data", Pass::forward, grad_ranks,
                             data_level, stage.params * B, 1.0, gather_s,
                             exposed_gather / gather_s});
       }
@@ -791,7 +1030,7 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
     update.kind = OpKind::optimizer_update;
     update.dtype = config.train.dtype;
     update.dims[0] = static_cast<int64_t>(
-        std::ceil(stage.params / static_cast<double>(par.zero >= 1 ? dp : 1)));
+        std::ceil(stage.params / static_cast<double>(par.zero >= 1 ? grad_ranks : 1)));
     TimingModel::Source source = TimingModel::Source::roofline;
     optimizer = std::max(optimizer, timing.op_time_s(update, Pass::forward, &source));
 
@@ -839,28 +1078,87 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
                             placement.tensor, bytes, per_pass, ar, 1.0});
       }
     };
-    add_tp("tp.layer", full_rows_bytes, stage_full_layers);
-    add_tp("tp.routed_layer", routed_rows_bytes, stage_routed_layers);
-    if (sp && stage_routed_layers > 0) {
-      out.comm.push_back({Collective::all_gather, "tp.mod_router_scores", "tensor", Pass::forward,
-                          t, placement.tensor, score_bytes, stage_routed_layers * m * fwd_passes,
-                          collective_time_s(network, Collective::all_gather, score_bytes, t,
-                                            placement.tensor),
-                          1.0});
+    // MoE layers on the SP path keep only the attention's pair (the FFN's
+    // tokens go through the expert dispatch instead).
+    const double moe_half = expert_sp_path ? 0.5 : 0.0;
+    add_tp("tp.layer", full_rows_bytes,
+           stage_full_layers - moe_half * static_cast<double>(first.moe_layers_here));
+    add_tp("tp.routed_layer", routed_rows_bytes,
+           stage_routed_layers - moe_half * static_cast<double>(first.moe_routed_layers_here));
+  }
+  if (score_group > 1 && stage_routed_layers > 0) {
+    out.comm.push_back({Collective::all_gather, "tp.mod_router_scores",
+                        cp > 1 ? "context" : "tensor", Pass::forward, score_group, score_level,
+                        score_bytes, stage_routed_layers * m * fwd_passes, score_one_s, 1.0});
+  }
+  if (cp > 1) {
+    auto add_ring = [&](const char* label, const RingTime& ring, double rows, double layers) {
+      if (layers <= 0) {
+        return;
+      }
+      const double steps = static_cast<double>(cp - 1) * layers * m;
+      const double forward_total = steps * ring_passes * ring.forward_one;
+      const double backward_total = steps * ring.backward_one;
+      const double exposed = ring.exposed * layers * m;
+      const double share = forward_total + backward_total > 0
+                               ? exposed / (forward_total + backward_total)
+                               : 0.0;
+      out.comm.push_back({Collective::send_recv, label, "context", Pass::forward, 2,
+                          placement.context, rows * kv_width, steps * ring_passes,
+                          ring.forward_one, share});
+      out.comm.push_back({Collective::send_recv, label, "context", Pass::backward, 2,
+                          placement.context, 2.0 * rows * kv_width, steps, ring.backward_one,
+                          share});
+    };
+    add_ring("cp.kv", ring_full, T, stage_full_layers);
+    add_ring("cp.kv_routed", ring_routed, b * k, stage_routed_layers);
+  }
+  if (config.moe.enabled() && first.moe_layers_here > 0 && allgather && gather_ranks > 1) {
+    const double layers = static_cast<double>(first.moe_layers_here) * m;
+    const double bytes = gather_bytes(T);
+    const double ag = collective_time_s(network, Collective::all_gather, bytes, gather_ranks,
+                                        gather_group.level, gather_group.per_node);
+    const double rs = collective_time_s(network, Collective::reduce_scatter, bytes, gather_ranks,
+                                        gather_group.level, gather_group.per_node);
+    for (const Pass pass : {Pass::forward, Pass::backward}) {
+      const double count = pass == Pass::forward ? layers * moe_passes : layers;
+      out.comm.push_back({Collective::all_gather, "ep.token_gather", "expert", pass,
+                          gather_ranks, gather_group.level, bytes, count, ag, 1.0});
+      out.comm.push_back({Collective::reduce_scatter, "ep.token_gather", "expert", pass,
+                          gather_ranks, gather_group.level, bytes, count, rs, 1.0});
     }
   }
-  if (ep > 1 && config.moe.enabled() && first.moe_layers_here + first.moe_routed_layers_here > 0) {
+  if (config.moe.enabled() && first.moe_layers_here > 0 && !allgather) {
     const double count = 2.0 * static_cast<double>(first.moe_layers_here) * m;
-    const double one = collective_time_s(network, Collective::all_to_all, a2a_bytes(T), ep,
-                                         expert_level, ep_per_node);
-    out.comm.push_back({Collective::all_to_all, "ep.dispatch_combine", "expert", Pass::forward,
-                        ep, expert_level, a2a_bytes(T), count * fwd_passes, one, 1.0});
-    out.comm.push_back({Collective::all_to_all, "ep.dispatch_combine", "expert", Pass::backward,
-                        ep, expert_level, a2a_bytes(T), count, one, 1.0});
+    if (ep > 1) {
+      const double one = collective_time_s(network, Collective::all_to_all, a2a_bytes(T), ep,
+                                           ep_group.level, ep_group.per_node);
+      out.comm.push_back({Collective::all_to_all, "ep.dispatch_combine", "expert", Pass::forward,
+                          ep, ep_group.level, a2a_bytes(T), count * moe_passes, one, 1.0});
+      out.comm.push_back({Collective::all_to_all, "ep.dispatch_combine", "expert",
+                          Pass::backward, ep, ep_group.level, a2a_bytes(T), count, one, 1.0});
+    }
+    if (expert_sp_path && etp > 1) {
+      const double bytes = etp_bytes(T);
+      const double ag = collective_time_s(network, Collective::all_gather, bytes, etp,
+                                          etp_group.level, etp_group.per_node);
+      const double rs = collective_time_s(network, Collective::reduce_scatter, bytes, etp,
+                                          etp_group.level, etp_group.per_node);
+      const double layers = count / 2.0;  // one of each per MoE layer and pass
+      out.comm.push_back({Collective::all_gather, "etp.slots", "expert_tensor", Pass::forward,
+                          etp, etp_group.level, bytes, layers * moe_passes, ag, 1.0});
+      out.comm.push_back({Collective::reduce_scatter, "etp.slots", "expert_tensor",
+                          Pass::forward, etp, etp_group.level, bytes, layers * moe_passes, rs,
+                          1.0});
+      out.comm.push_back({Collective::all_gather, "etp.slots", "expert_tensor", Pass::backward,
+                          etp, etp_group.level, bytes, layers, ag, 1.0});
+      out.comm.push_back({Collective::reduce_scatter, "etp.slots", "expert_tensor",
+                          Pass::backward, etp, etp_group.level, bytes, layers, rs, 1.0});
+    }
   }
-  if (par.zero == 3 && dp > 1) {
-    out.comm.push_back({Collective::all_gather, "zero3.param_gather", "data", Pass::forward, dp,
-                        placement.data, layer_param_bytes,
+  if (par.zero == 3 && grad_ranks > 1) {
+    out.comm.push_back({Collective::all_gather, "zero3.param_gather", "data", Pass::forward,
+                        grad_ranks, data_level, layer_param_bytes,
                         2.0 * static_cast<double>(first.layers) * m, zero3_gather_one,
                         par.overlap_param_gather ? 0.0 : 1.0});
   }
