@@ -14,6 +14,7 @@ from __future__ import annotations
 from . import _core
 from ._config import Config
 from ._estimate import EstimateResult, estimate, estimate_batch
+from ._layout import LayoutResult, layout
 from ._core import BackendError, ConfigError, FileError, ShapeError
 from ._planner import (
     FitResult,
@@ -37,6 +38,7 @@ __all__ = [
     "ConfigError",
     "FileError",
     "FitResult",
+    "LayoutResult",
     "OptimalResult",
     "Profile",
     "ShapeError",
@@ -47,6 +49,7 @@ __all__ = [
     "estimate",
     "estimate_batch",
     "fit",
+    "layout",
     "load_profile",
     "optimal",
     "profile",
