@@ -460,6 +460,14 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
   }
   const DeviceProfile& profile = timing.profile();
   const NetworkProfile& network = network_or_default(profile);
+  const KernelParams& kernel = timing.rates().params;
+  const CollectiveEfficiency efficiency{kernel.collective_efficiency_intra_node,
+                                        kernel.collective_efficiency_inter_node};
+  // One collective at the profile's collective efficiencies.
+  const auto comm_time = [&](Collective kind, double bytes, int64_t ranks, NetLevel level,
+                             int64_t members_per_node = 1) {
+    return collective_time_s(network, kind, bytes, ranks, level, members_per_node, efficiency);
+  };
   const ParallelConfig& par = config.parallel;
   const ModelConfig& model = config.model;
   ClusterEstimate out;
@@ -536,17 +544,17 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
     }
     if (sp) {
       return (fwd_passes + 1.0) * 2.0 *
-             (collective_time_s(network, Collective::all_gather, bytes, t, placement.tensor, tp_per_node) +
-              collective_time_s(network, Collective::reduce_scatter, bytes, t, placement.tensor, tp_per_node));
+             (comm_time(Collective::all_gather, bytes, t, placement.tensor, tp_per_node) +
+              comm_time(Collective::reduce_scatter, bytes, t, placement.tensor, tp_per_node));
     }
     return (fwd_passes + 1.0) * 2.0 *
-           collective_time_s(network, Collective::all_reduce, bytes, t, placement.tensor, tp_per_node);
+           comm_time(Collective::all_reduce, bytes, t, placement.tensor, tp_per_node);
   };
   const double score_bytes = b * s * 4.0;
-  const double score_gather_s =
-      (sp && t > 1) ? fwd_passes * collective_time_s(network, Collective::all_gather, score_bytes,
-                                                     t, placement.tensor, tp_per_node)
-                    : 0.0;
+  const double score_gather_s = (sp && t > 1)
+                                    ? fwd_passes * comm_time(Collective::all_gather, score_bytes, t,
+                                                             placement.tensor, tp_per_node)
+                                    : 0.0;
   // ---- expert parallelism (docs/moe.md): per MoE layer and micro-batch two
   // all-to-alls forward (dispatch, combine) and two backward (+ two forward
   // again under full recompute), each of the rank's expert slots x d x B
@@ -568,8 +576,7 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
       return 0.0;
     }
     return (fwd_passes + 1.0) * 2.0 *
-           collective_time_s(network, Collective::all_to_all, a2a_bytes(rows), ep, expert_level,
-                             ep_per_node);
+           comm_time(Collective::all_to_all, a2a_bytes(rows), ep, expert_level, ep_per_node);
   };
   const double ep_full_s = ep_time(T);
   const double ep_routed_s = ep_time(b * k);
@@ -579,12 +586,9 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
   // gradient all-reduce backward); SP: all-gather / reduce-scatter instead.
   const double tp_ends_s =
       t <= 1 ? 0.0
-             : (sp ? collective_time_s(network, Collective::reduce_scatter, full_rows_bytes, t,
-                                       placement.tensor) +
-                         collective_time_s(network, Collective::all_gather, full_rows_bytes, t,
-                                           placement.tensor)
-                   : collective_time_s(network, Collective::all_reduce, full_rows_bytes, t,
-                                       placement.tensor));
+             : (sp ? comm_time(Collective::reduce_scatter, full_rows_bytes, t, placement.tensor) +
+                         comm_time(Collective::all_gather, full_rows_bytes, t, placement.tensor)
+                   : comm_time(Collective::all_reduce, full_rows_bytes, t, placement.tensor));
 
   // ---- per-layer cost and the pipeline partition -----------------------------
   const int64_t chunks = p * v;
@@ -678,8 +682,7 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
       stage.send_bytes += send;
       stage.bank_send_bytes += par.dar_bank_cache ? bank_cached : bank;
       // Forward send out of this chunk and the gradient coming back (same size).
-      const double one = collective_time_s(network, Collective::send_recv, send, 2,
-                                           placement.pipeline);
+      const double one = comm_time(Collective::send_recv, send, 2, placement.pipeline);
       stage.exposed_comm_s += one;                                  // forward send
       out.stages[static_cast<size_t>((c + 1) % p)].exposed_comm_s += one;  // backward send
       out.comm.push_back({Collective::send_recv, "pp.activation", "pipeline", Pass::forward, 2,
@@ -700,7 +703,7 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
   double zero3_gather_one = 0.0;
   if (par.zero == 3) {
     zero3_gather_one =
-        collective_time_s(network, Collective::all_gather, layer_param_bytes, dp, placement.data, dp_per_node);
+        comm_time(Collective::all_gather, layer_param_bytes, dp, placement.data, dp_per_node);
   }
 
   // ---- per stage: params, DP reduction, memory ------------------------------
@@ -724,7 +727,10 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
     // train.grad_accumulation = unfused: every micro-batch's backward adds the
     // rank's gradients into the main-gradient buffer (ZeRO 2 / 3: its shard).
     stage.compute_s += detail::grad_accumulation_time_s(
-        stage.params / static_cast<double>(par.zero >= 2 ? dp : 1), config, profile);
+        stage.params / static_cast<double>(par.zero >= 2 ? dp : 1), config, timing.rates());
+    // Host time per micro-batch (kernel.micro_batch_overhead_s): every stage
+    // waits for its host once per micro-batch.
+    stage.compute_s += kernel.micro_batch_overhead_s;
     const double stage_s = stage.compute_s + stage.exposed_comm_s;
     if (stage_s > slowest) {
       slowest = stage_s;
@@ -739,16 +745,14 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
     if (dp > 1) {
       const Collective reduce =
           par.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter;
-      reduce_s = collective_time_s(network, reduce,
-                                   (stage.params - expert_stage_params) * grad_bytes_per_param,
-                                   dp, data_level, dp_per_node);
+      reduce_s = comm_time(reduce, (stage.params - expert_stage_params) * grad_bytes_per_param, dp,
+                           data_level, dp_per_node);
       if (expert_dp > 1 && expert_stage_params > 0) {
-        reduce_s += collective_time_s(network, reduce, expert_stage_params * grad_bytes_per_param,
-                                      expert_dp, data_level, dp_per_node);
+        reduce_s += comm_time(reduce, expert_stage_params * grad_bytes_per_param, expert_dp,
+                              data_level, dp_per_node);
       }
       if (par.zero == 1 || par.zero == 2) {
-        gather_s = collective_time_s(network, Collective::all_gather, stage.params * B, dp,
-                                     data_level, dp_per_node);
+        gather_s = comm_time(Collective::all_gather, stage.params * B, dp, data_level, dp_per_node);
       }
     }
     // Megatron-Core buckets: max(40M, 1M x dp) parameters; the last bucket
@@ -819,9 +823,9 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
       const double per_pass = 2.0 * layers_count * m;
       if (sp) {
         const double ag =
-            collective_time_s(network, Collective::all_gather, bytes, t, placement.tensor, tp_per_node);
+            comm_time(Collective::all_gather, bytes, t, placement.tensor, tp_per_node);
         const double rs =
-            collective_time_s(network, Collective::reduce_scatter, bytes, t, placement.tensor, tp_per_node);
+            comm_time(Collective::reduce_scatter, bytes, t, placement.tensor, tp_per_node);
         out.comm.push_back({Collective::all_gather, label, "tensor", Pass::forward, t,
                             placement.tensor, bytes, per_pass * fwd_passes, ag, 1.0});
         out.comm.push_back({Collective::reduce_scatter, label, "tensor", Pass::forward, t,
@@ -832,7 +836,7 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
                             placement.tensor, bytes, per_pass, rs, 1.0});
       } else {
         const double ar =
-            collective_time_s(network, Collective::all_reduce, bytes, t, placement.tensor, tp_per_node);
+            comm_time(Collective::all_reduce, bytes, t, placement.tensor, tp_per_node);
         out.comm.push_back({Collective::all_reduce, label, "tensor", Pass::forward, t,
                             placement.tensor, bytes, per_pass * fwd_passes, ar, 1.0});
         out.comm.push_back({Collective::all_reduce, label, "tensor", Pass::backward, t,
@@ -844,15 +848,14 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
     if (sp && stage_routed_layers > 0) {
       out.comm.push_back({Collective::all_gather, "tp.mod_router_scores", "tensor", Pass::forward,
                           t, placement.tensor, score_bytes, stage_routed_layers * m * fwd_passes,
-                          collective_time_s(network, Collective::all_gather, score_bytes, t,
-                                            placement.tensor),
+                          comm_time(Collective::all_gather, score_bytes, t, placement.tensor),
                           1.0});
     }
   }
   if (ep > 1 && config.moe.enabled() && first.moe_layers_here + first.moe_routed_layers_here > 0) {
     const double count = 2.0 * static_cast<double>(first.moe_layers_here) * m;
-    const double one = collective_time_s(network, Collective::all_to_all, a2a_bytes(T), ep,
-                                         expert_level, ep_per_node);
+    const double one =
+        comm_time(Collective::all_to_all, a2a_bytes(T), ep, expert_level, ep_per_node);
     out.comm.push_back({Collective::all_to_all, "ep.dispatch_combine", "expert", Pass::forward,
                         ep, expert_level, a2a_bytes(T), count * fwd_passes, one, 1.0});
     out.comm.push_back({Collective::all_to_all, "ep.dispatch_combine", "expert", Pass::backward,
@@ -882,7 +885,9 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
   out.optimizer_s = optimizer;
   out.exposed_comm_s = m * slow.exposed_comm_s + grad_exposed + gather_exposed;
   out.overlapped_comm_s = overlapped;
-  out.step_s = ideal + out.bubble_s + grad_exposed + gather_exposed + optimizer;
+  out.step_overhead_s = kernel.step_overhead_s;
+  out.step_s =
+      ideal + out.bubble_s + grad_exposed + gather_exposed + optimizer + out.step_overhead_s;
   return out;
 }
 
