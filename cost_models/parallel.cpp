@@ -572,6 +572,675 @@ RankCompute rank_compute(const Config& config, const TimingModel& timing) {
   return out;
 }
 
+namespace {
+
+// What every part of one cluster estimate reads (docs/cluster.md): the layout,
+// its network levels and the shapes of one micro-batch.
+struct ClusterContext {
+  ClusterContext(const Config& config_in, const TimingModel& timing_in)
+      : config(config_in),
+        timing(timing_in),
+        network(network_or_default(timing_in.profile())),
+        kernel(timing_in.rates().params),
+        efficiency{kernel.collective_efficiency_intra_node,
+                   kernel.collective_efficiency_inter_node},
+        par(config_in.parallel),
+        counts(layer_counts(config_in)),
+        plan(detail::recompute_plan(config_in)),
+        moe_share(moe_rank_share(config_in)) {
+    const ModelConfig& model = config.model;
+    t = par.tensor;
+    cp = par.context;
+    p = par.pipeline;
+    v = par.virtual_stages;
+    dp = std::max<int64_t>(1, par.data(config.device.count));
+    ep = par.expert;
+    etp = par.resolved_expert_tensor();
+    expert_dp = std::max<int64_t>(1, par.expert_data(config.device.count));
+    sp = par.sequence_parallel;
+    chunks = p * v;
+    gpus_per_node =
+        config.cluster.gpus_per_node > 0 ? config.cluster.gpus_per_node : network.gpus_per_node;
+    placement = place(t, cp, p, dp, gpus_per_node);
+    // The gradients reduce over the data-parallel ranks with their context
+    // ranks (Megatron-Core's data-parallel group with CP): dp x c ranks, c of
+    // them in each t c block, one block per data index.  Ranks per node
+    // (rank = tp + t (cp + c (stage + p dp_index))):
+    grad_ranks = dp * cp;
+    grad_level = dp > 1 ? placement.data : placement.context;
+    dp_per_node = std::min<int64_t>(grad_ranks, t * cp * p < gpus_per_node
+                                                    ? cp * (gpus_per_node / (t * cp * p))
+                                                    : (t * cp <= gpus_per_node ? cp : 1));
+    tp_per_node = std::min<int64_t>(t, gpus_per_node);
+    // The expert layers' groups (Megatron-Core's folding, docs/cluster.md).
+    ep_group = folded_group(etp, ep, t, cp, p, gpus_per_node);
+    etp_group = folded_group(1, etp, t, cp, p, gpus_per_node);
+    edp_group = folded_group(etp * ep, expert_dp, t, cp, p, gpus_per_node);
+    gather_ranks = etp * ep;
+    gather_group = folded_group(1, gather_ranks, t, cp, p, gpus_per_node);
+    expert_sp_path = config.moe.enabled() && (sp || t == 1);
+    allgather = config.moe.token_dispatcher == TokenDispatcher::allgather;
+    m = static_cast<double>(detail::accumulation_steps(config));
+    B = static_cast<double>(dtype_bytes(config.train.dtype));
+    b = static_cast<double>(config.train.micro_batch);
+    // A context-parallel rank holds s / c tokens of each sequence (k / c routed).
+    s = static_cast<double>(rank_seq_len(config));
+    d = static_cast<double>(model.d_model);
+    k = static_cast<double>(rank_routed_tokens(config));
+    T = b * s;
+    fwd_passes = plan.full ? 2.0 : 1.0;  // forward re-run
+    // The ring attention's sends run again with the core attention's recompute,
+    // the expert dispatch with the MoE FFN's (Megatron's "moe" module).
+    ring_passes = plan.full || plan.core_attention ? 2.0 : 1.0;
+    moe_passes = plan.full || plan.moe ? 2.0 : 1.0;
+    token_share = sp ? 1.0 / static_cast<double>(t) : 1.0;
+    L = model.n_layers;
+    depth = config.dar.enabled();
+    K = config.dar.block_layers;
+    n_streams = counts.dar_streams;
+  }
+  // One collective at the profile's collective efficiencies.
+  double comm(Collective kind, double bytes, int64_t ranks, NetLevel level,
+              int64_t members_per_node = 1) const {
+    return collective_time_s(network, kind, bytes, ranks, level, members_per_node, efficiency);
+  }
+
+  const Config& config;
+  const TimingModel& timing;
+  const NetworkProfile& network;
+  const KernelParams& kernel;
+  CollectiveEfficiency efficiency;
+  const ParallelConfig& par;
+  LayerCounts counts;
+  detail::RecomputePlan plan;
+  detail::MoeRankShare moe_share;
+  int64_t t = 1, cp = 1, p = 1, v = 1, dp = 1, ep = 1, etp = 1, expert_dp = 1, chunks = 1,
+          gpus_per_node = 8, L = 1, K = 1, n_streams = 0, grad_ranks = 1, gather_ranks = 1;
+  int64_t dp_per_node = 1, tp_per_node = 1;
+  bool sp = false, depth = false, expert_sp_path = false, allgather = false;
+  Placement placement{};
+  NetLevel grad_level = NetLevel::intra_node;
+  GroupPlace ep_group, etp_group, edp_group, gather_group;
+  double m = 1, B = 2, b = 1, s = 1, d = 1, k = 0, T = 1, fwd_passes = 1, ring_passes = 1,
+         moe_passes = 1, token_share = 1;
+};
+
+void fill_layout(const ClusterContext& c, ClusterEstimate& out) {
+  out.tensor = c.t;
+  out.pipeline = c.p;
+  out.virtual_stages = c.v;
+  out.data = c.dp;
+  out.zero = c.par.zero;
+  out.context = c.cp;
+  out.expert = c.ep;
+  out.expert_tensor = c.etp;
+  out.expert_data = c.expert_dp;
+  out.sequence_parallel = c.sp;
+  out.micro_batch = c.config.train.micro_batch;
+  out.micro_batches = static_cast<int64_t>(c.m);
+  out.gpus_per_node = c.gpus_per_node;
+  out.nodes = (c.config.device.count + c.gpus_per_node - 1) / c.gpus_per_node;
+  out.tensor_level = c.placement.tensor;
+  out.context_level = c.placement.context;
+  out.pipeline_level = c.placement.pipeline;
+  out.data_level = c.placement.data;
+}
+
+// Bytes of one expert all-to-all for `rows` tokens: the rank's expert slots
+// x d x B (the busiest rank: x moe.load_imbalance); under SP a tensor rank
+// dispatches only its share of the tokens.
+double a2a_bytes(const ClusterContext& c, double rows) {
+  return static_cast<double>(detail::moe_slots(c.config, std::llround(rows * c.token_share))) *
+         c.d * c.B * c.config.moe.load_imbalance;
+}
+
+// Bytes of one expert-tensor all-gather (or reduce-scatter) of the slots the
+// rank's ETP group gathers for `rows` tokens.
+double etp_bytes(const ClusterContext& c, double rows) {
+  return detail::moe_rank_slots(c.config, rows, c.moe_share) * c.d * c.B *
+         c.config.moe.load_imbalance;
+}
+
+// moe.token_dispatcher = allgather (Megatron-Core's MoEAllGatherTokenDispatcher):
+// the ETP x EP group all-gathers its ranks' tokens (d x B each, with their k
+// weights and int64 expert indices).
+double gather_bytes(const ClusterContext& c, double rows) {
+  const double k_choices = static_cast<double>(c.config.moe.top_k);
+  return std::round(rows * c.token_share) * static_cast<double>(c.gather_ranks) *
+         (c.d * c.B + k_choices * (c.B + 8.0));
+}
+
+// Context parallelism (docs/cluster.md "Context parallelism"): ring attention
+// passes each rank's K and V block (rows x 2 (G / t) d_h x B) around the c
+// ranks of its context group: c - 1 sends forward, and c - 1 of the block
+// and its gradient backward, each step overlapped with the attention of the
+// block in hand (1 / c of the rank's attention); with the core attention's
+// recompute the forward ring runs again.
+struct RingTime {
+  double exposed = 0.0, overlapped = 0.0, forward_one = 0.0, backward_one = 0.0, block = 0.0;
+};
+
+RingTime ring_time(const ClusterContext& c, double rows, double attention_forward_s,
+                   double attention_backward_s) {
+  RingTime ring;
+  if (c.cp <= 1) {
+    return ring;
+  }
+  const ModelConfig& model = c.config.model;
+  ring.block = rows * 2.0 * static_cast<double>(model.resolved_kv_heads() / c.t) *
+               static_cast<double>(model.resolved_d_head()) * c.B;
+  const double steps = static_cast<double>(c.cp - 1);
+  ring.forward_one = c.comm(Collective::send_recv, ring.block, 2, c.placement.context);
+  ring.backward_one = c.comm(Collective::send_recv, 2.0 * ring.block, 2, c.placement.context);
+  const double cp = static_cast<double>(c.cp);
+  const double exposed_forward = std::max(0.0, ring.forward_one - attention_forward_s / cp);
+  const double exposed_backward = std::max(0.0, ring.backward_one - attention_backward_s / cp);
+  ring.exposed = steps * (c.ring_passes * exposed_forward + exposed_backward);
+  ring.overlapped =
+      steps * (c.ring_passes * ring.forward_one + ring.backward_one) - ring.exposed;
+  return ring;
+}
+
+// Exposed communication of one layer per micro-batch, and of the model's ends.
+struct LayerComm {
+  double full_rows_bytes = 0, routed_rows_bytes = 0, score_bytes = 0, score_one_s = 0;
+  int64_t score_group = 1;
+  NetLevel score_level = NetLevel::intra_node;
+  double tp_full_s = 0, tp_routed_s = 0, ep_full_s = 0, ep_routed_s = 0, tp_ends_s = 0;
+  RingTime ring_full, ring_routed;
+};
+
+LayerComm layer_comm(const ClusterContext& c, const RankCompute& compute) {
+  LayerComm out;
+  const int64_t t = c.t;
+  const NetLevel level = c.placement.tensor;
+  out.full_rows_bytes = c.T * c.d * c.B;
+  out.routed_rows_bytes = c.b * c.k * c.d * c.B;
+  // Tensor parallelism: per layer 2 collectives per forward pass and 2 in
+  // backward (SP: all-gather + reduce-scatter in place of each all-reduce).
+  const auto tp_time = [&](double bytes) {
+    if (t <= 1) {
+      return 0.0;
+    }
+    if (c.sp) {
+      return (c.fwd_passes + 1.0) * 2.0 *
+             (c.comm(Collective::all_gather, bytes, t, level, c.tp_per_node) +
+              c.comm(Collective::reduce_scatter, bytes, t, level, c.tp_per_node));
+    }
+    return (c.fwd_passes + 1.0) * 2.0 *
+           c.comm(Collective::all_reduce, bytes, t, level, c.tp_per_node);
+  };
+  // MoD's per-sequence top-k needs the router scores of the whole sequence:
+  // an all-gather of b s fp32 scores per routed layer over the ranks holding
+  // parts of it (the tensor group under SP, times the context group).
+  out.score_group = (c.sp && t > 1 ? t : 1) * c.cp;
+  out.score_level = c.cp > 1 ? c.placement.context : level;
+  out.score_bytes = c.b * static_cast<double>(c.config.model.seq_len) * 4.0;
+  out.score_one_s = c.comm(Collective::all_gather, out.score_bytes, out.score_group,
+                           out.score_level, std::min<int64_t>(out.score_group, c.gpus_per_node));
+  const double score_gather_s = out.score_group > 1 ? c.fwd_passes * out.score_one_s : 0.0;
+  // Expert layers (docs/cluster.md "Expert parallelism"): per MoE layer and
+  // micro-batch, beyond (or, for the FFN half under SP, instead of) the dense
+  // layer's tensor collectives: the dispatch and combine all-to-alls over EP
+  // forward and backward (+ forward again when the MoE FFN is recomputed),
+  // and with an expert tensor size etp > 1 the slots' all-gather and
+  // reduce-scatter over ETP (Megatron-Core's alltoall dispatcher); under SP
+  // (or t = 1) these replace the FFN's all-gather / reduce-scatter of the
+  // tokens; without SP (etp = t) the layer keeps its tensor all-reduces.  The
+  // all-gather dispatcher gathers the ETP x EP group's tokens instead.
+  const auto moe_comm_s = [&](double rows, double tp_layer_s) {
+    if (!c.config.moe.enabled()) {
+      return 0.0;
+    }
+    double seconds = c.expert_sp_path ? -tp_layer_s / 2.0 : 0.0;
+    if (c.allgather) {
+      if (c.gather_ranks > 1) {
+        seconds += (c.moe_passes + 1.0) *
+                   (c.comm(Collective::all_gather, gather_bytes(c, rows), c.gather_ranks,
+                           c.gather_group.level, c.gather_group.per_node) +
+                    c.comm(Collective::reduce_scatter, gather_bytes(c, rows), c.gather_ranks,
+                           c.gather_group.level, c.gather_group.per_node));
+      }
+      return seconds;
+    }
+    if (c.ep > 1) {
+      seconds += (c.moe_passes + 1.0) * 2.0 *
+                 c.comm(Collective::all_to_all, a2a_bytes(c, rows), c.ep, c.ep_group.level,
+                        c.ep_group.per_node);
+    }
+    if (c.expert_sp_path && c.etp > 1) {
+      seconds += (c.moe_passes + 1.0) *
+                 (c.comm(Collective::all_gather, etp_bytes(c, rows), c.etp, c.etp_group.level,
+                         c.etp_group.per_node) +
+                  c.comm(Collective::reduce_scatter, etp_bytes(c, rows), c.etp,
+                         c.etp_group.level, c.etp_group.per_node));
+    }
+    return seconds;
+  };
+  const double tp_full_layer_s = tp_time(out.full_rows_bytes);
+  const double tp_routed_layer_s = tp_time(out.routed_rows_bytes);
+  out.ep_full_s = moe_comm_s(c.T, tp_full_layer_s);
+  out.ep_routed_s = moe_comm_s(c.b * c.k, tp_routed_layer_s);
+  // Per layer on the critical path: the tensor collectives and the ring's
+  // exposed part.
+  out.ring_full =
+      ring_time(c, c.T, compute.full_attention_forward_s, compute.full_attention_backward_s);
+  out.ring_routed = ring_time(c, c.b * c.k, compute.routed_attention_forward_s,
+                              compute.routed_attention_backward_s);
+  out.tp_full_s = tp_full_layer_s + out.ring_full.exposed;
+  out.tp_routed_s = tp_routed_layer_s + score_gather_s + out.ring_routed.exposed;
+  // Embedding (vocab-parallel lookup: all-reduce forward) and head (input
+  // gradient all-reduce backward); SP: all-gather / reduce-scatter instead.
+  if (t > 1) {
+    out.tp_ends_s = c.sp ? c.comm(Collective::reduce_scatter, out.full_rows_bytes, t, level) +
+                               c.comm(Collective::all_gather, out.full_rows_bytes, t, level)
+                         : c.comm(Collective::all_reduce, out.full_rows_bytes, t, level);
+  }
+  return out;
+}
+
+// The DAR prefix read of block j (sources H_0..H_{j-1}), forward + backward.
+double dar_prefix_s(const ClusterContext& c, int64_t block) {
+  if (!c.depth) {
+    return 0.0;
+  }
+  const ModelConfig& model = c.config.model;
+  const int64_t block_layers = std::min<int64_t>(c.K, c.L - (block - 1) * c.K);
+  OpShape shape;
+  shape.kind = OpKind::depth_read_prefix;
+  shape.dtype = c.config.train.dtype;
+  const int64_t rank_tokens = c.config.train.micro_batch * rank_seq_len(c.config);
+  const int64_t tokens = c.sp ? rank_tokens / c.t : rank_tokens;
+  shape.dims = {tokens,
+                block,
+                2 * block_layers * c.n_streams,
+                model.d_model,
+                c.n_streams,
+                static_cast<int64_t>(c.config.dar.variant),
+                0};
+  TimingModel::Source source = TimingModel::Source::roofline;
+  return c.timing.op_time_s(shape, Pass::forward, &source) +
+         c.timing.op_time_s(shape, Pass::backward, &source);
+}
+
+// The layers of each of the p v chunks: balanced by time (memoised in
+// `compute`), or equal counts.
+std::vector<int64_t> pipeline_chunks(const ClusterContext& c, const RankCompute& compute,
+                                     const LayerComm& comm) {
+  if (!c.par.balance_stages || c.chunks <= 1) {
+    return equal_chunks(c.L, c.chunks);
+  }
+  for (const RankCompute::Split& split : compute.balanced_splits) {
+    if (split.chunks == c.chunks && split.gpus_per_node == c.gpus_per_node) {
+      return split.sizes;
+    }
+  }
+  std::vector<double> partition_cost(static_cast<size_t>(c.L));
+  for (int64_t l = 0; l < c.L; ++l) {
+    const bool routed = c.config.mod.is_routed(l);
+    double cost =
+        routed ? compute.routed_layer_s + comm.tp_routed_s : compute.full_layer_s + comm.tp_full_s;
+    if (c.config.moe.is_moe_layer(l)) {
+      cost += routed ? comm.ep_routed_s : comm.ep_full_s;
+    }
+    if (c.depth && l % c.K == 0) {
+      cost += dar_prefix_s(c, l / c.K + 1);
+    }
+    partition_cost[static_cast<size_t>(l)] = cost;
+  }
+  partition_cost.front() += compute.first_s + comm.tp_ends_s / 2.0;
+  partition_cost.back() += compute.last_s + comm.tp_ends_s / 2.0;
+  std::vector<int64_t> sizes = balanced_partition(partition_cost, c.chunks);
+  compute.balanced_splits.push_back({c.chunks, c.gpus_per_node, sizes});
+  return sizes;
+}
+
+// The stages from the chunks: each stage's layers, compute and exposed
+// TP / EP communication per micro-batch, the pipeline sends at every chunk
+// boundary (the activation, or for AttnRes / DAR the history bank), and the
+// ends (embedding on the first stage, head and loss on the last).
+void assemble_stages(const ClusterContext& c, const RankCompute& compute, const LayerComm& comm,
+                     const std::vector<int64_t>& chunk_sizes, const StageMemoryModel& memory,
+                     ClusterEstimate& out) {
+  const int64_t p = c.p;
+  const double entry_bytes = memory.entry_bytes();
+  const double activation_send_bytes = c.T * c.d * c.B / static_cast<double>(c.t);
+  out.stages.assign(static_cast<size_t>(p), StageSummary{});
+  int64_t layer = 0;
+  double cached_bytes_total = 0.0, uncached_bytes_total = 0.0;
+  std::vector<int64_t> chunk_first(static_cast<size_t>(c.chunks));
+  for (int64_t chunk = 0; chunk < c.chunks; ++chunk) {
+    chunk_first[static_cast<size_t>(chunk)] = layer;
+    StageSummary& stage = out.stages[static_cast<size_t>(chunk % p)];
+    const int64_t size = chunk_sizes[static_cast<size_t>(chunk)];
+    stage.chunk_first_layer.push_back(layer);
+    stage.chunk_layers.push_back(size);
+    for (int64_t l = layer; l < layer + size; ++l) {
+      const bool routed = c.config.mod.is_routed(l);
+      stage.compute_s += routed ? compute.routed_layer_s : compute.full_layer_s;
+      stage.exposed_comm_s += routed ? comm.tp_routed_s : comm.tp_full_s;
+      if (c.config.moe.is_moe_layer(l)) {
+        stage.exposed_comm_s += routed ? comm.ep_routed_s : comm.ep_full_s;
+        stage.moe_layers_here += routed ? 0 : 1;
+        stage.moe_routed_layers_here += routed ? 1 : 0;
+      }
+      stage.routed_layers += routed ? 1 : 0;
+      if (c.depth && l % c.K == 0) {
+        stage.compute_s += dar_prefix_s(c, l / c.K + 1);
+      }
+    }
+    stage.layers += size;
+    layer += size;
+    if (chunk + 1 == c.chunks || p == 1) {
+      continue;  // no boundary after the last chunk
+    }
+    double bank = 0.0, bank_cached = 0.0;
+    if (c.depth) {
+      bank = memory.bank_entries_at(layer) * entry_bytes;
+      // Cached: the receiving rank already holds what it had at the end of its
+      // previous chunk (chunk + 1 - p); it needs only the entries since then
+      // (the partial of a cut block is always new).
+      const int64_t previous = chunk + 1 - p;
+      double held = 0.0;
+      if (c.par.dar_bank_cache && previous >= 0) {
+        const int64_t end =
+            chunk_first[static_cast<size_t>(previous)] + chunk_sizes[static_cast<size_t>(previous)];
+        held = 1.0 + static_cast<double>(end / c.K);
+      }
+      bank_cached = bank - held * entry_bytes;
+      uncached_bytes_total += bank;
+      cached_bytes_total += bank_cached;
+    }
+    // A depth-residual model sends the bank alone: the next layer's input is
+    // a read of it (H_0, the completed blocks and a cut block's partial), so
+    // no residual stream crosses (runtime/parallel/pipeline.cpp alike).
+    const double bank_sent = c.par.dar_bank_cache ? bank_cached : bank;
+    const double send = c.depth ? bank_sent : activation_send_bytes;
+    stage.send_bytes += send;
+    stage.bank_send_bytes += bank_sent;
+    // Forward send out of this chunk and the gradient coming back (same size).
+    const double one = c.comm(Collective::send_recv, send, 2, c.placement.pipeline);
+    stage.exposed_comm_s += one;
+    out.stages[static_cast<size_t>((chunk + 1) % p)].exposed_comm_s += one;
+    out.comm.push_back({Collective::send_recv, "pp.activation", "pipeline", Pass::forward, 2,
+                        c.placement.pipeline, send, 0.0, one, 1.0});
+  }
+  out.bank_send_bytes_uncached = uncached_bytes_total;
+  out.bank_send_bytes_cached = cached_bytes_total;
+  out.mod_score_gather_bytes =
+      comm.score_group > 1 ? comm.score_bytes * static_cast<double>(c.counts.routed_layers) : 0.0;
+  StageSummary& last = out.stages[static_cast<size_t>((c.chunks - 1) % p)];
+  out.stages.front().compute_s += compute.first_s;
+  out.stages.front().exposed_comm_s += comm.tp_ends_s / 2.0;
+  last.compute_s += compute.last_s;
+  last.exposed_comm_s += comm.tp_ends_s / 2.0;
+}
+
+// Per stage: ZeRO-3 gathers, the unfused gradient accumulation and host time
+// per micro-batch, the data-parallel gradient reduction and ZeRO 1 / 2
+// parameter gather (what of them the backward hides), the (sharded) optimizer
+// step and the memory per device.
+struct StepParts {
+  double slowest = 0.0;  // the slowest stage's time per micro-batch
+  double grad_exposed = 0.0, gather_exposed = 0.0, optimizer = 0.0, overlapped = 0.0;
+  double zero3_gather_one = 0.0;  // one layer's ZeRO-3 all-gather
+};
+
+StepParts stage_data_parallel(const ClusterContext& c, const LayerComm& comm,
+                              const StageMemoryModel& memory, ClusterEstimate& out) {
+  const ParallelConfig& par = c.par;
+  // The gradients (and ZeRO's shards) span the data-parallel ranks with
+  // their context ranks.
+  const int64_t dp = c.grad_ranks;
+  const NetLevel data_level = c.grad_level;
+  StepParts parts;
+  if (par.zero == 3) {
+    parts.zero3_gather_one =
+        c.comm(Collective::all_gather, memory.layer_param_bytes(), dp, data_level, c.dp_per_node);
+  }
+  const double grad_bytes_per_param = StageMemoryModel::kGradBytesPerParam;
+  double worst_peak = -1.0;
+  for (int64_t i = 0; i < c.p; ++i) {
+    StageSummary& stage = out.stages[static_cast<size_t>(i)];
+    stage.params = memory.stage_params(i, stage.layers);
+    parts.overlapped += (comm.ring_full.overlapped *
+                             static_cast<double>(stage.layers - stage.routed_layers) +
+                         comm.ring_routed.overlapped * static_cast<double>(stage.routed_layers)) *
+                        c.m;
+    if (par.zero == 3) {
+      const double per_layer_gather = 2.0 * parts.zero3_gather_one;  // forward and backward
+      const double per_layer_compute = stage.layers > 0 ? stage.compute_s / stage.layers : 0.0;
+      const double exposed_per_layer = par.overlap_param_gather
+                                           ? std::max(0.0, per_layer_gather - per_layer_compute)
+                                           : per_layer_gather;
+      stage.exposed_comm_s += exposed_per_layer * static_cast<double>(stage.layers);
+      parts.overlapped +=
+          (per_layer_gather - exposed_per_layer) * static_cast<double>(stage.layers) * c.m;
+    }
+    // train.grad_accumulation = unfused: every micro-batch's backward adds the
+    // rank's gradients into the main-gradient buffer (ZeRO 2 / 3: its shard).
+    stage.compute_s += detail::grad_accumulation_time_s(
+        stage.params / static_cast<double>(par.zero >= 2 ? dp : 1), c.config, c.timing.rates());
+    // Host time per micro-batch (kernel.micro_batch_overhead_s): every stage
+    // waits for its host once per micro-batch.
+    stage.compute_s += c.kernel.micro_batch_overhead_s;
+    const double stage_s = stage.compute_s + stage.exposed_comm_s;
+    if (stage_s > parts.slowest) {
+      parts.slowest = stage_s;
+      out.slowest_stage = i;
+    }
+    // Data-parallel gradient reduction of this rank's parameters (the expert
+    // shard's over the expert-data-parallel ranks holding the same experts).
+    const double grad_bytes = stage.params * grad_bytes_per_param;
+    const double expert_stage_params = memory.expert_stage_params(stage.layers);
+    const double dense_stage_params = stage.params - expert_stage_params;
+    const int64_t expert_dp = c.expert_dp;
+    const Collective reduce = par.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter;
+    double reduce_s = 0.0, gather_s = 0.0;
+    if (dp > 1) {
+      reduce_s = c.comm(reduce, dense_stage_params * grad_bytes_per_param, dp, data_level,
+                        c.dp_per_node);
+      if (par.zero == 1 || par.zero == 2) {
+        gather_s = c.comm(Collective::all_gather, dense_stage_params * c.B, dp, data_level,
+                          c.dp_per_node);
+      }
+    }
+    if (expert_dp > 1 && expert_stage_params > 0) {
+      reduce_s += c.comm(reduce, expert_stage_params * grad_bytes_per_param, expert_dp,
+                         c.edp_group.level, c.edp_group.per_node);
+      if (par.zero == 1 || par.zero == 2) {
+        gather_s += c.comm(Collective::all_gather, expert_stage_params * c.B, expert_dp,
+                           c.edp_group.level, c.edp_group.per_node);
+      }
+    }
+    // Megatron-Core buckets: max(40M, 1M x dp) parameters (dp: the gradient
+    // group, with the context ranks); the last bucket reduces after the
+    // backward ends.
+    const double bucket_params = std::max(40e6, 1e6 * static_cast<double>(dp));
+    const double last_bucket_share = std::min(1.0, bucket_params / std::max(stage.params, 1.0));
+    const double backward_s = stage.compute_s * (2.0 / 3.0);  // backward ~ 2/3 of fwd + bwd
+    // ZeRO 2 and 3 keep only their shard of the gradients, so every
+    // micro-batch's backward reduce-scatters its gradients (DeepSpeed: "gradient
+    // reduction is required after every backward because of gradient
+    // partitioning", deepspeedai/DeepSpeed#2252); ZeRO 0 / 1 accumulate the
+    // full gradients and reduce once per step.  Each reduction hides behind
+    // its micro-batch's backward and, but for the last, the next micro-batch.
+    const double reductions = par.zero >= 2 ? c.m : 1.0;
+    double exposed_reduce = reductions * reduce_s;
+    if (par.overlap_grad_reduce) {
+      exposed_reduce = (reductions - 1.0) * std::max(0.0, reduce_s - stage.compute_s) +
+                       std::max(reduce_s - backward_s, last_bucket_share * reduce_s);
+    }
+    double exposed_gather = gather_s;
+    if (par.overlap_param_gather) {
+      exposed_gather = last_bucket_share * gather_s;  // the first bucket before the forward
+    }
+    parts.overlapped += (reductions * reduce_s - exposed_reduce) + (gather_s - exposed_gather);
+    parts.grad_exposed = std::max(parts.grad_exposed, exposed_reduce);
+    parts.gather_exposed = std::max(parts.gather_exposed, exposed_gather);
+    if (i == 0 && (dp > 1 || (expert_dp > 1 && expert_stage_params > 0))) {
+      out.comm.push_back({par.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter,
+                          "dp.grad", "data", Pass::backward, dp, data_level, grad_bytes, reductions,
+                          reduce_s, reduce_s > 0 ? exposed_reduce / (reductions * reduce_s) : 0.0});
+      if (gather_s > 0) {
+        out.comm.push_back({Collective::all_gather, "dp.param_gather", "data", Pass::forward, dp,
+                            data_level, stage.params * c.B, 1.0, gather_s,
+                            exposed_gather / gather_s});
+      }
+    }
+    // The optimizer on this rank's (ZeRO-sharded) states.
+    OpShape update;
+    update.kind = OpKind::optimizer_update;
+    update.dtype = c.config.train.dtype;
+    update.dims[0] =
+        static_cast<int64_t>(std::ceil(stage.params / static_cast<double>(par.zero >= 1 ? dp : 1)));
+    TimingModel::Source source = TimingModel::Source::roofline;
+    parts.optimizer = std::max(parts.optimizer, c.timing.op_time_s(update, Pass::forward, &source));
+    // Memory per device on this stage.
+    stage.memory = memory.memory(i, stage.layers, stage.routed_layers,
+                                 stage.chunk_first_layer.back() + stage.chunk_layers.back(),
+                                 stage.moe_layers_here, stage.moe_routed_layers_here);
+    if (stage.memory.peak > worst_peak) {
+      worst_peak = stage.memory.peak;
+      out.busiest_stage = i;
+    }
+  }
+  return parts;
+}
+
+// The expert layers' communication records (the first stage's view, per step).
+void add_expert_records(const ClusterContext& c, const StageSummary& first, ClusterEstimate& out) {
+  if (!c.config.moe.enabled() || first.moe_layers_here <= 0) {
+    return;
+  }
+  const double layers = static_cast<double>(first.moe_layers_here) * c.m;
+  if (c.allgather) {
+    if (c.gather_ranks <= 1) {
+      return;
+    }
+    const double bytes = gather_bytes(c, c.T);
+    const GroupPlace& g = c.gather_group;
+    const double ag = c.comm(Collective::all_gather, bytes, c.gather_ranks, g.level, g.per_node);
+    const double rs =
+        c.comm(Collective::reduce_scatter, bytes, c.gather_ranks, g.level, g.per_node);
+    for (const Pass pass : {Pass::forward, Pass::backward}) {
+      const double count = pass == Pass::forward ? layers * c.moe_passes : layers;
+      out.comm.push_back({Collective::all_gather, "ep.token_gather", "expert", pass,
+                          c.gather_ranks, g.level, bytes, count, ag, 1.0});
+      out.comm.push_back({Collective::reduce_scatter, "ep.token_gather", "expert", pass,
+                          c.gather_ranks, g.level, bytes, count, rs, 1.0});
+    }
+    return;
+  }
+  if (c.ep > 1) {
+    const double bytes = a2a_bytes(c, c.T);
+    const GroupPlace& g = c.ep_group;
+    const double one = c.comm(Collective::all_to_all, bytes, c.ep, g.level, g.per_node);
+    out.comm.push_back({Collective::all_to_all, "ep.dispatch_combine", "expert", Pass::forward,
+                        c.ep, g.level, bytes, 2.0 * layers * c.moe_passes, one, 1.0});
+    out.comm.push_back({Collective::all_to_all, "ep.dispatch_combine", "expert", Pass::backward,
+                        c.ep, g.level, bytes, 2.0 * layers, one, 1.0});
+  }
+  if (c.expert_sp_path && c.etp > 1) {
+    const double bytes = etp_bytes(c, c.T);
+    const GroupPlace& g = c.etp_group;
+    const double ag = c.comm(Collective::all_gather, bytes, c.etp, g.level, g.per_node);
+    const double rs = c.comm(Collective::reduce_scatter, bytes, c.etp, g.level, g.per_node);
+    for (const Pass pass : {Pass::forward, Pass::backward}) {
+      const double count = pass == Pass::forward ? layers * c.moe_passes : layers;
+      out.comm.push_back({Collective::all_gather, "etp.slots", "expert_tensor", pass, c.etp,
+                          g.level, bytes, count, ag, 1.0});
+      out.comm.push_back({Collective::reduce_scatter, "etp.slots", "expert_tensor", pass, c.etp,
+                          g.level, bytes, count, rs, 1.0});
+    }
+  }
+}
+
+// The communication records of the first stage's view, per step (`estimate
+// --ops`, JSON parallel.comm); the data-parallel and pipeline ones are added
+// where they are timed.
+void add_comm_records(const ClusterContext& c, const LayerComm& comm,
+                      const StageMemoryModel& memory, double zero3_gather_one,
+                      ClusterEstimate& out) {
+  const int64_t t = c.t;
+  const NetLevel tensor_level = c.placement.tensor;
+  const StageSummary& first = out.stages.front();
+  const double stage_full_layers = static_cast<double>(first.layers - first.routed_layers);
+  const double stage_routed_layers = static_cast<double>(first.routed_layers);
+  const auto add_tp = [&](const char* label, double bytes, double layers_count) {
+    if (layers_count <= 0) {
+      return;
+    }
+    const double per_pass = 2.0 * layers_count * c.m;
+    if (c.sp) {
+      const double ag = c.comm(Collective::all_gather, bytes, t, tensor_level, c.tp_per_node);
+      const double rs = c.comm(Collective::reduce_scatter, bytes, t, tensor_level, c.tp_per_node);
+      out.comm.push_back({Collective::all_gather, label, "tensor", Pass::forward, t, tensor_level,
+                          bytes, per_pass * c.fwd_passes, ag, 1.0});
+      out.comm.push_back({Collective::reduce_scatter, label, "tensor", Pass::forward, t,
+                          tensor_level, bytes, per_pass * c.fwd_passes, rs, 1.0});
+      out.comm.push_back({Collective::all_gather, label, "tensor", Pass::backward, t, tensor_level,
+                          bytes, per_pass, ag, 1.0});
+      out.comm.push_back({Collective::reduce_scatter, label, "tensor", Pass::backward, t,
+                          tensor_level, bytes, per_pass, rs, 1.0});
+    } else {
+      const double ar = c.comm(Collective::all_reduce, bytes, t, tensor_level, c.tp_per_node);
+      out.comm.push_back({Collective::all_reduce, label, "tensor", Pass::forward, t, tensor_level,
+                          bytes, per_pass * c.fwd_passes, ar, 1.0});
+      out.comm.push_back({Collective::all_reduce, label, "tensor", Pass::backward, t, tensor_level,
+                          bytes, per_pass, ar, 1.0});
+    }
+  };
+  if (t > 1) {
+    // MoE layers on the SP path keep only the attention's pair (the FFN's
+    // tokens go through the expert dispatch instead).
+    const double moe_half = c.expert_sp_path ? 0.5 : 0.0;
+    add_tp("tp.layer", comm.full_rows_bytes,
+           stage_full_layers - moe_half * static_cast<double>(first.moe_layers_here));
+    add_tp("tp.routed_layer", comm.routed_rows_bytes,
+           stage_routed_layers - moe_half * static_cast<double>(first.moe_routed_layers_here));
+  }
+  if (comm.score_group > 1 && stage_routed_layers > 0) {
+    out.comm.push_back({Collective::all_gather, "tp.mod_router_scores",
+                        c.cp > 1 ? "context" : "tensor", Pass::forward, comm.score_group,
+                        comm.score_level, comm.score_bytes,
+                        stage_routed_layers * c.m * c.fwd_passes, comm.score_one_s, 1.0});
+  }
+  if (c.cp > 1) {
+    const auto add_ring = [&](const char* label, const RingTime& ring, double layers) {
+      if (layers <= 0) {
+        return;
+      }
+      const double steps = static_cast<double>(c.cp - 1) * layers * c.m;
+      const double total = steps * (c.ring_passes * ring.forward_one + ring.backward_one);
+      const double share = total > 0 ? ring.exposed * layers * c.m / total : 0.0;
+      out.comm.push_back({Collective::send_recv, label, "context", Pass::forward, 2,
+                          c.placement.context, ring.block, steps * c.ring_passes,
+                          ring.forward_one, share});
+      out.comm.push_back({Collective::send_recv, label, "context", Pass::backward, 2,
+                          c.placement.context, 2.0 * ring.block, steps, ring.backward_one, share});
+    };
+    add_ring("cp.kv", comm.ring_full, stage_full_layers);
+    add_ring("cp.kv_routed", comm.ring_routed, stage_routed_layers);
+  }
+  add_expert_records(c, first, out);
+  if (c.par.zero == 3 && c.grad_ranks > 1) {
+    out.comm.push_back({Collective::all_gather, "zero3.param_gather", "data", Pass::forward,
+                        c.grad_ranks, c.grad_level, memory.layer_param_bytes(),
+                        2.0 * static_cast<double>(first.layers) * c.m, zero3_gather_one,
+                        c.par.overlap_param_gather ? 0.0 : 1.0});
+  }
+  // Pipeline sends are listed once per boundary; per step: forward and
+  // backward of m micro-batches.
+  for (CommRecord& record : out.comm) {
+    if (std::strcmp(record.group, "pipeline") == 0) {
+      record.count = 2.0 * c.m;
+    }
+  }
+}
+
+}  // namespace
+
 ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing,
                                  const Estimate& base) {
   return estimate_cluster(config, timing, base, rank_compute(config, timing));
@@ -582,605 +1251,33 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
   if (!compute.matches(config)) {
     throw std::logic_error("estimate_cluster: the rank compute was lowered for another layout");
   }
-  const DeviceProfile& profile = timing.profile();
-  const NetworkProfile& network = network_or_default(profile);
-  const ParallelConfig& par = config.parallel;
-  const ModelConfig& model = config.model;
+  const ClusterContext c(config, timing);
   ClusterEstimate out;
-  const int64_t t = par.tensor;
-  const int64_t p = par.pipeline;
-  const int64_t v = par.virtual_stages;
-  const int64_t dp = std::max<int64_t>(1, par.data(config.device.count));
-  const int64_t cp = par.context;
-  const bool sp = par.sequence_parallel;
-  out.tensor = t;
-  out.context = cp;
-  out.pipeline = p;
-  out.virtual_stages = v;
-  out.data = dp;
-  out.zero = par.zero;
-  out.expert = par.expert;
-  out.expert_tensor = par.resolved_expert_tensor();
-  out.expert_data = std::max<int64_t>(1, par.expert_data(config.device.count));
-  out.sequence_parallel = sp;
-  out.micro_batch = config.train.micro_batch;
-  out.micro_batches = detail::accumulation_steps(config);
-  out.gpus_per_node =
-      config.cluster.gpus_per_node > 0 ? config.cluster.gpus_per_node : network.gpus_per_node;
-  out.nodes = (config.device.count + out.gpus_per_node - 1) / out.gpus_per_node;
-  const Placement placement = place(t, cp, p, dp, out.gpus_per_node);
-  // The gradients reduce over the data-parallel ranks with their context
-  // ranks (Megatron-Core's data-parallel group with CP): dp x c ranks, c of
-  // them in each t c block, one block per data index.  Ranks per node
-  // (rank = tp + t (cp + c (stage + p dp_index))):
-  const int64_t grad_ranks = dp * cp;
-  const int64_t gpn = out.gpus_per_node;
-  const int64_t dp_per_node = std::min<int64_t>(
-      grad_ranks, t * cp * p < gpn ? cp * (gpn / (t * cp * p)) : (t * cp <= gpn ? cp : 1));
-  const int64_t tp_per_node = std::min<int64_t>(t, out.gpus_per_node);
-  out.tensor_level = placement.tensor;
-  out.context_level = placement.context;
-  out.pipeline_level = placement.pipeline;
-  out.data_level = placement.data;
-  const double m = static_cast<double>(out.micro_batches);
+  fill_layout(c, out);
+  out.dar_replicated_s = (c.t > 1 && !c.sp) ? compute.all_depth_reads_s * (1.0 - 1.0 / c.t) : 0.0;
+  const LayerComm comm = layer_comm(c, compute);
+  const std::vector<int64_t> chunk_sizes = pipeline_chunks(c, compute, comm);
+  const StageMemoryModel memory(config, timing.profile(), base.params);
+  assemble_stages(c, compute, comm, chunk_sizes, memory, out);
+  const StepParts parts = stage_data_parallel(c, comm, memory, out);
+  add_comm_records(c, comm, memory, parts.zero3_gather_one, out);
 
-  const LayerCounts counts = layer_counts(config);
-  const double B = static_cast<double>(dtype_bytes(config.train.dtype));
-  const double b = static_cast<double>(config.train.micro_batch);
-  // A context-parallel rank holds s / c tokens of each sequence (k / c routed).
-  const double s = static_cast<double>(rank_seq_len(config));
-  const double d = static_cast<double>(model.d_model);
-  const double k = static_cast<double>(rank_routed_tokens(config));
-  const double T = b * s;
-  const int64_t L = model.n_layers;
-
-  // ---- compute per micro-batch (this rank's shard: rank_compute) ------------
-  const double full_layer_s = compute.full_layer_s;
-  const double routed_layer_s = compute.routed_layer_s;
-  out.dar_replicated_s = (t > 1 && !sp) ? compute.all_depth_reads_s * (1.0 - 1.0 / t) : 0.0;
-
-  // DAR prefix read of block j (sources H_0..H_{j-1}), forward + backward.
-  const bool depth = config.dar.enabled();
-  const int64_t K = config.dar.block_layers;
-  const int64_t n_streams = counts.dar_streams;
-  auto prefix_s = [&](int64_t block) {
-    if (!depth) {
-      return 0.0;
-    }
-    const int64_t block_layers = std::min<int64_t>(K, L - (block - 1) * K);
-    OpShape shape;
-    shape.kind = OpKind::depth_read_prefix;
-    shape.dtype = config.train.dtype;
-    const int64_t rank_tokens = config.train.micro_batch * rank_seq_len(config);
-    const int64_t tokens = sp ? rank_tokens / t : rank_tokens;
-    shape.dims = {tokens, block, 2 * block_layers * n_streams, model.d_model, n_streams,
-                  static_cast<int64_t>(config.dar.variant), 0};
-    TimingModel::Source source = TimingModel::Source::roofline;
-    return timing.op_time_s(shape, Pass::forward, &source) +
-           timing.op_time_s(shape, Pass::backward, &source);
-  };
-
-  // ---- tensor-parallel communication per layer ------------------------------
-  const double full_rows_bytes = T * d * B;
-  const double routed_rows_bytes = b * k * d * B;
-  const detail::RecomputePlan plan = detail::recompute_plan(config);
-  const double fwd_passes = plan.full ? 2.0 : 1.0;  // forward re-run
-  // The ring attention's sends run again with the core attention's recompute,
-  // the expert dispatch with the MoE FFN's (Megatron's "moe" module).
-  const double ring_passes = plan.full || plan.core_attention ? 2.0 : 1.0;
-  const double moe_passes = plan.full || plan.moe ? 2.0 : 1.0;
-  auto tp_time = [&](double bytes) {
-    // Per layer: 2 collectives per forward pass and 2 in backward.
-    if (t <= 1) {
-      return 0.0;
-    }
-    if (sp) {
-      return (fwd_passes + 1.0) * 2.0 *
-             (collective_time_s(network, Collective::all_gather, bytes, t, placement.tensor, tp_per_node) +
-              collective_time_s(network, Collective::reduce_scatter, bytes, t, placement.tensor, tp_per_node));
-    }
-    return (fwd_passes + 1.0) * 2.0 *
-           collective_time_s(network, Collective::all_reduce, bytes, t, placement.tensor, tp_per_node);
-  };
-  // MoD's per-sequence top-k needs the router scores of the whole sequence:
-  // an all-gather of b s fp32 scores over the ranks holding parts of it (the
-  // tensor group under SP, times the context group).
-  const int64_t score_group = (sp && t > 1 ? t : 1) * cp;
-  const NetLevel score_level = cp > 1 ? placement.context : placement.tensor;
-  const double score_bytes = b * static_cast<double>(model.seq_len) * 4.0;
-  const double score_one_s =
-      collective_time_s(network, Collective::all_gather, score_bytes, score_group, score_level,
-                        std::min<int64_t>(score_group, gpn));
-  const double score_gather_s = score_group > 1 ? fwd_passes * score_one_s : 0.0;
-  // ---- context parallelism (docs/cluster.md "Context parallelism"): ring
-  // attention passes each rank's K and V block (b s/c x 2 (G / t) d_h x B)
-  // around the c ranks of its context group: c - 1 sends forward, and c - 1
-  // of the block and its gradient backward, each step overlapped with the
-  // attention of the block in hand (1 / c of the rank's attention); under
-  // full recompute (or core attention's) the forward ring runs again.
-  const double kv_width = 2.0 * static_cast<double>(model.resolved_kv_heads() / t) *
-                          static_cast<double>(model.resolved_d_head()) * B;
-  struct RingTime {
-    double exposed = 0.0, overlapped = 0.0, forward_one = 0.0, backward_one = 0.0;
-  };
-  auto ring_time = [&](double rows, double attention_forward_s, double attention_backward_s) {
-    RingTime ring;
-    if (cp <= 1) {
-      return ring;
-    }
-    const double steps = static_cast<double>(cp - 1);
-    const double block = rows * kv_width;
-    ring.forward_one =
-        collective_time_s(network, Collective::send_recv, block, 2, placement.context);
-    ring.backward_one =
-        collective_time_s(network, Collective::send_recv, 2.0 * block, 2, placement.context);
-    const double c = static_cast<double>(cp);
-    const double exposed_forward = std::max(0.0, ring.forward_one - attention_forward_s / c);
-    const double exposed_backward = std::max(0.0, ring.backward_one - attention_backward_s / c);
-    ring.exposed = steps * (ring_passes * exposed_forward + exposed_backward);
-    ring.overlapped =
-        steps * (ring_passes * ring.forward_one + ring.backward_one) - ring.exposed;
-    return ring;
-  };
-  const RingTime ring_full =
-      ring_time(T, compute.full_attention_forward_s, compute.full_attention_backward_s);
-  const RingTime ring_routed =
-      ring_time(b * k, compute.routed_attention_forward_s, compute.routed_attention_backward_s);
-  // ---- expert layers (docs/cluster.md "Expert parallelism"): per MoE layer
-  // and micro-batch, the dispatch and combine all-to-alls over the EP group
-  // forward and backward (+ forward again under full recompute), each of the
-  // rank's expert slots x d x B (the busiest rank: x moe.load_imbalance).
-  // Under SP (or t = 1) the rank dispatches its own T / t tokens and, with an
-  // expert tensor size etp > 1, its expert-tensor group all-gathers the
-  // slots before the experts and reduce-scatters after them (Megatron-Core's
-  // alltoall dispatcher), in place of the FFN half of the layer's tensor
-  // collectives; without SP (etp = t) every tensor rank holds all T tokens
-  // and the layer keeps its tensor all-reduces.
-  const int64_t ep = par.expert;
-  const int64_t etp = par.resolved_expert_tensor();
-  const bool expert_sp_path = config.moe.enabled() && (sp || t == 1);
-  const GroupPlace ep_group = folded_group(etp, ep, t, cp, p, out.gpus_per_node);
-  const GroupPlace etp_group = folded_group(1, etp, t, cp, p, out.gpus_per_node);
-  const detail::MoeRankShare moe_share = moe_rank_share(config);
-  // Under SP each tensor rank dispatches only its share of the tokens.
-  const double token_share = sp ? 1.0 / static_cast<double>(t) : 1.0;
-  auto a2a_bytes = [&](double rows) {
-    return static_cast<double>(detail::moe_slots(config, std::llround(rows * token_share))) * d *
-           B * config.moe.load_imbalance;
-  };
-  auto etp_bytes = [&](double rows) {
-    return detail::moe_rank_slots(config, rows, moe_share) * d * B * config.moe.load_imbalance;
-  };
-  // moe.token_dispatcher = allgather (Megatron-Core's MoEAllGatherTokenDispatcher):
-  // the ETP x EP group all-gathers its ranks' tokens (d x B each, with their
-  // k weights and int64 expert indices) before the experts and
-  // reduce-scatters the combined outputs after them, instead of the
-  // all-to-alls and the slot gathers.
-  const bool allgather = config.moe.token_dispatcher == TokenDispatcher::allgather;
-  const int64_t gather_ranks = etp * ep;
-  const GroupPlace gather_group = folded_group(1, gather_ranks, t, cp, p, out.gpus_per_node);
-  auto gather_bytes = [&](double rows) {
-    const double k_choices = static_cast<double>(config.moe.top_k);
-    return std::round(rows * token_share) * static_cast<double>(gather_ranks) *
-           (d * B + k_choices * (B + 8.0));
-  };
-  // Per MoE layer beyond (or, for the FFN half under SP, instead of) the
-  // dense layer's tensor collectives.
-  auto moe_comm_s = [&](double rows, double tp_layer_s) {
-    if (!config.moe.enabled()) {
-      return 0.0;
-    }
-    double seconds = expert_sp_path ? -tp_layer_s / 2.0 : 0.0;
-    if (allgather) {
-      if (gather_ranks > 1) {
-        seconds += (moe_passes + 1.0) *
-                   (collective_time_s(network, Collective::all_gather, gather_bytes(rows),
-                                      gather_ranks, gather_group.level, gather_group.per_node) +
-                    collective_time_s(network, Collective::reduce_scatter, gather_bytes(rows),
-                                      gather_ranks, gather_group.level, gather_group.per_node));
-      }
-      return seconds;
-    }
-    if (ep > 1) {
-      seconds += (moe_passes + 1.0) * 2.0 *
-                 collective_time_s(network, Collective::all_to_all, a2a_bytes(rows), ep,
-                                   ep_group.level, ep_group.per_node);
-    }
-    if (expert_sp_path) {
-      // The FFN's all-gather / reduce-scatter of the tokens is replaced above.
-      if (etp > 1) {
-        seconds += (moe_passes + 1.0) *
-                   (collective_time_s(network, Collective::all_gather, etp_bytes(rows), etp,
-                                      etp_group.level, etp_group.per_node) +
-                    collective_time_s(network, Collective::reduce_scatter, etp_bytes(rows), etp,
-                                      etp_group.level, etp_group.per_node));
-      }
-    }
-    return seconds;
-  };
-  const double tp_full_layer_s = tp_time(full_rows_bytes);
-  const double tp_routed_layer_s = tp_time(routed_rows_bytes);
-  // Per layer on the critical path: tensor collectives and the exposed ring.
-  const double tp_full_s = tp_full_layer_s + ring_full.exposed;
-  const double tp_routed_s = tp_routed_layer_s + score_gather_s + ring_routed.exposed;
-  const double ep_full_s = moe_comm_s(T, tp_full_layer_s);
-  const double ep_routed_s = moe_comm_s(b * k, tp_routed_layer_s);
-  // Embedding (vocab-parallel lookup: all-reduce forward) and head (input
-  // gradient all-reduce backward); SP: all-gather / reduce-scatter instead.
-  const double tp_ends_s =
-      t <= 1 ? 0.0
-             : (sp ? collective_time_s(network, Collective::reduce_scatter, full_rows_bytes, t,
-                                       placement.tensor) +
-                         collective_time_s(network, Collective::all_gather, full_rows_bytes, t,
-                                           placement.tensor)
-                   : collective_time_s(network, Collective::all_reduce, full_rows_bytes, t,
-                                       placement.tensor));
-
-  // ---- per-layer cost and the pipeline partition -----------------------------
-  const int64_t chunks = p * v;
-  std::vector<int64_t> chunk_sizes;
-  if (par.balance_stages && chunks > 1) {
-    for (const RankCompute::Split& split : compute.balanced_splits) {
-      if (split.chunks == chunks && split.gpus_per_node == out.gpus_per_node) {
-        chunk_sizes = split.sizes;
-        break;
-      }
-    }
-    if (chunk_sizes.empty()) {
-      std::vector<double> partition_cost(static_cast<size_t>(L));
-      for (int64_t l = 0; l < L; ++l) {
-        const bool routed = config.mod.is_routed(l);
-        double c = routed ? routed_layer_s + tp_routed_s : full_layer_s + tp_full_s;
-        if (config.moe.is_moe_layer(l)) {
-          c += routed ? ep_routed_s : ep_full_s;
-        }
-        if (depth && l % K == 0) {
-          c += prefix_s(l / K + 1);
-        }
-        partition_cost[static_cast<size_t>(l)] = c;
-      }
-      partition_cost.front() += compute.first_s + tp_ends_s / 2.0;
-      partition_cost.back() += compute.last_s + tp_ends_s / 2.0;
-      chunk_sizes = balanced_partition(partition_cost, chunks);
-      compute.balanced_splits.push_back({chunks, out.gpus_per_node, chunk_sizes});
-    }
-  } else {
-    chunk_sizes = equal_chunks(L, chunks);
-  }
-
-  const StageMemoryModel memory_model(config, profile, base.params);
-  auto bank_entries_at = [&](int64_t boundary_layer) {
-    return memory_model.bank_entries_at(boundary_layer);
-  };
-  const double entry_bytes = memory_model.entry_bytes();
-  const double activation_send_bytes = T * d * B / static_cast<double>(t);
-
-  out.stages.assign(static_cast<size_t>(p), StageSummary{});
-  int64_t layer = 0;
-  double cached_bytes_total = 0.0, uncached_bytes_total = 0.0;
-  std::vector<int64_t> chunk_first(static_cast<size_t>(chunks));
-  std::vector<double> chunk_time(static_cast<size_t>(chunks), 0.0);
-  for (int64_t c = 0; c < chunks; ++c) {
-    chunk_first[static_cast<size_t>(c)] = layer;
-    StageSummary& stage = out.stages[static_cast<size_t>(c % p)];
-    const int64_t size = chunk_sizes[static_cast<size_t>(c)];
-    stage.chunk_first_layer.push_back(layer);
-    stage.chunk_layers.push_back(size);
-    for (int64_t l = layer; l < layer + size; ++l) {
-      stage.compute_s += config.mod.is_routed(l) ? routed_layer_s : full_layer_s;
-      stage.exposed_comm_s += config.mod.is_routed(l) ? tp_routed_s : tp_full_s;
-      if (config.moe.is_moe_layer(l)) {
-        stage.exposed_comm_s += config.mod.is_routed(l) ? ep_routed_s : ep_full_s;
-        stage.moe_layers_here += config.mod.is_routed(l) ? 0 : 1;
-        stage.moe_routed_layers_here += config.mod.is_routed(l) ? 1 : 0;
-      }
-      stage.routed_layers += config.mod.is_routed(l) ? 1 : 0;
-      if (depth && l % K == 0) {
-        stage.compute_s += prefix_s(l / K + 1);
-      }
-    }
-    stage.layers += size;
-    layer += size;
-    // The boundary after this chunk (none after the last).
-    if (c + 1 < chunks && p > 1) {
-      double bank = 0.0, bank_cached = 0.0;
-      if (depth) {
-        bank = bank_entries_at(layer) * entry_bytes;
-        // Cached: the receiving rank already holds what it had at the end of its
-        // previous chunk (c + 1 - p); it needs only the entries since then
-        // (the partial of a cut block is always new).
-        const int64_t previous = c + 1 - p;
-        double held = 0.0;
-        if (par.dar_bank_cache && previous >= 0) {
-          const int64_t end = chunk_first[static_cast<size_t>(previous)] +
-                              chunk_sizes[static_cast<size_t>(previous)];
-          held = 1.0 + static_cast<double>(end / K);
-        }
-        bank_cached = bank - held * entry_bytes;
-        uncached_bytes_total += bank;
-        cached_bytes_total += bank_cached;
-      }
-      // A depth-residual model sends the bank alone: the next layer's input is
-      // a read of it (H_0, the completed blocks and a cut block's partial),
-      // so no residual stream crosses (runtime/parallel/pipeline.cpp alike).
-      const double send =
-          depth ? (par.dar_bank_cache ? bank_cached : bank) : activation_send_bytes;
-      stage.send_bytes += send;
-      stage.bank_send_bytes += par.dar_bank_cache ? bank_cached : bank;
-      // Forward send out of this chunk and the gradient coming back (same size).
-      const double one = collective_time_s(network, Collective::send_recv, send, 2,
-                                           placement.pipeline);
-      stage.exposed_comm_s += one;                                  // forward send
-      out.stages[static_cast<size_t>((c + 1) % p)].exposed_comm_s += one;  // backward send
-      out.comm.push_back({Collective::send_recv, "pp.activation", "pipeline", Pass::forward, 2,
-                          placement.pipeline, send, 0.0, one, 1.0});
-    }
-  }
-  out.bank_send_bytes_uncached = uncached_bytes_total;
-  out.bank_send_bytes_cached = cached_bytes_total;
-  out.mod_score_gather_bytes =
-      score_group > 1 ? score_bytes * static_cast<double>(counts.routed_layers) : 0.0;
-  out.stages.front().compute_s += compute.first_s;
-  out.stages.front().exposed_comm_s += tp_ends_s / 2.0;
-  out.stages[static_cast<size_t>((chunks - 1) % p)].compute_s += compute.last_s;
-  out.stages[static_cast<size_t>((chunks - 1) % p)].exposed_comm_s += tp_ends_s / 2.0;
-
-  // ---- ZeRO-3 parameter gathers (per micro-batch, per layer, fwd + bwd) ------
-  const double layer_param_bytes = memory_model.layer_param_bytes();
-  double zero3_gather_one = 0.0;
-  if (par.zero == 3) {
-    zero3_gather_one =
-        collective_time_s(network, Collective::all_gather, layer_param_bytes, grad_ranks,
-                          dp > 1 ? placement.data : placement.context, dp_per_node);
-  }
-
-  // ---- per stage: params, DP reduction, memory ------------------------------
-  const double grad_bytes_per_param = StageMemoryModel::kGradBytesPerParam;
-  double slowest = 0.0, grad_exposed = 0.0, gather_exposed = 0.0, optimizer = 0.0,
-         overlapped = 0.0;
-  double worst_peak = -1.0;
-  const NetLevel data_level = dp > 1 ? placement.data : placement.context;
-  const int64_t expert_dp = std::max<int64_t>(1, par.expert_data(config.device.count));
-  const GroupPlace edp_group = folded_group(etp * ep, expert_dp, t, cp, p, out.gpus_per_node);
-  for (int64_t i = 0; i < p; ++i) {
-    StageSummary& stage = out.stages[static_cast<size_t>(i)];
-    stage.params = memory_model.stage_params(i, stage.layers);
-    overlapped += (ring_full.overlapped * static_cast<double>(stage.layers - stage.routed_layers) +
-                   ring_routed.overlapped * static_cast<double>(stage.routed_layers)) *
-                  m;
-    if (par.zero == 3) {
-      const double per_layer_gather = 2.0 * zero3_gather_one;  // forward and backward
-      const double per_layer_compute = stage.layers > 0 ? stage.compute_s / stage.layers : 0.0;
-      const double exposed_per_layer =
-          par.overlap_param_gather ? std::max(0.0, per_layer_gather - per_layer_compute)
-                                   : per_layer_gather;
-      stage.exposed_comm_s += exposed_per_layer * static_cast<double>(stage.layers);
-      overlapped += (per_layer_gather - exposed_per_layer) * static_cast<double>(stage.layers) * m;
-    }
-    // train.grad_accumulation = unfused: every micro-batch's backward adds the
-    // rank's gradients into the main-gradient buffer (ZeRO 2 / 3: its shard).
-    stage.compute_s += detail::grad_accumulation_time_s(
-        stage.params / static_cast<double>(par.zero >= 2 ? grad_ranks : 1), config, profile);
-    const double stage_s = stage.compute_s + stage.exposed_comm_s;
-    if (stage_s > slowest) {
-      slowest = stage_s;
-      out.slowest_stage = i;
-    }
-    // Data-parallel gradient reduction of this rank's parameters (the expert
-    // shard's over the expert-data-parallel ranks holding the same experts).
-    const double grad_bytes = stage.params * grad_bytes_per_param;
-    const double expert_stage_params = memory_model.expert_stage_params(stage.layers);
-    const double dense_stage_params = stage.params - expert_stage_params;
-    double reduce_s = 0.0, gather_s = 0.0;
-    const Collective reduce = par.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter;
-    if (grad_ranks > 1) {
-      reduce_s = collective_time_s(network, reduce, dense_stage_params * grad_bytes_per_param, grad_ranks,
-                                   data_level, dp_per_node);
-      if (par.zero == 1 || par.zero == 2) {
-        gather_s = collective_time_s(network, Collective::all_gather, dense_stage_params * B, grad_ranks,
-                                     data_level, dp_per_node);
-      }
-    }
-    if (expert_dp > 1 && expert_stage_params > 0) {
-      reduce_s += collective_time_s(network, reduce, expert_stage_params * grad_bytes_per_param,
-                                    expert_dp, edp_group.level, edp_group.per_node);
-      if (par.zero == 1 || par.zero == 2) {
-        gather_s += collective_time_s(network, Collective::all_gather, expert_stage_params * B,
-                                      expert_dp, edp_group.level, edp_group.per_node);
-      }
-    }
-    // Megatron-Core buckets: max(40M, 1M x dp) parameters (dp: the gradient
-    // group, with the context ranks); the last bucket
-    // reduces after the backward ends.
-    const double bucket_params = std::max(40e6, 1e6 * static_cast<double>(grad_ranks));
-    const double last_bucket_share = std::min(1.0, bucket_params / std::max(stage.params, 1.0));
-    const double backward_s = stage.compute_s * (2.0 / 3.0);  // backward ~ 2/3 of fwd + bwd
-    // ZeRO 2 and 3 keep only their shard of the gradients, so every
-    // micro-batch's backward reduce-scatters its gradients (DeepSpeed: "gradient
-    // reduction is required after every backward because of gradient
-    // partitioning", deepspeedai/DeepSpeed#2252); ZeRO 0 / 1 accumulate the
-    // full gradients and reduce once per step.  Each reduction hides behind
-    // its micro-batch's backward and, but for the last, the next micro-batch.
-    const double reductions = par.zero >= 2 ? m : 1.0;
-    double exposed_reduce = reductions * reduce_s;
-    if (par.overlap_grad_reduce) {
-      exposed_reduce = (reductions - 1.0) * std::max(0.0, reduce_s - stage.compute_s) +
-                       std::max(reduce_s - backward_s, last_bucket_share * reduce_s);
-    }
-    double exposed_gather = gather_s;
-    if (par.overlap_param_gather) {
-      exposed_gather = last_bucket_share * gather_s;  // the first bucket before the forward
-    }
-    overlapped += (reductions * reduce_s - exposed_reduce) + (gather_s - exposed_gather);
-    grad_exposed = std::max(grad_exposed, exposed_reduce);
-    gather_exposed = std::max(gather_exposed, exposed_gather);
-    if (i == 0 && (grad_ranks > 1 || (expert_dp > 1 && expert_stage_params > 0))) {
-      out.comm.push_back({par.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter,
-                          "dp.grad", "data", Pass::backward, grad_ranks, data_level, grad_bytes,
-                          reductions, reduce_s,
-                          reduce_s > 0 ? exposed_reduce / (reductions * reduce_s) : 0.0});
-      if (gather_s > 0) {
-        out.comm.push_back({Collective::all_gather, "dp.param_gather", "data", Pass::forward, grad_ranks,
-                            data_level, stage.params * B, 1.0, gather_s,
-                            exposed_gather / gather_s});
-      }
-    }
-    // The optimizer on this rank's (ZeRO-sharded) states.
-    OpShape update;
-    update.kind = OpKind::optimizer_update;
-    update.dtype = config.train.dtype;
-    update.dims[0] = static_cast<int64_t>(
-        std::ceil(stage.params / static_cast<double>(par.zero >= 1 ? grad_ranks : 1)));
-    TimingModel::Source source = TimingModel::Source::roofline;
-    optimizer = std::max(optimizer, timing.op_time_s(update, Pass::forward, &source));
-
-    // ---- memory per device on this stage ----
-    stage.memory = memory_model.memory(
-        i, stage.layers, stage.routed_layers,
-        stage.chunk_first_layer.back() + stage.chunk_layers.back(), stage.moe_layers_here,
-        stage.moe_routed_layers_here);
-    const MemoryBreakdown& mem = stage.memory;
-    if (mem.peak > worst_peak) {
-      worst_peak = mem.peak;
-      out.busiest_stage = i;
-    }
-  }
-
-  // ---- communication records (the busiest stage's view, per step) -----------
-  const StageSummary& first = out.stages.front();
-  const double stage_full_layers = static_cast<double>(first.layers - first.routed_layers);
-  const double stage_routed_layers = static_cast<double>(first.routed_layers);
-  if (t > 1) {
-    auto add_tp = [&](const char* label, double bytes, double layers_count) {
-      if (layers_count <= 0) {
-        return;
-      }
-      const double per_pass = 2.0 * layers_count * m;
-      if (sp) {
-        const double ag =
-            collective_time_s(network, Collective::all_gather, bytes, t, placement.tensor, tp_per_node);
-        const double rs =
-            collective_time_s(network, Collective::reduce_scatter, bytes, t, placement.tensor, tp_per_node);
-        out.comm.push_back({Collective::all_gather, label, "tensor", Pass::forward, t,
-                            placement.tensor, bytes, per_pass * fwd_passes, ag, 1.0});
-        out.comm.push_back({Collective::reduce_scatter, label, "tensor", Pass::forward, t,
-                            placement.tensor, bytes, per_pass * fwd_passes, rs, 1.0});
-        out.comm.push_back({Collective::all_gather, label, "tensor", Pass::backward, t,
-                            placement.tensor, bytes, per_pass, ag, 1.0});
-        out.comm.push_back({Collective::reduce_scatter, label, "tensor", Pass::backward, t,
-                            placement.tensor, bytes, per_pass, rs, 1.0});
-      } else {
-        const double ar =
-            collective_time_s(network, Collective::all_reduce, bytes, t, placement.tensor, tp_per_node);
-        out.comm.push_back({Collective::all_reduce, label, "tensor", Pass::forward, t,
-                            placement.tensor, bytes, per_pass * fwd_passes, ar, 1.0});
-        out.comm.push_back({Collective::all_reduce, label, "tensor", Pass::backward, t,
-                            placement.tensor, bytes, per_pass, ar, 1.0});
-      }
-    };
-    // MoE layers on the SP path keep only the attention's pair (the FFN's
-    // tokens go through the expert dispatch instead).
-    const double moe_half = expert_sp_path ? 0.5 : 0.0;
-    add_tp("tp.layer", full_rows_bytes,
-           stage_full_layers - moe_half * static_cast<double>(first.moe_layers_here));
-    add_tp("tp.routed_layer", routed_rows_bytes,
-           stage_routed_layers - moe_half * static_cast<double>(first.moe_routed_layers_here));
-  }
-  if (score_group > 1 && stage_routed_layers > 0) {
-    out.comm.push_back({Collective::all_gather, "tp.mod_router_scores",
-                        cp > 1 ? "context" : "tensor", Pass::forward, score_group, score_level,
-                        score_bytes, stage_routed_layers * m * fwd_passes, score_one_s, 1.0});
-  }
-  if (cp > 1) {
-    auto add_ring = [&](const char* label, const RingTime& ring, double rows, double layers) {
-      if (layers <= 0) {
-        return;
-      }
-      const double steps = static_cast<double>(cp - 1) * layers * m;
-      const double forward_total = steps * ring_passes * ring.forward_one;
-      const double backward_total = steps * ring.backward_one;
-      const double exposed = ring.exposed * layers * m;
-      const double share = forward_total + backward_total > 0
-                               ? exposed / (forward_total + backward_total)
-                               : 0.0;
-      out.comm.push_back({Collective::send_recv, label, "context", Pass::forward, 2,
-                          placement.context, rows * kv_width, steps * ring_passes,
-                          ring.forward_one, share});
-      out.comm.push_back({Collective::send_recv, label, "context", Pass::backward, 2,
-                          placement.context, 2.0 * rows * kv_width, steps, ring.backward_one,
-                          share});
-    };
-    add_ring("cp.kv", ring_full, T, stage_full_layers);
-    add_ring("cp.kv_routed", ring_routed, b * k, stage_routed_layers);
-  }
-  if (config.moe.enabled() && first.moe_layers_here > 0 && allgather && gather_ranks > 1) {
-    const double layers = static_cast<double>(first.moe_layers_here) * m;
-    const double bytes = gather_bytes(T);
-    const double ag = collective_time_s(network, Collective::all_gather, bytes, gather_ranks,
-                                        gather_group.level, gather_group.per_node);
-    const double rs = collective_time_s(network, Collective::reduce_scatter, bytes, gather_ranks,
-                                        gather_group.level, gather_group.per_node);
-    for (const Pass pass : {Pass::forward, Pass::backward}) {
-      const double count = pass == Pass::forward ? layers * moe_passes : layers;
-      out.comm.push_back({Collective::all_gather, "ep.token_gather", "expert", pass,
-                          gather_ranks, gather_group.level, bytes, count, ag, 1.0});
-      out.comm.push_back({Collective::reduce_scatter, "ep.token_gather", "expert", pass,
-                          gather_ranks, gather_group.level, bytes, count, rs, 1.0});
-    }
-  }
-  if (config.moe.enabled() && first.moe_layers_here > 0 && !allgather) {
-    const double count = 2.0 * static_cast<double>(first.moe_layers_here) * m;
-    if (ep > 1) {
-      const double one = collective_time_s(network, Collective::all_to_all, a2a_bytes(T), ep,
-                                           ep_group.level, ep_group.per_node);
-      out.comm.push_back({Collective::all_to_all, "ep.dispatch_combine", "expert", Pass::forward,
-                          ep, ep_group.level, a2a_bytes(T), count * moe_passes, one, 1.0});
-      out.comm.push_back({Collective::all_to_all, "ep.dispatch_combine", "expert",
-                          Pass::backward, ep, ep_group.level, a2a_bytes(T), count, one, 1.0});
-    }
-    if (expert_sp_path && etp > 1) {
-      const double bytes = etp_bytes(T);
-      const double ag = collective_time_s(network, Collective::all_gather, bytes, etp,
-                                          etp_group.level, etp_group.per_node);
-      const double rs = collective_time_s(network, Collective::reduce_scatter, bytes, etp,
-                                          etp_group.level, etp_group.per_node);
-      const double layers = count / 2.0;  // one of each per MoE layer and pass
-      out.comm.push_back({Collective::all_gather, "etp.slots", "expert_tensor", Pass::forward,
-                          etp, etp_group.level, bytes, layers * moe_passes, ag, 1.0});
-      out.comm.push_back({Collective::reduce_scatter, "etp.slots", "expert_tensor",
-                          Pass::forward, etp, etp_group.level, bytes, layers * moe_passes, rs,
-                          1.0});
-      out.comm.push_back({Collective::all_gather, "etp.slots", "expert_tensor", Pass::backward,
-                          etp, etp_group.level, bytes, layers, ag, 1.0});
-      out.comm.push_back({Collective::reduce_scatter, "etp.slots", "expert_tensor",
-                          Pass::backward, etp, etp_group.level, bytes, layers, rs, 1.0});
-    }
-  }
-  if (par.zero == 3 && grad_ranks > 1) {
-    out.comm.push_back({Collective::all_gather, "zero3.param_gather", "data", Pass::forward,
-                        grad_ranks, data_level, layer_param_bytes,
-                        2.0 * static_cast<double>(first.layers) * m, zero3_gather_one,
-                        par.overlap_param_gather ? 0.0 : 1.0});
-  }
-  // Pipeline sends are listed once per boundary above; scale to per step
-  // (forward and backward, m micro-batches).
-  for (CommRecord& record : out.comm) {
-    if (std::strcmp(record.group, "pipeline") == 0) {
-      record.count = 2.0 * m;
-    }
-  }
-
-  // ---- the step -------------------------------------------------------------
+  // The step: m micro-batches of the slowest stage, the bubble (p - 1) / (v m)
+  // of that, what the backward does not hide of the data-parallel traffic,
+  // the optimizer and the host time per step.
   const StageSummary& slow = out.stages[static_cast<size_t>(out.slowest_stage)];
-  out.compute_s = m * slow.compute_s;
-  const double ideal = m * slowest;
-  out.bubble_s = p > 1 ? ideal * static_cast<double>(p - 1) / (static_cast<double>(v) * m) : 0.0;
-  out.grad_reduce_exposed_s = grad_exposed;
-  out.param_gather_exposed_s = gather_exposed;
-  out.optimizer_s = optimizer;
-  out.exposed_comm_s = m * slow.exposed_comm_s + grad_exposed + gather_exposed;
-  out.overlapped_comm_s = overlapped;
-  out.step_s = ideal + out.bubble_s + grad_exposed + gather_exposed + optimizer;
+  const double ideal = c.m * parts.slowest;
+  out.compute_s = c.m * slow.compute_s;
+  out.bubble_s =
+      c.p > 1 ? ideal * static_cast<double>(c.p - 1) / (static_cast<double>(c.v) * c.m) : 0.0;
+  out.grad_reduce_exposed_s = parts.grad_exposed;
+  out.param_gather_exposed_s = parts.gather_exposed;
+  out.optimizer_s = parts.optimizer;
+  out.exposed_comm_s = c.m * slow.exposed_comm_s + parts.grad_exposed + parts.gather_exposed;
+  out.overlapped_comm_s = parts.overlapped;
+  out.step_overhead_s = c.kernel.step_overhead_s;
+  out.step_s = ideal + out.bubble_s + parts.grad_exposed + parts.gather_exposed + parts.optimizer +
+               out.step_overhead_s;
   return out;
 }
 
