@@ -18,5 +18,6 @@ int cmd_sweep(const Args& args);
 int cmd_fit(const Args& args);
 int cmd_profile(const Args& args);
 int cmd_validate(const Args& args);
+int cmd_export(const Args& args);
 
 }  // namespace modar::cli

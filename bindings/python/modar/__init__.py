@@ -12,7 +12,8 @@ is the document the `modar` CLI prints with --json for the same inputs.
 from __future__ import annotations
 
 from . import _core
-from ._config import Config
+from ._config import Config, MegatronArgsWarning
+from ._hf import HfImportWarning
 from ._estimate import EstimateResult, estimate, estimate_batch
 from ._core import BackendError, ConfigError, FileError, ShapeError
 from ._planner import (
@@ -37,6 +38,8 @@ __all__ = [
     "ConfigError",
     "FileError",
     "FitResult",
+    "HfImportWarning",
+    "MegatronArgsWarning",
     "OptimalResult",
     "Profile",
     "ShapeError",
