@@ -12,6 +12,7 @@ is the document the `modar` CLI prints with --json for the same inputs.
 from __future__ import annotations
 
 from . import _core
+from ._calibrate import CalibrationResult, calibrate, calibration_parameters
 from ._config import Config, MegatronArgsWarning
 from ._hf import HfImportWarning
 from ._estimate import EstimateResult, estimate, estimate_batch
@@ -33,6 +34,7 @@ __version__ = _core.__version__
 
 __all__ = [
     "BackendError",
+    "CalibrationResult",
     "Config",
     "EstimateResult",
     "ConfigError",
@@ -45,6 +47,8 @@ __all__ = [
     "ShapeError",
     "SweepResult",
     "ValidationResult",
+    "calibrate",
+    "calibration_parameters",
     "cli_path",
     "closed_form_optimum",
     "estimate",
