@@ -220,7 +220,13 @@ struct MoeOptions {
   int64_t experts = 8;            // real experts E
   int64_t top_k = 2;              // experts per token (token choice)
   int64_t expert_ffn = 0;         // hidden width of one expert; 0 = the model's d_ff
-  int64_t shared_experts = 0;     // always-on experts (one MLP of width shared * expert_ffn)
+  int64_t shared_experts = 0;     // always-on experts (one MLP of width shared x shared_expert_ffn)
+  int64_t shared_expert_ffn = 0;  // width of one shared expert; 0 = the routed experts' width
+  // The one MLP the shared experts run as: shared_experts x their width
+  // (`routed_width`: the routed experts' resolved width).
+  int64_t shared_width(int64_t routed_width) const {
+    return shared_experts * (shared_expert_ffn > 0 ? shared_expert_ffn : routed_width);
+  }
   double capacity_factor = 0.0;   // 0 = dropless; else ceil(cf * tokens * top_k / experts)
   double aux_loss_coef = 0.01;    // weight of the load-balancing loss in the objective
   double z_loss_coef = 0.0;       // weight of the router z-loss
