@@ -690,7 +690,11 @@ void assemble_stages(const ClusterContext& c, const RankCompute& compute, const 
     }
     double bank = 0.0, bank_cached = 0.0;
     if (c.depth) {
-      bank = memory.bank_entries_at(layer) * entry_bytes;
+      // Each tensor rank sends 1 / t of the bank, as of the activation: its
+      // own tokens' entries under SP, else its piece of the replicated bank
+      // (Megatron's scatter / gather; runtime/parallel/pipeline_boundary.cpp).
+      const double rank_entry_bytes = entry_bytes / static_cast<double>(c.t);
+      bank = memory.bank_entries_at(layer) * rank_entry_bytes;
       // Cached: the receiving rank already holds what it had at the end of its
       // previous chunk (chunk + 1 - p); it needs only the entries since then
       // (the partial of a cut block is always new).
@@ -701,7 +705,7 @@ void assemble_stages(const ClusterContext& c, const RankCompute& compute, const 
             chunk_first[static_cast<size_t>(previous)] + chunk_sizes[static_cast<size_t>(previous)];
         held = 1.0 + static_cast<double>(end / c.K);
       }
-      bank_cached = bank - held * entry_bytes;
+      bank_cached = bank - held * rank_entry_bytes;
       uncached_bytes_total += bank;
       cached_bytes_total += bank_cached;
     }
