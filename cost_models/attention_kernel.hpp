@@ -26,10 +26,10 @@ inline double attention_kernel_time_s(const OpRecord& op, const TimingModel& tim
   if (kernel == AttentionKernel::flash || op.shape.kind != OpKind::attention) {
     return timing.op_time_s(op, source);
   }
-  const auto& x = op.shape.dims;
-  const double scores = static_cast<double>(x[0]) * static_cast<double>(x[1]) *
-                        static_cast<double>(x[3]) * static_cast<double>(x[4]);
-  const double d_head = static_cast<double>(x[5]);
+  const AttentionDims x = op.shape.as<AttentionDims>();
+  const double scores = static_cast<double>(x.sequences) * static_cast<double>(x.heads) *
+                        static_cast<double>(x.query_len) * static_cast<double>(x.key_len);
+  const double d_head = static_cast<double>(x.head_dim);
   const bool backward = op.pass == Pass::backward;
   const double flops = (backward ? 2.0 : 1.0) * 4.0 * scores * d_head;
   const double bytes = ((backward ? kUnfusedScorePassesBackward : kUnfusedScorePassesForward) *

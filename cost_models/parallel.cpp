@@ -513,13 +513,16 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
       return 0.0;
     }
     const int64_t block_layers = std::min<int64_t>(K, L - (block - 1) * K);
-    OpShape shape;
-    shape.kind = OpKind::depth_read_prefix;
-    shape.dtype = config.train.dtype;
     const int64_t tokens = sp ? config.train.micro_batch * model.seq_len / t
                               : config.train.micro_batch * model.seq_len;
-    shape.dims = {tokens, block, 2 * block_layers * n_streams, model.d_model, n_streams,
-                  static_cast<int64_t>(config.dar.variant), 0};
+    const OpShape shape =
+        OpShape::of(DepthReadPrefixDims{.tokens = tokens,
+                                        .sources = block,
+                                        .queries = 2 * block_layers * n_streams,
+                                        .width = model.d_model,
+                                        .streams = n_streams,
+                                        .variant = static_cast<int64_t>(config.dar.variant)},
+                    config.train.dtype);
     TimingModel::Source source = TimingModel::Source::roofline;
     return timing.op_time_s(shape, Pass::forward, &source) +
            timing.op_time_s(shape, Pass::backward, &source);
@@ -787,11 +790,10 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
       }
     }
     // The optimizer on this rank's (ZeRO-sharded) states.
-    OpShape update;
-    update.kind = OpKind::optimizer_update;
-    update.dtype = config.train.dtype;
-    update.dims[0] = static_cast<int64_t>(
-        std::ceil(stage.params / static_cast<double>(par.zero >= 1 ? dp : 1)));
+    const OpShape update = OpShape::of(
+        OptimizerUpdateDims{.params = static_cast<int64_t>(std::ceil(
+                                stage.params / static_cast<double>(par.zero >= 1 ? dp : 1)))},
+        config.train.dtype);
     TimingModel::Source source = TimingModel::Source::roofline;
     optimizer = std::max(optimizer, timing.op_time_s(update, Pass::forward, &source));
 
