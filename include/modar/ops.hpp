@@ -41,7 +41,7 @@
 #include <string>
 #include <utility>
 
-#include "modar/config.hpp"
+#include "modar/config_enums.hpp"
 
 namespace modar {
 

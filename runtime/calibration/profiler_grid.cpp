@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "modar/config.hpp"
 #include "modar/runtime/profiler.hpp"
 
 namespace modar::runtime {

@@ -22,7 +22,7 @@
 #include <limits>
 #include <numeric>
 
-#include "../core/grouped_gemm_split.hpp"
+#include "modar/runtime/grouped_gemm_split.hpp"
 #include "cpu_backend.hpp"
 #include "cpu_common.hpp"
 

@@ -35,7 +35,7 @@
 #include <variant>
 #include <vector>
 
-#include "../core/grouped_gemm_split.hpp"
+#include "modar/runtime/grouped_gemm_split.hpp"
 #include "arena.hpp"
 #include "attention.cuh"
 #include "caching_allocator.hpp"
@@ -51,7 +51,7 @@
 #include "loss.cuh"
 #include "modar/errors.hpp"
 #include "modar/runtime/backend.hpp"
-#include "modar/runtime/comm.hpp"
+#include "modar/runtime/host_facts.hpp"
 #include "moe.cuh"
 #include "norm.cuh"
 #include "rope.cuh"

@@ -37,7 +37,7 @@
 #include <cstdint>
 #include <variant>
 
-#include "modar/config.hpp"
+#include "modar/config_enums.hpp"
 #include "modar/ops.hpp"
 #include "modar/runtime/tensor.hpp"
 

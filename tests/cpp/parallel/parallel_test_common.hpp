@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "modar/errors.hpp"
+#include "modar/runtime/host_facts.hpp"
 #include "modar/runtime/parallel_steps.hpp"
 
 namespace modar::runtime {
