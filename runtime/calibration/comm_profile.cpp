@@ -12,8 +12,8 @@
 #include <ctime>
 #include <sstream>
 
-#include "modar/runtime/comm_engine.hpp"
 #include "modar/errors.hpp"
+#include "modar/runtime/comm_engine.hpp"
 #include "modar/runtime/host_facts.hpp"
 #include "modar/runtime/profiler.hpp"
 

@@ -7,10 +7,10 @@
 #include <mutex>
 #include <string>
 
-#include "modar/runtime/comm_engine.hpp"
 #include "modar/errors.hpp"
 #include "modar/runtime/backend.hpp"
 #include "modar/runtime/comm.hpp"
+#include "modar/runtime/comm_engine.hpp"
 #include "modar/runtime/host_facts.hpp"
 
 namespace modar::runtime {

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "modar/runtime/comm_engine.hpp"
 #include "modar/errors.hpp"
 #include "modar/runtime/comm.hpp"
+#include "modar/runtime/comm_engine.hpp"
 
 #ifdef MODAR_HAVE_MPI
 #include <mpi.h>

@@ -35,7 +35,6 @@
 #include <variant>
 #include <vector>
 
-#include "modar/runtime/grouped_gemm_split.hpp"
 #include "arena.hpp"
 #include "attention.cuh"
 #include "caching_allocator.hpp"
@@ -51,6 +50,7 @@
 #include "loss.cuh"
 #include "modar/errors.hpp"
 #include "modar/runtime/backend.hpp"
+#include "modar/runtime/grouped_gemm_split.hpp"
 #include "modar/runtime/host_facts.hpp"
 #include "moe.cuh"
 #include "norm.cuh"

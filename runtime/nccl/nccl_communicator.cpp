@@ -27,10 +27,10 @@
 #include <mutex>
 #include <string>
 
-#include "modar/runtime/comm_engine.hpp"
 #include "modar/errors.hpp"
 #include "modar/runtime/backend.hpp"
 #include "modar/runtime/comm.hpp"
+#include "modar/runtime/comm_engine.hpp"
 #include "modar/runtime/cuda_backend.hpp"
 
 namespace modar::runtime {
