@@ -600,18 +600,16 @@ double dar_prefix_s(const ClusterContext& c, int64_t block) {
   }
   const ModelConfig& model = c.config.model;
   const int64_t block_layers = std::min<int64_t>(c.K, c.L - (block - 1) * c.K);
-  OpShape shape;
-  shape.kind = OpKind::depth_read_prefix;
-  shape.dtype = c.config.train.dtype;
   const int64_t tokens = c.sp ? c.config.train.micro_batch * model.seq_len / c.t
                               : c.config.train.micro_batch * model.seq_len;
-  shape.dims = {tokens,
-                block,
-                2 * block_layers * c.n_streams,
-                model.d_model,
-                c.n_streams,
-                static_cast<int64_t>(c.config.dar.variant),
-                0};
+  const OpShape shape =
+      OpShape::of(DepthReadPrefixDims{.tokens = tokens,
+                                      .sources = block,
+                                      .queries = 2 * block_layers * c.n_streams,
+                                      .width = model.d_model,
+                                      .streams = c.n_streams,
+                                      .variant = static_cast<int64_t>(c.config.dar.variant)},
+                  c.config.train.dtype);
   TimingModel::Source source = TimingModel::Source::roofline;
   return c.timing.op_time_s(shape, Pass::forward, &source) +
          c.timing.op_time_s(shape, Pass::backward, &source);
@@ -835,11 +833,10 @@ StepParts stage_data_parallel(const ClusterContext& c, const StageMemoryModel& m
       }
     }
     // The optimizer on this rank's (ZeRO-sharded) states.
-    OpShape update;
-    update.kind = OpKind::optimizer_update;
-    update.dtype = c.config.train.dtype;
-    update.dims[0] =
-        static_cast<int64_t>(std::ceil(stage.params / static_cast<double>(par.zero >= 1 ? dp : 1)));
+    const OpShape update = OpShape::of(
+        OptimizerUpdateDims{.params = static_cast<int64_t>(std::ceil(
+                                stage.params / static_cast<double>(par.zero >= 1 ? dp : 1)))},
+        c.config.train.dtype);
     TimingModel::Source source = TimingModel::Source::roofline;
     parts.optimizer = std::max(parts.optimizer, c.timing.op_time_s(update, Pass::forward, &source));
     // Memory per device on this stage.

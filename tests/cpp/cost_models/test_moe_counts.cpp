@@ -195,37 +195,45 @@ TEST(MoeCounts, ExpertParallelShardsTheGroupedGemms) {
   for (const OpRecord& op : lower(c, StepKind::train)) {
     if (op.shape.kind == OpKind::expert_gemm) {
       ++grouped;
-      EXPECT_EQ(op.shape.dims[0], 2) << op.label;    // 8 experts / EP 4 on this rank
-      EXPECT_EQ(op.shape.dims[1], 256) << op.label;  // 128 tokens x top-2
+      const ExpertGemmDims dims = op.shape.as<ExpertGemmDims>();
+      EXPECT_EQ(dims.groups, 2) << op.label;  // 8 experts / EP 4 on this rank
+      EXPECT_EQ(dims.rows, 256) << op.label;  // 128 tokens x top-2
     }
   }
   EXPECT_EQ(grouped, 6);  // up, down: forward, dgrad, wgrad
 }
 
 TEST(MoeCounts, GroupedGemmTimeIsThePerExpertGemmAtTheBusiestExpert) {
-  OpShape grouped;
-  grouped.kind = OpKind::expert_gemm;
-  grouped.dtype = DType::bf16;
-  grouped.dims = {8, 1000, 2048, 512, 1500, 0, 0};
-  const OpShape gemm = expert_gemm_timing_shape(grouped);
-  EXPECT_EQ(gemm.kind, OpKind::gemm);
+  ExpertGemmDims grouped{.groups = 8,
+                         .rows = 1000,
+                         .n = 2048,
+                         .k = 512,
+                         .imbalance_permille = 1500,
+                         .ragged_inner = 0};
+  const GemmDims gemm = expert_gemm_timing_dims(grouped);
   // 1000 / 8 = 125 mean rows, x 1.5 = 187.5 -> 188 rows, batch of 8 experts.
-  EXPECT_EQ(gemm.dims[0], 188);
-  EXPECT_EQ(gemm.dims[1], 2048);
-  EXPECT_EQ(gemm.dims[2], 512);
-  EXPECT_EQ(gemm.dims[3], 8);
-  grouped.dims[5] = 1;  // weight gradient: the ragged dim is the inner one
-  const OpShape wgrad = expert_gemm_timing_shape(grouped);
-  EXPECT_EQ(wgrad.dims[0], 2048);
-  EXPECT_EQ(wgrad.dims[1], 512);
-  EXPECT_EQ(wgrad.dims[2], 188);
+  EXPECT_EQ(gemm.m, 188);
+  EXPECT_EQ(gemm.n, 2048);
+  EXPECT_EQ(gemm.k, 512);
+  EXPECT_EQ(gemm.batch, 8);
+  grouped.ragged_inner = 1;  // weight gradient: the ragged dim is the inner one
+  const GemmDims wgrad = expert_gemm_timing_dims(grouped);
+  EXPECT_EQ(wgrad.m, 2048);
+  EXPECT_EQ(wgrad.n, 512);
+  EXPECT_EQ(wgrad.k, 188);
   // On a roofline profile a compute-bound grouped GEMM takes
   // 2 x 188 x 8 x 2048 x 512 / peak + launch.
   const DeviceProfile h200 = load_profile("h200");
   const TimingModel timing(h200);
-  grouped.dims = {8, 8000, 4096, 4096, 1500, 0, 0};
+  const OpShape large = OpShape::of(ExpertGemmDims{.groups = 8,
+                                                   .rows = 8000,
+                                                   .n = 4096,
+                                                   .k = 4096,
+                                                   .imbalance_permille = 1500,
+                                                   .ragged_inner = 0},
+                                    DType::bf16);
   TimingModel::Source source = TimingModel::Source::interpolated;
-  const double seconds = timing.op_time_s(grouped, Pass::forward, &source);
+  const double seconds = timing.op_time_s(large, Pass::forward, &source);
   const double flops = 2.0 * 1500 * 8 * 4096 * 4096;
   expect_relative(seconds, flops / h200.ceilings.roofline_flops(DType::bf16) +
                                h200.ceilings.launch_overhead_s);

@@ -19,6 +19,7 @@
 
 #include "modar/errors.hpp"
 #include "modar/runtime/forwarding_communicator.hpp"
+#include "modar/runtime/host_facts.hpp"
 #include "modar/runtime/parallel_steps.hpp"
 
 namespace modar::runtime {

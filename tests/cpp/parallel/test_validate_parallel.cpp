@@ -17,6 +17,7 @@
 
 #include "modar/errors.hpp"
 #include "modar/profile.hpp"
+#include "modar/runtime/host_facts.hpp"
 #include "modar/runtime/parallel_steps.hpp"
 #include "modar/runtime/profiler.hpp"
 #include "modar/runtime/validate_parallel.hpp"
