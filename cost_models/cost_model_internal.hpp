@@ -57,15 +57,14 @@ class OpConsumer {
 // its expert-tensor group gathers etp ranks' slots, so its experts run on
 // moe_slots(rows x expert_rows_numerator / expert_rows_denominator) slots at
 // the width moe.expert_ffn of the shard (divided by etp); the shared experts
-// are split by the dense tensor size instead (shared_ffn: one shared expert's
-// width on the rank; 0 = moe.expert_ffn).  Context parallelism: the shard's
+// are split by the dense tensor size instead (the shard's
+// moe.shared_expert_ffn).  Context parallelism: the shard's
 // seq_len is the rank's s / c queries per sequence; ring attention runs them
 // against all keys of the sequence, `context` times the shard's (the causal
 // pairs counted, s_q s_k / 2, are then the rank's 1 / c of the sequence's).
 struct ShardView {
   int64_t expert_rows_numerator = 1;
   int64_t expert_rows_denominator = 1;
-  int64_t shared_ffn = 0;
   int64_t context = 1;
 };
 

@@ -86,18 +86,25 @@ double layer_saved_bytes(const Config& config, double rows, double sequence_len,
   const double d_head = static_cast<double>(m.resolved_d_head());
   const double qkv = (heads + 2.0 * static_cast<double>(m.resolved_kv_heads())) * d_head;
   const double d_ff = static_cast<double>(m.resolved_d_ff());
-  const double up = m.mlp == MlpKind::swiglu ? 2.0 * d_ff : d_ff;
+  const double up = m.gated_mlp() ? 2.0 * d_ff : d_ff;
+  // QK-norm: the normalised Q and K are what attention reads; the norm's
+  // backward also needs its inputs (dropped when the norms are recomputed).
+  const double qk_norm_inputs =
+      m.qk_norm != QkNorm::none
+          ? (heads + static_cast<double>(m.resolved_kv_heads())) * d_head
+          : 0.0;
   const bool unfused = config.train.attention_kernel == AttentionKernel::unfused;
   // Whole d_model rows: the norms' inputs (and outputs unless recomputed),
   // their fp32 rstd, the hidden-dropout masks.
   const double replicated = (plan.norms ? 2.0 : 4.0) * d * B * rows + 8.0 * rows +
                             hidden_dropout_mask_bytes_per_row(config) * rows;
-  // Split by the tensor size: Q K V, the attention output, the MLP's up
-  // projection and activation output (each dropped when its module is
-  // recomputed), the softmax statistics (FlashAttention's fp32 log-sum-exp)
-  // or the unfused kernel's saved scores (dropped with core attention).
-  double split = (qkv + heads * d_head + (plan.mlp ? 0.0 : up) +
-                  (plan.mlp_activation ? 0.0 : d_ff)) *
+  // Split by the tensor size: Q K V (and the QK-norm inputs), the attention
+  // output, the MLP's up projection and activation output (each dropped when
+  // its module is recomputed), the softmax statistics (FlashAttention's fp32
+  // log-sum-exp) or the unfused kernel's saved scores (dropped with core
+  // attention).
+  double split = (qkv + (plan.norms ? 0.0 : qk_norm_inputs) + heads * d_head +
+                  (plan.mlp ? 0.0 : up) + (plan.mlp_activation ? 0.0 : d_ff)) *
                  B * rows;
   if (!plan.core_attention) {
     split += unfused ? saved_bytes_per_score(config) * b * heads * sequence_len * sequence_len
@@ -116,7 +123,7 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
   const double kv_heads = static_cast<double>(m.resolved_kv_heads());
   const double d_head = static_cast<double>(m.resolved_d_head());
   const double d_ff = static_cast<double>(m.resolved_d_ff());
-  const double up_width = m.mlp == MlpKind::swiglu ? 2.0 * d_ff : d_ff;
+  const double up_width = m.gated_mlp() ? 2.0 * d_ff : d_ff;
   const double qkv_width = (heads + 2.0 * kv_heads) * d_head;
   const double vocab = static_cast<double>(m.padded_vocab(config.parallel.tensor));
   const double b = static_cast<double>(config.train.micro_batch);
@@ -157,7 +164,7 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
     const double moe_routed = static_cast<double>(counts.moe_routed_layers);
     const MoeConfig& e = config.moe;
     const double expert_ffn = e.enabled() ? static_cast<double>(e.resolved_expert_ffn(m)) : 0.0;
-    const double expert_up = m.mlp == MlpKind::swiglu ? 2.0 * expert_ffn : expert_ffn;
+    const double expert_up = m.gated_mlp() ? 2.0 * expert_ffn : expert_ffn;
     auto moe_extra = [&](double rows) {
       return moe_saved_extra_bytes(config, rows, MoeRankShare{});
     };

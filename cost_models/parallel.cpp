@@ -125,6 +125,11 @@ Config shard_config(const Config& config) {
     // parallel.expert).
     shard.moe.expert_ffn =
         config.moe.resolved_expert_ffn(config.model) / config.parallel.resolved_expert_tensor();
+    // The shared experts are dense FFNs: split by the tensor size.
+    if (config.moe.shared_experts > 0) {
+      shard.moe.shared_expert_ffn = config.moe.shared_ffn_total(config.model) /
+                                    config.moe.shared_experts / config.parallel.tensor;
+    }
   }
   shard.parallel = ParallelConfig{};
   shard.parallel.expert = config.parallel.expert;
@@ -158,7 +163,6 @@ detail::ShardView shard_view(const Config& config) {
       view.expert_rows_numerator = par.resolved_expert_tensor();
       view.expert_rows_denominator = par.tensor;
     }
-    view.shared_ffn = config.moe.resolved_expert_ffn(config.model) / par.tensor;
   }
   return view;
 }
@@ -386,7 +390,7 @@ class StageMemoryModel {
     const double kv = static_cast<double>(model_.resolved_kv_heads());
     const double dh = static_cast<double>(model_.resolved_d_head());
     const double dff = static_cast<double>(model_.resolved_d_ff());
-    const double up = model_.mlp == MlpKind::swiglu ? 2.0 * dff : dff;
+    const double up = model_.gated_mlp() ? 2.0 * dff : dff;
     const double qkv = (heads + 2.0 * kv) * dh;
     const double tt = static_cast<double>(t_);
     // The one per-layer table of memory.cpp (layer_saved_bytes), held the
@@ -463,7 +467,7 @@ class StageMemoryModel {
       // A MoE layer's backward: the slots' gradients in and out, the widest slot tensor.
       const double slots = detail::moe_rank_slots(config_, T, moe_share_);
       const double ffn = static_cast<double>(config_.moe.resolved_expert_ffn(model_));
-      const double expert_up = model_.mlp == MlpKind::swiglu ? 2.0 * ffn : ffn;
+      const double expert_up = model_.gated_mlp() ? 2.0 * ffn : ffn;
       // The all-gather dispatcher holds the group's gathered tokens meanwhile.
       const double gathered =
           config_.moe.token_dispatcher == TokenDispatcher::allgather
@@ -846,18 +850,16 @@ double dar_prefix_s(const ClusterContext& c, int64_t block) {
   }
   const ModelConfig& model = c.config.model;
   const int64_t block_layers = std::min<int64_t>(c.K, c.L - (block - 1) * c.K);
-  OpShape shape;
-  shape.kind = OpKind::depth_read_prefix;
-  shape.dtype = c.config.train.dtype;
   const int64_t rank_tokens = c.config.train.micro_batch * rank_seq_len(c.config);
   const int64_t tokens = c.sp ? rank_tokens / c.t : rank_tokens;
-  shape.dims = {tokens,
-                block,
-                2 * block_layers * c.n_streams,
-                model.d_model,
-                c.n_streams,
-                static_cast<int64_t>(c.config.dar.variant),
-                0};
+  const OpShape shape =
+      OpShape::of(DepthReadPrefixDims{.tokens = tokens,
+                                      .sources = block,
+                                      .queries = 2 * block_layers * c.n_streams,
+                                      .width = model.d_model,
+                                      .streams = c.n_streams,
+                                      .variant = static_cast<int64_t>(c.config.dar.variant)},
+                  c.config.train.dtype);
   TimingModel::Source source = TimingModel::Source::roofline;
   return c.timing.op_time_s(shape, Pass::forward, &source) +
          c.timing.op_time_s(shape, Pass::backward, &source);
@@ -936,7 +938,11 @@ void assemble_stages(const ClusterContext& c, const RankCompute& compute, const 
     }
     double bank = 0.0, bank_cached = 0.0;
     if (c.depth) {
-      bank = memory.bank_entries_at(layer) * entry_bytes;
+      // Each tensor rank sends 1 / t of the bank, as of the activation: its
+      // own tokens' entries under SP, else its piece of the replicated bank
+      // (Megatron's scatter / gather; runtime/parallel/pipeline_boundary.cpp).
+      const double rank_entry_bytes = entry_bytes / static_cast<double>(c.t);
+      bank = memory.bank_entries_at(layer) * rank_entry_bytes;
       // Cached: the receiving rank already holds what it had at the end of its
       // previous chunk (chunk + 1 - p); it needs only the entries since then
       // (the partial of a cut block is always new).
@@ -947,7 +953,7 @@ void assemble_stages(const ClusterContext& c, const RankCompute& compute, const 
             chunk_first[static_cast<size_t>(previous)] + chunk_sizes[static_cast<size_t>(previous)];
         held = 1.0 + static_cast<double>(end / c.K);
       }
-      bank_cached = bank - held * entry_bytes;
+      bank_cached = bank - held * rank_entry_bytes;
       uncached_bytes_total += bank;
       cached_bytes_total += bank_cached;
     }
@@ -1089,11 +1095,10 @@ StepParts stage_data_parallel(const ClusterContext& c, const LayerComm& comm,
       }
     }
     // The optimizer on this rank's (ZeRO-sharded) states.
-    OpShape update;
-    update.kind = OpKind::optimizer_update;
-    update.dtype = c.config.train.dtype;
-    update.dims[0] =
-        static_cast<int64_t>(std::ceil(stage.params / static_cast<double>(par.zero >= 1 ? dp : 1)));
+    const OpShape update = OpShape::of(
+        OptimizerUpdateDims{.params = static_cast<int64_t>(std::ceil(
+                                stage.params / static_cast<double>(par.zero >= 1 ? dp : 1)))},
+        c.config.train.dtype);
     TimingModel::Source source = TimingModel::Source::roofline;
     parts.optimizer = std::max(parts.optimizer, c.timing.op_time_s(update, Pass::forward, &source));
     // Memory per device on this stage.

@@ -20,5 +20,6 @@ int cmd_calibrate(const Args& args);
 int cmd_profile(const Args& args);
 int cmd_validate(const Args& args);
 int cmd_layout(const Args& args);
+int cmd_export(const Args& args);
 
 }  // namespace modar::cli
