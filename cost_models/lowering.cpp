@@ -306,6 +306,39 @@ struct LinearLabels {
   const char* wgrad;
 };
 
+// Labels of one FFN's up projection and activation, by MLP kind (gelu has
+// one up matrix, the gated kinds a fused gate+up of twice the width).
+struct FfnLabels {
+  LinearLabels up;
+  const char* activation;
+  const char* activation_backward;
+};
+
+FfnLabels ffn_labels(const char* const (&names)[3][5], MlpKind kind) {
+  const char* const* n = names[static_cast<int>(kind)];
+  return {{n[0], n[1], n[2]}, n[3], n[4]};
+}
+
+// [kind][up, up.dgrad, up.wgrad, activation, activation.bwd], kinds in MlpKind order.
+constexpr const char* kMlpNames[3][5] = {
+    {"mlp.up", "mlp.up.dgrad", "mlp.up.wgrad", "mlp.gelu", "mlp.gelu.bwd"},
+    {"mlp.gate_up", "mlp.gate_up.dgrad", "mlp.gate_up.wgrad", "mlp.swiglu", "mlp.swiglu.bwd"},
+    {"mlp.gate_up", "mlp.gate_up.dgrad", "mlp.gate_up.wgrad", "mlp.geglu", "mlp.geglu.bwd"}};
+constexpr const char* kExpertNames[3][5] = {
+    {"moe.expert.up", "moe.expert.up.dgrad", "moe.expert.up.wgrad", "moe.expert.gelu",
+     "moe.expert.gelu.bwd"},
+    {"moe.expert.gate_up", "moe.expert.gate_up.dgrad", "moe.expert.gate_up.wgrad",
+     "moe.expert.swiglu", "moe.expert.swiglu.bwd"},
+    {"moe.expert.gate_up", "moe.expert.gate_up.dgrad", "moe.expert.gate_up.wgrad",
+     "moe.expert.geglu", "moe.expert.geglu.bwd"}};
+constexpr const char* kSharedNames[3][5] = {
+    {"moe.shared.up", "moe.shared.up.dgrad", "moe.shared.up.wgrad", "moe.shared.gelu",
+     "moe.shared.gelu.bwd"},
+    {"moe.shared.gate_up", "moe.shared.gate_up.dgrad", "moe.shared.gate_up.wgrad",
+     "moe.shared.swiglu", "moe.shared.swiglu.bwd"},
+    {"moe.shared.gate_up", "moe.shared.gate_up.dgrad", "moe.shared.gate_up.wgrad",
+     "moe.shared.geglu", "moe.shared.geglu.bwd"}};
+
 // Stream: the consumer type of streaming mode (detail::OpConsumer for any
 // consumer through a virtual call; a final consumer class for a direct,
 // inlinable one: estimate_into's StepAccumulator).
@@ -402,6 +435,8 @@ class Lowerer {
                         bool causal, int64_t multiplicity);
   void mlp_branch(int64_t rows, int64_t multiplicity);
   void moe_branch(int64_t rows, int64_t multiplicity);
+  void ffn_block(int64_t rows, int64_t width, int64_t multiplicity, const FfnLabels& labels,
+                 const LinearLabels& down);
   // The FFN branches of `layers` layers on `rows` rows, `moe` of which are MoE.
   void ffn_branches(int64_t rows, int64_t layers, int64_t moe) {
     mlp_branch(rows, layers - moe);
@@ -484,6 +519,18 @@ void Lowerer<Stream>::attention_branch(int64_t rows, int64_t sequences, int64_t 
           Recomputed::cheap, "attn.norm.bwd");
   linear(rows, m.d_model, (heads + 2 * kv_heads) * d_head, multiplicity,
          {"attn.qkv", "attn.qkv.dgrad", "attn.qkv.wgrad"}, Recomputed::full_only);
+  // (QKV biases: fused into the GEMM's epilogue, no op of their own.)
+  if (m.qk_norm != QkNorm::none) {
+    // RMSNorm of the queries and keys: per head (rows x heads of d_head) or
+    // over each whole projection; the same elements either way.
+    const bool per_head = m.qk_norm == QkNorm::head;
+    forward(RmsnormDims{.rows = per_head ? rows * heads : rows,
+                        .width = per_head ? d_head : heads * d_head},
+            multiplicity, "attn.q_norm", Recomputed::cheap, "attn.q_norm.bwd");
+    forward(RmsnormDims{.rows = per_head ? rows * kv_heads : rows,
+                        .width = per_head ? d_head : kv_heads * d_head},
+            multiplicity, "attn.k_norm", Recomputed::cheap, "attn.k_norm.bwd");
+  }
   forward(RopeDims{.rows = rows, .heads = heads + kv_heads, .head_dim = d_head}, multiplicity,
           "attn.rope", Recomputed::cheap, "attn.rope.bwd");
   forward(AttentionDims{.sequences = sequences,
@@ -501,26 +548,31 @@ void Lowerer<Stream>::attention_branch(int64_t rows, int64_t sequences, int64_t 
 template <class Stream>
 void Lowerer<Stream>::mlp_branch(int64_t rows, int64_t multiplicity) {
   const ModelConfig& m = config_.model;
-  const int64_t d_ff = m.resolved_d_ff();
-  const bool swiglu = m.mlp == MlpKind::swiglu;
   forward(RmsnormDims{.rows = rows, .width = m.d_model}, multiplicity, "mlp.norm",
           Recomputed::cheap, "mlp.norm.bwd");
-  linear(rows, m.d_model, swiglu ? 2 * d_ff : d_ff, multiplicity,
-         {swiglu ? "mlp.gate_up" : "mlp.up", swiglu ? "mlp.gate_up.dgrad" : "mlp.up.dgrad",
-          swiglu ? "mlp.gate_up.wgrad" : "mlp.up.wgrad"},
+  ffn_block(rows, m.resolved_d_ff(), multiplicity, ffn_labels(kMlpNames, m.mlp),
+            {"mlp.down", "mlp.down.dgrad", "mlp.down.wgrad"});
+}
+
+// One dense FFN of width `width` on `rows` rows: up (or gate+up), the
+// activation (GELU: y = gelu(u); gated: y = act(g) * u), down.
+template <class Stream>
+void Lowerer<Stream>::ffn_block(int64_t rows, int64_t width, int64_t multiplicity,
+                                const FfnLabels& labels, const LinearLabels& down) {
+  const ModelConfig& m = config_.model;
+  const bool gated = m.gated_mlp();
+  linear(rows, m.d_model, gated ? 2 * width : width, multiplicity, labels.up,
          Recomputed::full_only);
-  // GELU: y = gelu(u); SwiGLU: y = silu(g) * u.
-  forward(ElementwiseDims{.elements = rows * d_ff, .inputs = swiglu ? 2 : 1, .outputs = 1},
-          multiplicity, swiglu ? "mlp.swiglu" : "mlp.gelu", Recomputed::cheap, nullptr);
+  forward(ElementwiseDims{.elements = rows * width, .inputs = gated ? 2 : 1, .outputs = 1},
+          multiplicity, labels.activation, Recomputed::cheap, nullptr);
   if (train_) {
     // Backward reads dY and the inputs, writes the input gradients.
     push(backward_,
          ElementwiseDims{
-             .elements = rows * d_ff, .inputs = swiglu ? 3 : 2, .outputs = swiglu ? 2 : 1},
-         Pass::backward, multiplicity, swiglu ? "mlp.swiglu.bwd" : "mlp.gelu.bwd");
+             .elements = rows * width, .inputs = gated ? 3 : 2, .outputs = gated ? 2 : 1},
+         Pass::backward, multiplicity, labels.activation_backward);
   }
-  linear(rows, d_ff, m.d_model, multiplicity, {"mlp.down", "mlp.down.dgrad", "mlp.down.wgrad"},
-         Recomputed::full_only);
+  linear(rows, width, m.d_model, multiplicity, down, Recomputed::full_only);
 }
 
 // MoE FFN (SPEC 1.3) on `rows` tokens: norm, router GEMM (d -> E + Z),
@@ -540,8 +592,8 @@ void Lowerer<Stream>::moe_branch(int64_t rows, int64_t multiplicity) {
   const ModelConfig& m = config_.model;
   const MoeConfig& e = config_.moe;
   const int64_t ffn = e.resolved_expert_ffn(m);
-  const bool swiglu = m.mlp == MlpKind::swiglu;
-  const int64_t up = swiglu ? 2 * ffn : ffn;
+  const bool gated = m.gated_mlp();
+  const int64_t up = gated ? 2 * ffn : ffn;
   const int64_t local = std::max<int64_t>(1, e.experts / std::max<int64_t>(config_.parallel.expert, 1));
   const int64_t slots = detail::moe_slots(config_, rows);
   const int64_t imbalance = std::llround(e.load_imbalance * 1000.0);
@@ -582,42 +634,36 @@ void Lowerer<Stream>::moe_branch(int64_t rows, int64_t multiplicity) {
              Pass::backward, multiplicity, labels.wgrad);
       }
     };
-    grouped(m.d_model, up,
-            {swiglu ? "moe.expert.gate_up" : "moe.expert.up",
-             swiglu ? "moe.expert.gate_up.dgrad" : "moe.expert.up.dgrad",
-             swiglu ? "moe.expert.gate_up.wgrad" : "moe.expert.up.wgrad"});
-    forward(ElementwiseDims{.elements = slots * ffn, .inputs = swiglu ? 2 : 1, .outputs = 1},
-            multiplicity, swiglu ? "moe.expert.swiglu" : "moe.expert.gelu", Recomputed::cheap,
-            nullptr);
+    const FfnLabels expert = ffn_labels(kExpertNames, m.mlp);
+    grouped(m.d_model, up, expert.up);
+    forward(ElementwiseDims{.elements = slots * ffn, .inputs = gated ? 2 : 1, .outputs = 1},
+            multiplicity, expert.activation, Recomputed::cheap, nullptr);
     if (train_) {
       push(backward_,
            ElementwiseDims{
-               .elements = slots * ffn, .inputs = swiglu ? 3 : 2, .outputs = swiglu ? 2 : 1},
-           Pass::backward, multiplicity, swiglu ? "moe.expert.swiglu.bwd" : "moe.expert.gelu.bwd");
+               .elements = slots * ffn, .inputs = gated ? 3 : 2, .outputs = gated ? 2 : 1},
+           Pass::backward, multiplicity, expert.activation_backward);
     }
     grouped(ffn, m.d_model, {"moe.expert.down", "moe.expert.down.dgrad", "moe.expert.down.wgrad"});
     forward(UnpermuteDims{.slots = slots, .width = m.d_model, .rows = rows, .k = e.top_k},
             multiplicity, "moe.unpermute", Recomputed::full_only, "moe.unpermute.bwd");
   }
   if (e.shared_experts > 0) {
-    const int64_t shared = e.shared_experts * ffn;
-    linear(rows, m.d_model, swiglu ? 2 * shared : shared, multiplicity,
-           {swiglu ? "moe.shared.gate_up" : "moe.shared.up",
-            swiglu ? "moe.shared.gate_up.dgrad" : "moe.shared.up.dgrad",
-            swiglu ? "moe.shared.gate_up.wgrad" : "moe.shared.up.wgrad"},
-           Recomputed::full_only);
-    forward(ElementwiseDims{.elements = rows * shared, .inputs = swiglu ? 2 : 1, .outputs = 1},
-            multiplicity, swiglu ? "moe.shared.swiglu" : "moe.shared.gelu", Recomputed::cheap,
-            nullptr);
-    if (train_) {
-      push(backward_,
-           ElementwiseDims{
-               .elements = rows * shared, .inputs = swiglu ? 3 : 2, .outputs = swiglu ? 2 : 1},
-           Pass::backward, multiplicity, swiglu ? "moe.shared.swiglu.bwd" : "moe.shared.gelu.bwd");
+    ffn_block(rows, e.shared_ffn_total(m), multiplicity, ffn_labels(kSharedNames, m.mlp),
+              {"moe.shared.down", "moe.shared.down.dgrad", "moe.shared.down.wgrad"});
+    if (e.shared_expert_gate) {
+      // g = sigmoid(u . w_g) (a d -> 1 GEMM), then the shared output scaled
+      // by g: reads the output and g, writes the scaled output.
+      linear(rows, m.d_model, 1, multiplicity,
+             {"moe.shared.gate", "moe.shared.gate.dgrad", "moe.shared.gate.wgrad"},
+             Recomputed::full_only);
+      forward(ElementwiseDims{.elements = rows * m.d_model, .inputs = 2, .outputs = 1},
+              multiplicity, "moe.shared.gate.scale", Recomputed::full_only, nullptr);
+      if (train_) {
+        push(backward_, ElementwiseDims{.elements = rows * m.d_model, .inputs = 3, .outputs = 1},
+             Pass::backward, multiplicity, "moe.shared.gate.scale.bwd");
+      }
     }
-    linear(rows, shared, m.d_model, multiplicity,
-           {"moe.shared.down", "moe.shared.down.dgrad", "moe.shared.down.wgrad"},
-           Recomputed::full_only);
     // Routed + shared outputs summed.
     forward(ElementwiseDims{.elements = rows * m.d_model, .inputs = 2, .outputs = 1}, multiplicity,
             "moe.shared.add", Recomputed::full_only, nullptr);

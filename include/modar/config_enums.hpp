@@ -10,7 +10,16 @@
 
 namespace modar {
 
-enum class MlpKind { gelu, swiglu };
+// gelu: y = W2 gelu(W1 x) (GPT-2 / GPT-NeoX); swiglu: y = W2 (silu(Wg x) * (Wu x))
+// (LLaMA); geglu: y = W2 (gelu(Wg x) * (Wu x)) (Gemma).  The gated kinds have
+// three matrices and share their default width (8d/3 rounded up to 64).
+enum class MlpKind { gelu, swiglu, geglu };
+// Normalisation of queries and keys before RoPE (Qwen3, OLMoE, Megatron
+// --qk-layernorm): none; head = one RMSNorm over d_head shared by every head
+// (Qwen3, Megatron); projection = one RMSNorm over the whole Q and K
+// projections (OLMoE).  Parameters only differ (d_head vs the projection
+// width); the cost is the same rows x width normalisation either way.
+enum class QkNorm { none, head, projection };
 enum class RouterScale { linear, sigmoid };  // g(r) = r  |  g(r) = sigmoid(r)
 enum class CausalRouter { none, aux_loss, predictor };
 enum class DarVariant { none, attnres, dar, selfkv, fixedkv, crossv };
@@ -33,6 +42,7 @@ enum class PipelineSchedule { one_f_one_b, interleaved };
 
 // enum <-> string, the names used in TOML / CLI / JSON.
 const char* to_string(MlpKind v);
+const char* to_string(QkNorm v);
 const char* to_string(RouterScale v);
 const char* to_string(CausalRouter v);
 const char* to_string(DarVariant v);

@@ -12,7 +12,9 @@ is the document the `modar` CLI prints with --json for the same inputs.
 from __future__ import annotations
 
 from . import _core
-from ._config import Config
+from ._calibrate import CalibrationResult, calibrate, calibration_parameters
+from ._config import Config, MegatronArgsWarning
+from ._hf import HfImportWarning
 from ._estimate import EstimateResult, estimate, estimate_batch
 from ._core import BackendError, ConfigError, FileError, ShapeError
 from ._planner import (
@@ -32,16 +34,21 @@ __version__ = _core.__version__
 
 __all__ = [
     "BackendError",
+    "CalibrationResult",
     "Config",
     "EstimateResult",
     "ConfigError",
     "FileError",
     "FitResult",
+    "HfImportWarning",
+    "MegatronArgsWarning",
     "OptimalResult",
     "Profile",
     "ShapeError",
     "SweepResult",
     "ValidationResult",
+    "calibrate",
+    "calibration_parameters",
     "cli_path",
     "closed_form_optimum",
     "estimate",

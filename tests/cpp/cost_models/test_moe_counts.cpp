@@ -133,6 +133,40 @@ TEST(MoeCounts, SharedExpertsSeeEveryToken) {
   expect_relative(counts.flops.forward_per_token, forward);
 }
 
+// Shared experts of their own width with a gate (Qwen2-MoE): 1 shared
+// expert of width 1536 beside 4 routed of width 512, sigmoid(u . w_g) gate.
+TEST(MoeCounts, SharedExpertsOfTheirOwnWidthAndAGate) {
+  Config c = base();
+  c.moe.experts = 4;
+  c.moe.top_k = 2;
+  c.moe.expert_ffn = 512;
+  c.moe.shared_experts = 1;
+  c.moe.shared_expert_ffn = 1536;
+  c.moe.shared_expert_gate = true;
+  const double routed = 2 * d * 512;   // one routed expert (GELU: up + down)
+  const double shared = 2 * d * 1536;  // the shared expert
+  const ParamAndFlopCounts counts = count_params_and_flops(c);
+  // Per MoE layer: router d x 4, 4 routed experts, the shared expert, gate d.
+  const double layer_ffn = 4 * d + 4 * routed + shared + d;
+  const double total = 4 * (kAttention + kNorms) + 4 * layer_ffn + d + 2 * V * d;
+  expect_relative(counts.params.total, total);
+  expect_relative(counts.params.active, total - 4 * 2 * routed);
+  // Forward per token: the router, 2 routed experts, the shared expert and
+  // the gate GEMM (d -> 1) are 2 x their weights.
+  const double forward =
+      2 * (4 * kAttention + 4 * (4 * d + 2 * routed + shared + d)) + 4 * 2 * s * d + 2 * V * d;
+  expect_relative(counts.flops.forward_per_token, forward);
+  // Two shared experts of width 768 are the same FFN as one of 1536.
+  Config two = c;
+  two.moe.shared_experts = 2;
+  two.moe.shared_expert_ffn = 768;
+  expect_relative(count_params(two).total, total);
+  // Without the gate: d parameters per MoE layer fewer.
+  Config ungated = c;
+  ungated.moe.shared_expert_gate = false;
+  expect_relative(count_params(ungated).total, total - 4 * d);
+}
+
 TEST(MoeCounts, StagedModeExpertsRunOnTheRoutedTokensOnly) {
   Config c = base();
   c.mod.every = 2;
