@@ -78,7 +78,7 @@ OpSample rmsnorm_backward(const SampleSizes& s) {
   SampleSizes full = s;
   full.rstd_only = false;
   const RmsnormTensors t = rmsnorm_tensors(r, full);
-  const int dout = add(r, in({s.rows, s.width})), dx = add(r, out({s.rows, s.width}));
+  const int dout = add(r, in({s.rows, s.width})), dx = add(r, acc({s.rows, s.width}));
   const int dweight = add(r, acc({s.width}));
   r.calls = [=](const Views& v) {
     return Calls{rmsnorm_call(t, v), RmsnormBackwardArgs{.dout = v[dout],
@@ -108,7 +108,7 @@ OpSample rope_backward(const SampleSizes& s) {
   OpSample r;
   const Shape shape{s.batch, s.rows, s.heads, s.head_dim};
   const int dout = add(r, in(shape)), positions = add(r, index({s.batch, s.rows}, 64));
-  const int dx = add(r, out(shape));
+  const int dx = add(r, acc(shape));
   r.calls = [=](const Views& v) {
     return Calls{RopeBackwardArgs{.dout = v[dout], .positions = v[positions], .dx = v[dx]}};
   };
@@ -153,8 +153,8 @@ OpSample attention_backward(const SampleSizes& s) {
   const AttentionTensors t = attention_tensors(r, s);
   const Shape queries{s.batch, s.rows, s.heads, s.head_dim};
   const Shape keys{s.batch, s.rows, s.kv_heads, s.head_dim};
-  const int dout = add(r, in(queries)), dq = add(r, out(queries));
-  const int dk = add(r, out(keys)), dv = add(r, out(keys));
+  const int dout = add(r, in(queries)), dq = add(r, acc(queries));
+  const int dk = add(r, acc(keys)), dv = add(r, acc(keys));
   r.calls = [=, causal = s.causal](const Views& v) {
     return Calls{attention_call(t, v, causal),
                  AttentionBackwardArgs{.dout = v[dout],
@@ -189,7 +189,7 @@ OpSample router_forward(const SampleSizes& s) {
 OpSample router_backward(const SampleSizes& s) {
   OpSample r;
   const int dlogits = add(r, in({s.rows}, kStats)), x = add(r, in({s.rows, s.width}));
-  const int w = add(r, in({s.width})), dx = add(r, out({s.rows, s.width}));
+  const int w = add(r, in({s.width})), dx = add(r, acc({s.rows, s.width}));
   const int dw = add(r, acc({s.width}));
   r.calls = [=](const Views& v) {
     return Calls{
@@ -291,7 +291,7 @@ OpSample scatter_add_scaled_backward(const SampleSizes& s) {
   const int indices = add(r, sorted({s.batch, s.rows}));
   const int logits = add(r, in({s.batch, 2 * s.rows}, kStats));
   const int delta = add(r, in({s.batch, s.rows, s.width}));
-  const int ddelta = add(r, out({s.batch, s.rows, s.width}));
+  const int ddelta = add(r, acc({s.batch, s.rows, s.width}));
   const int dlogits = add(r, acc({s.batch, 2 * s.rows}, kStats));
   r.calls = [=](const Views& v) {
     return Calls{ScatterAddScaledBackwardArgs{.dx = v[dx],
@@ -327,13 +327,13 @@ OpSample binary(const SampleSizes& s) {
   r.outputs = {y};
   return r;
 }
-// dout and two inputs, two gradients.
+// dout and two inputs, two gradients (added into, as every backward does).
 template <class Args>
 OpSample binary_backward(const SampleSizes& s) {
   OpSample r;
   const int dout = add(r, in({s.rows, s.width}));
   const int a = add(r, in({s.rows, s.width})), b = add(r, in({s.rows, s.width}));
-  const int da = add(r, out({s.rows, s.width})), db = add(r, out({s.rows, s.width}));
+  const int da = add(r, acc({s.rows, s.width})), db = add(r, acc({s.rows, s.width}));
   r.calls = [=](const Views& v) { return Calls{Args{v[dout], v[a], v[b], v[da], v[db]}}; };
   r.outputs = {da, db};
   return r;
@@ -343,7 +343,14 @@ OpSample gelu_forward(const SampleSizes& s) {
   return unary<GeluForwardArgs>(s);
 }
 OpSample gelu_backward(const SampleSizes& s) {
-  return binary<GeluBackwardArgs>(s);  // dout, x -> dx
+  OpSample r;
+  const int dout = add(r, in({s.rows, s.width})), x = add(r, in({s.rows, s.width}));
+  const int dx = add(r, acc({s.rows, s.width}));
+  r.calls = [=](const Views& v) {
+    return Calls{GeluBackwardArgs{.dout = v[dout], .x = v[x], .dx = v[dx]}};
+  };
+  r.outputs = {dx};
+  return r;
 }
 OpSample swiglu_forward(const SampleSizes& s) {
   return binary<SwigluForwardArgs>(s);
@@ -405,7 +412,7 @@ OpSample cross_entropy_forward(const SampleSizes& s) {
 OpSample cross_entropy_backward(const SampleSizes& s) {
   OpSample r;
   const CrossEntropyTensors t = cross_entropy_tensors(r, s);
-  const int dlogits = add(r, out({s.rows, s.vocab}));
+  const int dlogits = add(r, acc({s.rows, s.vocab}));
   r.calls = [=](const Views& v) {
     return Calls{cross_entropy_call(t, v), CrossEntropyBackwardArgs{.dloss = 2.0,
                                                                     .logits = v[t.logits],
@@ -434,7 +441,7 @@ OpSample bce_with_logits_backward(const SampleSizes& s) {
   OpSample r;
   const int logits = add(r, in({2 * s.rows}, kStats));
   const int targets = add(r, in({2 * s.rows}, SampleRole::stats_unit));
-  const int dlogits = add(r, out({2 * s.rows}, kStats));
+  const int dlogits = add(r, acc({2 * s.rows}, kStats));
   r.calls = [=](const Views& v) {
     return Calls{BceWithLogitsBackwardArgs{
         .dloss = 1.0, .logits = v[logits], .targets = v[targets], .dlogits = v[dlogits]}};

@@ -106,8 +106,8 @@ OpSample depth_read_merge_backward(const SampleSizes& s) {
   OpSample r;
   const MergeTensors t = merge_tensors(r, s);
   const int dout = add(r, in({s.rows, s.width}));
-  const int dprefix_out = add(r, out({s.rows, s.width}));
-  const int dprefix_lse = add(r, out({s.rows}, kStats));
+  const int dprefix_out = add(r, acc({s.rows, s.width}));
+  const int dprefix_lse = add(r, acc({s.rows}, kStats));
   const int dpartial_keys = add(r, acc({s.rows, s.width}));
   const int dpartial_values = add(r, acc({s.rows, s.width}));
   const int dquery = add(r, acc({s.width}, kStats));
@@ -413,7 +413,7 @@ OpSample moe_permute_forward(const SampleSizes& s) {
 OpSample moe_permute_backward(const SampleSizes& s) {
   OpSample r;
   const int dout = add(r, in({expert_rows(s), s.width})), slots = add(r, slot_map(s));
-  const int dx = add(r, out({s.rows, s.width}));
+  const int dx = add(r, acc({s.rows, s.width}));
   r.calls = [=](const Views& v) {
     return Calls{MoePermuteBackwardArgs{.dout = v[dout], .slots = v[slots], .dx = v[dx]}};
   };
@@ -439,8 +439,8 @@ OpSample moe_unpermute_backward(const SampleSizes& s) {
   const int dout = add(r, in({s.rows, s.width}));
   const int y = add(r, in({expert_rows(s), s.width})), slots = add(r, slot_map(s));
   const int gates = add(r, in({s.rows, s.top_k}, kStats));
-  const int dy = add(r, out({expert_rows(s), s.width}));
-  const int dgates = add(r, out({s.rows, s.top_k}, kStats));
+  const int dy = add(r, acc({expert_rows(s), s.width}));
+  const int dgates = add(r, acc({s.rows, s.top_k}, kStats));
   r.calls = [=](const Views& v) {
     return Calls{MoeUnpermuteBackwardArgs{.dout = v[dout],
                                           .y = v[y],

@@ -46,7 +46,7 @@ enum class SampleRole : uint8_t {
 // How an op uses a tensor before it runs.
 enum class SampleUse : uint8_t {
   input,        // read (values of the role)
-  accumulated,  // the op adds into it: starts at zero
+  accumulated,  // the op adds into it (every gradient a backward writes): starts at zero
   written,      // the op overwrites every element: starts at zero, or NaN when poisoned
 };
 
@@ -87,11 +87,11 @@ struct SampleSizes {
   int64_t experts = 8;        // router columns
   int64_t local_experts = 6;  // the dispatch's experts (the others are another rank's)
   int64_t top_k = 2;
-  int64_t capacity = 2;            // dispatch: rows per expert (0: dropless)
-  int64_t expert_rows = 0;         // permute / unpermute: expert rows (0: rows x top_k); the
-                                   // assignments beyond them are dropped
-  std::vector<double> group_rows;  // grouped GEMM: rows per group (empty: n/3, 0, the rest)
-  bool ragged_inner = false;       // grouped GEMM's weight-gradient form
+  int64_t capacity = 2;                 // dispatch: rows per expert (0: dropless)
+  int64_t expert_rows = 0;              // permute / unpermute: expert rows (0: rows x top_k); the
+                                        // assignments beyond them are dropped
+  std::vector<double> group_rows = {};  // grouped GEMM: rows per group (empty: n/3, 0, the rest)
+  bool ragged_inner = false;            // grouped GEMM's weight-gradient form
 };
 
 struct OpSample {
