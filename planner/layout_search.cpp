@@ -8,7 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/parallel.hpp"
 
 namespace modar {

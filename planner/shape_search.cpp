@@ -11,9 +11,10 @@
 #include <algorithm>
 #include <cmath>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/interrupt.hpp"
+#include "modar/base/text.hpp"
 #include "modar/planner.hpp"
-#include "planner_text.hpp"
 
 namespace modar {
 

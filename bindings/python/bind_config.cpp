@@ -16,8 +16,9 @@
 
 #include "bindings.hpp"
 #include "config_access.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/text.hpp"
 #include "modar/config.hpp"
-#include "modar/errors.hpp"
 
 namespace modar::python {
 

@@ -290,31 +290,4 @@ int64_t dtype_bytes(DType v);
 // the allowed names.  Used by the TOML reader, --set and CLI flags.
 AttentionFlops parse_attention_flops(const std::string& text, const std::string& field);
 
-// Shared by the config reader and the CLI for "did you mean" suggestions:
-// Levenshtein distance, and the candidate nearest to `word` ("" when none is
-// close enough to be a plausible typo).
-int64_t edit_distance(const std::string& a, const std::string& b);
-std::string nearest_name(const std::string& word, const std::vector<std::string>& candidates);
-
-// A double as the shortest text that reads back to the same value ("0.125",
-// "1e+20", "nan"): used in every error message and in TOML output.
-std::string format_number(double value);
-// Strict text -> number used by every boundary (TOML --set values, CLI flags):
-// the whole text must be consumed; reals must be finite.  Return false on
-// anything else, so the caller can name the field in its error.
-bool parse_integer_text(const std::string& text, int64_t* out);
-bool parse_finite_number_text(const std::string& text, double* out);
-
-// A user-supplied value as it may appear inside a one-line error message:
-// control characters escaped (\n, \t, \x00, ...) and anything past
-// `max_chars` characters cut to "...(N characters)", so no error is ever
-// multi-line or a megabyte long.  Every echoed value goes through this.
-std::string shown_value(const std::string& text, size_t max_chars = 60);
-
-// The whole of a user-named input file (config, profile, runs CSV): it must
-// be a regular file (not a directory, device or FIFO) of at most `max_bytes`
-// bytes; anything else is a modar::FileError naming `what` and the path.
-std::string read_input_file(const std::string& path, const std::string& what,
-                            uint64_t max_bytes);
-
 }  // namespace modar

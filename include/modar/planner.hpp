@@ -423,13 +423,9 @@ struct FitResult {
 // above 2,000 runs the bootstrap is m-out-of-n (m = 2,000, deviations scaled
 // by sqrt(m / n)).  Throws ConfigError when the
 // optimum is not a plausible law (non-finite, alpha or beta outside (0, 3]:
-// the checks of parse_fit_toml) and Interrupted on Ctrl-C (errors.hpp).
+// the checks of parse_fit_toml) and Interrupted on Ctrl-C (modar/base/interrupt.hpp).
 FitResult fit_runs(const std::vector<RunRecord>& runs, const FitOptions& options = {});
 std::string to_json(const FitResult& result);
 std::string to_text(const FitResult& result);
-
-// Write text to <path>.tmp.<pid>, then rename over <path> (no half-written
-// file is ever left behind); throws FileError.
-void save_text_atomically(const std::string& path, const std::string& text);
 
 }  // namespace modar

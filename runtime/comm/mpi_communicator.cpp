@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "comm_internal.hpp"
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/comm.hpp"
 
 #ifdef MODAR_HAVE_MPI

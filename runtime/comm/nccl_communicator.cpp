@@ -26,7 +26,7 @@
 #include <string>
 
 #include "comm_internal.hpp"
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/backend.hpp"
 #include "modar/runtime/comm.hpp"
 #include "modar/runtime/cuda_backend.hpp"

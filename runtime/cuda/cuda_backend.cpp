@@ -49,7 +49,7 @@
 #include "gather_scatter.cuh"
 #include "gemm.hpp"
 #include "loss.cuh"
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/backend.hpp"
 #include "modar/runtime/comm.hpp"
 #include "moe.cuh"

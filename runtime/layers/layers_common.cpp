@@ -3,7 +3,7 @@
 #include <cmath>
 #include <utility>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/layers.hpp"
 
 namespace modar::runtime {

@@ -34,7 +34,7 @@
 // inverting M, which is singular at rho = 1/2).
 #include <cmath>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/layers.hpp"
 
 namespace modar::runtime {

@@ -1,4 +1,4 @@
-// Device profiles (embedded, parse, atomic save) and the JSON writer.
+// Device profiles (embedded, parse, atomic save).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -7,8 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "modar/errors.hpp"
-#include "modar/json.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/profile.hpp"
 
 namespace modar {
@@ -92,33 +91,6 @@ TEST(Profile, BadProfilesNameTheField) {
                ConfigError);
   EXPECT_THROW(parse_profile_toml("name = \"x\"\n", "p.toml"), ConfigError);  // no [ceilings]
   EXPECT_THROW(parse_profile_toml("name = ", "p.toml"), FileError);
-}
-
-TEST(Json, WriterProducesExactText) {
-  JsonWriter json(0);
-  json.begin_object()
-      .field("a", 1.5)
-      .field("b", int64_t{3})
-      .field("s", "q\"uote\n")
-      .field("t", true)
-      .field("nan", std::nan(""))
-      .key("list")
-      .begin_array()
-      .value(1e20)
-      .value(0.1)
-      .null()
-      .end_array()
-      .key("empty")
-      .begin_object()
-      .end_object()
-      .end_object();
-  EXPECT_EQ(json.str(),
-            "{\"a\":1.5,\"b\":3,\"s\":\"q\\\"uote\\n\",\"t\":true,\"nan\":null,"
-            "\"list\":[1e+20,0.1,null],\"empty\":{}}");
-  JsonWriter bad;
-  bad.begin_object();
-  EXPECT_THROW(bad.value(1.0), std::logic_error);
-  EXPECT_THROW(bad.str(), std::logic_error);
 }
 
 // SPEC 3 / issue 5: a measured H200 profile replaces the datasheet one as the

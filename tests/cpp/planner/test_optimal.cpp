@@ -9,8 +9,8 @@
 #include <stdexcept>
 
 #include "../common/dar_hand_count.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/cost_model.hpp"
-#include "modar/errors.hpp"
 #include "modar/planner.hpp"
 #include "optimal_test_util.hpp"
 

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <string>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/planner.hpp"
 
 namespace {

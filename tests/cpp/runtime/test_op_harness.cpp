@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/backend.hpp"
 
 namespace modar::runtime {
