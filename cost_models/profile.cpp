@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "kernel_model/kernel_params_internal.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/base/files.hpp"
 #include "modar/base/json.hpp"
@@ -258,6 +259,7 @@ DeviceProfile parse_profile_toml(const std::string& toml_text, const std::string
     }
   }
   detail::parse_network_section(root, source_name, profile.network);  // [network] (network.cpp)
+  detail::parse_kernel_section(root, source_name, profile);           // [kernel] (kernel_model/)
   return profile;
 }
 
@@ -384,6 +386,7 @@ std::string to_toml(const DeviceProfile& profile) {
     out << "spread = " << toml_float_literal(m.spread) << "\n";
     out << "repeats = " << m.repeats << "\n";
   }
+  out << detail::kernel_to_toml(profile.kernel);    // [kernel] (kernel_model/)
   out << detail::network_to_toml(profile.network);  // [network] (network.cpp)
   return out.str();
 }
