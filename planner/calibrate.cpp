@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "modar/base/errors.hpp"
+#include "modar/base/interrupt.hpp"
 #include "modar/base/json.hpp"
 #include "modar/base/text.hpp"
 #include "modar/cost_model.hpp"
