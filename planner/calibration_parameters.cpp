@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "modar/base/errors.hpp"
+#include "modar/base/text.hpp"
 #include "modar/calibrate.hpp"
 
 namespace modar {

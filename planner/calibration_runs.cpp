@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "modar/base/errors.hpp"
+#include "modar/base/files.hpp"
 #include "modar/base/text.hpp"
 #include "modar/calibrate.hpp"
 

@@ -652,10 +652,10 @@ void flag_trust(Recommendation& rec) {
   }
   if (rec.time.mfu_beyond_published) {
     add_flag(rec, "mfu_beyond_published",
-             "MFU " + fixed(100.0 * rec.time.mfu, 1) +
+             "MFU " + format_fixed(100.0 * rec.time.mfu, 1) +
                  "% is above the best published for this device class (" +
-                 fixed(100.0 * rec.time.published_mfu, 1) + "%: " + rec.time.published_mfu_source +
-                 "): the predicted speed is optimistic");
+                 format_fixed(100.0 * rec.time.published_mfu, 1) +
+                 "%: " + rec.time.published_mfu_source + "): the predicted speed is optimistic");
   }
   if (!rec.memory.fits) {
     add_flag(rec, "no_fit",

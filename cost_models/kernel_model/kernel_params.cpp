@@ -12,6 +12,7 @@
 #include "../toml_text.hpp"
 #include "kernel_params_internal.hpp"
 #include "modar/base/errors.hpp"
+#include "modar/base/text.hpp"
 #include "modar/cost_model.hpp"
 
 namespace modar {
