@@ -8,6 +8,8 @@
 #include <fstream>
 
 #include "modar/base/errors.hpp"
+#include "modar/base/json.hpp"
+#include "modar/config.hpp"
 #include "modar/profile.hpp"
 
 namespace modar {
