@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "modar/base/errors.hpp"
+#include "modar/base/text.hpp"
 
 namespace modar {
 

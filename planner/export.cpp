@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "modar/base/errors.hpp"
+#include "modar/base/text.hpp"
 #include "modar/cost_model.hpp"
 #include "modar/parallel.hpp"
 #include "modar/profile.hpp"

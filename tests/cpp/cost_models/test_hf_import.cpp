@@ -13,6 +13,7 @@
 
 #include "../common/hf_configs.hpp"
 #include "modar/base/errors.hpp"
+#include "modar/base/text.hpp"
 #include "modar/config.hpp"
 #include "modar/cost_model.hpp"
 #include "modar/hf_config.hpp"
