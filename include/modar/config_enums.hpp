@@ -3,7 +3,7 @@
 // configuration structs (config.hpp) so that the runtime's core headers
 // (tensor, op table, backend) and the op vocabulary (ops.hpp) need only these.
 // The names are those of TOML / CLI / JSON; to_string and dtype_bytes are
-// defined with the config reader (cost_models/config.cpp).
+// defined once, from one table of names, in cost_models/config_enums.cpp.
 #pragma once
 
 #include <cstdint>
