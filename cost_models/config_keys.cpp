@@ -115,7 +115,7 @@ const std::vector<KeySpec>& key_specs() {
       choice_key<&Config::dar, &DarConfig::variant>("dar.variant"),
       integer_key<&Config::dar, &DarConfig::block_layers>("dar.block_layers"),
       integer_key<&Config::dar, &DarConfig::streams>("dar.streams"),
-      // [moe]: experts and MoDE (SPEC section 1.3, docs/moe.md).
+      // [moe]: experts and MoDE (docs/model.md experts, docs/moe.md).
       integer_key<&Config::moe, &MoeConfig::experts>("moe.experts"),
       integer_key<&Config::moe, &MoeConfig::top_k>("moe.top_k"),
       integer_key<&Config::moe, &MoeConfig::expert_ffn>("moe.expert_ffn"),
@@ -164,7 +164,7 @@ const std::vector<KeySpec>& key_specs() {
       boolean_key<&Config::parallel, &ParallelConfig::dar_bank_cache>("parallel.dar_bank_cache"),
       integer_key<&Config::cluster, &ClusterConfig::gpus_per_node>("cluster.gpus_per_node"),
       integer_key<&Config::cluster, &ClusterConfig::nodes>("cluster.nodes"),
-      // [counting]: conventions only (SPEC section 2), no effect on the model.
+      // [counting]: conventions only (docs/cost_model.md counting), no effect on the model.
       {"counting.attention_flops", KeyType::choice, enum_names<AttentionFlops>(),
        [](Config& c, const Value& v) { c.attention_flops = enum_at<AttentionFlops>(v); },
        [](const Config& c) { return quoted(to_string(c.attention_flops)); }},

@@ -40,7 +40,7 @@ void require_non_negative(const char* key, int64_t value, const char* meaning_of
   }
 }
 
-// ---- [moe] checks (SPEC section 1.3) ------------------------------------------
+// ---- [moe] checks (docs/model.md experts) ------------------------------------------
 void require_finite_range(const char* key, double value, double low, double high,
                           const char* allowed) {
   if (!(std::isfinite(value) && value >= low && value <= high)) {
@@ -354,7 +354,7 @@ void validate(const Config& config) {
         "train.micro_batch * model.seq_len = " + format_number(tokens) + " must be <= 2^34 tokens");
   }
   if (config.moe.enabled()) {
-    // Expert slots x widths are 64-bit products in the lowering (SPEC 1.3).
+    // Expert slots x widths are 64-bit products in the lowering (docs/model.md experts).
     const MoeConfig& e = config.moe;
     const double capacity =
         e.dropless()

@@ -67,7 +67,7 @@ FlopCounts flop_counts_from_ops(const Config& config, StepKind step, const OpLis
 double flop_active_from_ops(const Config& config, StepKind step, const OpList& ops);
 MemoryBreakdown memory_from_params(const Config& config, double total_params,
                                    double device_memory_bytes, StepKind step);
-// ---- experts (cost_models/moe.cpp; SPEC 1.3, docs/moe.md) ------------------
+// ---- experts (cost_models/moe.cpp; docs/model.md experts, docs/moe.md) ------------------
 // Expert slots one MoE layer processes on one device for `rows` tokens:
 // dropless, the expected real-expert assignments round(rows k E / (E + Z));
 // with a capacity factor, E x expert_capacity(rows) (padded dispatch).

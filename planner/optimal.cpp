@@ -1,7 +1,7 @@
 // `modar optimal`: for a FLOP budget (or a wall-clock budget on a profiled
 // device) the isoFLOP-optimal configuration per architecture and, for
 // architectures with an efficiency prior, the fastest-stepping configuration
-// whose predicted loss matches the optimal baseline (SPEC section 4).
+// whose predicted loss matches the optimal baseline (docs/planner.md).
 //
 // The optimum is the argmin of the predicted loss over EVERY shape the search
 // space allows (docs/planner.md "Choosing configurations"), not over a pruned

@@ -37,7 +37,7 @@ struct IsoflopMinimum {
   double baseline_loss;
   double mod_loss;
 };
-// MoD paper figure 4 (left), minima read off the plot (SPEC section 4).
+// MoD paper figure 4 (left), minima read off the plot (docs/planner.md).
 constexpr IsoflopMinimum kModFigure4[] = {
     {6e18, 3.13, 3.09}, {2e19, 2.86, 2.83}, {1e20, 2.59, 2.56}};
 
@@ -51,7 +51,7 @@ constexpr DarReduction kDarTable3[] = {
     {1e8, 0.0203, "Block DAR"}, {3e8, 0.0222, "Block DAR"}, {5e8, 0.0512, "Full DAR"}};
 
 // Precision of the published numbers.  MoD: losses read off figure 4 to
-// about +-0.01 (SPEC section 4); DAR: percentages printed to 0.01 %, i.e.
+// about +-0.01 (docs/planner.md); DAR: percentages printed to 0.01 %, i.e.
 // +-0.005 percentage points.
 constexpr double kModReadingHalfWidth = 0.01;
 constexpr double kDarPrintHalfWidth = 0.00005;
@@ -291,7 +291,7 @@ EfficiencyPrior dar_prior(const LossFit& fit, bool full) {
 
 // ---- experts: MoD paper section 4.3, figure 7 (docs/moe.md) -----------------
 // Normalised loss at equal normalised FLOPs per FFN (baseline 1.0 at 1.0),
-// read from the plot: MoE ~0.978, MoDE ~0.957 (SPEC 1.3).  Reading precision
+// read from the plot: MoE ~0.978, MoDE ~0.957 (docs/model.md experts).  Reading precision
 // assumed +-0.003 (a third of the plot's minor gridline spacing of 0.01).
 // The figure gives ratios, not losses: the ratio is applied to the MoD
 // paper's own isoFLOP baseline minima (figure 4: 3.13, 2.86, 2.59 at 6e18,

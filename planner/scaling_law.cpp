@@ -1,6 +1,6 @@
 // Parametric loss model L(N_f, D) = E + eps A / N_f^alpha + B / D^beta: the
 // built-in fits, fit files, and the closed-form compute-optimal allocation
-// (Hoffmann et al. 2022 eq. 4; SPEC section 4).
+// (Hoffmann et al. 2022 eq. 4; docs/planner.md).
 #include <toml++/toml.h>
 
 #include <cmath>

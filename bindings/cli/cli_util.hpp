@@ -79,7 +79,7 @@ size_t parse_choice(const std::string& flag, const std::string& text,
                     const std::vector<std::string>& choices);
 
 // Config keys a command's flags set: the library names config keys in its
-// errors (STYLE.md); the CLI names the flag the user typed instead.
+// errors (docs/hardening.md); the CLI names the flag the user typed instead.
 struct FlagKey {
   const char* flag;  // "--gpus"
   const char* key;   // "device.count"

@@ -1,5 +1,5 @@
 // `modar optimal`: isoFLOP- / wall-clock-optimal configurations for a budget
-// (SPEC section 4).  All the work is modar::optimal(); this file parses flags.
+// (docs/planner.md).  All the work is modar::optimal(); this file parses flags.
 #include <cstdio>
 
 #include "cli_util.hpp"

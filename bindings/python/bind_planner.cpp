@@ -224,7 +224,7 @@ void bind_planner(py::module_& m) {
         return d;
       },
       py::arg("fit"), py::arg("train_flops"), py::arg("eps") = 1.0,
-      "Hoffmann eq. 4 closed form under C = 6 N D (SPEC section 4).");
+      "Hoffmann eq. 4 closed form under C = 6 N D (docs/planner.md).");
 }
 
 }  // namespace modar::python

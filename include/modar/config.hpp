@@ -5,7 +5,7 @@
 // Parsing and validation live in cost_models/config.cpp; the planner, the
 // runtime, the CLI and the Python bindings all read the same structs.
 //
-// Conventions fixed by ../shared/design/SPEC.md section 1:
+// Conventions fixed by docs/model.md:
 //  * a value of 0 for n_kv_heads / d_head / d_ff means "the default"
 //    (n_heads, d_model / n_heads, 4d for GELU or 8d/3 rounded up to a multiple
 //    of 64 for SwiGLU); use the resolved_*() accessors, never the raw field.
@@ -92,7 +92,7 @@ struct DarConfig {
   }
 };
 
-// ---- [moe]: experts and MoDE (SPEC section 1.3; docs/moe.md) ----------------
+// ---- [moe]: experts and MoDE (docs/model.md experts; docs/moe.md) ----------------
 //  * experts = E routed experts (0 = dense FFN everywhere), each an FFN of the
 //    model's MLP kind and width expert_ffn (0 = model.d_ff resolved);
 //    shared_experts see every token, each of width shared_expert_ffn (0 = the

@@ -11,7 +11,7 @@
 
 namespace modar::runtime::profiler_detail {
 
-// How a tensor of a bench is filled (never zeros: SPEC 3 timing rules).
+// How a tensor of a bench is filled (never zeros: docs/profiler.md timing rules).
 enum class Fill : uint8_t {
   uniform,         // U(-1, 1)
   positive,        // U(0.5, 1.5): rstd, AdamW v, gates

@@ -184,7 +184,7 @@ struct BenchInputs {
   ScalarType stats_dtype;  // of the statistics (lse, rstd, logits)
 };
 
-// Stream roles of SPEC 1.2 by DarVariant value (dims carry int(DarVariant)).
+// Stream roles of docs/model.md AttnRes/DAR by DarVariant value (dims carry int(DarVariant)).
 int key_stream(int64_t variant, int j, int n) {
   if (n <= 1)
     return 0;

@@ -1,5 +1,5 @@
 // The [moe] section: parsing, defaults, round trip, validation messages, and
-// the layer / capacity rules of SPEC section 1.3 (hand-derived values).
+// the layer / capacity rules of docs/model.md experts (hand-derived values).
 #include <gtest/gtest.h>
 
 #include <functional>

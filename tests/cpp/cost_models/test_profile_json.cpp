@@ -22,9 +22,9 @@ TEST(Profile, EmbeddedProfilesLoadFromAnyDirectory) {
   ASSERT_EQ(::chdir(here.c_str()), 0);
   EXPECT_EQ(h200.name, "h200");
   EXPECT_FALSE(h200.measured);
-  EXPECT_EQ(h200.ceilings.peak_flops_bf16, 989e12);  // SPEC section 3 datasheet
+  EXPECT_EQ(h200.ceilings.peak_flops_bf16, 989e12);  // datasheet, profiles/README.md
   EXPECT_EQ(h200.ceilings.memory_bandwidth, 4.8e12);
-  EXPECT_EQ(h200.ceilings.achievable_flops_bf16, 790e12);  // SPEC's spot measurement
+  EXPECT_EQ(h200.ceilings.achievable_flops_bf16, 790e12);  // spot measurement, profiles/README.md
   EXPECT_EQ(h200.ceilings.achievable_bandwidth, 4.3e12);
   EXPECT_FALSE(h200.provenance.at("source").empty());
   const DeviceProfile cpu = load_profile("cpu-generic");
@@ -95,7 +95,7 @@ TEST(Profile, BadProfilesNameTheField) {
   EXPECT_THROW(parse_profile_toml("name = ", "p.toml"), FileError);
 }
 
-// SPEC 3 / issue 5: a measured H200 profile replaces the datasheet one as the
+// docs/cost_model.md / issue 5: a measured H200 profile replaces the datasheet one as the
 // default once it ships; until then the default is the datasheet "h200".
 TEST(Profile, DefaultIsMeasuredH200WhenEmbedded) {
   const auto names = embedded_profile_names();

@@ -1,6 +1,6 @@
 // Efficiency priors: MoD from the MoD paper's figure 4 minima, DAR from its
 // reported loss reductions.  Expected values worked by hand (python, not this
-// code) from the formulas in SPEC section 4.
+// code) from the formulas in docs/planner.md.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -27,13 +27,13 @@ TEST(Priors, ModUnderEpochMatchesSpecRange) {
   const modar::EfficiencyPrior prior = modar::efficiency_prior(with_arch("mod"), epoch);
   ASSERT_TRUE(prior.known);
   EXPECT_NEAR(prior.eps, 0.93721, 2e-5);
-  EXPECT_GE(prior.eps, 0.925);  // SPEC: 0.93 to 0.945
+  EXPECT_GE(prior.eps, 0.925);  // docs/planner.md: 0.926 to 0.945
   EXPECT_LE(prior.eps, 0.945);
   EXPECT_NE(prior.derivation.find("0.9414"), std::string::npos) << prior.derivation;
   EXPECT_NE(prior.derivation.find("0.9446"), std::string::npos) << prior.derivation;
   EXPECT_NE(prior.derivation.find("0.9257"), std::string::npos) << prior.derivation;
   EXPECT_NE(prior.source.find("2404.02258"), std::string::npos);
-  // SPEC: the optimal MoD size relative to dense is eps^(1/(alpha+beta)) ~ 0.92.
+  // docs/planner.md: the optimal MoD size relative to dense is eps^(1/(alpha+beta)) ~ 0.92.
   EXPECT_NEAR(std::pow(prior.eps, 1.0 / (0.3478 + 0.3658)), 0.913, 0.005);
 }
 
