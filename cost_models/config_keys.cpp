@@ -224,15 +224,7 @@ int64_t choice_index(const KeySpec& spec, const std::string& text, const std::st
 }  // namespace detail
 
 namespace {
-using detail::choice_index;
-using detail::fail;
-using detail::fail_unknown_key;
-using detail::find_spec;
-using detail::join_names;
-using detail::key_specs;
-using detail::KeySpec;
-using detail::KeyType;
-using detail::Value;
+using namespace detail;  // the key table and its errors (config_keys.hpp)
 }  // namespace
 
 const std::vector<std::string>& config_keys() {

@@ -21,15 +21,7 @@
 namespace modar {
 namespace {
 
-using detail::choice_index;
-using detail::fail;
-using detail::fail_unknown_key;
-using detail::find_spec;
-using detail::join_names;
-using detail::key_specs;
-using detail::KeySpec;
-using detail::KeyType;
-using detail::Value;
+using namespace detail;  // the key table and its errors (config_keys.hpp)
 
 Value value_from_text(const KeySpec& spec, const std::string& text) {
   Value value;
