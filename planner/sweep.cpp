@@ -103,7 +103,9 @@ int64_t sweep(const SweepRequest& request, const std::function<void(const SweepR
     for (size_t b = 0; b < request.budgets_flops.size(); ++b) {
       const double centre =
           plan.prior.known
-              ? closed_form_optimum(fit.params, request.budgets_flops[b], plan.prior.eps).n_opt
+              ? closed_form_optimum(fit.params, request.budgets_flops[b],
+                                    loss_scale(plan.prior, plan.prior.eps))
+                    .n_opt
               : dense_optima[b].n_opt;
       plan.centres.push_back(centre);
       const detail::NfWindow window =
@@ -153,7 +155,8 @@ int64_t sweep(const SweepRequest& request, const std::function<void(const SweepR
         row.eps_known = prior.known;
         if (prior.known) {
           row.loss =
-              predicted_loss(fit.params, prior.eps, candidate.params.flop_active, row.tokens);
+              predicted_loss(fit.params, loss_scale(prior, prior.eps),
+                             candidate.params.flop_active, row.tokens);
         }
         if (profile && request.gpus > 1) {
           // Cluster: the layout search of `optimal --gpus` (planner/layout_search.cpp).
