@@ -437,9 +437,8 @@ int fastest_at_parity(ArchSpace& space, double eps, double target_loss,
   Evaluator& evaluator = space.evaluator();
   if (!evaluator.bound_holds()) {
     space.cover_everything();
-  } else if (const auto interval =
-                 bound_interval(evaluator.law(), space.scale(eps), evaluator.token_bound_flops(),
-                                target_loss)) {
+  } else if (const auto interval = bound_interval(evaluator.law(), space.scale(eps),
+                                                  evaluator.token_bound_flops(), target_loss)) {
     space.cover(interval->first, interval->second);
   } else {
     return -1;
@@ -1308,10 +1307,12 @@ std::string to_table(const OptimalResult& result) {
   }
   out += " on " + std::to_string(request.gpus) + " x " + result.profile_name + "\n";
   const LossFitParams& p = result.fit.params;
-  out += "loss model: L = E + eps*A/N_f^alpha + B/D^beta (MoD: E + eps*(A/N_f^alpha + "
-         "B/D^beta)), fit '" + result.fit.name + "' (E " +
-         format_number(p.E) + ", A " + format_number(p.A) + ", B " + format_number(p.B) +
-         ", alpha " + format_number(p.alpha) + ", beta " + format_number(p.beta) + ")\n\n";
+  out +=
+      "loss model: L = E + eps*A/N_f^alpha + B/D^beta (MoD: E + eps*(A/N_f^alpha + "
+      "B/D^beta)), fit '" +
+      result.fit.name + "' (E " + format_number(p.E) + ", A " + format_number(p.A) + ", B " +
+      format_number(p.B) + ", alpha " + format_number(p.alpha) + ", beta " + format_number(p.beta) +
+      ")\n\n";
 
   const std::vector<Recommendation>& recs = result.recommendations;
   std::vector<std::pair<std::string, std::vector<std::string>>> rows;

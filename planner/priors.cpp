@@ -506,7 +506,7 @@ EfficiencyPrior efficiency_prior(const Config& config, const LossFit& fit,
     prior.derivation = "given on the command line: eps_" + key + " = " + format_number(it->second);
     prior.eps_low = prior.eps_high = prior.eps;
     prior.acts_on = key.rfind("mod", 0) == 0 && key.rfind("mode-", 0) != 0 ? PriorTerm::reducible
-                                                                            : PriorTerm::parameters;
+                                                                           : PriorTerm::parameters;
     prior.interval = "exact (given on the command line)";
     return prior;
   }

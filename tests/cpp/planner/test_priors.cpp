@@ -67,8 +67,8 @@ TEST(Priors, OnlyMoDPriorsActOnTheDataTerm) {
             modar::PriorTerm::parameters);
   // L = E + s_p A / N^alpha + s_d B / D^beta by hand at N = 1e8, D = 2e9.
   const double n = 1e8, d = 2e9;
-  const double by_hand = 1.8172 + 0.9 * 482.01 / std::pow(n, 0.3478) +
-                         0.8 * 2085.43 / std::pow(d, 0.3658);
+  const double by_hand =
+      1.8172 + 0.9 * 482.01 / std::pow(n, 0.3478) + 0.8 * 2085.43 / std::pow(d, 0.3658);
   EXPECT_NEAR(modar::predicted_loss(epoch.params, modar::LossScale{0.9, 0.8}, n, d), by_hand,
               1e-12);
 }
