@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "modar/base/errors.hpp"
+#include "modar/base/interrupt.hpp"
 #include "modar/parallel.hpp"
 
 namespace modar {
