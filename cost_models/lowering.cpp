@@ -683,22 +683,16 @@ void Lowerer<Stream>::moe_branch(int64_t rows, int64_t multiplicity) {
                              .ragged_inner = 0},
               multiplicity, labels.forward, Recomputed::moe, nullptr);
       if (train_) {
-        push(backward_,
-             ExpertGemmDims{.groups = local,
-                            .rows = slots,
-                            .n = in,
-                            .k = out,
-                            .imbalance_permille = imbalance,
-                            .ragged_inner = 0},
-             Pass::backward, multiplicity, labels.dgrad);
-        push(backward_,
-             ExpertGemmDims{.groups = local,
-                            .rows = slots,
-                            .n = in,
-                            .k = out,
-                            .imbalance_permille = imbalance,
-                            .ragged_inner = 1},
-             Pass::backward, multiplicity, labels.wgrad);
+        // dgrad and wgrad have the same dims; wgrad's inner dimension is the ragged one.
+        ExpertGemmDims backward{.groups = local,
+                                .rows = slots,
+                                .n = in,
+                                .k = out,
+                                .imbalance_permille = imbalance,
+                                .ragged_inner = 0};
+        push(backward_, backward, Pass::backward, multiplicity, labels.dgrad);
+        backward.ragged_inner = 1;
+        push(backward_, backward, Pass::backward, multiplicity, labels.wgrad);
       }
     };
     const FfnLabels expert = ffn_labels(kExpertNames, m.mlp);
