@@ -21,8 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "modar/base/errors.hpp"
+#include "modar/base/text.hpp"
 #include "modar/cost_model.hpp"
-#include "modar/errors.hpp"
 #include "modar/parallel.hpp"
 #include "modar/profile.hpp"
 

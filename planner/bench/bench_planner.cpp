@@ -2,7 +2,7 @@
 // search, one budget) at several budgets, the sweep rate in candidates per
 // second with and without per-candidate memory / step-time estimates, and the
 // wall-clock budgets the docs run on clusters.
-// Prints a table; no assertions (SPEC: speed is shown by programs, not tests).
+// Prints a table; no assertions (speed is shown by programs, not tests).
 #include <cstdio>
 #include <ctime>
 #include <string>

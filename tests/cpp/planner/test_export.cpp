@@ -8,8 +8,8 @@
 #include <set>
 #include <string>
 
+#include "modar/base/errors.hpp"
 #include "modar/config.hpp"
-#include "modar/errors.hpp"
 #include "modar/export.hpp"
 
 namespace modar {
