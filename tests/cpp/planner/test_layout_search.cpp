@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "modar/cost_model.hpp"
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/layout_search.hpp"
 #include "modar/parallel.hpp"
 #include "modar/planner.hpp"
@@ -189,7 +189,7 @@ TEST(LayoutSearch, StepLowerBoundNeverExceedsTheStep) {
   shapes.push_back(moe);
   const DeviceProfile a100 = load_profile("a100-80gb-dgx");
   const TimingModel timing(a100);
-  int64_t checked = 0, tight = 0;
+  int64_t checked = 0, one_stage = 0, tight = 0;
   for (const Config& shape : shapes) {
     for (int64_t t : {1, 2}) {
       for (int64_t p : {1, 2, 4}) {
@@ -211,8 +211,8 @@ TEST(LayoutSearch, StepLowerBoundNeverExceedsTheStep) {
             c.parallel.schedule =
                 v > 1 ? PipelineSchedule::interleaved : PipelineSchedule::one_f_one_b;
             c.parallel.expert = ep;
-            c.parallel.zero = 1;
-            c.train.global_batch = 32;
+            c.parallel.zero = t * p < 8 ? 1 : 0;  // ZeRO needs two data-parallel ranks
+            c.train.global_batch = 64;
             c.train.recompute = Recompute::none;
             try {
               validate(c);
@@ -230,9 +230,11 @@ TEST(LayoutSearch, StepLowerBoundNeverExceedsTheStep) {
               EXPECT_LE(bound, e.cluster->step_s * (1.0 + 1e-12));
               ++checked;
               if (r == Recompute::none && p == 1) {
-                // One stage: what the bound leaves out is the DP tail and
-                // the optimizer only.
-                tight += bound > 0.8 * e.cluster->step_s ? 1 : 0;
+                // One stage: what the bound leaves out is the data-parallel
+                // tail and the optimizer only (a quarter of these small
+                // steps at most), so the bound is not a trivial one.
+                ++one_stage;
+                tight += bound > 0.6 * e.cluster->step_s ? 1 : 0;
               }
             }
           }
@@ -240,8 +242,9 @@ TEST(LayoutSearch, StepLowerBoundNeverExceedsTheStep) {
       }
     }
   }
-  EXPECT_GT(checked, 150);
-  EXPECT_GT(tight, 5);
+  EXPECT_GT(checked, 180);
+  EXPECT_GT(one_stage, 10);
+  EXPECT_EQ(tight, one_stage);
 }
 
 // The pruned search returns exactly the unpruned one's layout and step (the
