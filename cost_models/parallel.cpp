@@ -25,7 +25,9 @@
 #include "modar/parallel.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 
@@ -45,6 +47,51 @@ bool starts_with(const char* text, const char* prefix) {
   return std::strncmp(text, prefix, std::strlen(prefix)) == 0;
 }
 
+// Where an op record's time goes, from its label (Buckets::take).
+struct LabelPlace {
+  enum Part : uint8_t { layers, first, last, prefix };
+  Part part = layers;
+  bool token_wise = false;  // token-wise on full d_model rows: sharded by tokens under SP
+  bool depth = false;       // a DAR depth op ("dar.")
+};
+
+LabelPlace label_place(const char* label) {
+  LabelPlace place;
+  place.token_wise = starts_with(label, "attn.norm") || starts_with(label, "mlp.norm") ||
+                     starts_with(label, "residual.") || starts_with(label, "final.norm") ||
+                     starts_with(label, "dar.") || starts_with(label, "mod.router") ||
+                     starts_with(label, "moe.router") || starts_with(label, "moe.topk") ||
+                     starts_with(label, "dropout.") || starts_with(label, "embedding.dropout");
+  if (starts_with(label, "embedding") || starts_with(label, "dar.bank_init")) {
+    place.part = LabelPlace::first;
+  } else if (starts_with(label, "final.norm") || starts_with(label, "head") ||
+             starts_with(label, "loss.") || starts_with(label, "dar.output")) {
+    place.part = LabelPlace::last;
+  } else if (starts_with(label, "dar.prefix")) {
+    place.part = LabelPlace::prefix;
+  }
+  place.depth = starts_with(label, "dar.");
+  return place;
+}
+
+// label_place() memoised by the label's address (labels are static strings,
+// ops.hpp; a slot holds one address, so a collision only recomputes): the
+// layout search lowers the same few dozen labels millions of times.
+LabelPlace cached_label_place(const char* label) {
+  struct Slot {
+    const char* label = nullptr;
+    LabelPlace place;
+  };
+  constexpr size_t kSlots = 512;
+  thread_local std::array<Slot, kSlots> slots{};
+  Slot& slot = slots[(reinterpret_cast<uintptr_t>(label) >> 3) & (kSlots - 1)];
+  if (slot.label != label) {
+    slot.place = label_place(label);
+    slot.label = label;
+  }
+  return slot.place;
+}
+
 // Time of one micro-batch's ops by where they run.
 struct Buckets final : detail::OpConsumer {
   Buckets(const TimingModel& timing, double token_share, AttentionKernel kernel,
@@ -57,31 +104,28 @@ struct Buckets final : detail::OpConsumer {
     TimingModel::Source source = TimingModel::Source::roofline;
     double seconds = detail::attention_kernel_time_s(op, timing_, kernel_, dropout_, &source) *
                      static_cast<double>(op.multiplicity);
-    const char* label = op.label;
-    // Token-wise ops on full d_model rows: sharded by tokens under SP.
-    const bool token_wise = starts_with(label, "attn.norm") || starts_with(label, "mlp.norm") ||
-                            starts_with(label, "residual.") || starts_with(label, "final.norm") ||
-                            starts_with(label, "dar.") || starts_with(label, "mod.router") ||
-                            starts_with(label, "moe.router") || starts_with(label, "moe.topk") ||
-                            starts_with(label, "dropout.") ||
-                            starts_with(label, "embedding.dropout");
-    if (token_wise) {
+    const LabelPlace place = cached_label_place(op.label);
+    if (place.token_wise) {
       seconds *= share_;
     }
-    if (starts_with(label, "embedding") || starts_with(label, "dar.bank_init")) {
-      first += seconds;
-    } else if (starts_with(label, "final.norm") || starts_with(label, "head") ||
-               starts_with(label, "loss.") || starts_with(label, "dar.output")) {
-      last += seconds;
-    } else if (starts_with(label, "dar.prefix")) {
-      prefix += seconds;  // replaced by per-block times in estimate_cluster
-    } else {
-      layers += seconds;
-      if (starts_with(label, "dar.")) {
-        depth_reads += seconds;
-      }
+    switch (place.part) {
+      case LabelPlace::first:
+        first += seconds;
+        break;
+      case LabelPlace::last:
+        last += seconds;
+        break;
+      case LabelPlace::prefix:
+        prefix += seconds;  // replaced by per-block times in estimate_cluster
+        break;
+      case LabelPlace::layers:
+        layers += seconds;
+        if (place.depth) {
+          depth_reads += seconds;
+        }
+        break;
     }
-    if (starts_with(label, "dar.")) {
+    if (place.depth) {
       all_depth_reads += seconds;
     }
     if (op.shape.kind == OpKind::attention) {
@@ -865,6 +909,20 @@ double dar_prefix_s(const ClusterContext& c, int64_t block) {
          c.timing.op_time_s(shape, Pass::backward, &source);
 }
 
+// dar_prefix_s() memoised in `compute` (the shape and the compute's layout
+// fix it; every layout sharing the compute reads the same blocks).
+double block_prefix_s(const ClusterContext& c, const RankCompute& compute, int64_t block) {
+  std::vector<double>& memo = compute.dar_prefix_block_s;
+  const size_t at = static_cast<size_t>(block - 1);
+  if (memo.size() <= at) {
+    memo.resize(at + 1, NAN);
+  }
+  if (std::isnan(memo[at])) {
+    memo[at] = dar_prefix_s(c, block);
+  }
+  return memo[at];
+}
+
 // Each layer's time per micro-batch on the critical path: its compute and
 // exposed tensor / context / expert communication, a DAR block's prefix read
 // on the block's first layer, and the model's ends on the first and last
@@ -880,7 +938,7 @@ std::vector<double> layer_costs(const ClusterContext& c, const RankCompute& comp
       cost += routed ? comm.ep_routed_s : comm.ep_full_s;
     }
     if (c.depth && l % c.K == 0) {
-      cost += dar_prefix_s(c, l / c.K + 1);
+      cost += block_prefix_s(c, compute, l / c.K + 1);
     }
     partition_cost[static_cast<size_t>(l)] = cost;
   }
@@ -940,7 +998,7 @@ void assemble_stages(const ClusterContext& c, const RankCompute& compute, const 
       }
       stage.routed_layers += routed ? 1 : 0;
       if (c.depth && l % c.K == 0) {
-        stage.compute_s += dar_prefix_s(c, l / c.K + 1);
+        stage.compute_s += block_prefix_s(c, compute, l / c.K + 1);
       }
     }
     stage.layers += size;

@@ -165,6 +165,9 @@ struct RankCompute {
     std::vector<int64_t> sizes;
   };
   mutable std::vector<Split> balanced_splits;
+  // Memo of each DAR block's prefix read, forward + backward (index block -
+  // 1; NaN until timed): it depends on this compute and the shape only.
+  mutable std::vector<double> dar_prefix_block_s;
 };
 RankCompute rank_compute(const Config& config, const TimingModel& timing);
 
