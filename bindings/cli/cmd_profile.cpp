@@ -119,9 +119,10 @@ std::vector<std::string> split_list(const std::string& text) {
 
 // `modar profile --comm`: every rank runs it; rank 0 prints and writes.
 int cmd_profile_comm(const ParsedArgs& parsed) {
-  for (const char* op_only : {"--quick", "--resume", "--threads", "--rotate-bytes", "--gpu-l2-bytes",
-                              "--gpu-memory-bytes", "--max-point-bytes", "--clock", "--kinds",
-                              "--max-dim", "--rounds", "--drift-tolerance", "--max-seconds"}) {
+  for (const char* op_only :
+       {"--quick", "--resume", "--threads", "--rotate-bytes", "--gpu-l2-bytes",
+        "--gpu-memory-bytes", "--max-point-bytes", "--clock", "--kinds", "--max-dim", "--rounds",
+        "--drift-tolerance", "--max-seconds"}) {
     if (parsed.has(op_only)) {
       throw ConfigError(std::string(op_only) +
                         ": not used with --comm (it sets the op profiler; see modar profile --help)");
@@ -379,18 +380,19 @@ int cmd_profile(const Args& args) {
     const auto it = profile.provenance.find(key);
     return it == profile.provenance.end() ? std::string(otherwise) : it->second;
   };
-  std::printf("wrote %s: %zu measurements (%s grid, %s, backend %s), skipped %s, not measured "
-              "(max_seconds) %s\n",
-              options.out_path.c_str(), profile.measurements.size(),
-              runtime::to_string(options.grid), to_string(options.dtype),
-              options.backend_name.c_str(), profile.provenance.at("skipped_count").c_str(),
-              recorded("unmeasured_count", "0").c_str());
-  std::printf("noise: %s rounds per point, round spread median %s; sentinel drift %s "
-              "(tolerance %s), %s batches measured again, %s points marked drift\n",
-              recorded("rounds", "1").c_str(), recorded("round_spread_median", "-").c_str(),
-              recorded("drift", "-").c_str(), recorded("drift_tolerance", "-").c_str(),
-              recorded("drift_remeasured_batches", "0").c_str(),
-              recorded("drift_marked_points", "0").c_str());
+  std::printf(
+      "wrote %s: %zu measurements (%s grid, %s, backend %s), skipped %s, not measured "
+      "(max_seconds) %s\n",
+      options.out_path.c_str(), profile.measurements.size(), runtime::to_string(options.grid),
+      to_string(options.dtype), options.backend_name.c_str(),
+      profile.provenance.at("skipped_count").c_str(), recorded("unmeasured_count", "0").c_str());
+  std::printf(
+      "noise: %s rounds per point, round spread median %s; sentinel drift %s "
+      "(tolerance %s), %s batches measured again, %s points marked drift\n",
+      recorded("rounds", "1").c_str(), recorded("round_spread_median", "-").c_str(),
+      recorded("drift", "-").c_str(), recorded("drift_tolerance", "-").c_str(),
+      recorded("drift_remeasured_batches", "0").c_str(),
+      recorded("drift_marked_points", "0").c_str());
   std::printf("ceilings: %s\n", profile.provenance.at("ceilings_how").c_str());
   return 0;
 }

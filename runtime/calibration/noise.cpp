@@ -75,8 +75,8 @@ double DriftSentinel::time_s(double budget_s) {
 }
 
 std::string DriftSentinel::description() const {
-  return "gemm " + std::to_string(n_) + "x" + std::to_string(n_) + "x" + std::to_string(n_) +
-         " " + to_string(type_) + ", " + to_string(clock_) + " clock, median of >= 5 calls";
+  return "gemm " + std::to_string(n_) + "x" + std::to_string(n_) + "x" + std::to_string(n_) + " " +
+         to_string(type_) + ", " + to_string(clock_) + " clock, median of >= 5 calls";
 }
 
 double sentinel_drift(double reference_s, double before_s, double after_s) {

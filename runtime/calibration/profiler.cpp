@@ -28,8 +28,8 @@
 
 #include "modar/cost_model.hpp"
 #include "modar/errors.hpp"
-#include "modar/profile_io.hpp"
 #include "modar/json.hpp"
+#include "modar/profile_io.hpp"
 #include "profiler_internal.hpp"
 
 #if defined(_OPENMP)
@@ -625,7 +625,7 @@ MachineSetup machine_setup(const Backend& backend, const ProfileOptions& options
                                                    : kDefaultGpuL2Bytes;
     m.cache_source = options.device_cache_bytes > 0 ? "L2 size given on the command line"
                      : reported_l2 > 0              ? "L2 size reported by the device"
-                                                : "L2 assumed 50 MiB (H100 / H200): not reported";
+                                       : "L2 assumed 50 MiB (H100 / H200): not reported";
     m.memory_bytes =
         static_cast<double>(options.device_memory_bytes > 0 ? options.device_memory_bytes
                             : reported_memory > 0           ? reported_memory
@@ -689,9 +689,8 @@ DeviceProfile read_checkpoint(const Backend& backend, const ProfileOptions& opti
   for (const auto& [key, now] : same) {
     if (!field(key).empty() && field(key) != now) {
       throw ConfigError(checkpoint + ": " + key + " = \"" + field(key) +
-                        "\": the checkpoint was measured with another " + key +
-                        " than this run (" + now +
-                        "); resume with the same settings on the same machine, or delete it");
+                        "\": the checkpoint was measured with another " + key + " than this run (" +
+                        now + "); resume with the same settings on the same machine, or delete it");
     }
   }
   return previous;
@@ -721,9 +720,9 @@ void record_run_provenance(DeviceProfile& profile, const Backend& backend,
     p["max_point_bytes"] = std::to_string(timing.max_point_bytes) + " (bounded grid)";
   }
   p["clock"] = to_string(timing.clock);
-  p["timing"] = "median of >= " + std::to_string(timing.min_repeats) + " samples (each >= " +
-                number_text(timing.min_sample_s) + " s of back-to-back calls) after warm-up; " +
-                number_text(timing.budget_s) +
+  p["timing"] = "median of >= " + std::to_string(timing.min_repeats) +
+                " samples (each >= " + number_text(timing.min_sample_s) +
+                " s of back-to-back calls) after warm-up; " + number_text(timing.budget_s) +
                 " s budget per shape; inputs random, rotated over copies exceeding the rotation "
                 "size; spread = (p90 - p10) / median";
   p["rounds"] = std::to_string(options.rounds);
@@ -875,9 +874,8 @@ void record_noise_provenance(DeviceProfile& profile, const DriftLedger& ledger,
   p["sentinel_reference_s"] = number_text(ledger.reference_s);
   p["sentinel_min_s"] = number_text(ledger.min_s);
   p["sentinel_max_s"] = number_text(ledger.max_s);
-  p["drift"] = number_text(ledger.reference_s > 0.0
-                               ? (ledger.max_s - ledger.min_s) / ledger.reference_s
-                               : 0.0);
+  p["drift"] = number_text(
+      ledger.reference_s > 0.0 ? (ledger.max_s - ledger.min_s) / ledger.reference_s : 0.0);
   p["drift_tolerance"] = number_text(options.drift_tolerance);
   p["drift_remeasured_batches"] = std::to_string(ledger.remeasured_batches);
   p["drift_marked_points"] = std::to_string(ledger.marked_points);
@@ -967,9 +965,9 @@ int64_t measure_points(const PointsRun& run, const std::vector<ProfilePoint>& to
   const size_t batch_size = static_cast<size_t>(std::max(1, options.batch_points));
   // A batch keeps its points' tensors between rounds up to a quarter of the
   // memory limit (at most 1 GiB): a point of a few copies is then filled once.
-  const int64_t keep_bytes = std::min<int64_t>(
-      int64_t{1} << 30,
-      timing.memory_limit_bytes > 0 ? timing.memory_limit_bytes / 4 : int64_t{1} << 30);
+  const int64_t keep_bytes = std::min<int64_t>(int64_t{1} << 30, timing.memory_limit_bytes > 0
+                                                                     ? timing.memory_limit_bytes / 4
+                                                                     : int64_t{1} << 30);
   size_t done = 0;
   for (size_t first = 0; first < todo.size(); first += batch_size) {
     if (options.max_seconds > 0.0 && now_s() - run_start_s >= options.max_seconds) {
@@ -1099,8 +1097,7 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
 
   for (auto it = p.begin(); it != p.end();) {
     const bool per_run = it->first.rfind("skipped.", 0) == 0 ||
-                         it->first.rfind("unmeasured.", 0) == 0 ||
-                         it->first == "unmeasured_count";
+                         it->first.rfind("unmeasured.", 0) == 0 || it->first == "unmeasured_count";
     it = per_run ? p.erase(it) : std::next(it);
   }
   std::vector<ProfilePoint> todo;
@@ -1123,11 +1120,11 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
     estimated_s = estimate.total_s;
     p["estimated_duration_s"] = number_text(estimate.total_s) + " (the points, after the ceilings)";
     if (!estimate.left_out.empty()) {
-      record_unmeasured(profile, estimate.left_out,
-                        "left out to fit max_seconds = " + number_text(options.max_seconds) +
-                            " s (the most expensive points first: " +
-                            std::to_string(estimate.left_out.size()) + " points, about " +
-                            format_duration(estimate.left_out_s) + " of measuring)");
+      record_unmeasured(
+          profile, estimate.left_out,
+          "left out to fit max_seconds = " + number_text(options.max_seconds) +
+              " s (the most expensive points first: " + std::to_string(estimate.left_out.size()) +
+              " points, about " + format_duration(estimate.left_out_s) + " of measuring)");
       todo = estimate.kept;
     }
   }
@@ -1135,10 +1132,9 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
     std::fprintf(options.progress,
                  "modar profile: %zu shapes (%zu already measured%s), grid %s, %s, %d round%s; "
                  "%zu to measure, estimated %s%s\n",
-                 points.size(), already_measured,
-                 resumed ? ", resumed" : "", to_string(options.grid), to_string(options.dtype),
-                 options.rounds, options.rounds == 1 ? "" : "s", todo.size(),
-                 format_duration(estimated_s).c_str(),
+                 points.size(), already_measured, resumed ? ", resumed" : "",
+                 to_string(options.grid), to_string(options.dtype), options.rounds,
+                 options.rounds == 1 ? "" : "s", todo.size(), format_duration(estimated_s).c_str(),
                  p.count("unmeasured_count") > 0
                      ? (" (" + p["unmeasured_count"] + " left out to fit max_seconds)").c_str()
                      : "");

@@ -368,8 +368,7 @@ ValidationReport run_validation(Backend& backend, const DeviceProfile& profile,
   report.method =
       "each case's model is built and warmed up (" + std::to_string(options.warmup_steps) +
       " steps) first; then " + std::to_string(repeats) + " repeat(s) of " +
-      std::to_string(options.rounds) +
-      " interleaved rounds time one train_step of every case (" +
+      std::to_string(options.rounds) + " interleaved rounds time one train_step of every case (" +
       std::string(options.clock == Clock::wall ? "wall clock: backend timer" : "process CPU time") +
       "); a case's time is the median of all its rounds, its run-to-run spread (max - min) / "
       "median of the repeats' medians; noise floor = half that + the profile's round spread "
@@ -381,8 +380,8 @@ ValidationReport run_validation(Backend& backend, const DeviceProfile& profile,
   // The host, before anything is built.
   DriftSentinel sentinel(backend, options.clock);
   std::vector<double> sentinel_times;
-  report.host_flags = check_host_before(sentinel, profile, options, options.threads, report,
-                                        sentinel_times);
+  report.host_flags =
+      check_host_before(sentinel, profile, options, options.threads, report, sentinel_times);
   if (options.refuse_under_load && !report.host_flags.empty()) {
     throw HostBusyError("refused before measuring: " + report.host_flags.front() +
                         "; re-run on a quiet machine (or re-profile this one), or leave out "
@@ -718,8 +717,7 @@ std::string validation_text(const ValidationReport& report) {
                 "host: sentinel %.3g ms now%s, drift %.1f%% through the run; other work used "
                 "%.2f CPUs before, %.2f during (of %d)\n",
                 1e3 * report.sentinel_s, profiled, 100.0 * report.sentinel_drift,
-                report.other_busy_cpus_before,
-                report.other_busy_cpus_during, report.logical_cpus);
+                report.other_busy_cpus_before, report.other_busy_cpus_during, report.logical_cpus);
   out << line;
   for (const std::string& flag : report.host_flags) {
     out << "WARNING: " << flag << "\n";

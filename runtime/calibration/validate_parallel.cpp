@@ -563,7 +563,8 @@ std::unique_ptr<LiveCase> build_live_case(Backend& backend, TimingCommunicator& 
         std::make_unique<DataParallelTrainer>(*lc->model, *lc->groups.data, config.parallel.zero);
   } else {  // "tensor" or "pipeline": the composed trainer
     ParallelTrainerOptions composed;
-    composed.microbatches = validation_case.trainer == "pipeline" ? validation_case.microbatches : 1;
+    composed.microbatches =
+        validation_case.trainer == "pipeline" ? validation_case.microbatches : 1;
     composed.sequence_parallel = config.parallel.sequence_parallel;
     composed.zero_stage = config.parallel.zero;
     lc->composed = std::make_unique<ParallelTrainer>(backend, model_config, model_options,

@@ -273,11 +273,11 @@ ProfileOptions resolve_profile_options(const ProfileRequest& request, DeviceKind
 // timed here (about 0.1 s).  The ceilings and the sentinel are added.  Under
 // a bound, the most expensive points are left out until the rest fits.
 struct ProfileDurationEstimate {
-  double total_s = 0.0;     // ceilings + sentinel + the points kept
-  double ceilings_s = 0.0;  // 0 when the ceilings are not measured
+  double total_s = 0.0;                              // ceilings + sentinel + the points kept
+  double ceilings_s = 0.0;                           // 0 when the ceilings are not measured
   double gemm_flops_per_s = 0.0, bytes_per_s = 0.0;  // the rates it used
-  std::vector<ProfilePoint> kept, left_out;  // left_out: beyond max_seconds
-  double left_out_s = 0.0;                   // what the left-out points would have cost
+  std::vector<ProfilePoint> kept, left_out;          // left_out: beyond max_seconds
+  double left_out_s = 0.0;                           // what the left-out points would have cost
 };
 ProfileDurationEstimate estimate_profile_duration(Backend& backend, const ProfileOptions& options,
                                                   const std::vector<ProfilePoint>& points);

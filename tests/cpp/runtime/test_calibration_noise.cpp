@@ -70,11 +70,11 @@ ProfileOptions tiny_run(const std::string& out) {
 // |x / y - 1| with the larger over the smaller, worked by hand.
 TEST(DriftSentinel, DriftIsTheLargestRelativeChange) {
   EXPECT_DOUBLE_EQ(sentinel_drift(1.0, 1.0, 1.0), 0.0);
-  EXPECT_NEAR(sentinel_drift(1.0, 1.2, 1.2), 0.2, 1e-12);         // both slower than the start
-  EXPECT_NEAR(sentinel_drift(1.0, 1.0, 0.8), 0.25, 1e-12);        // 1 / 0.8 - 1
+  EXPECT_NEAR(sentinel_drift(1.0, 1.2, 1.2), 0.2, 1e-12);              // both slower than the start
+  EXPECT_NEAR(sentinel_drift(1.0, 1.0, 0.8), 0.25, 1e-12);             // 1 / 0.8 - 1
   EXPECT_NEAR(sentinel_drift(1.0, 1.1, 0.9), 1.1 / 0.9 - 1.0, 1e-12);  // within the batch
-  EXPECT_NEAR(sentinel_drift(2.0, 1.0, 1.0), 1.0, 1e-12);         // twice as fast: 100 %
-  EXPECT_DOUBLE_EQ(sentinel_drift(0.0, 1.0, 2.0), 0.0);           // no reference: no verdict
+  EXPECT_NEAR(sentinel_drift(2.0, 1.0, 1.0), 1.0, 1e-12);              // twice as fast: 100 %
+  EXPECT_DOUBLE_EQ(sentinel_drift(0.0, 1.0, 2.0), 0.0);                // no reference: no verdict
 }
 
 // rounds = 3 with 5 samples per point: each round takes at least
@@ -299,8 +299,7 @@ TEST(ValidateNoise, AMachineThatDoesNotMatchIsFlaggedOrRefused) {
   ASSERT_FALSE(report.host_flags.empty());
   EXPECT_NE(report.host_flags.front().find("does not match the profile"), std::string::npos)
       << report.host_flags.front();
-  EXPECT_NE(validation_text(report).find("WARNING: the machine does not match"),
-            std::string::npos);
+  EXPECT_NE(validation_text(report).find("WARNING: the machine does not match"), std::string::npos);
   EXPECT_NE(validation_json(report).find("\"valid\": false"), std::string::npos);
 
   options.refuse_under_load = true;

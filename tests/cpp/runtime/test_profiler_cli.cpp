@@ -75,14 +75,14 @@ class ProfilerCli : public testing::Test {
 };
 
 TEST_F(ProfilerCli, BadFlagsExitTwoWithOneLine) {
-  for (const char* args : {"profile --backend cpu", "profile --backend tpu --out x.toml",
-                           "profile --backend cpu --out x.toml --clock sundial",
-                           "validate --backend cpu", "validate --profile x.toml --rounds 0",
-                           "profile --backend cpu --out x.toml --rounds 0",
-                           "profile --backend cpu --out x.toml --drift-tolerance -1",
-                           "profile --backend cpu --out x.toml --max-seconds 0",
-                           "profile --backend cpu --out x.toml --max-seconds soon",
-                           "validate --profile x.toml --repeats 0"}) {
+  for (const char* args :
+       {"profile --backend cpu", "profile --backend tpu --out x.toml",
+        "profile --backend cpu --out x.toml --clock sundial", "validate --backend cpu",
+        "validate --profile x.toml --rounds 0", "profile --backend cpu --out x.toml --rounds 0",
+        "profile --backend cpu --out x.toml --drift-tolerance -1",
+        "profile --backend cpu --out x.toml --max-seconds 0",
+        "profile --backend cpu --out x.toml --max-seconds soon",
+        "validate --profile x.toml --repeats 0"}) {
     const Result r = run(args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
     EXPECT_EQ(lines(r.err), 1) << args << ": " << r.err;
