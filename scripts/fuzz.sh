@@ -53,15 +53,7 @@ done
 
 if [ "$build" = 1 ]; then
   modar_ensure_debian_packages "${MODAR_DEBIAN_PACKAGES[@]}" clang libclang-rt-dev llvm
-  if [ ! -f "$SAN_DIR/CMakeCache.txt" ]; then
-    launcher=()
-    if command -v ccache >/dev/null 2>&1; then
-      launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-    fi
-    cmake -S . -B "$SAN_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++ \
-      -DMODAR_CUDA=OFF -DMODAR_BENCHMARKS=OFF -DMODAR_PYTHON=OFF -DMODAR_FUZZ=ON \
-      "${launcher[@]}" >/dev/null
-  fi
+  modar_configure_sanitize_build "$SAN_DIR"
   cmake --build "$SAN_DIR" -j "$JOBS" --target "${targets[@]/#/modar_fuzz_}"
 fi
 

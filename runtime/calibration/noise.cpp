@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -135,6 +136,16 @@ double HostLoadMeter::other_busy_cpus() const {
   const double busy_s = (busy - busy_start_) / static_cast<double>(ticks);
   const double own_s = process_cpu_s() - own_start_s_;
   return std::max(0.0, (busy_s - own_s) / wall_s);
+}
+
+double provenance_positive_number(const DeviceProfile& profile, const char* key) {
+  const auto it = profile.provenance.find(key);
+  if (it == profile.provenance.end()) {
+    return 0.0;
+  }
+  char* end = nullptr;
+  const double value = std::strtod(it->second.c_str(), &end);
+  return end != it->second.c_str() && std::isfinite(value) && value > 0.0 ? value : 0.0;
 }
 
 std::string load_average_text() {

@@ -842,16 +842,6 @@ struct DriftLedger {
   }
 };
 
-double provenance_number(const DeviceProfile& profile, const char* key) {
-  const auto it = profile.provenance.find(key);
-  if (it == profile.provenance.end()) {
-    return 0.0;
-  }
-  char* end = nullptr;
-  const double value = std::strtod(it->second.c_str(), &end);
-  return end != it->second.c_str() && std::isfinite(value) && value > 0.0 ? value : 0.0;
-}
-
 void record_noise_provenance(DeviceProfile& profile, const DriftLedger& ledger,
                              const DriftSentinel* sentinel, const ProfileOptions& options) {
   std::map<std::string, std::string>& p = profile.provenance;
@@ -904,7 +894,7 @@ void raise_gemm_ceilings(DeviceProfile& profile) {
 void record_unmeasured(DeviceProfile& profile, const std::vector<ProfilePoint>& points,
                        const std::string& reason) {
   std::map<std::string, std::string>& p = profile.provenance;
-  int64_t count = static_cast<int64_t>(provenance_number(profile, "unmeasured_count"));
+  int64_t count = static_cast<int64_t>(provenance_positive_number(profile, "unmeasured_count"));
   for (const ProfilePoint& point : points) {
     ++count;
     char key[40];
@@ -1148,10 +1138,10 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
   double before_s = 0.0;
   if (options.drift_tolerance > 0.0) {
     sentinel = std::make_unique<DriftSentinel>(backend, timing.clock);
-    ledger.reference_s = resumed ? provenance_number(profile, "sentinel_reference_s") : 0.0;
+    ledger.reference_s = resumed ? provenance_positive_number(profile, "sentinel_reference_s") : 0.0;
     ledger.remeasured_batches =
-        static_cast<int64_t>(provenance_number(profile, "drift_remeasured_batches"));
-    ledger.marked_points = static_cast<int64_t>(provenance_number(profile, "drift_marked_points"));
+        static_cast<int64_t>(provenance_positive_number(profile, "drift_remeasured_batches"));
+    ledger.marked_points = static_cast<int64_t>(provenance_positive_number(profile, "drift_marked_points"));
     std::vector<double> first = {sentinel->time_s(), sentinel->time_s(), sentinel->time_s()};
     for (const double t : first) {
       ledger.saw(t);

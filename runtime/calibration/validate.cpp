@@ -256,16 +256,6 @@ void time_repeat(Backend& backend, std::vector<LiveCase>& live, int repeat,
   }
 }
 
-double provenance_seconds(const DeviceProfile& profile, const char* key) {
-  const auto it = profile.provenance.find(key);
-  if (it == profile.provenance.end()) {
-    return 0.0;
-  }
-  char* end = nullptr;
-  const double value = std::strtod(it->second.c_str(), &end);
-  return end != it->second.c_str() && std::isfinite(value) && value > 0.0 ? value : 0.0;
-}
-
 // The host check before measuring: the sentinel against the profile's
 // recorded time, the profile's machine against this one, the CPUs other work
 // used over the sentinel's timings.  Fills the report; returns the failures.
@@ -290,7 +280,7 @@ std::vector<std::string> check_host_before(DriftSentinel& sentinel, const Device
   // Comparable only when timed alike: same kernel and clock, same threads.
   if (recorded("sentinel") == sentinel.description() &&
       recorded("threads") == std::to_string(cpu_threads())) {
-    report.sentinel_profile_s = provenance_seconds(profile, "sentinel_reference_s");
+    report.sentinel_profile_s = provenance_positive_number(profile, "sentinel_reference_s");
   }
   if (report.sentinel_profile_s > 0.0) {
     const double change = report.sentinel_s / report.sentinel_profile_s - 1.0;

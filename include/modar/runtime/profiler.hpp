@@ -175,6 +175,9 @@ class HostLoadMeter {
 };
 // "0.52 0.61 0.80" (/proc/loadavg), or "unknown".
 std::string load_average_text();
+// A profile's provenance value read as a number > 0 (sentinel_reference_s,
+// counts), or 0 when it is missing or not such a number.
+double provenance_positive_number(const DeviceProfile& profile, const char* key);
 
 // ---- the machine ----------------------------------------------------------------
 
