@@ -49,11 +49,9 @@ DriftSentinel::DriftSentinel(Backend& backend, Clock clock)
       a_(backend, {n_, n_}, type_),
       b_(backend, {n_, n_}, type_),
       out_(backend, {n_, n_}, type_) {
-  profiler_detail::TensorSpec uniform;
-  uniform.fill = profiler_detail::Fill::uniform;
-  uniform.type = type_;
-  profiler_detail::fill_tensor(backend_, a_.view(), uniform, 21);
-  profiler_detail::fill_tensor(backend_, b_.view(), uniform, 22);
+  const SampleTensor uniform{};  // U(-1, 1) values
+  fill_sample_tensor(backend_, a_.view(), uniform, SampleFill::timing, 21);
+  fill_sample_tensor(backend_, b_.view(), uniform, SampleFill::timing, 22);
   backend_.gemm(a_.view(), false, b_.view(), false, out_.view());  // first touch
   backend_.synchronize();
 }
