@@ -8,7 +8,9 @@
 
 #include "cli_util.hpp"
 #include "commands.hpp"
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/files.hpp"
+#include "modar/base/text.hpp"
 #include "modar/planner.hpp"
 #include "planner_cli.hpp"
 
@@ -85,8 +87,10 @@ std::string explain_empty_curve(const SweepRequest& request, const CurveKey& cur
   }
   const LossFit fit = load_fit(request.fit);
   const EfficiencyPrior prior = efficiency_prior(arch_base, fit, request.eps_overrides);
-  const double eps = prior.known ? prior.eps : 1.0;
-  const auto centre = [&](double budget) { return closed_form_optimum(fit.params, budget, eps).n_opt; };
+  const LossScale scale = loss_scale(prior, prior.known ? prior.eps : 1.0);
+  const auto centre = [&](double budget) {
+    return closed_form_optimum(fit.params, budget, scale).n_opt;
+  };
   // The curve spans N_f* / w .. N_f* x w around its compute-optimal N_f*
   // (w = grid half width x 1.1): solve N_f*(C) for the two ends by bisection.
   const double w = request.grid_half_width * 1.1;
@@ -210,7 +214,7 @@ int cmd_sweep(const Args& args) {
     std::fprintf(stderr, "modar sweep: note: %s\n", notes[i].c_str());
   }
   if (output) {
-    save_text_atomically(*output, buffer);
+    write_file_atomically(*output, buffer, "sweep output");
   } else {
     std::fputs(buffer.c_str(), stdout);
   }

@@ -26,9 +26,10 @@
 #include <thread>
 #include <utility>
 
+#include "modar/base/errors.hpp"
+#include "modar/base/json.hpp"
+#include "modar/base/text.hpp"
 #include "modar/cost_model.hpp"
-#include "modar/errors.hpp"
-#include "modar/json.hpp"
 #include "modar/profile_io.hpp"
 #include "profiler_internal.hpp"
 
@@ -135,10 +136,7 @@ int64_t op_working_set_bytes(const OpShape& shape, Pass pass) {
 namespace {
 
 std::string gib(int64_t bytes) {
-  std::ostringstream out;
-  out.precision(3);
-  out << static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0) << " GiB";
-  return out.str();
+  return format_general(static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0), 3) + " GiB";
 }
 
 double now_s() {
@@ -333,13 +331,6 @@ std::string utc_now() {
   return buffer;
 }
 
-std::string number_text(double value) {
-  std::ostringstream out;
-  out.precision(4);
-  out << value;
-  return out.str();
-}
-
 }  // namespace
 
 std::map<std::string, std::string> build_provenance() {
@@ -497,7 +488,7 @@ CeilingReport measure_ceilings(Backend& backend, Clock clock, DeviceKind device,
     } else {
       c.peak_flops_bf16 = c.achievable_flops_bf16 = rate;
     }
-    how << "GEMM " << n << "^3 " << to_string(type) << ": " << number_text(rate / 1e9)
+    how << "GEMM " << n << "^3 " << to_string(type) << ": " << format_general(rate / 1e9, 4)
         << " GFLOP/s; ";
   }
   // Bandwidth: a device copy well past the cache (bytes read + bytes written).
@@ -516,8 +507,8 @@ CeilingReport measure_ceilings(Backend& backend, Clock clock, DeviceKind device,
     const double seconds = time_call(
         backend, clock, [&] { backend.copy(src.view(), dst.view()); }, 1.0);
     c.memory_bandwidth = c.achievable_bandwidth = 2.0 * static_cast<double>(copy_bytes) / seconds;
-    how << "copy of " << (copy_bytes >> 20) << " MiB: " << number_text(c.memory_bandwidth / 1e9)
-        << " GB/s (read + write); ";
+    how << "copy of " << (copy_bytes >> 20)
+        << " MiB: " << format_general(c.memory_bandwidth / 1e9, 4) << " GB/s (read + write); ";
   }
   // Launch / dispatch overhead: a 16-element add, back to back.
   {
@@ -719,8 +710,8 @@ void record_run_provenance(DeviceProfile& profile, const Backend& backend,
   }
   p["clock"] = to_string(timing.clock);
   p["timing"] = "median of >= " + std::to_string(timing.min_repeats) +
-                " samples (each >= " + number_text(timing.min_sample_s) +
-                " s of back-to-back calls) after warm-up; " + number_text(timing.budget_s) +
+                " samples (each >= " + format_general(timing.min_sample_s, 4) +
+                " s of back-to-back calls) after warm-up; " + format_general(timing.budget_s, 4) +
                 " s budget per shape; inputs random, rotated over copies exceeding the rotation "
                 "size; spread = (p90 - p10) / median";
   p["rounds"] = std::to_string(options.rounds);
@@ -851,20 +842,20 @@ void record_noise_provenance(DeviceProfile& profile, const DriftLedger& ledger,
   }
   if (!round_spreads.empty()) {
     std::sort(round_spreads.begin(), round_spreads.end());
-    p["round_spread_median"] = number_text(summarize_samples(round_spreads).median_s);
-    p["round_spread_p90"] = number_text(summarize_samples(round_spreads).p90_s);
+    p["round_spread_median"] = format_general(summarize_samples(round_spreads).median_s, 4);
+    p["round_spread_p90"] = format_general(summarize_samples(round_spreads).p90_s, 4);
   }
   p["load_average_at_end"] = trim_text(read_text_or_empty("/proc/loadavg"));
   if (sentinel == nullptr) {
     return;
   }
   p["sentinel"] = sentinel->description();
-  p["sentinel_reference_s"] = number_text(ledger.reference_s);
-  p["sentinel_min_s"] = number_text(ledger.min_s);
-  p["sentinel_max_s"] = number_text(ledger.max_s);
-  p["drift"] = number_text(
-      ledger.reference_s > 0.0 ? (ledger.max_s - ledger.min_s) / ledger.reference_s : 0.0);
-  p["drift_tolerance"] = number_text(options.drift_tolerance);
+  p["sentinel_reference_s"] = format_general(ledger.reference_s, 4);
+  p["sentinel_min_s"] = format_general(ledger.min_s, 4);
+  p["sentinel_max_s"] = format_general(ledger.max_s, 4);
+  p["drift"] = format_general(
+      ledger.reference_s > 0.0 ? (ledger.max_s - ledger.min_s) / ledger.reference_s : 0.0, 4);
+  p["drift_tolerance"] = format_general(options.drift_tolerance, 4);
   p["drift_remeasured_batches"] = std::to_string(ledger.remeasured_batches);
   p["drift_marked_points"] = std::to_string(ledger.marked_points);
 }
@@ -963,7 +954,7 @@ int64_t measure_points(const PointsRun& run, const std::vector<ProfilePoint>& to
                                            todo.end());
       record_unmeasured(profile, rest,
                         "not measured: the run's time bound max_seconds = " +
-                            number_text(options.max_seconds) + " s was spent");
+                            format_general(options.max_seconds, 4) + " s was spent");
       break;
     }
     const std::vector<ProfilePoint> batch(
@@ -1106,11 +1097,11 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
     }
     const ProfileDurationEstimate estimate = estimate_profile_duration(backend, rest, todo);
     estimated_s = estimate.total_s;
-    p["estimated_duration_s"] = number_text(estimate.total_s) + " (the points, after the ceilings)";
+    p["estimated_duration_s"] = format_general(estimate.total_s, 4) + " (the points, after the ceilings)";
     if (!estimate.left_out.empty()) {
       record_unmeasured(
           profile, estimate.left_out,
-          "left out to fit max_seconds = " + number_text(options.max_seconds) +
+          "left out to fit max_seconds = " + format_general(options.max_seconds, 4) +
               " s (the most expensive points first: " + std::to_string(estimate.left_out.size()) +
               " points, about " + format_duration(estimate.left_out_s) + " of measuring)");
       todo = estimate.kept;
@@ -1156,7 +1147,7 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
   const int64_t skipped = measure_points(run, todo, profile, ledger, before_s);
   record_noise_provenance(profile, ledger, sentinel.get(), options);
   p["skipped_count"] = std::to_string(skipped);
-  p["duration_s"] = number_text(now_s() - run_start_s) + " (this invocation)";
+  p["duration_s"] = format_general(now_s() - run_start_s, 4) + " (this invocation)";
   p["status"] = "complete";
   p["measurement_count"] = std::to_string(profile.measurements.size());
   save_profile_atomically(profile, options.out_path);
@@ -1306,18 +1297,18 @@ ProfileOptions resolve_profile_options(const ProfileRequest& request, DeviceKind
   options.batch_points = 32;
   options.drift_tolerance = request.drift_tolerance.value_or(0.10);
   if (!(options.drift_tolerance >= 0.0 && options.drift_tolerance <= 10.0)) {
-    throw ConfigError("drift_tolerance = " + number_text(options.drift_tolerance) +
+    throw ConfigError("drift_tolerance = " + format_general(options.drift_tolerance, 4) +
                       ": must be in [0, 10] (a fraction: 0.1 = the sentinel may move 10 %; 0 = "
                       "no sentinel)");
   }
   options.max_seconds = request.max_seconds.value_or(0.0);
   if (request.max_seconds && !(options.max_seconds > 0.0 && options.max_seconds <= 1e7)) {
-    throw ConfigError("max_seconds = " + number_text(options.max_seconds) +
+    throw ConfigError("max_seconds = " + format_general(options.max_seconds, 4) +
                       ": must be in (0, 1e7] seconds (the bound on the whole run)");
   }
   options.timing.budget_s = request.budget_s.value_or(request.quick ? 0.08 : 0.25);
   if (!(options.timing.budget_s > 0.0) || !std::isfinite(options.timing.budget_s)) {
-    throw ConfigError("budget_s = " + number_text(options.timing.budget_s) +
+    throw ConfigError("budget_s = " + format_general(options.timing.budget_s, 4) +
                       ": must be a positive number of seconds");
   }
   const auto positive = [](const char* name, const std::optional<int64_t>& value) -> int64_t {

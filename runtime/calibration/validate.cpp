@@ -11,8 +11,9 @@
 #include <memory>
 #include <sstream>
 
-#include "modar/errors.hpp"
-#include "modar/json.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/files.hpp"
+#include "modar/base/json.hpp"
 #include "modar/runtime/model.hpp"
 #include "modar/runtime/profiler.hpp"
 #include "validate_internal.hpp"

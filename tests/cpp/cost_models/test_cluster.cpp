@@ -10,8 +10,8 @@
 #include <functional>
 #include <random>
 
+#include "modar/base/errors.hpp"
 #include "modar/cost_model.hpp"
-#include "modar/errors.hpp"
 #include "modar/parallel.hpp"
 
 namespace modar {

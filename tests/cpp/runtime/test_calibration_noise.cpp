@@ -17,7 +17,7 @@
 #include <string>
 #include <utility>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/backend.hpp"
 #include "modar/runtime/forwarding_backend.hpp"
 #include "modar/runtime/op_args.hpp"
