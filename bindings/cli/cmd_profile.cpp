@@ -137,7 +137,7 @@ int cmd_profile_comm(const ParsedArgs& parsed) {
                       "profiles/cpu-comm.toml");
   }
   const std::string out_path = *parsed.value("--out");
-  runtime::CommProfileOptions request;
+  runtime::CommProfileRequest request;
   if (parsed.has("--collectives")) {
     for (const std::string& name : split_list(*parsed.value("--collectives"))) {
       Collective kind;
