@@ -19,7 +19,7 @@ struct FlopAccumulator {
     if (!is_counted_kind(op.shape.kind)) {
       return;
     }
-    const double total = op.flops * static_cast<double>(op.multiplicity);
+    const double total = op.flops * static_cast<double>(op.multiplicity) * op.weight;
     switch (op.pass) {
       case Pass::forward:
         forward += total;

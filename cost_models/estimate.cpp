@@ -47,7 +47,8 @@ std::string conventions_text(const Config& config, const DeviceProfile& profile,
   } else {
     text +=
         "; decode: one new token per sequence over a KV cache of seq_len tokens (routed "
-        "layers: k tokens; expected routed fraction = capacity)";
+        "layers: k cached tokens; expected work over the routed count ~ Binomial(batch, "
+        "capacity), r = 0 skips the block)";
   }
   text += "; time: ";
   const bool kernel_model = profile.kernel.sm_count > 0;

@@ -56,7 +56,7 @@ struct Buckets final : detail::OpConsumer {
     }
     TimingModel::Source source = TimingModel::Source::roofline;
     double seconds = detail::attention_kernel_time_s(op, timing_, kernel_, dropout_, &source) *
-                     static_cast<double>(op.multiplicity);
+                     static_cast<double>(op.multiplicity) * op.weight;
     const char* label = op.label;
     // Token-wise ops on full d_model rows: sharded by tokens under SP.
     const bool token_wise = starts_with(label, "attn.norm") || starts_with(label, "mlp.norm") ||

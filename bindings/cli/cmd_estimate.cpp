@@ -330,11 +330,15 @@ std::string report(const Config& config, const DeviceProfile& profile, StepKind 
         }
         dims += std::to_string(op.shape.dims[static_cast<size_t>(d)]);
       }
+      // Decode MoD: the routed branches per possible routed count, with its probability.
+      const std::string copies =
+          op.weight == 1.0 ? std::to_string(op.multiplicity)
+                           : std::to_string(op.multiplicity) + " p" + format_sci(op.weight, 3);
       ops.add_row({std::to_string(i), to_string(op.pass), op.label, to_string(op.shape.kind), dims,
-                   std::to_string(op.multiplicity), format_sci(op.flops, 3),
-                   format_bytes(op.bytes)});
+                   copies, format_sci(op.flops, 3), format_bytes(op.bytes)});
     }
-    out += "lowered ops (one micro-batch; x = multiplicity)\n" + ops.render() + "\n";
+    out += "lowered ops (one micro-batch; x = multiplicity, p = expected runs per step)\n" +
+           ops.render() + "\n";
   }
   out += "conventions " + e.conventions + "\n";
   return out;
