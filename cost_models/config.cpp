@@ -96,6 +96,9 @@ const char* to_string(DarVariant v) {
   }
   return "unknown";
 }
+const char* to_string(DarKernel v) {
+  return v == DarKernel::fused ? "fused" : "prefix";
+}
 const char* to_string(MoeMode v) {
   switch (v) {
     case MoeMode::none:
@@ -339,6 +342,7 @@ const std::vector<KeySpec>& key_specs() {
           "dar.variant", {"none", "attnres", "dar", "selfkv", "fixedkv", "crossv"}),
       integer_key<&Config::dar, &DarConfig::block_layers>("dar.block_layers"),
       integer_key<&Config::dar, &DarConfig::streams>("dar.streams"),
+      choice_key<&Config::dar, &DarConfig::kernel>("dar.kernel", {"fused", "prefix"}),
       // [moe]: experts and MoDE (docs/model.md experts, docs/moe.md).
       integer_key<&Config::moe, &MoeConfig::experts>("moe.experts"),
       integer_key<&Config::moe, &MoeConfig::top_k>("moe.top_k"),
@@ -355,7 +359,7 @@ const std::vector<KeySpec>& key_specs() {
       choice_key<&Config::moe, &MoeConfig::mode>("moe.mode", {"none", "staged", "integrated"}),
       integer_key<&Config::moe, &MoeConfig::null_experts>("moe.null_experts"),
       choice_key<&Config::moe, &MoeConfig::router_weights>("moe.router_weights",
-                                                            {"activation", "output", "input"}),
+                                                           {"activation", "output", "input"}),
       choice_key<&Config::moe, &MoeConfig::token_dispatcher>("moe.token_dispatcher",
                                                              {"alltoall", "allgather"}),
       // [train]

@@ -39,6 +39,7 @@ void write_memory_parts_json(JsonWriter& json, const MemoryBreakdown& memory,
   part("optimizer", memory.optimizer);
   part("activations", memory.activations);
   part("dar_bank", memory.dar_bank);
+  part("dar_retained", memory.dar_retained);
 }
 
 ParallelLayoutJson parallel_layout_json(const Config& config) {

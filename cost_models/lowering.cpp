@@ -530,6 +530,30 @@ class Lowerer {
     }
   }
 
+  // One depth read over `read.sources` bank entries (docs/dar_math.md 4.2).
+  // With dar.kernel = prefix, the DAR paper's implementation (docs/moe.md
+  // "The DAR paper's implementation"), a training read first packs the
+  // normalised key views (an unweighted RMSNorm of the raw entries with
+  // their cached rstd) and the values (a row copy) of its sources for every
+  // stream; the backward rebuilds both packs from the raw entries
+  // (dar.reconstruct_*, not kept from the forward) and folds the packed
+  // gradients back into the bank gradient (dar.pack_*.bwd).
+  void depth_read(const DepthReadPrefixDims& read, int64_t multiplicity, const char* label,
+                  const char* backward_label) {
+    if (train_ && config_.dar.kernel == DarKernel::prefix) {
+      const int64_t rows = read.sources * read.streams * read.tokens;
+      const RmsnormDims keys{.rows = rows, .width = read.width};
+      const GatherDims values{.rows = rows, .width = read.width};
+      forward(keys, multiplicity, "dar.pack_keys", Recomputed::never, "dar.pack_keys.bwd");
+      forward(values, multiplicity, "dar.pack_values", Recomputed::never, nullptr);
+      push(recompute_, keys, Pass::recompute, multiplicity, "dar.reconstruct_keys");
+      push(recompute_, values, Pass::recompute, multiplicity, "dar.reconstruct_values");
+      push(backward_, ScatterAddDims{.rows = rows, .width = read.width}, Pass::backward,
+           multiplicity, "dar.pack_values.bwd");
+    }
+    forward(read, multiplicity, label, Recomputed::never, backward_label);
+  }
+
   int64_t tokens() const {
     return train_ ? config_.train.micro_batch * config_.model.seq_len : config_.train.micro_batch;
   }
@@ -883,37 +907,37 @@ void Lowerer<Stream>::layers_with_depth_reads() {
   const int64_t half = complete_blocks / 2;
   if (complete_blocks % 2 == 1) {
     // Odd F: the mean (F+1)/2 is a whole number of sources.
-    forward(DepthReadPrefixDims{.tokens = T,
-                                .sources = (complete_blocks + 1) / 2,
-                                .queries = queries,
-                                .width = width,
-                                .streams = n,
-                                .variant = variant},
-            complete_blocks, "dar.prefix", Recomputed::never, "dar.prefix.bwd");
+    depth_read(DepthReadPrefixDims{.tokens = T,
+                                   .sources = (complete_blocks + 1) / 2,
+                                   .queries = queries,
+                                   .width = width,
+                                   .streams = n,
+                                   .variant = variant},
+               complete_blocks, "dar.prefix", "dar.prefix.bwd");
   } else if (half > 0) {
-    forward(DepthReadPrefixDims{.tokens = T,
-                                .sources = half,
-                                .queries = queries,
-                                .width = width,
-                                .streams = n,
-                                .variant = variant},
-            half, "dar.prefix", Recomputed::never, "dar.prefix.bwd");
-    forward(DepthReadPrefixDims{.tokens = T,
-                                .sources = half + 1,
-                                .queries = queries,
-                                .width = width,
-                                .streams = n,
-                                .variant = variant},
-            half, "dar.prefix", Recomputed::never, "dar.prefix.bwd");
+    depth_read(DepthReadPrefixDims{.tokens = T,
+                                   .sources = half,
+                                   .queries = queries,
+                                   .width = width,
+                                   .streams = n,
+                                   .variant = variant},
+               half, "dar.prefix", "dar.prefix.bwd");
+    depth_read(DepthReadPrefixDims{.tokens = T,
+                                   .sources = half + 1,
+                                   .queries = queries,
+                                   .width = width,
+                                   .streams = n,
+                                   .variant = variant},
+               half, "dar.prefix", "dar.prefix.bwd");
   }
   if (complete_blocks < N) {
-    forward(DepthReadPrefixDims{.tokens = T,
-                                .sources = N,
-                                .queries = 2 * last_block_layers * n,
-                                .width = width,
-                                .streams = n,
-                                .variant = variant},
-            1, "dar.prefix", Recomputed::never, "dar.prefix.bwd");
+    depth_read(DepthReadPrefixDims{.tokens = T,
+                                   .sources = N,
+                                   .queries = 2 * last_block_layers * n,
+                                   .width = width,
+                                   .streams = n,
+                                   .variant = variant},
+               1, "dar.prefix", "dar.prefix.bwd");
   }
   // Per-branch ops by class: N first, 2L - 2N middle, N last branches.
   const int64_t branches = 2 * layers;
@@ -947,13 +971,13 @@ void Lowerer<Stream>::layers_with_depth_reads() {
   }
 
   // Output read over H_0..H_N (one query per stream), then the streams' mean.
-  forward(DepthReadPrefixDims{.tokens = T,
-                              .sources = N + 1,
-                              .queries = n,
-                              .width = width,
-                              .streams = n,
-                              .variant = variant},
-          1, "dar.output_read", Recomputed::never, "dar.output_read.bwd");
+  depth_read(DepthReadPrefixDims{.tokens = T,
+                                 .sources = N + 1,
+                                 .queries = n,
+                                 .width = width,
+                                 .streams = n,
+                                 .variant = variant},
+             1, "dar.output_read", "dar.output_read.bwd");
   if (n >= 2) {
     forward(ElementwiseDims{.elements = T * width, .inputs = n, .outputs = 1}, 1, "dar.output_mean",
             Recomputed::never, "dar.output_mean.bwd");

@@ -446,6 +446,9 @@ class StageMemoryModel {
       // The bank this stage holds per micro-batch in flight: every entry up to
       // the end of its last chunk (received or produced here).
       mem.dar_bank = bank_entries_at(end_layer) * entry_bytes_ * token_share * in_flight;
+      // The prefix kernels' retained outputs, spread evenly over the layers.
+      mem.dar_retained = detail::dar_prefix_retained_bytes(config_, T) * token_share *
+                         static_cast<double>(layers) / static_cast<double>(L_) * in_flight;
     }
     // Transients: the head's logits (last stage), one layer's backward, and
     // under ZeRO 3 two gathered layers (current + prefetch).
@@ -478,8 +481,8 @@ class StageMemoryModel {
                                         gathered);
     }
     mem.workspace = std::max(head_ws, layer_ws);
-    mem.peak = mem.weights + mem.gradients + mem.optimizer + mem.activations +
-               mem.router_buffers + mem.dar_bank + mem.workspace;
+    mem.peak = mem.weights + mem.gradients + mem.optimizer + mem.activations + mem.router_buffers +
+               mem.dar_bank + mem.dar_retained + mem.workspace;
     mem.fits = mem.capacity <= 0.0 || mem.peak <= mem.capacity;
     return mem;
   }
@@ -861,8 +864,23 @@ double dar_prefix_s(const ClusterContext& c, int64_t block) {
                                       .variant = static_cast<int64_t>(c.config.dar.variant)},
                   c.config.train.dtype);
   TimingModel::Source source = TimingModel::Source::roofline;
-  return c.timing.op_time_s(shape, Pass::forward, &source) +
-         c.timing.op_time_s(shape, Pass::backward, &source);
+  double seconds = c.timing.op_time_s(shape, Pass::forward, &source) +
+                   c.timing.op_time_s(shape, Pass::backward, &source);
+  if (c.config.dar.kernel == DarKernel::prefix) {
+    // The packs of the paper's prefix kernels (lowering.cpp depth_read):
+    // forward, rebuilt in the backward, and their gradients folded back.
+    const int64_t rows = block * c.n_streams * tokens;
+    const DType dtype = c.config.train.dtype;
+    const OpShape keys = OpShape::of(RmsnormDims{.rows = rows, .width = model.d_model}, dtype);
+    const OpShape values = OpShape::of(GatherDims{.rows = rows, .width = model.d_model}, dtype);
+    const OpShape values_grad =
+        OpShape::of(ScatterAddDims{.rows = rows, .width = model.d_model}, dtype);
+    seconds += 2.0 * c.timing.op_time_s(keys, Pass::forward, &source) +
+               c.timing.op_time_s(keys, Pass::backward, &source) +
+               2.0 * c.timing.op_time_s(values, Pass::forward, &source) +
+               c.timing.op_time_s(values_grad, Pass::backward, &source);
+  }
+  return seconds;
 }
 
 // The layers of each of the p v chunks: balanced by time (memoised in

@@ -290,6 +290,10 @@ std::string report(const Config& config, const DeviceProfile& profile, StepKind 
   memory.add_row(
       {"router buffers", format_bytes(mem.router_buffers), format_sci(mem.router_buffers, 3)});
   memory.add_row({"dar bank", format_bytes(mem.dar_bank), format_sci(mem.dar_bank, 3)});
+  if (mem.dar_retained > 0.0) {
+    memory.add_row({"dar retained (prefix kernels)", format_bytes(mem.dar_retained),
+                    format_sci(mem.dar_retained, 3)});
+  }
   memory.add_row({"kv cache", format_bytes(mem.kv_cache), format_sci(mem.kv_cache, 3)});
   memory.add_row(
       {"workspace (peak transient)", format_bytes(mem.workspace), format_sci(mem.workspace, 3)});

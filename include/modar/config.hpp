@@ -86,6 +86,7 @@ struct DarConfig {
   DarVariant variant = DarVariant::none;
   int64_t block_layers = 2;  // K; K = 1 is "Full" AttnRes / DAR
   int64_t streams = 2;       // n; forced to 1 for attnres
+  DarKernel kernel = DarKernel::fused;  // time and memory only (config_enums.hpp)
 
   bool enabled() const { return variant != DarVariant::none; }
   int64_t resolved_streams() const {

@@ -23,6 +23,14 @@ enum class QkNorm { none, head, projection };
 enum class RouterScale { linear, sigmoid };  // g(r) = r  |  g(r) = sigmoid(r)
 enum class CausalRouter { none, aux_loss, predictor };
 enum class DarVariant { none, attnres, dar, selfkv, fixedkv, crossv };
+// How the depth reads are implemented (time and memory, not the maths;
+// docs/moe.md "The DAR paper's implementation"): fused = modar's kernels
+// (each read loads the raw bank once for keys and values, the backward
+// recomputes the retrieved states from the bank and the saved log-partition);
+// prefix = the DAR paper's Triton prefix-kernel family (packed normalised key
+// views and values, logits / shifted scores / retrieved states kept for the
+// backward, the packs rebuilt from the raw bank in the backward).
+enum class DarKernel { fused, prefix };
 enum class MoeMode { none, staged, integrated };  // MoDE (docs/moe.md)
 // Where an expert's routing weight (gate) multiplies (docs/moe.md "Routing
 // weights"): activation = inside the expert's activation before its down
@@ -63,6 +71,7 @@ const char* to_string(QkNorm v);
 const char* to_string(RouterScale v);
 const char* to_string(CausalRouter v);
 const char* to_string(DarVariant v);
+const char* to_string(DarKernel v);
 const char* to_string(MoeMode v);
 const char* to_string(DType v);
 const char* to_string(Optimizer v);

@@ -87,6 +87,10 @@ struct MemoryBreakdown {  // bytes per device
   double optimizer = 0;
   double activations = 0;  // saved for backward at the peak
   double dar_bank = 0;     // history bank + per-token fp32 statistics
+  // dar.kernel = prefix only: what the DAR paper's prefix kernels keep for the
+  // backward beyond the bank (fp32 logits and shifted scores, the retrieved
+  // states; docs/moe.md "The DAR paper's implementation").
+  double dar_retained = 0;
   double kv_cache = 0;     // decode only
   double router_buffers = 0;
   double workspace = 0;  // transient peak (logits, attention scratch)
