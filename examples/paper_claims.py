@@ -175,11 +175,15 @@ def print_accounting(parts):
           "(the router and the routed layers' full-row ops do not shrink with the rows).")
 
 
-def decode_step(modar, config, batch, extra=()):
+def decode_report(modar, config, batch, extra=()):
     sets = ["--set", f"train.micro_batch={batch}"]
     for assignment in extra:
         sets += ["--set", assignment]
-    report = run_json(modar, "estimate", os.path.join(CONFIGS, config), "--step", "decode", *sets)
+    return run_json(modar, "estimate", os.path.join(CONFIGS, config), "--step", "decode", *sets)
+
+
+def decode_step(modar, config, batch, extra=()):
+    report = decode_report(modar, config, batch, extra)
     return report["time"]["step_s"], report["time"]["tokens_per_s"]
 
 
@@ -213,6 +217,14 @@ def sampling_claims(modar, rows):
               f"x{mod_tps / dense_tps:.2f} (one step serves the batch)", ">= 1.5x",
               dense_s / mod_s, f"{dense_s / mod_s:.2f}x", "-", dense_s / mod_s >= 1.5,
               "latency speed-up >= 1.5x")
+    # Section 4.1 (memory): MoD's savings "could have significant positive
+    # effects in regards to the KV cache size during autoregressive sampling".
+    def kv_cache(config):
+        return decode_report(modar, config, 1)["memory"]["breakdown"]["kv_cache"]
+    kv_ratio = kv_cache("mod_sampling.toml") / kv_cache("dense_sampling.toml")
+    claim(rows, "mod.sampling_kv_cache", "MoD 4.1",
+          "sampling: MoD's KV cache is smaller than the same-size baseline's", "smaller",
+          kv_ratio, f"x{kv_ratio:.3f}", "-", kv_ratio < 1.0, "ratio < 1")
     # The causal routers' training costs as the paper states them (3.5): the
     # predictor "does not significantly impact the step speed"; the aux loss
     # costs 0.2-0.3 % of the LM objective.
