@@ -37,4 +37,24 @@ inline double grad_accumulation_time_s(double params, const Config& config,
   return (bandwidth > 0.0 ? bytes / bandwidth : 0.0) + rates.launch_overhead_s;
 }
 
+// The gradient norm (and clipping) pass once per step (Megatron-LM
+// clip_grad_norm_fp32, torch.nn.utils.clip_grad_norm_): read the fp32 main
+// gradients for the norm, 4 B per parameter; fp16 training first unscales
+// them in place and checks for inf / NaN (Megatron-LM's
+// _unscale_main_grads_and_check_for_nan: read + write, 8 B).  Scaling by the
+// clip coefficient (another read + write) happens only on steps whose norm
+// exceeds the limit and is not counted.
+inline double grad_norm_bytes(double params, DType dtype) {
+  return params * (4.0 + (dtype == DType::fp16 ? 8.0 : 0.0));
+}
+
+inline double grad_norm_time_s(double params, DType dtype, const KernelRates& rates) {
+  if (params <= 0.0) {
+    return 0.0;
+  }
+  const double bandwidth = rates.bandwidth_of(MemoryFamily::grad_norm);
+  return (bandwidth > 0.0 ? grad_norm_bytes(params, dtype) / bandwidth : 0.0) +
+         rates.launch_overhead_s;
+}
+
 }  // namespace modar::detail

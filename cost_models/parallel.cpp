@@ -80,10 +80,40 @@ struct Buckets final : detail::OpConsumer {
     if (starts_with(label, "dar.")) {
       all_depth_reads += seconds;
     }
+    if (op.shape.kind == OpKind::gemm && op.pass != Pass::recompute) {
+      add_linear_gemm(label, seconds);
+    }
   }
   double first = 0, last = 0, prefix = 0, layers = 0, depth_reads = 0, all_depth_reads = 0;
+  RankCompute::LinearGemms forward, dgrad, wgrad;
 
  private:
+  // The tensor-parallel linears' GEMMs by pass ("attn.qkv", "attn.qkv.dgrad",
+  // "attn.qkv.wgrad", ...; SwiGLU's fused gate and up count as up).
+  void add_linear_gemm(const char* label, double seconds) {
+    static const struct {
+      const char* name;
+      double RankCompute::LinearGemms::*field;
+    } kLinears[] = {{"attn.qkv", &RankCompute::LinearGemms::qkv},
+                    {"attn.out", &RankCompute::LinearGemms::out},
+                    {"mlp.up", &RankCompute::LinearGemms::up},
+                    {"mlp.gate_up", &RankCompute::LinearGemms::up},
+                    {"mlp.down", &RankCompute::LinearGemms::down}};
+    for (const auto& linear : kLinears) {
+      const size_t n = std::strlen(linear.name);
+      if (std::strncmp(label, linear.name, n) != 0) {
+        continue;
+      }
+      const char* suffix = label + n;
+      if (*suffix == '\0') {
+        forward.*linear.field += seconds;
+      } else if (std::strcmp(suffix, ".dgrad") == 0) {
+        dgrad.*linear.field += seconds;
+      } else if (std::strcmp(suffix, ".wgrad") == 0) {
+        wgrad.*linear.field += seconds;
+      }
+    }
+  }
   const TimingModel& timing_;
   double share_;
   AttentionKernel kernel_;
@@ -424,11 +454,13 @@ RankCompute rank_compute(const Config& config, const TimingModel& timing) {
   detail::lower_streaming(shard, StepKind::train, shard_params, real);
   double full_layer_s = real.layers / static_cast<double>(L);
   double routed_layer_s = full_layer_s;
+  const Buckets* full_layers = &real;
+  Buckets plain(timing, token_share, config.train.attention_kernel);
   if (counts.routed_layers > 0) {
     Config dense = shard;
     dense.mod.every = 0;
-    Buckets plain(timing, token_share, config.train.attention_kernel);
     detail::lower_streaming(dense, StepKind::train, shard_params, plain);
+    full_layers = &plain;
     full_layer_s = plain.layers / static_cast<double>(L);
     routed_layer_s = (real.layers - full_layer_s * static_cast<double>(counts.full_layers)) /
                      static_cast<double>(counts.routed_layers);
@@ -438,6 +470,15 @@ RankCompute rank_compute(const Config& config, const TimingModel& timing) {
   out.full_layer_s = full_layer_s;
   out.routed_layer_s = routed_layer_s;
   out.all_depth_reads_s = real.all_depth_reads;
+  // The linears of a full layer (the dense lowering's, per layer).
+  const auto per_layer = [&](RankCompute::LinearGemms gemms) {
+    const double layers = static_cast<double>(L);
+    return RankCompute::LinearGemms{gemms.qkv / layers, gemms.out / layers, gemms.up / layers,
+                                    gemms.down / layers};
+  };
+  out.forward_gemms = per_layer(full_layers->forward);
+  out.dgrad_gemms = per_layer(full_layers->dgrad);
+  out.wgrad_gemms = per_layer(full_layers->wgrad);
   return out;
 }
 
@@ -451,8 +492,8 @@ struct ClusterContext {
         timing(timing_in),
         network(network_or_default(timing_in.profile())),
         kernel(timing_in.rates().params),
-        efficiency{kernel.collective_efficiency_intra_node,
-                   kernel.collective_efficiency_inter_node},
+        efficiency{kernel.collective_efficiency_intra_node, kernel.collective_efficiency_inter_node,
+                   timing_in.shape_aware()},
         par(config_in.parallel),
         counts(layer_counts(config_in)) {
     const ModelConfig& model = config.model;
@@ -536,29 +577,76 @@ double a2a_bytes(const ClusterContext& c, double rows) {
 struct LayerComm {
   double full_rows_bytes = 0, routed_rows_bytes = 0, score_bytes = 0;
   double tp_full_s = 0, tp_routed_s = 0, ep_full_s = 0, ep_routed_s = 0, tp_ends_s = 0;
+  // Tensor-parallel time hidden behind GEMMs (parallel.tp_comm_overlap), per
+  // layer and micro-batch, and the exposed share of each pass's collectives
+  // (full layers: the records of `estimate --ops`).
+  double tp_full_hidden_s = 0, tp_routed_hidden_s = 0;
+  double tp_forward_exposed = 1.0, tp_backward_exposed = 1.0;
 };
 
-LayerComm layer_comm(const ClusterContext& c) {
+// One layer's tensor-parallel collectives per micro-batch: 2 per forward pass
+// and 2 in backward (SP: all-gather + reduce-scatter in place of each
+// all-reduce), each exposed but for what parallel.tp_comm_overlap hides
+// behind the GEMM it runs beside (Megatron-LM / Transformer Engine; docs/
+// cluster.md "Overlap").  `gemm_scale` scales the full layer's GEMM times to
+// this layer's rows (MoD-routed layers: k of s).
+struct TpLayerTime {
+  double exposed_s = 0, total_s = 0, forward_exposed = 1.0, backward_exposed = 1.0;
+};
+
+TpLayerTime tp_layer_time(const ClusterContext& c, const RankCompute& compute, double bytes,
+                          double gemm_scale) {
+  TpLayerTime out;
+  if (c.t <= 1) {
+    return out;
+  }
+  const NetLevel level = c.placement.tensor;
+  const TpCommOverlap overlap = c.par.tp_comm_overlap;
+  const RankCompute::LinearGemms& fwd = compute.forward_gemms;
+  const RankCompute::LinearGemms& dgrad = compute.dgrad_gemms;
+  const RankCompute::LinearGemms& wgrad = compute.wgrad_gemms;
+  const auto exposed = [&](double comm_s, double gemm_s) {
+    return std::max(0.0, comm_s - gemm_s * gemm_scale);
+  };
+  double forward = 0, backward = 0, pass_total = 0;
+  if (!c.sp) {
+    // All-reduces after the row-parallel out and down (forward, nothing to
+    // hide behind) and of the column-parallel qkv and up inputs' gradients
+    // (backward, beside their weight-gradient GEMMs).
+    const double ar = c.comm(Collective::all_reduce, bytes, c.t, level, c.tp_per_node);
+    pass_total = 2.0 * ar;
+    forward = pass_total;
+    backward = overlap == TpCommOverlap::none ? pass_total
+                                              : exposed(ar, wgrad.qkv) + exposed(ar, wgrad.up);
+  } else {
+    const double ag = c.comm(Collective::all_gather, bytes, c.t, level, c.tp_per_node);
+    const double rs = c.comm(Collective::reduce_scatter, bytes, c.t, level, c.tp_per_node);
+    pass_total = 2.0 * (ag + rs);
+    forward = pass_total;
+    backward = overlap == TpCommOverlap::none
+                   ? pass_total
+                   : 2.0 * ag + exposed(rs, wgrad.qkv) + exposed(rs, wgrad.up);
+    if (overlap == TpCommOverlap::full) {
+      forward =
+          exposed(ag, fwd.qkv) + exposed(ag, fwd.up) + exposed(rs, fwd.out) + exposed(rs, fwd.down);
+      backward = exposed(ag, dgrad.out) + exposed(ag, dgrad.down) + exposed(rs, wgrad.qkv) +
+                 exposed(rs, wgrad.up);
+    }
+  }
+  out.total_s = (c.fwd_passes + 1.0) * pass_total;
+  out.exposed_s = c.fwd_passes * forward + backward;
+  out.forward_exposed = pass_total > 0 ? forward / pass_total : 1.0;
+  out.backward_exposed = pass_total > 0 ? backward / pass_total : 1.0;
+  return out;
+}
+
+LayerComm layer_comm(const ClusterContext& c, const RankCompute& compute) {
   LayerComm out;
   const int64_t t = c.t;
   const NetLevel level = c.placement.tensor;
   out.full_rows_bytes = c.T * c.d * c.B;
   out.routed_rows_bytes = c.b * c.k * c.d * c.B;
   out.score_bytes = c.b * c.s * 4.0;
-  // Tensor parallelism: per layer 2 collectives per forward pass and 2 in
-  // backward (SP: all-gather + reduce-scatter in place of each all-reduce).
-  const auto tp_time = [&](double bytes) {
-    if (t <= 1) {
-      return 0.0;
-    }
-    if (c.sp) {
-      return (c.fwd_passes + 1.0) * 2.0 *
-             (c.comm(Collective::all_gather, bytes, t, level, c.tp_per_node) +
-              c.comm(Collective::reduce_scatter, bytes, t, level, c.tp_per_node));
-    }
-    return (c.fwd_passes + 1.0) * 2.0 *
-           c.comm(Collective::all_reduce, bytes, t, level, c.tp_per_node);
-  };
   // MoD under SP: the router scores of the whole sequence, per routed layer.
   const double score_gather_s =
       (c.sp && t > 1)
@@ -577,8 +665,15 @@ LayerComm layer_comm(const ClusterContext& c) {
   };
   out.ep_full_s = ep_time(c.T);
   out.ep_routed_s = ep_time(c.b * c.k);
-  out.tp_full_s = tp_time(out.full_rows_bytes);
-  out.tp_routed_s = tp_time(out.routed_rows_bytes) + score_gather_s;
+  const TpLayerTime full = tp_layer_time(c, compute, out.full_rows_bytes, 1.0);
+  const TpLayerTime routed =
+      tp_layer_time(c, compute, out.routed_rows_bytes, c.s > 0 ? c.k / c.s : 1.0);
+  out.tp_full_s = full.exposed_s;
+  out.tp_routed_s = routed.exposed_s + score_gather_s;
+  out.tp_full_hidden_s = full.total_s - full.exposed_s;
+  out.tp_routed_hidden_s = routed.total_s - routed.exposed_s;
+  out.tp_forward_exposed = full.forward_exposed;
+  out.tp_backward_exposed = full.backward_exposed;
   // Embedding (vocab-parallel lookup: all-reduce forward) and head (input
   // gradient all-reduce backward); SP: all-gather / reduce-scatter instead.
   if (t > 1) {
@@ -621,7 +716,8 @@ std::vector<int64_t> pipeline_chunks(const ClusterContext& c, const RankCompute&
     return equal_chunks(c.L, c.chunks);
   }
   for (const RankCompute::Split& split : compute.balanced_splits) {
-    if (split.chunks == c.chunks && split.gpus_per_node == c.gpus_per_node) {
+    if (split.chunks == c.chunks && split.gpus_per_node == c.gpus_per_node &&
+        split.tp_comm_overlap == c.par.tp_comm_overlap) {
       return split.sizes;
     }
   }
@@ -641,7 +737,7 @@ std::vector<int64_t> pipeline_chunks(const ClusterContext& c, const RankCompute&
   partition_cost.front() += compute.first_s + comm.tp_ends_s / 2.0;
   partition_cost.back() += compute.last_s + comm.tp_ends_s / 2.0;
   std::vector<int64_t> sizes = balanced_partition(partition_cost, c.chunks);
-  compute.balanced_splits.push_back({c.chunks, c.gpus_per_node, sizes});
+  compute.balanced_splits.push_back({c.chunks, c.gpus_per_node, c.par.tp_comm_overlap, sizes});
   return sizes;
 }
 
@@ -669,6 +765,7 @@ void assemble_stages(const ClusterContext& c, const RankCompute& compute, const 
       const bool routed = c.config.mod.is_routed(l);
       stage.compute_s += routed ? compute.routed_layer_s : compute.full_layer_s;
       stage.exposed_comm_s += routed ? comm.tp_routed_s : comm.tp_full_s;
+      out.overlapped_comm_s += c.m * (routed ? comm.tp_routed_hidden_s : comm.tp_full_hidden_s);
       if (c.config.moe.is_moe_layer(l)) {
         stage.exposed_comm_s += routed ? comm.ep_routed_s : comm.ep_full_s;
         stage.moe_layers_here += routed ? 0 : 1;
@@ -733,6 +830,7 @@ void assemble_stages(const ClusterContext& c, const RankCompute& compute, const 
 struct StepParts {
   double slowest = 0.0;  // the slowest stage's time per micro-batch
   double grad_exposed = 0.0, gather_exposed = 0.0, optimizer = 0.0, overlapped = 0.0;
+  double grad_norm = 0.0;         // the slowest stage's norm pass + the norm's all-reduce
   double zero3_gather_one = 0.0;  // one layer's ZeRO-3 all-gather
 };
 
@@ -834,6 +932,11 @@ StepParts stage_data_parallel(const ClusterContext& c, const StageMemoryModel& m
         static_cast<int64_t>(std::ceil(stage.params / static_cast<double>(par.zero >= 1 ? dp : 1)));
     TimingModel::Source source = TimingModel::Source::roofline;
     parts.optimizer = std::max(parts.optimizer, c.timing.op_time_s(update, Pass::forward, &source));
+    // The gradient norm over this rank's main gradients (ZeRO >= 1: its shard).
+    parts.grad_norm = std::max(
+        parts.grad_norm,
+        detail::grad_norm_time_s(stage.params / static_cast<double>(par.zero >= 1 ? dp : 1),
+                                 c.config.train.dtype, c.timing.rates()));
     // Memory per device on this stage.
     stage.memory = memory.memory(i, stage.layers, stage.routed_layers,
                                  stage.chunk_first_layer.back() + stage.chunk_layers.back(),
@@ -866,19 +969,20 @@ void add_comm_records(const ClusterContext& c, const LayerComm& comm,
       const double ag = c.comm(Collective::all_gather, bytes, t, tensor_level, c.tp_per_node);
       const double rs = c.comm(Collective::reduce_scatter, bytes, t, tensor_level, c.tp_per_node);
       out.comm.push_back({Collective::all_gather, label, "tensor", Pass::forward, t, tensor_level,
-                          bytes, per_pass * c.fwd_passes, ag, 1.0});
+                          bytes, per_pass * c.fwd_passes, ag, comm.tp_forward_exposed});
       out.comm.push_back({Collective::reduce_scatter, label, "tensor", Pass::forward, t,
-                          tensor_level, bytes, per_pass * c.fwd_passes, rs, 1.0});
+                          tensor_level, bytes, per_pass * c.fwd_passes, rs,
+                          comm.tp_forward_exposed});
       out.comm.push_back({Collective::all_gather, label, "tensor", Pass::backward, t, tensor_level,
-                          bytes, per_pass, ag, 1.0});
+                          bytes, per_pass, ag, comm.tp_backward_exposed});
       out.comm.push_back({Collective::reduce_scatter, label, "tensor", Pass::backward, t,
-                          tensor_level, bytes, per_pass, rs, 1.0});
+                          tensor_level, bytes, per_pass, rs, comm.tp_backward_exposed});
     } else {
       const double ar = c.comm(Collective::all_reduce, bytes, t, tensor_level, c.tp_per_node);
       out.comm.push_back({Collective::all_reduce, label, "tensor", Pass::forward, t, tensor_level,
-                          bytes, per_pass * c.fwd_passes, ar, 1.0});
+                          bytes, per_pass * c.fwd_passes, ar, comm.tp_forward_exposed});
       out.comm.push_back({Collective::all_reduce, label, "tensor", Pass::backward, t, tensor_level,
-                          bytes, per_pass, ar, 1.0});
+                          bytes, per_pass, ar, comm.tp_backward_exposed});
     }
   };
   if (t > 1) {
@@ -935,7 +1039,7 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
   ClusterEstimate out;
   fill_layout(c, out);
   out.dar_replicated_s = (c.t > 1 && !c.sp) ? compute.all_depth_reads_s * (1.0 - 1.0 / c.t) : 0.0;
-  const LayerComm comm = layer_comm(c);
+  const LayerComm comm = layer_comm(c, compute);
   const std::vector<int64_t> chunk_sizes = pipeline_chunks(c, compute, comm);
   const StageMemoryModel memory(config, timing.profile(), base.params);
   assemble_stages(c, compute, comm, chunk_sizes, memory, out);
@@ -953,11 +1057,18 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
   out.grad_reduce_exposed_s = parts.grad_exposed;
   out.param_gather_exposed_s = parts.gather_exposed;
   out.optimizer_s = parts.optimizer;
+  // The squared norms of every model-parallel rank (and, sharded, every
+  // data-parallel one) summed by one 4-byte all-reduce (latency-bound).
+  const int64_t norm_ranks = c.t * c.p * (c.par.zero >= 1 ? c.dp : 1);
+  const NetLevel norm_level =
+      norm_ranks <= c.gpus_per_node ? NetLevel::intra_node : NetLevel::inter_node;
+  out.grad_norm_s = parts.grad_norm + c.comm(Collective::all_reduce, 4.0, norm_ranks, norm_level,
+                                             std::min<int64_t>(norm_ranks, c.gpus_per_node));
   out.exposed_comm_s = c.m * slow.exposed_comm_s + parts.grad_exposed + parts.gather_exposed;
-  out.overlapped_comm_s = parts.overlapped;
+  out.overlapped_comm_s += parts.overlapped;
   out.step_overhead_s = c.kernel.step_overhead_s;
   out.step_s = ideal + out.bubble_s + parts.grad_exposed + parts.gather_exposed + parts.optimizer +
-               out.step_overhead_s;
+               out.grad_norm_s + out.step_overhead_s;
   return out;
 }
 

@@ -12,7 +12,8 @@ Usage: examples/cluster/megatron_table1.py [path/to/modar] [--breakdown]
 --breakdown also prints, per row, what each 2021 setting of the base config
 costs: the predicted TFLOP/s with that one setting switched to what modern
 stacks do (FlashAttention, wgrad-fused gradient accumulation, gradient
-reduce overlapped with the backward), everything else as published.
+reduce overlapped with the backward, the input-gradient all-reduce beside the
+weight-gradient GEMM), everything else as published.
 """
 import csv
 import json
@@ -54,6 +55,7 @@ MODERN = [
     ("attention", "train.attention_kernel=flash"),
     ("grad acc", "train.grad_accumulation=fused"),
     ("DP overlap", "parallel.overlap_grad_reduce=true"),
+    ("TP overlap", "parallel.tp_comm_overlap=backward"),
 ]
 
 

@@ -44,6 +44,13 @@ enum class AttentionKernel { flash, unfused };
 // gradient that a separate kernel adds in (Megatron-LM 2021 DDP param hook,
 // main_grad.add_(grad)): a read-modify-write of the buffer per micro-batch.
 enum class GradAccumulation { fused, unfused };
+// What of the tensor-parallel collectives runs concurrently with GEMMs
+// (docs/cluster.md "Overlap"): none (Megatron-LM 2021), backward (the input-
+// gradient all-reduce / reduce-scatter of each column-parallel linear beside
+// its weight-gradient GEMM: Megatron-LM's default since 2022), full
+// (Transformer Engine's --tp-comm-overlap: every all-gather / reduce-scatter
+// beside the GEMM it feeds or follows; needs sequence parallelism).
+enum class TpCommOverlap { none, backward, full };
 
 struct ModelConfig {
   int64_t d_model = 2048;
@@ -194,6 +201,7 @@ struct ParallelConfig {
   int64_t zero = 0;                 // ZeRO stage 0..3 over the data-parallel group (3 = FSDP)
   bool overlap_grad_reduce = true;  // DP gradient reduction overlapped with the backward
   bool overlap_param_gather = true; // ZeRO parameter all-gathers overlapped with compute
+  TpCommOverlap tp_comm_overlap = TpCommOverlap::backward;  // docs/cluster.md "Overlap"
   int64_t expert = 1;               // expert parallelism EP (needs moe.experts % EP == 0)
   bool balance_stages = true;       // pipeline stages balanced by predicted time
   bool dar_bank_cache = true;       // DAR/AttnRes: receiving stages cache earlier blocks
@@ -284,6 +292,7 @@ const char* to_string(AttentionFlops v);
 const char* to_string(PipelineSchedule v);
 const char* to_string(AttentionKernel v);
 const char* to_string(GradAccumulation v);
+const char* to_string(TpCommOverlap v);
 int64_t dtype_bytes(DType v);
 
 // Parse an enum from its name; throws ConfigError naming `field`, the value and
