@@ -22,6 +22,7 @@ constexpr const char* kUsage =
     "  optimal           isoFLOP- / wall-clock-optimal model and configuration for a budget\n"
     "  sweep             every evaluated candidate as CSV or JSON lines\n"
     "  fit RUNS.csv      fit a scaling law to your own runs\n"
+    "  calibrate RUNS.csv  fit a profile's time-model parameters to measured step times\n"
     "  profile           time the runtime's ops on this machine, write a device profile\n"
     "  validate          measured vs predicted step time and memory on held-out configurations\n"
     "\n"
@@ -36,6 +37,7 @@ constexpr Command kCommands[] = {
     {"estimate", modar::cli::cmd_estimate}, {"optimal", modar::cli::cmd_optimal},
     {"sweep", modar::cli::cmd_sweep},       {"fit", modar::cli::cmd_fit},
     {"profile", modar::cli::cmd_profile},   {"validate", modar::cli::cmd_validate},
+    {"calibrate", modar::cli::cmd_calibrate},
 };
 
 }  // namespace
