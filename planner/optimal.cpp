@@ -768,10 +768,12 @@ OptimalResult optimal(const OptimalRequest& request) {
   if (request.archs.empty()) {
     throw ConfigError("--arch: empty; allowed: baseline, mod, dar, mod+dar");
   }
+  check_experts_used(request.base.moe, request.archs);
   std::vector<ArchSpec> archs;
   for (const std::string& name : request.archs) {
     ArchSpec arch = make_arch(name, request.capacity, request.every, request.dar_block_layers,
                               request.dar_streams);
+    arch.moe = planned_experts(arch, request.base.moe);  // the user's moe.* settings
     const bool duplicate =
         std::any_of(archs.begin(), archs.end(), [&](const ArchSpec& a) { return a.name == name; });
     if (!duplicate) {
@@ -1057,6 +1059,19 @@ OptimalResult optimal(const OptimalRequest& request) {
         "DAR costs time and memory, not FLOPs: under a FLOP budget it looks "
         "free; compare under a wall-clock budget (--gpu-hours) for its price");
   }
+  if (request.base.moe.enabled()) {
+    // Say the experts came from the user, and what the loss model makes of them.
+    for (const ArchSpec& arch : archs) {
+      if (arch.moe.enabled()) {
+        result.notes.push_back(
+            arch.name +
+            ": experts as set (moe.*): " + experts_summary(detail::arch_config(base, arch)) +
+            " (the default is 8 experts of the dense width, top-1); they change the FLOPs, "
+            "parameters, memory and time of every shape, while the loss prior stays the MoD "
+            "paper's figure-7 reading (8 experts, top-1)");
+      }
+    }
+  }
   if (request.gpu_hours) {
     result.notes.push_back(
         "wall-clock budget: tokens = gpu_hours / gpus * 3600 * tokens/s of "
@@ -1176,6 +1191,12 @@ std::string to_json(const OptimalResult& result) {
     json.field("aspect_ratio", rec.shape.aspect_ratio());
     json.end_object();
     json.field("layout", layout_summary(rec.config));
+    // The whole configuration ({dotted key: value}): what `modar export` reads.
+    json.key("config").begin_object();
+    for (const auto& [key, literal] : config_values(rec.config)) {
+      json.key(key).raw(literal);
+    }
+    json.end_object();
     json.key("parallel").begin_object();
     write_parallel_layout_json(json, parallel_layout_json(rec.config));
     json.field("global_batch", rec.config.train.global_batch);
@@ -1184,6 +1205,13 @@ std::string to_json(const OptimalResult& result) {
     json.key("mod").begin_object();
     json.field("capacity", rec.config.mod.enabled() ? rec.config.mod.capacity : 1.0);
     json.field("every", rec.config.mod.every);
+    json.end_object();
+    json.key("moe").begin_object();
+    json.field("experts", rec.config.moe.experts).field("top_k", rec.config.moe.top_k);
+    json.field("expert_ffn", rec.config.moe.enabled()
+                                 ? rec.config.moe.resolved_expert_ffn(rec.config.model)
+                                 : int64_t{0});
+    json.field("shared_experts", rec.config.moe.shared_experts);
     json.end_object();
     json.key("dar").begin_object();
     json.field("variant", to_string(rec.config.dar.variant));
@@ -1337,6 +1365,11 @@ std::string to_table(const OptimalResult& result) {
                                         std::to_string(r.config.dar.resolved_streams())
                                   : std::string("-");
   });
+  if (std::any_of(recs.begin(), recs.end(),
+                  [](const Recommendation& r) { return r.config.moe.enabled(); })) {
+    add("experts E x width, top-k",
+        [](const Recommendation& r) { return experts_summary(r.config); });
+  }
   add("params total", [](const Recommendation& r) { return sci(r.params.total); });
   add("params FLOP-active N_f", [](const Recommendation& r) { return sci(r.params.flop_active); });
   add("  range (eps)", [](const Recommendation& r) {

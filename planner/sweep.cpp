@@ -51,7 +51,8 @@ int64_t sweep(const SweepRequest& request, const std::function<void(const SweepR
   base.moe = MoeConfig{};
   validate(base);
 
-  // Expand the architecture knobs.
+  // Expand the architecture knobs (experts: the user's moe.* settings).
+  check_experts_used(request.base.moe, request.archs);
   std::vector<ArchSpec> variants;
   for (const std::string& name : request.archs) {
     const bool mod = arch_has_mod(name);
@@ -64,8 +65,10 @@ int64_t sweep(const SweepRequest& request, const std::function<void(const SweepR
       for (const int64_t e : everys) {
         for (const int64_t k : blocks) {
           for (const int64_t n : streams) {
-            variants.push_back(
-                make_arch(name, mod ? c : 0.125, mod ? e : 2, dar ? k : 2, dar ? n : 2));
+            ArchSpec variant =
+                make_arch(name, mod ? c : 0.125, mod ? e : 2, dar ? k : 2, dar ? n : 2);
+            variant.moe = planned_experts(variant, request.base.moe);
+            variants.push_back(variant);
           }
         }
       }
@@ -145,6 +148,12 @@ int64_t sweep(const SweepRequest& request, const std::function<void(const SweepR
         row.every = arch.mod.every;
         row.block_layers = arch.dar.enabled() ? arch.dar.block_layers : 0;
         row.streams = arch.dar.resolved_streams();
+        row.experts = arch.moe.experts;
+        row.top_k = arch.moe.enabled() ? arch.moe.top_k : 0;
+        row.expert_ffn =
+            arch.moe.enabled()
+                ? arch.moe.resolved_expert_ffn(with_shape(arch_base, candidate.shape).model)
+                : 0;
         row.shape = candidate.shape;
         row.params = candidate.params;
         row.forward_flops_per_token = candidate.forward_flops_per_token;
@@ -198,7 +207,8 @@ std::vector<SweepRow> sweep(const SweepRequest& request) {
 }
 
 std::string sweep_csv_header() {
-  return "budget_flops,arch,capacity,every,block_layers,streams,n_layers,d_model,n_heads,"
+  return "budget_flops,arch,capacity,every,block_layers,streams,experts,top_k,expert_ffn,"
+         "n_layers,d_model,n_heads,"
          "n_kv_heads,d_head,d_ff,aspect_ratio,params_total,params_non_embedding,"
          "params_flop_active,forward_flops_per_token,tokens,eps,loss,peak_memory_bytes,fits,"
          "step_s,tokens_per_s,train_hours,tensor,sequence_parallel,pipeline,virtual_stages,"
@@ -215,6 +225,9 @@ std::string to_csv_line(const SweepRow& row) {
   integer(row.every);
   integer(row.block_layers);
   integer(row.streams);
+  integer(row.experts);  // 0 without experts
+  integer(row.top_k);
+  integer(row.expert_ffn);
   integer(row.shape.n_layers);
   integer(row.shape.d_model);
   integer(row.shape.n_heads);
@@ -260,6 +273,8 @@ std::string to_json_line(const SweepRow& row) {
   json.field("budget_flops", row.budget_flops).field("arch", row.arch);
   json.field("capacity", row.capacity).field("every", row.every);
   json.field("block_layers", row.block_layers).field("streams", row.streams);
+  json.field("experts", row.experts).field("top_k", row.top_k);
+  json.field("expert_ffn", row.expert_ffn);
   json.field("n_layers", row.shape.n_layers).field("d_model", row.shape.d_model);
   json.field("n_heads", row.shape.n_heads).field("n_kv_heads", row.shape.n_kv_heads);
   json.field("d_head", row.shape.d_head).field("d_ff", row.shape.d_ff);

@@ -10,8 +10,6 @@
 
 namespace modar::cli {
 
-namespace {
-
 std::vector<FlagSpec> optimal_flags() {
   std::vector<FlagSpec> flags = {
       {"--flops", true, false, "C", "training-FLOP budget (model FLOPs, e.g. 1e20)"},
@@ -30,7 +28,39 @@ std::vector<FlagSpec> optimal_flags() {
   return flags;
 }
 
-}  // namespace
+OptimalRequest optimal_request(const ParsedArgs& parsed) {
+  OptimalRequest request;
+  if (const auto v = parsed.value("--flops")) {
+    request.train_flops = parse_budget("--flops", *v);
+  }
+  if (const auto v = parsed.value("--gpu-hours")) {
+    request.gpu_hours = parse_budget("--gpu-hours", *v);
+  }
+  if (!request.train_flops && !request.gpu_hours) {
+    throw ConfigError("no budget: give --flops C and/or --gpu-hours H");
+  }
+  if (const auto v = parsed.value("--arch")) {
+    request.archs = parse_list("--arch", *v);
+  }
+  if (const auto v = parsed.value("--capacity")) {
+    request.capacity = parse_positive_double("--capacity", *v);
+  }
+  request.shapes = planner_shape_options(parsed);
+  if (const auto v = parsed.value("--every")) {
+    request.every = parse_positive_int("--every", *v);
+    check_depth_knob("--every", request.every, request.shapes, "MoD routing every N-th layer");
+  }
+  if (const auto v = parsed.value("--block-layers")) {
+    request.dar_block_layers = parse_positive_int("--block-layers", *v);
+    check_depth_knob("--block-layers", request.dar_block_layers, request.shapes,
+                     "a DAR block of K layers");
+  }
+  if (const auto v = parsed.value("--streams")) {
+    request.dar_streams = parse_positive_int("--streams", *v);
+  }
+  parse_planner_run_flags(parsed, request);
+  return request;
+}
 
 int cmd_optimal(const Args& args) {
   const std::vector<FlagSpec> flags = optimal_flags();
@@ -44,39 +74,8 @@ int cmd_optimal(const Args& args) {
     return 0;
   }
   const ParsedArgs parsed = parse_args(args, flags, "optimal", 0, 0);
-  const OptimalResult result = with_typed_flags(parsed, planner_flag_keys(), [&] {
-    OptimalRequest request;
-    if (const auto v = parsed.value("--flops")) {
-      request.train_flops = parse_budget("--flops", *v);
-    }
-    if (const auto v = parsed.value("--gpu-hours")) {
-      request.gpu_hours = parse_budget("--gpu-hours", *v);
-    }
-    if (!request.train_flops && !request.gpu_hours) {
-      throw ConfigError("no budget: give --flops C and/or --gpu-hours H");
-    }
-    if (const auto v = parsed.value("--arch")) {
-      request.archs = parse_list("--arch", *v);
-    }
-    if (const auto v = parsed.value("--capacity")) {
-      request.capacity = parse_positive_double("--capacity", *v);
-    }
-    request.shapes = planner_shape_options(parsed);
-    if (const auto v = parsed.value("--every")) {
-      request.every = parse_positive_int("--every", *v);
-      check_depth_knob("--every", request.every, request.shapes, "MoD routing every N-th layer");
-    }
-    if (const auto v = parsed.value("--block-layers")) {
-      request.dar_block_layers = parse_positive_int("--block-layers", *v);
-      check_depth_knob("--block-layers", request.dar_block_layers, request.shapes,
-                       "a DAR block of K layers");
-    }
-    if (const auto v = parsed.value("--streams")) {
-      request.dar_streams = parse_positive_int("--streams", *v);
-    }
-    parse_planner_run_flags(parsed, request);
-    return optimal(request);
-  });
+  const OptimalResult result = with_typed_flags(parsed, planner_flag_keys(),
+                                                [&] { return optimal(optimal_request(parsed)); });
   const std::string text = parsed.has("--json") ? to_json(result) + "\n" : to_table(result);
   std::fputs(text.c_str(), stdout);
   return 0;

@@ -25,6 +25,7 @@ constexpr const char* kUsage =
     "  calibrate RUNS.csv  fit a profile's time-model parameters to measured step times\n"
     "  profile           time the runtime's ops on this machine, write a device profile\n"
     "  validate          measured vs predicted step time and memory on held-out configurations\n"
+    "  export CONFIG     Megatron-LM launch arguments for a configuration's model and layout\n"
     "\n"
     "`modar <command> --help` describes each command.\n";
 
@@ -38,6 +39,7 @@ constexpr Command kCommands[] = {
     {"sweep", modar::cli::cmd_sweep},       {"fit", modar::cli::cmd_fit},
     {"profile", modar::cli::cmd_profile},   {"validate", modar::cli::cmd_validate},
     {"calibrate", modar::cli::cmd_calibrate},
+    {"export", modar::cli::cmd_export},
 };
 
 }  // namespace
@@ -90,7 +92,7 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr,
                "modar: error: unknown command '%s'; allowed: estimate, optimal, sweep, fit, "
-               "profile, validate\n",
+               "profile, validate, calibrate, export\n",
                modar::shown_value(name).c_str());
   return 2;
 }

@@ -43,7 +43,7 @@ Config planner_base_config(const ParsedArgs& parsed) {
   add("--mlp", "model.mlp");
   add("--vocab", "model.vocab_size");
   if (const auto path = parsed.value("--config")) {
-    return load_config_file(*path, sets);
+    return load_config_with_overrides(*path, sets);
   }
   Config config;
   for (const std::string& assignment : sets) {

@@ -28,6 +28,11 @@ const std::vector<FlagKey>& planner_flag_keys();
 void check_depth_knob(const std::string& flag, int64_t value, const ShapeSearchOptions& options,
                       const char* what);
 
+// `modar optimal`'s flags and its request from them (cmd_optimal.cpp; also
+// `modar export --from-optimal`).
+std::vector<FlagSpec> optimal_flags();
+OptimalRequest optimal_request(const ParsedArgs& parsed);
+
 // --fit / --eps / --profile / --gpus / --gpus-per-node and, last, the base
 // configuration: the fields OptimalRequest and SweepRequest share.
 template <class Request>
