@@ -24,6 +24,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "cost_model_internal.hpp"
 #include "modar/errors.hpp"
 #include "modar/hf_config.hpp"
 #include "toml_text.hpp"
@@ -137,6 +138,28 @@ const char* to_string(Recompute v) {
   }
   return "unknown";
 }
+const char* to_string(RecomputeGranularity v) {
+  switch (v) {
+    case RecomputeGranularity::none:
+      return "none";
+    case RecomputeGranularity::selective:
+      return "selective";
+    case RecomputeGranularity::full:
+      return "full";
+  }
+  return "unknown";
+}
+std::string recompute_text(const TrainConfig& train) {
+  switch (train.recompute_granularity) {
+    case RecomputeGranularity::none:
+      return to_string(train.recompute);
+    case RecomputeGranularity::selective:
+      return "megatron selective (" + train.recompute_modules + ")";
+    case RecomputeGranularity::full:
+      return "megatron full";
+  }
+  return "unknown";
+}
 const char* to_string(AttentionKernel v) {
   return v == AttentionKernel::flash ? "flash" : "unfused";
 }
@@ -153,6 +176,20 @@ const char* to_string(TpCommOverlap v) {
       return "full";
   }
   return "backward";
+}
+const char* to_string(RouterWeights v) {
+  switch (v) {
+    case RouterWeights::activation:
+      return "activation";
+    case RouterWeights::output:
+      return "output";
+    case RouterWeights::input:
+      return "input";
+  }
+  return "unknown";
+}
+const char* to_string(TokenDispatcher v) {
+  return v == TokenDispatcher::alltoall ? "alltoall" : "allgather";
 }
 const char* to_string(PipelineSchedule v) {
   return v == PipelineSchedule::one_f_one_b ? "1f1b" : "interleaved";
@@ -346,6 +383,24 @@ struct KeySpec {
 std::string quoted(const char* text) {
   return std::string("\"") + text + "\"";
 }
+// A text value as a TOML basic string (escapes valid in JSON too).
+std::string string_literal(const std::string& text) {
+  std::string out = "\"";
+  for (char ch : text) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      static const char* const kHex = "0123456789abcdef";
+      out += "\\u00";
+      out += kHex[(ch >> 4) & 0xF];
+      out += kHex[ch & 0xF];
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
 std::string integer_literal(int64_t v) {
   return std::to_string(v);
 }
@@ -411,6 +466,8 @@ const std::vector<KeySpec>& key_specs() {
       integer_key<&Config::model, &ModelConfig::d_ff>("model.d_ff"),
       choice_key<&Config::model, &ModelConfig::mlp>("model.mlp", {"gelu", "swiglu", "geglu"}),
       integer_key<&Config::model, &ModelConfig::vocab_size>("model.vocab_size"),
+      integer_key<&Config::model, &ModelConfig::make_vocab_size_divisible_by>(
+          "model.make_vocab_size_divisible_by"),
       boolean_key<&Config::model, &ModelConfig::tie_embeddings>("model.tie_embeddings"),
       integer_key<&Config::model, &ModelConfig::seq_len>("model.seq_len"),
       real_key<&Config::model, &ModelConfig::norm_eps>("model.norm_eps"),
@@ -445,6 +502,10 @@ const std::vector<KeySpec>& key_specs() {
       real_key<&Config::moe, &MoeConfig::load_imbalance>("moe.load_imbalance"),
       choice_key<&Config::moe, &MoeConfig::mode>("moe.mode", {"none", "staged", "integrated"}),
       integer_key<&Config::moe, &MoeConfig::null_experts>("moe.null_experts"),
+      choice_key<&Config::moe, &MoeConfig::router_weights>("moe.router_weights",
+                                                            {"activation", "output", "input"}),
+      choice_key<&Config::moe, &MoeConfig::token_dispatcher>("moe.token_dispatcher",
+                                                             {"alltoall", "allgather"}),
       // [train]
       integer_key<&Config::train, &TrainConfig::micro_batch>("train.micro_batch"),
       integer_key<&Config::train, &TrainConfig::global_batch>("train.global_batch"),
@@ -453,40 +514,35 @@ const std::vector<KeySpec>& key_specs() {
       choice_key<&Config::train, &TrainConfig::optimizer>("train.optimizer", {"adamw"}),
       choice_key<&Config::train, &TrainConfig::recompute>("train.recompute",
                                                           {"none", "selective", "full"}),
+      // Megatron-LM's recompute flags (docs/cluster.md "Recompute").
+      choice_key<&Config::train, &TrainConfig::recompute_granularity>(
+          "train.recompute_granularity", {"none", "selective", "full"}),
+      {"train.recompute_modules",
+       KeyType::text,
+       {},
+       [](Config& c, const Value& v) { c.train.recompute_modules = v.text; },
+       [](const Config& c) { return string_literal(c.train.recompute_modules); }},
       // train.attention_kernel (docs/cluster.md): executed kernel, time and memory.
       choice_key<&Config::train, &TrainConfig::attention_kernel>("train.attention_kernel",
                                                                  {"flash", "unfused"}),
       // train.grad_accumulation (docs/cluster.md): a memory-bound pass per micro-batch.
       choice_key<&Config::train, &TrainConfig::grad_accumulation>("train.grad_accumulation",
                                                                   {"fused", "unfused"}),
+      // train.hidden_dropout / attention_dropout (docs/cluster.md "Dropout").
+      real_key<&Config::train, &TrainConfig::hidden_dropout>("train.hidden_dropout"),
+      real_key<&Config::train, &TrainConfig::attention_dropout>("train.attention_dropout"),
       // [device]
       {"device.profile",
        KeyType::text,
        {},
        [](Config& c, const Value& v) { c.device.profile = v.text; },
-       [](const Config& c) {
-         // Escapes valid in both TOML basic strings and JSON.
-         std::string out = "\"";
-         for (char ch : c.device.profile) {
-           if (ch == '"' || ch == '\\') {
-             out += '\\';
-             out += ch;
-           } else if (static_cast<unsigned char>(ch) < 0x20) {
-             static const char* const kHex = "0123456789abcdef";
-             out += "\\u00";
-             out += kHex[(ch >> 4) & 0xF];
-             out += kHex[ch & 0xF];
-           } else {
-             out += ch;
-           }
-         }
-         return out + "\"";
-       }},
+       [](const Config& c) { return string_literal(c.device.profile); }},
       integer_key<&Config::device, &DeviceConfig::count>("device.count"),
       // [parallel] and [cluster]: cluster-scale planning (docs/cluster.md).
       integer_key<&Config::parallel, &ParallelConfig::tensor>("parallel.tensor"),
       boolean_key<&Config::parallel, &ParallelConfig::sequence_parallel>(
           "parallel.sequence_parallel"),
+      integer_key<&Config::parallel, &ParallelConfig::context>("parallel.context"),
       integer_key<&Config::parallel, &ParallelConfig::pipeline>("parallel.pipeline"),
       choice_key<&Config::parallel, &ParallelConfig::schedule>("parallel.schedule",
                                                                {"1f1b", "interleaved"}),
@@ -499,6 +555,7 @@ const std::vector<KeySpec>& key_specs() {
       choice_key<&Config::parallel, &ParallelConfig::tp_comm_overlap>("parallel.tp_comm_overlap",
                                                                       {"none", "backward", "full"}),
       integer_key<&Config::parallel, &ParallelConfig::expert>("parallel.expert"),
+      integer_key<&Config::parallel, &ParallelConfig::expert_tensor>("parallel.expert_tensor"),
       boolean_key<&Config::parallel, &ParallelConfig::balance_stages>("parallel.balance_stages"),
       boolean_key<&Config::parallel, &ParallelConfig::dar_bank_cache>("parallel.dar_bank_cache"),
       integer_key<&Config::cluster, &ClusterConfig::gpus_per_node>("cluster.gpus_per_node"),
@@ -972,6 +1029,11 @@ void validate_moe(const Config& config) {
     fail("moe.null_experts", std::to_string(e.null_experts),
          "needs moe.mode = \"integrated\" (null experts are integrated MoDE's no-op choices)");
   }
+  if (e.router_weights == RouterWeights::input && e.top_k != 1) {
+    fail("moe.router_weights", "\"input\"",
+         "needs moe.top_k = 1 (a token's input can carry one weight; Megatron-Core "
+         "moe_apply_probs_on_input is top-1 only)");
+  }
   if (e.top_k > e.choices()) {
     fail("moe.top_k", std::to_string(e.top_k),
          "must be <= moe.experts" +
@@ -997,10 +1059,14 @@ void validate_moe(const Config& config) {
          "with mod.every > 0 and moe.experts > 0 must be \"staged\" (MoD around the block, "
          "experts inside)");
   }
-  if (e.resolved_expert_ffn(m) % config.parallel.tensor != 0) {
-    fail("parallel.tensor", std::to_string(config.parallel.tensor),
+  const int64_t expert_tensor = config.parallel.resolved_expert_tensor();
+  if (expert_tensor > 0 && e.resolved_expert_ffn(m) % expert_tensor != 0) {
+    const bool own = config.parallel.expert_tensor > 0;
+    fail(own ? "parallel.expert_tensor" : "parallel.tensor", std::to_string(expert_tensor),
          "must divide the expert width moe.expert_ffn = " +
-             std::to_string(e.resolved_expert_ffn(m)));
+             std::to_string(e.resolved_expert_ffn(m)) +
+             (own ? "" : " (the experts' tensor size is parallel.tensor unless "
+                         "parallel.expert_tensor is set)"));
   }
   if (e.shared_ffn_total(m) % config.parallel.tensor != 0) {
     fail("parallel.tensor", std::to_string(config.parallel.tensor),
@@ -1016,6 +1082,7 @@ void validate_parallel(const Config& config) {
   const ModelConfig& m = config.model;
   const int64_t kMaxParallel = int64_t{1} << 20;
   const std::pair<const char*, int64_t> sizes[] = {{"parallel.tensor", p.tensor},
+                                                   {"parallel.context", p.context},
                                                    {"parallel.pipeline", p.pipeline},
                                                    {"parallel.virtual_stages", p.virtual_stages}};
   for (const auto& [key, value] : sizes) {
@@ -1025,6 +1092,14 @@ void validate_parallel(const Config& config) {
     }
   }
   require_positive("parallel.expert", p.expert);
+  require_non_negative("parallel.expert_tensor", p.expert_tensor, "parallel.tensor");
+  if (p.expert_tensor > kMaxParallel) {
+    fail("parallel.expert_tensor", std::to_string(p.expert_tensor), "must be <= 1048576");
+  }
+  if (p.expert_tensor > 0 && p.expert_tensor != p.tensor && config.moe.experts == 0) {
+    fail("parallel.expert_tensor", std::to_string(p.expert_tensor),
+         "must be 0 (= parallel.tensor) without experts (set moe.experts > 0)");
+  }
   if (p.expert > 1 && config.moe.experts == 0) {
     fail("parallel.expert", std::to_string(p.expert),
          "must be 1 without experts (set moe.experts > 0 for expert parallelism)");
@@ -1069,22 +1144,58 @@ void validate_parallel(const Config& config) {
          "parallel.pipeline * parallel.virtual_stages must be <= model.n_layers = " +
              std::to_string(m.n_layers));
   }
-  const int64_t model_parallel = p.tensor * p.pipeline;
+  if (p.context > 1) {
+    // Megatron-Core's load-balanced split: 2 c chunks per sequence, rank r
+    // holding chunks r and 2c - 1 - r (and SP splits a rank's tokens by t).
+    const int64_t chunking = 2 * p.context * (p.sequence_parallel ? p.tensor : 1);
+    if (m.seq_len % chunking != 0) {
+      fail("parallel.context", std::to_string(p.context),
+           "model.seq_len = " + std::to_string(m.seq_len) + " must be a multiple of 2 x " +
+               "parallel.context" + (p.sequence_parallel ? " x parallel.tensor" : "") + " = " +
+               std::to_string(chunking) + " (each rank holds 2 load-balanced chunks)");
+    }
+    if (config.train.attention_kernel != AttentionKernel::flash) {
+      fail("parallel.context", std::to_string(p.context),
+           "needs train.attention_kernel = \"flash\" (ring attention runs fused kernels on "
+           "each KV block)");
+    }
+  }
+  const int64_t model_parallel = p.tensor * p.context * p.pipeline;
   if (config.device.count % model_parallel != 0) {
     fail("device.count", std::to_string(config.device.count),
-         "must be a multiple of parallel.tensor * parallel.pipeline = " +
+         "must be a multiple of parallel.tensor * parallel.context * parallel.pipeline = " +
              std::to_string(model_parallel));
   }
-  if (p.expert > 1 && p.data(config.device.count) % p.expert != 0) {
+  // Megatron-Core (parallel_state.initialize_model_parallel) builds the expert
+  // layers' groups over the same ranks as the dense layers': the world size
+  // must be divisible by expert_tensor x expert x pipeline, i.e. the tensor x
+  // data ranks of a pipeline stage fold into expert_tensor x expert x
+  // expert_data (docs/cluster.md "Expert parallelism").
+  const int64_t stage_ranks = p.tensor * p.context * p.data(config.device.count);
+  const int64_t expert_group = p.resolved_expert_tensor() * p.expert;
+  if ((p.expert > 1 || p.expert_tensor > 0) && stage_ranks % expert_group != 0) {
     fail("parallel.expert", std::to_string(p.expert),
-         "must divide the data-parallel size device.count / (parallel.tensor * "
-         "parallel.pipeline) = " +
-             std::to_string(p.data(config.device.count)) +
-             " (expert parallelism is carved out of data parallelism)");
+         "parallel.expert x parallel.expert_tensor = " + std::to_string(p.expert) + " x " +
+             std::to_string(p.resolved_expert_tensor()) +
+             " must divide the ranks of a pipeline stage, parallel.tensor x parallel.context x "
+             "data-parallel size = device.count / parallel.pipeline = " +
+             std::to_string(stage_ranks) +
+             " (Megatron-Core folds the expert groups over the tensor, context and data-parallel "
+             "ranks)");
   }
-  if (p.zero > 0 && p.data(config.device.count) < 2) {
+  if (config.moe.enabled() && p.resolved_expert_tensor() != p.tensor && p.tensor > 1 &&
+      !p.sequence_parallel) {
+    fail("parallel.expert_tensor", std::to_string(p.resolved_expert_tensor()),
+         "differs from parallel.tensor = " + std::to_string(p.tensor) +
+             " and needs parallel.sequence_parallel = true (Megatron-Core runs experts under "
+             "tensor parallelism with sequence parallelism)");
+  }
+  if (p.zero > 0 && p.data(config.device.count) * p.context < 2) {
+    // The optimizer shards over the data-parallel ranks with their context
+    // ranks (Megatron-Core's data-parallel group with CP).
     fail("parallel.zero", std::to_string(p.zero),
-         "needs a data-parallel size >= 2 (device.count / (parallel.tensor * parallel.pipeline))");
+         "needs data-parallel size x parallel.context >= 2 (device.count / (parallel.tensor * "
+         "parallel.pipeline))");
   }
   const ClusterConfig& cl = config.cluster;
   require_non_negative("cluster.gpus_per_node", cl.gpus_per_node, "the profile's network");
@@ -1124,6 +1235,11 @@ void validate(const Config& config) {
   require_non_negative("model.d_head", m.d_head, "d_model / n_heads");
   require_non_negative("model.d_ff", m.d_ff, "the default width of the MLP kind");
   require_positive("model.vocab_size", m.vocab_size);
+  require_positive("model.make_vocab_size_divisible_by", m.make_vocab_size_divisible_by);
+  if (m.make_vocab_size_divisible_by > 65536) {
+    fail("model.make_vocab_size_divisible_by", std::to_string(m.make_vocab_size_divisible_by),
+         "must be <= 65536 (Megatron-LM's default is 128)");
+  }
   require_positive("model.seq_len", m.seq_len);
   if (!(std::isfinite(m.norm_eps) && m.norm_eps > 0.0)) {
     fail("model.norm_eps", format_number(m.norm_eps), "must be a finite number > 0");
@@ -1145,6 +1261,21 @@ void validate(const Config& config) {
     fail("dar.streams", std::to_string(dar.streams), "must be in [1, 16]");
   }
   require_positive("train.micro_batch", t.micro_batch);
+  detail::parse_recompute_modules(t.recompute_modules);  // the names, whatever the granularity
+  if (t.recompute_granularity != RecomputeGranularity::none && t.recompute != Recompute::none) {
+    fail("train.recompute_granularity",
+         std::string("\"") + to_string(t.recompute_granularity) + "\"",
+         std::string("Megatron-LM's recompute needs train.recompute = \"none\" (it is \"") +
+             to_string(t.recompute) +
+             "\": modar's own, a different set of modules); set one of the two");
+  }
+  for (const auto& [key, value] : {std::pair<const char*, double>{"train.hidden_dropout",
+                                                                  t.hidden_dropout},
+                                   {"train.attention_dropout", t.attention_dropout}}) {
+    if (!(std::isfinite(value) && value >= 0.0 && value < 1.0)) {
+      fail(key, format_number(value), "must be a finite probability in [0, 1)");
+    }
+  }
   require_non_negative("train.global_batch", t.global_batch, "micro_batch * device.count");
   if (t.global_batch > (int64_t{1} << 40)) {
     fail("train.global_batch", std::to_string(t.global_batch), "must be <= 2^40");
@@ -1212,7 +1343,7 @@ void validate(const Config& config) {
              ? "must be a multiple of train.micro_batch * device.count = " +
                    std::to_string(per_micro_step)
              : "must be a multiple of train.micro_batch * data-parallel size (device.count / "
-               "(parallel.tensor * parallel.pipeline)) = " +
+               "(parallel.tensor * parallel.context * parallel.pipeline)) = " +
                    std::to_string(per_micro_step));
   }
   // Products the lowering forms in 64-bit integers (rows x widths) and the

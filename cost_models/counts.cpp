@@ -17,7 +17,8 @@ ParamCounts closed_form_params(const Config& config) {
   const double d_head = static_cast<double>(m.resolved_d_head());
   const double d_ff = static_cast<double>(m.resolved_d_ff());
   const double layers = static_cast<double>(m.n_layers);
-  const double vocab = static_cast<double>(m.vocab_size);
+  // The vocabulary as the embedding holds it (padded: model.make_vocab_size_divisible_by).
+  const double vocab = static_cast<double>(m.padded_vocab(config.parallel.tensor));
 
   const double qkv_width = (heads + 2.0 * kv_heads) * d_head;
   // Q K V (+ their biases) and the output projection; QK-norm weights: one

@@ -8,7 +8,7 @@
 // curve.  It is found without evaluating the whole space: every shape has
 // D <= C_bound / (6 N_f) (F_train = 3 (2 N_f + attention) >= 6 N_f, and under
 // a wall-clock budget a step never beats the device's peak FLOP rate), so
-//     L(shape) >= g(N_f) = E + eps A / N_f^alpha + B (C_bound / (6 N_f))^-beta,
+//     L(shape) >= g(N_f) = E + s_p A / N_f^alpha + s_d B (C_bound / (6 N_f))^-beta,
 // a convex function of log N_f.  Once some shape reaches loss L, no shape
 // with g(N_f) > L can beat it; the search enumerates every shape in the N_f
 // interval where g <= L (widening until the interval is covered), so its
@@ -209,8 +209,9 @@ class Evaluator {
 // sorted by N_f, with its lazily computed tokens / memory / time.
 class ArchSpace {
  public:
-  ArchSpace(const Config& arch_base, const ShapeSearchOptions& options, Evaluator& evaluator)
-      : arch_base_(arch_base), options_(options), evaluator_(evaluator) {
+  ArchSpace(const Config& arch_base, const ShapeSearchOptions& options, Evaluator& evaluator,
+            const EfficiencyPrior& prior)
+      : arch_base_(arch_base), options_(options), evaluator_(evaluator), prior_(prior) {
     smallest_ = detail::smallest_shape_n_f(arch_base, options);
     largest_ = detail::largest_shape_n_f(arch_base, options);
   }
@@ -258,9 +259,11 @@ class ArchSpace {
   void cover_everything() { cover(0.0, INFINITY); }
   bool complete() const { return covered_ && low_ <= smallest_ && high_ >= largest_; }
 
+  // The prior's eps (or an end of its range) where the prior acts.
+  LossScale scale(double eps) const { return loss_scale(prior_, eps); }
   double loss(Point& point, double eps) {
     const ParamCounts& p = point.candidate.params;
-    return predicted_loss(evaluator_.law(), eps, p.flop_active,
+    return predicted_loss(evaluator_.law(), scale(eps), p.flop_active,
                           evaluator_.tokens_for(arch_base_, point));
   }
 
@@ -274,26 +277,27 @@ class ArchSpace {
   Config arch_base_;
   ShapeSearchOptions options_;
   Evaluator& evaluator_;
+  EfficiencyPrior prior_;
   std::vector<Point> points_;
   double smallest_ = 0.0, largest_ = 0.0;
   double low_ = 0.0, high_ = 0.0;
   bool covered_ = false;
 };
 
-// The N_f interval where g(N_f) = E + eps A N^-alpha + B (C/(6N))^-beta <= L
+// The N_f interval where g(N_f) = E + s_p A N^-alpha + s_d B (C/(6N))^-beta <= L
 // (g is convex in log N with its minimum at the closed form); nullopt when
 // empty.
-std::optional<std::pair<double, double>> bound_interval(const LossFitParams& law, double eps,
+std::optional<std::pair<double, double>> bound_interval(const LossFitParams& law, LossScale scale,
                                                         double bound_flops, double loss) {
   if (!std::isfinite(bound_flops)) {
     return std::make_pair(0.0, INFINITY);
   }
   const auto g = [&](double x) {
     const double n = std::exp(x);
-    return law.E + eps * law.A * std::exp(-law.alpha * x) +
-           law.B * std::pow(bound_flops / (6.0 * n), -law.beta);
+    return law.E + scale.params * law.A * std::exp(-law.alpha * x) +
+           scale.data * law.B * std::pow(bound_flops / (6.0 * n), -law.beta);
   };
-  const double centre = std::log(closed_form_optimum(law, bound_flops, eps).n_opt);
+  const double centre = std::log(closed_form_optimum(law, bound_flops, scale).n_opt);
   if (g(centre) > loss) {
     return std::nullopt;
   }
@@ -348,7 +352,7 @@ Argmin isoflop_argmin(ArchSpace& space, double eps, double centre_flops) {
   Evaluator& evaluator = space.evaluator();
   const LossFitParams& law = evaluator.law();
   const double bound_flops = evaluator.token_bound_flops();
-  const double centre = closed_form_optimum(law, centre_flops, eps).n_opt;
+  const double centre = closed_form_optimum(law, centre_flops, space.scale(eps)).n_opt;
   space.cover(centre / 3.0, centre * 2.0);
   Argmin result;
   for (;;) {
@@ -388,7 +392,7 @@ Argmin isoflop_argmin(ArchSpace& space, double eps, double centre_flops) {
       }
     } else {
       const double target = losses[static_cast<size_t>(reference)] * (1.0 + kLossTieRelative);
-      if (const auto interval = bound_interval(law, eps, bound_flops, target)) {
+      if (const auto interval = bound_interval(law, space.scale(eps), bound_flops, target)) {
         space.cover(interval->first, interval->second);
       }
     }
@@ -433,8 +437,8 @@ int fastest_at_parity(ArchSpace& space, double eps, double target_loss,
   Evaluator& evaluator = space.evaluator();
   if (!evaluator.bound_holds()) {
     space.cover_everything();
-  } else if (const auto interval =
-                 bound_interval(evaluator.law(), eps, evaluator.token_bound_flops(), target_loss)) {
+  } else if (const auto interval = bound_interval(evaluator.law(), space.scale(eps),
+                                                  evaluator.token_bound_flops(), target_loss)) {
     space.cover(interval->first, interval->second);
   } else {
     return -1;
@@ -863,7 +867,8 @@ OptimalResult optimal(const OptimalRequest& request) {
   const ArchSpec baseline_arch = make_arch("baseline");
   const EfficiencyPrior baseline_prior =
       efficiency_prior(detail::arch_config(base, baseline_arch), result.fit, request.eps_overrides);
-  ArchSpace baseline_space(detail::arch_config(base, baseline_arch), request.shapes, evaluator);
+  ArchSpace baseline_space(detail::arch_config(base, baseline_arch), request.shapes, evaluator,
+                           baseline_prior);
   const Argmin baseline_argmin = isoflop_argmin(baseline_space, baseline_prior.eps, centre_flops);
   if (baseline_argmin.index < 0) {
     throw ConfigError("no shape in the search space (" + space_text(request.shapes) + ")");
@@ -917,7 +922,7 @@ OptimalResult optimal(const OptimalRequest& request) {
       }
       continue;
     }
-    ArchSpace space(arch_base, request.shapes, evaluator);
+    ArchSpace space(arch_base, request.shapes, evaluator, prior);
     if (!prior.known) {
       const int index = flops_match(space, baseline_rec.flops.forward_per_token,
                                     baseline_rec.params.flop_active);
@@ -1027,7 +1032,7 @@ OptimalResult optimal(const OptimalRequest& request) {
     }
     const Config arch_base = detail::arch_config(base, arch);
     const EfficiencyPrior prior = efficiency_prior(arch_base, result.fit, request.eps_overrides);
-    ArchSpace one(arch_base, request.shapes, evaluator);
+    ArchSpace one(arch_base, request.shapes, evaluator, prior);
     Point point;
     const Config config = with_shape(arch_base, baseline_rec.shape);
     const ParamAndFlopCounts counts = count_params_and_flops(config);
@@ -1120,8 +1125,9 @@ std::string to_json(const OptimalResult& result) {
   json.field("beta", result.fit.params.beta);
   json.end_object();
   json.field("loss_model",
-             "L = E + eps * A / N_f^alpha + B / D^beta; N_f = FLOP-active "
-             "parameters; D = tokens; C = F_train_per_token * D = 3 F_fwd D");
+             "L = E + eps * A / N_f^alpha + B / D^beta (MoD: E + eps * (A / N_f^alpha + "
+             "B / D^beta)); N_f = FLOP-active parameters; D = tokens; C = F_train_per_token * "
+             "D = 3 F_fwd D");
   json.key("eps").begin_object();
   for (const EfficiencyPrior& prior : result.priors) {
     if (prior.known) {
@@ -1329,9 +1335,12 @@ std::string to_table(const OptimalResult& result) {
   }
   out += " on " + std::to_string(request.gpus) + " x " + result.profile_name + "\n";
   const LossFitParams& p = result.fit.params;
-  out += "loss model: L = E + eps*A/N_f^alpha + B/D^beta, fit '" + result.fit.name + "' (E " +
-         format_number(p.E) + ", A " + format_number(p.A) + ", B " + format_number(p.B) +
-         ", alpha " + format_number(p.alpha) + ", beta " + format_number(p.beta) + ")\n\n";
+  out +=
+      "loss model: L = E + eps*A/N_f^alpha + B/D^beta (MoD: E + eps*(A/N_f^alpha + "
+      "B/D^beta)), fit '" +
+      result.fit.name + "' (E " + format_number(p.E) + ", A " + format_number(p.A) + ", B " +
+      format_number(p.B) + ", alpha " + format_number(p.alpha) + ", beta " + format_number(p.beta) +
+      ")\n\n";
 
   const std::vector<Recommendation>& recs = result.recommendations;
   std::vector<std::pair<std::string, std::vector<std::string>>> rows;

@@ -1,4 +1,5 @@
-// Parametric loss model L(N_f, D) = E + eps A / N_f^alpha + B / D^beta: the
+// Parametric loss model L(N_f, D) = E + s_p A / N_f^alpha + s_d B / D^beta (an
+// architecture's prior eps in s_p, or in both for MoD: planner/priors.cpp): the
 // built-in fits, fit files, and the closed-form compute-optimal allocation
 // (Hoffmann et al. 2022 eq. 4; SPEC section 4).
 #include <toml++/toml.h>
@@ -150,19 +151,29 @@ void save_fit_atomically(const LossFit& fit, const std::string& path) {
   write_file_atomically(path, to_toml(fit));
 }
 
+double predicted_loss(const LossFitParams& fit, LossScale scale, double n_flop_active,
+                      double tokens) {
+  return fit.E + scale.params * fit.A / std::pow(n_flop_active, fit.alpha) +
+         scale.data * fit.B / std::pow(tokens, fit.beta);
+}
+
 double predicted_loss(const LossFitParams& fit, double eps, double n_flop_active, double tokens) {
-  return fit.E + eps * fit.A / std::pow(n_flop_active, fit.alpha) +
-         fit.B / std::pow(tokens, fit.beta);
+  return predicted_loss(fit, LossScale{eps, 1.0}, n_flop_active, tokens);
+}
+
+ClosedFormOptimum closed_form_optimum(const LossFitParams& fit, double train_flops,
+                                      LossScale scale) {
+  const double sum = fit.alpha + fit.beta;
+  ClosedFormOptimum out;
+  out.G = std::pow(fit.alpha * scale.params * fit.A / (fit.beta * scale.data * fit.B), 1.0 / sum);
+  out.n_opt = out.G * std::pow(train_flops / 6.0, fit.beta / sum);
+  out.tokens_opt = std::pow(train_flops / 6.0, fit.alpha / sum) / out.G;
+  out.loss = predicted_loss(fit, scale, out.n_opt, out.tokens_opt);
+  return out;
 }
 
 ClosedFormOptimum closed_form_optimum(const LossFitParams& fit, double train_flops, double eps) {
-  const double sum = fit.alpha + fit.beta;
-  ClosedFormOptimum out;
-  out.G = std::pow(fit.alpha * eps * fit.A / (fit.beta * fit.B), 1.0 / sum);
-  out.n_opt = out.G * std::pow(train_flops / 6.0, fit.beta / sum);
-  out.tokens_opt = std::pow(train_flops / 6.0, fit.alpha / sum) / out.G;
-  out.loss = predicted_loss(fit, eps, out.n_opt, out.tokens_opt);
-  return out;
+  return closed_form_optimum(fit, train_flops, LossScale{eps, 1.0});
 }
 
 }  // namespace modar

@@ -104,10 +104,11 @@ int64_t sweep(const SweepRequest& request, const std::function<void(const SweepR
     plan.prior = efficiency_prior(plan.arch_base, fit, request.eps_overrides);
     double low = INFINITY, high = 0.0, windows_log_width = 0.0;
     for (size_t b = 0; b < request.budgets_flops.size(); ++b) {
-      const double centre =
-          plan.prior.known
-              ? closed_form_optimum(fit.params, request.budgets_flops[b], plan.prior.eps).n_opt
-              : dense_optima[b].n_opt;
+      const double centre = plan.prior.known
+                                ? closed_form_optimum(fit.params, request.budgets_flops[b],
+                                                      loss_scale(plan.prior, plan.prior.eps))
+                                      .n_opt
+                                : dense_optima[b].n_opt;
       plan.centres.push_back(centre);
       const detail::NfWindow window =
           detail::canonical_curve_window(centre, request.grid_half_width);
@@ -161,8 +162,8 @@ int64_t sweep(const SweepRequest& request, const std::function<void(const SweepR
         row.eps = prior.eps;
         row.eps_known = prior.known;
         if (prior.known) {
-          row.loss =
-              predicted_loss(fit.params, prior.eps, candidate.params.flop_active, row.tokens);
+          row.loss = predicted_loss(fit.params, loss_scale(prior, prior.eps),
+                                    candidate.params.flop_active, row.tokens);
         }
         if (profile && request.gpus > 1) {
           // Cluster: the layout search of `optimal --gpus` (planner/layout_search.cpp).

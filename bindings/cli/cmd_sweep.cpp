@@ -85,8 +85,10 @@ std::string explain_empty_curve(const SweepRequest& request, const CurveKey& cur
   }
   const LossFit fit = load_fit(request.fit);
   const EfficiencyPrior prior = efficiency_prior(arch_base, fit, request.eps_overrides);
-  const double eps = prior.known ? prior.eps : 1.0;
-  const auto centre = [&](double budget) { return closed_form_optimum(fit.params, budget, eps).n_opt; };
+  const LossScale scale = loss_scale(prior, prior.known ? prior.eps : 1.0);
+  const auto centre = [&](double budget) {
+    return closed_form_optimum(fit.params, budget, scale).n_opt;
+  };
   // The curve spans N_f* / w .. N_f* x w around its compute-optimal N_f*
   // (w = grid half width x 1.1): solve N_f*(C) for the two ends by bisection.
   const double w = request.grid_half_width * 1.1;

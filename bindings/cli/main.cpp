@@ -19,6 +19,7 @@ constexpr const char* kUsage =
     "\n"
     "commands:\n"
     "  estimate CONFIG   FLOPs, parameters, memory and step time of one configuration\n"
+    "  layout CONFIG     every parallel layout of the model on N GPUs, ranked by step time\n"
     "  optimal           isoFLOP- / wall-clock-optimal model and configuration for a budget\n"
     "  sweep             every evaluated candidate as CSV or JSON lines\n"
     "  fit RUNS.csv      fit a scaling law to your own runs\n"
@@ -35,7 +36,8 @@ struct Command {
 };
 
 constexpr Command kCommands[] = {
-    {"estimate", modar::cli::cmd_estimate}, {"optimal", modar::cli::cmd_optimal},
+    {"estimate", modar::cli::cmd_estimate}, {"layout", modar::cli::cmd_layout},
+    {"optimal", modar::cli::cmd_optimal},
     {"sweep", modar::cli::cmd_sweep},       {"fit", modar::cli::cmd_fit},
     {"profile", modar::cli::cmd_profile},   {"validate", modar::cli::cmd_validate},
     {"calibrate", modar::cli::cmd_calibrate},

@@ -36,6 +36,12 @@ struct ModelConfig {
   int64_t d_ff = 0;        // 0 = default for the MLP kind
   MlpKind mlp = MlpKind::gelu;
   int64_t vocab_size = 50304;
+  // Megatron-LM's --make-vocab-size-divisible-by: the embedding and the head
+  // hold the vocabulary padded up to a multiple of this x the tensor size
+  // (Megatron-LM's default is 128; modar's 1 keeps the vocabulary as given
+  // on one device and pads to a multiple of the tensor size, as a vocab-
+  // parallel embedding must).
+  int64_t make_vocab_size_divisible_by = 1;
   bool tie_embeddings = false;
   int64_t seq_len = 2048;
   double norm_eps = 1e-6;
@@ -45,6 +51,12 @@ struct ModelConfig {
   // Three matrices (gate, up, down) instead of two.
   bool gated_mlp() const { return mlp != MlpKind::gelu; }
   int64_t resolved_kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
+  // The vocabulary the embedding and head hold under tensor size `tensor`:
+  // vocab_size rounded up to a multiple of make_vocab_size_divisible_by x tensor.
+  int64_t padded_vocab(int64_t tensor) const {
+    const int64_t multiple = make_vocab_size_divisible_by * tensor;
+    return multiple > 1 ? (vocab_size + multiple - 1) / multiple * multiple : vocab_size;
+  }
   int64_t resolved_d_head() const { return d_head > 0 ? d_head : d_model / n_heads; }
   int64_t resolved_d_ff() const {
     if (d_ff > 0)
@@ -129,6 +141,8 @@ struct MoeConfig {
   double load_imbalance = 1.0;  // >= 1, cost model only
   MoeMode mode = MoeMode::none;
   int64_t null_experts = 0;     // Z; integrated only
+  RouterWeights router_weights = RouterWeights::activation;
+  TokenDispatcher token_dispatcher = TokenDispatcher::alltoall;
 
   bool enabled() const { return experts > 0; }
   bool is_moe_layer(int64_t layer) const {
@@ -162,8 +176,21 @@ struct TrainConfig {
   DType dtype = DType::bf16;
   Optimizer optimizer = Optimizer::adamw;
   Recompute recompute = Recompute::none;
+  RecomputeGranularity recompute_granularity = RecomputeGranularity::none;  // Megatron-LM's
+  // Megatron-LM's --recompute-modules (with recompute_granularity =
+  // "selective"): names separated by spaces or commas from core_attn,
+  // layernorm, mlp, moe_act, moe, shared_experts.
+  std::string recompute_modules = "core_attn";
   AttentionKernel attention_kernel = AttentionKernel::flash;  // docs/cluster.md
   GradAccumulation grad_accumulation = GradAccumulation::fused;  // docs/cluster.md
+  // Dropout probabilities (Megatron-LM --hidden-dropout, --attention-dropout;
+  // Megatron-LM's default is 0.1 each, current LLM recipes use 0): > 0 saves
+  // a 1-byte mask per element at each site and costs its passes
+  // (docs/cluster.md "Dropout").  Hidden: the embedding output and each
+  // layer's two branch outputs; attention: the softmax probabilities (a mask
+  // only with the unfused kernel; FlashAttention regenerates it).
+  double hidden_dropout = 0.0;
+  double attention_dropout = 0.0;
 };
 
 // The default device profile: "h200-measured" when a measured H200 profile is
@@ -186,6 +213,7 @@ struct DeviceConfig {
 struct ParallelConfig {
   int64_t tensor = 1;               // TP size t (Megatron column/row-parallel layers)
   bool sequence_parallel = false;   // SP over the tensor group (Korthikanti et al. 2022)
+  int64_t context = 1;              // context parallelism CP c (ring attention, docs/cluster.md)
   int64_t pipeline = 1;             // PP size p
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   int64_t virtual_stages = 1;       // v (interleaved 1F1B); 1 for one_f_one_b
@@ -194,16 +222,24 @@ struct ParallelConfig {
   bool overlap_param_gather = true; // ZeRO parameter all-gathers overlapped with compute
   TpCommOverlap tp_comm_overlap = TpCommOverlap::backward;  // docs/cluster.md "Overlap"
   int64_t expert = 1;               // expert parallelism EP (needs moe.experts % EP == 0)
+  int64_t expert_tensor = 0;        // expert tensor parallelism ETP; 0 = the tensor size
   bool balance_stages = true;       // pipeline stages balanced by predicted time
   bool dar_bank_cache = true;       // DAR/AttnRes: receiving stages cache earlier blocks
-  // data-parallel size: device.count / (tensor x pipeline).  Expert
-  // parallelism is carved out of the data-parallel group (Megatron-Core):
-  // the EP ranks hold different experts and different data; EP divides DP.
-  int64_t data(int64_t devices) const { return devices / (tensor * pipeline); }
+  // data-parallel size: device.count / (tensor x context x pipeline).
+  int64_t data(int64_t devices) const { return devices / (tensor * context * pipeline); }
+  int64_t resolved_expert_tensor() const { return expert_tensor > 0 ? expert_tensor : tensor; }
+  // Megatron-Core folds the expert layers' groups over the same ranks as the
+  // dense layers' tensor x context x data (parallel_state: world size
+  // divisible by expert_tensor x expert x pipeline): expert_tensor x expert x
+  // expert_data = tensor x context x data ranks per pipeline stage.
+  // Expert-data-parallel size:
+  int64_t expert_data(int64_t devices) const {
+    return tensor * context * data(devices) / (resolved_expert_tensor() * expert);
+  }
   bool is_default() const {
-    return tensor == 1 && !sequence_parallel && pipeline == 1 &&
+    return tensor == 1 && !sequence_parallel && context == 1 && pipeline == 1 &&
            schedule == PipelineSchedule::one_f_one_b && virtual_stages == 1 && zero == 0 &&
-           expert == 1;
+           expert == 1 && expert_tensor == 0;
   }
 };
 
@@ -283,6 +319,9 @@ class ConfigKey {
 };
 
 // enum <-> string (to_string, dtype_bytes): config_enums.hpp.
+// What a configuration recomputes, in words: "none", "selective" (modar's),
+// "full", "megatron selective (core_attn)", "megatron full".
+std::string recompute_text(const TrainConfig& train);
 
 // Parse an enum from its name; throws ConfigError naming `field`, the value and
 // the allowed names.  Used by the TOML reader, --set and CLI flags.

@@ -56,6 +56,17 @@ void save_fit_atomically(const LossFit& fit, const std::string& path);
 // E + eps * A / N_f^alpha + B / D^beta.
 double predicted_loss(const LossFitParams& fit, double eps, double n_flop_active, double tokens);
 
+// Multipliers of the two reducible terms: E + params A / N_f^alpha + data B / D^beta.
+// A prior acting on the parameter term only is {eps, 1}; one acting on the
+// whole reducible loss (MoD: docs/planner.md "Where the MoD prior acts") is
+// {eps, eps}.
+struct LossScale {
+  double params = 1.0;
+  double data = 1.0;
+};
+double predicted_loss(const LossFitParams& fit, LossScale scale, double n_flop_active,
+                      double tokens);
+
 // Hoffmann eq. 4 under C = 6 N D (SPEC 4): G = (alpha eps A / (beta B))^(1/(alpha+beta)),
 // N* = G (C/6)^(beta/(alpha+beta)), D* = (C/6)^(alpha/(alpha+beta)) / G.
 struct ClosedFormOptimum {
@@ -66,15 +77,25 @@ struct ClosedFormOptimum {
 };
 ClosedFormOptimum closed_form_optimum(const LossFitParams& fit, double train_flops,
                                       double eps = 1.0);
+// The same with both terms scaled: G = (alpha s_p A / (beta s_d B))^(1/(alpha+beta)).
+ClosedFormOptimum closed_form_optimum(const LossFitParams& fit, double train_flops,
+                                      LossScale scale);
 
 // ---- architecture efficiency priors (planner/priors.cpp) --------------------
 
 // eps for one architecture configuration under one fit.  known = false means no
 // published prior exists: the planner then reports FLOPs, memory and time and
 // marks the loss unknown (JSON null) instead of guessing.
+// Where a prior's eps multiplies the loss: the parameter term only (DAR,
+// experts: eps A / N_f^alpha) or the whole reducible loss (MoD: eps (A /
+// N_f^alpha + B / D^beta), the routed model behaving as the baseline of equal
+// forward FLOPs per token with its reducible loss scaled; docs/planner.md).
+enum class PriorTerm { parameters, reducible };
+
 struct EfficiencyPrior {
   bool known = false;
   double eps = 1.0;
+  PriorTerm acts_on = PriorTerm::parameters;
   std::string key;         // "baseline", "mod", "dar", "mod+dar"
   std::string source;      // paper and figure / table, or "--eps override"
   std::string derivation;  // the arithmetic, one step per line
@@ -96,6 +117,9 @@ struct EfficiencyPrior {
   double measured_budget_max = 0.0;
   double measured_tokens_per_param = 0.0;
 };
+
+// `eps` placed where `prior` acts (its eps, eps_low or eps_high).
+LossScale loss_scale(const EfficiencyPrior& prior, double eps);
 
 // --eps overrides: "mod=0.94,dar=0.97" -> {"mod": 0.94, "dar": 0.97}.  Keys are
 // architecture names (baseline, mod, dar, mod+dar); values in (0, 2].

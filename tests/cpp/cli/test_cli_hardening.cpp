@@ -186,9 +186,11 @@ TEST(CliHardening, OneNumberGrammar) {
 // optimum far below any model the fits were made on: the whole-space argmin
 // picks the smallest admissible shape and flags the extrapolation.
 TEST(CliHardening, TinyEpsIsAcceptedAndFlagged) {
-  const Result tiny = run("optimal --flops 1e20 --arch baseline,mod --eps mod=1e-6");
+  // A parameter-term prior (DAR's) near zero pushes the optimum to absurd
+  // tokens per parameter; a MoD eps scales both terms and would not.
+  const Result tiny = run("optimal --flops 1e20 --arch baseline,dar --eps dar=1e-6");
   EXPECT_EQ(tiny.exit_code, 0) << tiny.err;
-  EXPECT_NE(tiny.out.find("eps_mod = 1e-06"), std::string::npos) << tiny.out;
+  EXPECT_NE(tiny.out.find("eps_dar = 1e-06"), std::string::npos) << tiny.out;
   EXPECT_NE(tiny.out.find("tokens_per_param_outside_fit"), std::string::npos) << tiny.out;
   const Result ok = run("optimal --flops 1e20 --arch baseline,mod --eps mod=0.5");
   EXPECT_EQ(ok.exit_code, 0) << ok.err;

@@ -246,6 +246,7 @@ TEST(MoeCounts, ExpertStatesAreInTheSingleDeviceMemory) {
   Config moe = base();
   moe.moe.experts = 8;
   moe.moe.top_k = 2;
+  moe.moe.router_weights = RouterWeights::output;  // modar's runtime: an int32 permutation map
   const DeviceProfile h200 = load_profile("h200");
   const MemoryBreakdown a = estimate_memory(dense, h200);
   const MemoryBreakdown b = estimate_memory(moe, h200);

@@ -276,7 +276,8 @@ TEST(LayoutSearch, ParityFastestOnAClusterMatchesBruteForce) {
   for (const ShapeCandidate& c : enumerate_shapes(arch, n / 8.0, n * 8.0, request.shapes)) {
     const double tokens = 1e21 / c.train_flops_per_token;
     const double tokens_per_param = tokens / c.params.flop_active;
-    if (predicted_loss(result.fit.params, eps, c.params.flop_active, tokens) >
+    // MoD: the prior scales both reducible terms (docs/planner.md).
+    if (predicted_loss(result.fit.params, LossScale{eps, eps}, c.params.flop_active, tokens) >
             target * (1 + 1e-12) ||
         tokens_per_param > kFitTokensPerParamMax || tokens_per_param < kFitTokensPerParamMin ||
         c.params.total < parity->prior.measured_size_min) {

@@ -54,16 +54,19 @@ TEST(Optimal, ReproducesModPaperFindings) {
     const auto& baseline = find(result, "baseline", "isoflop_optimal");
     const auto& mod = find(result, "mod", "isoflop_optimal");
     const auto& parity = find(result, "mod", "parity_fastest");
-    // (1) more parameters (paper: roughly 1.5-2x; the whole-space argmin gives
-    // 1.26x at 6e18 and 1.46-1.48x at 2e19 / 1e20, printed side by side with
-    // the paper by examples/mod_paper_findings.sh) ...
+    // (1) more parameters (paper, figure 4: roughly 1.5-2x; printed side by
+    // side with the paper by examples/mod_paper_findings.sh) ...
     const double params_ratio = mod.params.total / baseline.params.total;
     EXPECT_GT(params_ratio, 1.2) << flops;
     EXPECT_LT(params_ratio, 2.1) << flops;
-    // ... at about the same forward FLOPs per token (0.8-1.05x).
+    // ... at about the same forward FLOPs per token (the paper: "as many
+    // FLOPs per forward pass as the isoFLOP optimal baseline"; figure 6 puts
+    // the MoD minimum anywhere in 0.8-1.0x, a flat valley).  The closed form
+    // puts it at exactly 1.0x (test_priors.cpp); the discrete shape grid
+    // moves the argmin by up to one grid step (~10 % in N_f at these sizes).
     const double flops_ratio = mod.flops.forward_per_token / baseline.flops.forward_per_token;
-    EXPECT_GE(flops_ratio, 0.8) << flops;
-    EXPECT_LE(flops_ratio, 1.05) << flops;
+    EXPECT_GE(flops_ratio, 0.9) << flops;
+    EXPECT_LE(flops_ratio, 1.1) << flops;
     // ... and a lower predicted loss (paper: 3.13 -> 3.09 at 6e18).
     EXPECT_LT(*mod.loss, *baseline.loss);
     // (2) a smaller MoD matches the optimal baseline's loss and steps faster.
