@@ -9,23 +9,19 @@
 // and what is allowed.
 #include "modar/config.hpp"
 
-#include <sys/stat.h>
 #include <toml++/toml.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <charconv>
 #include <cmath>
-#include <cstring>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <type_traits>
 #include <utility>
 
 #include "cost_model_internal.hpp"
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/files.hpp"
+#include "modar/base/text.hpp"
 #include "modar/hf_config.hpp"
 #include "toml_text.hpp"
 
@@ -219,131 +215,6 @@ int64_t dtype_bytes(DType v) {
   return 4;
 }
 
-// ---- small helpers ----------------------------------------------------------
-
-std::string format_number(double value) {
-  if (std::isnan(value)) {
-    return "nan";
-  }
-  if (std::isinf(value)) {
-    return value > 0 ? "inf" : "-inf";
-  }
-  char buffer[64];
-  const auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
-  return std::string(buffer, result.ptr);
-}
-
-int64_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<int64_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) {
-    row[j] = static_cast<int64_t>(j);
-  }
-  for (size_t i = 1; i <= a.size(); ++i) {
-    int64_t diagonal = row[0];
-    row[0] = static_cast<int64_t>(i);
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const int64_t above = row[j];
-      const int64_t substitution = diagonal + (a[i - 1] == b[j - 1] ? 0 : 1);
-      row[j] = std::min({above + 1, row[j - 1] + 1, substitution});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
-std::string nearest_name(const std::string& word, const std::vector<std::string>& candidates) {
-  std::string best;
-  int64_t best_distance = 0;
-  for (const std::string& candidate : candidates) {
-    const int64_t distance = edit_distance(word, candidate);
-    if (best.empty() || distance < best_distance) {
-      best = candidate;
-      best_distance = distance;
-    }
-  }
-  // A plausible typo: at most a third of the word changed (and at least 2 edits allowed).
-  const int64_t allowed = std::max<int64_t>(2, static_cast<int64_t>(word.size()) / 3);
-  return best_distance <= allowed ? best : std::string();
-}
-
-std::string shown_value(const std::string& text, size_t max_chars) {
-  std::string out;
-  size_t shown = 0;
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (shown >= max_chars) {
-      out += "...(" + std::to_string(text.size()) + " characters)";
-      break;
-    }
-    const auto ch = static_cast<unsigned char>(text[i]);
-    if (ch == '\n') {
-      out += "\\n";
-    } else if (ch == '\r') {
-      out += "\\r";
-    } else if (ch == '\t') {
-      out += "\\t";
-    } else if (ch < 0x20 || ch == 0x7f) {
-      static const char* const kHex = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[ch >> 4];
-      out += kHex[ch & 0xF];
-    } else {
-      out += static_cast<char>(ch);
-    }
-    ++shown;
-  }
-  return out;
-}
-
-std::string read_input_file(const std::string& path, const std::string& what, uint64_t max_bytes) {
-  // (Appended piece by piece: `"'" + text + "'"` trips GCC 12's false -Wrestrict.)
-  std::string shown = "'";
-  shown += shown_value(path, 200);
-  shown += '\'';
-  struct stat info {};
-  if (::stat(path.c_str(), &info) != 0) {
-    const int error = errno;
-    throw FileError(what + " " + shown + ": cannot open (" +
-                    (error == ENOENT || error == EACCES || error == ENOTDIR
-                         ? std::string("missing or unreadable")
-                         : std::string(std::strerror(error))) +
-                    ")");
-  }
-  if (S_ISDIR(info.st_mode)) {
-    throw FileError(what + " " + shown + ": is a directory; allowed: a regular file");
-  }
-  if (!S_ISREG(info.st_mode)) {
-    throw FileError(what + " " + shown +
-                    ": not a regular file (a device, FIFO or socket); allowed: a regular file");
-  }
-  const auto too_large = [&] {
-    return FileError(what + " " + shown + ": larger than " + std::to_string(max_bytes) +
-                     " bytes; allowed: a file of at most " + std::to_string(max_bytes) + " bytes");
-  };
-  if (static_cast<uint64_t>(info.st_size) > max_bytes) {
-    throw too_large();
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw FileError(what + " " + shown + ": cannot open (missing or unreadable)");
-  }
-  // Read at most max_bytes + 1 bytes: files whose size stat() does not know
-  // (/proc) or that grow while read stay bounded.
-  std::string content;
-  char buffer[1 << 16];
-  while (in) {
-    in.read(buffer, sizeof buffer);
-    const auto got = static_cast<size_t>(in.gcount());
-    if (content.size() + got > max_bytes) {
-      throw too_large();
-    }
-    content.append(buffer, got);
-  }
-  if (in.bad()) {
-    throw FileError(what + " " + shown + ": read error");
-  }
-  return content;
-}
-
 namespace {
 
 [[noreturn]] void fail(const std::string& key, const std::string& value_text,
@@ -404,14 +275,6 @@ std::string string_literal(const std::string& text) {
 std::string integer_literal(int64_t v) {
   return std::to_string(v);
 }
-std::string real_literal(double v) {
-  std::string text = format_number(v);
-  // TOML needs a '.' or exponent to read back as a float.
-  if (text.find_first_of(".eEn") == std::string::npos) {
-    text += ".0";
-  }
-  return text;
-}
 
 template <typename Enum>
 Enum enum_at(const Value& v) {
@@ -434,7 +297,7 @@ KeySpec real_key(const char* key) {
           KeyType::real,
           {},
           [](Config& c, const Value& v) { (c.*Section).*Field = v.real; },
-          [](const Config& c) { return real_literal((c.*Section).*Field); }};
+          [](const Config& c) { return toml_float_literal((c.*Section).*Field); }};
 }
 template <auto Section, auto Field>
 KeySpec boolean_key(const char* key) {
@@ -487,7 +350,7 @@ const std::vector<KeySpec>& key_specs() {
           "dar.variant", {"none", "attnres", "dar", "selfkv", "fixedkv", "crossv"}),
       integer_key<&Config::dar, &DarConfig::block_layers>("dar.block_layers"),
       integer_key<&Config::dar, &DarConfig::streams>("dar.streams"),
-      // [moe]: experts and MoDE (SPEC section 1.3, docs/moe.md).
+      // [moe]: experts and MoDE (docs/model.md experts, docs/moe.md).
       integer_key<&Config::moe, &MoeConfig::experts>("moe.experts"),
       integer_key<&Config::moe, &MoeConfig::top_k>("moe.top_k"),
       integer_key<&Config::moe, &MoeConfig::expert_ffn>("moe.expert_ffn"),
@@ -560,7 +423,7 @@ const std::vector<KeySpec>& key_specs() {
       boolean_key<&Config::parallel, &ParallelConfig::dar_bank_cache>("parallel.dar_bank_cache"),
       integer_key<&Config::cluster, &ClusterConfig::gpus_per_node>("cluster.gpus_per_node"),
       integer_key<&Config::cluster, &ClusterConfig::nodes>("cluster.nodes"),
-      // [counting]: conventions only (SPEC section 2), no effect on the model.
+      // [counting]: conventions only (docs/cost_model.md counting), no effect on the model.
       {"counting.attention_flops",
        KeyType::choice,
        {"causal", "full", "flash"},
@@ -801,7 +664,7 @@ void ConfigKey::set_integer(Config& config, int64_t value) const {
 void ConfigKey::set_real(Config& config, double value) const {
   const KeySpec& spec = spec_at(spec_);
   if (spec.type != KeyType::real) {
-    fail_type(spec, real_literal(value));
+    fail_type(spec, toml_float_literal(value));
   }
   if (!std::isfinite(value)) {
     fail(spec.key, format_number(value), "must be a finite number");
@@ -967,7 +830,7 @@ void require_non_negative(const char* key, int64_t value, const char* meaning_of
   }
 }
 
-// ---- [moe] checks (SPEC section 1.3) ------------------------------------------
+// ---- [moe] checks (docs/model.md experts) ------------------------------------------
 void require_finite_range(const char* key, double value, double low, double high,
                           const char* allowed) {
   if (!(std::isfinite(value) && value >= low && value <= high)) {
@@ -1355,7 +1218,7 @@ void validate(const Config& config) {
         "train.micro_batch * model.seq_len = " + format_number(tokens) + " must be <= 2^34 tokens");
   }
   if (config.moe.enabled()) {
-    // Expert slots x widths are 64-bit products in the lowering (SPEC 1.3).
+    // Expert slots x widths are 64-bit products in the lowering (docs/model.md experts).
     const MoeConfig& e = config.moe;
     const double capacity =
         e.dropless()
@@ -1412,34 +1275,6 @@ std::string to_toml(const Config& config) {
     out += dotted.substr(dot + 1) + " = " + spec.get(config) + "\n";
   }
   return out;
-}
-
-// Strict text -> number: the whole text must be consumed (an optional leading
-// '+' is allowed); NaN and infinities are rejected for reals.
-bool parse_integer_text(const std::string& text, int64_t* out) {
-  if (text.empty()) {
-    return false;
-  }
-  const char* begin = text.data();
-  const char* end = begin + text.size();
-  if (*begin == '+') {
-    ++begin;
-  }
-  const auto result = std::from_chars(begin, end, *out);
-  return result.ec == std::errc() && result.ptr == end;
-}
-
-bool parse_finite_number_text(const std::string& text, double* out) {
-  if (text.empty()) {
-    return false;
-  }
-  const char* begin = text.data();
-  const char* end = begin + text.size();
-  if (*begin == '+') {
-    ++begin;
-  }
-  const auto result = std::from_chars(begin, end, *out, std::chars_format::general);
-  return result.ec == std::errc() && result.ptr == end && std::isfinite(*out);
 }
 
 }  // namespace modar

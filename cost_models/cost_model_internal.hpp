@@ -132,7 +132,7 @@ struct LayerShare {
 // dropout masks, unfused scores).
 double layer_saved_bytes(const Config& config, double rows, double sequence_len,
                          const LayerShare& share, const RecomputePlan& plan);
-// ---- experts (cost_models/moe.cpp; SPEC 1.3, docs/moe.md) ------------------
+// ---- experts (cost_models/moe.cpp; docs/model.md experts, docs/moe.md) ------------------
 // Expert slots one MoE layer processes on one device for `rows` tokens:
 // dropless, the expected real-expert assignments round(rows k E / (E + Z));
 // with a capacity factor, E x expert_capacity(rows) (padded dispatch).

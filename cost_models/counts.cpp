@@ -1,4 +1,4 @@
-// Parameter and FLOP counts (SPEC section 2).
+// Parameter and FLOP counts (docs/cost_model.md counting).
 //
 // Parameters are counted in closed form from the shapes.  FLOPs are NOT
 // computed by a second formula: they are the sums of the lowered ops' FLOPs
@@ -59,7 +59,7 @@ ParamCounts closed_form_params(const Config& config) {
       body += later * (n * width * (base_outputs + transport) + base_outputs + transport + 3.0);
     }
   }
-  // MoE layers (SPEC 1.3): router + E experts + shared experts instead of the
+  // MoE layers (docs/model.md experts): router + E experts + shared experts instead of the
   // dense FFN.
   const MoeParams moe = moe_params(config);
   body += moe.router + moe.routed + moe.shared - moe.replaced_dense;

@@ -32,7 +32,7 @@ std::string conventions_text(const Config& config, const DeviceProfile& profile,
   text += "; MoD routed layers: k x k square, linear FLOPs on k tokens per sequence";
   text +=
       "; counted: GEMMs, attention, MoD router/predictor, LM head, AttnRes/DAR depth reads "
-      "(dar_math 4.3); not counted (bytes only): norms, RoPE, softmax/top-k, elementwise, "
+      "(docs/dar_math.md 4.3); not counted (bytes only): norms, RoPE, softmax/top-k, elementwise, "
       "gather/scatter, cross-entropy, embedding lookup, optimizer";
   text += "; N_f = forward FLOPs per token without attention / 2";
   if (step == StepKind::train) {

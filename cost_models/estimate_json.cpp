@@ -1,10 +1,11 @@
 // The JSON document of an estimate (`modar estimate --json`, Python to_dict()).
+#include "modar/estimate_json.hpp"
+
 #include <algorithm>
 #include <string>
 
+#include "modar/base/json.hpp"
 #include "modar/cost_model.hpp"
-#include "modar/estimate_json.hpp"
-#include "modar/json.hpp"
 #include "modar/parallel.hpp"
 
 namespace modar {

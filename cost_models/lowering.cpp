@@ -16,12 +16,12 @@
 // Full layer:   rmsnorm, qkv GEMM, rope, attention, out GEMM, residual add,
 //               rmsnorm, up GEMM (SwiGLU: gate and up fused, width 2 d_ff),
 //               activation, down GEMM, residual add.
-// Routed layer (MoD, SPEC 1.1): router GEMV on all T tokens, top-k, gather of
+// Routed layer (MoD, docs/model.md MoD): router GEMV on all T tokens, top-k, gather of
 //               b*k rows, the full layer's ops on b*k rows with attention over
 //               the k x k square, scatter-add of g(r) * delta.  With
 //               causal_router = predictor, the predictor MLP runs too (its
 //               input is stop-gradient: no dgrad for its first GEMM).
-// AttnRes / DAR (SPEC 1.2, dar_math.md 4): per block one depth_read_prefix of
+// AttnRes / DAR (docs/model.md AttnRes/DAR, docs/dar_math.md 4): per block one depth_read_prefix of
 //               all S*n queries; per branch with i >= 2 a depth_read_merge; per
 //               branch (DAR, n >= 2) dar_coefficients (predictor + mix); per
 //               branch a dar_write (which replaces the residual add); the bank
@@ -639,7 +639,7 @@ void Lowerer<Stream>::ffn_block(int64_t rows, int64_t width, int64_t multiplicit
   linear(rows, width, m.d_model, multiplicity, down, matrices);
 }
 
-// MoE FFN (SPEC 1.3) on `rows` tokens: norm, router GEMM (d -> E + Z),
+// MoE FFN (docs/model.md experts) on `rows` tokens: norm, router GEMM (d -> E + Z),
 // softmax top-k, permutation into expert order, the experts' grouped GEMMs on
 // the processed slots, the combine with the gates, and the shared experts (one
 // fused FFN of width shared x expert_ffn on every token).  Processed slots:
@@ -683,22 +683,16 @@ void Lowerer<Stream>::moe_branch(int64_t rows, int64_t multiplicity) {
                              .ragged_inner = 0},
               multiplicity, labels.forward, Recomputed::moe, nullptr);
       if (train_) {
-        push(backward_,
-             ExpertGemmDims{.groups = local,
-                            .rows = slots,
-                            .n = in,
-                            .k = out,
-                            .imbalance_permille = imbalance,
-                            .ragged_inner = 0},
-             Pass::backward, multiplicity, labels.dgrad);
-        push(backward_,
-             ExpertGemmDims{.groups = local,
-                            .rows = slots,
-                            .n = in,
-                            .k = out,
-                            .imbalance_permille = imbalance,
-                            .ragged_inner = 1},
-             Pass::backward, multiplicity, labels.wgrad);
+        // dgrad and wgrad have the same dims; wgrad's inner dimension is the ragged one.
+        ExpertGemmDims backward{.groups = local,
+                                .rows = slots,
+                                .n = in,
+                                .k = out,
+                                .imbalance_permille = imbalance,
+                                .ragged_inner = 0};
+        push(backward_, backward, Pass::backward, multiplicity, labels.dgrad);
+        backward.ragged_inner = 1;
+        push(backward_, backward, Pass::backward, multiplicity, labels.wgrad);
       }
     };
     const FfnLabels expert = ffn_labels(kExpertNames, m.mlp);
@@ -800,7 +794,7 @@ void Lowerer<Stream>::layers_plain() {
   }
 }
 
-// Per-branch depth-read ops of one branch class (dar_math 4.2):
+// Per-branch depth-read ops of one branch class (docs/dar_math.md 4.2):
 //   0 = first branch of a block (i = 1): R = o (no merge), P = beta y;
 //   1 = middle branch (2 <= i < S):     merge, P = M(rho) P + beta y;
 //   2 = last branch (i = S):            merge, P = ..., emit the bank entry's rstd.

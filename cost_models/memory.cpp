@@ -1,4 +1,4 @@
-// Memory per device over one step (SPEC section 3, planner_anchors 2.5).
+// Memory per device over one step (docs/cost_model.md; Korthikanti et al. 2022, Table 2).
 //
 // Training (bytes; B = bytes per element of train.dtype, T = micro_batch x
 // seq_len, R = micro_batch x k for routed layers):
@@ -17,7 +17,7 @@
 //                and the activation.  Routed layers also keep their input x (B T d,
 //                for the router gradient) and delta (B R d, for dg).  Plus the
 //                head's final-norm input and output (2 B T d + 4 T) and token ids.
-//                AttnRes / DAR (dar_math 5.5): P^{i-1} and its fp32 rstd for
+//                AttnRes / DAR (docs/dar_math.md 5.5): P^{i-1} and its fp32 rstd for
 //                each branch at block position i >= 1 ((2L - N) n T (d B + 4));
 //                DAR also each branch's output y (2 L B T d) for d beta.  R and
 //                the phase-1 outputs are recomputed from the bank and the lse.
@@ -27,7 +27,7 @@
 //                for each of the 2L + 1 reads (branches and output): lse (n), and
 //                for DAR alpha, beta and the coefficient-head rstd (2n + 1), plus
 //                the transport parameters m at the 2L - N branches with i >= 1
-//                (dar_math 4.4, 5.5).
+//                (docs/dar_math.md 4.4, 5.5).
 //   workspace    the largest transient alive while every saved activation is:
 //                max(head: T V (B + 4) logits and fp32 loss gradient,
 //                    one layer's backward: 2 B T d residual gradients + the widest
@@ -36,13 +36,13 @@
 //                    block backward: the bank gradient (N+1) n T d B, the block's
 //                    d o-bar and d lse S n T (d B + 4), its recomputed phase-1
 //                    outputs S n T d B, dP^i and dP^{i-1}, one branch's R and dR
-//                    (4 n T d B); dar_math 5.4).
+//                    (4 n T d B); docs/dar_math.md 5.4).
 //   peak         weights + gradients + optimizer + activations + router_buffers +
 //                dar_bank + workspace.  Every saved activation is alive from the
 //                forward/backward boundary (the head's transients) to the backward
 //                of the last layer / DAR block (that layer's transients), so the
 //                step's peak is at one of the two; the max picks it.
-// Experts (SPEC 1.3), per MoE layer on r rows with S = moe_slots(r) expert
+// Experts (docs/model.md experts), per MoE layer on r rows with S = moe_slots(r) expert
 // slots, u_e = expert up width (SwiGLU 2 f_e), f_e = moe.expert_ffn:
 //   activations  the dense FFN's (u + d_ff) B r are replaced by the slots'
 //                permuted input and expert output (2 d), up output (u_e) and
@@ -179,7 +179,7 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
       }
       if (depth_reads) {
         // P^{i-1} and its fp32 rstd for every branch at block position i >= 1
-        // (the merge backward reads the partial's keys and values; dar_math 5.5
+        // (the merge backward reads the partial's keys and values; docs/dar_math.md 5.5
         // stores it rather than inverting M).  DAR also keeps each branch's
         // output y for d beta = <dP, y>; AttnRes has no beta and needs no y.
         const double branches_after_first = 2.0 * layers - blocks;
@@ -219,7 +219,7 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
         scalars_per_token += reads * (2.0 * n + 1.0) + (2.0 * layers - blocks) * transport;
       }
       mem.dar_bank = (blocks + 1.0) * n * T * (width * B + 4.0) + 4.0 * T * scalars_per_token;
-      // The backward of a block (dar_math 5.4) holds: the bank gradient dH
+      // The backward of a block (docs/dar_math.md 5.4) holds: the bank gradient dH
       // ((N+1) n T d), the block's phase-1 gradients d o-bar and d lse (S n T (d B
       // + 4), consumed by the prefix backward after the block), its phase-1
       // outputs o-bar recomputed from the bank and the saved lse (S n T d),

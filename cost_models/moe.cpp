@@ -1,4 +1,4 @@
-// Experts in the cost model (SPEC section 1.3, docs/moe.md): slots and
+// Experts in the cost model (docs/model.md experts, docs/moe.md): slots and
 // parameters.  The lowering of an MoE layer is in lowering.cpp (moe_branch);
 // its memory in memory.cpp; the all-to-alls under expert parallelism in
 // parallel.cpp.

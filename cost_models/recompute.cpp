@@ -7,7 +7,8 @@
 #include <vector>
 
 #include "cost_model_internal.hpp"
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/text.hpp"
 
 namespace modar::detail {
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "modar/estimate_json.hpp"
-#include "modar/json.hpp"
+#include "modar/base/json.hpp"
 #include "modar/layout_search.hpp"
 
 namespace modar {

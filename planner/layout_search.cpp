@@ -9,7 +9,8 @@
 #include <memory>
 #include <vector>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/interrupt.hpp"
 #include "modar/parallel.hpp"
 
 namespace modar {

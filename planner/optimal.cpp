@@ -1,7 +1,7 @@
 // `modar optimal`: for a FLOP budget (or a wall-clock budget on a profiled
 // device) the isoFLOP-optimal configuration per architecture and, for
 // architectures with an efficiency prior, the fastest-stepping configuration
-// whose predicted loss matches the optimal baseline (SPEC section 4).
+// whose predicted loss matches the optimal baseline (docs/planner.md).
 //
 // The optimum is the argmin of the predicted loss over EVERY shape the search
 // space allows (docs/planner.md "Choosing configurations"), not over a pruned
@@ -22,12 +22,13 @@
 #include <numeric>
 #include <utility>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/json.hpp"
+#include "modar/base/text.hpp"
 #include "modar/estimate_json.hpp"
 #include "modar/layout_search.hpp"
 #include "modar/planner.hpp"
 #include "planner_internal.hpp"
-#include "planner_text.hpp"
 
 namespace modar {
 
@@ -41,18 +42,6 @@ constexpr double kGridCentreMfu = 0.4;
 // per token are within this relative distance of the optimal baseline's tie;
 // the deepest wins.
 constexpr double kFlopsTieRelative = 0.02;
-
-std::string fixed(double value, int digits) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.*f", digits, value);
-  return buffer;
-}
-
-std::string sci(double value, int digits = 3) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.*e", digits - 1, value);
-  return buffer;
-}
 
 struct Point {
   ShapeCandidate candidate;
@@ -619,15 +608,15 @@ void flag_trust(Recommendation& rec) {
   const double tokens_per_param = rec.tokens / rec.params.flop_active;
   if (tokens_per_param < kFitTokensPerParamMin || tokens_per_param > kFitTokensPerParamMax) {
     add_flag(rec, "tokens_per_param_outside_fit",
-             fixed(tokens_per_param, 0) + " tokens per FLOP-active parameter, outside the " +
+             format_fixed(tokens_per_param, 0) + " tokens per FLOP-active parameter, outside the " +
                  format_number(kFitTokensPerParamMin) + ".." +
                  format_number(kFitTokensPerParamMax) +
                  " band the fits were made on: the loss law is extrapolated");
   }
   if (prior.known && prior.points == 1) {
     add_flag(rec, "prior_single_point",
-             "eps " + fixed(prior.eps, 4) + " rests on a single published point; range " +
-                 fixed(prior.eps_low, 4) + ".." + fixed(prior.eps_high, 4));
+             "eps " + format_fixed(prior.eps, 4) + " rests on a single published point; range " +
+                 format_fixed(prior.eps_low, 4) + ".." + format_fixed(prior.eps_high, 4));
   }
   if (prior.known && prior.measured_size_max > 0) {
     const double size = prior_size(prior, rec.params);
@@ -635,9 +624,10 @@ void flag_trust(Recommendation& rec) {
         prior.size_measure == "non_embedding" ? "non-vocab parameters" : "parameters";
     if (size < prior.measured_size_min * (1 - 1e-9) || size > prior.measured_size_max * (1 + 1e-9)) {
       add_flag(rec, "prior_outside_measured_sizes",
-               sci(size) + " " + measure + ", outside the " + sci(prior.measured_size_min, 2) +
+               format_sci(size, 2) + " " + measure + ", outside the " +
+                   format_sci(prior.measured_size_min, 1) +
                    (prior.measured_size_max > prior.measured_size_min
-                        ? ".." + sci(prior.measured_size_max, 2)
+                        ? ".." + format_sci(prior.measured_size_max, 1)
                         : std::string()) +
                    " the prior was measured at");
     }
@@ -646,15 +636,16 @@ void flag_trust(Recommendation& rec) {
       (rec.train_flops_total < prior.measured_budget_min * (1 - 1e-9) ||
        rec.train_flops_total > prior.measured_budget_max * (1 + 1e-9))) {
     add_flag(rec, "prior_outside_measured_budgets",
-             "training FLOPs " + sci(rec.train_flops_total, 2) + ", outside the " +
-                 sci(prior.measured_budget_min, 2) + ".." + sci(prior.measured_budget_max, 2) +
-                 " budgets the prior was measured at");
+             "training FLOPs " + format_sci(rec.train_flops_total, 1) + ", outside the " +
+                 format_sci(prior.measured_budget_min, 1) + ".." +
+                 format_sci(prior.measured_budget_max, 1) + " budgets the prior was measured at");
   }
   if (prior.known && prior.measured_tokens_per_param > 0 &&
       (tokens_per_param > prior.measured_tokens_per_param * kPriorTokensPerParamFactor ||
        tokens_per_param < prior.measured_tokens_per_param / kPriorTokensPerParamFactor)) {
     add_flag(rec, "prior_outside_measured_tokens_per_param",
-             fixed(tokens_per_param, 0) + " tokens per parameter; the prior was measured at " +
+             format_fixed(tokens_per_param, 0) +
+                 " tokens per parameter; the prior was measured at " +
                  format_number(prior.measured_tokens_per_param));
   }
   if (rec.time.extrapolated) {
@@ -665,15 +656,15 @@ void flag_trust(Recommendation& rec) {
   }
   if (rec.time.mfu_beyond_published) {
     add_flag(rec, "mfu_beyond_published",
-             "MFU " + fixed(100.0 * rec.time.mfu, 1) +
+             "MFU " + format_fixed(100.0 * rec.time.mfu, 1) +
                  "% is above the best published for this device class (" +
-                 fixed(100.0 * rec.time.published_mfu, 1) + "%: " + rec.time.published_mfu_source +
-                 "): the predicted speed is optimistic");
+                 format_fixed(100.0 * rec.time.published_mfu, 1) +
+                 "%: " + rec.time.published_mfu_source + "): the predicted speed is optimistic");
   }
   if (!rec.memory.fits) {
     add_flag(rec, "no_fit",
-             "peak " + fixed(rec.memory.peak / (1024.0 * 1024.0 * 1024.0), 1) + " GiB > " +
-                 fixed(rec.memory.capacity / (1024.0 * 1024.0 * 1024.0), 1) +
+             "peak " + format_fixed(rec.memory.peak / (1024.0 * 1024.0 * 1024.0), 1) + " GiB > " +
+                 format_fixed(rec.memory.capacity / (1024.0 * 1024.0 * 1024.0), 1) +
                  " GiB device memory: no shape of the search space fits; not recommended");
   }
 }
@@ -699,16 +690,17 @@ std::string no_fit_advice(const Config& config, const DeviceProfile& profile) {
     joined += (i ? " and " : "") + options[i];
   }
   if (!options.empty() && best.fits) {
-    return "try " + joined + " (then the shown shape needs " + fixed(best.peak / gib, 1) +
+    return "try " + joined + " (then the shown shape needs " + format_fixed(best.peak / gib, 1) +
            " GiB)";
   }
   const double state = best.weights + best.gradients + best.optimizer;
   std::string text = (options.empty() ? std::string("the shown shape needs ")
                                       : "even with " + joined + " the shown shape needs ") +
-                     fixed(best.peak / gib, 1) + " GiB of " + fixed(best.capacity / gib, 1) +
-                     " GiB (weights, gradients and optimizer " + fixed(state / gib, 1) +
-                     ", activations " + fixed(best.activations / gib, 1) + ", workspace " +
-                     fixed(best.workspace / gib, 1) + " incl. the logits)";
+                     format_fixed(best.peak / gib, 1) + " GiB of " +
+                     format_fixed(best.capacity / gib, 1) +
+                     " GiB (weights, gradients and optimizer " + format_fixed(state / gib, 1) +
+                     ", activations " + format_fixed(best.activations / gib, 1) + ", workspace " +
+                     format_fixed(best.workspace / gib, 1) + " incl. the logits)";
   return text + (state > best.capacity
                      ? ": a device with more memory (--profile) is needed"
                      : ": a shorter --seq-len or a device with more memory (--profile) would help");
@@ -735,8 +727,9 @@ void append_fit_notes(OptimalResult& result, const LossFitParams& law, double ce
     }
     const double ratio = rec.params.flop_active / dense.n_opt;
     std::string note = "loss-optimal baseline (closed form, scaling law alone): N_f " +
-                       sci(dense.n_opt) + ", D " + sci(dense.tokens_opt) + "; recommended: N_f " +
-                       sci(rec.params.flop_active) + " (" + fixed(ratio, 2) + "x)";
+                       format_sci(dense.n_opt, 2) + ", D " + format_sci(dense.tokens_opt, 2) +
+                       "; recommended: N_f " + format_sci(rec.params.flop_active, 2) + " (" +
+                       format_fixed(ratio, 2) + "x)";
     if (!rec.memory.fits) {
       note += "; it does NOT fit " + std::to_string(request.gpus) +
               " GPU(s): device memory binds (add --gpus, or see the layout)";
@@ -823,24 +816,26 @@ OptimalResult optimal(const OptimalRequest& request) {
     const std::string what = request.train_flops
                                  ? "--flops " + format_number(*request.train_flops)
                                  : "--gpu-hours " + format_number(*request.gpu_hours);
-    throw ConfigError(
-        what + ": too small for any shape: the compute-optimal N_f is " + sci(dense.n_opt) +
-        " but the smallest shape (" + std::to_string(request.shapes.min_layers) +
-        " layers, d_model " + std::to_string(request.shapes.d_model_multiple) + "+) has N_f " +
-        sci(smallest) + "; allowed: a budget of at least ~" +
-        (request.train_flops
-             ? sci(minimum_flops, 2) + " FLOPs"
-             : sci(minimum_flops / (3600.0 * profile.ceilings.peak_flops_bf16 * kGridCentreMfu),
-                   2) +
-                   " GPU-hours"));
+    throw ConfigError(what + ": too small for any shape: the compute-optimal N_f is " +
+                      format_sci(dense.n_opt, 2) + " but the smallest shape (" +
+                      std::to_string(request.shapes.min_layers) + " layers, d_model " +
+                      std::to_string(request.shapes.d_model_multiple) + "+) has N_f " +
+                      format_sci(smallest, 2) + "; allowed: a budget of at least ~" +
+                      (request.train_flops
+                           ? format_sci(minimum_flops, 1) + " FLOPs"
+                           : format_sci(minimum_flops / (3600.0 * profile.ceilings.peak_flops_bf16 *
+                                                         kGridCentreMfu),
+                                        1) +
+                                 " GPU-hours"));
   }
   if (dense.n_opt > largest) {
     const double maximum_flops = 6.0 * std::pow(largest / dense.G, exponent);
-    throw ConfigError("budget " + sci(centre_flops) +
+    throw ConfigError("budget " + format_sci(centre_flops, 2) +
                       " FLOPs: too large for the shape search: the compute-optimal N_f " +
-                      sci(dense.n_opt) + " exceeds the largest shape's (" +
-                      std::to_string(request.shapes.max_layers) + " layers) " + sci(largest) +
-                      "; allowed: a budget of at most ~" + sci(maximum_flops, 2) + " FLOPs");
+                      format_sci(dense.n_opt, 2) + " exceeds the largest shape's (" +
+                      std::to_string(request.shapes.max_layers) + " layers) " +
+                      format_sci(largest, 2) + "; allowed: a budget of at most ~" +
+                      format_sci(maximum_flops, 1) + " FLOPs");
   }
 
   const std::string budget_text =
@@ -850,11 +845,11 @@ OptimalResult optimal(const OptimalRequest& request) {
                                  : "the wall-clock budget (D = hours x tokens/s)");
   const std::string memory_text =
       "device memory (" +
-      fixed(profile.ceilings.memory_bytes / (1024.0 * 1024.0 * 1024.0), 1) +
+      format_fixed(profile.ceilings.memory_bytes / (1024.0 * 1024.0 * 1024.0), 1) +
       " GiB, micro-batch " + std::to_string(base.train.micro_batch) + ", recompute " +
       to_string(base.train.recompute) + ")";
   const auto argmin_selection = [&](const EfficiencyPrior& prior, bool fits) {
-    return std::string("argmin of predicted loss (eps ") + fixed(prior.eps, 4) + ", fit " +
+    return std::string("argmin of predicted loss (eps ") + format_fixed(prior.eps, 4) + ", fit " +
            result.fit.name + ") under " + budget_text + " over every shape of the search space (" +
            space_text(request.shapes) + ")" + (fits ? " that fits in " + memory_text : "") +
            "; losses within " + format_number(100 * kLossTieRelative) +
@@ -876,12 +871,12 @@ OptimalResult optimal(const OptimalRequest& request) {
   const auto baseline_index = static_cast<size_t>(baseline_argmin.index);
   if (evaluator.tokens_for(baseline_space.arch_base(), baseline_space.points()[baseline_index]) <
       detail::tokens_per_step(base)) {
-    throw ConfigError(
-        "budget too small: the optimal baseline gets " +
-        sci(evaluator.tokens_for(baseline_space.arch_base(),
-                                 baseline_space.points()[baseline_index])) +
-        " tokens, less than one optimizer step (" + sci(detail::tokens_per_step(base)) +
-        " tokens)");
+    throw ConfigError("budget too small: the optimal baseline gets " +
+                      format_sci(evaluator.tokens_for(baseline_space.arch_base(),
+                                                      baseline_space.points()[baseline_index]),
+                                 2) +
+                      " tokens, less than one optimizer step (" +
+                      format_sci(detail::tokens_per_step(base), 2) + " tokens)");
   }
   // Copies: later covers of the same space would invalidate references.
   Recommendation baseline_rec = make_recommendation(
@@ -904,7 +899,7 @@ OptimalResult optimal(const OptimalRequest& request) {
                "device memory, not the loss, picked this shape: the loss argmin " +
                    std::to_string(best.candidate.shape.n_layers) + " x " +
                    std::to_string(best.candidate.shape.d_model) + " (loss " +
-                   fixed(space.loss(best, eps), 4) + ") does not fit");
+                   format_fixed(space.loss(best, eps), 4) + ") does not fit");
     }
   };
   flag_memory(baseline_rec, baseline_argmin, baseline_space, baseline_prior.eps);
@@ -987,13 +982,13 @@ OptimalResult optimal(const OptimalRequest& request) {
         fastest_at_parity(space, prior.eps_high, baseline_loss, prior, restricted);
     const std::string parity_selection =
         "fastest step (cost model on profile " + profile.name + ") among shapes that fit in " +
-        memory_text + " whose predicted loss (eps " + fixed(prior.eps, 4) +
-        ") <= the optimal baseline's " + fixed(baseline_loss, 4) +
+        memory_text + " whose predicted loss (eps " + format_fixed(prior.eps, 4) +
+        ") <= the optimal baseline's " + format_fixed(baseline_loss, 4) +
         (restricted
              ? ", restricted to the prior's support (" +
                    (prior.measured_size_min > 0
                         ? std::string(prior.size_measure == "non_embedding" ? "non-vocab " : "") +
-                              "parameters >= " + sci(prior.measured_size_min, 2) +
+                              "parameters >= " + format_sci(prior.measured_size_min, 1) +
                               ", the smallest model it was measured at; "
                         : std::string()) +
                    "tokens per parameter in " + format_number(kFitTokensPerParamMin) + ".." +
@@ -1013,12 +1008,13 @@ OptimalResult optimal(const OptimalRequest& request) {
     if (prior.measured_size_min > 0 &&
         prior_size(prior, parity_rec.params) < prior.measured_size_min * (1 - 1e-9)) {
       add_flag(parity_rec, "parity_smaller_than_measured",
-               "smaller (" + sci(prior_size(prior, parity_rec.params)) +
+               "smaller (" + format_sci(prior_size(prior, parity_rec.params), 2) +
                    ") than any model the prior was measured at (" +
-                   sci(prior.measured_size_min, 2) + ")");
+                   format_sci(prior.measured_size_min, 1) + ")");
     }
     if (parity_high < 0) {
-      result.notes.push_back(arch.name + " parity-fastest: at eps " + fixed(prior.eps_high, 4) +
+      result.notes.push_back(arch.name + " parity-fastest: at eps " +
+                             format_fixed(prior.eps_high, 4) +
                              " (the prior's pessimistic end) no shape reaches the baseline's "
                              "loss; its range's high end is null");
     }
@@ -1314,10 +1310,9 @@ std::string range_text(const ValueRange& range, Format format) {
   return end(range.low) + ".." + end(range.high);
 }
 
+// "%.2g": the eps ranges of the table.
 std::string short_sci(double value) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.2g", value);
-  return buffer;
+  return format_general(value, 2);
 }
 
 }  // namespace
@@ -1327,7 +1322,7 @@ std::string to_table(const OptimalResult& result) {
   std::string out;
   out += "budget: ";
   if (request.train_flops) {
-    out += sci(*request.train_flops) + " training FLOPs";
+    out += format_sci(*request.train_flops, 2) + " training FLOPs";
   }
   if (request.gpu_hours) {
     out += std::string(request.train_flops ? ", " : "") + format_number(*request.gpu_hours) +
@@ -1363,10 +1358,11 @@ std::string to_table(const OptimalResult& result) {
            std::to_string(r.shape.d_head);
   });
   add("d_ff", [](const Recommendation& r) { return std::to_string(r.shape.d_ff); });
-  add("aspect d/L", [](const Recommendation& r) { return fixed(r.shape.aspect_ratio(), 1); });
+  add("aspect d/L",
+      [](const Recommendation& r) { return format_fixed(r.shape.aspect_ratio(), 1); });
   add("MoD c / every", [](const Recommendation& r) {
     return r.config.mod.enabled()
-               ? fixed(r.config.mod.capacity, 3) + " / " + std::to_string(r.config.mod.every)
+               ? format_fixed(r.config.mod.capacity, 3) + " / " + std::to_string(r.config.mod.every)
                : std::string("-");
   });
   add("DAR K / n", [](const Recommendation& r) {
@@ -1379,29 +1375,32 @@ std::string to_table(const OptimalResult& result) {
     add("experts E x width, top-k",
         [](const Recommendation& r) { return experts_summary(r.config); });
   }
-  add("params total", [](const Recommendation& r) { return sci(r.params.total); });
-  add("params FLOP-active N_f", [](const Recommendation& r) { return sci(r.params.flop_active); });
+  add("params total", [](const Recommendation& r) { return format_sci(r.params.total, 2); });
+  add("params FLOP-active N_f",
+      [](const Recommendation& r) { return format_sci(r.params.flop_active, 2); });
   add("  range (eps)", [](const Recommendation& r) {
     return range_text(r.n_flop_active_range, short_sci);
   });
-  add("tokens D", [](const Recommendation& r) { return sci(r.tokens); });
+  add("tokens D", [](const Recommendation& r) { return format_sci(r.tokens, 2); });
   add("  range (eps)",
       [](const Recommendation& r) { return range_text(r.tokens_range, short_sci); });
   add("tokens / N_f",
-      [](const Recommendation& r) { return fixed(r.tokens / r.params.flop_active, 1); });
-  add("fwd FLOPs / token", [](const Recommendation& r) { return sci(r.flops.forward_per_token); });
-  add("training FLOPs", [](const Recommendation& r) { return sci(r.train_flops_total); });
+      [](const Recommendation& r) { return format_fixed(r.tokens / r.params.flop_active, 1); });
+  add("fwd FLOPs / token",
+      [](const Recommendation& r) { return format_sci(r.flops.forward_per_token, 2); });
+  add("training FLOPs", [](const Recommendation& r) { return format_sci(r.train_flops_total, 2); });
   add("eps", [](const Recommendation& r) {
-    return r.prior.known ? fixed(r.prior.eps, 4) : std::string("unknown");
+    return r.prior.known ? format_fixed(r.prior.eps, 4) : std::string("unknown");
   });
   add("  range", [](const Recommendation& r) {
-    return r.prior.known ? range_text(r.eps_range, [](double v) { return fixed(v, 3); })
+    return r.prior.known ? range_text(r.eps_range, [](double v) { return format_fixed(v, 3); })
                          : std::string("-");
   });
-  add("predicted loss",
-      [](const Recommendation& r) { return r.loss ? fixed(*r.loss, 4) : std::string("unknown"); });
+  add("predicted loss", [](const Recommendation& r) {
+    return r.loss ? format_fixed(*r.loss, 4) : std::string("unknown");
+  });
   add("  range (eps)", [](const Recommendation& r) {
-    return r.loss_range ? range_text(*r.loss_range, [](double v) { return fixed(v, 3); })
+    return r.loss_range ? range_text(*r.loss_range, [](double v) { return format_fixed(v, 3); })
                         : std::string("-");
   });
   if (request.gpus > 1) {
@@ -1423,24 +1422,24 @@ std::string to_table(const OptimalResult& result) {
     });
   }
   add("peak memory / device", [](const Recommendation& r) {
-    return fixed(r.memory.peak / (1024.0 * 1024.0 * 1024.0), 1) + " GiB" +
+    return format_fixed(r.memory.peak / (1024.0 * 1024.0 * 1024.0), 1) + " GiB" +
            (r.memory.fits ? "" : " NO FIT");
   });
   add("step time", [](const Recommendation& r) {
-    return fixed(r.time.step_s * 1e3, 1) + " ms" + (r.time.extrapolated ? "*" : "");
+    return format_fixed(r.time.step_s * 1e3, 1) + " ms" + (r.time.extrapolated ? "*" : "");
   });
-  add("tokens / s", [](const Recommendation& r) { return sci(r.time.tokens_per_s); });
-  add("MFU", [](const Recommendation& r) { return fixed(100 * r.time.mfu, 1) + "%"; });
-  add("wall-clock", [](const Recommendation& r) { return fixed(r.train_hours, 1) + " h"; });
+  add("tokens / s", [](const Recommendation& r) { return format_sci(r.time.tokens_per_s, 2); });
+  add("MFU", [](const Recommendation& r) { return format_fixed(100 * r.time.mfu, 1) + "%"; });
+  add("wall-clock", [](const Recommendation& r) { return format_fixed(r.train_hours, 1) + " h"; });
   add("x params (vs baseline)",
-      [](const Recommendation& r) { return fixed(r.ratio_params_total, 2); });
+      [](const Recommendation& r) { return format_fixed(r.ratio_params_total, 2); });
   add("x fwd FLOPs / token",
-      [](const Recommendation& r) { return fixed(r.ratio_forward_flops, 2); });
-  add("x step time", [](const Recommendation& r) { return fixed(r.ratio_step_time, 2); });
+      [](const Recommendation& r) { return format_fixed(r.ratio_forward_flops, 2); });
+  add("x step time", [](const Recommendation& r) { return format_fixed(r.ratio_step_time, 2); });
   add("  range (eps)", [](const Recommendation& r) {
-    return range_text(r.step_time_ratio_range, [](double v) { return fixed(v, 2); });
+    return range_text(r.step_time_ratio_range, [](double v) { return format_fixed(v, 2); });
   });
-  add("x wall-clock", [](const Recommendation& r) { return fixed(r.ratio_train_hours, 2); });
+  add("x wall-clock", [](const Recommendation& r) { return format_fixed(r.ratio_train_hours, 2); });
   std::vector<std::string> flag_lines;
   {
     std::vector<std::string> cells;
@@ -1494,20 +1493,20 @@ std::string to_table(const OptimalResult& result) {
            std::to_string(recs.front().shape.n_layers) + " x " +
            std::to_string(recs.front().shape.d_model) + ", same FLOP budget):\n";
     for (const SameShapeComparison& same : result.same_shape) {
-      out += "  " + same.arch + ": loss " +
-             (same.loss ? fixed(same.loss->value, 4) + " (" +
-                              range_text(*same.loss, [](double v) { return fixed(v, 4); }) +
-                              ")"
-                        : std::string("unknown")) +
-             " vs baseline " + fixed(same.baseline_loss, 4) + ", x fwd FLOPs/token " +
-             fixed(same.ratio_forward_flops, 2) + ", x step time " +
-             fixed(same.ratio_step_time, 2) + (same.fits ? "" : " (NO FIT)") + "\n";
+      out +=
+          "  " + same.arch + ": loss " +
+          (same.loss ? format_fixed(same.loss->value, 4) + " (" +
+                           range_text(*same.loss, [](double v) { return format_fixed(v, 4); }) + ")"
+                     : std::string("unknown")) +
+          " vs baseline " + format_fixed(same.baseline_loss, 4) + ", x fwd FLOPs/token " +
+          format_fixed(same.ratio_forward_flops, 2) + ", x step time " +
+          format_fixed(same.ratio_step_time, 2) + (same.fits ? "" : " (NO FIT)") + "\n";
     }
   }
   out += "\npriors:\n";
   for (const EfficiencyPrior& prior : result.priors) {
     out += "  " + prior.key + ": " +
-           (prior.known ? "eps = " + fixed(prior.eps, 4) : std::string("unknown")) + " -- " +
+           (prior.known ? "eps = " + format_fixed(prior.eps, 4) : std::string("unknown")) + " -- " +
            prior.source + "\n";
     if (prior.key != "baseline") {
       std::string indented = "    ";

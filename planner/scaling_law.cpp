@@ -1,7 +1,7 @@
 // Parametric loss model L(N_f, D) = E + s_p A / N_f^alpha + s_d B / D^beta (an
 // architecture's prior eps in s_p, or in both for MoD: planner/priors.cpp): the
 // built-in fits, fit files, and the closed-form compute-optimal allocation
-// (Hoffmann et al. 2022 eq. 4; SPEC section 4).
+// (Hoffmann et al. 2022 eq. 4; docs/planner.md).
 #include <toml++/toml.h>
 
 #include <cmath>
@@ -9,9 +9,10 @@
 #include <string>
 
 #include "../cost_models/toml_text.hpp"
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/files.hpp"
+#include "modar/base/text.hpp"
 #include "modar/planner.hpp"
-#include "planner_text.hpp"
 
 namespace modar {
 
@@ -133,11 +134,11 @@ std::string to_toml(const LossFit& fit) {
   out += "name = " + toml_quote(fit.name) + "\n";
   out += "source = " + toml_quote(fit.source) + "\n";
   const auto write = [&](const LossFitParams& p) {
-    out += "E = " + format_toml_float(p.E) + "\n";
-    out += "A = " + format_toml_float(p.A) + "\n";
-    out += "B = " + format_toml_float(p.B) + "\n";
-    out += "alpha = " + format_toml_float(p.alpha) + "\n";
-    out += "beta = " + format_toml_float(p.beta) + "\n";
+    out += "E = " + toml_float_literal(p.E) + "\n";
+    out += "A = " + toml_float_literal(p.A) + "\n";
+    out += "B = " + toml_float_literal(p.B) + "\n";
+    out += "alpha = " + toml_float_literal(p.alpha) + "\n";
+    out += "beta = " + toml_float_literal(p.beta) + "\n";
   };
   write(fit.params);
   if (fit.standard_errors) {
@@ -148,7 +149,7 @@ std::string to_toml(const LossFit& fit) {
 }
 
 void save_fit_atomically(const LossFit& fit, const std::string& path) {
-  write_file_atomically(path, to_toml(fit));
+  write_file_atomically(path, to_toml(fit), "fit file");
 }
 
 double predicted_loss(const LossFitParams& fit, LossScale scale, double n_flop_active,

@@ -5,11 +5,13 @@
 #include <cmath>
 #include <cstdio>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/interrupt.hpp"
+#include "modar/base/json.hpp"
+#include "modar/base/text.hpp"
 #include "modar/layout_search.hpp"
 #include "modar/planner.hpp"
 #include "planner_internal.hpp"
-#include "planner_text.hpp"
 
 namespace modar {
 

@@ -6,8 +6,9 @@
 
 #include "cli_util.hpp"
 #include "commands.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/text.hpp"
 #include "modar/cost_model.hpp"
-#include "modar/errors.hpp"
 #include "modar/parallel.hpp"
 
 namespace modar::cli {

@@ -1,10 +1,10 @@
 // `modar optimal`: isoFLOP- / wall-clock-optimal configurations for a budget
-// (SPEC section 4).  All the work is modar::optimal(); this file parses flags.
+// (docs/planner.md).  All the work is modar::optimal(); this file parses flags.
 #include <cstdio>
 
 #include "cli_util.hpp"
 #include "commands.hpp"
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/planner.hpp"
 #include "planner_cli.hpp"
 

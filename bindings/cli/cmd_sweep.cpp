@@ -8,7 +8,9 @@
 
 #include "cli_util.hpp"
 #include "commands.hpp"
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/files.hpp"
+#include "modar/base/text.hpp"
 #include "modar/planner.hpp"
 #include "planner_cli.hpp"
 
@@ -212,7 +214,7 @@ int cmd_sweep(const Args& args) {
     std::fprintf(stderr, "modar sweep: note: %s\n", notes[i].c_str());
   }
   if (output) {
-    save_text_atomically(*output, buffer);
+    write_file_atomically(*output, buffer, "sweep output");
   } else {
     std::fputs(buffer.c_str(), stdout);
   }

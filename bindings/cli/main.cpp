@@ -9,8 +9,10 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/interrupt.hpp"
+#include "modar/base/text.hpp"
 #include "modar/config.hpp"
-#include "modar/errors.hpp"
 
 namespace {
 

@@ -2,7 +2,8 @@
 
 #include <cmath>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/text.hpp"
 
 namespace modar::cli {
 

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "bindings.hpp"
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/layout_search.hpp"
 #include "modar/profile.hpp"
 

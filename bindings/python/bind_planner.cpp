@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "bindings.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/calibrate.hpp"
-#include "modar/errors.hpp"
 #include "modar/planner.hpp"
 #include "progress.hpp"
 
@@ -224,7 +224,7 @@ void bind_planner(py::module_& m) {
         return d;
       },
       py::arg("fit"), py::arg("train_flops"), py::arg("eps") = 1.0,
-      "Hoffmann eq. 4 closed form under C = 6 N D (SPEC section 4).");
+      "Hoffmann eq. 4 closed form under C = 6 N D (docs/planner.md).");
 }
 
 }  // namespace modar::python

@@ -5,7 +5,7 @@
 // Parsing and validation live in cost_models/config.cpp; the planner, the
 // runtime, the CLI and the Python bindings all read the same structs.
 //
-// Conventions fixed by ../shared/design/SPEC.md section 1:
+// Conventions fixed by docs/model.md:
 //  * a value of 0 for n_kv_heads / d_head / d_ff means "the default"
 //    (n_heads, d_model / n_heads, 4d for GELU or 8d/3 rounded up to a multiple
 //    of 64 for SwiGLU); use the resolved_*() accessors, never the raw field.
@@ -104,7 +104,7 @@ struct DarConfig {
   }
 };
 
-// ---- [moe]: experts and MoDE (SPEC section 1.3; docs/moe.md) ----------------
+// ---- [moe]: experts and MoDE (docs/model.md experts; docs/moe.md) ----------------
 //  * experts = E routed experts (0 = dense FFN everywhere), each an FFN of the
 //    model's MLP kind and width expert_ffn (0 = model.d_ff resolved);
 //    shared_experts see every token, each of width shared_expert_ffn (0 = the
@@ -326,32 +326,5 @@ std::string recompute_text(const TrainConfig& train);
 // Parse an enum from its name; throws ConfigError naming `field`, the value and
 // the allowed names.  Used by the TOML reader, --set and CLI flags.
 AttentionFlops parse_attention_flops(const std::string& text, const std::string& field);
-
-// Shared by the config reader and the CLI for "did you mean" suggestions:
-// Levenshtein distance, and the candidate nearest to `word` ("" when none is
-// close enough to be a plausible typo).
-int64_t edit_distance(const std::string& a, const std::string& b);
-std::string nearest_name(const std::string& word, const std::vector<std::string>& candidates);
-
-// A double as the shortest text that reads back to the same value ("0.125",
-// "1e+20", "nan"): used in every error message and in TOML output.
-std::string format_number(double value);
-// Strict text -> number used by every boundary (TOML --set values, CLI flags):
-// the whole text must be consumed; reals must be finite.  Return false on
-// anything else, so the caller can name the field in its error.
-bool parse_integer_text(const std::string& text, int64_t* out);
-bool parse_finite_number_text(const std::string& text, double* out);
-
-// A user-supplied value as it may appear inside a one-line error message:
-// control characters escaped (\n, \t, \x00, ...) and anything past
-// `max_chars` characters cut to "...(N characters)", so no error is ever
-// multi-line or a megabyte long.  Every echoed value goes through this.
-std::string shown_value(const std::string& text, size_t max_chars = 60);
-
-// The whole of a user-named input file (config, profile, runs CSV): it must
-// be a regular file (not a directory, device or FIFO) of at most `max_bytes`
-// bytes; anything else is a modar::FileError naming `what` and the path.
-std::string read_input_file(const std::string& path, const std::string& what,
-                            uint64_t max_bytes);
 
 }  // namespace modar

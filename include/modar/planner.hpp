@@ -1,5 +1,5 @@
 // modar/planner.hpp: scaling laws, architecture priors, shape search and the
-// isoFLOP- / wall-clock-optimal recommendations (SPEC section 4).
+// isoFLOP- / wall-clock-optimal recommendations (docs/planner.md).
 //
 // The planner never counts a FLOP, a parameter, a byte or a second itself: every
 // such number comes from cost_model.hpp (count_params, count_flops,
@@ -67,7 +67,7 @@ struct LossScale {
 double predicted_loss(const LossFitParams& fit, LossScale scale, double n_flop_active,
                       double tokens);
 
-// Hoffmann eq. 4 under C = 6 N D (SPEC 4): G = (alpha eps A / (beta B))^(1/(alpha+beta)),
+// Hoffmann eq. 4 under C = 6 N D (docs/planner.md): G = (alpha eps A / (beta B))^(1/(alpha+beta)),
 // N* = G (C/6)^(beta/(alpha+beta)), D* = (C/6)^(alpha/(alpha+beta)) / G.
 struct ClosedFormOptimum {
   double G = 0.0;

@@ -428,7 +428,7 @@ def fit(
 
 @one_line_type_errors
 def closed_form_optimum(flops: float, *, fit: Any = "epoch", eps: float = 1.0) -> dict:
-    """N*, D*, loss of the dense closed form under C = 6 N D (SPEC section 4).
+    """N*, D*, loss of the dense closed form under C = 6 N D (docs/planner.md).
 
     flops: the training budget C (positive, finite); eps: the architecture's
     efficiency (positive, finite; 1 = the dense baseline)."""

@@ -3,9 +3,9 @@
 // The profiler executes every op kind of the shared vocabulary (ops.hpp) on a
 // Backend over a grid of OpShapes, forward and backward, and records the
 // median time with its spread.  cost_models (TimingModel) interpolates those
-// times in log-space to predict a configuration's step time (SPEC section 3).
+// times in log-space to predict a configuration's step time (docs/cost_model.md).
 //
-// Timing rules (SPEC 3, runtime_notes 2.6, CUTLASS / llm.c / ggml practice):
+// Timing rules (docs/profiler.md, CUTLASS / llm.c / ggml practice):
 //  * inputs are random (uniform in [-1, 1], positive where the op needs it,
 //    valid indices), never zeros;
 //  * untimed warm-up calls first (allocation, first-touch, clocks);

@@ -11,8 +11,8 @@
 #include <random>
 
 #include "../common/roofline_profile.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/cost_model.hpp"
-#include "modar/errors.hpp"
 #include "modar/parallel.hpp"
 
 namespace modar {

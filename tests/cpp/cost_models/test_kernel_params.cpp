@@ -9,8 +9,8 @@
 #include <string>
 
 #include "../common/roofline_profile.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/cost_model.hpp"
-#include "modar/errors.hpp"
 #include "modar/parallel.hpp"
 
 namespace modar {

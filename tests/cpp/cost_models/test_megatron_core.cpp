@@ -13,7 +13,7 @@
 #include <string>
 
 #include "modar/cost_model.hpp"
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/parallel.hpp"
 
 namespace modar {

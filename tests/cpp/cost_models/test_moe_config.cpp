@@ -1,11 +1,11 @@
 // The [moe] section: parsing, defaults, round trip, validation messages, and
-// the layer / capacity rules of SPEC section 1.3 (hand-derived values).
+// the layer / capacity rules of docs/model.md experts (hand-derived values).
 #include <gtest/gtest.h>
 
 #include <functional>
 
+#include "modar/base/errors.hpp"
 #include "modar/config.hpp"
-#include "modar/errors.hpp"
 
 namespace modar {
 namespace {

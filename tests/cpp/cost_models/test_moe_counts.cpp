@@ -1,4 +1,4 @@
-// Experts in the cost model (SPEC 1.3): parameters total vs active, FLOPs of
+// Experts in the cost model (docs/model.md experts): parameters total vs active, FLOPs of
 // the router, routed experts (top-k, capacity slots, null experts), shared
 // experts, MoDE staged, expert-parallel shards and the grouped GEMM's time.
 // Every expected value is written from the shapes by hand, not from modar's

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "modar/cost_model.hpp"
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/layout_search.hpp"
 #include "modar/parallel.hpp"
 

@@ -211,7 +211,7 @@ TEST(LayoutSearch, ChinchillaBudgetOn1024GpusFitsNearTheClosedForm) {
   const OptimalResult result = optimal(request);
   const Recommendation& rec = result.recommendations.front();
   const ClosedFormOptimum closed = closed_form_optimum(result.fit.params, 5.76e23);
-  EXPECT_NEAR(closed.n_opt, 7.22e10, 0.01e10);  // SPEC section 4 fixture
+  EXPECT_NEAR(closed.n_opt, 7.22e10, 0.01e10);  // docs/planner.md fixture
   EXPECT_LT(std::fabs(rec.params.flop_active / closed.n_opt - 1.0), 0.1);
   EXPECT_TRUE(rec.memory.fits);
   EXPECT_GT(rec.config.parallel.data(rec.config.device.count) * rec.config.parallel.tensor *

@@ -9,8 +9,8 @@
 #include <stdexcept>
 
 #include "../common/dar_hand_count.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/cost_model.hpp"
-#include "modar/errors.hpp"
 #include "modar/planner.hpp"
 #include "optimal_test_util.hpp"
 
@@ -188,7 +188,7 @@ TEST(Optimal, WallClockBudgetUsesStepTime) {
     EXPECT_NEAR(rec.train_hours, 25.0, 1e-6);
   }
   // DAR costs time: at the same shape it gets fewer tokens per hour, by at
-  // least what its extra work needs (hand counts from dar_math.md 4.2-4.3).
+  // least what its extra work needs (hand counts from docs/dar_math.md 4.2-4.3).
   const auto& dar = find(result, "dar", "isoflop_optimal");
   const modar::Config& c = dar.config;
   ASSERT_EQ(c.dar.variant, modar::DarVariant::dar);
@@ -201,13 +201,13 @@ TEST(Optimal, WallClockBudgetUsesStepTime) {
   const modar::DeviceProfile profile = modar::load_profile("h200");
   const modar::Estimate with_dar = modar::estimate(c, profile);
   const modar::Estimate without = modar::estimate(dense, profile);
-  // FLOPs: the depth-read ops add exactly the dar_math 4.3 count per token.
+  // FLOPs: the depth-read ops add exactly the docs/dar_math.md 4.3 count per token.
   const double extra_flops = modar::dar_extra_flops_per_token(d, L, K, double(n), false);
   EXPECT_NEAR(dar.flops.forward_dar_per_token / extra_flops, 1.0, 1e-9);
   EXPECT_NEAR((with_dar.flops.forward_per_token - without.flops.forward_per_token) / extra_flops,
               1.0, 1e-9);
   // Time: phase 1 of block b loads each of the b earlier bank entries (n x d
-  // elements per token, bf16) once (dar_math 4.2), so the forward of one
+  // elements per token, bf16) once (docs/dar_math.md 4.2), so the forward of one
   // micro-batch of T tokens reads at least n d T x 2 bytes x N (N + 1) / 2;
   // at the device's peak bandwidth that is a floor on the step-time overhead.
   const int64_t N = (L + K - 1) / K;

@@ -1,11 +1,11 @@
 // Efficiency priors: MoD from the MoD paper's figure 4 minima, DAR from its
 // reported loss reductions.  Expected values worked by hand (python, not this
-// code) from the formulas in SPEC section 4.
+// code) from the formulas in docs/planner.md.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/planner.hpp"
 
 namespace {

@@ -39,7 +39,7 @@
 #include <utility>
 #include <vector>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/backend.hpp"
 #include "modar/runtime/op_samples.hpp"
 
