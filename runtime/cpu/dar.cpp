@@ -47,25 +47,23 @@ void sinkhorn(const C* logits, int64_t n, int iterations, C* result,
     a[static_cast<size_t>(i)] = std::exp(logits[i] - max_logit);
   if (history)
     history->push_back(a);
+  // One normalisation: every row (line u = row i, element v = column j) or
+  // every column (u = j, v = i) divided by its sum, summed in v order.
+  auto normalize_lines = [&](bool rows) {
+    const int64_t u_stride = rows ? n : 1, v_stride = rows ? 1 : n;
+    for (int64_t u = 0; u < n; ++u) {
+      C sum = 0;
+      for (int64_t v = 0; v < n; ++v)
+        sum += a[static_cast<size_t>(u * u_stride + v * v_stride)];
+      for (int64_t v = 0; v < n; ++v)
+        a[static_cast<size_t>(u * u_stride + v * v_stride)] /= sum;
+    }
+    if (history)
+      history->push_back(a);
+  };
   for (int it = 0; it < iterations; ++it) {
-    for (int64_t i = 0; i < n; ++i) {
-      C sum = 0;
-      for (int64_t j = 0; j < n; ++j)
-        sum += a[static_cast<size_t>(i * n + j)];
-      for (int64_t j = 0; j < n; ++j)
-        a[static_cast<size_t>(i * n + j)] /= sum;
-    }
-    if (history)
-      history->push_back(a);
-    for (int64_t j = 0; j < n; ++j) {
-      C sum = 0;
-      for (int64_t i = 0; i < n; ++i)
-        sum += a[static_cast<size_t>(i * n + j)];
-      for (int64_t i = 0; i < n; ++i)
-        a[static_cast<size_t>(i * n + j)] /= sum;
-    }
-    if (history)
-      history->push_back(a);
+    normalize_lines(true);
+    normalize_lines(false);
   }
   std::copy(a.begin(), a.end(), result);
 }

@@ -607,11 +607,21 @@ void DepthResidual::begin_received(const Context& ctx, int64_t tokens) {
 
 namespace {
 
-void check_boundary(int64_t from, int64_t complete, const char* what) {
+// What the boundary after `end_branch` carries from entry `from` on, for
+// each of the n streams: `count` complete entries, and the cut block's
+// partial P when `cut`.
+struct BoundarySpan {
+  int64_t n = 0, count = 0;
+  bool cut = false;
+};
+BoundarySpan boundary_span(const DepthResidual& depth, int64_t streams, int64_t end_branch,
+                           int64_t from, const char* what) {
+  const int64_t complete = depth.complete_entries(end_branch);
   if (from < 0 || from > complete) {
     throw ShapeError(std::string("depth residual ") + what + ": entries from " +
                      std::to_string(from) + " of " + std::to_string(complete));
   }
+  return {streams, complete - from, depth.cuts_block(end_branch)};
 }
 
 }  // namespace
@@ -620,9 +630,8 @@ DepthResidual::BoundaryBuffers DepthResidual::pack_boundary(const Context& ctx,
                                                             int64_t end_branch,
                                                             int64_t from) const {
   Backend& be = ctx.backend;
-  const int64_t n = options_.streams, complete = complete_entries(end_branch);
-  check_boundary(from, complete, "boundary");
-  const int64_t count = complete - from, k = count + (cuts_block(end_branch) ? 1 : 0);
+  const auto [n, count, cut] = boundary_span(*this, options_.streams, end_branch, from, "boundary");
+  const int64_t k = count + (cut ? 1 : 0);
   BoundaryBuffers out;
   out.values = ctx.make({n, k, tokens_, d_});
   out.stats = ctx.make({n, k, tokens_}, ctx.stats());
@@ -642,10 +651,7 @@ DepthResidual::BoundaryBuffers DepthResidual::pack_boundary(const Context& ctx,
 void DepthResidual::unpack_boundary(const Context& ctx, int64_t end_branch, int64_t from,
                                     const BoundaryBuffers& in) {
   Backend& be = ctx.backend;
-  const int64_t n = options_.streams, complete = complete_entries(end_branch);
-  check_boundary(from, complete, "boundary");
-  const int64_t count = complete - from;
-  const bool cut = cuts_block(end_branch);
+  const auto [n, count, cut] = boundary_span(*this, options_.streams, end_branch, from, "boundary");
   if (cut) {
     partial_ = ctx.make({n, tokens_, d_});
     partial_rstd_ = ctx.make({n, tokens_}, ctx.stats());
@@ -676,10 +682,8 @@ void DepthResidual::begin_backward_received(const Context& ctx) {
 Buffer DepthResidual::pack_boundary_gradient(const Context& ctx, int64_t end_branch,
                                              int64_t from) {
   Backend& be = ctx.backend;
-  const int64_t n = options_.streams, complete = complete_entries(end_branch);
-  check_boundary(from, complete, "boundary gradient");
-  const int64_t count = complete - from;
-  const bool cut = cuts_block(end_branch);
+  const auto [n, count, cut] =
+      boundary_span(*this, options_.streams, end_branch, from, "boundary gradient");
   if (cut && dpartial_.empty()) {
     throw ShapeError("depth residual: no gradient of the received P to send back");
   }
@@ -701,10 +705,8 @@ Buffer DepthResidual::pack_boundary_gradient(const Context& ctx, int64_t end_bra
 void DepthResidual::unpack_boundary_gradient(const Context& ctx, int64_t end_branch, int64_t from,
                                              const TensorView& dvalues) {
   Backend& be = ctx.backend;
-  const int64_t n = options_.streams, complete = complete_entries(end_branch);
-  check_boundary(from, complete, "boundary gradient");
-  const int64_t count = complete - from;
-  const bool cut = cuts_block(end_branch);
+  const auto [n, count, cut] =
+      boundary_span(*this, options_.streams, end_branch, from, "boundary gradient");
   if (dbank_.empty()) {
     throw ShapeError("depth residual: a bank gradient arrived before begin_backward_received");
   }
