@@ -145,7 +145,7 @@ void estimate_into(const Config& config, const TimingModel& timing, StepKind ste
   // The gradient norm and clipping pass over the main gradients (once per step).
   time.grad_norm_s =
       step == StepKind::train
-          ? detail::grad_norm_time_s(out.params.total, config.train.dtype, timing.rates())
+          ? detail::grad_norm_time_s(out.params.total, config, timing.rates())
           : 0.0;
   time.step_s = static_cast<double>(accumulation) * time.micro_batch_s + time.optimizer_s +
                 time.grad_norm_s + time.step_overhead_s;

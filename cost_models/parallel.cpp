@@ -19,7 +19,8 @@
 // the whole sequence (b s x 4 bytes) per routed layer.  Pipeline: one send of
 // the activation (b s d B / t: Megatron's scatter/gather optimisation) per
 // boundary forward and one back, plus the AttnRes / DAR history bank.
-// Data parallel: one all-reduce of the fp32 gradients (ZeRO >= 1:
+// Data parallel: one all-reduce of the main gradients (fp32; fp16 for fp16
+// training, as Megatron keeps them; ZeRO >= 1:
 // reduce-scatter, then an all-gather of the updated bf16 weights; ZeRO 3:
 // all-gathers of each layer's weights forward and backward per micro-batch).
 #include "modar/parallel.hpp"
@@ -1072,10 +1073,22 @@ void assemble_stages(const ClusterContext& c, const RankCompute& compute, const 
     stage.bank_send_bytes += bank_sent;
     // Forward send out of this chunk and the gradient coming back (same size).
     const double one = c.comm(Collective::send_recv, send, 2, c.placement.pipeline);
-    stage.exposed_comm_s += one;
-    out.stages[static_cast<size_t>((chunk + 1) % p)].exposed_comm_s += one;
+    // Megatron-LM's scatter / gather (Narayanan et al. 2021, section 4.1):
+    // without SP every tensor rank holds the whole activation, sends 1 / t of
+    // it, and the receiving tensor group all-gathers the t pieces over NVLink
+    // before using it (forward on the next stage, the gradient backward here).
+    const double gather =
+        c.t > 1 && !c.sp ? c.comm(Collective::all_gather, send * static_cast<double>(c.t), c.t,
+                                  c.placement.tensor, c.tp_per_node)
+                         : 0.0;
+    stage.exposed_comm_s += one + gather;
+    out.stages[static_cast<size_t>((chunk + 1) % p)].exposed_comm_s += one + gather;
     out.comm.push_back({Collective::send_recv, "pp.activation", "pipeline", Pass::forward, 2,
                         c.placement.pipeline, send, 0.0, one, 1.0});
+    if (gather > 0.0) {
+      out.comm.push_back({Collective::all_gather, "pp.gather", "tensor", Pass::forward, c.t,
+                          c.placement.tensor, send * static_cast<double>(c.t), 0.0, gather, 1.0});
+    }
   }
   out.bank_send_bytes_uncached = uncached_bytes_total;
   out.bank_send_bytes_cached = cached_bytes_total;
@@ -1111,7 +1124,9 @@ StepParts stage_data_parallel(const ClusterContext& c, const LayerComm& comm,
     parts.zero3_gather_one =
         c.comm(Collective::all_gather, memory.layer_param_bytes(), dp, data_level, c.dp_per_node);
   }
-  const double grad_bytes_per_param = StageMemoryModel::kGradBytesPerParam;
+  // The main gradients as reduced (memory keeps fp32: the fp16 path's copy
+  // into fp32 exists at the optimizer step).
+  const double grad_bytes_per_param = detail::main_grad_bytes_per_param(c.config);
   double worst_peak = -1.0;
   for (int64_t i = 0; i < c.p; ++i) {
     StageSummary& stage = out.stages[static_cast<size_t>(i)];
@@ -1212,7 +1227,7 @@ StepParts stage_data_parallel(const ClusterContext& c, const LayerComm& comm,
     parts.grad_norm = std::max(
         parts.grad_norm,
         detail::grad_norm_time_s(stage.params / static_cast<double>(par.zero >= 1 ? dp : 1),
-                                 c.config.train.dtype, c.timing.rates()));
+                                 c.config, c.timing.rates()));
     // Memory per device on this stage.
     stage.memory = memory.memory(i, stage.layers, stage.routed_layers,
                                  stage.chunk_first_layer.back() + stage.chunk_layers.back(),
@@ -1348,10 +1363,10 @@ void add_comm_records(const ClusterContext& c, const LayerComm& comm,
                         2.0 * static_cast<double>(first.layers) * c.m, zero3_gather_one,
                         c.par.overlap_param_gather ? 0.0 : 1.0});
   }
-  // Pipeline sends are listed once per boundary; per step: forward and
-  // backward of m micro-batches.
+  // Pipeline sends (and their scatter / gather all-gathers) are listed once
+  // per boundary; per step: forward and backward of m micro-batches.
   for (CommRecord& record : out.comm) {
-    if (std::strcmp(record.group, "pipeline") == 0) {
+    if (std::strncmp(record.label, "pp.", 3) == 0) {
       record.count = 2.0 * c.m;
     }
   }

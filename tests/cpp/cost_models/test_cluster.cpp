@@ -702,6 +702,72 @@ TEST(Cluster, UnfusedGradientAccumulationByHand) {
   }
 }
 
+// fp16 training keeps fp16 main gradients (Megatron's DDP: the gradient
+// buffer in the parameters' dtype unless --accumulate-allreduce-grads-in-fp32,
+// which only bf16 forces).  By hand on DP 2, fp16, 4 micro-batches, the
+// reduction not overlapped: the unfused accumulation moves 3 x 2 P bytes per
+// micro-batch (read main gradient and gradient, write main gradient); the
+// all-reduce moves 2 P (plain formula: bus factor 1 on 2 ranks at 232.5 GB/s
+// plus 2 latency steps of 2 us); the norm pass copies the fp16 gradients into
+// fp32, unscales them and reads them for the norm: (2 + 4) + 8 + 4 bytes per
+// parameter.  Memory keeps 4 P of gradients (the fp32 copy at the step).
+TEST(Cluster, Fp16MainGradientsByHand) {
+  const double bandwidth = 1.733e12;  // the profile's achievable_bandwidth
+  const double launch = a100().ceilings.launch_overhead_s;
+  Config c = small();
+  c.device.count = 2;
+  c.train.global_batch = 16;  // 4 micro-batches of 2 per device
+  c.train.dtype = DType::fp16;
+  c.parallel.overlap_grad_reduce = false;
+  const Estimate fused = estimate(c, a100());
+  c.train.grad_accumulation = GradAccumulation::unfused;
+  const Estimate unfused = estimate(c, a100());
+  const double P = fused.params.total;
+  const double accumulation = 4.0 * (6.0 * P / bandwidth + launch);
+  EXPECT_NEAR(unfused.time.step_s - fused.time.step_s, accumulation, 1e-6 * accumulation);
+  const CommRecord* ar = find_comm(*fused.cluster, "dp.grad", Collective::all_reduce, Pass::backward);
+  ASSERT_NE(ar, nullptr);
+  expect_relative(ar->bytes, 2 * P);
+  expect_relative(ar->time_s, 2 * 2e-6 + 2 * P / 232.5e9);
+  expect_relative(fused.cluster->grad_reduce_exposed_s, ar->time_s);
+  expect_relative(fused.memory.gradients, 4 * P);
+  // The norm pass on one device (the cluster adds its 4-byte all-reduce).
+  Config one = small();
+  one.train.dtype = DType::fp16;
+  expect_relative(estimate(one, a100()).time.grad_norm_s, 18.0 * P / bandwidth + launch, 1e-12);
+}
+
+// Megatron-LM's pipeline scatter / gather (Narayanan et al. 2021, section
+// 4.1) under TP 2 without SP: each tensor rank sends half the b s d B
+// activation, and the receiving tensor group all-gathers the two halves: one
+// all-gather of b s d B = 2 x 128 x 256 x 2 bytes over 2 NVLink ranks per
+// send (plain formula: one latency step of 2 us + (1/2) x bytes / 232.5 GB/s),
+// forward and backward per micro-batch.  With SP the activation is already
+// sharded by tokens: no gather.
+TEST(Cluster, PipelineScatterGatherUnderTensorParallelism) {
+  Config c = small();
+  c.parallel.tensor = 2;
+  c.parallel.pipeline = 2;
+  c.device.count = 4;
+  c.train.global_batch = 8;  // m = 4 micro-batches of 2
+  c.parallel.balance_stages = false;
+  const Estimate e = estimate(c, a100());
+  const CommRecord* send =
+      find_comm(*e.cluster, "pp.activation", Collective::send_recv, Pass::forward);
+  const CommRecord* gather = find_comm(*e.cluster, "pp.gather", Collective::all_gather, Pass::forward);
+  ASSERT_NE(send, nullptr);
+  ASSERT_NE(gather, nullptr);
+  const double activation = 2.0 * 128.0 * 256.0 * 2.0;
+  EXPECT_EQ(send->bytes, activation / 2.0);
+  EXPECT_EQ(gather->bytes, activation);
+  EXPECT_EQ(gather->ranks, 2);
+  EXPECT_EQ(gather->count, 2.0 * 4.0);
+  expect_relative(gather->time_s, 2e-6 + 0.5 * activation / 232.5e9);
+  c.parallel.sequence_parallel = true;
+  const Estimate sp = estimate(c, a100());
+  EXPECT_EQ(find_comm(*sp.cluster, "pp.gather", Collective::all_gather, Pass::forward), nullptr);
+}
+
 // train.attention_kernel = unfused (Megatron-LM 2021 CoreAttention), by hand
 // for one device without recompute: per layer and micro-batch the two
 // batched GEMMs run the whole s x s square (4 s^2 d_h FLOPs per head forward,
@@ -775,7 +841,8 @@ TEST(Cluster, GradientNormByHand) {
   expect_relative(e.time.grad_norm_s, 4.0 * P / bandwidth + launch, 1e-12);
   c.train.dtype = DType::fp16;
   const Estimate half = estimate(c, a100());
-  expect_relative(half.time.grad_norm_s, 12.0 * P / bandwidth + launch, 1e-12);
+  // fp16: its fp16 main gradients copied into fp32 (2 + 4), unscaled (8), read (4).
+  expect_relative(half.time.grad_norm_s, 18.0 * P / bandwidth + launch, 1e-12);
   expect_relative(half.time.step_s,
                   half.time.accumulation_steps * half.time.micro_batch_s + half.time.optimizer_s +
                       half.time.grad_norm_s + half.time.step_overhead_s,
