@@ -3,8 +3,9 @@
 
 For every row of examples/cluster/megatron_table1.csv, runs
 `modar estimate examples/cluster/megatron_base.toml --set ... --json` with the
-row's model and layout on the embedded A100 profile (a100-80gb-dgx, not tuned
-to these rows) and prints predicted vs published TFLOP/s per GPU, counted by
+row's model and layout on the embedded A100 profile (a100-80gb-dgx: the
+datasheet profile a100-80gb-dgx-datasheet calibrated on the rows of
+megatron_table1_fit.csv, the HELD_OUT rows below left out) and prints predicted vs published TFLOP/s per GPU, counted by
 the paper's equation 3:  F = 96 B s l h^2 (1 + s / (6 h) + V / (16 l h)).
 
 Usage: examples/cluster/megatron_table1.py [path/to/modar] [--breakdown]

@@ -108,7 +108,7 @@ TEST(Cluster, CollectiveTimesByHand) {
 // 21.5 GB/s per HDR NIC, ring Simple steps 3.4 us / 9.6 us, so NCCL's own
 // step latencies unscaled): the fastest of ring / tree x LL / LL128 / Simple.
 TEST(Cluster, CollectivesFollowNcclsCostModel) {
-  const NetworkProfile& net = load_profile("a100-80gb-dgx").network;
+  const NetworkProfile& net = load_profile("a100-80gb-dgx-datasheet").network;
   // 100 KB all-reduce on the 8 GPUs of a node: latency-bound, ring LL:
   // 3.6 + 14 x 0.47 us, at a quarter of the bus bandwidth (the tree LL
   // 4.4 + 2 x 7 x 0.52 us + 1e5 / (0.5 x 0.9 x 232.5e9 / 3.8) is slower).

@@ -61,12 +61,13 @@ TEST(KernelParams, DefaultsAreTheCeilingsTheyReplace) {
   EXPECT_EQ(kernel_rates(plain).gemm_flops, 1e14);
 }
 
-// The embedded A100's [kernel] section is its documented derivation
-// (docs/kernel_model.md, profiles/a100-80gb-dgx.toml provenance): the MAMF
+// The A100's datasheet profile (the base the embedded a100-80gb-dgx is
+// calibrated from) has as [kernel] its documented derivation
+// (docs/kernel_model.md, profiles/a100-80gb-dgx-datasheet.toml provenance): the MAMF
 // 267.9 of 312 TFLOP/s and FlashAttention-2's 73% of peak, each at the
 // sustained 1305 of 1410 MHz; 85% of HBM bandwidth; 108 SMs.
 TEST(KernelParams, EmbeddedA100IsItsDocumentedDerivation) {
-  const DeviceProfile a100 = load_profile("a100-80gb-dgx");
+  const DeviceProfile a100 = load_profile("a100-80gb-dgx-datasheet");
   const double sustained = 1305.0 / 1410.0;
   EXPECT_NEAR(profile_parameter(a100, "kernel.gemm_efficiency"), 267.9 / 312.0 * sustained, 5e-4);
   EXPECT_NEAR(profile_parameter(a100, "kernel.attention_efficiency"), 0.73 * sustained, 5e-4);
