@@ -3,14 +3,14 @@
 // published layouts (examples/cluster/megatron_table1.csv, base config
 // examples/cluster/megatron_base.toml; the same rows and settings as
 // examples/cluster/megatron_table1.py).  Throughput per GPU is counted by the
-// paper's equation 3, F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).  The bounds
-// are what modar reaches without tuning to these rows, with the base
-// config's 2021 settings (unfused attention, unfused gradient accumulation,
-// gradient reduce after the backward, synchronous tensor-parallel
-// all-reduces; docs/cluster.md) on the GPU kernel model of the embedded
-// profile (docs/kernel_model.md, from published hardware facts): median
-// |error| 4.0 %, max 9.8 % (was 9.99 % and 15.5 % on the plain roofline);
-// the test fails if either grows past 4.5 % resp. 10.5 %.
+// paper's equation 3, F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).  The
+// embedded a100-80gb-dgx is the datasheet profile calibrated on seven of the
+// rows (docs/calibrate.md; 3.6B, 76.1B and 529.6B held out, chosen before the
+// fit), with the base config's 2021 settings (unfused attention, unfused
+// gradient accumulation, fp16 main gradients, gradient reduce after the
+// backward, synchronous tensor-parallel all-reduces; docs/cluster.md): median
+// |error| 3.2 %, max 7.9 % (the target: 4 % and 8 %); the test fails
+// if either grows past it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -86,7 +86,7 @@ TEST(MegatronTable1, PredictedThroughputWithinBounds) {
   const double median = 0.5 * (sorted[4] + sorted[5]);
   const double worst = sorted.back();
   EXPECT_LE(median, 0.04);
-  EXPECT_LE(worst, 0.115) << "median " << median;
+  EXPECT_LE(worst, 0.08) << "median " << median;
 }
 
 }  // namespace
