@@ -48,6 +48,14 @@ void check_gates(const MoeChecker& c, const TensorView& gates, const TensorView&
   c.shape("gates", gates, {pairs.dim(0), pairs.dim(1)});
 }
 
+// The router's gates: check_gates, in the dtype of its scores (`scores_name`).
+void check_router_gates(const MoeChecker& c, const TensorView& gates, const TensorView& indices,
+                        const char* scores_name, const TensorView& scores) {
+  check_gates(c, gates, indices);
+  c.require(gates.dtype == scores.dtype, "gates " + gates.describe() + " must have the dtype of " +
+                                             scores_name + " " + scores.describe());
+}
+
 // moe_topk: the rows and choices of the router's scores [T, E], k of indices [T, k].
 OpGeometry topk_geometry(const TensorView& scores, const TensorView& indices) {
   return OpGeometry::of(
@@ -70,25 +78,31 @@ OpGeometry unpermute_geometry(const TensorView& y, const TensorView& tokens,
           .slots = y.dim(0), .width = y.dim(-1), .rows = tokens.rows(), .k = slots.dim(1)});
 }
 
+// expert_gemm: G groups, M rows, n, k, imbalance (permille; balanced here),
+// ragged_inner (the weight gradient: the rows are the inner dimension).
+OpGeometry expert_gemm_geometry(ScalarType dtype, int64_t groups, int64_t rows, int64_t n,
+                                int64_t k, bool ragged_inner) {
+  return OpGeometry::of(dtype, ExpertGemmDims{.groups = groups,
+                                              .rows = rows,
+                                              .n = n,
+                                              .k = k,
+                                              .imbalance_permille = 1000,
+                                              .ragged_inner = ragged_inner ? 1 : 0});
+}
+
 }  // namespace
 
 OpGeometry check(DeviceKind device, const MoeRouteForwardArgs& call) {
   MoeChecker c("moe_route_forward", device);
   check_route_tensors(c, call.logits, call.probs, call.indices);
-  check_gates(c, call.gates, call.indices);
-  c.require(call.gates.dtype == call.logits.dtype, "gates " + call.gates.describe() +
-                                                       " must have the dtype of logits " +
-                                                       call.logits.describe());
+  check_router_gates(c, call.gates, call.indices, "logits", call.logits);
   return topk_geometry(call.logits, call.indices);
 }
 
 OpGeometry check(DeviceKind device, const MoeRouteBackwardArgs& call) {
   MoeChecker c("moe_route_backward", device);
   check_route_tensors(c, call.probs, call.probs, call.indices);
-  check_gates(c, call.gates, call.indices);
-  c.require(call.gates.dtype == call.probs.dtype, "gates " + call.gates.describe() +
-                                                      " must have the dtype of probs " +
-                                                      call.probs.describe());
+  check_router_gates(c, call.gates, call.indices, "probs", call.probs);
   c.like("dgates", call.dgates, "gates", call.gates);
   c.like("dlogits", call.dlogits, "probs", call.probs);
   return topk_geometry(call.probs, call.indices);
@@ -184,26 +198,15 @@ OpGeometry check(DeviceKind device, const GroupedGemmArgs& call) {
                             dims_text(call.transpose_b ? std::vector<int64_t>{experts, -1, k}
                                                        : std::vector<int64_t>{experts, k, -1}));
     c.shape("c", call.c, {rows, n});
-    // expert_gemm: G, M, n, k, imbalance (permille; balanced here), ragged_inner.
-    return OpGeometry::of(call.a.dtype, ExpertGemmDims{.groups = experts,
-                                                       .rows = rows,
-                                                       .n = n,
-                                                       .k = k,
-                                                       .imbalance_permille = 1000,
-                                                       .ragged_inner = 0});
+    return expert_gemm_geometry(call.a.dtype, experts, rows, n, k, false);
   }
   // Weight gradient: c [E, K, N] = a_e^T b_e with a [R, K], b [R, N].
   c.require(!call.transpose_b, "transpose_a with transpose_b is not a grouped GEMM form");
   c.shape("b", call.b, {rows, -1});
   const int64_t n = call.b.dim(1);
   c.shape("c", call.c, {experts, k, n});
-  // expert_gemm ragged_inner: C_g[n', k'] = A_g[m_g, n']^T B_g[m_g, k'].
-  return OpGeometry::of(call.a.dtype, ExpertGemmDims{.groups = experts,
-                                                     .rows = rows,
-                                                     .n = k,
-                                                     .k = n,
-                                                     .imbalance_permille = 1000,
-                                                     .ragged_inner = 1});
+  // ragged_inner: C_g[n', k'] = A_g[m_g, n']^T B_g[m_g, k'].
+  return expert_gemm_geometry(call.a.dtype, experts, rows, k, n, true);
 }
 
 }  // namespace modar::runtime

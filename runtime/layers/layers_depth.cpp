@@ -146,8 +146,12 @@ void DepthResidual::begin(const Context& ctx, const TensorView& embedding, int64
     be.rmsnorm_forward(emb, TensorView{}, TensorView{}, select(bank_rstd_stream(j), 0),
                        options_.norm_eps);
   }
+  start_step(ctx);
+}
+
+void DepthResidual::start_step(const Context& ctx) {
   folded_query_ = ctx.make(query_->value.view().shape_vector(), ctx.stats());
-  be.mul_forward(query_->value, key_norm_->value, folded_query_);
+  ctx.backend.mul_forward(query_->value, key_norm_->value, folded_query_);
   block_states_.clear();
   block_states_.resize(static_cast<size_t>(blocks()));
   branch_states_.clear();
@@ -594,15 +598,7 @@ void DepthResidual::begin_received(const Context& ctx, int64_t tokens) {
   tokens_ = tokens;
   bank_ = ctx.zeros({options_.streams, entries(), tokens, d_});
   bank_rstd_ = ctx.zeros({options_.streams, entries(), tokens}, ctx.stats());
-  folded_query_ = ctx.make(query_->value.view().shape_vector(), ctx.stats());
-  ctx.backend.mul_forward(query_->value, key_norm_->value, folded_query_);
-  block_states_.clear();
-  block_states_.resize(static_cast<size_t>(blocks()));
-  branch_states_.clear();
-  branch_states_.resize(static_cast<size_t>(options_.total_branches));
-  partial_.reset();
-  partial_rstd_.reset();
-  output_state_.reset();
+  start_step(ctx);
 }
 
 namespace {

@@ -34,12 +34,16 @@ inline Buffer tiny_tokens(Model& model, int32_t shift) {
                            kModelSeq);
 }
 
-// fp64 activations and weights (the gradient and identity checks), seed `seed`.
-inline ModelOptions fp64_model_options(uint64_t seed = 1) {
+// Activations and weights in `dtype`, seed `seed`; fp64 for the gradient
+// and identity checks.
+inline ModelOptions model_options(ScalarType dtype, uint64_t seed = 1) {
   ModelOptions options;
-  options.dtype = ScalarType::fp64;
+  options.dtype = dtype;
   options.seed = seed;
   return options;
+}
+inline ModelOptions fp64_model_options(uint64_t seed = 1) {
+  return model_options(ScalarType::fp64, seed);
 }
 
 // A named edit of the tiny config, for INSTANTIATE_TEST_SUITE_P.

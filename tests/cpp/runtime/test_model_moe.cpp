@@ -42,8 +42,7 @@ TEST(MoeModel, OneExpertTop1EqualsTheDenseModelBitForBit) {
   moe.moe.expert_ffn = 0;  // = model.d_ff
   moe.moe.z_loss_coef = 0.0;
   validate(moe);
-  ModelOptions options;
-  options.dtype = ScalarType::fp32;
+  const ModelOptions options = model_options(ScalarType::fp32);
   Model dense(cpu_backend(), dense_config, options);
   Model sparse(cpu_backend(), moe, options);
   copy_parameters(dense.parameters(), sparse.parameters());
@@ -76,8 +75,7 @@ TEST(MoeModel, IntegratedModeWithoutNullExpertsEqualsMoe) {
   integrated.moe.mode = MoeMode::integrated;
   integrated.moe.null_experts = 0;
   validate(integrated);
-  ModelOptions options;
-  options.dtype = ScalarType::fp32;
+  const ModelOptions options = model_options(ScalarType::fp32);
   Model a(cpu_backend(), moe, options);
   Model b(cpu_backend(), integrated, options);
   const Step sa = run_step(a);
