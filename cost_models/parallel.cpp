@@ -1077,10 +1077,10 @@ void assemble_stages(const ClusterContext& c, const RankCompute& compute, const 
     // without SP every tensor rank holds the whole activation, sends 1 / t of
     // it, and the receiving tensor group all-gathers the t pieces over NVLink
     // before using it (forward on the next stage, the gradient backward here).
-    const double gather =
-        c.t > 1 && !c.sp ? c.comm(Collective::all_gather, send * static_cast<double>(c.t), c.t,
-                                  c.placement.tensor, c.tp_per_node)
-                         : 0.0;
+    const double gather = c.t > 1 && !c.sp
+                              ? c.comm(Collective::all_gather, send * static_cast<double>(c.t), c.t,
+                                       c.placement.tensor, c.tp_per_node)
+                              : 0.0;
     stage.exposed_comm_s += one + gather;
     out.stages[static_cast<size_t>((chunk + 1) % p)].exposed_comm_s += one + gather;
     out.comm.push_back({Collective::send_recv, "pp.activation", "pipeline", Pass::forward, 2,

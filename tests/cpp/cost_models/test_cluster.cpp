@@ -725,7 +725,8 @@ TEST(Cluster, Fp16MainGradientsByHand) {
   const double P = fused.params.total;
   const double accumulation = 4.0 * (6.0 * P / bandwidth + launch);
   EXPECT_NEAR(unfused.time.step_s - fused.time.step_s, accumulation, 1e-6 * accumulation);
-  const CommRecord* ar = find_comm(*fused.cluster, "dp.grad", Collective::all_reduce, Pass::backward);
+  const CommRecord* ar =
+      find_comm(*fused.cluster, "dp.grad", Collective::all_reduce, Pass::backward);
   ASSERT_NE(ar, nullptr);
   expect_relative(ar->bytes, 2 * P);
   expect_relative(ar->time_s, 2 * 2e-6 + 2 * P / 232.5e9);
@@ -754,7 +755,8 @@ TEST(Cluster, PipelineScatterGatherUnderTensorParallelism) {
   const Estimate e = estimate(c, a100());
   const CommRecord* send =
       find_comm(*e.cluster, "pp.activation", Collective::send_recv, Pass::forward);
-  const CommRecord* gather = find_comm(*e.cluster, "pp.gather", Collective::all_gather, Pass::forward);
+  const CommRecord* gather =
+      find_comm(*e.cluster, "pp.gather", Collective::all_gather, Pass::forward);
   ASSERT_NE(send, nullptr);
   ASSERT_NE(gather, nullptr);
   const double activation = 2.0 * 128.0 * 256.0 * 2.0;
