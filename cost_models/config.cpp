@@ -162,6 +162,17 @@ const char* to_string(AttentionKernel v) {
 const char* to_string(GradAccumulation v) {
   return v == GradAccumulation::fused ? "fused" : "unfused";
 }
+const char* to_string(TpCommOverlap v) {
+  switch (v) {
+    case TpCommOverlap::none:
+      return "none";
+    case TpCommOverlap::backward:
+      return "backward";
+    case TpCommOverlap::full:
+      return "full";
+  }
+  return "backward";
+}
 const char* to_string(RouterWeights v) {
   switch (v) {
     case RouterWeights::activation:
@@ -404,6 +415,8 @@ const std::vector<KeySpec>& key_specs() {
           "parallel.overlap_grad_reduce"),
       boolean_key<&Config::parallel, &ParallelConfig::overlap_param_gather>(
           "parallel.overlap_param_gather"),
+      choice_key<&Config::parallel, &ParallelConfig::tp_comm_overlap>("parallel.tp_comm_overlap",
+                                                                      {"none", "backward", "full"}),
       integer_key<&Config::parallel, &ParallelConfig::expert>("parallel.expert"),
       integer_key<&Config::parallel, &ParallelConfig::expert_tensor>("parallel.expert_tensor"),
       boolean_key<&Config::parallel, &ParallelConfig::balance_stages>("parallel.balance_stages"),

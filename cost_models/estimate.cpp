@@ -142,8 +142,13 @@ void estimate_into(const Config& config, const TimingModel& timing, StepKind ste
   time.micro_batch_overhead_s = kernel.micro_batch_overhead_s;
   time.micro_batch_s += time.micro_batch_overhead_s;
   time.step_overhead_s = step == StepKind::train ? kernel.step_overhead_s : 0.0;
+  // The gradient norm and clipping pass over the main gradients (once per step).
+  time.grad_norm_s =
+      step == StepKind::train
+          ? detail::grad_norm_time_s(out.params.total, config, timing.rates())
+          : 0.0;
   time.step_s = static_cast<double>(accumulation) * time.micro_batch_s + time.optimizer_s +
-                time.step_overhead_s;
+                time.grad_norm_s + time.step_overhead_s;
   const double devices = static_cast<double>(config.device.count);
   const double peak = profile.ceilings.peak_flops(config.train.dtype) * devices;
   if (time.step_s > 0.0) {
@@ -207,6 +212,7 @@ void apply_cluster(const Config& config, const TimingModel& timing, Estimate& ou
   TimeEstimate& time = out.time;
   time.micro_batch_s = slowest.compute_s + slowest.exposed_comm_s;
   time.optimizer_s = cluster->optimizer_s;
+  time.grad_norm_s = cluster->grad_norm_s;
   time.step_overhead_s = cluster->step_overhead_s;
   time.accumulation_steps = cluster->micro_batches;
   time.step_s = cluster->step_s;

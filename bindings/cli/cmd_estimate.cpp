@@ -105,6 +105,10 @@ std::string cluster_report(const ClusterEstimate& c, bool list_ops) {
   row("exposed gradient reduction", c.grad_reduce_exposed_s);
   row("exposed parameter gather", c.param_gather_exposed_s);
   row("optimizer (sharded)", c.optimizer_s);
+  row("gradient norm", c.grad_norm_s);
+  if (c.step_overhead_s > 0) {
+    row("host time per step", c.step_overhead_s);
+  }
   split.add_rule();
   row("step", c.step_s);
   out += split.render();
@@ -303,7 +307,12 @@ std::string report(const Config& config, const DeviceProfile& profile, StepKind 
   out += "time        step " + format_seconds(e.time.step_s);
   out += " (micro-batch " + format_seconds(e.time.micro_batch_s);
   out += " x " + std::to_string(e.time.accumulation_steps);
-  out += " + optimizer " + format_seconds(e.time.optimizer_s) + "), ";
+  out += " + optimizer " + format_seconds(e.time.optimizer_s);
+  out += " + grad norm " + format_seconds(e.time.grad_norm_s);
+  if (e.time.step_overhead_s > 0) {
+    out += " + host " + format_seconds(e.time.step_overhead_s);
+  }
+  out += "), ";
   out += format_count(e.time.tokens_per_s) + " tokens/s, MFU " + format_percent(e.time.mfu);
   if (e.time.hfu != e.time.mfu) {
     out += ", HFU " + format_percent(e.time.hfu);

@@ -220,6 +220,7 @@ struct ParallelConfig {
   int64_t zero = 0;                 // ZeRO stage 0..3 over the data-parallel group (3 = FSDP)
   bool overlap_grad_reduce = true;  // DP gradient reduction overlapped with the backward
   bool overlap_param_gather = true; // ZeRO parameter all-gathers overlapped with compute
+  TpCommOverlap tp_comm_overlap = TpCommOverlap::backward;  // docs/cluster.md "Overlap"
   int64_t expert = 1;               // expert parallelism EP (needs moe.experts % EP == 0)
   int64_t expert_tensor = 0;        // expert tensor parallelism ETP; 0 = the tensor size
   bool balance_stages = true;       // pipeline stages balanced by predicted time

@@ -55,6 +55,13 @@ enum class AttentionKernel { flash, unfused };
 // gradient that a separate kernel adds in (Megatron-LM 2021 DDP param hook,
 // main_grad.add_(grad)): a read-modify-write of the buffer per micro-batch.
 enum class GradAccumulation { fused, unfused };
+// What of the tensor-parallel collectives runs concurrently with GEMMs
+// (docs/cluster.md "Overlap"): none (Megatron-LM 2021), backward (the input-
+// gradient all-reduce / reduce-scatter of each column-parallel linear beside
+// its weight-gradient GEMM: Megatron-LM's default since 2022), full
+// (Transformer Engine's --tp-comm-overlap: every all-gather / reduce-scatter
+// beside the GEMM it feeds or follows; needs sequence parallelism).
+enum class TpCommOverlap { none, backward, full };
 enum class PipelineSchedule { one_f_one_b, interleaved };
 
 // enum <-> string, the names used in TOML / CLI / JSON.
@@ -72,6 +79,7 @@ const char* to_string(AttentionFlops v);
 const char* to_string(PipelineSchedule v);
 const char* to_string(AttentionKernel v);
 const char* to_string(GradAccumulation v);
+const char* to_string(TpCommOverlap v);
 const char* to_string(RouterWeights v);
 const char* to_string(TokenDispatcher v);
 int64_t dtype_bytes(DType v);

@@ -112,6 +112,7 @@ struct TimeEstimate {
   bool calibrated = false;         // the profile had measurements for some op of the step
   double micro_batch_s = 0;        // forward + backward (+ recompute) of one micro-batch
   double optimizer_s = 0;          // the optimizer update (once per step)
+  double grad_norm_s = 0;          // gradient norm and clipping (once per step)
   // Host time (profile kernel.step_overhead_s, kernel.micro_batch_overhead_s):
   // once per step, and once per micro-batch (inside micro_batch_s).
   double step_overhead_s = 0;
