@@ -94,12 +94,6 @@ int cmd_validate_parallel(const ParsedArgs& parsed, const std::string& backend_n
   }
   const DeviceProfile profile =
       runtime::load_measured_profile(*parsed.value("--profile"), backend_name);
-  const auto clock = profile.provenance.find("clock");
-  if (clock != profile.provenance.end() && clock->second != "cpu") {
-    throw ConfigError(profile.name + ": provenance.clock = \"" + clock->second +
-                      "\": --parallel compares CPU-time compute; allowed: a profile measured "
-                      "with --clock cpu");
-  }
   runtime::ParallelValidationOptions options;
   options.quick = parsed.has("--quick");
   if (parsed.has("--rounds")) {

@@ -762,6 +762,14 @@ ParallelValidationReport run_parallel_validation(Backend& backend, Communicator&
     throw ConfigError("validate --parallel: " + std::to_string(world.size()) + " ranks: at most " +
                       std::to_string(kMaxWorld));
   }
+  // Compute is compared in process CPU time: a profile timed by the wall
+  // clock holds other times (every rank checks it before communicating).
+  const auto clock = profile.provenance.find("clock");
+  if (clock != profile.provenance.end() && clock->second != "cpu") {
+    throw ConfigError(profile.name + ": provenance.clock = \"" + clock->second +
+                      "\": validate --parallel compares CPU-time compute; allowed: a profile "
+                      "measured with the cpu clock");
+  }
   const std::vector<ParallelValidationCase> cases = chosen_cases(world.size(), options);
   set_cpu_threads(1);  // one thread per rank: its process CPU time is its work
   const bool lead = world.rank() == 0;
