@@ -683,7 +683,10 @@ void predict_case(ParallelCaseResult& r, const DeviceProfile& profile, int world
   }
   const ClusterEstimate& cluster = *estimate_result.cluster;
   r.predicted_step_s = estimate_result.time.step_s;
-  r.predicted_compute_s = cluster.compute_s + cluster.optimizer_s;
+  // The per-step work outside the micro-batches (optimizer, gradient norm,
+  // host time per step) is counted with the compute: the parts add to the step.
+  r.predicted_compute_s =
+      cluster.compute_s + cluster.optimizer_s + cluster.grad_norm_s + cluster.step_overhead_s;
   r.predicted_bubble_s = cluster.bubble_s;
   r.predicted_comm_s = cluster.exposed_comm_s + cluster.bubble_s;
   std::map<std::string, double> by_group;
