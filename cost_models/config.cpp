@@ -165,6 +165,17 @@ const char* to_string(AttentionKernel v) {
 const char* to_string(GradAccumulation v) {
   return v == GradAccumulation::fused ? "fused" : "unfused";
 }
+const char* to_string(GradReduceInFp32 v) {
+  switch (v) {
+    case GradReduceInFp32::by_dtype:
+      return "auto";
+    case GradReduceInFp32::fp32:
+      return "true";
+    case GradReduceInFp32::param_dtype:
+      return "false";
+  }
+  return "auto";
+}
 const char* to_string(TpCommOverlap v) {
   switch (v) {
     case TpCommOverlap::none:
@@ -395,6 +406,10 @@ const std::vector<KeySpec>& key_specs() {
       // train.grad_accumulation (docs/cluster.md): a memory-bound pass per micro-batch.
       choice_key<&Config::train, &TrainConfig::grad_accumulation>("train.grad_accumulation",
                                                                   {"fused", "unfused"}),
+      // train.grad_reduce_in_fp32 (docs/cluster.md "Main gradients"): a choice
+      // that also takes a TOML / Python boolean (choice_from_boolean).
+      choice_key<&Config::train, &TrainConfig::grad_reduce_in_fp32>("train.grad_reduce_in_fp32",
+                                                                    {"auto", "true", "false"}),
       // train.hidden_dropout / attention_dropout (docs/cluster.md "Dropout").
       real_key<&Config::train, &TrainConfig::hidden_dropout>("train.hidden_dropout"),
       real_key<&Config::train, &TrainConfig::attention_dropout>("train.attention_dropout"),
@@ -482,6 +497,13 @@ int64_t choice_index(const KeySpec& spec, const std::string& text, const std::st
   fail(spec.key, shown, "must be " + join_names(spec.choices));
 }
 
+// A boolean given to a choice key whose names include "true" and "false"
+// (train.grad_reduce_in_fp32 = true): that name's index; other choice keys
+// refuse it with their names.
+int64_t choice_from_boolean(const KeySpec& spec, bool value, const std::string& shown) {
+  return choice_index(spec, value ? "true" : "false", shown);
+}
+
 Value value_from_text(const KeySpec& spec, const std::string& text) {
   Value value;
   switch (spec.type) {
@@ -555,6 +577,10 @@ Value value_from_node(const KeySpec& spec, const toml::node& node) {
       value.boolean = node.as_boolean()->get();
       break;
     case KeyType::choice:
+      if (node.is_boolean()) {
+        value.integer = choice_from_boolean(spec, node.as_boolean()->get(), shown);
+        break;
+      }
       if (!node.is_string()) {
         fail(spec.key, shown, "must be " + join_names(spec.choices));
       }
@@ -680,10 +706,12 @@ void ConfigKey::set_real(Config& config, double value) const {
 
 void ConfigKey::set_boolean(Config& config, bool value) const {
   const KeySpec& spec = spec_at(spec_);
-  if (spec.type != KeyType::boolean) {
+  Value typed;
+  if (spec.type == KeyType::choice) {
+    typed.integer = choice_from_boolean(spec, value, value ? "true" : "false");
+  } else if (spec.type != KeyType::boolean) {
     fail_type(spec, value ? "true" : "false");
   }
-  Value typed;
   typed.boolean = value;
   spec.set(config, typed);
 }

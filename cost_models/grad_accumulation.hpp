@@ -11,12 +11,14 @@
 // parameter, read the fp32 main gradient and the B-byte gradient, write the
 // main gradient back, at the elementwise family's bandwidth.
 //
-// The main gradients are fp32 (4 B) but for fp16 training, where they are
-// fp16: Megatron's DDP allocates its gradient buffer in param.dtype unless
+// The main gradients' dtype is train.grad_reduce_in_fp32: "auto" (default)
+// is fp32 but for fp16 training, where it is fp16, as Megatron does: its DDP
+// allocates the gradient buffer in param.dtype unless
 // --accumulate-allreduce-grads-in-fp32 is given, which bf16 forces (Megatron-
 // LM and Megatron-Core alike; DeepSpeed's fp16 optimizer likewise reduces fp16
-// gradients), so fp16 runs accumulate and all-reduce fp16 gradients, and the
-// fp16 optimizer copies them into fp32 before unscaling
+// gradients); "true" is fp32 for every dtype, "false" the parameters' dtype
+// (bf16 with Megatron-Core's --grad-reduce-in-bf16).  Main gradients below
+// fp32 are copied into fp32 by the optimizer before it reads them
 // (_copy_model_grads_to_main_grads).
 #pragma once
 
@@ -29,7 +31,20 @@ inline constexpr double kMainGradBytesPerParam = 4.0;  // fp32 main gradients (m
 
 // Bytes per parameter of the main gradients as accumulated and reduced.
 inline double main_grad_bytes_per_param(const Config& config) {
-  return config.train.dtype == DType::fp16 ? 2.0 : kMainGradBytesPerParam;
+  const TrainConfig& t = config.train;
+  const double param_bytes = static_cast<double>(dtype_bytes(t.dtype));
+  if (param_bytes >= kMainGradBytesPerParam) {
+    return kMainGradBytesPerParam;  // fp32 (or wider) parameters: fp32 main gradients
+  }
+  switch (t.grad_reduce_in_fp32) {
+    case GradReduceInFp32::fp32:
+      return kMainGradBytesPerParam;
+    case GradReduceInFp32::param_dtype:
+      return param_bytes;
+    case GradReduceInFp32::by_dtype:
+      break;
+  }
+  return t.dtype == DType::fp16 ? param_bytes : kMainGradBytesPerParam;
 }
 
 // Bytes moved per micro-batch (0 when fused).
@@ -55,13 +70,16 @@ inline double grad_accumulation_time_s(double params, const Config& config,
 // clip_grad_norm_fp32, torch.nn.utils.clip_grad_norm_): read the fp32 main
 // gradients for the norm, 4 B per parameter; fp16 training first unscales
 // them in place and checks for inf / NaN (Megatron-LM's
-// _unscale_main_grads_and_check_for_nan: read + write, 8 B), after copying
-// its fp16 main gradients into fp32 (read 2, write 4).
+// _unscale_main_grads_and_check_for_nan: read + write, 8 B); main gradients
+// below fp32 are first copied into fp32 (read their bytes, write 4).
 // Scaling by the clip coefficient (another read + write) happens only on
 // steps whose norm exceeds the limit and is not counted.
 inline double grad_norm_bytes(double params, const Config& config) {
-  const bool fp16 = config.train.dtype == DType::fp16;
-  return params * (4.0 + (fp16 ? 8.0 + 2.0 + 4.0 : 0.0));
+  const double main_grad_bytes = main_grad_bytes_per_param(config);
+  const double copy_bytes =
+      main_grad_bytes < kMainGradBytesPerParam ? main_grad_bytes + kMainGradBytesPerParam : 0.0;
+  const double unscale_bytes = config.train.dtype == DType::fp16 ? 8.0 : 0.0;
+  return params * (4.0 + unscale_bytes + copy_bytes);
 }
 
 inline double grad_norm_time_s(double params, const Config& config, const KernelRates& rates) {

@@ -315,6 +315,13 @@ void training_arguments(const Config& config, LaunchArguments& out) {
   } else if (t.dtype == DType::fp16) {
     a.push_back({"--fp16", "", ""});
   }
+  // train.grad_reduce_in_fp32 where it is not Megatron's default for the
+  // dtype (fp32 main gradients for bf16, the parameters' dtype for fp16).
+  if (t.dtype == DType::fp16 && t.grad_reduce_in_fp32 == GradReduceInFp32::fp32) {
+    a.push_back({"--accumulate-allreduce-grads-in-fp32", "", ""});
+  } else if (t.dtype == DType::bf16 && t.grad_reduce_in_fp32 == GradReduceInFp32::param_dtype) {
+    a.push_back({"--grad-reduce-in-bf16", "", ""});
+  }
   if (t.recompute_granularity == RecomputeGranularity::selective) {
     // Megatron's own granularity and modules (train.recompute_granularity).
     a.push_back({"--recompute-granularity", "selective", ""});
@@ -828,6 +835,14 @@ const std::vector<FlagRule>& megatron_flag_rules() {
                     const Values&) { r.config.train.dtype = DType::bf16; }},
       {"--fp16", [](MegatronReader& r, const std::string&,
                     const Values&) { r.config.train.dtype = DType::fp16; }},
+      {"--accumulate-allreduce-grads-in-fp32",
+       [](MegatronReader& r, const std::string&, const Values&) {
+         r.config.train.grad_reduce_in_fp32 = GradReduceInFp32::fp32;
+       }},
+      {"--grad-reduce-in-bf16",
+       [](MegatronReader& r, const std::string&, const Values&) {
+         r.config.train.grad_reduce_in_fp32 = GradReduceInFp32::param_dtype;
+       }},
       // Full recompute is modar's train.recompute = "full" (the same plan);
       // selective is Megatron's own (train.recompute_granularity, with
       // --recompute-modules or its default core_attn: finish()).

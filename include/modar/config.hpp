@@ -184,6 +184,7 @@ struct TrainConfig {
   std::string recompute_modules = "core_attn";
   AttentionKernel attention_kernel = AttentionKernel::flash;  // docs/cluster.md
   GradAccumulation grad_accumulation = GradAccumulation::fused;  // docs/cluster.md
+  GradReduceInFp32 grad_reduce_in_fp32 = GradReduceInFp32::by_dtype;  // docs/cluster.md
   // Dropout probabilities (Megatron-LM --hidden-dropout, --attention-dropout;
   // Megatron-LM's default is 0.1 each, current LLM recipes use 0): > 0 saves
   // a 1-byte mask per element at each site and costs its passes

@@ -63,6 +63,14 @@ enum class AttentionKernel { flash, unfused };
 // gradient that a separate kernel adds in (Megatron-LM 2021 DDP param hook,
 // main_grad.add_(grad)): a read-modify-write of the buffer per micro-batch.
 enum class GradAccumulation { fused, unfused };
+// The main gradients' dtype, as accumulated and data-parallel reduced
+// (train.grad_reduce_in_fp32; docs/cluster.md "Main gradients"), named
+// "auto", "true", "false" in TOML / CLI / JSON: by_dtype ("auto") = Megatron's
+// default, fp32 but for fp16 training (its DDP buffer has the parameters'
+// dtype unless --accumulate-allreduce-grads-in-fp32, which bf16 forces);
+// fp32 ("true") = --accumulate-allreduce-grads-in-fp32; param_dtype ("false")
+// = the parameters' dtype (fp16's default; bf16 with --grad-reduce-in-bf16).
+enum class GradReduceInFp32 { by_dtype, fp32, param_dtype };
 // What of the tensor-parallel collectives runs concurrently with GEMMs
 // (docs/cluster.md "Overlap"): none (Megatron-LM 2021), backward (the input-
 // gradient all-reduce / reduce-scatter of each column-parallel linear beside
@@ -88,6 +96,7 @@ const char* to_string(AttentionFlops v);
 const char* to_string(PipelineSchedule v);
 const char* to_string(AttentionKernel v);
 const char* to_string(GradAccumulation v);
+const char* to_string(GradReduceInFp32 v);
 const char* to_string(TpCommOverlap v);
 const char* to_string(RouterWeights v);
 const char* to_string(TokenDispatcher v);

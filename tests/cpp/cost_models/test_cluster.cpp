@@ -738,6 +738,57 @@ TEST(Cluster, Fp16MainGradientsByHand) {
   expect_relative(estimate(one, a100()).time.grad_norm_s, 18.0 * P / bandwidth + launch, 1e-12);
 }
 
+// train.grad_reduce_in_fp32 set against the dtype's default, same setting as
+// above: fp16 with fp32 main gradients (--accumulate-allreduce-grads-in-fp32)
+// accumulates 4 + 2 + 4 = 10 bytes per parameter per micro-batch, all-reduces
+// 4 P, and its norm pass unscales (8) and reads (4) without a copy: 12 bytes.
+// bf16 with bf16 main gradients (--grad-reduce-in-bf16) all-reduces 2 P and
+// its norm pass copies them into fp32 (2 + 4) and reads them (4): 10 bytes.
+TEST(Cluster, GradReduceInFp32ByHand) {
+  const double bandwidth = 1.733e12;  // the profile's achievable_bandwidth
+  const double launch = a100().ceilings.launch_overhead_s;
+  Config c = small();
+  c.device.count = 2;
+  c.train.global_batch = 16;  // 4 micro-batches of 2 per device
+  c.train.dtype = DType::fp16;
+  c.train.grad_reduce_in_fp32 = GradReduceInFp32::fp32;
+  c.parallel.overlap_grad_reduce = false;
+  const Estimate fused = estimate(c, a100());
+  c.train.grad_accumulation = GradAccumulation::unfused;
+  const Estimate unfused = estimate(c, a100());
+  const double P = fused.params.total;
+  const double accumulation = 4.0 * (10.0 * P / bandwidth + launch);
+  EXPECT_NEAR(unfused.time.step_s - fused.time.step_s, accumulation, 1e-6 * accumulation);
+  const CommRecord* ar =
+      find_comm(*fused.cluster, "dp.grad", Collective::all_reduce, Pass::backward);
+  ASSERT_NE(ar, nullptr);
+  expect_relative(ar->bytes, 4 * P);
+  expect_relative(ar->time_s, 2 * 2e-6 + 4 * P / 232.5e9);
+  Config one = small();
+  one.train.dtype = DType::fp16;
+  one.train.grad_reduce_in_fp32 = GradReduceInFp32::fp32;
+  expect_relative(estimate(one, a100()).time.grad_norm_s, 12.0 * P / bandwidth + launch, 1e-12);
+
+  Config bf16 = small();
+  bf16.device.count = 2;
+  bf16.train.global_batch = 16;
+  bf16.train.grad_reduce_in_fp32 = GradReduceInFp32::param_dtype;
+  bf16.parallel.overlap_grad_reduce = false;
+  const Estimate half = estimate(bf16, a100());
+  const CommRecord* half_ar =
+      find_comm(*half.cluster, "dp.grad", Collective::all_reduce, Pass::backward);
+  ASSERT_NE(half_ar, nullptr);
+  expect_relative(half_ar->bytes, 2 * P);
+  Config bf16_one = small();
+  bf16_one.train.grad_reduce_in_fp32 = GradReduceInFp32::param_dtype;
+  expect_relative(estimate(bf16_one, a100()).time.grad_norm_s, 10.0 * P / bandwidth + launch,
+                  1e-12);
+  // fp32 training keeps fp32 main gradients whatever the setting.
+  Config fp32 = bf16_one;
+  fp32.train.dtype = DType::fp32;
+  expect_relative(estimate(fp32, a100()).time.grad_norm_s, 4.0 * P / bandwidth + launch, 1e-12);
+}
+
 // Megatron-LM's pipeline scatter / gather (Narayanan et al. 2021, section
 // 4.1) under TP 2 without SP: each tensor rank sends half the b s d B
 // activation, and the receiving tensor group all-gathers the two halves: one

@@ -65,6 +65,31 @@ TEST(ConfigKey, RefusesValuesOfTheWrongTypeNamingTheKey) {
   EXPECT_EQ(config.model.mlp, MlpKind::gelu);
 }
 
+// train.grad_reduce_in_fp32 is a choice of "auto", "true", "false" that also
+// takes a boolean (TOML, ConfigKey, --set text); other choice keys refuse one.
+TEST(ConfigKey, GradReduceInFp32TakesABooleanOrAuto) {
+  Config config;
+  EXPECT_EQ(config.train.grad_reduce_in_fp32, GradReduceInFp32::by_dtype);
+  EXPECT_EQ(ConfigKey("train.grad_reduce_in_fp32").literal(config), "\"auto\"");
+  ConfigKey("train.grad_reduce_in_fp32").set_boolean(config, false);
+  EXPECT_EQ(config.train.grad_reduce_in_fp32, GradReduceInFp32::param_dtype);
+  ConfigKey("train.grad_reduce_in_fp32").set_text(config, "true");
+  EXPECT_EQ(config.train.grad_reduce_in_fp32, GradReduceInFp32::fp32);
+  EXPECT_EQ(parse_config_toml("[train]\ngrad_reduce_in_fp32 = false\n").train.grad_reduce_in_fp32,
+            GradReduceInFp32::param_dtype);
+  EXPECT_EQ(parse_config_toml("[train]\ngrad_reduce_in_fp32 = true\n").train.grad_reduce_in_fp32,
+            GradReduceInFp32::fp32);
+  EXPECT_EQ(parse_config_toml(to_toml(config)).train.grad_reduce_in_fp32, GradReduceInFp32::fp32);
+  EXPECT_EQ(
+      message_of([](Config& c) { ConfigKey("train.grad_reduce_in_fp32").set_integer(c, 1); },
+                 config),
+      "train.grad_reduce_in_fp32 = 1: must be \"auto\", \"true\" or \"false\"");
+  EXPECT_EQ(message_of([](Config& c) { ConfigKey("model.mlp").set_boolean(c, true); }, config),
+            "model.mlp = true: must be \"gelu\", \"swiglu\" or \"geglu\"");
+  EXPECT_EQ(config.train.grad_reduce_in_fp32, GradReduceInFp32::fp32);  // unchanged by refusals
+  EXPECT_EQ(config.model.mlp, MlpKind::gelu);
+}
+
 TEST(ConfigKey, UnknownKeysAreNamed) {
   Config config;
   const std::string typo =

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "modar/base/errors.hpp"
 #include "modar/config.hpp"
@@ -70,6 +71,8 @@ const std::set<std::string> kMegatronArguments = {"--num-layers",
                                                   "--global-batch-size",
                                                   "--bf16",
                                                   "--fp16",
+                                                  "--accumulate-allreduce-grads-in-fp32",
+                                                  "--grad-reduce-in-bf16",
                                                   "--recompute-granularity",
                                                   "--recompute-method",
                                                   "--recompute-num-layers",
@@ -329,6 +332,28 @@ TEST(Export, MegatronCoreSettingsWrittenAndReadBack) {
   EXPECT_EQ(plain.train.recompute_granularity, RecomputeGranularity::selective);
   EXPECT_EQ(plain.train.recompute_modules, "core_attn");
   EXPECT_EQ(plain.train.recompute, Recompute::none);
+}
+
+// train.grad_reduce_in_fp32: written only where it is not Megatron's default
+// for the dtype (bf16 forces fp32 main gradients, fp16 keeps fp16 without
+// --accumulate-allreduce-grads-in-fp32), and read back.
+TEST(Export, MainGradientDtypeWrittenAndReadBack) {
+  for (const auto& [dtype, setting, flag] :
+       {std::tuple{DType::fp16, GradReduceInFp32::fp32, "--accumulate-allreduce-grads-in-fp32"},
+        std::tuple{DType::bf16, GradReduceInFp32::param_dtype, "--grad-reduce-in-bf16"}}) {
+    Config c = mixtral_layout();
+    c.train.dtype = dtype;
+    const std::map<std::string, std::string> plain = as_map(megatron_arguments(c));
+    EXPECT_EQ(plain.count("--accumulate-allreduce-grads-in-fp32"), 0u);
+    EXPECT_EQ(plain.count("--grad-reduce-in-bf16"), 0u);
+    c.train.grad_reduce_in_fp32 = setting;
+    const LaunchArguments args = megatron_arguments(c);
+    expect_known_names(args);
+    EXPECT_EQ(as_map(args).count(flag), 1u) << flag;
+    const Config back = config_from_megatron_args(render_launch_arguments(args));
+    EXPECT_EQ(back.train.grad_reduce_in_fp32, setting) << flag;
+    EXPECT_EQ(back.train.dtype, dtype) << flag;
+  }
 }
 
 TEST(Export, ACommandLineReadAsAConfig) {
