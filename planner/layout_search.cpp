@@ -43,7 +43,13 @@ struct Candidate {
   int64_t t = 1, p = 1, v = 1, mb = 1, zero = 0;
 };
 
-constexpr Recompute kRecomputes[] = {Recompute::none, Recompute::selective, Recompute::full};
+// The recompute modes tried per layout, cheapest first (the user's alone when fixed).
+std::vector<Recompute> recomputes(const LayoutSearchOptions& options) {
+  if (options.recompute) {
+    return {*options.recompute};
+  }
+  return {Recompute::none, Recompute::selective, Recompute::full};
+}
 
 // The layout space of one shape, in search order: model-parallel size t x p
 // ascending, then v, micro-batch and ZeRO stage.
@@ -57,7 +63,7 @@ struct LayoutSpace {
 LayoutSpace layout_space(const Config& config, const TimingModel& timing,
                          const LayoutSearchOptions& options) {
   if (options.gpus < 1) {
-    throw ConfigError("--gpus " + std::to_string(options.gpus) + ": must be >= 1");
+    throw ConfigError("gpus = " + std::to_string(options.gpus) + ": must be >= 1");
   }
   LayoutSpace space;
   space.gpus = options.gpus;
@@ -86,7 +92,8 @@ LayoutSpace layout_space(const Config& config, const TimingModel& timing,
       if (v == 2 && (p == 1 || m.n_layers < 2 * p)) {
         continue;
       }
-      for (int64_t mb : {int64_t{1}, int64_t{2}, int64_t{4}}) {
+      for (int64_t mb : options.micro_batch > 0 ? std::vector<int64_t>{options.micro_batch}
+                                                 : std::vector<int64_t>{1, 2, 4}) {
         if (global % (mb * dp) != 0) {
           continue;
         }
@@ -98,6 +105,14 @@ LayoutSpace layout_space(const Config& config, const TimingModel& timing,
         }
       }
     }
+  }
+  if (space.candidates.empty()) {
+    throw ConfigError("train.global_batch = " + std::to_string(global) + ": no layout of " +
+                      std::to_string(options.gpus) + " GPUs splits it into micro-batches of " +
+                      (options.micro_batch > 0 ? std::to_string(options.micro_batch)
+                                               : std::string("1, 2 or 4")) +
+                      " sequences per data-parallel rank; allowed: a multiple of "
+                      "train.micro_batch x the data-parallel size");
   }
   return space;
 }
@@ -194,6 +209,7 @@ void fill(LayoutSearchResult& out, const Config& c, const Estimate& single,
   time.tokens_per_s = out.estimate.flops.tokens_per_step / time.step_s;
   time.mfu = out.estimate.flops.train_per_step / (time.step_s * peak_flops);
   time.hfu = out.estimate.flops.hardware_per_step / (time.step_s * peak_flops);
+  out.estimate.conventions = cluster_conventions(single.conventions, *cluster);
   out.estimate.cluster = cluster;
   out.fits = busiest.memory.fits;
 }
@@ -229,7 +245,7 @@ LayoutSearchResult search_layout(const Config& config, const TimingModel& timing
     if (first_fit_size > 0 && l.t * l.p > 4 * first_fit_size) {
       break;
     }
-    for (Recompute recompute : kRecomputes) {
+    for (Recompute recompute : recomputes(options)) {
       const Config c = layout_config(config, space, l, recompute);
       ++evaluated;
       if (!cluster_memory_bound(c, profile).may_fit()) {
@@ -263,7 +279,7 @@ LayoutSearchResult search_layout(const Config& config, const TimingModel& timing
   LayoutSearchResult least;
   double least_memory = INFINITY;
   for (const Candidate& l : space.candidates) {
-    for (Recompute recompute : kRecomputes) {
+    for (Recompute recompute : recomputes(options)) {
       const Config c = layout_config(config, space, l, recompute);
       ++evaluated;
       std::shared_ptr<ClusterEstimate> cluster;
@@ -291,7 +307,7 @@ LayoutFeasibility layout_fits(const Config& config, const TimingModel& timing,
   // afterwards, in search order.
   std::vector<Config> undecided;
   for (const Candidate& l : space.candidates) {
-    for (Recompute recompute : kRecomputes) {
+    for (Recompute recompute : recomputes(options)) {
       Config c = layout_config(config, space, l, recompute);
       const ClusterMemoryBound bound = cluster_memory_bound(c, profile);
       ++out.screened;

@@ -1,5 +1,6 @@
 // `modar profile`: time the runtime's ops on this machine and write a device
 // profile (runtime/profiler.cpp; format: profiles/README.md, docs/profiler.md).
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <memory>
@@ -82,6 +83,16 @@ constexpr const char* kDescription =
     "backend each call is timed cold by default (--arrival): after 2 ms of compute on every\n"
     "rank, from the last rank's arrival to the end, as `modar validate --parallel` times a\n"
     "step's calls.\n";
+
+// The request fields behind `modar profile`'s flags (the library's errors
+// name the fields; the CLI the flags the user typed).
+const std::vector<FlagKey> kProfileFlagKeys = {
+    {"--threads", "threads"},           {"--budget", "budget_s"},
+    {"--rotate-bytes", "rotation_bytes"}, {"--gpu-l2-bytes", "device_cache_bytes"},
+    {"--gpu-memory-bytes", "device_memory_bytes"}, {"--max-point-bytes", "max_point_bytes"},
+    {"--max-dim", "max_dim"},           {"--kinds", "kinds"},
+    {"--dtype", "dtype"},               {"--clock", "clock"},
+};
 
 // An int flag that must fit an int (the library checks the range and names the field).
 int parse_int_flag(const ParsedArgs& parsed, const char* flag) {
@@ -211,6 +222,10 @@ int cmd_profile_comm(const ParsedArgs& parsed) {
   request.progress = (parsed.has("--quiet") || world->rank() != 0) ? nullptr : stderr;
   runtime::CommProfileResult result;
   try {
+    // Ctrl-C on a rank sets the flag the profile polls at every sample; the
+    // ranks agree on it there and all stop at the same sample (exit 130,
+    // nothing written).
+    const InterruptScope ctrl_c;
     result = runtime::run_comm_profile(*backend, *world, request);
   } catch (const ConfigError&) {
     throw;  // the same on every rank (checked before any communication)
@@ -308,22 +323,22 @@ int cmd_profile(const Args& args) {
         parse_choice("--dtype", *parsed.value("--dtype"), dtypes) == 0 ? DType::fp32 : DType::bf16;
   }
   if (parsed.has("--budget")) {
-    request.budget_s = parse_positive_double("--budget", *parsed.value("--budget"));
+    request.budget_s = parse_double("--budget", *parsed.value("--budget"));
   }
   if (parsed.has("--rotate-bytes")) {
-    request.rotation_bytes = parse_positive_int("--rotate-bytes", *parsed.value("--rotate-bytes"));
+    request.rotation_bytes = parse_int("--rotate-bytes", *parsed.value("--rotate-bytes"));
   }
   if (parsed.has("--gpu-l2-bytes")) {
-    request.device_cache_bytes =
-        parse_positive_int("--gpu-l2-bytes", *parsed.value("--gpu-l2-bytes"));
+    request.device_cache_bytes = parse_int("--gpu-l2-bytes", *parsed.value("--gpu-l2-bytes"));
   }
   if (parsed.has("--max-point-bytes")) {
-    request.max_point_bytes =
-        parse_positive_int("--max-point-bytes", *parsed.value("--max-point-bytes"));
+    request.max_point_bytes = parse_int("--max-point-bytes", *parsed.value("--max-point-bytes"));
   }
   if (parsed.has("--gpu-memory-bytes")) {
-    request.device_memory_bytes = static_cast<int64_t>(
-        parse_positive_double("--gpu-memory-bytes", *parsed.value("--gpu-memory-bytes")));
+    // Written as 80e9 as often as 80000000000: a number, whole bytes.
+    const double bytes = parse_double("--gpu-memory-bytes", *parsed.value("--gpu-memory-bytes"));
+    request.device_memory_bytes =
+        bytes >= 9.2e18 ? int64_t{-1} : static_cast<int64_t>(std::max(-1.0, bytes));
   }
   if (parsed.has("--clock")) {
     const std::vector<std::string> clocks = {"wall", "cpu"};
@@ -335,7 +350,7 @@ int cmd_profile(const Args& args) {
     request.kinds = split_list(*parsed.value("--kinds"));
   }
   if (parsed.has("--max-dim")) {
-    request.max_dim = parse_positive_int("--max-dim", *parsed.value("--max-dim"));
+    request.max_dim = parse_int("--max-dim", *parsed.value("--max-dim"));
   }
 
   std::unique_ptr<runtime::Backend> backend;
@@ -344,12 +359,17 @@ int cmd_profile(const Args& args) {
   } catch (const BackendError& e) {
     throw ConfigError(std::string("--backend ") + request.backend + ": " + e.what());
   }
-  runtime::ProfileOptions options = runtime::resolve_profile_options(request, *backend);
+  runtime::ProfileOptions options = with_typed_flags(parsed, kProfileFlagKeys, [&] {
+    return runtime::resolve_profile_options(request, *backend);
+  });
   if (parsed.has("--dry-run")) {
     std::fputs(runtime::profile_settings_json(options).c_str(), stdout);
     return 0;
   }
   options.progress = parsed.has("--quiet") ? nullptr : stderr;
+  // Ctrl-C: the run stops between grid points (OUT.partial keeps them), exit 130.
+  const InterruptScope ctrl_c;
+  options.should_stop = [] { return interrupt_requested(); };
   const DeviceProfile profile = runtime::run_profile(*backend, options);
   std::printf("wrote %s: %zu measurements (%s grid, %s, backend %s), skipped %s\n",
               options.out_path.c_str(), profile.measurements.size(),

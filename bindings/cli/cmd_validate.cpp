@@ -85,12 +85,6 @@ int cmd_validate_parallel(const ParsedArgs& parsed, const std::string& backend_n
   }
   const DeviceProfile profile =
       runtime::load_measured_profile(*parsed.value("--profile"), backend_name);
-  const auto clock = profile.provenance.find("clock");
-  if (clock != profile.provenance.end() && clock->second != "cpu") {
-    throw ConfigError(profile.name + ": provenance.clock = \"" + clock->second +
-                      "\": --parallel compares CPU-time compute; allowed: a profile measured "
-                      "with --clock cpu");
-  }
   runtime::ParallelValidationOptions options;
   options.quick = parsed.has("--quick");
   if (parsed.has("--rounds")) {
@@ -117,9 +111,14 @@ int cmd_validate_parallel(const ParsedArgs& parsed, const std::string& backend_n
   options.progress = parsed.has("--quiet") ? nullptr : stderr;
   runtime::ParallelValidationReport report;
   try {
+    // Ctrl-C on a rank sets the flag the ranks agree on after each case build
+    // and each round: all stop together (exit 130, nothing printed).
+    const InterruptScope ctrl_c;
     report = runtime::run_parallel_validation(*backend, *world, profile, options);
   } catch (const ConfigError&) {
     throw;  // the same on every rank (the cases and layouts are checked alike)
+  } catch (const Interrupted&) {
+    throw;  // every rank stops at the same point
   } catch (const std::exception& e) {
     // One rank's failure: the others would wait forever in their next
     // collective; end the whole job.
@@ -158,6 +157,11 @@ int cmd_validate(const Args& args) {
       // The same error on every rank: rank 0 alone prints it.
       if (runtime::launched_by_mpirun() && runtime::launcher_local_rank() != 0) {
         return 2;
+      }
+      throw;
+    } catch (const Interrupted&) {
+      if (runtime::launched_by_mpirun() && runtime::launcher_local_rank() != 0) {
+        return 130;
       }
       throw;
     }
@@ -204,6 +208,9 @@ int cmd_validate(const Args& args) {
   } catch (const BackendError& e) {
     throw ConfigError(std::string("--backend ") + backend_name + ": " + e.what());
   }
+  // Ctrl-C: the run stops between cases / rounds, exit 130, nothing printed.
+  const InterruptScope ctrl_c;
+  options.should_stop = [] { return interrupt_requested(); };
   const runtime::ValidationReport report = runtime::run_validation(*backend, profile, options);
   const std::string text =
       parsed.has("--json") ? runtime::validation_json(report) : runtime::validation_text(report);

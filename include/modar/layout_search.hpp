@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "modar/config.hpp"
@@ -17,6 +18,11 @@ struct LayoutSearchOptions {
   // is 0 the sequences of ~4M tokens (GPT-3's 3.2M rounded up to a power of
   // two), at least one per data-parallel rank.
   int64_t global_batch = 0;
+  // Fixed by the user instead of searched: the micro-batch (0: search 1, 2,
+  // 4) and the recompute mode (nullopt: the least of none, selective, full
+  // that fits).
+  int64_t micro_batch = 0;
+  std::optional<Recompute> recompute;
 };
 
 struct LayoutSearchResult {

@@ -573,7 +573,7 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
   set_cpu_threads(options.threads);
   const auto stop_if_asked = [&] {
     if (options.should_stop && options.should_stop()) {
-      throw Interrupted("profile interrupted; the points measured so far are kept in " +
+      throw Interrupted("interrupted (Ctrl-C) during the profile; the points measured so far are kept in " +
                         partial_path(options.out_path) + " (continue with resume)");
     }
   };
@@ -838,25 +838,36 @@ ProfileOptions resolve_profile_options(const ProfileRequest& request, const Back
     throw ConfigError("clock = cpu: only the cpu backend can be timed by CPU time; use wall");
   }
   options.timing.budget_s = request.budget_s.value_or(request.quick ? 0.08 : 0.25);
-  if (!(options.timing.budget_s > 0.0) || !std::isfinite(options.timing.budget_s)) {
+  // A shape's budget beyond an hour is no profile anyone waits for.
+  if (!(options.timing.budget_s > 0.0) || !(options.timing.budget_s <= 3600.0)) {
     throw ConfigError("budget_s = " + number_text(options.timing.budget_s) +
-                      ": must be a positive number of seconds");
+                      ": must be in (0, 3600] seconds per shape");
   }
-  const auto positive = [](const char* name, const std::optional<int64_t>& value) -> int64_t {
+  // Byte counts: positive and at most `most` (2^40 = 1 TiB of caches or
+  // rotated copies, 2^50 of device memory: beyond any device).
+  const auto bytes = [](const char* name, const std::optional<int64_t>& value,
+                        int64_t most) -> int64_t {
     if (!value)
       return 0;
-    if (*value <= 0)
-      throw ConfigError(std::string(name) + " = " + std::to_string(*value) + ": must be > 0");
+    if (*value <= 0 || *value > most)
+      throw ConfigError(std::string(name) + " = " + std::to_string(*value) + ": must be in [1, " +
+                        std::to_string(most) + "] bytes");
     return *value;
   };
-  options.timing.rotation_bytes = positive("rotation_bytes", request.rotation_bytes);
-  options.device_cache_bytes = positive("device_cache_bytes", request.device_cache_bytes);
-  options.device_memory_bytes = positive("device_memory_bytes", request.device_memory_bytes);
-  options.timing.max_point_bytes = positive("max_point_bytes", request.max_point_bytes);
-  if (request.max_dim < 0) {
-    throw ConfigError("max_dim = " + std::to_string(request.max_dim) + ": must be >= 0 (0 = all)");
+  constexpr int64_t kTiB = int64_t{1} << 40;
+  constexpr int64_t kMostMemory = int64_t{1} << 50;
+  options.timing.rotation_bytes = bytes("rotation_bytes", request.rotation_bytes, kTiB);
+  options.device_cache_bytes = bytes("device_cache_bytes", request.device_cache_bytes, kTiB);
+  options.device_memory_bytes =
+      bytes("device_memory_bytes", request.device_memory_bytes, kMostMemory);
+  options.timing.max_point_bytes = bytes("max_point_bytes", request.max_point_bytes, kMostMemory);
+  const int64_t max_dim = request.max_dim.value_or(0);
+  if (request.max_dim && (max_dim < 1 || max_dim > (int64_t{1} << 40))) {
+    throw ConfigError("max_dim = " + std::to_string(max_dim) +
+                      ": must be an integer >= 1 (only grid points whose every dimension is <= "
+                      "max_dim; leave it unset for all)");
   }
-  if (!request.kinds.empty() || request.max_dim > 0) {
+  if (!request.kinds.empty() || max_dim > 0) {
     std::set<std::string> known;
     const std::vector<ProfilePoint> grid =
         profile_grid(options.grid, backend.device(), options.dtype);
@@ -880,8 +891,7 @@ ProfileOptions resolve_profile_options(const ProfileRequest& request, const Back
         continue;
       bool small = true;
       for (int d = 0; d < op_dims_count(point.shape.kind); ++d) {
-        small = small && (request.max_dim <= 0 ||
-                          point.shape.dims[static_cast<size_t>(d)] <= request.max_dim);
+        small = small && (max_dim <= 0 || point.shape.dims[static_cast<size_t>(d)] <= max_dim);
       }
       if (small)
         options.points.push_back(point);
@@ -943,21 +953,34 @@ void check_measured_profile(const DeviceProfile& profile, const std::string& sou
     }
   }
   if (!profile.measured || profile.measurements.empty()) {
+    std::string built_in;
+    for (const std::string& name : embedded_profile_names()) {
+      if (load_profile(name).measured) {
+        built_in += (built_in.empty() ? "" : ", ") + name;
+      }
+    }
     throw ConfigError(source + ": measured = " + (profile.measured ? "true" : "false") + " with " +
                       std::to_string(profile.measurements.size()) +
-                      " measurements: a measured profile (written by `modar profile`) is needed");
+                      " measurements: comparing needs a measured profile (one the profiler wrote" +
+                      (built_in.empty() ? std::string(")") : "; built in: " + built_in + ")"));
   }
   if (!expected_backend.empty() && profile.backend != expected_backend) {
     throw ConfigError(source + ": backend = \"" + profile.backend +
                       "\": this profile was measured on the " + profile.backend +
                       " backend, not on " + expected_backend +
-                      "; use a profile made by `modar "
-                      "profile --backend " +
-                      expected_backend + "`");
+                      "; allowed: a profile measured with backend = \"" + expected_backend + "\"");
   }
 }
 
 DeviceProfile load_measured_profile(const std::string& path, const std::string& expected_backend) {
+  // A built-in profile by name, as every other command takes it.
+  if (path.find('/') == std::string::npos &&
+      !(path.size() > 5 && path.compare(path.size() - 5, 5, ".toml") == 0) &&
+      !embedded_profile_text(path).empty()) {
+    DeviceProfile profile = load_profile(path);
+    check_measured_profile(profile, "profile '" + path + "'", expected_backend);
+    return profile;
+  }
   const std::string text = read_profile_file(path);
   DeviceProfile profile;
   try {

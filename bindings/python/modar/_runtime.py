@@ -11,6 +11,7 @@ import sys
 from typing import Any, Callable, Sequence
 
 from . import _core
+from ._args import one_line_type_errors
 from ._profile import Profile
 from ._results import Result, _fmt, flatten
 
@@ -45,6 +46,7 @@ def _typed(name: str, value: Any, kind: type | tuple[type, ...]) -> Any:
     return value
 
 
+@one_line_type_errors
 def profile(
     out: str | os.PathLike,
     *,
@@ -132,6 +134,7 @@ def validation_points(report: Any, quantity: str = "step_s") -> list[tuple[str, 
             for c in doc["cases"] if c[section][measured] > 0]
 
 
+@one_line_type_errors
 def validate(
     profile: Any,
     *,

@@ -80,10 +80,11 @@ void expect_argmin(const modar::OptimalRequest& request, const std::string& arch
   const modar::ArchSpec spec = modar::make_arch(arch);
   arch_base.mod = spec.mod;
   arch_base.dar = spec.dar;
-  const modar::DeviceProfile profile = modar::load_profile(request.profile);
+  const modar::DeviceProfile profile =
+      modar::load_profile(request.profile.value_or(modar::default_profile_name()));
   const std::vector<Brute> all =
-      brute_force(arch_base, request.shapes, *request.train_flops, rec.prior.eps,
-                  modar::load_fit(request.fit).params, profile);
+      brute_force(arch_base, request.shapes, *request.flops, rec.prior.eps,
+                  modar::load_fit(request.fit.value_or("epoch")).params, profile);
   ASSERT_FALSE(all.empty());
   const auto best_fit =
       std::find_if(all.begin(), all.end(), [](const Brute& b) { return b.fits; });
@@ -119,8 +120,8 @@ void expect_argmin(const modar::OptimalRequest& request, const std::string& arch
 
 TEST(OptimalTrust, ReturnsTheBruteForceArgminOfTheWholeSearchSpace) {
   modar::OptimalRequest request;
-  request.train_flops = 1e20;
-  request.archs = {"baseline", "mod"};
+  request.flops = 1e20;
+  request.arch = {"baseline", "mod"};
   expect_argmin(request, "baseline");
   expect_argmin(request, "mod");
   // The counter-example: 16 x 2048 (aspect 128) predicts 2.5633,
@@ -134,8 +135,8 @@ TEST(OptimalTrust, ReturnsTheBruteForceArgminOfTheWholeSearchSpace) {
 TEST(OptimalTrust, BruteForceArgminWhenMemoryDecides) {
   // Micro-batch 14 at 1e21: the loss argmin does not fit on one H200.
   modar::OptimalRequest request;
-  request.train_flops = 1e21;
-  request.archs = {"baseline"};
+  request.flops = 1e21;
+  request.arch = {"baseline"};
   request.base.train.micro_batch = 14;
   expect_argmin(request, "baseline");
   // Micro-batch 64: nothing near the loss optimum fits; the argmin over the
@@ -160,8 +161,8 @@ TEST(OptimalTrust, ClosedFormAgreementAtTheDefaultSequenceLength) {
   const double b = law.alpha / (law.alpha + law.beta);
   for (const double flops : {6e18, 2e19, 1e20}) {
     modar::OptimalRequest request;
-    request.train_flops = flops;
-    request.archs = {"baseline"};
+    request.flops = flops;
+    request.arch = {"baseline"};
     ASSERT_EQ(request.base.model.seq_len, 2048);
     const modar::OptimalResult result = modar::optimal(request);
     const modar::Recommendation& rec = find(result, "baseline", "isoflop_optimal");
@@ -196,8 +197,8 @@ TEST(OptimalTrust, ClosedFormAgreementAtTheDefaultSequenceLength) {
 
 TEST(OptimalTrust, RangesFollowThePriorInterval) {
   modar::OptimalRequest request;
-  request.train_flops = 1e20;
-  request.archs = {"baseline", "mod"};
+  request.flops = 1e20;
+  request.arch = {"baseline", "mod"};
   const modar::OptimalResult result = modar::optimal(request);
   const modar::LossFitParams law = modar::load_fit("epoch").params;
   for (const auto* role : {"isoflop_optimal", "parity_fastest"}) {
@@ -230,7 +231,7 @@ TEST(OptimalTrust, RangesFollowThePriorInterval) {
   EXPECT_EQ(*baseline.loss_range->high, *baseline.loss);
 
   // --eps overrides are exact: no range.
-  request.eps_overrides = modar::parse_eps_overrides("mod=0.95");
+  request.eps = modar::parse_eps_overrides("mod=0.95");
   const modar::OptimalResult exact = modar::optimal(request);
   const modar::Recommendation& mod = find(exact, "mod", "isoflop_optimal");
   EXPECT_EQ(*mod.eps_range.low, 0.95);
@@ -242,9 +243,9 @@ TEST(OptimalTrust, RangesFollowThePriorInterval) {
 
 TEST(OptimalTrust, FullDarIsFlaggedAndItsParityStaysInsideItsSupport) {
   modar::OptimalRequest request;
-  request.train_flops = 1e20;
-  request.archs = {"baseline", "dar"};
-  request.dar_block_layers = 1;  // Full DAR: the single 0.5B point
+  request.flops = 1e20;
+  request.arch = {"baseline", "dar"};
+  request.block_layers = 1;  // Full DAR: the single 0.5B point
   const modar::OptimalResult result = modar::optimal(request);
   const modar::Recommendation& optimum = find(result, "dar", "isoflop_optimal");
   EXPECT_TRUE(has_flag(optimum, "prior_single_point"));
@@ -261,27 +262,29 @@ TEST(OptimalTrust, FullDarIsFlaggedAndItsParityStaysInsideItsSupport) {
   EXPECT_GT(*parity.eps_range.high, 0.90);
 
   // Block DAR (the default) at 1e20: applied beyond its 0.1B-0.3B sizes.
-  request.dar_block_layers = 2;
+  request.block_layers = 2;
   const modar::OptimalResult block = modar::optimal(request);
   EXPECT_TRUE(has_flag(find(block, "dar", "isoflop_optimal"), "prior_outside_measured_sizes"));
   EXPECT_FALSE(has_flag(find(block, "dar", "isoflop_optimal"), "prior_single_point"));
   // MoD outside its measured budgets (6e18-1e20) is flagged, inside is not.
-  request.archs = {"baseline", "mod"};
+  request.arch = {"baseline", "mod"};
+  request.block_layers.reset();  // (a DAR knob with no DAR architecture is refused)
   EXPECT_FALSE(
       has_flag(find(modar::optimal(request), "mod", "isoflop_optimal"),
                "prior_outside_measured_budgets"));
-  request.train_flops = 1e22;
+  request.flops = 1e22;
   EXPECT_TRUE(has_flag(find(modar::optimal(request), "mod", "isoflop_optimal"),
                        "prior_outside_measured_budgets"));
 }
 
 TEST(OptimalTrust, TokensPerParameterOutsideTheFitIsFlagged) {
-  // An (implausible) eps = 0.2 pushes the optimum to ~2000 tokens per
-  // parameter: flagged.  The parity search stays inside the fit's band.
+  // An (implausible) eps = 0.25, the lowest allowed, pushes the optimum to
+  // ~1000 tokens per parameter: flagged.  The parity search stays inside the
+  // fit's band.
   modar::OptimalRequest request;
-  request.train_flops = 1e20;
-  request.archs = {"baseline", "mod"};
-  request.eps_overrides = modar::parse_eps_overrides("mod=0.2");
+  request.flops = 1e20;
+  request.arch = {"baseline", "mod"};
+  request.eps = modar::parse_eps_overrides("mod=0.25");
   const modar::OptimalResult result = modar::optimal(request);
   const modar::Recommendation& optimum = find(result, "mod", "isoflop_optimal");
   const double ratio = optimum.tokens / optimum.params.flop_active;
@@ -305,11 +308,12 @@ const std::string* no_fit_note(const modar::OptimalResult& result) {
 
 TEST(OptimalTrust, NoFitAdviceOnlySuggestsWhatWouldHelp) {
   // Micro-batch 256 x seq 2048: the T x V logits alone exceed an H200 for
-  // every shape.  Full recompute is already on: only the micro-batch is
-  // suggested, and it would help.
+  // every shape.  Full recompute is already on: the micro-batch is suggested
+  // (with the memory it would then need), recompute is not; more GPUs would
+  // also fit.
   modar::OptimalRequest request;
-  request.train_flops = 1e20;
-  request.archs = {"baseline"};
+  request.flops = 1e20;
+  request.arch = {"baseline"};
   request.base.train.micro_batch = 256;
   request.base.train.recompute = modar::Recompute::full;
   const modar::OptimalResult result = modar::optimal(request);
@@ -318,20 +322,24 @@ TEST(OptimalTrust, NoFitAdviceOnlySuggestsWhatWouldHelp) {
   EXPECT_TRUE(has_flag(rec, "no_fit"));
   const std::string* note = no_fit_note(result);
   ASSERT_NE(note, nullptr);
-  EXPECT_NE(note->find("try --micro-batch 1"), std::string::npos) << *note;
-  EXPECT_EQ(note->find("--recompute"), std::string::npos) << *note;
+  EXPECT_NE(note->find("would fit with train.micro_batch = 1 (now 256) ("), std::string::npos)
+      << *note;
+  EXPECT_EQ(note->find("train.recompute"), std::string::npos) << *note;
+  EXPECT_NE(note->find("gpus = "), std::string::npos) << *note;
+  EXPECT_EQ(note->find("--"), std::string::npos) << *note;  // fields, not flags
 
   // Micro-batch 1, full recompute, seq 524288: nothing the user can still
-  // lower helps; neither flag is suggested, the sequence length is.
+  // lower on one GPU helps; two GPUs (tensor + sequence parallel split the
+  // activations) do.
   request.base.train.micro_batch = 1;
   request.base.model.seq_len = 524288;
   const modar::OptimalResult long_seq = modar::optimal(request);
   EXPECT_FALSE(find(long_seq, "baseline", "isoflop_optimal").memory.fits);
   note = no_fit_note(long_seq);
   ASSERT_NE(note, nullptr);
-  EXPECT_EQ(note->find("--micro-batch"), std::string::npos) << *note;
-  EXPECT_EQ(note->find("--recompute"), std::string::npos) << *note;
-  EXPECT_NE(note->find("--seq-len"), std::string::npos) << *note;
+  EXPECT_EQ(note->find("train.micro_batch"), std::string::npos) << *note;
+  EXPECT_EQ(note->find("train.recompute"), std::string::npos) << *note;
+  EXPECT_NE(note->find("would fit with gpus = 2 (TP 2 (SP)"), std::string::npos) << *note;
 }
 
 TEST(OptimalTrust, ModPriorIntervalMatchesMonteCarloOfTheReadings) {
