@@ -65,8 +65,12 @@ void RunReporter::check() {
 }
 
 void RunReporter::advance(int64_t n) {
-  check();
   done_ += n;
+  tick();
+}
+
+void RunReporter::tick() {
+  check();
   if (control_.progress) {
     const auto now = std::chrono::steady_clock::now();
     if (seconds_between(last_report_, now) >= control_.progress_interval_s) {

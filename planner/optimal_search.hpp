@@ -98,7 +98,7 @@ class Evaluator {
  private:
   void check() {
     if (reporter_ != nullptr) {
-      reporter_->check();
+      reporter_->tick();
     }
   }
 

@@ -261,6 +261,7 @@ extern "C" void on_interrupt(int) {
 }
 
 struct sigaction g_previous_sigint;
+struct sigaction g_previous_sigterm;
 
 }  // namespace
 
@@ -271,10 +272,14 @@ InterruptScope::InterruptScope() {
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESETHAND;
   sigaction(SIGINT, &action, &g_previous_sigint);
+  // mpirun answers a Ctrl-C by sending its ranks SIGTERM (Open MPI 4.1): the
+  // same graceful stop, before its SIGKILL.
+  sigaction(SIGTERM, &action, &g_previous_sigterm);
 }
 
 InterruptScope::~InterruptScope() {
   sigaction(SIGINT, &g_previous_sigint, nullptr);
+  sigaction(SIGTERM, &g_previous_sigterm, nullptr);
 }
 
 namespace {
@@ -297,7 +302,7 @@ RunControl progress_on_stderr(bool quiet) {
     return control;
   }
   const bool terminal = ::isatty(STDERR_FILENO) != 0;
-  control.progress_interval_s = terminal ? 0.25 : 2.0;
+  control.progress_interval_s = terminal ? 0.25 : 1.0;
   // Quiet for calls under about a second; a terminal gets one line that
   // updates in place, a log one line per report.
   auto shown = std::make_shared<bool>(false);

@@ -103,9 +103,10 @@ auto with_typed_flags(const ParsedArgs& parsed, const std::vector<FlagKey>& flag
   }
 }
 
-// While alive, Ctrl-C sets modar::request_interrupt() (the computation stops
-// at its next check and main() exits 130, nothing written); a second Ctrl-C
-// kills the process the default way.
+// While alive, Ctrl-C (SIGINT; also SIGTERM, which mpirun sends its ranks on
+// a Ctrl-C) sets modar::request_interrupt(): the computation stops at its
+// next check (RunReporter, should_stop) and main() exits 130, nothing
+// written; a second signal kills the process the default way.
 class InterruptScope {
  public:
   InterruptScope();

@@ -44,6 +44,9 @@ const std::vector<FlagSpec> kFlags = {
     {"--kinds", true, false, "K1,K2",
      "only these op kinds of the grid (e.g. gemm,attention): a reduced grid for a fast look"},
     {"--max-dim", true, false, "N", "only grid points whose every dimension is <= N"},
+    {"--no-ceilings", false, false, "",
+     "keep placeholder ceilings instead of measuring them (about 20 s on a CPU): for a quick "
+     "look at a few --kinds; estimates then lean on the measured points only"},
     {"--dry-run", false, false, "",
      "print the resolved settings (JSON: threads, clock, budget, points...) and exit"},
     {"--quiet", false, false, "", "no progress lines on stderr"},
@@ -122,7 +125,7 @@ std::vector<std::string> split_list(const std::string& text) {
 int cmd_profile_comm(const ParsedArgs& parsed) {
   for (const char* op_only : {"--quick", "--resume", "--threads", "--rotate-bytes", "--gpu-l2-bytes",
                               "--gpu-memory-bytes", "--max-point-bytes", "--clock", "--kinds",
-                              "--max-dim"}) {
+                              "--max-dim", "--no-ceilings"}) {
     if (parsed.has(op_only)) {
       throw ConfigError(std::string(op_only) +
                         ": not used with --comm (it sets the op profiler; see modar profile --help)");
@@ -352,6 +355,7 @@ int cmd_profile(const Args& args) {
   if (parsed.has("--max-dim")) {
     request.max_dim = parse_int("--max-dim", *parsed.value("--max-dim"));
   }
+  request.measure_ceilings = !parsed.has("--no-ceilings");
 
   std::unique_ptr<runtime::Backend> backend;
   try {

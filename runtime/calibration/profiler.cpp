@@ -18,6 +18,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <memory>
 #include <new>
@@ -443,7 +444,8 @@ struct CeilingReport {
 };
 
 CeilingReport measure_ceilings(Backend& backend, Clock clock, DeviceKind device,
-                               int64_t cache_bytes, int64_t memory_limit, double memory_bytes) {
+                               int64_t cache_bytes, int64_t memory_limit, double memory_bytes,
+                               const std::function<void()>& stop_if_asked) {
   CeilingReport report;
   DeviceCeilings& c = report.ceilings;
   std::ostringstream how;
@@ -452,6 +454,7 @@ CeilingReport measure_ceilings(Backend& backend, Clock clock, DeviceKind device,
   // Peak GEMM rate: a large square GEMM per dtype.
   const int64_t n = device == DeviceKind::cpu ? 2048 : 16384;
   for (const ScalarType type : {ScalarType::fp32, ScalarType::bf16}) {
+    stop_if_asked();
     Tensor a(backend, {n, n}, type), b(backend, {n, n}, type), out(backend, {n, n}, type);
     uniform.type = type;
     profiler_detail::fill_tensor(backend, a.view(), uniform, 11);
@@ -475,6 +478,7 @@ CeilingReport measure_ceilings(Backend& backend, Clock clock, DeviceKind device,
   if (memory_limit > 0) {
     copy_bytes = std::min<int64_t>(copy_bytes, memory_limit / 4);
   }
+  stop_if_asked();
   {
     const int64_t elements = copy_bytes / 4;
     Tensor src(backend, {elements}, ScalarType::fp32), dst(backend, {elements}, ScalarType::fp32);
@@ -488,6 +492,7 @@ CeilingReport measure_ceilings(Backend& backend, Clock clock, DeviceKind device,
         << " GB/s (read + write); ";
   }
   // Launch / dispatch overhead: a 16-element add, back to back.
+  stop_if_asked();
   {
     Tensor a(backend, {16}, ScalarType::fp32), b(backend, {16}, ScalarType::fp32),
         out(backend, {16}, ScalarType::fp32);
@@ -718,7 +723,8 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
       std::fprintf(options.progress, "modar profile: measuring ceilings (GEMM, copy, dispatch)\n");
     }
     const CeilingReport report = measure_ceilings(backend, timing.clock, device, cache_bytes,
-                                                  timing.memory_limit_bytes, memory_bytes);
+                                                  timing.memory_limit_bytes, memory_bytes,
+                                                  stop_if_asked);
     profile.ceilings = report.ceilings;
     p["ceilings_how"] = report.how + "; peak = achievable = measured (no datasheet)";
   } else if (!resumed) {

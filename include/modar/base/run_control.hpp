@@ -62,6 +62,9 @@ class RunReporter {
   void check();
   // `n` more units done (checks first, then reports when due).
   void advance(int64_t n = 1);
+  // Inside a long unit: check, and report (elapsed, the stage) when due, so
+  // that a display shows the call is alive.
+  void tick();
   void set_stage(std::string stage);
   void set_total(int64_t total);
   // The last report (final, done = total).
