@@ -2,7 +2,8 @@
 // the same op list.
 //
 // Step time = accumulation_steps x (sum over the micro-batch's ops of
-// multiplicity x op time) + the optimizer update; one stream, no overlap, no
+// multiplicity x op time + host time per micro-batch) + the optimizer update +
+// host time per step; one stream, no overlap, no
 // data-parallel communication (a lower bound on multi-device steps).
 // tokens/s = tokens per step / step time (all devices); MFU = model FLOPs per
 // step / (step time x peak x devices), HFU the same with recompute FLOPs.
@@ -49,11 +50,17 @@ std::string conventions_text(const Config& config, const DeviceProfile& profile,
         "layers: k tokens; expected routed fraction = capacity)";
   }
   text += "; time: ";
-  text +=
-      profile.measured ? "measured op table of profile '" : "uncalibrated roofline of profile '";
+  const bool kernel_model = profile.kernel.sm_count > 0;
+  text += profile.measured ? "measured op table of profile '"
+          : kernel_model   ? "GPU kernel model of profile '"
+                           : "uncalibrated roofline of profile '";
   text += profile.name;
   text += profile.measured ? "' (log-space interpolation, fitted efficiency outside the grid)"
-                           : "' (datasheet ceilings, not measured)";
+          : kernel_model
+              ? "' (tile and wave quantization, FlashAttention rates, per-family bandwidth "
+                "from published facts and [kernel] parameters, not measured; "
+                "docs/kernel_model.md)"
+              : "' (datasheet ceilings, not measured)";
   text += ", one stream, no communication";
   if (config.dar.enabled()) {
     text +=
@@ -61,6 +68,13 @@ std::string conventions_text(const Config& config, const DeviceProfile& profile,
         "are not public)";
   }
   return text;
+}
+
+void flag_published_mfu(const DeviceProfile& profile, TimeEstimate& time) {
+  const PublishedMfu* published = published_mfu(profile);
+  time.published_mfu = published != nullptr ? published->mfu : 0.0;
+  time.published_mfu_source = published != nullptr ? published->source : "";
+  time.mfu_beyond_published = published != nullptr && time.mfu > published->mfu;
 }
 
 void estimate_into(const Config& config, const TimingModel& timing, StepKind step,
@@ -109,7 +123,7 @@ void estimate_into(const Config& config, const TimingModel& timing, StepKind ste
     // train.grad_accumulation = unfused: a read-modify-write of the main
     // gradients per micro-batch (docs/cluster.md), listed with the elementwise ops.
     const double accumulate_s =
-        detail::grad_accumulation_time_s(out.params.total, config, profile);
+        detail::grad_accumulation_time_s(out.params.total, config, timing.rates());
     if (accumulate_s > 0.0) {
       time.micro_batch_s += accumulate_s;
       OpKindTime& bucket = time.by_kind[static_cast<size_t>(OpKind::elementwise)];
@@ -122,7 +136,13 @@ void estimate_into(const Config& config, const TimingModel& timing, StepKind ste
   }
   time.extrapolated = time.ops_extrapolated > 0;
   time.calibrated = time.ops_interpolated + time.ops_extrapolated > 0;
-  time.step_s = static_cast<double>(accumulation) * time.micro_batch_s + time.optimizer_s;
+  // Host time per micro-batch and per step (profile [kernel]; 0 by default).
+  const KernelParams& kernel = timing.rates().params;
+  time.micro_batch_overhead_s = kernel.micro_batch_overhead_s;
+  time.micro_batch_s += time.micro_batch_overhead_s;
+  time.step_overhead_s = step == StepKind::train ? kernel.step_overhead_s : 0.0;
+  time.step_s = static_cast<double>(accumulation) * time.micro_batch_s + time.optimizer_s +
+                time.step_overhead_s;
   const double devices = static_cast<double>(config.device.count);
   const double peak = profile.ceilings.peak_flops(config.train.dtype) * devices;
   if (time.step_s > 0.0) {
@@ -132,6 +152,7 @@ void estimate_into(const Config& config, const TimingModel& timing, StepKind ste
       time.hfu = out.flops.hardware_per_step / (time.step_s * peak);
     }
   }
+  flag_published_mfu(profile, time);
   // The text depends on a few switches only: build it once per combination
   // and copy it into the caller's buffer (no allocation once it is large enough).
   struct CachedConventions {
@@ -140,6 +161,7 @@ void estimate_into(const Config& config, const TimingModel& timing, StepKind ste
     StepKind step;
     bool depth_reads;
     bool measured;
+    bool kernel_model;
     const DeviceProfile* profile;
     std::string profile_name;
     std::string text;
@@ -150,7 +172,7 @@ void estimate_into(const Config& config, const TimingModel& timing, StepKind ste
     if (entry.attention == config.attention_flops && entry.recompute == config.train.recompute &&
         entry.step == step && entry.depth_reads == config.dar.enabled() &&
         entry.profile == &profile && entry.measured == profile.measured &&
-        entry.profile_name == profile.name) {
+        entry.kernel_model == (profile.kernel.sm_count > 0) && entry.profile_name == profile.name) {
       hit = &entry;
       break;
     }
@@ -160,7 +182,7 @@ void estimate_into(const Config& config, const TimingModel& timing, StepKind ste
       cache.clear();
     }
     cache.push_back({config.attention_flops, config.train.recompute, step, config.dar.enabled(),
-                     profile.measured, &profile, profile.name,
+                     profile.measured, profile.kernel.sm_count > 0, &profile, profile.name,
                      conventions_text(config, profile, step)});
     hit = &cache.back();
   }
@@ -178,6 +200,7 @@ void apply_cluster(const Config& config, const TimingModel& timing, Estimate& ou
   TimeEstimate& time = out.time;
   time.micro_batch_s = slowest.compute_s + slowest.exposed_comm_s;
   time.optimizer_s = cluster->optimizer_s;
+  time.step_overhead_s = cluster->step_overhead_s;
   time.accumulation_steps = cluster->micro_batches;
   time.step_s = cluster->step_s;
   const double peak = timing.profile().ceilings.peak_flops(config.train.dtype) *
@@ -186,6 +209,7 @@ void apply_cluster(const Config& config, const TimingModel& timing, Estimate& ou
   time.mfu = time.step_s > 0 && peak > 0 ? out.flops.train_per_step / (time.step_s * peak) : 0.0;
   time.hfu =
       time.step_s > 0 && peak > 0 ? out.flops.hardware_per_step / (time.step_s * peak) : 0.0;
+  flag_published_mfu(timing.profile(), time);
   out.conventions = cluster_conventions(out.conventions, *cluster);
   out.cluster = std::move(cluster);
 }

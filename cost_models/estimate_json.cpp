@@ -141,12 +141,18 @@ std::string estimate_to_json(const Config& config, const DeviceProfile& profile,
   write_time_rates_json(json, e.time);
   json.field("micro_batch_s", e.time.micro_batch_s);
   json.field("optimizer_s", e.time.optimizer_s);
+  json.field("step_overhead_s", e.time.step_overhead_s);
+  json.field("micro_batch_overhead_s", e.time.micro_batch_overhead_s);
   json.field("accumulation_steps", e.time.accumulation_steps);
   json.field("calibrated", e.time.calibrated);
   json.field("extrapolated", e.time.extrapolated);
   json.field("ops_interpolated", e.time.ops_interpolated);
   json.field("ops_extrapolated", e.time.ops_extrapolated);
   json.field("ops_roofline", e.time.ops_roofline);
+  json.field("ops_kernel_model", e.time.ops_kernel_model);
+  json.field("mfu_beyond_published", e.time.mfu_beyond_published);
+  json.field("published_mfu", e.time.published_mfu);
+  json.field("published_mfu_source", e.time.published_mfu_source);
   json.key("by_kind").begin_array();
   for (const OpKindTime& kind : e.time.by_kind) {
     if (kind.count == 0) {
@@ -186,6 +192,7 @@ std::string estimate_to_json(const Config& config, const DeviceProfile& profile,
     json.field("grad_reduce_exposed_s", c.grad_reduce_exposed_s);
     json.field("param_gather_exposed_s", c.param_gather_exposed_s);
     json.field("optimizer_s", c.optimizer_s);
+    json.field("step_overhead_s", c.step_overhead_s);
     json.field("slowest_stage", c.slowest_stage);
     json.field("busiest_stage", c.busiest_stage);
     json.end_object();

@@ -8,11 +8,11 @@
 // param hook adds it in, param.main_grad.add_(param.grad)
 // (megatron/model/distributed.py, _make_param_hook): per micro-batch and
 // parameter, read the fp32 main gradient and the B-byte gradient, write the
-// main gradient back, at the profile's memory-bound ceiling.
+// main gradient back, at the elementwise family's bandwidth.
 #pragma once
 
 #include "modar/config.hpp"
-#include "modar/profile.hpp"
+#include "modar/cost_model.hpp"
 
 namespace modar::detail {
 
@@ -28,14 +28,13 @@ inline double grad_accumulation_bytes(double params, const Config& config) {
 }
 
 inline double grad_accumulation_time_s(double params, const Config& config,
-                                       const DeviceProfile& profile) {
+                                       const KernelRates& rates) {
   const double bytes = grad_accumulation_bytes(params, config);
   if (bytes <= 0.0) {
     return 0.0;
   }
-  const DeviceCeilings& c = profile.ceilings;
-  const double bandwidth = c.roofline_bandwidth();
-  return (bandwidth > 0.0 ? bytes / bandwidth : 0.0) + c.launch_overhead_s;
+  const double bandwidth = rates.bandwidth_of(MemoryFamily::elementwise);
+  return (bandwidth > 0.0 ? bytes / bandwidth : 0.0) + rates.launch_overhead_s;
 }
 
 }  // namespace modar::detail

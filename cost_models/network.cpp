@@ -108,7 +108,8 @@ bool table_time_s(const CollectiveTable& table, double bytes, double* seconds) {
 }  // namespace
 
 double collective_time_s(const NetworkProfile& network, Collective kind, double bytes,
-                         int64_t ranks, NetLevel level, int64_t members_per_node) {
+                         int64_t ranks, NetLevel level, int64_t members_per_node,
+                         const CollectiveEfficiency& efficiency) {
   if (ranks <= 1 || bytes <= 0.0) {
     return 0.0;
   }
@@ -144,10 +145,12 @@ double collective_time_s(const NetworkProfile& network, Collective kind, double 
   }
   double bandwidth = net.bus_bandwidth > 0.0 ? net.bus_bandwidth : 1.0;
   if (level == NetLevel::inter_node) {
-    bandwidth *= nics;
+    bandwidth *= nics * efficiency.inter_node;
     if (network.intra_node.bus_bandwidth > 0.0) {
-      bandwidth = std::min(bandwidth, network.intra_node.bus_bandwidth);
+      bandwidth = std::min(bandwidth, network.intra_node.bus_bandwidth * efficiency.intra_node);
     }
+  } else {
+    bandwidth *= efficiency.intra_node;
   }
   return net.latency_s * latency_steps(kind, ranks) + factor * bytes / bandwidth;
 }

@@ -30,8 +30,8 @@
 #include <stdexcept>
 
 #include "attention_kernel.hpp"
-#include "grad_accumulation.hpp"
 #include "cost_model_internal.hpp"
+#include "grad_accumulation.hpp"
 
 namespace modar {
 
@@ -133,9 +133,9 @@ std::vector<int64_t> balanced_partition(const std::vector<double>& cost, int64_t
     for (int64_t i = 0; i < n; ++i) {
       const int64_t remaining_layers = n - i;
       const int64_t remaining_chunks = parts - chunk;
-      const bool must_close = (*sizes)[static_cast<size_t>(chunk)] > 0 &&
-                              (sum + cost[static_cast<size_t>(i)] > bound ||
-                               remaining_layers < remaining_chunks);
+      const bool must_close =
+          (*sizes)[static_cast<size_t>(chunk)] > 0 &&
+          (sum + cost[static_cast<size_t>(i)] > bound || remaining_layers < remaining_chunks);
       if (must_close && chunk + 1 < parts) {
         ++chunk;
         sum = 0.0;
@@ -232,8 +232,7 @@ class StageMemoryModel {
   // Bank entries available after layer l (exclusive end): H_0 + completed
   // blocks (+ the partial of a block cut by the boundary).
   double bank_entries_at(int64_t boundary_layer) const {
-    return 1.0 + static_cast<double>(boundary_layer / K_) +
-           (boundary_layer % K_ != 0 ? 1.0 : 0.0);
+    return 1.0 + static_cast<double>(boundary_layer / K_) + (boundary_layer % K_ != 0 ? 1.0 : 0.0);
   }
 
   // Parameters held per rank on stage i (before ZeRO sharding).
@@ -272,9 +271,8 @@ class StageMemoryModel {
     const double dense_params = params - expert_params;
     mem.gradients = dense_params * kGradBytesPerParam / (zero_ >= 2 ? shard_dp : 1.0) +
                     expert_params * kGradBytesPerParam / (zero_ >= 2 ? shard_edp : 1.0);
-    mem.optimizer =
-        dense_params * optimizer_bytes_per_param_ / (zero_ >= 1 ? shard_dp : 1.0) +
-        expert_params * optimizer_bytes_per_param_ / (zero_ >= 1 ? shard_edp : 1.0);
+    mem.optimizer = dense_params * optimizer_bytes_per_param_ / (zero_ >= 1 ? shard_dp : 1.0) +
+                    expert_params * optimizer_bytes_per_param_ / (zero_ >= 1 ? shard_edp : 1.0);
     // Activations per micro-batch (Korthikanti et al. 2022 structure applied to
     // modar's saved tensors, memory.cpp): the d_model-wide tensors (norm
     // inputs / outputs, layer inputs) are replicated over the tensor group
@@ -296,10 +294,10 @@ class StageMemoryModel {
       // Unfused attention keeps the softmax output, the dropout output (B each)
       // and the 1-byte mask per score: Korthikanti's 5 a s^2 b (selective
       // recompute drops it).
-      const double scores = config_.train.attention_kernel == AttentionKernel::unfused &&
-                                    recompute == Recompute::none
-                                ? (2.0 * B + 1.0) * b * heads * seq * seq
-                                : 0.0;
+      const double scores =
+          config_.train.attention_kernel == AttentionKernel::unfused && recompute == Recompute::none
+              ? (2.0 * B + 1.0) * b * heads * seq * seq
+              : 0.0;
       return replicated * token_share + (split + scores) / tt;
     };
     const double stage_full = static_cast<double>(layers - routed);
@@ -321,9 +319,9 @@ class StageMemoryModel {
       }
     }
     // MoE layers (docs/moe.md): the expert slots' saved tensors.
-    activations += static_cast<double>(moe_full) * detail::moe_saved_extra_bytes(config_, T, tt) +
-                   static_cast<double>(moe_routed) *
-                       detail::moe_saved_extra_bytes(config_, b * k, tt);
+    activations +=
+        static_cast<double>(moe_full) * detail::moe_saved_extra_bytes(config_, T, tt) +
+        static_cast<double>(moe_routed) * detail::moe_saved_extra_bytes(config_, b * k, tt);
     if (i == last_stage_) {
       activations += (2.0 * B * T * d + 8.0 * T) * token_share;
     }
@@ -337,10 +335,10 @@ class StageMemoryModel {
     in_flight = std::max(in_flight, 1.0);
     mem.activations = activations * in_flight;
     mem.router_buffers = stage_routed * (4.0 * T + 8.0 * b * k) * in_flight;
-    mem.router_buffers += (static_cast<double>(moe_full) * detail::moe_buffer_bytes(config_, T) +
-                           static_cast<double>(moe_routed) *
-                               detail::moe_buffer_bytes(config_, b * k)) *
-                          in_flight;
+    mem.router_buffers +=
+        (static_cast<double>(moe_full) * detail::moe_buffer_bytes(config_, T) +
+         static_cast<double>(moe_routed) * detail::moe_buffer_bytes(config_, b * k)) *
+        in_flight;
     if (depth_) {
       // The bank this stage holds per micro-batch in flight: every entry up to
       // the end of its last chunk (received or produced here).
@@ -348,10 +346,9 @@ class StageMemoryModel {
     }
     // Transients: the head's logits (last stage), one layer's backward, and
     // under ZeRO 3 two gathered layers (current + prefetch).
-    const double head_ws = i == last_stage_
-                               ? T * std::ceil(static_cast<double>(model_.vocab_size) / tt) *
-                                     (B + 4.0)
-                               : 0.0;
+    const double head_ws =
+        i == last_stage_ ? T * std::ceil(static_cast<double>(model_.vocab_size) / tt) * (B + 4.0)
+                         : 0.0;
     double layer_ws = 2.0 * B * T * d * token_share + B * T * std::max(up, qkv) / tt;
     if (recompute == Recompute::full) {
       layer_ws += layer_saved(T, s);
@@ -368,8 +365,8 @@ class StageMemoryModel {
                                         B * slots * expert_up / tt);
     }
     mem.workspace = std::max(head_ws, layer_ws);
-    mem.peak = mem.weights + mem.gradients + mem.optimizer + mem.activations +
-               mem.router_buffers + mem.dar_bank + mem.workspace;
+    mem.peak = mem.weights + mem.gradients + mem.optimizer + mem.activations + mem.router_buffers +
+               mem.dar_bank + mem.workspace;
     mem.fits = mem.capacity <= 0.0 || mem.peak <= mem.capacity;
     return mem;
   }
@@ -433,9 +430,8 @@ RankCompute rank_compute(const Config& config, const TimingModel& timing) {
     Buckets plain(timing, token_share, config.train.attention_kernel);
     detail::lower_streaming(dense, StepKind::train, shard_params, plain);
     full_layer_s = plain.layers / static_cast<double>(L);
-    routed_layer_s =
-        (real.layers - full_layer_s * static_cast<double>(counts.full_layers)) /
-        static_cast<double>(counts.routed_layers);
+    routed_layer_s = (real.layers - full_layer_s * static_cast<double>(counts.full_layers)) /
+                     static_cast<double>(counts.routed_layers);
   }
   out.first_s = real.first;
   out.last_s = real.last;
@@ -444,6 +440,483 @@ RankCompute rank_compute(const Config& config, const TimingModel& timing) {
   out.all_depth_reads_s = real.all_depth_reads;
   return out;
 }
+
+namespace {
+
+// What every part of one cluster estimate reads (docs/cluster.md): the layout,
+// its network levels and the shapes of one micro-batch.
+struct ClusterContext {
+  ClusterContext(const Config& config_in, const TimingModel& timing_in)
+      : config(config_in),
+        timing(timing_in),
+        network(network_or_default(timing_in.profile())),
+        kernel(timing_in.rates().params),
+        efficiency{kernel.collective_efficiency_intra_node,
+                   kernel.collective_efficiency_inter_node},
+        par(config_in.parallel),
+        counts(layer_counts(config_in)) {
+    const ModelConfig& model = config.model;
+    t = par.tensor;
+    p = par.pipeline;
+    v = par.virtual_stages;
+    dp = std::max<int64_t>(1, par.data(config.device.count));
+    ep = par.expert;
+    sp = par.sequence_parallel;
+    chunks = p * v;
+    gpus_per_node =
+        config.cluster.gpus_per_node > 0 ? config.cluster.gpus_per_node : network.gpus_per_node;
+    placement = place(t, p, dp, gpus_per_node);
+    // Ranks of each group per node (rank = tp + t (stage + p dp_index)).
+    dp_per_node = t * p < gpus_per_node ? std::min<int64_t>(dp, gpus_per_node / (t * p)) : 1;
+    tp_per_node = std::min<int64_t>(t, gpus_per_node);
+    ep_per_node = t * p < gpus_per_node ? std::min<int64_t>(ep, gpus_per_node / (t * p)) : 1;
+    expert_level = t * p * ep <= gpus_per_node ? NetLevel::intra_node : NetLevel::inter_node;
+    m = static_cast<double>(detail::accumulation_steps(config));
+    B = static_cast<double>(dtype_bytes(config.train.dtype));
+    b = static_cast<double>(config.train.micro_batch);
+    s = static_cast<double>(model.seq_len);
+    d = static_cast<double>(model.d_model);
+    k = static_cast<double>(counts.routed_tokens_per_sequence);
+    T = b * s;
+    recompute = config.train.recompute;
+    fwd_passes = recompute == Recompute::full ? 2.0 : 1.0;  // forward re-run
+    token_share = sp ? 1.0 / static_cast<double>(t) : 1.0;
+    L = model.n_layers;
+    depth = config.dar.enabled();
+    K = config.dar.block_layers;
+    n_streams = counts.dar_streams;
+  }
+  // One collective at the profile's collective efficiencies.
+  double comm(Collective kind, double bytes, int64_t ranks, NetLevel level,
+              int64_t members_per_node = 1) const {
+    return collective_time_s(network, kind, bytes, ranks, level, members_per_node, efficiency);
+  }
+
+  const Config& config;
+  const TimingModel& timing;
+  const NetworkProfile& network;
+  const KernelParams& kernel;
+  CollectiveEfficiency efficiency;
+  const ParallelConfig& par;
+  LayerCounts counts;
+  int64_t t = 1, p = 1, v = 1, dp = 1, ep = 1, chunks = 1, gpus_per_node = 8, L = 1, K = 1,
+          n_streams = 0;
+  int64_t dp_per_node = 1, tp_per_node = 1, ep_per_node = 1;
+  bool sp = false, depth = false;
+  Placement placement{};
+  NetLevel expert_level = NetLevel::intra_node;
+  double m = 1, B = 2, b = 1, s = 1, d = 1, k = 0, T = 1, fwd_passes = 1, token_share = 1;
+  Recompute recompute = Recompute::none;
+};
+
+void fill_layout(const ClusterContext& c, ClusterEstimate& out) {
+  out.tensor = c.t;
+  out.pipeline = c.p;
+  out.virtual_stages = c.v;
+  out.data = c.dp;
+  out.zero = c.par.zero;
+  out.sequence_parallel = c.sp;
+  out.micro_batch = c.config.train.micro_batch;
+  out.micro_batches = static_cast<int64_t>(c.m);
+  out.gpus_per_node = c.gpus_per_node;
+  out.nodes = (c.config.device.count + c.gpus_per_node - 1) / c.gpus_per_node;
+  out.tensor_level = c.placement.tensor;
+  out.pipeline_level = c.placement.pipeline;
+  out.data_level = c.placement.data;
+}
+
+// Bytes of one expert all-to-all for `rows` tokens: the rank's expert slots
+// x d x B (the busiest rank: x moe.load_imbalance), under SP its token share.
+double a2a_bytes(const ClusterContext& c, double rows) {
+  return static_cast<double>(detail::moe_slots(c.config, static_cast<int64_t>(rows))) * c.d * c.B *
+         c.config.moe.load_imbalance * c.token_share;
+}
+
+// Exposed communication of one layer per micro-batch, and of the model's ends.
+struct LayerComm {
+  double full_rows_bytes = 0, routed_rows_bytes = 0, score_bytes = 0;
+  double tp_full_s = 0, tp_routed_s = 0, ep_full_s = 0, ep_routed_s = 0, tp_ends_s = 0;
+};
+
+LayerComm layer_comm(const ClusterContext& c) {
+  LayerComm out;
+  const int64_t t = c.t;
+  const NetLevel level = c.placement.tensor;
+  out.full_rows_bytes = c.T * c.d * c.B;
+  out.routed_rows_bytes = c.b * c.k * c.d * c.B;
+  out.score_bytes = c.b * c.s * 4.0;
+  // Tensor parallelism: per layer 2 collectives per forward pass and 2 in
+  // backward (SP: all-gather + reduce-scatter in place of each all-reduce).
+  const auto tp_time = [&](double bytes) {
+    if (t <= 1) {
+      return 0.0;
+    }
+    if (c.sp) {
+      return (c.fwd_passes + 1.0) * 2.0 *
+             (c.comm(Collective::all_gather, bytes, t, level, c.tp_per_node) +
+              c.comm(Collective::reduce_scatter, bytes, t, level, c.tp_per_node));
+    }
+    return (c.fwd_passes + 1.0) * 2.0 *
+           c.comm(Collective::all_reduce, bytes, t, level, c.tp_per_node);
+  };
+  // MoD under SP: the router scores of the whole sequence, per routed layer.
+  const double score_gather_s =
+      (c.sp && t > 1)
+          ? c.fwd_passes * c.comm(Collective::all_gather, out.score_bytes, t, level, c.tp_per_node)
+          : 0.0;
+  // Expert parallelism (docs/moe.md): per MoE layer and micro-batch two
+  // all-to-alls forward (dispatch, combine) and two backward (+ two forward
+  // again under full recompute), over the EP group carved out of the
+  // data-parallel ranks (EP neighbours are t x p ranks apart).
+  const auto ep_time = [&](double rows) {
+    if (c.ep <= 1 || !c.config.moe.enabled()) {
+      return 0.0;
+    }
+    return (c.fwd_passes + 1.0) * 2.0 *
+           c.comm(Collective::all_to_all, a2a_bytes(c, rows), c.ep, c.expert_level, c.ep_per_node);
+  };
+  out.ep_full_s = ep_time(c.T);
+  out.ep_routed_s = ep_time(c.b * c.k);
+  out.tp_full_s = tp_time(out.full_rows_bytes);
+  out.tp_routed_s = tp_time(out.routed_rows_bytes) + score_gather_s;
+  // Embedding (vocab-parallel lookup: all-reduce forward) and head (input
+  // gradient all-reduce backward); SP: all-gather / reduce-scatter instead.
+  if (t > 1) {
+    out.tp_ends_s = c.sp ? c.comm(Collective::reduce_scatter, out.full_rows_bytes, t, level) +
+                               c.comm(Collective::all_gather, out.full_rows_bytes, t, level)
+                         : c.comm(Collective::all_reduce, out.full_rows_bytes, t, level);
+  }
+  return out;
+}
+
+// The DAR prefix read of block j (sources H_0..H_{j-1}), forward + backward.
+double dar_prefix_s(const ClusterContext& c, int64_t block) {
+  if (!c.depth) {
+    return 0.0;
+  }
+  const ModelConfig& model = c.config.model;
+  const int64_t block_layers = std::min<int64_t>(c.K, c.L - (block - 1) * c.K);
+  OpShape shape;
+  shape.kind = OpKind::depth_read_prefix;
+  shape.dtype = c.config.train.dtype;
+  const int64_t tokens = c.sp ? c.config.train.micro_batch * model.seq_len / c.t
+                              : c.config.train.micro_batch * model.seq_len;
+  shape.dims = {tokens,
+                block,
+                2 * block_layers * c.n_streams,
+                model.d_model,
+                c.n_streams,
+                static_cast<int64_t>(c.config.dar.variant),
+                0};
+  TimingModel::Source source = TimingModel::Source::roofline;
+  return c.timing.op_time_s(shape, Pass::forward, &source) +
+         c.timing.op_time_s(shape, Pass::backward, &source);
+}
+
+// The layers of each of the p v chunks: balanced by time (memoised in
+// `compute`), or equal counts.
+std::vector<int64_t> pipeline_chunks(const ClusterContext& c, const RankCompute& compute,
+                                     const LayerComm& comm) {
+  if (!c.par.balance_stages || c.chunks <= 1) {
+    return equal_chunks(c.L, c.chunks);
+  }
+  for (const RankCompute::Split& split : compute.balanced_splits) {
+    if (split.chunks == c.chunks && split.gpus_per_node == c.gpus_per_node) {
+      return split.sizes;
+    }
+  }
+  std::vector<double> partition_cost(static_cast<size_t>(c.L));
+  for (int64_t l = 0; l < c.L; ++l) {
+    const bool routed = c.config.mod.is_routed(l);
+    double cost =
+        routed ? compute.routed_layer_s + comm.tp_routed_s : compute.full_layer_s + comm.tp_full_s;
+    if (c.config.moe.is_moe_layer(l)) {
+      cost += routed ? comm.ep_routed_s : comm.ep_full_s;
+    }
+    if (c.depth && l % c.K == 0) {
+      cost += dar_prefix_s(c, l / c.K + 1);
+    }
+    partition_cost[static_cast<size_t>(l)] = cost;
+  }
+  partition_cost.front() += compute.first_s + comm.tp_ends_s / 2.0;
+  partition_cost.back() += compute.last_s + comm.tp_ends_s / 2.0;
+  std::vector<int64_t> sizes = balanced_partition(partition_cost, c.chunks);
+  compute.balanced_splits.push_back({c.chunks, c.gpus_per_node, sizes});
+  return sizes;
+}
+
+// The stages from the chunks: each stage's layers, compute and exposed
+// TP / EP communication per micro-batch, the pipeline sends at every chunk
+// boundary (the activation, or for AttnRes / DAR the history bank), and the
+// ends (embedding on the first stage, head and loss on the last).
+void assemble_stages(const ClusterContext& c, const RankCompute& compute, const LayerComm& comm,
+                     const std::vector<int64_t>& chunk_sizes, const StageMemoryModel& memory,
+                     ClusterEstimate& out) {
+  const int64_t p = c.p;
+  const double entry_bytes = memory.entry_bytes();
+  const double activation_send_bytes = c.T * c.d * c.B / static_cast<double>(c.t);
+  out.stages.assign(static_cast<size_t>(p), StageSummary{});
+  int64_t layer = 0;
+  double cached_bytes_total = 0.0, uncached_bytes_total = 0.0;
+  std::vector<int64_t> chunk_first(static_cast<size_t>(c.chunks));
+  for (int64_t chunk = 0; chunk < c.chunks; ++chunk) {
+    chunk_first[static_cast<size_t>(chunk)] = layer;
+    StageSummary& stage = out.stages[static_cast<size_t>(chunk % p)];
+    const int64_t size = chunk_sizes[static_cast<size_t>(chunk)];
+    stage.chunk_first_layer.push_back(layer);
+    stage.chunk_layers.push_back(size);
+    for (int64_t l = layer; l < layer + size; ++l) {
+      const bool routed = c.config.mod.is_routed(l);
+      stage.compute_s += routed ? compute.routed_layer_s : compute.full_layer_s;
+      stage.exposed_comm_s += routed ? comm.tp_routed_s : comm.tp_full_s;
+      if (c.config.moe.is_moe_layer(l)) {
+        stage.exposed_comm_s += routed ? comm.ep_routed_s : comm.ep_full_s;
+        stage.moe_layers_here += routed ? 0 : 1;
+        stage.moe_routed_layers_here += routed ? 1 : 0;
+      }
+      stage.routed_layers += routed ? 1 : 0;
+      if (c.depth && l % c.K == 0) {
+        stage.compute_s += dar_prefix_s(c, l / c.K + 1);
+      }
+    }
+    stage.layers += size;
+    layer += size;
+    if (chunk + 1 == c.chunks || p == 1) {
+      continue;  // no boundary after the last chunk
+    }
+    double bank = 0.0, bank_cached = 0.0;
+    if (c.depth) {
+      bank = memory.bank_entries_at(layer) * entry_bytes;
+      // Cached: the receiving rank already holds what it had at the end of its
+      // previous chunk (chunk + 1 - p); it needs only the entries since then
+      // (the partial of a cut block is always new).
+      const int64_t previous = chunk + 1 - p;
+      double held = 0.0;
+      if (c.par.dar_bank_cache && previous >= 0) {
+        const int64_t end =
+            chunk_first[static_cast<size_t>(previous)] + chunk_sizes[static_cast<size_t>(previous)];
+        held = 1.0 + static_cast<double>(end / c.K);
+      }
+      bank_cached = bank - held * entry_bytes;
+      uncached_bytes_total += bank;
+      cached_bytes_total += bank_cached;
+    }
+    // A depth-residual model sends the bank alone: the next layer's input is
+    // a read of it (H_0, the completed blocks and a cut block's partial), so
+    // no residual stream crosses (runtime/parallel/pipeline.cpp alike).
+    const double bank_sent = c.par.dar_bank_cache ? bank_cached : bank;
+    const double send = c.depth ? bank_sent : activation_send_bytes;
+    stage.send_bytes += send;
+    stage.bank_send_bytes += bank_sent;
+    // Forward send out of this chunk and the gradient coming back (same size).
+    const double one = c.comm(Collective::send_recv, send, 2, c.placement.pipeline);
+    stage.exposed_comm_s += one;
+    out.stages[static_cast<size_t>((chunk + 1) % p)].exposed_comm_s += one;
+    out.comm.push_back({Collective::send_recv, "pp.activation", "pipeline", Pass::forward, 2,
+                        c.placement.pipeline, send, 0.0, one, 1.0});
+  }
+  out.bank_send_bytes_uncached = uncached_bytes_total;
+  out.bank_send_bytes_cached = cached_bytes_total;
+  out.mod_score_gather_bytes =
+      (c.sp && c.t > 1) ? comm.score_bytes * static_cast<double>(c.counts.routed_layers) : 0.0;
+  StageSummary& last = out.stages[static_cast<size_t>((c.chunks - 1) % p)];
+  out.stages.front().compute_s += compute.first_s;
+  out.stages.front().exposed_comm_s += comm.tp_ends_s / 2.0;
+  last.compute_s += compute.last_s;
+  last.exposed_comm_s += comm.tp_ends_s / 2.0;
+}
+
+// Per stage: ZeRO-3 gathers, the unfused gradient accumulation and host time
+// per micro-batch, the data-parallel gradient reduction and ZeRO 1 / 2
+// parameter gather (what of them the backward hides), the (sharded) optimizer
+// step and the memory per device.
+struct StepParts {
+  double slowest = 0.0;  // the slowest stage's time per micro-batch
+  double grad_exposed = 0.0, gather_exposed = 0.0, optimizer = 0.0, overlapped = 0.0;
+  double zero3_gather_one = 0.0;  // one layer's ZeRO-3 all-gather
+};
+
+StepParts stage_data_parallel(const ClusterContext& c, const StageMemoryModel& memory,
+                              ClusterEstimate& out) {
+  const ParallelConfig& par = c.par;
+  const int64_t dp = c.dp;
+  const NetLevel data_level = c.placement.data;
+  StepParts parts;
+  if (par.zero == 3) {
+    parts.zero3_gather_one =
+        c.comm(Collective::all_gather, memory.layer_param_bytes(), dp, data_level, c.dp_per_node);
+  }
+  const double grad_bytes_per_param = StageMemoryModel::kGradBytesPerParam;
+  double worst_peak = -1.0;
+  for (int64_t i = 0; i < c.p; ++i) {
+    StageSummary& stage = out.stages[static_cast<size_t>(i)];
+    stage.params = memory.stage_params(i, stage.layers);
+    if (par.zero == 3) {
+      const double per_layer_gather = 2.0 * parts.zero3_gather_one;  // forward and backward
+      const double per_layer_compute = stage.layers > 0 ? stage.compute_s / stage.layers : 0.0;
+      const double exposed_per_layer = par.overlap_param_gather
+                                           ? std::max(0.0, per_layer_gather - per_layer_compute)
+                                           : per_layer_gather;
+      stage.exposed_comm_s += exposed_per_layer * static_cast<double>(stage.layers);
+      parts.overlapped +=
+          (per_layer_gather - exposed_per_layer) * static_cast<double>(stage.layers) * c.m;
+    }
+    // train.grad_accumulation = unfused: every micro-batch's backward adds the
+    // rank's gradients into the main-gradient buffer (ZeRO 2 / 3: its shard).
+    stage.compute_s += detail::grad_accumulation_time_s(
+        stage.params / static_cast<double>(par.zero >= 2 ? dp : 1), c.config, c.timing.rates());
+    // Host time per micro-batch (kernel.micro_batch_overhead_s): every stage
+    // waits for its host once per micro-batch.
+    stage.compute_s += c.kernel.micro_batch_overhead_s;
+    const double stage_s = stage.compute_s + stage.exposed_comm_s;
+    if (stage_s > parts.slowest) {
+      parts.slowest = stage_s;
+      out.slowest_stage = i;
+    }
+    // Data-parallel gradient reduction of this rank's parameters (the expert
+    // shard's over the dp / EP ranks holding the same experts).
+    const double grad_bytes = stage.params * grad_bytes_per_param;
+    const double expert_stage_params = memory.expert_stage_params(stage.layers);
+    const int64_t expert_dp = dp / std::max<int64_t>(par.expert, 1);
+    double reduce_s = 0.0, gather_s = 0.0;
+    if (dp > 1) {
+      const Collective reduce = par.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter;
+      reduce_s = c.comm(reduce, (stage.params - expert_stage_params) * grad_bytes_per_param, dp,
+                        data_level, c.dp_per_node);
+      if (expert_dp > 1 && expert_stage_params > 0) {
+        reduce_s += c.comm(reduce, expert_stage_params * grad_bytes_per_param, expert_dp,
+                           data_level, c.dp_per_node);
+      }
+      if (par.zero == 1 || par.zero == 2) {
+        gather_s =
+            c.comm(Collective::all_gather, stage.params * c.B, dp, data_level, c.dp_per_node);
+      }
+    }
+    // Megatron-Core buckets: max(40M, 1M x dp) parameters; the last bucket
+    // reduces after the backward ends.
+    const double bucket_params = std::max(40e6, 1e6 * static_cast<double>(dp));
+    const double last_bucket_share = std::min(1.0, bucket_params / std::max(stage.params, 1.0));
+    const double backward_s = stage.compute_s * (2.0 / 3.0);  // backward ~ 2/3 of fwd + bwd
+    // ZeRO 2 and 3 keep only their shard of the gradients, so every
+    // micro-batch's backward reduce-scatters its gradients (DeepSpeed: "gradient
+    // reduction is required after every backward because of gradient
+    // partitioning", deepspeedai/DeepSpeed#2252); ZeRO 0 / 1 accumulate the
+    // full gradients and reduce once per step.  Each reduction hides behind
+    // its micro-batch's backward and, but for the last, the next micro-batch.
+    const double reductions = par.zero >= 2 ? c.m : 1.0;
+    double exposed_reduce = reductions * reduce_s;
+    if (par.overlap_grad_reduce) {
+      exposed_reduce = (reductions - 1.0) * std::max(0.0, reduce_s - stage.compute_s) +
+                       std::max(reduce_s - backward_s, last_bucket_share * reduce_s);
+    }
+    double exposed_gather = gather_s;
+    if (par.overlap_param_gather) {
+      exposed_gather = last_bucket_share * gather_s;  // the first bucket before the forward
+    }
+    parts.overlapped += (reductions * reduce_s - exposed_reduce) + (gather_s - exposed_gather);
+    parts.grad_exposed = std::max(parts.grad_exposed, exposed_reduce);
+    parts.gather_exposed = std::max(parts.gather_exposed, exposed_gather);
+    if (i == 0 && dp > 1) {
+      out.comm.push_back({par.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter,
+                          "dp.grad", "data", Pass::backward, dp, data_level, grad_bytes, reductions,
+                          reduce_s, reduce_s > 0 ? exposed_reduce / (reductions * reduce_s) : 0.0});
+      if (gather_s > 0) {
+        out.comm.push_back({Collective::all_gather, "dp.param_gather", "data", Pass::forward, dp,
+                            data_level, stage.params * c.B, 1.0, gather_s,
+                            exposed_gather / gather_s});
+      }
+    }
+    // The optimizer on this rank's (ZeRO-sharded) states.
+    OpShape update;
+    update.kind = OpKind::optimizer_update;
+    update.dtype = c.config.train.dtype;
+    update.dims[0] =
+        static_cast<int64_t>(std::ceil(stage.params / static_cast<double>(par.zero >= 1 ? dp : 1)));
+    TimingModel::Source source = TimingModel::Source::roofline;
+    parts.optimizer = std::max(parts.optimizer, c.timing.op_time_s(update, Pass::forward, &source));
+    // Memory per device on this stage.
+    stage.memory = memory.memory(i, stage.layers, stage.routed_layers,
+                                 stage.chunk_first_layer.back() + stage.chunk_layers.back(),
+                                 stage.moe_layers_here, stage.moe_routed_layers_here);
+    if (stage.memory.peak > worst_peak) {
+      worst_peak = stage.memory.peak;
+      out.busiest_stage = i;
+    }
+  }
+  return parts;
+}
+
+// The communication records of the first stage's view, per step (`estimate
+// --ops`, JSON parallel.comm); the data-parallel and pipeline ones are added
+// where they are timed.
+void add_comm_records(const ClusterContext& c, const LayerComm& comm,
+                      const StageMemoryModel& memory, double zero3_gather_one,
+                      ClusterEstimate& out) {
+  const int64_t t = c.t;
+  const NetLevel tensor_level = c.placement.tensor;
+  const StageSummary& first = out.stages.front();
+  const double stage_full_layers = static_cast<double>(first.layers - first.routed_layers);
+  const double stage_routed_layers = static_cast<double>(first.routed_layers);
+  const auto add_tp = [&](const char* label, double bytes, double layers_count) {
+    if (layers_count <= 0) {
+      return;
+    }
+    const double per_pass = 2.0 * layers_count * c.m;
+    if (c.sp) {
+      const double ag = c.comm(Collective::all_gather, bytes, t, tensor_level, c.tp_per_node);
+      const double rs = c.comm(Collective::reduce_scatter, bytes, t, tensor_level, c.tp_per_node);
+      out.comm.push_back({Collective::all_gather, label, "tensor", Pass::forward, t, tensor_level,
+                          bytes, per_pass * c.fwd_passes, ag, 1.0});
+      out.comm.push_back({Collective::reduce_scatter, label, "tensor", Pass::forward, t,
+                          tensor_level, bytes, per_pass * c.fwd_passes, rs, 1.0});
+      out.comm.push_back({Collective::all_gather, label, "tensor", Pass::backward, t, tensor_level,
+                          bytes, per_pass, ag, 1.0});
+      out.comm.push_back({Collective::reduce_scatter, label, "tensor", Pass::backward, t,
+                          tensor_level, bytes, per_pass, rs, 1.0});
+    } else {
+      const double ar = c.comm(Collective::all_reduce, bytes, t, tensor_level, c.tp_per_node);
+      out.comm.push_back({Collective::all_reduce, label, "tensor", Pass::forward, t, tensor_level,
+                          bytes, per_pass * c.fwd_passes, ar, 1.0});
+      out.comm.push_back({Collective::all_reduce, label, "tensor", Pass::backward, t, tensor_level,
+                          bytes, per_pass, ar, 1.0});
+    }
+  };
+  if (t > 1) {
+    add_tp("tp.layer", comm.full_rows_bytes, stage_full_layers);
+    add_tp("tp.routed_layer", comm.routed_rows_bytes, stage_routed_layers);
+    if (c.sp && stage_routed_layers > 0) {
+      out.comm.push_back({Collective::all_gather, "tp.mod_router_scores", "tensor", Pass::forward,
+                          t, tensor_level, comm.score_bytes,
+                          stage_routed_layers * c.m * c.fwd_passes,
+                          c.comm(Collective::all_gather, comm.score_bytes, t, tensor_level), 1.0});
+    }
+  }
+  if (c.ep > 1 && c.config.moe.enabled() &&
+      first.moe_layers_here + first.moe_routed_layers_here > 0) {
+    const double count = 2.0 * static_cast<double>(first.moe_layers_here) * c.m;
+    const double bytes = a2a_bytes(c, c.T);
+    const double one = c.comm(Collective::all_to_all, bytes, c.ep, c.expert_level, c.ep_per_node);
+    out.comm.push_back({Collective::all_to_all, "ep.dispatch_combine", "expert", Pass::forward,
+                        c.ep, c.expert_level, bytes, count * c.fwd_passes, one, 1.0});
+    out.comm.push_back({Collective::all_to_all, "ep.dispatch_combine", "expert", Pass::backward,
+                        c.ep, c.expert_level, bytes, count, one, 1.0});
+  }
+  if (c.par.zero == 3 && c.dp > 1) {
+    out.comm.push_back({Collective::all_gather, "zero3.param_gather", "data", Pass::forward, c.dp,
+                        c.placement.data, memory.layer_param_bytes(),
+                        2.0 * static_cast<double>(first.layers) * c.m, zero3_gather_one,
+                        c.par.overlap_param_gather ? 0.0 : 1.0});
+  }
+  // Pipeline sends are listed once per boundary; per step: forward and
+  // backward of m micro-batches.
+  for (CommRecord& record : out.comm) {
+    if (std::strcmp(record.group, "pipeline") == 0) {
+      record.count = 2.0 * c.m;
+    }
+  }
+}
+
+}  // namespace
 
 ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing,
                                  const Estimate& base) {
@@ -458,431 +931,33 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
       compute.recompute != config.train.recompute) {
     throw std::logic_error("estimate_cluster: the rank compute was lowered for another layout");
   }
-  const DeviceProfile& profile = timing.profile();
-  const NetworkProfile& network = network_or_default(profile);
-  const ParallelConfig& par = config.parallel;
-  const ModelConfig& model = config.model;
+  const ClusterContext c(config, timing);
   ClusterEstimate out;
-  const int64_t t = par.tensor;
-  const int64_t p = par.pipeline;
-  const int64_t v = par.virtual_stages;
-  const int64_t dp = std::max<int64_t>(1, par.data(config.device.count));
-  const bool sp = par.sequence_parallel;
-  out.tensor = t;
-  out.pipeline = p;
-  out.virtual_stages = v;
-  out.data = dp;
-  out.zero = par.zero;
-  out.sequence_parallel = sp;
-  out.micro_batch = config.train.micro_batch;
-  out.micro_batches = detail::accumulation_steps(config);
-  out.gpus_per_node =
-      config.cluster.gpus_per_node > 0 ? config.cluster.gpus_per_node : network.gpus_per_node;
-  out.nodes = (config.device.count + out.gpus_per_node - 1) / out.gpus_per_node;
-  const Placement placement = place(t, p, dp, out.gpus_per_node);
-  // Data-parallel ranks per node (rank = tp + t (stage + p dp_index)).
-  const int64_t dp_per_node =
-      t * p < out.gpus_per_node ? std::min<int64_t>(dp, out.gpus_per_node / (t * p)) : 1;
-  const int64_t tp_per_node = std::min<int64_t>(t, out.gpus_per_node);
-  out.tensor_level = placement.tensor;
-  out.pipeline_level = placement.pipeline;
-  out.data_level = placement.data;
-  const double m = static_cast<double>(out.micro_batches);
+  fill_layout(c, out);
+  out.dar_replicated_s = (c.t > 1 && !c.sp) ? compute.all_depth_reads_s * (1.0 - 1.0 / c.t) : 0.0;
+  const LayerComm comm = layer_comm(c);
+  const std::vector<int64_t> chunk_sizes = pipeline_chunks(c, compute, comm);
+  const StageMemoryModel memory(config, timing.profile(), base.params);
+  assemble_stages(c, compute, comm, chunk_sizes, memory, out);
+  const StepParts parts = stage_data_parallel(c, memory, out);
+  add_comm_records(c, comm, memory, parts.zero3_gather_one, out);
 
-  const LayerCounts counts = layer_counts(config);
-  const double B = static_cast<double>(dtype_bytes(config.train.dtype));
-  const double b = static_cast<double>(config.train.micro_batch);
-  const double s = static_cast<double>(model.seq_len);
-  const double d = static_cast<double>(model.d_model);
-  const double k = static_cast<double>(counts.routed_tokens_per_sequence);
-  const double T = b * s;
-  const Recompute recompute = config.train.recompute;
-  const int64_t L = model.n_layers;
-
-  // ---- compute per micro-batch (this rank's shard: rank_compute) ------------
-  const double full_layer_s = compute.full_layer_s;
-  const double routed_layer_s = compute.routed_layer_s;
-  out.dar_replicated_s = (t > 1 && !sp) ? compute.all_depth_reads_s * (1.0 - 1.0 / t) : 0.0;
-
-  // DAR prefix read of block j (sources H_0..H_{j-1}), forward + backward.
-  const bool depth = config.dar.enabled();
-  const int64_t K = config.dar.block_layers;
-  const int64_t n_streams = counts.dar_streams;
-  auto prefix_s = [&](int64_t block) {
-    if (!depth) {
-      return 0.0;
-    }
-    const int64_t block_layers = std::min<int64_t>(K, L - (block - 1) * K);
-    OpShape shape;
-    shape.kind = OpKind::depth_read_prefix;
-    shape.dtype = config.train.dtype;
-    const int64_t tokens = sp ? config.train.micro_batch * model.seq_len / t
-                              : config.train.micro_batch * model.seq_len;
-    shape.dims = {tokens, block, 2 * block_layers * n_streams, model.d_model, n_streams,
-                  static_cast<int64_t>(config.dar.variant), 0};
-    TimingModel::Source source = TimingModel::Source::roofline;
-    return timing.op_time_s(shape, Pass::forward, &source) +
-           timing.op_time_s(shape, Pass::backward, &source);
-  };
-
-  // ---- tensor-parallel communication per layer ------------------------------
-  const double full_rows_bytes = T * d * B;
-  const double routed_rows_bytes = b * k * d * B;
-  const double fwd_passes = recompute == Recompute::full ? 2.0 : 1.0;  // forward re-run
-  auto tp_time = [&](double bytes) {
-    // Per layer: 2 collectives per forward pass and 2 in backward.
-    if (t <= 1) {
-      return 0.0;
-    }
-    if (sp) {
-      return (fwd_passes + 1.0) * 2.0 *
-             (collective_time_s(network, Collective::all_gather, bytes, t, placement.tensor, tp_per_node) +
-              collective_time_s(network, Collective::reduce_scatter, bytes, t, placement.tensor, tp_per_node));
-    }
-    return (fwd_passes + 1.0) * 2.0 *
-           collective_time_s(network, Collective::all_reduce, bytes, t, placement.tensor, tp_per_node);
-  };
-  const double score_bytes = b * s * 4.0;
-  const double score_gather_s =
-      (sp && t > 1) ? fwd_passes * collective_time_s(network, Collective::all_gather, score_bytes,
-                                                     t, placement.tensor, tp_per_node)
-                    : 0.0;
-  // ---- expert parallelism (docs/moe.md): per MoE layer and micro-batch two
-  // all-to-alls forward (dispatch, combine) and two backward (+ two forward
-  // again under full recompute), each of the rank's expert slots x d x B
-  // (the busiest rank: x moe.load_imbalance), over the EP group carved out of
-  // the data-parallel ranks (EP neighbours are t x p ranks apart).
-  const int64_t ep = par.expert;
-  const NetLevel expert_level =
-      t * p * ep <= out.gpus_per_node ? NetLevel::intra_node : NetLevel::inter_node;
-  const int64_t ep_per_node =
-      t * p < out.gpus_per_node ? std::min<int64_t>(ep, out.gpus_per_node / (t * p)) : 1;
-  // Under SP each tensor rank dispatches only its share of the tokens.
-  const double token_share = sp ? 1.0 / static_cast<double>(t) : 1.0;
-  auto a2a_bytes = [&](double rows) {
-    return static_cast<double>(detail::moe_slots(config, static_cast<int64_t>(rows))) * d * B *
-           config.moe.load_imbalance * token_share;
-  };
-  auto ep_time = [&](double rows) {
-    if (ep <= 1 || !config.moe.enabled()) {
-      return 0.0;
-    }
-    return (fwd_passes + 1.0) * 2.0 *
-           collective_time_s(network, Collective::all_to_all, a2a_bytes(rows), ep, expert_level,
-                             ep_per_node);
-  };
-  const double ep_full_s = ep_time(T);
-  const double ep_routed_s = ep_time(b * k);
-  const double tp_full_s = tp_time(full_rows_bytes);
-  const double tp_routed_s = tp_time(routed_rows_bytes) + score_gather_s;
-  // Embedding (vocab-parallel lookup: all-reduce forward) and head (input
-  // gradient all-reduce backward); SP: all-gather / reduce-scatter instead.
-  const double tp_ends_s =
-      t <= 1 ? 0.0
-             : (sp ? collective_time_s(network, Collective::reduce_scatter, full_rows_bytes, t,
-                                       placement.tensor) +
-                         collective_time_s(network, Collective::all_gather, full_rows_bytes, t,
-                                           placement.tensor)
-                   : collective_time_s(network, Collective::all_reduce, full_rows_bytes, t,
-                                       placement.tensor));
-
-  // ---- per-layer cost and the pipeline partition -----------------------------
-  const int64_t chunks = p * v;
-  std::vector<int64_t> chunk_sizes;
-  if (par.balance_stages && chunks > 1) {
-    for (const RankCompute::Split& split : compute.balanced_splits) {
-      if (split.chunks == chunks && split.gpus_per_node == out.gpus_per_node) {
-        chunk_sizes = split.sizes;
-        break;
-      }
-    }
-    if (chunk_sizes.empty()) {
-      std::vector<double> partition_cost(static_cast<size_t>(L));
-      for (int64_t l = 0; l < L; ++l) {
-        const bool routed = config.mod.is_routed(l);
-        double c = routed ? routed_layer_s + tp_routed_s : full_layer_s + tp_full_s;
-        if (config.moe.is_moe_layer(l)) {
-          c += routed ? ep_routed_s : ep_full_s;
-        }
-        if (depth && l % K == 0) {
-          c += prefix_s(l / K + 1);
-        }
-        partition_cost[static_cast<size_t>(l)] = c;
-      }
-      partition_cost.front() += compute.first_s + tp_ends_s / 2.0;
-      partition_cost.back() += compute.last_s + tp_ends_s / 2.0;
-      chunk_sizes = balanced_partition(partition_cost, chunks);
-      compute.balanced_splits.push_back({chunks, out.gpus_per_node, chunk_sizes});
-    }
-  } else {
-    chunk_sizes = equal_chunks(L, chunks);
-  }
-
-  const StageMemoryModel memory_model(config, profile, base.params);
-  auto bank_entries_at = [&](int64_t boundary_layer) {
-    return memory_model.bank_entries_at(boundary_layer);
-  };
-  const double entry_bytes = memory_model.entry_bytes();
-  const double activation_send_bytes = T * d * B / static_cast<double>(t);
-
-  out.stages.assign(static_cast<size_t>(p), StageSummary{});
-  int64_t layer = 0;
-  double cached_bytes_total = 0.0, uncached_bytes_total = 0.0;
-  std::vector<int64_t> chunk_first(static_cast<size_t>(chunks));
-  std::vector<double> chunk_time(static_cast<size_t>(chunks), 0.0);
-  for (int64_t c = 0; c < chunks; ++c) {
-    chunk_first[static_cast<size_t>(c)] = layer;
-    StageSummary& stage = out.stages[static_cast<size_t>(c % p)];
-    const int64_t size = chunk_sizes[static_cast<size_t>(c)];
-    stage.chunk_first_layer.push_back(layer);
-    stage.chunk_layers.push_back(size);
-    for (int64_t l = layer; l < layer + size; ++l) {
-      stage.compute_s += config.mod.is_routed(l) ? routed_layer_s : full_layer_s;
-      stage.exposed_comm_s += config.mod.is_routed(l) ? tp_routed_s : tp_full_s;
-      if (config.moe.is_moe_layer(l)) {
-        stage.exposed_comm_s += config.mod.is_routed(l) ? ep_routed_s : ep_full_s;
-        stage.moe_layers_here += config.mod.is_routed(l) ? 0 : 1;
-        stage.moe_routed_layers_here += config.mod.is_routed(l) ? 1 : 0;
-      }
-      stage.routed_layers += config.mod.is_routed(l) ? 1 : 0;
-      if (depth && l % K == 0) {
-        stage.compute_s += prefix_s(l / K + 1);
-      }
-    }
-    stage.layers += size;
-    layer += size;
-    // The boundary after this chunk (none after the last).
-    if (c + 1 < chunks && p > 1) {
-      double bank = 0.0, bank_cached = 0.0;
-      if (depth) {
-        bank = bank_entries_at(layer) * entry_bytes;
-        // Cached: the receiving rank already holds what it had at the end of its
-        // previous chunk (c + 1 - p); it needs only the entries since then
-        // (the partial of a cut block is always new).
-        const int64_t previous = c + 1 - p;
-        double held = 0.0;
-        if (par.dar_bank_cache && previous >= 0) {
-          const int64_t end = chunk_first[static_cast<size_t>(previous)] +
-                              chunk_sizes[static_cast<size_t>(previous)];
-          held = 1.0 + static_cast<double>(end / K);
-        }
-        bank_cached = bank - held * entry_bytes;
-        uncached_bytes_total += bank;
-        cached_bytes_total += bank_cached;
-      }
-      // A depth-residual model sends the bank alone: the next layer's input is
-      // a read of it (H_0, the completed blocks and a cut block's partial),
-      // so no residual stream crosses (runtime/parallel/pipeline.cpp alike).
-      const double send =
-          depth ? (par.dar_bank_cache ? bank_cached : bank) : activation_send_bytes;
-      stage.send_bytes += send;
-      stage.bank_send_bytes += par.dar_bank_cache ? bank_cached : bank;
-      // Forward send out of this chunk and the gradient coming back (same size).
-      const double one = collective_time_s(network, Collective::send_recv, send, 2,
-                                           placement.pipeline);
-      stage.exposed_comm_s += one;                                  // forward send
-      out.stages[static_cast<size_t>((c + 1) % p)].exposed_comm_s += one;  // backward send
-      out.comm.push_back({Collective::send_recv, "pp.activation", "pipeline", Pass::forward, 2,
-                          placement.pipeline, send, 0.0, one, 1.0});
-    }
-  }
-  out.bank_send_bytes_uncached = uncached_bytes_total;
-  out.bank_send_bytes_cached = cached_bytes_total;
-  out.mod_score_gather_bytes =
-      (sp && t > 1) ? score_bytes * static_cast<double>(counts.routed_layers) : 0.0;
-  out.stages.front().compute_s += compute.first_s;
-  out.stages.front().exposed_comm_s += tp_ends_s / 2.0;
-  out.stages[static_cast<size_t>((chunks - 1) % p)].compute_s += compute.last_s;
-  out.stages[static_cast<size_t>((chunks - 1) % p)].exposed_comm_s += tp_ends_s / 2.0;
-
-  // ---- ZeRO-3 parameter gathers (per micro-batch, per layer, fwd + bwd) ------
-  const double layer_param_bytes = memory_model.layer_param_bytes();
-  double zero3_gather_one = 0.0;
-  if (par.zero == 3) {
-    zero3_gather_one =
-        collective_time_s(network, Collective::all_gather, layer_param_bytes, dp, placement.data, dp_per_node);
-  }
-
-  // ---- per stage: params, DP reduction, memory ------------------------------
-  const double grad_bytes_per_param = StageMemoryModel::kGradBytesPerParam;
-  double slowest = 0.0, grad_exposed = 0.0, gather_exposed = 0.0, optimizer = 0.0,
-         overlapped = 0.0;
-  double worst_peak = -1.0;
-  const NetLevel data_level = placement.data;
-  for (int64_t i = 0; i < p; ++i) {
-    StageSummary& stage = out.stages[static_cast<size_t>(i)];
-    stage.params = memory_model.stage_params(i, stage.layers);
-    if (par.zero == 3) {
-      const double per_layer_gather = 2.0 * zero3_gather_one;  // forward and backward
-      const double per_layer_compute = stage.layers > 0 ? stage.compute_s / stage.layers : 0.0;
-      const double exposed_per_layer =
-          par.overlap_param_gather ? std::max(0.0, per_layer_gather - per_layer_compute)
-                                   : per_layer_gather;
-      stage.exposed_comm_s += exposed_per_layer * static_cast<double>(stage.layers);
-      overlapped += (per_layer_gather - exposed_per_layer) * static_cast<double>(stage.layers) * m;
-    }
-    // train.grad_accumulation = unfused: every micro-batch's backward adds the
-    // rank's gradients into the main-gradient buffer (ZeRO 2 / 3: its shard).
-    stage.compute_s += detail::grad_accumulation_time_s(
-        stage.params / static_cast<double>(par.zero >= 2 ? dp : 1), config, profile);
-    const double stage_s = stage.compute_s + stage.exposed_comm_s;
-    if (stage_s > slowest) {
-      slowest = stage_s;
-      out.slowest_stage = i;
-    }
-    // Data-parallel gradient reduction of this rank's parameters (the expert
-    // shard's over the dp / EP ranks holding the same experts).
-    const double grad_bytes = stage.params * grad_bytes_per_param;
-    const double expert_stage_params = memory_model.expert_stage_params(stage.layers);
-    const int64_t expert_dp = dp / std::max<int64_t>(par.expert, 1);
-    double reduce_s = 0.0, gather_s = 0.0;
-    if (dp > 1) {
-      const Collective reduce =
-          par.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter;
-      reduce_s = collective_time_s(network, reduce,
-                                   (stage.params - expert_stage_params) * grad_bytes_per_param,
-                                   dp, data_level, dp_per_node);
-      if (expert_dp > 1 && expert_stage_params > 0) {
-        reduce_s += collective_time_s(network, reduce, expert_stage_params * grad_bytes_per_param,
-                                      expert_dp, data_level, dp_per_node);
-      }
-      if (par.zero == 1 || par.zero == 2) {
-        gather_s = collective_time_s(network, Collective::all_gather, stage.params * B, dp,
-                                     data_level, dp_per_node);
-      }
-    }
-    // Megatron-Core buckets: max(40M, 1M x dp) parameters; the last bucket
-    // reduces after the backward ends.
-    const double bucket_params = std::max(40e6, 1e6 * static_cast<double>(dp));
-    const double last_bucket_share = std::min(1.0, bucket_params / std::max(stage.params, 1.0));
-    const double backward_s = stage.compute_s * (2.0 / 3.0);  // backward ~ 2/3 of fwd + bwd
-    // ZeRO 2 and 3 keep only their shard of the gradients, so every
-    // micro-batch's backward reduce-scatters its gradients (DeepSpeed: "gradient
-    // reduction is required after every backward because of gradient
-    // partitioning", deepspeedai/DeepSpeed#2252); ZeRO 0 / 1 accumulate the
-    // full gradients and reduce once per step.  Each reduction hides behind
-    // its micro-batch's backward and, but for the last, the next micro-batch.
-    const double reductions = par.zero >= 2 ? m : 1.0;
-    double exposed_reduce = reductions * reduce_s;
-    if (par.overlap_grad_reduce) {
-      exposed_reduce = (reductions - 1.0) * std::max(0.0, reduce_s - stage.compute_s) +
-                       std::max(reduce_s - backward_s, last_bucket_share * reduce_s);
-    }
-    double exposed_gather = gather_s;
-    if (par.overlap_param_gather) {
-      exposed_gather = last_bucket_share * gather_s;  // the first bucket before the forward
-    }
-    overlapped += (reductions * reduce_s - exposed_reduce) + (gather_s - exposed_gather);
-    grad_exposed = std::max(grad_exposed, exposed_reduce);
-    gather_exposed = std::max(gather_exposed, exposed_gather);
-    if (i == 0 && dp > 1) {
-      out.comm.push_back({par.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter,
-                          "dp.grad", "data", Pass::backward, dp, data_level, grad_bytes,
-                          reductions, reduce_s,
-                          reduce_s > 0 ? exposed_reduce / (reductions * reduce_s) : 0.0});
-      if (gather_s > 0) {
-        out.comm.push_back({Collective::all_gather, "dp.param_gather", "data", Pass::forward, dp,
-                            data_level, stage.params * B, 1.0, gather_s,
-                            exposed_gather / gather_s});
-      }
-    }
-    // The optimizer on this rank's (ZeRO-sharded) states.
-    OpShape update;
-    update.kind = OpKind::optimizer_update;
-    update.dtype = config.train.dtype;
-    update.dims[0] = static_cast<int64_t>(
-        std::ceil(stage.params / static_cast<double>(par.zero >= 1 ? dp : 1)));
-    TimingModel::Source source = TimingModel::Source::roofline;
-    optimizer = std::max(optimizer, timing.op_time_s(update, Pass::forward, &source));
-
-    // ---- memory per device on this stage ----
-    stage.memory = memory_model.memory(
-        i, stage.layers, stage.routed_layers,
-        stage.chunk_first_layer.back() + stage.chunk_layers.back(), stage.moe_layers_here,
-        stage.moe_routed_layers_here);
-    const MemoryBreakdown& mem = stage.memory;
-    if (mem.peak > worst_peak) {
-      worst_peak = mem.peak;
-      out.busiest_stage = i;
-    }
-  }
-
-  // ---- communication records (the busiest stage's view, per step) -----------
-  const StageSummary& first = out.stages.front();
-  const double stage_full_layers = static_cast<double>(first.layers - first.routed_layers);
-  const double stage_routed_layers = static_cast<double>(first.routed_layers);
-  if (t > 1) {
-    auto add_tp = [&](const char* label, double bytes, double layers_count) {
-      if (layers_count <= 0) {
-        return;
-      }
-      const double per_pass = 2.0 * layers_count * m;
-      if (sp) {
-        const double ag =
-            collective_time_s(network, Collective::all_gather, bytes, t, placement.tensor, tp_per_node);
-        const double rs =
-            collective_time_s(network, Collective::reduce_scatter, bytes, t, placement.tensor, tp_per_node);
-        out.comm.push_back({Collective::all_gather, label, "tensor", Pass::forward, t,
-                            placement.tensor, bytes, per_pass * fwd_passes, ag, 1.0});
-        out.comm.push_back({Collective::reduce_scatter, label, "tensor", Pass::forward, t,
-                            placement.tensor, bytes, per_pass * fwd_passes, rs, 1.0});
-        out.comm.push_back({Collective::all_gather, label, "tensor", Pass::backward, t,
-                            placement.tensor, bytes, per_pass, ag, 1.0});
-        out.comm.push_back({Collective::reduce_scatter, label, "tensor", Pass::backward, t,
-                            placement.tensor, bytes, per_pass, rs, 1.0});
-      } else {
-        const double ar =
-            collective_time_s(network, Collective::all_reduce, bytes, t, placement.tensor, tp_per_node);
-        out.comm.push_back({Collective::all_reduce, label, "tensor", Pass::forward, t,
-                            placement.tensor, bytes, per_pass * fwd_passes, ar, 1.0});
-        out.comm.push_back({Collective::all_reduce, label, "tensor", Pass::backward, t,
-                            placement.tensor, bytes, per_pass, ar, 1.0});
-      }
-    };
-    add_tp("tp.layer", full_rows_bytes, stage_full_layers);
-    add_tp("tp.routed_layer", routed_rows_bytes, stage_routed_layers);
-    if (sp && stage_routed_layers > 0) {
-      out.comm.push_back({Collective::all_gather, "tp.mod_router_scores", "tensor", Pass::forward,
-                          t, placement.tensor, score_bytes, stage_routed_layers * m * fwd_passes,
-                          collective_time_s(network, Collective::all_gather, score_bytes, t,
-                                            placement.tensor),
-                          1.0});
-    }
-  }
-  if (ep > 1 && config.moe.enabled() && first.moe_layers_here + first.moe_routed_layers_here > 0) {
-    const double count = 2.0 * static_cast<double>(first.moe_layers_here) * m;
-    const double one = collective_time_s(network, Collective::all_to_all, a2a_bytes(T), ep,
-                                         expert_level, ep_per_node);
-    out.comm.push_back({Collective::all_to_all, "ep.dispatch_combine", "expert", Pass::forward,
-                        ep, expert_level, a2a_bytes(T), count * fwd_passes, one, 1.0});
-    out.comm.push_back({Collective::all_to_all, "ep.dispatch_combine", "expert", Pass::backward,
-                        ep, expert_level, a2a_bytes(T), count, one, 1.0});
-  }
-  if (par.zero == 3 && dp > 1) {
-    out.comm.push_back({Collective::all_gather, "zero3.param_gather", "data", Pass::forward, dp,
-                        placement.data, layer_param_bytes,
-                        2.0 * static_cast<double>(first.layers) * m, zero3_gather_one,
-                        par.overlap_param_gather ? 0.0 : 1.0});
-  }
-  // Pipeline sends are listed once per boundary above; scale to per step
-  // (forward and backward, m micro-batches).
-  for (CommRecord& record : out.comm) {
-    if (std::strcmp(record.group, "pipeline") == 0) {
-      record.count = 2.0 * m;
-    }
-  }
-
-  // ---- the step -------------------------------------------------------------
+  // The step: m micro-batches of the slowest stage, the bubble (p - 1) / (v m)
+  // of that, what the backward does not hide of the data-parallel traffic,
+  // the optimizer and the host time per step.
   const StageSummary& slow = out.stages[static_cast<size_t>(out.slowest_stage)];
-  out.compute_s = m * slow.compute_s;
-  const double ideal = m * slowest;
-  out.bubble_s = p > 1 ? ideal * static_cast<double>(p - 1) / (static_cast<double>(v) * m) : 0.0;
-  out.grad_reduce_exposed_s = grad_exposed;
-  out.param_gather_exposed_s = gather_exposed;
-  out.optimizer_s = optimizer;
-  out.exposed_comm_s = m * slow.exposed_comm_s + grad_exposed + gather_exposed;
-  out.overlapped_comm_s = overlapped;
-  out.step_s = ideal + out.bubble_s + grad_exposed + gather_exposed + optimizer;
+  const double ideal = c.m * parts.slowest;
+  out.compute_s = c.m * slow.compute_s;
+  out.bubble_s =
+      c.p > 1 ? ideal * static_cast<double>(c.p - 1) / (static_cast<double>(c.v) * c.m) : 0.0;
+  out.grad_reduce_exposed_s = parts.grad_exposed;
+  out.param_gather_exposed_s = parts.gather_exposed;
+  out.optimizer_s = parts.optimizer;
+  out.exposed_comm_s = c.m * slow.exposed_comm_s + parts.grad_exposed + parts.gather_exposed;
+  out.overlapped_comm_s = parts.overlapped;
+  out.step_overhead_s = c.kernel.step_overhead_s;
+  out.step_s = ideal + out.bubble_s + parts.grad_exposed + parts.gather_exposed + parts.optimizer +
+               out.step_overhead_s;
   return out;
 }
 
@@ -907,7 +982,8 @@ ClusterMemoryBound cluster_memory_bound(const Config& config, const DeviceProfil
   if (chunks == 1 || !par.balance_stages) {
     // The partition does not depend on time: the stages exactly as
     // estimate_cluster() builds them.
-    const std::vector<int64_t> sizes = chunks == 1 ? std::vector<int64_t>{L} : equal_chunks(L, chunks);
+    const std::vector<int64_t> sizes =
+        chunks == 1 ? std::vector<int64_t>{L} : equal_chunks(L, chunks);
     std::vector<int64_t> layers(static_cast<size_t>(p), 0), routed(static_cast<size_t>(p), 0),
         end(static_cast<size_t>(p), 0), moe_full(static_cast<size_t>(p), 0),
         moe_routed(static_cast<size_t>(p), 0);
@@ -927,8 +1003,8 @@ ClusterMemoryBound cluster_memory_bound(const Config& config, const DeviceProfil
     out.peak = -1.0;
     for (int64_t i = 0; i < p; ++i) {
       const size_t k = static_cast<size_t>(i);
-      out.peak = std::max(out.peak, model.memory(i, layers[k], routed[k], end[k], moe_full[k],
-                                                 moe_routed[k]).peak);
+      out.peak = std::max(
+          out.peak, model.memory(i, layers[k], routed[k], end[k], moe_full[k], moe_routed[k]).peak);
     }
     out.exact = true;
     return out;
@@ -962,8 +1038,8 @@ ClusterMemoryBound cluster_memory_bound(const Config& config, const DeviceProfil
     }
     const double c = one_layer - a;
     const int64_t most = L - (p - 1) * v;  // the other stages hold >= v each
-    bound = std::max(bound, a + std::min(c * static_cast<double>(v),
-                                         c * static_cast<double>(most)));
+    bound =
+        std::max(bound, a + std::min(c * static_cast<double>(v), c * static_cast<double>(most)));
     if (c > 0.0) {
       sum_inverse += 1.0 / c;
       sum_ratio += a / c;

@@ -11,9 +11,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "kernel_model/kernel_params_internal.hpp"
 #include "modar/errors.hpp"
-#include "modar/profile_io.hpp"
 #include "modar/json.hpp"
+#include "modar/profile_io.hpp"
 #include "network_internal.hpp"
 #include "toml_text.hpp"
 
@@ -272,6 +273,7 @@ DeviceProfile parse_profile_toml(const std::string& toml_text, const std::string
     }
   }
   detail::parse_network_section(root, source_name, profile.network);  // [network] (network.cpp)
+  detail::parse_kernel_section(root, source_name, profile);           // [kernel] (kernel_model/)
   return profile;
 }
 
@@ -398,6 +400,7 @@ std::string to_toml(const DeviceProfile& profile) {
     out << "spread = " << toml_float(m.spread) << "\n";
     out << "repeats = " << m.repeats << "\n";
   }
+  out << detail::kernel_to_toml(profile.kernel);    // [kernel] (kernel_model/)
   out << detail::network_to_toml(profile.network);  // [network] (network.cpp)
   return out.str();
 }

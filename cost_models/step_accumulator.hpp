@@ -49,6 +49,9 @@ class StepAccumulator final : public OpConsumer {
       case TimingModel::Source::roofline:
         ++time_.ops_roofline;
         break;
+      case TimingModel::Source::kernel_model:
+        ++time_.ops_kernel_model;
+        break;
     }
   }
 

@@ -1,7 +1,9 @@
 // Op time prediction from a device profile (SPEC section 3).
 //
 // Roofline: max(executed FLOPs / ceiling, bytes / bandwidth) + launch overhead,
-// with the profile's achievable ceilings (peak when none) and the FLOPs a
+// with the profile's resolved rates (kernel_rates(): [kernel] efficiencies x
+// peaks, else the achievable ceilings, else the peaks; GEMMs, attention and
+// each memory-bound op family at their own rate) and the FLOPs a
 // FlashAttention-style kernel executes (op_cost with AttentionFlops::flash),
 // whatever counting convention the report uses.
 //
@@ -20,6 +22,7 @@
 #include <limits>
 
 #include "modar/cost_model.hpp"
+#include "modar/kernel_model.hpp"
 
 namespace modar {
 namespace {
@@ -86,15 +89,20 @@ struct TimingModel::Index {
   std::array<bool, kOpKindCount> has_measurements{};
 };
 
-TimingModel::TimingModel(const DeviceProfile& profile) : profile_(&profile), index_(nullptr) {
-  const DeviceCeilings& c = profile.ceilings;
-  const double bf16 = c.roofline_flops(DType::bf16);
-  const double fp32 = c.roofline_flops(DType::fp32);
-  const double bandwidth = c.roofline_bandwidth();
-  seconds_per_flop_bf16_ = bf16 > 0.0 ? 1.0 / bf16 : 0.0;
-  seconds_per_flop_fp32_ = fp32 > 0.0 ? 1.0 / fp32 : 0.0;
-  seconds_per_byte_ = bandwidth > 0.0 ? 1.0 / bandwidth : 0.0;
-  launch_overhead_s_ = c.launch_overhead_s;
+TimingModel::TimingModel(const DeviceProfile& profile)
+    : profile_(&profile), index_(nullptr), rates_(kernel_rates(profile)) {
+  const auto inverse = [](double rate) { return rate > 0.0 ? 1.0 / rate : 0.0; };
+  for (int i = 0; i < kOpKindCount; ++i) {
+    const OpKind kind = static_cast<OpKind>(i);
+    seconds_per_flop16_[static_cast<size_t>(i)] =
+        inverse(kind == OpKind::attention ? rates_.attention_flops : rates_.gemm_flops);
+    seconds_per_byte_[static_cast<size_t>(i)] = inverse(rates_.bandwidth_of(kind));
+  }
+  seconds_per_flop_fp32_ = inverse(rates_.fp32_flops);
+  launch_overhead_s_ = rates_.launch_overhead_s;
+  shape_aware_ = rates_.params.sm_count > 0;
+  static std::atomic<uint64_t> next_model_id{1};
+  id_ = next_model_id.fetch_add(1);
   if (profile.measurements.empty()) {
     return;
   }
@@ -248,9 +256,12 @@ TimingModel::~TimingModel() {
 TimingModel::TimingModel(TimingModel&& other) noexcept
     : profile_(other.profile_),
       index_(other.index_),
-      seconds_per_flop_bf16_(other.seconds_per_flop_bf16_),
-      seconds_per_flop_fp32_(other.seconds_per_flop_fp32_),
+      id_(other.id_),
+      shape_aware_(other.shape_aware_),
+      rates_(other.rates_),
+      seconds_per_flop16_(other.seconds_per_flop16_),
       seconds_per_byte_(other.seconds_per_byte_),
+      seconds_per_flop_fp32_(other.seconds_per_flop_fp32_),
       launch_overhead_s_(other.launch_overhead_s_) {
   other.index_ = nullptr;
 }
@@ -259,9 +270,12 @@ TimingModel& TimingModel::operator=(TimingModel&& other) noexcept {
     delete index_;
     profile_ = other.profile_;
     index_ = other.index_;
-    seconds_per_flop_bf16_ = other.seconds_per_flop_bf16_;
-    seconds_per_flop_fp32_ = other.seconds_per_flop_fp32_;
+    id_ = other.id_;
+    shape_aware_ = other.shape_aware_;
+    rates_ = other.rates_;
+    seconds_per_flop16_ = other.seconds_per_flop16_;
     seconds_per_byte_ = other.seconds_per_byte_;
+    seconds_per_flop_fp32_ = other.seconds_per_flop_fp32_;
     launch_overhead_s_ = other.launch_overhead_s_;
     other.index_ = nullptr;
   }
@@ -270,7 +284,7 @@ TimingModel& TimingModel::operator=(TimingModel&& other) noexcept {
 
 double TimingModel::roofline_s(const OpShape& shape, Pass pass) const {
   const OpCost cost = op_cost(shape, pass, AttentionFlops::flash);
-  return roofline_from_cost_s(shape.dtype, cost.flops, cost.bytes);
+  return roofline_from_cost_s(shape.kind, shape.dtype, cost.flops, cost.bytes);
 }
 
 double TimingModel::op_time_s(const OpShape& shape, Pass pass, Source* source) const {
@@ -282,8 +296,7 @@ double TimingModel::op_time_s(const OpShape& shape, Pass pass, Source* source) c
   }
   const double roofline = roofline_s(shape, pass);
   if (index_ == nullptr) {
-    *source = Source::roofline;
-    return roofline;
+    return datasheet_s(shape, pass, roofline, source);
   }
   return calibrated_s(shape, pass, roofline, source);
 }
@@ -334,8 +347,7 @@ double TimingModel::calibrated_s(const OpShape& shape, Pass pass, double rooflin
                                  Source* source) const {
   if (!index_->has_measurements[static_cast<size_t>(shape.kind)]) {
     // What calibrated_uncached_s() ends with for a kind never measured.
-    *source = Source::roofline;
-    return roofline;
+    return datasheet_s(shape, pass, roofline, source);
   }
   thread_local std::vector<CachedLookup> cache(kLookupCacheSize);
   CachedLookup& slot = cache[lookup_slot(index_->id, shape, pass)];
@@ -428,8 +440,44 @@ double TimingModel::calibrated_uncached_s(const OpShape& shape, Pass pass, doubl
       return std::exp(fit.log_sum / static_cast<double>(fit.count)) * roofline;
     }
   }
-  *source = Source::roofline;
-  return roofline;
+  return datasheet_s(shape, pass, roofline, source);
+}
+
+double TimingModel::datasheet_s(const OpShape& shape, Pass pass, double roofline,
+                                Source* source) const {
+  if (!shape_aware_) {
+    *source = Source::roofline;
+    return roofline;
+  }
+  *source = Source::kernel_model;
+  if (shape.kind != OpKind::gemm && shape.kind != OpKind::attention) {
+    // Memory-bound families (and the few FLOPs of small ops) are the
+    // roofline at the family's bandwidth: the kernel model's memory rule.
+    return roofline;
+  }
+  thread_local std::vector<CachedLookup> cache(kLookupCacheSize);
+  CachedLookup& slot = cache[lookup_slot(id_, shape, pass)];
+  if (slot.model_id == id_ && slot.pass == pass && same_shape(slot.shape, shape)) {
+    return slot.seconds;
+  }
+  const auto& x = shape.dims;
+  double seconds = 0.0;
+  if (shape.kind == OpKind::gemm) {
+    seconds =
+        gpu_gemm_time({x[0], x[1], x[2], std::max<int64_t>(x[3], 1), shape.dtype}, rates_).seconds;
+  } else {
+    const OpCost cost = op_cost(shape, pass, AttentionFlops::flash);
+    const AttentionShape attention{x[0], x[1], x[2], x[3], x[4], x[5], x[6] != 0, shape.dtype};
+    seconds =
+        flash_attention_time_s(attention, pass == Pass::backward ? Pass::backward : Pass::forward,
+                               cost.flops, cost.bytes, rates_);
+  }
+  slot.model_id = id_;
+  slot.shape = shape;
+  slot.pass = pass;
+  slot.source = Source::kernel_model;
+  slot.seconds = seconds;
+  return seconds;
 }
 
 double predict_op_time_s(const OpRecord& op, const DeviceProfile& profile, bool* extrapolated) {

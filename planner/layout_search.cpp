@@ -209,6 +209,7 @@ void fill(LayoutSearchResult& out, const Config& c, const Estimate& single,
   time.tokens_per_s = out.estimate.flops.tokens_per_step / time.step_s;
   time.mfu = out.estimate.flops.train_per_step / (time.step_s * peak_flops);
   time.hfu = out.estimate.flops.hardware_per_step / (time.step_s * peak_flops);
+  flag_published_mfu(timing.profile(), time);
   out.estimate.conventions = cluster_conventions(single.conventions, *cluster);
   out.estimate.cluster = cluster;
   out.fits = busiest.memory.fits;

@@ -163,6 +163,13 @@ void flag_trust(Recommendation& rec) {
                  " op records timed outside the profile's measured grid (fitted efficiency x "
                  "roofline)");
   }
+  if (rec.time.mfu_beyond_published) {
+    add_flag(rec, "mfu_beyond_published",
+             "MFU " + fixed(100.0 * rec.time.mfu, 1) +
+                 "% is above the best published for this device class (" +
+                 fixed(100.0 * rec.time.published_mfu, 1) + "%: " + rec.time.published_mfu_source +
+                 "): the predicted speed is optimistic");
+  }
   if (!rec.memory.fits) {
     add_flag(rec, "no_fit",
              "peak " + fixed(rec.memory.peak / (1024.0 * 1024.0 * 1024.0), 1) + " GiB > " +

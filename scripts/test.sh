@@ -28,6 +28,12 @@ for arg in "$@"; do
   esac
 done
 
+# CI proves that the CUDA code builds (there is no GPU to run it): one
+# architecture, sm_90 (the H200 the GPU checks run on), instead of the default
+# 80 and 90 halves nvcc's share of the clean build.  Users' builds keep both.
+if [ "${CI:-}" = true ]; then
+  export CUDAARCHS="${CUDAARCHS:-90}"
+fi
 BUILD_DIR="${BUILD_DIR:-build}"
 VENV="${VENV:-.venv}"
 start_all=$EPOCHREALTIME

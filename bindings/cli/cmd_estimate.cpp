@@ -290,7 +290,8 @@ std::string report(const Config& config, const DeviceProfile& profile, StepKind 
   out += "\n";
   out += "timing      " + std::to_string(e.time.ops_interpolated) + " op records interpolated, " +
          std::to_string(e.time.ops_extrapolated) + " extrapolated, " +
-         std::to_string(e.time.ops_roofline) + " roofline only" +
+         std::to_string(e.time.ops_roofline) + " roofline only, " +
+         std::to_string(e.time.ops_kernel_model) + " GPU kernel model" +
          (e.time.extrapolated ? " (EXTRAPOLATED outside the measured grid)" : "") + "\n\n";
 
   if (e.cluster) {

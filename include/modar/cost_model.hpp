@@ -112,10 +112,22 @@ struct TimeEstimate {
   bool calibrated = false;         // the profile had measurements for some op of the step
   double micro_batch_s = 0;        // forward + backward (+ recompute) of one micro-batch
   double optimizer_s = 0;          // the optimizer update (once per step)
+  // Host time (profile kernel.step_overhead_s, kernel.micro_batch_overhead_s):
+  // once per step, and once per micro-batch (inside micro_batch_s).
+  double step_overhead_s = 0;
+  double micro_batch_overhead_s = 0;
   int64_t accumulation_steps = 1;  // micro-batches per optimizer step per device
   int64_t ops_interpolated = 0;    // op records timed inside a measured grid
   int64_t ops_extrapolated = 0;    // op records timed by fitted efficiency x roofline
   int64_t ops_roofline = 0;        // op records with no measurement of their kind
+  int64_t ops_kernel_model = 0;    // op records timed by the GPU kernel model (not measured)
+  // Trust (docs/kernel_model.md "Trust"): the MFU exceeds the best published
+  // for the profile's device class (kernel.device_class); published_mfu is
+  // that figure (0: the profile names no class) and published_mfu_source
+  // where it was published (a static string).
+  bool mfu_beyond_published = false;
+  double published_mfu = 0;
+  const char* published_mfu_source = "";
   std::array<OpKindTime, kOpKindCount> by_kind{};
 };
 
@@ -134,6 +146,29 @@ struct Estimate {
   std::shared_ptr<const ClusterEstimate> cluster;
 };
 
+// The rates the time model uses, resolved from a profile's [ceilings] and
+// [kernel] (profile.hpp): an explicit [kernel] efficiency x its datasheet
+// peak, else the [ceilings] achievable figure, else the peak.
+struct KernelRates {
+  double gemm_flops = 0.0;       // FLOP/s of 16-bit GEMMs (kernel.gemm_efficiency)
+  double attention_flops = 0.0;  // FLOP/s of 16-bit attention (kernel.attention_efficiency)
+  double fp32_flops = 0.0;       // FLOP/s of fp32 / fp64 ops ([ceilings] only)
+  double bandwidth = 0.0;        // bytes/s: GEMMs' and attention's memory-bound regime
+  std::array<double, kMemoryFamilyCount> family_bandwidth{};  // bytes/s per family
+  double launch_overhead_s = 0.0;
+  KernelParams params;  // every field resolved (resolve_kernel_params)
+  // The bandwidth of an op kind: its family's, else the base.
+  double bandwidth_of(OpKind kind) const {
+    MemoryFamily family = MemoryFamily::elementwise;
+    return memory_family_of(kind, &family) ? family_bandwidth[static_cast<size_t>(family)]
+                                           : bandwidth;
+  }
+  double bandwidth_of(MemoryFamily family) const {
+    return family_bandwidth[static_cast<size_t>(family)];
+  }
+};
+KernelRates kernel_rates(const DeviceProfile& profile);
+
 // Time prediction from a profile, with the measurements pre-indexed by op
 // kind / pass / dtype (build once, reuse for many configurations).  Inside a
 // measured grid: multilinear interpolation of log(time) in log(dims);
@@ -149,7 +184,9 @@ class TimingModel {
   TimingModel(const TimingModel&) = delete;
   TimingModel& operator=(const TimingModel&) = delete;
 
-  enum class Source : uint8_t { roofline, interpolated, extrapolated };
+  // roofline: the plain roofline of a profile without kernel.sm_count;
+  // kernel_model: the shape-aware GPU kernel model (kernel_model.hpp).
+  enum class Source : uint8_t { roofline, interpolated, extrapolated, kernel_model };
   // Seconds for one copy of an op of this shape; *source says how it was obtained.
   double op_time_s(const OpShape& shape, Pass pass, Source* source) const;
   // The same for a lowered op, reusing its FLOPs / bytes (the fast path).
@@ -157,27 +194,39 @@ class TimingModel {
   double roofline_s(const OpShape& shape, Pass pass) const;
   // The profile this model reads; it must outlive the TimingModel.
   const DeviceProfile& profile() const { return *profile_; }
+  // The profile's resolved rates ([ceilings] and [kernel]).
+  const KernelRates& rates() const { return rates_; }
+  // True when ops the profile did not measure use the GPU kernel model.
+  bool shape_aware() const { return shape_aware_; }
 
  private:
   struct Index;
-  double roofline_from_cost_s(DType dtype, double executed_flops, double bytes) const;
+  double roofline_from_cost_s(OpKind kind, DType dtype, double executed_flops, double bytes) const;
   double calibrated_s(const OpShape& shape, Pass pass, double roofline, Source* source) const;
+  // An op the profile did not measure: the kernel model (shape-aware GPU
+  // profiles) or the roofline.
+  double datasheet_s(const OpShape& shape, Pass pass, double roofline, Source* source) const;
   double calibrated_uncached_s(const OpShape& shape, Pass pass, double roofline,
                                Source* source) const;
   const DeviceProfile* profile_;
-  Index* index_;                        // null when the profile has no measurements
-  double seconds_per_flop_bf16_ = 0.0;  // 1 / roofline FLOP rate (0 when unknown)
+  Index* index_;              // null when the profile has no measurements
+  uint64_t id_ = 0;           // unique per model: keys the per-thread kernel-model cache
+  bool shape_aware_ = false;  // kernel.sm_count > 0: the GPU kernel model
+  KernelRates rates_;
+  // Per op kind: 1 / the 16-bit FLOP rate and 1 / the bandwidth (0 when unknown).
+  std::array<double, kOpKindCount> seconds_per_flop16_{};
+  std::array<double, kOpKindCount> seconds_per_byte_{};
   double seconds_per_flop_fp32_ = 0.0;
-  double seconds_per_byte_ = 0.0;
   double launch_overhead_s_ = 0.0;
 };
 
 // Inline: estimate_into calls it once per op record.
-inline double TimingModel::roofline_from_cost_s(DType dtype, double executed_flops,
+inline double TimingModel::roofline_from_cost_s(OpKind kind, DType dtype, double executed_flops,
                                                 double bytes) const {
+  const size_t k = static_cast<size_t>(kind);
   const double per_flop = (dtype == DType::fp32 || dtype == DType::fp64) ? seconds_per_flop_fp32_
-                                                                         : seconds_per_flop_bf16_;
-  return std::max(executed_flops * per_flop, bytes * seconds_per_byte_) + launch_overhead_s_;
+                                                                         : seconds_per_flop16_[k];
+  return std::max(executed_flops * per_flop, bytes * seconds_per_byte_[k]) + launch_overhead_s_;
 }
 
 inline double TimingModel::op_time_s(const OpRecord& op, Source* source) const {
@@ -189,13 +238,22 @@ inline double TimingModel::op_time_s(const OpRecord& op, Source* source) const {
   const double executed_flops = op.shape.kind == OpKind::attention
                                     ? op_cost(op.shape, op.pass, AttentionFlops::flash).flops
                                     : op.flops;
-  const double roofline = roofline_from_cost_s(op.shape.dtype, executed_flops, op.bytes);
+  const double roofline =
+      roofline_from_cost_s(op.shape.kind, op.shape.dtype, executed_flops, op.bytes);
   if (index_ == nullptr) {
-    *source = Source::roofline;
-    return roofline;
+    if (!shape_aware_) {
+      *source = Source::roofline;
+      return roofline;
+    }
+    return datasheet_s(op.shape, op.pass, roofline, source);
   }
   return calibrated_s(op.shape, op.pass, roofline, source);
 }
+
+// Sets time.published_mfu / published_mfu_source from the profile's device
+// class and time.mfu_beyond_published when time.mfu exceeds it (docs/
+// kernel_model.md "Trust"); call after time.mfu is set.
+void flag_published_mfu(const DeviceProfile& profile, TimeEstimate& time);
 
 ParamCounts count_params(const Config& config);
 FlopCounts count_flops(const Config& config);

@@ -42,8 +42,15 @@ double collective_bus_factor(Collective kind, int64_t ranks);
 // drives that many NICs at once (NCCL builds one ring per NIC), so its bus
 // bandwidth is members_per_node x the per-NIC figure, capped by the node's
 // intra-node bus bandwidth.
+// `efficiency` scales each level's bus bandwidth on the formula path
+// (kernel.collective_efficiency_*; measured tables are taken as measured).
+struct CollectiveEfficiency {
+  double intra_node = 1.0;
+  double inter_node = 1.0;
+};
 double collective_time_s(const NetworkProfile& network, Collective kind, double bytes,
-                         int64_t ranks, NetLevel level, int64_t members_per_node = 1);
+                         int64_t ranks, NetLevel level, int64_t members_per_node = 1,
+                         const CollectiveEfficiency& efficiency = {});
 // The network of a profile, or the documented default when the profile has
 // no [network] section (8 GPUs per node; see docs/cluster.md).
 const NetworkProfile& network_or_default(const DeviceProfile& profile);
@@ -96,6 +103,7 @@ struct ClusterEstimate {
   double grad_reduce_exposed_s = 0.0;  // DP gradient reduction not hidden by the backward
   double param_gather_exposed_s = 0.0; // ZeRO 1/2 parameter all-gather after the update
   double optimizer_s = 0.0;          // AdamW on the (sharded) states
+  double step_overhead_s = 0.0;      // host time per step (kernel.step_overhead_s)
   double step_s = 0.0;
   int64_t slowest_stage = 0;
   int64_t busiest_stage = 0;  // the stage with the largest peak memory

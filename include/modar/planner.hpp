@@ -336,7 +336,8 @@ struct ValueRange {
 // `flags[]`).  Codes: tokens_per_param_outside_fit, prior_single_point,
 // prior_outside_measured_sizes, prior_outside_measured_budgets,
 // prior_outside_measured_tokens_per_param, parity_smaller_than_measured,
-// parity_outside_support, op_time_extrapolated, memory_decided, no_fit.
+// parity_outside_support, op_time_extrapolated, mfu_beyond_published
+// (docs/kernel_model.md "Trust"), memory_decided, no_fit.
 struct PlannerFlag {
   std::string code;
   std::string message;

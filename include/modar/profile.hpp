@@ -8,6 +8,7 @@
 // The file format is documented in profiles/README.md.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -89,6 +90,52 @@ struct NetworkProfile {
   NetworkLevel inter_node;  // level 1
 };
 
+// ---- [kernel]: the named, settable parameters of the time model -----------
+// What `modar calibrate` fits and what a user sets to describe a real stack
+// (docs/kernel_model.md: each with its unit, range, default and source).
+// Every efficiency is a fraction of a datasheet peak in the profile's
+// [ceilings]; 0 = not set in the profile: derived from [ceilings] (the
+// achievable ceilings, else the peak), so a profile without [kernel] times
+// exactly as before.
+//
+// Memory-bound op families, each with its own achievable fraction of HBM
+// bandwidth (a fused norm streams better than a gather of scattered rows).
+enum class MemoryFamily : uint8_t {
+  norm,            // rmsnorm
+  elementwise,     // activations, residual adds, gradient accumulation
+  rope,            // rotary embedding
+  softmax,         // the score passes of unfused attention (softmax, dropout)
+  routing,         // MoD router GEMV, top-k, MoE router softmax / top-k
+  gather_scatter,  // MoD gather / scatter-add, MoE permute / unpermute
+  depth_read,      // AttnRes / DAR depth reads, coefficients, bank writes
+  embedding,       // embedding lookup and its gradient
+  loss,            // cross-entropy
+  optimizer,       // the AdamW step
+  grad_norm,       // gradient norm and clipping (once per step)
+};
+inline constexpr int kMemoryFamilyCount = 11;
+const char* to_string(MemoryFamily family);
+// The family whose bandwidth fraction times a memory-bound op kind (GEMMs,
+// attention and expert GEMMs: their memory-bound regime, the base fraction).
+bool memory_family_of(OpKind kind, MemoryFamily* family);
+
+struct KernelParams {
+  double gemm_efficiency = 0.0;       // of peak_flops_bf16: the largest GEMMs' rate
+  double attention_efficiency = 0.0;  // of peak_flops_bf16: flash attention at its best shape
+  double memory_efficiency = 0.0;     // of memory_bandwidth: memory-bound kernels
+  std::array<double, kMemoryFamilyCount> family_memory_efficiency{};  // 0 = memory_efficiency
+  double collective_efficiency_intra_node = 0.0;  // of network.intra_node.bus_bandwidth
+  double collective_efficiency_inter_node = 0.0;  // of network.inter_node.bus_bandwidth
+  double step_overhead_s = 0.0;                   // host time per optimizer step (seconds)
+  double micro_batch_overhead_s = 0.0;            // host time per micro-batch (seconds)
+  // Device facts of the GPU kernel model (not fitted): sm_count > 0 engages
+  // the shape-aware model (kernel_model.hpp) for every op kind the profile
+  // did not measure; device_class names the published-MFU class ("a100",
+  // "hopper"; docs/kernel_model.md "Trust").
+  int64_t sm_count = 0;
+  std::string device_class;
+};
+
 struct DeviceProfile {
   std::string name;       // "h200", "h200-measured", "cpu-generic", ...
   std::string backend;    // "cuda" | "cpu" | "datasheet"
@@ -97,7 +144,46 @@ struct DeviceProfile {
   std::map<std::string, std::string> provenance;  // device, clocks, versions, date, how measured
   std::vector<OpMeasurement> measurements;
   NetworkProfile network;  // [network]; absent: single-device profile
+  KernelParams kernel;     // [kernel]; unset fields derived (resolve_kernel_params)
 };
+
+// ---- trust: the best training MFU published per device class --------------
+struct PublishedMfu {
+  const char* device_class = "";  // "a100", "hopper"
+  double mfu = 0.0;               // model FLOPs utilization, fraction
+  const char* source = "";        // where it was published
+};
+// nullptr for an unknown class (and for "").
+const PublishedMfu* published_mfu_of(const std::string& device_class);
+// The profile's class (kernel.device_class), or nullptr when it has none.
+const PublishedMfu* published_mfu(const DeviceProfile& profile);
+
+// The [kernel] parameters with every unset field derived: gemm_efficiency =
+// achievable_flops_bf16 / peak_flops_bf16 (1 without an achievable ceiling),
+// attention_efficiency = gemm_efficiency, memory_efficiency =
+// achievable_bandwidth / memory_bandwidth (1 without one), each family =
+// memory_efficiency, collective efficiencies 1, overheads 0.
+KernelParams resolve_kernel_params(const DeviceProfile& profile);
+
+// ---- the parameter table (what `modar calibrate` fits) ---------------------
+// Each parameter by its TOML key ("kernel.gemm_efficiency",
+// "ceilings.launch_overhead_s", ...), its unit and its allowed range.
+struct ProfileParameter {
+  std::string name;  // the TOML key, section.key
+  std::string unit;  // what the number means
+  double min = 0.0;  // allowed range, inclusive
+  double max = 0.0;
+  std::string meaning;  // one line
+};
+const std::vector<ProfileParameter>& profile_parameters();
+// The resolved value of a parameter (defaults applied).  ConfigError for an
+// unknown name (one line listing the names).
+double profile_parameter(const DeviceProfile& profile, const std::string& name);
+// Sets a parameter; ConfigError "<name> = <value>: must be in [min, max]
+// (<unit>)" outside its range.  Setting kernel.gemm_efficiency (or
+// memory_efficiency) clears ceilings.achievable_flops_bf16 (achievable_bandwidth),
+// which it replaces.
+void set_profile_parameter(DeviceProfile& profile, const std::string& name, double value);
 
 // Load by name (an embedded profile) or path (a run never reads the source tree). Throws
 // FileError / ConfigError naming the file, the field and what is allowed.

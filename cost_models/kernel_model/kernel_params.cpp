@@ -1,0 +1,441 @@
+// The named, settable parameters of the time model (profile section [kernel])
+// and the parameter table `modar calibrate` fits: names, units, ranges,
+// derived defaults, the TOML reader and writer.  docs/kernel_model.md lists
+// each parameter with its source.
+//
+// An unset [kernel] field is derived from [ceilings] (resolve_kernel_params),
+// so a profile written before [kernel] existed times exactly as it did.
+#include <cmath>
+#include <iterator>
+#include <sstream>
+
+#include "../toml_text.hpp"
+#include "kernel_params_internal.hpp"
+#include "modar/cost_model.hpp"
+#include "modar/errors.hpp"
+
+namespace modar {
+
+const char* to_string(MemoryFamily family) {
+  switch (family) {
+    case MemoryFamily::norm:
+      return "norm";
+    case MemoryFamily::elementwise:
+      return "elementwise";
+    case MemoryFamily::rope:
+      return "rope";
+    case MemoryFamily::softmax:
+      return "softmax";
+    case MemoryFamily::routing:
+      return "routing";
+    case MemoryFamily::gather_scatter:
+      return "gather_scatter";
+    case MemoryFamily::depth_read:
+      return "depth_read";
+    case MemoryFamily::embedding:
+      return "embedding";
+    case MemoryFamily::loss:
+      return "loss";
+    case MemoryFamily::optimizer:
+      return "optimizer";
+    case MemoryFamily::grad_norm:
+      return "grad_norm";
+  }
+  return "unknown";
+}
+
+bool memory_family_of(OpKind kind, MemoryFamily* family) {
+  switch (kind) {
+    case OpKind::gemm:
+    case OpKind::attention:
+    case OpKind::expert_gemm:
+      return false;
+    case OpKind::rmsnorm:
+      *family = MemoryFamily::norm;
+      return true;
+    case OpKind::elementwise:
+      *family = MemoryFamily::elementwise;
+      return true;
+    case OpKind::rope:
+      *family = MemoryFamily::rope;
+      return true;
+    case OpKind::router:
+    case OpKind::topk:
+    case OpKind::moe_topk:
+      *family = MemoryFamily::routing;
+      return true;
+    case OpKind::gather:
+    case OpKind::scatter_add:
+    case OpKind::permute:
+    case OpKind::unpermute:
+      *family = MemoryFamily::gather_scatter;
+      return true;
+    case OpKind::depth_read_prefix:
+    case OpKind::depth_read_merge:
+    case OpKind::dar_coefficients:
+    case OpKind::dar_write:
+      *family = MemoryFamily::depth_read;
+      return true;
+    case OpKind::embedding:
+      *family = MemoryFamily::embedding;
+      return true;
+    case OpKind::cross_entropy:
+      *family = MemoryFamily::loss;
+      return true;
+    case OpKind::optimizer_update:
+      *family = MemoryFamily::optimizer;
+      return true;
+  }
+  return false;
+}
+
+namespace {
+
+constexpr int64_t kMaxSmCount = 1024;
+
+// The best MFU published per device class (docs/kernel_model.md "Trust").
+constexpr PublishedMfu kPublishedMfu[] = {
+    {"a100", 0.563,
+     "Korthikanti et al. 2022 (arXiv 2205.05198) / Megatron-LM README: 1T-parameter GPT on "
+     "A100-80GB with sequence parallelism and selective recompute, MFU 56.3%"},
+    {"hopper", 0.47,
+     "NVIDIA Megatron-LM README (Megatron-Core): up to 47% MFU on H100 clusters, models of "
+     "2B-462B parameters"},
+};
+
+std::string device_classes_allowed() {
+  std::string text = "must be one of ";
+  for (size_t i = 0; i < std::size(kPublishedMfu); ++i) {
+    text += (i ? ", \"" : "\"") + std::string(kPublishedMfu[i].device_class) + "\"";
+  }
+  return text + " (the published-MFU class, docs/kernel_model.md)";
+}
+
+// One row of the parameter table.  `slot` is where the value lives in a
+// profile (nullptr-free: every row has one).
+struct Row {
+  ProfileParameter parameter;
+  double* (*slot)(DeviceProfile&);
+};
+
+constexpr double kMinEfficiency = 0.01;
+
+double* launch_slot(DeviceProfile& p) {
+  return &p.ceilings.launch_overhead_s;
+}
+double* gemm_slot(DeviceProfile& p) {
+  return &p.kernel.gemm_efficiency;
+}
+double* attention_slot(DeviceProfile& p) {
+  return &p.kernel.attention_efficiency;
+}
+double* memory_slot(DeviceProfile& p) {
+  return &p.kernel.memory_efficiency;
+}
+template <MemoryFamily F>
+double* family_slot(DeviceProfile& p) {
+  return &p.kernel.family_memory_efficiency[static_cast<size_t>(F)];
+}
+double* intra_slot(DeviceProfile& p) {
+  return &p.kernel.collective_efficiency_intra_node;
+}
+double* inter_slot(DeviceProfile& p) {
+  return &p.kernel.collective_efficiency_inter_node;
+}
+double* step_slot(DeviceProfile& p) {
+  return &p.kernel.step_overhead_s;
+}
+double* micro_batch_slot(DeviceProfile& p) {
+  return &p.kernel.micro_batch_overhead_s;
+}
+
+template <MemoryFamily F>
+Row family_row(const char* what) {
+  return {{std::string("kernel.memory_efficiency_") + to_string(F),
+           "fraction of ceilings.memory_bandwidth", kMinEfficiency, 1.0,
+           std::string("bandwidth fraction of ") + what + " (default: kernel.memory_efficiency)"},
+          &family_slot<F>};
+}
+
+const std::vector<Row>& rows() {
+  static const std::vector<Row> table = {
+      {{"kernel.gemm_efficiency", "fraction of ceilings.peak_flops_bf16", kMinEfficiency, 1.0,
+        "the rate the largest 16-bit GEMMs reach (maximum achievable matmul FLOPS)"},
+       &gemm_slot},
+      {{"kernel.attention_efficiency", "fraction of ceilings.peak_flops_bf16", kMinEfficiency, 1.0,
+        "the rate flash attention reaches at its best shape (default: gemm_efficiency)"},
+       &attention_slot},
+      {{"kernel.memory_efficiency", "fraction of ceilings.memory_bandwidth", kMinEfficiency, 1.0,
+        "the bandwidth memory-bound kernels reach (each family below defaults to it)"},
+       &memory_slot},
+      family_row<MemoryFamily::norm>("RMSNorm"),
+      family_row<MemoryFamily::elementwise>("activations, residual adds, gradient accumulation"),
+      family_row<MemoryFamily::rope>("rotary embedding"),
+      family_row<MemoryFamily::softmax>("unfused attention's softmax and dropout passes"),
+      family_row<MemoryFamily::routing>("the MoD / MoE router and top-k"),
+      family_row<MemoryFamily::gather_scatter>("MoD gather / scatter-add, MoE permute"),
+      family_row<MemoryFamily::depth_read>("AttnRes / DAR depth reads and writes"),
+      family_row<MemoryFamily::embedding>("the embedding lookup"),
+      family_row<MemoryFamily::loss>("cross-entropy"),
+      family_row<MemoryFamily::optimizer>("the AdamW step"),
+      family_row<MemoryFamily::grad_norm>("gradient norm and clipping"),
+      {{"kernel.collective_efficiency_intra_node", "fraction of network.intra_node.bus_bandwidth",
+        kMinEfficiency, 1.0, "the bus bandwidth a job's collectives get inside a node"},
+       &intra_slot},
+      {{"kernel.collective_efficiency_inter_node", "fraction of network.inter_node.bus_bandwidth",
+        kMinEfficiency, 1.0, "the bus bandwidth a job's collectives get between nodes"},
+       &inter_slot},
+      {{"kernel.step_overhead_s", "seconds per optimizer step", 0.0, 60.0,
+        "host time per step (data loading, logging, synchronisation)"},
+       &step_slot},
+      {{"kernel.micro_batch_overhead_s", "seconds per micro-batch", 0.0, 1.0,
+        "host time per micro-batch (Python, kernel launches not hidden)"},
+       &micro_batch_slot},
+      {{"ceilings.launch_overhead_s", "seconds per kernel", 0.0, 1.0,
+        "the launch / latency cost of every kernel"},
+       &launch_slot},
+  };
+  return table;
+}
+
+const Row& find_row(const std::string& name) {
+  for (const Row& row : rows()) {
+    if (row.parameter.name == name) {
+      return row;
+    }
+  }
+  std::string message =
+      "profile parameter '" + shown_value(name) + "': no such parameter; allowed: ";
+  std::vector<std::string> names;
+  for (const Row& row : rows()) {
+    message += (names.empty() ? "" : ", ") + row.parameter.name;
+    names.push_back(row.parameter.name);
+  }
+  const std::string suggestion = nearest_name(name, names);
+  if (!suggestion.empty()) {
+    message += " (did you mean '" + suggestion + "'?)";
+  }
+  throw ConfigError(message);
+}
+
+std::string range_text(const ProfileParameter& p) {
+  return "must be in [" + format_number(p.min) + ", " + format_number(p.max) + "] (" + p.unit + ")";
+}
+
+void check_in_range(const ProfileParameter& p, double value, const std::string& where) {
+  if (!std::isfinite(value) || value < p.min || value > p.max) {
+    throw ConfigError(where + p.name + " = " + format_number(value) + ": " + range_text(p));
+  }
+}
+
+// The achievable ceiling a [kernel] efficiency replaces (both set: ambiguous).
+void check_not_both(const DeviceProfile& profile, const std::string& source) {
+  const KernelParams& k = profile.kernel;
+  if (k.gemm_efficiency > 0.0 && profile.ceilings.achievable_flops_bf16 > 0.0) {
+    throw ConfigError(source + ": kernel.gemm_efficiency = " + format_number(k.gemm_efficiency) +
+                      " beside ceilings.achievable_flops_bf16 = " +
+                      format_number(profile.ceilings.achievable_flops_bf16) +
+                      ": set one of them (gemm_efficiency x peak_flops_bf16 replaces the "
+                      "achievable ceiling)");
+  }
+  if (k.memory_efficiency > 0.0 && profile.ceilings.achievable_bandwidth > 0.0) {
+    throw ConfigError(source +
+                      ": kernel.memory_efficiency = " + format_number(k.memory_efficiency) +
+                      " beside ceilings.achievable_bandwidth = " +
+                      format_number(profile.ceilings.achievable_bandwidth) +
+                      ": set one of them (memory_efficiency x memory_bandwidth replaces the "
+                      "achievable ceiling)");
+  }
+}
+
+}  // namespace
+
+const PublishedMfu* published_mfu_of(const std::string& device_class) {
+  for (const PublishedMfu& entry : kPublishedMfu) {
+    if (!device_class.empty() && device_class == entry.device_class) {
+      return &entry;
+    }
+  }
+  return nullptr;
+}
+
+const PublishedMfu* published_mfu(const DeviceProfile& profile) {
+  return published_mfu_of(profile.kernel.device_class);
+}
+
+KernelParams resolve_kernel_params(const DeviceProfile& profile) {
+  const DeviceCeilings& c = profile.ceilings;
+  KernelParams k = profile.kernel;
+  if (k.gemm_efficiency <= 0.0) {
+    k.gemm_efficiency = c.achievable_flops_bf16 > 0.0 && c.peak_flops_bf16 > 0.0
+                            ? c.achievable_flops_bf16 / c.peak_flops_bf16
+                            : 1.0;
+  }
+  if (k.attention_efficiency <= 0.0) {
+    k.attention_efficiency = k.gemm_efficiency;
+  }
+  if (k.memory_efficiency <= 0.0) {
+    k.memory_efficiency = c.achievable_bandwidth > 0.0 && c.memory_bandwidth > 0.0
+                              ? c.achievable_bandwidth / c.memory_bandwidth
+                              : 1.0;
+  }
+  for (double& family : k.family_memory_efficiency) {
+    if (family <= 0.0) {
+      family = k.memory_efficiency;
+    }
+  }
+  if (k.collective_efficiency_intra_node <= 0.0) {
+    k.collective_efficiency_intra_node = 1.0;
+  }
+  if (k.collective_efficiency_inter_node <= 0.0) {
+    k.collective_efficiency_inter_node = 1.0;
+  }
+  return k;
+}
+
+KernelRates kernel_rates(const DeviceProfile& profile) {
+  const DeviceCeilings& c = profile.ceilings;
+  const KernelParams& set = profile.kernel;
+  KernelRates r;
+  r.params = resolve_kernel_params(profile);
+  // An explicit efficiency x the peak; else the achievable ceiling itself (not
+  // achievable / peak x peak: a profile without [kernel] times bit for bit as
+  // before).
+  r.gemm_flops = set.gemm_efficiency > 0.0 ? set.gemm_efficiency * c.peak_flops_bf16
+                                           : c.roofline_flops(DType::bf16);
+  r.attention_flops =
+      set.attention_efficiency > 0.0 ? set.attention_efficiency * c.peak_flops_bf16 : r.gemm_flops;
+  r.fp32_flops = c.roofline_flops(DType::fp32);
+  r.bandwidth = set.memory_efficiency > 0.0 ? set.memory_efficiency * c.memory_bandwidth
+                                            : c.roofline_bandwidth();
+  for (size_t f = 0; f < r.family_bandwidth.size(); ++f) {
+    const double own = set.family_memory_efficiency[f];
+    r.family_bandwidth[f] = own > 0.0 ? own * c.memory_bandwidth : r.bandwidth;
+  }
+  r.launch_overhead_s = c.launch_overhead_s;
+  return r;
+}
+
+const std::vector<ProfileParameter>& profile_parameters() {
+  static const std::vector<ProfileParameter> parameters = [] {
+    std::vector<ProfileParameter> out;
+    for (const Row& row : rows()) {
+      out.push_back(row.parameter);
+    }
+    return out;
+  }();
+  return parameters;
+}
+
+double profile_parameter(const DeviceProfile& profile, const std::string& name) {
+  const Row& row = find_row(name);
+  DeviceProfile resolved = profile;
+  resolved.kernel = resolve_kernel_params(profile);
+  return *row.slot(resolved);
+}
+
+void set_profile_parameter(DeviceProfile& profile, const std::string& name, double value) {
+  const Row& row = find_row(name);
+  check_in_range(row.parameter, value, "");
+  *row.slot(profile) = value;
+  if (name == "kernel.gemm_efficiency") {
+    profile.ceilings.achievable_flops_bf16 = 0.0;
+  } else if (name == "kernel.memory_efficiency") {
+    profile.ceilings.achievable_bandwidth = 0.0;
+  }
+}
+
+namespace detail {
+
+void parse_kernel_section(const toml::table& root, const std::string& source,
+                          DeviceProfile& profile) {
+  const toml::node* node = root.get("kernel");
+  if (node == nullptr) {
+    return;
+  }
+  const toml::table* table = node->as_table();
+  if (table == nullptr) {
+    throw ConfigError(source + ": kernel = " + toml_node_text(*node) +
+                      ": must be a table [kernel]");
+  }
+  for (const auto& [key, value] : *table) {
+    const std::string name = "kernel." + std::string(key.str());
+    if (name == "kernel.sm_count") {
+      if (!value.is_integer() || value.as_integer()->get() < 1 ||
+          value.as_integer()->get() > kMaxSmCount) {
+        throw ConfigError(source + ": kernel.sm_count = " + toml_node_text(value) +
+                          ": must be an integer in [1, " + std::to_string(kMaxSmCount) +
+                          "] (streaming multiprocessors of the GPU)");
+      }
+      profile.kernel.sm_count = value.as_integer()->get();
+      continue;
+    }
+    if (name == "kernel.device_class") {
+      const std::string text = value.is_string() ? value.as_string()->get() : std::string();
+      if (published_mfu_of(text) == nullptr) {
+        throw ConfigError(source + ": kernel.device_class = " + toml_node_text(value) + ": " +
+                          device_classes_allowed());
+      }
+      profile.kernel.device_class = text;
+      continue;
+    }
+    const Row* row = nullptr;
+    for (const Row& candidate : rows()) {
+      if (candidate.parameter.name == name) {
+        row = &candidate;
+      }
+    }
+    if (row == nullptr) {
+      std::string allowed = "sm_count, device_class";
+      for (const Row& candidate : rows()) {
+        if (candidate.parameter.name.rfind("kernel.", 0) == 0) {
+          allowed += ", " + candidate.parameter.name.substr(7);
+        }
+      }
+      throw ConfigError(source + ": unknown key '" + name + "'; allowed: " + allowed);
+    }
+    double number = 0.0;
+    if (value.is_integer()) {
+      number = static_cast<double>(value.as_integer()->get());
+    } else if (value.is_floating_point()) {
+      number = value.as_floating_point()->get();
+    } else {
+      throw ConfigError(source + ": " + name + " = " + toml_node_text(value) +
+                        ": must be a number; " + range_text(row->parameter));
+    }
+    check_in_range(row->parameter, number, source + ": ");
+    *row->slot(profile) = number;
+  }
+  check_not_both(profile, source);
+}
+
+std::string kernel_to_toml(const KernelParams& kernel) {
+  DeviceProfile holder;
+  holder.kernel = kernel;
+  std::ostringstream out;
+  for (const Row& row : rows()) {
+    const std::string& name = row.parameter.name;
+    if (name.rfind("kernel.", 0) != 0) {
+      continue;
+    }
+    const double value = *row.slot(holder);
+    if (value > 0.0) {
+      std::string text = format_number(value);
+      if (text.find_first_of(".eEn") == std::string::npos) {
+        text += ".0";
+      }
+      out << name.substr(7) << " = " << text << "\n";
+    }
+  }
+  if (kernel.sm_count > 0) {
+    out << "sm_count = " << kernel.sm_count << "\n";
+  }
+  if (!kernel.device_class.empty()) {
+    out << "device_class = \"" << kernel.device_class << "\"\n";
+  }
+  const std::string body = out.str();
+  return body.empty() ? std::string() : "\n[kernel]\n" + body;
+}
+
+}  // namespace detail
+}  // namespace modar
