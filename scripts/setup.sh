@@ -85,6 +85,95 @@ if ((${#py_missing[@]})); then
   fi
 fi
 
+# ---- PyTorch, for the PyTorch profile's test ---------------------------------------
+# `python -m modar profile --backend torch` uses the user's PyTorch; it is no
+# dependency of the package.  The test suite runs it on the CPU with a real
+# PyTorch (tests/python/test_torch_profile.py), so setup provides one:
+#   * .venv's python already imports torch with scaled_dot_product_attention
+#     (installed by you, or linked before): nothing to do;
+#   * else $MODAR_TORCH_PIN (torch==2.15.0) is installed ONCE per machine into
+#     $MODAR_TORCH_HOME/<pin>-<python tag> (default ~/.cache/modar-torch), under
+#     a lock, into a temporary folder renamed when complete, and .venv sees it
+#     through a .pth file (a fresh clone's .venv links it in milliseconds).
+#     PyPI's Linux wheel brings its CUDA runtime wheels: about 2.9 GB to
+#     download and 5.2 GB installed, even for the CPU (docs/profiler.md);
+#     MODAR_TORCH_INDEX_URL=<PyTorch's CPU wheel index> takes the ~200 MB CPU
+#     build where that index is reachable;
+#   * MODAR_TORCH=0 skips it.  Whatever happens is recorded in
+#     $VENV/.modar-torch-status, which the test prints when it skips; a failed
+#     install is a warning here, not an error.
+MODAR_TORCH_PIN="${MODAR_TORCH_PIN:-torch==2.15.0}"
+torch_status="$VENV/.modar-torch-status"
+# The import takes seconds (PyTorch loads its CUDA libraries), so a passed
+# check is cached under a key of this python, torch's version and the
+# modification times of its package and library folders (cheap to read).
+torch_key() {
+  (cd / && "$VENV_PY" -c '
+import importlib.metadata as m, os, sys
+try:
+    d = m.distribution("torch")
+    p = os.path.dirname(str(d.locate_file("torch/__init__.py")))
+    print(sys.executable, d.version, p, os.stat(p).st_mtime_ns,
+          os.stat(os.path.join(p, "lib")).st_mtime_ns)
+except Exception:
+    print("none")' 2>/dev/null || echo none)
+}
+torch_imports() {
+  local key
+  key=$(torch_key)
+  [ "$key" != none ] || return 1
+  [ -f "$VENV/.modar-torch-ok" ] && [ "$(cat "$VENV/.modar-torch-ok")" = "$key" ] && return 0
+  (cd / && "$VENV_PY" -c '
+import torch, torch.nn.functional as F
+assert hasattr(F, "scaled_dot_product_attention")' >/dev/null 2>&1) || return 1
+  echo "$key" >"$VENV/.modar-torch-ok"
+}
+install_torch_prefix() {  # $1 = the prefix; returns pip's status
+  local prefix=$1 index=()
+  [ -n "${MODAR_TORCH_INDEX_URL:-}" ] && index=(--index-url "$MODAR_TORCH_INDEX_URL")
+  mkdir -p "$(dirname "$prefix")"
+  (
+    flock 9
+    [ -f "$prefix/.modar-complete" ] && exit 0
+    rm -rf "$prefix.partial"
+    echo "setup: installing $MODAR_TORCH_PIN into $prefix (once per machine; PyPI's wheel" \
+      "brings its CUDA runtime: ~2.9 GB)" >&2
+    "$VENV_PY" -m pip install -q --disable-pip-version-check --no-cache-dir --no-compile \
+      "${index[@]}" --target "$prefix.partial" "$MODAR_TORCH_PIN" &&
+      touch "$prefix.partial/.modar-complete" &&
+      rm -rf "$prefix" && mv "$prefix.partial" "$prefix"
+  ) 9>"$prefix.lock"
+}
+ensure_torch() {
+  if torch_imports; then
+    [ -f "$torch_status" ] && [ "$(head -c 3 "$torch_status")" = "ok:" ] ||
+      echo "ok: torch $(torch_key | cut -d' ' -f2-3)" >"$torch_status"
+    return 0
+  fi
+  if [ "${MODAR_TORCH:-auto}" = 0 ]; then
+    echo "not installed: MODAR_TORCH=0 (scripts/setup.sh skipped PyTorch)" >"$torch_status"
+    return 0
+  fi
+  local tag prefix site
+  tag=$("$VENV_PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+  prefix="${MODAR_TORCH_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/modar-torch}/${MODAR_TORCH_PIN//[^A-Za-z0-9.]/-}-$tag"
+  site=$("$VENV_PY" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+  if ! install_torch_prefix "$prefix"; then
+    echo "not installed: pip could not install $MODAR_TORCH_PIN into $prefix (no network" \
+      "or no wheel for this Python; see setup's output)" >"$torch_status"
+    echo "setup: warning: $(cat "$torch_status")" >&2
+    return 0
+  fi
+  echo "$prefix" >"$site/modar-torch.pth"
+  if torch_imports; then
+    echo "ok: $MODAR_TORCH_PIN from $prefix (linked by $site/modar-torch.pth)" >"$torch_status"
+  else
+    echo "not installed: $prefix is linked but 'import torch' fails in $VENV_PY" >"$torch_status"
+    echo "setup: warning: $(cat "$torch_status")" >&2
+  fi
+}
+ensure_torch
+
 # ---- the modar package ---------------------------------------------------------
 # The Python package `modar` (pyproject.toml: the extension modar._core, the
 # pure-Python layer and the `modar` CLI in the environment's bin/).

@@ -16,6 +16,7 @@ int cmd_estimate(const Args& args);
 int cmd_optimal(const Args& args);
 int cmd_sweep(const Args& args);
 int cmd_fit(const Args& args);
+int cmd_calibrate(const Args& args);
 int cmd_profile(const Args& args);
 int cmd_validate(const Args& args);
 

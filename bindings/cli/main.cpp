@@ -32,6 +32,8 @@ constexpr Command kCommands[] = {
      modar::cli::cmd_optimal},
     {"sweep", "", "the isoFLOP curves behind optimal, as CSV or JSON lines", modar::cli::cmd_sweep},
     {"fit", "RUNS.csv", "fit a scaling law to your own runs", modar::cli::cmd_fit},
+    {"calibrate", "RUNS.csv", "fit a profile's time-model parameters to measured step times",
+     modar::cli::cmd_calibrate},
     {"profile", "", "time the runtime's ops on this machine, write a device profile",
      modar::cli::cmd_profile},
     {"validate", "", "measured vs predicted step time and memory on held-out configurations",
@@ -42,7 +44,7 @@ std::string usage() {
   std::string text = "usage: modar <command> [options]\n\ncommands:\n";
   for (const Command& command : kCommands) {
     std::string left = std::string(command.name) + " " + command.synopsis;
-    left.resize(std::max<size_t>(left.size(), 18), ' ');
+    left.resize(std::max<size_t>(left.size() + 2, 20), ' ');
     text += "  " + left + command.summary + "\n";
   }
   return text + "\n`modar <command> --help` describes each command.\n";

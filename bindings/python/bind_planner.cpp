@@ -1,5 +1,5 @@
 // bindings/python/bind_planner.cpp -- the planner (include/modar/planner.hpp):
-// optimal, sweep, fit, loss fits and priors.
+// optimal, sweep, fit, loss fits and priors; calibrate (modar/calibrate.hpp).
 //
 // Requests are the C++ structs themselves (fields bound read/write, unset =
 // None): Python fills in what the user gave, the library resolves and checks
@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "bindings.hpp"
+#include "modar/calibrate.hpp"
+#include "modar/errors.hpp"
 #include "modar/planner.hpp"
 #include "progress.hpp"
 
@@ -114,6 +116,50 @@ void bind_fit(py::module_& m) {
       py::arg("request") = FitRequest{}, py::arg("progress") = py::none());
 }
 
+// calibrate's request from what the Python caller said (None = the default).
+CalibrateRequest calibrate_request(const py::dict& said) {
+  CalibrateRequest r;
+  const auto get = [&said](const char* key) {
+    return said.contains(key) ? py::object(said[key]) : py::object(py::none());
+  };
+  r.parameters = get("parameters").cast<std::optional<std::vector<std::string>>>();
+  r.leave_one_out = get("leave_one_out").cast<std::optional<bool>>();
+  r.max_iterations = get("max_iterations").cast<std::optional<int>>();
+  r.name = get("name").cast<std::optional<std::string>>();
+  return r;
+}
+
+// (JSON, text, calibrated profile) of a fit of the runs (a CSV file, or CSV
+// text read relative to base_dir) on the base profile.  Ctrl-C raises
+// KeyboardInterrupt; `progress` gets the stage lines.
+py::tuple calibrate_documents(const std::string& csv_path, const std::string& csv_text,
+                              const std::string& source_name, const std::string& base_dir,
+                              const std::string& profile_ref, const py::dict& said,
+                              py::object progress) {
+  const CalibrateRequest request = calibrate_request(said);
+  PythonRunControl control(py::none());
+  CalibrationResult result = control.run([&] {
+    const DeviceProfile base = load_profile(profile_ref);
+    const std::vector<CalibrationRun> runs =
+        csv_path.empty() ? parse_calibration_runs(csv_text, source_name, base_dir)
+                         : load_calibration_runs(csv_path);
+    CalibrateOptions options = resolve_calibrate_options(request, base);
+    options.should_stop = control.control().should_stop;  // Ctrl-C: KeyboardInterrupt
+    if (!progress.is_none()) {
+      options.progress = [&progress](const std::string& line) {
+        py::gil_scoped_acquire acquire;
+        progress(line);
+      };
+    }
+    CalibrationResult fitted = calibrate(runs, base, options);
+    fitted.profile.provenance["calibration_command"] =
+        "modar.calibrate(" + (csv_path.empty() ? source_name : csv_path) + ", profile=" +
+        profile_ref + ")";
+    return fitted;
+  });
+  return py::make_tuple(to_json(result), to_text(result), result.profile);
+}
+
 }  // namespace
 
 void bind_planner(py::module_& m) {
@@ -148,6 +194,22 @@ void bind_planner(py::module_& m) {
       "curves without rows).");
   m.def("sweep_csv_header", &sweep_csv_header);
   bind_fit(m);
+
+  m.def("calibrate", &calibrate_documents, py::arg("csv_path"), py::arg("csv_text"),
+        py::arg("source_name"), py::arg("base_dir"), py::arg("profile"), py::arg("request"),
+        py::arg("progress") = py::none(),
+        "Fit the profile's parameters to the runs (a CSV path, or CSV text when the path is "
+        "empty); returns (JSON, text, calibrated profile).");
+  m.def("calibration_parameters", [] {
+    py::list rows;
+    for (const CalibrationParameter& p : calibration_parameters()) {
+      rows.append(py::dict(py::arg("name") = p.name, py::arg("unit") = p.unit,
+                           py::arg("min") = p.min, py::arg("max") = p.max,
+                           py::arg("meaning") = p.meaning));
+    }
+    return rows;
+  });
+  m.def("default_calibration_parameters", &default_calibration_parameters);
 
   m.def("builtin_fit_names", &builtin_fit_names);
   m.def("arch_names", &arch_names);

@@ -224,6 +224,47 @@ void bind_runtime(py::module_& m) {
       "The resolved settings of modar.profile(**request) as JSON (as `modar profile --dry-run`).");
 
   m.def(
+      "profile_plan",
+      [](const py::dict& said, const std::string& device) {
+        // The PyTorch profile (modar/_torch_profile.py) times the same grid
+        // with the same defaults on a device no modar Backend drives.
+        if (device != "cpu" && device != "cuda") {
+          throw ConfigError("device = \"" + device + "\": allowed: cpu, cuda");
+        }
+        const runtime::ProfileRequest request = profile_request(said);
+        const runtime::DeviceKind kind =
+            device == "cpu" ? runtime::DeviceKind::cpu : runtime::DeviceKind::cuda;
+        runtime::ProfileOptions options = runtime::resolve_profile_options(request, kind);
+        if (options.points.empty()) {
+          options.points = runtime::profile_grid(options.grid, kind, options.dtype);
+        }
+        py::list points;
+        for (const runtime::ProfilePoint& point : options.points) {
+          std::vector<int64_t> dims(point.shape.dims.begin(),
+                                    point.shape.dims.begin() + op_dims_count(point.shape.kind));
+          points.append(py::make_tuple(to_string(point.shape.kind), to_string(point.pass),
+                                       to_string(point.shape.dtype), dims));
+        }
+        py::dict plan;
+        plan["grid"] = to_string(options.grid);
+        plan["dtype"] = to_string(options.dtype);
+        plan["threads"] = options.threads;
+        plan["clock"] = to_string(options.timing.clock);
+        plan["budget_s"] = options.timing.budget_s;
+        plan["rotation_bytes"] = options.timing.rotation_bytes;
+        plan["min_repeats"] = options.timing.min_repeats;
+        plan["max_repeats"] = options.timing.max_repeats;
+        plan["min_sample_s"] = options.timing.min_sample_s;
+        plan["max_copies"] = options.timing.max_copies;
+        plan["points"] = points;
+        return plan;
+      },
+      py::arg("request"), py::arg("device"),
+      "The resolved settings and grid points of a profile of `device` (cpu, cuda) for a backend "
+      "outside modar's runtime (the PyTorch profile): the same defaults and checks as "
+      "modar.profile.");
+
+  m.def(
       "run_profile",
       [](const py::dict& said, py::object progress) {
         const runtime::ProfileRequest request = profile_request(said);

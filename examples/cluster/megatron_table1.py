@@ -8,6 +8,19 @@ to these rows) and prints predicted vs published TFLOP/s per GPU, counted by
 the paper's equation 3:  F = 96 B s l h^2 (1 + s / (6 h) + V / (16 l h)).
 
 Usage: examples/cluster/megatron_table1.py [path/to/modar] [--breakdown]
+       examples/cluster/megatron_table1.py --write-runs RUNS.csv
+
+       examples/cluster/megatron_table1.py --write-fit RUNS.csv
+
+--write-fit writes the rows the embedded a100-80gb-dgx profile is calibrated
+on: all but the HELD_OUT rows below (examples/cluster/megatron_table1_fit.csv
+is this file; docs/validation.md).
+
+--write-runs writes the table as a runs file of `modar calibrate`
+(name,config,overrides,step_s): each row's published TFLOP/s per GPU turned
+back into seconds per iteration by equation 3 (step = F / (TFLOP/s x GPUs)),
+its config megatron_base.toml with the row's model and layout as overrides
+(examples/cluster/megatron_table1_runs.csv is this file).
 
 --breakdown also prints, per row, what each 2021 setting of the base config
 costs: the predicted TFLOP/s with that one setting switched to what modern
@@ -32,9 +45,9 @@ def rows():
     return list(csv.DictReader(lines))
 
 
-def equation3_flops(batch, layers, hidden):
-    return 96.0 * batch * SEQ * layers * hidden**2 * (
-        1.0 + SEQ / (6.0 * hidden) + VOCAB / (16.0 * layers * hidden))
+def equation3_flops(batch, layers, hidden, seq=SEQ, vocab=VOCAB):
+    return 96.0 * batch * seq * layers * hidden**2 * (
+        1.0 + seq / (6.0 * hidden) + vocab / (16.0 * layers * hidden))
 
 
 def layout_sets(row):
@@ -82,7 +95,47 @@ def breakdown(modar, base):
               f" {everything:11.1f} {float(row['tflops_per_gpu']):6.0f}")
 
 
+# Rows kept out of the A100 calibration, one per regime of the table, each
+# between two fitted rows (so the check is interpolation in model size, not
+# extrapolation), chosen before any fit was run: 3.6B (tensor parallelism
+# only), 76.1B (a 4-stage 1F1B pipeline), 529.6B (the 35-stage 1F1B
+# pipeline).  The ends (1.7B, 1008B) stay fitted to anchor the range.
+HELD_OUT = ("3.6", "76.1", "529.6")
+
+
+def published_step_s(row):
+    """Seconds per iteration implied by the published TFLOP/s per GPU."""
+    flops = equation3_flops(int(row["batch"]), int(row["layers"]), int(row["hidden"]))
+    return flops / (float(row["tflops_per_gpu"]) * 1e12 * int(row["gpus"]))
+
+
+def write_runs(path, only_fitted=False):
+    """The table as a `modar calibrate` runs file (config paths relative to it)."""
+    base = os.path.relpath(os.path.join(HERE, "megatron_base.toml"),
+                           os.path.dirname(os.path.abspath(path)))
+    with open(path, "w", newline="") as f:
+        what = ("without the held-out rows " + ", ".join(h + "B" for h in HELD_OUT) +
+                " (--write-fit)") if only_fitted else "all rows (--write-runs)"
+        f.write("# Narayanan et al. 2021, Table 1 as measured runs: step_s = equation 3 FLOPs /\n"
+                "# (published TFLOP/s per GPU x GPUs); " + what + ", written by\n"
+                "# examples/cluster/megatron_table1.py.\n")
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(["name", "config", "overrides", "step_s"])
+        for row in rows():
+            if only_fitted and row["params_b"] in HELD_OUT:
+                continue
+            writer.writerow([f"gpt-{row['params_b']}b", base, " ".join(layout_sets(row)),
+                             f"{published_step_s(row):.6g}"])
+
+
 def main():
+    for flag in ("--write-runs", "--write-fit"):
+        if flag in sys.argv[1:]:
+            index = sys.argv.index(flag)
+            if index + 1 >= len(sys.argv):
+                sys.exit(f"{flag}: needs the path of the runs CSV to write")
+            write_runs(sys.argv[index + 1], only_fitted=flag == "--write-fit")
+            return
     args = [a for a in sys.argv[1:] if a != "--breakdown"]
     modar = args[0] if args else os.environ.get(
         "MODAR", os.path.join(ROOT, "build", "bin", "modar"))
@@ -110,7 +163,8 @@ def main():
               f"{doc['memory']['peak_bytes'] / 2**30:8.1f} "
               f"{predicted:6.1f} {published:6.0f} {error:+7.1%}")
     print(f"median |error| {statistics.median(errors):.1%}, max |error| {max(errors):.1%} "
-          f"(profile a100-80gb-dgx, micro-batch 1, full recompute, no tuning to these rows)")
+          f"(profile a100-80gb-dgx, micro-batch 1, full recompute; held out of its "
+          f"calibration: {', '.join(h + 'B' for h in HELD_OUT)})")
     if "--breakdown" in sys.argv[1:]:
         breakdown(modar, base)
 

@@ -820,8 +820,12 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
 // ---- settings ------------------------------------------------------------------------
 
 ProfileOptions resolve_profile_options(const ProfileRequest& request, const Backend& backend) {
+  return resolve_profile_options(request, backend.device());
+}
+
+ProfileOptions resolve_profile_options(const ProfileRequest& request, DeviceKind device) {
   ProfileOptions options;
-  const bool cpu = backend.device() == DeviceKind::cpu;
+  const bool cpu = device == DeviceKind::cpu;
   options.backend_name = request.backend;
   options.out_path = request.out_path;
   options.grid = request.quick ? GridSize::quick : GridSize::full;
@@ -876,7 +880,7 @@ ProfileOptions resolve_profile_options(const ProfileRequest& request, const Back
   if (!request.kinds.empty() || max_dim > 0) {
     std::set<std::string> known;
     const std::vector<ProfilePoint> grid =
-        profile_grid(options.grid, backend.device(), options.dtype);
+        profile_grid(options.grid, device, options.dtype);
     for (const ProfilePoint& point : grid)
       known.insert(to_string(point.shape.kind));
     for (const std::string& kind : request.kinds) {

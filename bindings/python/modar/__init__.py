@@ -12,6 +12,7 @@ is the document the `modar` CLI prints with --json for the same inputs.
 from __future__ import annotations
 
 from . import _core
+from ._calibrate import CalibrationResult, calibrate, calibration_parameters
 from ._config import Config
 from ._estimate import EstimateResult, estimate, estimate_batch
 from ._core import BackendError, ConfigError, FileError, ShapeError
@@ -32,6 +33,7 @@ __version__ = _core.__version__
 
 __all__ = [
     "BackendError",
+    "CalibrationResult",
     "Config",
     "EstimateResult",
     "ConfigError",
@@ -42,6 +44,8 @@ __all__ = [
     "ShapeError",
     "SweepResult",
     "ValidationResult",
+    "calibrate",
+    "calibration_parameters",
     "cli_path",
     "closed_form_optimum",
     "estimate",

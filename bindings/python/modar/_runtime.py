@@ -63,9 +63,13 @@ def profile(
     measure_ceilings: bool = True,
     dry_run: bool = False,
     progress: bool | Callable[[str], None] = True,
+    device: str | None = None,
 ) -> Profile | dict:
     """Time the runtime's ops on this machine and write a profile to `out`
     (atomically; a killed run continues with resume=True), as `modar profile`.
+    backend="torch": time them with PyTorch's kernels on PyTorch's current
+    device (or device="cpu" / "cuda") instead, as `python -m modar profile
+    --backend torch` (PyTorch installed by you; no resume).
 
     Unset arguments take the library's defaults, the same as the CLI's: on the
     CPU one thread timed by the process CPU clock, fp32, 0.08 s per shape on
@@ -80,6 +84,13 @@ def profile(
     KeyboardInterrupt; OUT.partial keeps what was measured (resume=True)."""
     if kinds is not None:
         kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+    if backend == "torch":
+        return _profile_torch(out, device=device, quick=quick, dtype=dtype, threads=threads, clock=clock,
+                              budget_s=budget_s, rotate_bytes=rotate_bytes, kinds=kinds,
+                              max_dim=max_dim, dry_run=dry_run, progress=progress)
+    if device is not None:
+        raise ConfigError(f"device = {device!r}: only backend=\"torch\" takes a device (the "
+                          "cpu and cuda backends are their device)")
     said = _said(backend=backend, out=os.fspath(out), quick=bool(quick), resume=bool(resume),
                  dtype=dtype, threads=_typed("threads", threads, int), clock=clock,
                  budget_s=_typed("budget_s", budget_s, (int, float)),
@@ -90,6 +101,21 @@ def profile(
         return json.loads(_core.profile_settings(said))
     cpp = _core.run_profile(said, _progress_lines(progress))
     return Profile(cpp, os.fspath(out))
+
+
+def _profile_torch(out, *, progress, **options) -> Profile | dict:
+    """modar.profile(backend="torch"): PyTorch's kernels on its current device
+    (_torch_profile.py); bad input raises ValueError, Ctrl-C KeyboardInterrupt
+    with nothing written."""
+    from . import _torch_profile
+
+    for name in ("threads", "rotate_bytes", "max_dim"):
+        _typed(name, options.get(name), int)
+    _typed("budget_s", options.get("budget_s"), (int, float))
+    result = _torch_profile.run(os.fspath(out), progress=_progress_lines(progress), **options)
+    if options.get("dry_run"):
+        return result
+    return Profile(result, os.fspath(out))
 
 
 class ValidationResult(Result):

@@ -190,6 +190,10 @@ struct ProfileRequest {
   bool measure_ceilings = true;
 };
 ProfileOptions resolve_profile_options(const ProfileRequest& request, const Backend& backend);
+// The same for a device of this kind that no modar Backend drives (the
+// PyTorch profile, `python -m modar profile --backend torch`): the same
+// defaults, checks and grid for its device.
+ProfileOptions resolve_profile_options(const ProfileRequest& request, DeviceKind device);
 // The resolved settings as one JSON object (backend, out_path, grid, dtype,
 // threads, clock, budget_s, rotation_bytes, points, kinds): what
 // `modar profile --dry-run` and modar.profile(dry_run=True) show.

@@ -1,0 +1,94 @@
+// Fuzz target: the runs CSV of `modar calibrate` (parse_calibration_runs):
+// RFC 4180 quoting, the header, the name / step_s / peak_memory_gib cells, the
+// `config` column (TOML paths relative to the CSV's folder) and the
+// `overrides` column (space-separated section.key=value, as --set).
+//
+// Input: the CSV text.  The folder holds two configs the seeds name
+// (small.toml, valid; bad.toml, rejected).  Inputs containing '/' are skipped,
+// so that a cell never names a file outside that folder (the config reader has
+// its own target, fuzz_config).
+// Properties (a violation aborts):
+//  * only modar::FileError / modar::ConfigError escape, no sanitizer report;
+//  * an accepted file has at least one run; every run has a non-empty name no
+//    other run has, a positive finite step_s, a positive finite peak memory
+//    when one is given, a config that validates, and increasing 1-based lines.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "fuzz_util.hpp"
+#include "modar/calibrate.hpp"
+#include "modar/errors.hpp"
+
+namespace {
+
+std::filesystem::path g_dir;
+
+void remove_scratch() {
+  std::error_code ignored;
+  std::filesystem::remove_all(g_dir, ignored);
+}
+
+void write(const std::filesystem::path& path, const char* text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  std::string pattern =
+      (std::filesystem::temp_directory_path() / "modar-fuzz-calibrate-XXXXXX").string();
+  if (mkdtemp(pattern.data()) == nullptr) {
+    std::perror("mkdtemp");
+    std::abort();
+  }
+  g_dir = pattern;
+  write(g_dir / "small.toml",
+        "[model]\nd_model = 256\nn_layers = 4\nn_heads = 4\nseq_len = 512\n[mod]\nevery = 2\n");
+  write(g_dir / "bad.toml", "[model]\nd_model = -1\n");
+  std::atexit(remove_scratch);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  if (text.find('/') != std::string::npos) {
+    return 0;
+  }
+  std::vector<modar::CalibrationRun> runs;
+  try {
+    runs = modar::parse_calibration_runs(text, "fuzz.csv", g_dir.string());
+  } catch (const modar::FileError&) {
+    return 0;
+  } catch (const modar::ConfigError&) {
+    return 0;
+  }
+  modar::fuzz::require(!runs.empty(), "accepted a CSV without runs", text);
+  int64_t previous_line = 0;
+  std::set<std::string> names;
+  for (const modar::CalibrationRun& run : runs) {
+    const std::string where = "line " + std::to_string(run.line) + "\n" + text;
+    modar::fuzz::require(!run.name.empty() && names.insert(run.name).second,
+                         "accepted an empty or repeated run name", where);
+    modar::fuzz::require(std::isfinite(run.step_s) && run.step_s > 0,
+                         "accepted a step_s that is not positive finite", where);
+    modar::fuzz::require(
+        !run.peak_memory_gib || (std::isfinite(*run.peak_memory_gib) && *run.peak_memory_gib > 0),
+        "accepted a peak_memory_gib that is not positive finite", where);
+    try {
+      modar::validate(run.config);
+    } catch (const modar::ConfigError&) {
+      modar::fuzz::require(false, "accepted a run whose config does not validate", where);
+    }
+    modar::fuzz::require(run.line > previous_line, "run line numbers do not increase", text);
+    previous_line = run.line;
+  }
+  return 0;
+}
