@@ -6,9 +6,9 @@
 // (the library path: the ranks agree on it at the next sample or round, all
 // exit 130 and mpirun reports 130); docs/planner.md "Progress and Ctrl-C"
 // says what a terminal's Ctrl-C to mpirun itself does.
-#include <gtest/gtest.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -188,8 +188,10 @@ TEST(CliInterrupt, SweepStopsAndWritesNothing) {
   const std::string out = temp_path("sweep.csv");
   std::remove(out.c_str());
   const Interrupted r = interrupt_when_ready(
-      cli() + " sweep --flops 1e19,1e20,1e21,1e22 --arch baseline,mod,dar,moe --every 1,2,4 "
-              "--gpus 256 --profile a100-80gb-dgx --output " + out,
+      cli() +
+          " sweep --flops 1e19,1e20,1e21,1e22 --arch baseline,mod,dar,moe --every 1,2,4 "
+          "--gpus 256 --profile a100-80gb-dgx --output " +
+          out,
       "modar sweep: ");
   expect_interrupted(r, "sweep");
   EXPECT_FALSE(exists(out));
@@ -219,12 +221,45 @@ TEST(CliInterrupt, FitStopsAndWritesNothing) {
   std::remove(runs.c_str());
 }
 
+TEST(CliInterrupt, CalibrateStopsAndWritesNoProfile) {
+  // The Megatron runs, each copied 12 times under new names: 120 runs, whose
+  // leave-one-out refits take far longer than the wait for the first line.
+  const std::string examples = std::string(MODAR_SOURCE_DIR) + "/examples/cluster/";
+  std::ifstream source(examples + "megatron_table1_runs.csv");
+  std::string csv = "name,config,overrides,step_s\n";
+  std::vector<std::string> rows;
+  for (std::string line; std::getline(source, line);) {
+    if (!line.empty() && line[0] != '#' && line.rfind("name,", 0) != 0) {
+      rows.push_back(line);
+    }
+  }
+  ASSERT_GE(rows.size(), 5u);
+  for (int copy = 0; copy < 12; ++copy) {
+    for (const std::string& row : rows) {
+      const size_t comma = row.find(',');
+      const size_t config_end = row.find(',', comma + 1);
+      csv += row.substr(0, comma) + "-" + std::to_string(copy) + "," + examples +
+             row.substr(comma + 1, config_end - comma - 1) + row.substr(config_end) + "\n";
+    }
+  }
+  const std::string runs = temp_path("cal_runs.csv");
+  std::ofstream(runs) << csv;
+  const std::string out = temp_path("calibrated.toml");
+  std::remove(out.c_str());
+  const Interrupted r = interrupt_when_ready(
+      cli() + " calibrate " + runs + " --profile a100-80gb-dgx --out " + out + " > /dev/null",
+      "modar calibrate: ");
+  expect_interrupted(r, "calibrate");
+  EXPECT_FALSE(exists(out));
+  EXPECT_FALSE(leftover(out, ".tmp"));
+  std::remove(runs.c_str());
+}
+
 TEST(CliInterrupt, ProfileStopsAndWritesNoProfile) {
   const std::string out = temp_path("profile.toml");
   std::remove(out.c_str());
   const Interrupted r = interrupt_when_ready(
-      cli() + " profile --backend cpu --quick --no-ceilings --out " + out + " > /dev/null",
-      "[");
+      cli() + " profile --backend cpu --quick --no-ceilings --out " + out + " > /dev/null", "[");
   expect_interrupted(r, "profile");
   EXPECT_FALSE(exists(out));  // (OUT.partial keeps the points measured: --resume)
   std::remove((out + ".partial").c_str());
@@ -232,9 +267,8 @@ TEST(CliInterrupt, ProfileStopsAndWritesNoProfile) {
 
 TEST(CliInterrupt, ValidateStopsAndPrintsNothing) {
   const std::string out = temp_path("validate.txt");
-  const Interrupted r =
-      interrupt_when_ready(cli() + " validate --profile cpu-measured-quick --rounds 50 > " + out,
-                           "modar validate: ");
+  const Interrupted r = interrupt_when_ready(
+      cli() + " validate --profile cpu-measured-quick --rounds 50 > " + out, "modar validate: ");
   expect_interrupted(r, "validate");
   EXPECT_EQ(modar_test::slurp(out), "");
   std::remove(out.c_str());
@@ -264,10 +298,10 @@ TEST(CliInterrupt, ParallelValidateRanksStopTogether) {
     GTEST_SKIP() << "no mpirun on PATH (Open MPI: libopenmpi-dev openmpi-bin)";
   }
   const std::string out = temp_path("vpar.txt");
-  const Interrupted r = interrupt_when_ready(
-      kMpirun + cli() + " validate --parallel --profile " + std::string(MODAR_SOURCE_DIR) +
-          "/profiles/cpu-comm.toml --rounds 100 > " + out,
-      "modar validate --parallel: ", /*to_ranks=*/true);
+  const Interrupted r = interrupt_when_ready(kMpirun + cli() + " validate --parallel --profile " +
+                                                 std::string(MODAR_SOURCE_DIR) +
+                                                 "/profiles/cpu-comm.toml --rounds 100 > " + out,
+                                             "modar validate --parallel: ", /*to_ranks=*/true);
   if (r.err.find("no MPI") != std::string::npos) {
     GTEST_SKIP() << "this build has no MPI";
   }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "modar/base/errors.hpp"
+#include "modar/calibrate.hpp"
 #include "modar/planner.hpp"
 #include "modar/runtime/backend.hpp"
 #include "modar/runtime/comm_profile.hpp"
@@ -26,9 +27,9 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 struct Row {
-  std::string request;   // which request
-  std::string field;     // the field the message must name
-  std::string value;     // the value the message must show
+  std::string request;  // which request
+  std::string field;    // the field the message must name
+  std::string value;    // the value the message must show
   std::function<void()> resolve;
 };
 
@@ -189,7 +190,8 @@ void validate_rows(std::vector<Row>& rows) {
                       modar::runtime::ValidationRequest r;
                       set(r);
                       const modar::DeviceProfile profile = modar::runtime::load_measured_profile(
-                          std::string(MODAR_SOURCE_DIR) + "/profiles/cpu-measured-quick.toml", "cpu");
+                          std::string(MODAR_SOURCE_DIR) + "/profiles/cpu-measured-quick.toml",
+                          "cpu");
                       modar::runtime::resolve_validation_options(r, profile);
                     }});
   };
@@ -208,8 +210,8 @@ void comm_profile_rows(std::vector<Row>& rows) {
     rows.push_back({"profile --comm", field, value, [set] {
                       modar::runtime::CommProfileOptions r;
                       set(r);
-                      modar::runtime::resolve_comm_profile_options(r, modar::runtime::DeviceKind::cpu,
-                                                                   2);
+                      modar::runtime::resolve_comm_profile_options(
+                          r, modar::runtime::DeviceKind::cpu, 2);
                     }});
   };
   add("min_bytes", "8", [](auto& r) { r.min_bytes = 8; });
@@ -222,6 +224,20 @@ void comm_profile_rows(std::vector<Row>& rows) {
   add("compute_before_s", "-1", [](auto& r) { r.compute_before_s = -1; });
 }
 
+void calibrate_rows(std::vector<Row>& rows) {
+  const auto add = [&](const std::string& field, const std::string& value,
+                       const std::function<void(modar::CalibrateRequest&)>& set) {
+    rows.push_back({"calibrate", field, value, [set] {
+                      modar::CalibrateRequest r;
+                      set(r);
+                      modar::resolve_calibrate_options(r, modar::load_profile("a100-80gb-dgx"));
+                    }});
+  };
+  for (const int v : {0, -3, 10001}) {
+    add("max_iterations", std::to_string(v), [v](auto& r) { r.max_iterations = v; });
+  }
+}
+
 TEST(RequestFields, EveryMeaninglessNumberIsRefusedNamingItsField) {
   std::vector<Row> rows;
   optimal_rows(rows);
@@ -230,6 +246,7 @@ TEST(RequestFields, EveryMeaninglessNumberIsRefusedNamingItsField) {
   profile_rows(rows);
   validate_rows(rows);
   comm_profile_rows(rows);
+  calibrate_rows(rows);
   ASSERT_GT(rows.size(), 100u);
   for (const Row& row : rows) {
     const std::string where = row.request + " " + row.field + " = " + row.value;
