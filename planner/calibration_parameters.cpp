@@ -1,10 +1,14 @@
-// The parameters `modar calibrate` fits: a small table of named, settable
-// numbers of a device profile that the estimator reads (modar/calibrate.hpp).
+// The parameters `modar calibrate` fits: the time model's named, settable
+// parameters of a device profile (modar/calibrate.hpp).
 //
-// Each is addressed by its TOML key in the profile (section.key), has a unit
-// and an allowed range, and is read with its default resolved (an achievable
-// ceiling of 0 means the peak), so a fit starts from exactly what the
-// estimator used.
+// The table is the kernel model's own (profile_parameters(): the [kernel]
+// efficiencies, per-step and per-micro-batch overhead, the launch cost;
+// docs/kernel_model.md), read and set through it so calibrate fits exactly
+// what the estimator uses, plus the fp32 rate, which the [kernel]
+// efficiencies do not describe (fp32 ops keep the [ceilings] figures).  Each
+// is addressed by its TOML key (section.key) and read with its default
+// resolved (an unset efficiency is what the profile's ceilings imply), so a
+// fit starts from exactly what the estimator used.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -16,63 +20,30 @@
 namespace modar {
 namespace {
 
-struct Slot {
-  CalibrationParameter parameter;
-  double (*get)(const DeviceProfile&);
-  void (*set)(DeviceProfile&, double);
-  double (*cap)(const DeviceProfile&) = nullptr;  // the physical bound (0 = none)
-};
+constexpr const char* kFp32Rate = "ceilings.achievable_flops_fp32";
 
-const std::vector<Slot>& slots() {
-  static const std::vector<Slot> table = {
-      {{"ceilings.achievable_flops_bf16", "FLOP/s", 1e6, 1e19,
-        "the 16-bit matrix rate the time model's compute-bound ops reach", false,
-        "ceilings.peak_flops_bf16"},
-       [](const DeviceProfile& p) { return p.ceilings.roofline_flops(DType::bf16); },
-       [](DeviceProfile& p, double v) { p.ceilings.achievable_flops_bf16 = v; },
-       [](const DeviceProfile& p) { return p.ceilings.peak_flops_bf16; }},
-      {{"ceilings.achievable_flops_fp32", "FLOP/s", 1e6, 1e19,
-        "the fp32 rate the time model's compute-bound ops reach", false,
-        "ceilings.peak_flops_fp32"},
-       [](const DeviceProfile& p) { return p.ceilings.roofline_flops(DType::fp32); },
-       [](DeviceProfile& p, double v) { p.ceilings.achievable_flops_fp32 = v; },
-       [](const DeviceProfile& p) { return p.ceilings.peak_flops_fp32; }},
-      {{"ceilings.achievable_bandwidth", "bytes/s", 1e6, 1e16,
-        "the memory bandwidth memory-bound ops reach", false, "ceilings.memory_bandwidth"},
-       [](const DeviceProfile& p) { return p.ceilings.roofline_bandwidth(); },
-       [](DeviceProfile& p, double v) { p.ceilings.achievable_bandwidth = v; },
-       [](const DeviceProfile& p) { return p.ceilings.memory_bandwidth; }},
-      {{"network.intra_node.bus_bandwidth", "bytes/s per GPU", 1e6, 1e14,
-        "the NCCL bus bandwidth collectives get inside a node", false,
-        "network.intra_node.link_bandwidth"},
-       [](const DeviceProfile& p) { return p.network.intra_node.bus_bandwidth; },
-       [](DeviceProfile& p, double v) { p.network.intra_node.bus_bandwidth = v; },
-       [](const DeviceProfile& p) { return p.network.intra_node.link_bandwidth; }},
-      {{"network.inter_node.bus_bandwidth", "bytes/s per NIC", 1e6, 1e14,
-        "the NCCL bus bandwidth collectives get between nodes", false,
-        "network.inter_node.link_bandwidth"},
-       [](const DeviceProfile& p) { return p.network.inter_node.bus_bandwidth; },
-       [](DeviceProfile& p, double v) { p.network.inter_node.bus_bandwidth = v; },
-       [](const DeviceProfile& p) { return p.network.inter_node.link_bandwidth; }},
-      {{"ceilings.launch_overhead_s", "seconds per op", 0.0, 1.0,
-        "the launch / latency cost added to every op", true, ""},
-       [](const DeviceProfile& p) { return p.ceilings.launch_overhead_s; },
-       [](DeviceProfile& p, double v) {
-         // The profile reader takes 0 or [1e-12, 1] s: a fit at ~0 is 0.
-         p.ceilings.launch_overhead_s = v < 1e-12 ? 0.0 : v;
-       },
-       nullptr},
-  };
-  return table;
+const std::vector<CalibrationParameter>& table() {
+  static const std::vector<CalibrationParameter> parameters = [] {
+    std::vector<CalibrationParameter> out;
+    for (const ProfileParameter& p : profile_parameters()) {
+      const bool seconds = p.name.size() > 2 && p.name.substr(p.name.size() - 2) == "_s";
+      out.push_back({p.name, p.unit, p.min, p.max, p.meaning, seconds, ""});
+    }
+    out.push_back({kFp32Rate, "FLOP/s", 1e6, 1e19,
+                   "the fp32 rate the time model's compute-bound fp32 ops reach", false,
+                   "ceilings.peak_flops_fp32"});
+    return out;
+  }();
+  return parameters;
 }
 
-const Slot& find_slot(const std::string& name) {
+const CalibrationParameter& find_parameter(const std::string& name) {
   std::vector<std::string> names;
-  for (const Slot& slot : slots()) {
-    if (slot.parameter.name == name) {
-      return slot;
+  for (const CalibrationParameter& p : table()) {
+    if (p.name == name) {
+      return p;
     }
-    names.push_back(slot.parameter.name);
+    names.push_back(p.name);
   }
   std::string message = "parameter '" + shown_value(name) + "': no such profile parameter";
   const std::string suggestion = nearest_name(name, names);
@@ -89,44 +60,46 @@ const Slot& find_slot(const std::string& name) {
 }  // namespace
 
 const std::vector<CalibrationParameter>& calibration_parameters() {
-  static const std::vector<CalibrationParameter> table = [] {
-    std::vector<CalibrationParameter> out;
-    for (const Slot& slot : slots()) {
-      out.push_back(slot.parameter);
-    }
-    return out;
-  }();
-  return table;
+  return table();
 }
 
 std::vector<std::string> default_calibration_parameters() {
-  return {"ceilings.achievable_flops_bf16", "ceilings.achievable_flops_fp32",
-          "ceilings.achievable_bandwidth", "network.intra_node.bus_bandwidth",
-          "network.inter_node.bus_bandwidth"};
+  return {"kernel.gemm_efficiency", "kernel.attention_efficiency", "kernel.memory_efficiency",
+          "kernel.collective_efficiency_intra_node", "kernel.collective_efficiency_inter_node"};
 }
 
 double calibration_parameter_value(const DeviceProfile& profile, const std::string& name) {
-  return find_slot(name).get(profile);
+  find_parameter(name);
+  if (name == kFp32Rate) {
+    return profile.ceilings.roofline_flops(DType::fp32);
+  }
+  return profile_parameter(profile, name);
 }
 
 void set_calibration_parameter(DeviceProfile& profile, const std::string& name, double value) {
-  const Slot& slot = find_slot(name);
-  const CalibrationParameter& p = slot.parameter;
+  const CalibrationParameter& p = find_parameter(name);
   if (!std::isfinite(value) || value < p.min || value > p.max) {
     throw ConfigError(p.name + " = " + format_number(value) + ": must be in [" +
                       format_number(p.min) + ", " + format_number(p.max) + "] (" + p.unit + ")");
   }
-  slot.set(profile, value);
+  if (name == kFp32Rate) {
+    profile.ceilings.achievable_flops_fp32 = value;
+  } else if (name == "ceilings.launch_overhead_s") {
+    // The profile reader takes 0 or [1e-12, 1] s: a fit at ~0 is 0.
+    set_profile_parameter(profile, name, value < 1e-12 ? 0.0 : value);
+  } else {
+    set_profile_parameter(profile, name, value);
+  }
 }
 
 std::pair<double, double> calibration_parameter_range(const DeviceProfile& profile,
                                                       const std::string& name) {
-  const Slot& slot = find_slot(name);
-  double high = slot.parameter.max;
-  if (slot.cap != nullptr && slot.cap(profile) > 0.0) {
-    high = std::min(high, slot.cap(profile));
+  const CalibrationParameter& p = find_parameter(name);
+  double high = p.max;
+  if (name == kFp32Rate && profile.ceilings.peak_flops_fp32 > 0.0) {
+    high = std::min(high, profile.ceilings.peak_flops_fp32);
   }
-  return {slot.parameter.min, std::max(high, slot.parameter.min)};
+  return {p.min, std::max(high, p.min)};
 }
 
 }  // namespace modar

@@ -44,7 +44,8 @@ struct CalibrationParameter {
   bool seconds = false;  // a time (an overhead): its scale is the runs' step times
   std::string capped_by;  // the profile field that bounds it physically ("" = none)
 };
-// Every parameter calibrate can fit, in table order.
+// Every parameter calibrate can fit, in table order: the time model's own
+// (profile_parameters(), docs/kernel_model.md) and the fp32 rate.
 const std::vector<CalibrationParameter>& calibration_parameters();
 // The parameters fitted when none are named (docs/calibrate.md).
 std::vector<std::string> default_calibration_parameters();
@@ -54,8 +55,8 @@ double calibration_parameter_value(const DeviceProfile& profile, const std::stri
 // Set it; ConfigError outside its range.
 void set_calibration_parameter(DeviceProfile& profile, const std::string& name, double value);
 // The range a fit may move it in on this profile: [min, max] narrowed by the
-// physical cap (capped_by: an achievable rate never exceeds the datasheet
-// peak, a bus bandwidth never the link's).
+// physical cap (capped_by: the fp32 achievable rate never exceeds the
+// datasheet peak; every [kernel] efficiency is at most 1 by its range).
 std::pair<double, double> calibration_parameter_range(const DeviceProfile& profile,
                                                       const std::string& name);
 

@@ -18,7 +18,7 @@ RUNS = [
     {"name": "three", "config": "model.toml", "overrides": {"model.n_layers": 4},
      "step_s": 0.05},
 ]
-FIT = ["ceilings.achievable_flops_bf16", "ceilings.achievable_bandwidth"]
+FIT = ["kernel.gemm_efficiency", "kernel.memory_efficiency"]
 
 
 @pytest.fixture

@@ -40,9 +40,11 @@ const char* const kRunsCsv =
     "parallel.tensor=2 device.count=2,1\n";
 
 const std::vector<std::pair<std::string, double>> kTruthFactors = {
-    {"ceilings.achievable_flops_bf16", 0.8},   {"ceilings.achievable_flops_fp32", 0.7},
-    {"ceilings.achievable_bandwidth", 0.9},    {"network.intra_node.bus_bandwidth", 0.75},
-    {"network.inter_node.bus_bandwidth", 0.6},
+    {"kernel.gemm_efficiency", 0.8},
+    {"kernel.attention_efficiency", 0.7},
+    {"kernel.memory_efficiency", 0.9},
+    {"kernel.collective_efficiency_intra_node", 0.75},
+    {"kernel.collective_efficiency_inter_node", 0.6},
 };
 
 // The runs with their step times replaced by the predictions of `profile`
@@ -92,9 +94,32 @@ TEST(Calibrate, RecoversKnownParametersFromSyntheticRuns) {
     EXPECT_NEAR(again[i] / runs[i].step_s, 1.0, 1e-5) << runs[i].name;
   }
   EXPECT_EQ(result.profile.name, "a100-80gb-dgx-calibrated");
-  EXPECT_NE(result.profile.provenance.count("calibration_parameter.ceilings.achievable_bandwidth"),
-            0u);
+  EXPECT_NE(result.profile.provenance.count("calibration_parameter.kernel.memory_efficiency"), 0u);
   EXPECT_NE(result.profile.provenance.count("calibration_run.0008"), 0u);
+}
+
+// The per-step and per-micro-batch host overheads start at 0 s in the base
+// profile; runs with 1 to 8 micro-batches per step tell them apart.
+TEST(Calibrate, RecoversPerStepAndPerMicroBatchOverheads) {
+  const modar::DeviceProfile base = modar::load_profile("a100-80gb-dgx");
+  modar::DeviceProfile truth = base;
+  modar::set_calibration_parameter(
+      truth, "kernel.gemm_efficiency",
+      0.8 * modar::calibration_parameter_value(base, "kernel.gemm_efficiency"));
+  modar::set_calibration_parameter(truth, "kernel.step_overhead_s", 0.03);
+  modar::set_calibration_parameter(truth, "kernel.micro_batch_overhead_s", 0.004);
+  const auto runs = measured_on(modar::parse_calibration_runs(kRunsCsv, "synthetic.csv"), truth);
+  modar::CalibrateRequest request;
+  request.parameters = std::vector<std::string>{"kernel.gemm_efficiency", "kernel.step_overhead_s",
+                                                "kernel.micro_batch_overhead_s"};
+  request.leave_one_out = false;
+  const auto result = modar::calibrate(runs, base, modar::resolve_calibrate_options(request, base));
+  ASSERT_EQ(result.parameters.size(), 3u);
+  EXPECT_EQ(result.parameters[1].base_value, 0.0);
+  EXPECT_NEAR(result.parameters[0].value / result.parameters[0].base_value, 0.8, 1e-3);
+  EXPECT_NEAR(result.parameters[1].value, 0.03, 0.03 * 1e-3);
+  EXPECT_NEAR(result.parameters[2].value, 0.004, 0.004 * 1e-3);
+  EXPECT_LT(result.max_abs_error, 1e-5);
 }
 
 // Minimise sum_j log^2(predicted_j(theta) / measured_j) over one parameter by
@@ -112,7 +137,8 @@ double brute_force_fit(const std::vector<modar::CalibrationRun>& runs,
     return sum;
   };
   const double center = std::log(modar::calibration_parameter_value(base, name));
-  double a = center - std::log(4.0), b = center + std::log(2.0);
+  const double high = std::log(modar::calibration_parameter_range(base, name).second);
+  double a = center - std::log(4.0), b = std::min(center + std::log(2.0), high);
   const double phi = 0.5 * (std::sqrt(5.0) - 1.0);
   double c = b - phi * (b - a), d = a + phi * (b - a);
   double fc = cost(c), fd = cost(d);
@@ -128,7 +154,7 @@ double brute_force_fit(const std::vector<modar::CalibrationRun>& runs,
 
 TEST(Calibrate, LeaveOneOutMatchesARefitByHand) {
   const modar::DeviceProfile base = modar::load_profile("a100-80gb-dgx");
-  const std::string name = "ceilings.achievable_flops_bf16";
+  const std::string name = "kernel.gemm_efficiency";
   const auto all = modar::parse_calibration_runs(kRunsCsv, "synthetic.csv");
   const std::vector<modar::CalibrationRun> tiny = {all[0], all[5], all[7]};
   const auto runs = measured_on(tiny, truth_profile(base), {1.04, 0.97, 1.01});
@@ -164,8 +190,8 @@ TEST(Calibrate, RefusesFewerRunsThanFreeParameters) {
   const auto runs = measured_on({all[2], all[3]}, base);  // tp8, dp16
   modar::CalibrateRequest request;
   request.parameters =
-      std::vector<std::string>{"ceilings.achievable_flops_bf16", "ceilings.achievable_bandwidth",
-                               "network.intra_node.bus_bandwidth"};
+      std::vector<std::string>{"kernel.gemm_efficiency", "kernel.memory_efficiency",
+                               "kernel.collective_efficiency_intra_node"};
   try {
     modar::calibrate(runs, base, modar::resolve_calibrate_options(request, base));
     FAIL() << "2 runs for 3 parameters were accepted";
@@ -180,14 +206,14 @@ TEST(Calibrate, AParameterNoRunDependsOnIsKeptAndReported) {
   const auto all = modar::parse_calibration_runs(kRunsCsv, "synthetic.csv");
   const auto runs = measured_on({all[0], all[1]}, base, {1.1, 1.05});  // single-GPU runs
   modar::CalibrateRequest request;
-  request.parameters = std::vector<std::string>{"ceilings.achievable_flops_bf16",
-                                                "network.inter_node.bus_bandwidth"};
+  request.parameters =
+      std::vector<std::string>{"kernel.gemm_efficiency", "kernel.collective_efficiency_inter_node"};
   const auto result = modar::calibrate(runs, base, modar::resolve_calibrate_options(request, base));
   EXPECT_TRUE(result.parameters[0].determined);
   EXPECT_FALSE(result.parameters[1].determined);
   EXPECT_EQ(result.parameters[1].value, result.parameters[1].base_value);
   ASSERT_FALSE(result.notes.empty());
-  EXPECT_NE(result.notes[0].find("network.inter_node.bus_bandwidth: no run's step time"),
+  EXPECT_NE(result.notes[0].find("kernel.collective_efficiency_inter_node: no run's step time"),
             std::string::npos);
 }
 
@@ -202,13 +228,12 @@ TEST(Calibrate, OptionsErrorsNameTheField) {
     return std::string("accepted");
   };
   modar::CalibrateRequest r;
-  r.parameters = std::vector<std::string>{"ceilings.achievable_flops_bf61"};
-  EXPECT_NE(message(r).find("did you mean 'ceilings.achievable_flops_bf16'"), std::string::npos)
+  r.parameters = std::vector<std::string>{"kernel.gemm_eficiency"};
+  EXPECT_NE(message(r).find("did you mean 'kernel.gemm_efficiency'"), std::string::npos)
       << message(r);
   r.parameters = std::vector<std::string>{};
   EXPECT_NE(message(r).find("parameters: empty"), std::string::npos) << message(r);
-  r.parameters =
-      std::vector<std::string>{"ceilings.achievable_bandwidth", "ceilings.achievable_bandwidth"};
+  r.parameters = std::vector<std::string>{"kernel.memory_efficiency", "kernel.memory_efficiency"};
   EXPECT_NE(message(r).find("named twice"), std::string::npos) << message(r);
   r = {};
   r.max_iterations = 0;
@@ -322,7 +347,7 @@ class CalibrateCli : public testing::Test {
 TEST_F(CalibrateCli, WritesAProfileThatEstimateOptimalAndSweepAccept) {
   const auto fit =
       run("calibrate runs.csv --profile a100-80gb-dgx --out cal.toml --quiet "
-          "--fit ceilings.achievable_flops_bf16");
+          "--fit kernel.gemm_efficiency");
   ASSERT_EQ(fit.exit_code, 0) << fit.err;
   EXPECT_NE(fit.out.find("leave-one-out |error| median"), std::string::npos) << fit.out;
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/cal.toml.tmp"));
@@ -349,7 +374,7 @@ TEST_F(CalibrateCli, NeverOverwritesAnInputAndRefusesBadInputInOneLine) {
       {"calibrate runs.csv --profile a100-80gb-dgx --out x.toml --fit nope",
        "parameter 'nope': no such profile parameter"},
       {"calibrate two.csv --profile a100-80gb-dgx --out x.toml --fit "
-       "ceilings.achievable_flops_bf16,ceilings.achievable_bandwidth,ceilings.launch_overhead_s",
+       "kernel.gemm_efficiency,kernel.memory_efficiency,ceilings.launch_overhead_s",
        "2 runs for 3 free parameters"},
   };
   std::ofstream(dir_ + "/two.csv") << "name,config,overrides,step_s\n"
