@@ -34,8 +34,8 @@ inline constexpr double kDropoutMaskBytes = 1.0;  // torch dropout: a uint8 / bo
 // The batched GEMMs of unfused attention on a kernel-model profile.
 inline double unfused_attention_gemms_s(const OpShape& shape, bool backward,
                                         const KernelRates& rates) {
-  const auto& x = shape.dims;
-  const int64_t batch = x[0] * x[1], s_q = x[3], s_k = x[4], d = x[5];
+  const AttentionDims x = shape.as<AttentionDims>();
+  const int64_t batch = x.sequences * x.heads, s_q = x.query_len, s_k = x.key_len, d = x.head_dim;
   const auto time = [&](int64_t m, int64_t n, int64_t k) {
     return gpu_gemm_time({m, n, k, batch, shape.dtype}, rates).seconds;
   };
@@ -51,10 +51,10 @@ inline double attention_kernel_time_s(const OpRecord& op, const TimingModel& tim
   if (kernel == AttentionKernel::flash || op.shape.kind != OpKind::attention) {
     return timing.op_time_s(op, source);
   }
-  const auto& x = op.shape.dims;
-  const double scores = static_cast<double>(x[0]) * static_cast<double>(x[1]) *
-                        static_cast<double>(x[3]) * static_cast<double>(x[4]);
-  const double d_head = static_cast<double>(x[5]);
+  const AttentionDims x = op.shape.as<AttentionDims>();
+  const double scores = static_cast<double>(x.sequences) * static_cast<double>(x.heads) *
+                        static_cast<double>(x.query_len) * static_cast<double>(x.key_len);
+  const double d_head = static_cast<double>(x.head_dim);
   const bool backward = op.pass == Pass::backward;
   const double element_bytes = static_cast<double>(dtype_bytes(op.shape.dtype));
   const KernelRates& rates = timing.rates();

@@ -18,12 +18,14 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <type_traits>
 #include <utility>
 
 #include "modar/errors.hpp"
+#include "modar/hf_config.hpp"
 #include "toml_text.hpp"
 
 namespace modar {
@@ -45,7 +47,26 @@ int64_t MoeConfig::expert_capacity(int64_t tokens) const {
 // ---- enum names -----------------------------------------------------------
 
 const char* to_string(MlpKind v) {
-  return v == MlpKind::gelu ? "gelu" : "swiglu";
+  switch (v) {
+    case MlpKind::gelu:
+      return "gelu";
+    case MlpKind::swiglu:
+      return "swiglu";
+    case MlpKind::geglu:
+      return "geglu";
+  }
+  return "unknown";
+}
+const char* to_string(QkNorm v) {
+  switch (v) {
+    case QkNorm::none:
+      return "none";
+    case QkNorm::head:
+      return "head";
+    case QkNorm::projection:
+      return "projection";
+  }
+  return "unknown";
 }
 const char* to_string(RouterScale v) {
   return v == RouterScale::linear ? "linear" : "sigmoid";
@@ -377,11 +398,14 @@ const std::vector<KeySpec>& key_specs() {
       integer_key<&Config::model, &ModelConfig::n_kv_heads>("model.n_kv_heads"),
       integer_key<&Config::model, &ModelConfig::d_head>("model.d_head"),
       integer_key<&Config::model, &ModelConfig::d_ff>("model.d_ff"),
-      choice_key<&Config::model, &ModelConfig::mlp>("model.mlp", {"gelu", "swiglu"}),
+      choice_key<&Config::model, &ModelConfig::mlp>("model.mlp", {"gelu", "swiglu", "geglu"}),
       integer_key<&Config::model, &ModelConfig::vocab_size>("model.vocab_size"),
       boolean_key<&Config::model, &ModelConfig::tie_embeddings>("model.tie_embeddings"),
       integer_key<&Config::model, &ModelConfig::seq_len>("model.seq_len"),
       real_key<&Config::model, &ModelConfig::norm_eps>("model.norm_eps"),
+      boolean_key<&Config::model, &ModelConfig::qkv_bias>("model.qkv_bias"),
+      choice_key<&Config::model, &ModelConfig::qk_norm>("model.qk_norm",
+                                                        {"none", "head", "projection"}),
       // [mod]
       real_key<&Config::mod, &ModConfig::capacity>("mod.capacity"),
       integer_key<&Config::mod, &ModConfig::every>("mod.every"),
@@ -400,6 +424,8 @@ const std::vector<KeySpec>& key_specs() {
       integer_key<&Config::moe, &MoeConfig::top_k>("moe.top_k"),
       integer_key<&Config::moe, &MoeConfig::expert_ffn>("moe.expert_ffn"),
       integer_key<&Config::moe, &MoeConfig::shared_experts>("moe.shared_experts"),
+      integer_key<&Config::moe, &MoeConfig::shared_expert_ffn>("moe.shared_expert_ffn"),
+      boolean_key<&Config::moe, &MoeConfig::shared_expert_gate>("moe.shared_expert_gate"),
       integer_key<&Config::moe, &MoeConfig::interval>("moe.interval"),
       integer_key<&Config::moe, &MoeConfig::first_dense>("moe.first_dense"),
       real_key<&Config::moe, &MoeConfig::capacity_factor>("moe.capacity_factor"),
@@ -789,16 +815,37 @@ Config parse_config_toml(const std::string& toml_text, const std::string& source
 }
 
 Config load_config_file(const std::string& path) {
-  return parse_config_toml(read_whole_file(path, "config file"), path);
+  return load_config_document(path, {}).config;
 }
 
 Config load_config_file(const std::string& path, const std::vector<std::string>& overrides) {
-  Config config = parse_config_toml_unvalidated(read_whole_file(path, "config file"), path);
-  for (const std::string& assignment : overrides) {
-    apply_override(config, assignment);
+  return load_config_document(path, overrides).config;
+}
+
+ConfigDocument load_config_document(const std::string& path,
+                                    const std::vector<std::string>& overrides) {
+  const std::string text = read_whole_file(path, "config file");
+  ConfigDocument document;
+  std::optional<HfImport> imported;
+  if (looks_like_json(text)) {
+    imported = import_hf_config(text, path);
+    document.config = imported->config;
+  } else {
+    document.config = parse_config_toml_unvalidated(text, path);
   }
-  validate(config);
-  return config;
+  std::vector<std::string> overridden;
+  for (const std::string& assignment : overrides) {
+    apply_override(document.config, assignment);
+    std::string key = assignment.substr(0, assignment.find('='));
+    key.erase(0, key.find_first_not_of(" \t"));
+    key.erase(key.find_last_not_of(" \t") + 1);
+    overridden.push_back(key);
+  }
+  validate(document.config);
+  if (imported) {
+    document.notes = hf_import_summary(*imported, path, overridden);
+  }
+  return document;
 }
 
 void apply_override(Config& config, const std::string& dotted_key, const std::string& value) {
@@ -871,6 +918,7 @@ void validate_moe(const Config& config) {
   if (e.shared_experts > 64) {
     fail("moe.shared_experts", std::to_string(e.shared_experts), "must be <= 64");
   }
+  require_non_negative("moe.shared_expert_ffn", e.shared_expert_ffn, "the routed experts' width");
   require_positive("moe.interval", e.interval);
   require_non_negative("moe.first_dense", e.first_dense, "no leading dense layers");
   require_non_negative("moe.null_experts", e.null_experts, "none");
@@ -894,6 +942,13 @@ void validate_moe(const Config& config) {
            "needs moe.experts > 0 and moe.mode = \"integrated\"");
     }
     return;  // the other keys are not read by a dense model
+  }
+  if (e.shared_experts == 0 && e.shared_expert_ffn > 0) {
+    fail("moe.shared_expert_ffn", std::to_string(e.shared_expert_ffn),
+         "needs moe.shared_experts > 0 (the width of each shared expert)");
+  }
+  if (e.shared_experts == 0 && e.shared_expert_gate) {
+    fail("moe.shared_expert_gate", "true", "needs moe.shared_experts > 0 (it gates their output)");
   }
   if (e.first_dense >= m.n_layers) {
     fail("moe.first_dense", std::to_string(e.first_dense),
@@ -933,6 +988,11 @@ void validate_moe(const Config& config) {
     fail("parallel.tensor", std::to_string(config.parallel.tensor),
          "must divide the expert width moe.expert_ffn = " +
              std::to_string(e.resolved_expert_ffn(m)));
+  }
+  if (e.shared_ffn_total(m) % config.parallel.tensor != 0) {
+    fail("parallel.tensor", std::to_string(config.parallel.tensor),
+         "must divide the shared experts' width moe.shared_experts x moe.shared_expert_ffn = " +
+             std::to_string(e.shared_ffn_total(m)));
   }
 }
 
@@ -1161,8 +1221,7 @@ void validate(const Config& config) {
     const double slots = e.dropless() ? tokens * static_cast<double>(e.top_k)
                                       : capacity * static_cast<double>(e.experts);
     const double widest = static_cast<double>(
-        std::max<int64_t>({m.d_model, 2 * e.resolved_expert_ffn(m),
-                           (e.shared_experts + 1) * 2 * e.resolved_expert_ffn(m)}));
+        std::max<int64_t>({m.d_model, 2 * e.resolved_expert_ffn(m), 2 * e.shared_ffn_total(m)}));
     if (slots * widest > static_cast<double>(int64_t{1} << 56)) {
       fail("moe.experts", std::to_string(e.experts),
            "expert slots x width = " + format_number(slots * widest) +
@@ -1177,11 +1236,12 @@ void validate(const Config& config) {
       static_cast<double>(m.n_layers) * 3.0 * width * width +
       2.0 * static_cast<double>(m.vocab_size) * static_cast<double>(m.d_model);
   const MoeConfig& e = config.moe;
-  const double expert_params = e.enabled() ? static_cast<double>(m.n_layers) * 3.0 *
-                                                 static_cast<double>(m.d_model) *
-                                                 static_cast<double>(e.resolved_expert_ffn(m)) *
-                                                 static_cast<double>(e.experts + e.shared_experts)
-                                           : 0.0;
+  const double expert_params =
+      e.enabled()
+          ? static_cast<double>(m.n_layers) * 3.0 * static_cast<double>(m.d_model) *
+                (static_cast<double>(e.resolved_expert_ffn(m)) * static_cast<double>(e.experts) +
+                 static_cast<double>(e.shared_ffn_total(m)))
+          : 0.0;
   if (expert_params > 1e17) {
     fail("moe.experts", std::to_string(e.experts),
          "the experts would exceed 1e17 parameters (check moe.expert_ffn, moe.experts, "

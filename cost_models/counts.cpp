@@ -19,8 +19,17 @@ ParamCounts closed_form_params(const Config& config) {
   const double layers = static_cast<double>(m.n_layers);
   const double vocab = static_cast<double>(m.vocab_size);
 
-  const double attention = width * (heads + 2.0 * kv_heads) * d_head + heads * d_head * width;
-  const double mlp = (m.mlp == MlpKind::swiglu ? 3.0 : 2.0) * width * d_ff;
+  const double qkv_width = (heads + 2.0 * kv_heads) * d_head;
+  // Q K V (+ their biases) and the output projection; QK-norm weights: one
+  // d_head vector each for Q and K (head), or one per projection width.
+  double attention = width * qkv_width + heads * d_head * width;
+  attention += m.qkv_bias ? qkv_width : 0.0;
+  if (m.qk_norm == QkNorm::head) {
+    attention += 2.0 * d_head;
+  } else if (m.qk_norm == QkNorm::projection) {
+    attention += (heads + kv_heads) * d_head;
+  }
+  const double mlp = (m.gated_mlp() ? 3.0 : 2.0) * width * d_ff;
   const double norms = 2.0 * width;
   double body = layers * (attention + mlp + norms) + width;  // + final norm
 

@@ -75,7 +75,7 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
   const double kv_heads = static_cast<double>(m.resolved_kv_heads());
   const double d_head = static_cast<double>(m.resolved_d_head());
   const double d_ff = static_cast<double>(m.resolved_d_ff());
-  const double up_width = m.mlp == MlpKind::swiglu ? 2.0 * d_ff : d_ff;
+  const double up_width = m.gated_mlp() ? 2.0 * d_ff : d_ff;
   const double qkv_width = (heads + 2.0 * kv_heads) * d_head;
   const double vocab = static_cast<double>(m.vocab_size);
   const double b = static_cast<double>(config.train.micro_batch);
@@ -108,9 +108,13 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
     mem.optimizer = total_params * (low_precision ? 12.0 : 8.0);
 
     const Recompute policy = config.train.recompute;
+    // QK-norm: the normalised Q and K are what attention reads; the norm's
+    // backward also needs its inputs (recomputed under selective).
+    const double qk_norm_inputs = m.qk_norm != QkNorm::none ? (heads + kv_heads) * d_head : 0.0;
     const double saved_elements_per_row =
-        policy == Recompute::selective ? 2.0 * width + qkv_width + heads * d_head + up_width
-                                       : 4.0 * width + qkv_width + heads * d_head + up_width + d_ff;
+        policy == Recompute::selective
+            ? 2.0 * width + qkv_width + heads * d_head + up_width
+            : 4.0 * width + qkv_width + qk_norm_inputs + heads * d_head + up_width + d_ff;
     // train.attention_kernel = unfused (docs/cluster.md): the softmax and
     // dropout outputs (B each) and the 1-byte mask per score are saved too
     // (Korthikanti et al. 2022's 5 a s^2 b); recompute drops them.
@@ -128,7 +132,7 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
     const double moe_routed = static_cast<double>(counts.moe_routed_layers);
     const MoeConfig& e = config.moe;
     const double expert_ffn = e.enabled() ? static_cast<double>(e.resolved_expert_ffn(m)) : 0.0;
-    const double expert_up = m.mlp == MlpKind::swiglu ? 2.0 * expert_ffn : expert_ffn;
+    const double expert_up = m.gated_mlp() ? 2.0 * expert_ffn : expert_ffn;
     auto moe_extra = [&](double rows) { return moe_saved_extra_bytes(config, rows, 1.0); };
     double activations = 0.0;
     if (policy == Recompute::full) {

@@ -24,7 +24,7 @@ int64_t moe_slots(const Config& config, int64_t rows) {
 double expert_ffn_params(const Config& config) {
   const double width = static_cast<double>(config.model.d_model);
   const double ffn = static_cast<double>(config.moe.resolved_expert_ffn(config.model));
-  return (config.model.mlp == MlpKind::swiglu ? 3.0 : 2.0) * width * ffn;
+  return (config.model.gated_mlp() ? 3.0 : 2.0) * width * ffn;
 }
 
 MoeParams moe_params(const Config& config) {
@@ -36,13 +36,17 @@ MoeParams moe_params(const Config& config) {
   const ModelConfig& m = config.model;
   const double layers = static_cast<double>(e.moe_layers(m.n_layers));
   const double expert = expert_ffn_params(config);
-  const double dense = (m.mlp == MlpKind::swiglu ? 3.0 : 2.0) * static_cast<double>(m.d_model) *
-                       static_cast<double>(m.resolved_d_ff());
+  const double matrices = m.gated_mlp() ? 3.0 : 2.0;
+  const double dense =
+      matrices * static_cast<double>(m.d_model) * static_cast<double>(m.resolved_d_ff());
   out.routed = layers * static_cast<double>(e.experts) * expert;
   out.active_routed = layers * static_cast<double>(e.top_k) * static_cast<double>(e.experts) /
                       static_cast<double>(e.choices()) * expert;
   out.router = layers * static_cast<double>(m.d_model) * static_cast<double>(e.choices());
-  out.shared = layers * static_cast<double>(e.shared_experts) * expert;
+  // The shared experts: one FFN of their total width, plus the gate vector.
+  out.shared = layers * (matrices * static_cast<double>(m.d_model) *
+                             static_cast<double>(e.shared_ffn_total(m)) +
+                         (e.shared_expert_gate ? static_cast<double>(m.d_model) : 0.0));
   out.replaced_dense = layers * dense;
   return out;
 }
@@ -53,7 +57,7 @@ double moe_saved_extra_bytes(const Config& config, double rows, double tensor) {
     return 0.0;
   }
   const ModelConfig& m = config.model;
-  const bool swiglu = m.mlp == MlpKind::swiglu;
+  const bool swiglu = m.gated_mlp();
   const bool selective = config.train.recompute == Recompute::selective;
   const double B = static_cast<double>(dtype_bytes(config.train.dtype));
   const double width = static_cast<double>(m.d_model);
@@ -61,12 +65,16 @@ double moe_saved_extra_bytes(const Config& config, double rows, double tensor) {
   const double up = swiglu ? 2.0 * d_ff : d_ff;
   const double ffn = static_cast<double>(e.resolved_expert_ffn(m));
   const double expert_up = swiglu ? 2.0 * ffn : ffn;
-  const double shared_ffn = static_cast<double>(e.shared_experts) * ffn;
+  const double shared_ffn = static_cast<double>(e.shared_ffn_total(m));
   const double shared_up = swiglu ? 2.0 * shared_ffn : shared_ffn;
   const double slots = static_cast<double>(moe_slots(config, static_cast<int64_t>(rows)));
   const double dense_ffn = (selective ? up : up + d_ff) / tensor;
   const double slot_elements = 2.0 * width + (selective ? expert_up : expert_up + ffn) / tensor;
-  const double shared_elements = (selective ? shared_up : shared_up + shared_ffn) / tensor;
+  // The shared-expert gate keeps the ungated shared output (its gradient
+  // reads it) and the sigmoid per row.
+  const double gate_elements = e.shared_expert_gate ? width + 1.0 : 0.0;
+  const double shared_elements =
+      (selective ? shared_up : shared_up + shared_ffn) / tensor + gate_elements;
   return B * (slots * slot_elements + rows * shared_elements - rows * dense_ffn);
 }
 

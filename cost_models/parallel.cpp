@@ -282,15 +282,19 @@ class StageMemoryModel {
     const double kv = static_cast<double>(model_.resolved_kv_heads());
     const double dh = static_cast<double>(model_.resolved_d_head());
     const double dff = static_cast<double>(model_.resolved_d_ff());
-    const double up = model_.mlp == MlpKind::swiglu ? 2.0 * dff : dff;
+    const double up = model_.gated_mlp() ? 2.0 * dff : dff;
     const double qkv = (heads + 2.0 * kv) * dh;
     const double tt = static_cast<double>(t_);
     auto layer_saved = [&](double rows, double seq) {
       const double replicated =
           (recompute == Recompute::selective ? 2.0 * d : 4.0 * d) * B * rows + 8.0 * rows;
-      const double split =
-          (qkv + heads * dh + up + (recompute == Recompute::selective ? 0.0 : dff)) * B * rows +
-          4.0 * b * heads * seq;
+      const double qk_norm_inputs =
+          (model_.qk_norm != QkNorm::none && recompute != Recompute::selective) ? (heads + kv) * dh
+                                                                                : 0.0;
+      const double split = (qkv + qk_norm_inputs + heads * dh + up +
+                            (recompute == Recompute::selective ? 0.0 : dff)) *
+                               B * rows +
+                           4.0 * b * heads * seq;
       // Unfused attention keeps the softmax output, the dropout output (B each)
       // and the 1-byte mask per score: Korthikanti's 5 a s^2 b (selective
       // recompute drops it).
@@ -360,7 +364,7 @@ class StageMemoryModel {
       // A MoE layer's backward: the slots' gradients in and out, the widest slot tensor.
       const double slots = static_cast<double>(detail::moe_slots(config_, static_cast<int64_t>(T)));
       const double ffn = static_cast<double>(config_.moe.resolved_expert_ffn(model_));
-      const double expert_up = model_.mlp == MlpKind::swiglu ? 2.0 * ffn : ffn;
+      const double expert_up = model_.gated_mlp() ? 2.0 * ffn : ffn;
       layer_ws = std::max(layer_ws, 2.0 * B * T * d * token_share + 2.0 * B * slots * d +
                                         B * slots * expert_up / tt);
     }
@@ -596,18 +600,16 @@ double dar_prefix_s(const ClusterContext& c, int64_t block) {
   }
   const ModelConfig& model = c.config.model;
   const int64_t block_layers = std::min<int64_t>(c.K, c.L - (block - 1) * c.K);
-  OpShape shape;
-  shape.kind = OpKind::depth_read_prefix;
-  shape.dtype = c.config.train.dtype;
   const int64_t tokens = c.sp ? c.config.train.micro_batch * model.seq_len / c.t
                               : c.config.train.micro_batch * model.seq_len;
-  shape.dims = {tokens,
-                block,
-                2 * block_layers * c.n_streams,
-                model.d_model,
-                c.n_streams,
-                static_cast<int64_t>(c.config.dar.variant),
-                0};
+  const OpShape shape =
+      OpShape::of(DepthReadPrefixDims{.tokens = tokens,
+                                      .sources = block,
+                                      .queries = 2 * block_layers * c.n_streams,
+                                      .width = model.d_model,
+                                      .streams = c.n_streams,
+                                      .variant = static_cast<int64_t>(c.config.dar.variant)},
+                  c.config.train.dtype);
   TimingModel::Source source = TimingModel::Source::roofline;
   return c.timing.op_time_s(shape, Pass::forward, &source) +
          c.timing.op_time_s(shape, Pass::backward, &source);
@@ -686,7 +688,11 @@ void assemble_stages(const ClusterContext& c, const RankCompute& compute, const 
     }
     double bank = 0.0, bank_cached = 0.0;
     if (c.depth) {
-      bank = memory.bank_entries_at(layer) * entry_bytes;
+      // Each tensor rank sends 1 / t of the bank, as of the activation: its
+      // own tokens' entries under SP, else its piece of the replicated bank
+      // (Megatron's scatter / gather; runtime/parallel/pipeline_boundary.cpp).
+      const double rank_entry_bytes = entry_bytes / static_cast<double>(c.t);
+      bank = memory.bank_entries_at(layer) * rank_entry_bytes;
       // Cached: the receiving rank already holds what it had at the end of its
       // previous chunk (chunk + 1 - p); it needs only the entries since then
       // (the partial of a cut block is always new).
@@ -697,7 +703,7 @@ void assemble_stages(const ClusterContext& c, const RankCompute& compute, const 
             chunk_first[static_cast<size_t>(previous)] + chunk_sizes[static_cast<size_t>(previous)];
         held = 1.0 + static_cast<double>(end / c.K);
       }
-      bank_cached = bank - held * entry_bytes;
+      bank_cached = bank - held * rank_entry_bytes;
       uncached_bytes_total += bank;
       cached_bytes_total += bank_cached;
     }
@@ -827,11 +833,10 @@ StepParts stage_data_parallel(const ClusterContext& c, const StageMemoryModel& m
       }
     }
     // The optimizer on this rank's (ZeRO-sharded) states.
-    OpShape update;
-    update.kind = OpKind::optimizer_update;
-    update.dtype = c.config.train.dtype;
-    update.dims[0] =
-        static_cast<int64_t>(std::ceil(stage.params / static_cast<double>(par.zero >= 1 ? dp : 1)));
+    const OpShape update = OpShape::of(
+        OptimizerUpdateDims{.params = static_cast<int64_t>(std::ceil(
+                                stage.params / static_cast<double>(par.zero >= 1 ? dp : 1)))},
+        c.config.train.dtype);
     TimingModel::Source source = TimingModel::Source::roofline;
     parts.optimizer = std::max(parts.optimizer, c.timing.op_time_s(update, Pass::forward, &source));
     // Memory per device on this stage.

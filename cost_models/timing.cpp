@@ -27,35 +27,23 @@
 namespace modar {
 namespace {
 
-constexpr int kMaxDims = 7;
+constexpr int kMaxDims = static_cast<int>(kMaxOpDims);
 
+// The pass whose measurements time an op (the table's timing column): one
+// for every pass of an `any_pass` kind (a dgrad / wgrad GEMM is a GEMM);
+// recompute ops are timed as forward ops.
 Pass pass_class(OpKind kind, Pass pass) {
-  if (kind == OpKind::gemm || pass == Pass::recompute) {
+  if (op_kind_info(kind).timing == OpTiming::any_pass || pass == Pass::recompute) {
     return Pass::forward;
   }
   return pass;
 }
 
-// Dims that are flags / small categorical values: they must match exactly.
+// Dims that are flags / small categorical values (the dims struct's
+// `category` dims): they must match exactly.
 bool is_categorical(OpKind kind, int dim) {
-  switch (kind) {
-    case OpKind::attention:
-      return dim == 6;
-    case OpKind::depth_read_prefix:
-      return dim == 4 || dim == 5;
-    case OpKind::depth_read_merge:
-      return dim == 1 || dim == 3;
-    case OpKind::dar_coefficients:
-      return dim == 1 || dim == 3;
-    case OpKind::dar_write:
-      return dim == 1 || dim == 3 || dim == 4;
-    case OpKind::elementwise:
-      return dim == 1 || dim == 2;
-    case OpKind::expert_gemm:
-      return dim == 5;
-    default:
-      return false;
-  }
+  const OpKindInfo& info = op_kind_info(kind);
+  return dim < info.dims_count && info.dims[dim].role == DimRole::category;
 }
 
 }  // namespace
@@ -288,11 +276,12 @@ double TimingModel::roofline_s(const OpShape& shape, Pass pass) const {
 }
 
 double TimingModel::op_time_s(const OpShape& shape, Pass pass, Source* source) const {
-  if (shape.kind == OpKind::expert_gemm &&
-      (index_ == nullptr || !index_->has_measurements[static_cast<size_t>(OpKind::expert_gemm)])) {
+  if (op_kind_info(shape.kind).timing == OpTiming::per_pass_else_gemm &&
+      (index_ == nullptr || !index_->has_measurements[static_cast<size_t>(shape.kind)])) {
     // Not measured as such: the per-expert GEMM at the busiest expert's rows
     // (load imbalance), batched over the experts (ops.hpp).
-    return op_time_s(expert_gemm_timing_shape(shape), Pass::forward, source);
+    return op_time_s(OpShape::of(expert_gemm_timing_dims(shape.as<ExpertGemmDims>()), shape.dtype),
+                     Pass::forward, source);
   }
   const double roofline = roofline_s(shape, pass);
   if (index_ == nullptr) {
@@ -320,6 +309,7 @@ size_t lookup_slot(uint64_t model_id, const OpShape& shape, Pass pass) {
   uint64_t h = model_id * 0x9E3779B97F4A7C15ULL;
   h ^= static_cast<uint64_t>(shape.kind) | (static_cast<uint64_t>(shape.dtype) << 8) |
        (static_cast<uint64_t>(pass) << 16);
+  static_assert(kMaxOpDims == 7, "lookup_slot hashes all 7 dims");
   const auto& x = shape.dims;
   h += static_cast<uint64_t>(x[0]) * 0xC2B2AE3D27D4EB4FULL +
        static_cast<uint64_t>(x[1]) * 0x165667B19E3779F9ULL +
@@ -460,14 +450,16 @@ double TimingModel::datasheet_s(const OpShape& shape, Pass pass, double roofline
   if (slot.model_id == id_ && slot.pass == pass && same_shape(slot.shape, shape)) {
     return slot.seconds;
   }
-  const auto& x = shape.dims;
   double seconds = 0.0;
   if (shape.kind == OpKind::gemm) {
+    const GemmDims x = shape.as<GemmDims>();
     seconds =
-        gpu_gemm_time({x[0], x[1], x[2], std::max<int64_t>(x[3], 1), shape.dtype}, rates_).seconds;
+        gpu_gemm_time({x.m, x.n, x.k, std::max<int64_t>(x.batch, 1), shape.dtype}, rates_).seconds;
   } else {
     const OpCost cost = op_cost(shape, pass, AttentionFlops::flash);
-    const AttentionShape attention{x[0], x[1], x[2], x[3], x[4], x[5], x[6] != 0, shape.dtype};
+    const AttentionDims x = shape.as<AttentionDims>();
+    const AttentionShape attention{x.sequences, x.heads,    x.kv_heads,    x.query_len,
+                                   x.key_len,   x.head_dim, x.causal != 0, shape.dtype};
     seconds =
         flash_attention_time_s(attention, pass == Pass::backward ? Pass::backward : Pass::forward,
                                cost.flops, cost.bytes, rates_);

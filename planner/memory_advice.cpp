@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "modar/base/errors.hpp"
+#include "modar/errors.hpp"
 #include "modar/layout_search.hpp"
 #include "modar/planner.hpp"
 #include "optimal_internal.hpp"

@@ -43,7 +43,7 @@ void check_budget_in_search_range(const OptimalSettings& settings, double centre
   // The budget that decided, as the user gave it, and the allowed end in its unit.
   const bool flops_decide =
       settings.flops && (!settings.gpu_hours || centre_flops == *settings.flops);
-  const std::string what = flops_decide ? "flops = " + format_number(*settings.flops)
+  const std::string what = flops_decide    ? "flops = " + format_number(*settings.flops)
                            : settings.days ? "days = " + format_number(*settings.days)
                                            : "gpu_hours = " + format_number(*settings.gpu_hours);
   const auto budget_text = [&](double flops) {
@@ -57,12 +57,11 @@ void check_budget_in_search_range(const OptimalSettings& settings, double centre
                          : sci(gpu_hours, 2) + " GPU-hours";
   };
   if (range.too_small()) {
-    throw ConfigError(what + ": too small for any shape: the compute-optimal N_f is " +
-                      sci(range.n_opt) + " but the smallest shape (" +
-                      std::to_string(run.shapes.min_layers) + " layers, d_model " +
-                      std::to_string(run.shapes.d_model_multiple) + "+) has N_f " +
-                      sci(range.smallest) + "; allowed: a budget of at least ~" +
-                      budget_text(range.min_flops));
+    throw ConfigError(
+        what + ": too small for any shape: the compute-optimal N_f is " + sci(range.n_opt) +
+        " but the smallest shape (" + std::to_string(run.shapes.min_layers) + " layers, d_model " +
+        std::to_string(run.shapes.d_model_multiple) + "+) has N_f " + sci(range.smallest) +
+        "; allowed: a budget of at least ~" + budget_text(range.min_flops));
   }
   throw ConfigError(what + ": too large for the shape search: the compute-optimal N_f " +
                     sci(range.n_opt) + " exceeds the largest shape's (" +
@@ -77,8 +76,8 @@ struct Solve {
   Evaluator& evaluator;
   RunReporter& reporter;
   double centre_flops = 0.0;
-  std::string memory_text;  // "device memory (141.0 GiB, micro-batch 8, recompute none)"
-  Recommendation baseline;  // the optimal baseline (after solve_baseline)
+  std::string memory_text;        // "device memory (141.0 GiB, micro-batch 8, recompute none)"
+  Recommendation baseline;        // the optimal baseline (after solve_baseline)
   ShapeCandidate baseline_shape;  // its point of the search
 
   const PlannerRun& run() const { return settings.run; }
@@ -92,7 +91,7 @@ struct Solve {
         settings.flops && settings.gpu_hours
             ? "the tighter of C = 3 F_fwd D and the wall-clock budget"
             : (settings.flops ? "C = 3 F_fwd D (D = C / F_train per token)"
-                                   : "the wall-clock budget (D = hours x tokens/s)");
+                              : "the wall-clock budget (D = hours x tokens/s)");
     return std::string("argmin of predicted loss (eps ") + fixed(prior.eps, 4) + ", fit " +
            result.fit.name + ") under " + budget_text + " over every shape of the search space (" +
            detail::space_text(run().shapes) + ")" + (fits ? " that fits in " + memory_text : "") +
@@ -141,9 +140,9 @@ void solve_baseline(Solve& solve) {
     throw ConfigError("budget too small: the optimal baseline gets " + sci(tokens) +
                       " tokens, less than one optimizer step (" + sci(step_tokens) + " tokens)");
   }
-  Recommendation rec = detail::make_recommendation(
-      "baseline", "isoflop_optimal", solve.argmin_selection(prior, argmin.fits), space, point,
-      prior);
+  Recommendation rec =
+      detail::make_recommendation("baseline", "isoflop_optimal",
+                                  solve.argmin_selection(prior, argmin.fits), space, point, prior);
   detail::set_ratios(rec, rec);
   detail::set_ranges(rec, space, argmin.index, argmin.index, rec.time.step_s,
                      rec.flops.forward_per_token);
@@ -215,9 +214,8 @@ void solve_parity(Solve& solve, const ArchSpec& arch, ArchSpace& space,
   solve.reporter.advance();
   const std::string selection =
       "fastest step (cost model on profile " + solve.run().profile.name +
-      ") among shapes that fit in " +
-      solve.memory_text + " whose predicted loss (eps " + fixed(prior.eps, 4) +
-      ") <= the optimal baseline's " + fixed(baseline_loss, 4) +
+      ") among shapes that fit in " + solve.memory_text + " whose predicted loss (eps " +
+      fixed(prior.eps, 4) + ") <= the optimal baseline's " + fixed(baseline_loss, 4) +
       (restricted
            ? ", restricted to the prior's support (" +
                  (prior.measured_size_min > 0
@@ -247,8 +245,7 @@ void solve_parity(Solve& solve, const ArchSpec& arch, ArchSpace& space,
                          sci(prior.measured_size_min, 2) + ")");
   }
   if (parity_high < 0) {
-    solve.result.notes.push_back(arch.name + " parity-fastest: at eps " +
-                                 fixed(prior.eps_high, 4) +
+    solve.result.notes.push_back(arch.name + " parity-fastest: at eps " + fixed(prior.eps_high, 4) +
                                  " (the prior's pessimistic end) no shape reaches the baseline's "
                                  "loss; its range's high end is null");
   }
@@ -335,6 +332,19 @@ void add_closing_notes(Solve& solve, const std::vector<ArchSpec>& archs) {
         "DAR costs time and memory, not FLOPs: under a FLOP budget it looks "
         "free; compare under a wall-clock budget (gpu_hours or days) for its price");
   }
+  if (settings.run.experts.enabled()) {
+    // Say the experts came from the user, and what the loss model makes of them.
+    for (const ArchSpec& arch : archs) {
+      if (arch.moe.enabled()) {
+        result.notes.push_back(
+            arch.name + ": experts as set (moe.*): " +
+            experts_summary(detail::arch_config(settings.run.base, arch)) +
+            " (the default is 8 experts of the dense width, top-1); they change the FLOPs, "
+            "parameters, memory and time of every shape, while the loss prior stays the MoD "
+            "paper's figure-7 reading (8 experts, top-1)");
+      }
+    }
+  }
   if (settings.gpu_hours) {
     result.notes.push_back(
         "wall-clock budget: tokens = gpu_hours / gpus * 3600 * tokens/s of "
@@ -396,9 +406,9 @@ OptimalResult optimal(const OptimalRequest& request, const RunControl& control) 
     solve.centre_flops = *settings.flops;
   }
   if (settings.gpu_hours) {
-    solve.centre_flops =
-        std::min(solve.centre_flops, *settings.gpu_hours * 3600.0 *
-                                         run.profile.ceilings.peak_flops_bf16 * detail::kGridCentreMfu);
+    solve.centre_flops = std::min(solve.centre_flops, *settings.gpu_hours * 3600.0 *
+                                                          run.profile.ceilings.peak_flops_bf16 *
+                                                          detail::kGridCentreMfu);
   }
   check_budget_in_search_range(settings, solve.centre_flops);
   solve.memory_text = detail::memory_text(run);

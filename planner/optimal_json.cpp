@@ -29,6 +29,12 @@ void write_recommendation_json(JsonWriter& json, const Recommendation& rec,
   json.field("aspect_ratio", rec.shape.aspect_ratio());
   json.end_object();
   json.field("layout", layout_summary(rec.config));
+  // The whole configuration ({dotted key: value}): what `modar export` reads.
+  json.key("config").begin_object();
+  for (const auto& [key, literal] : config_values(rec.config)) {
+    json.key(key).raw(literal);
+  }
+  json.end_object();
   json.key("parallel").begin_object();
   write_parallel_layout_json(json, parallel_layout_json(rec.config));
   json.field("global_batch", rec.config.train.global_batch);
@@ -37,6 +43,13 @@ void write_recommendation_json(JsonWriter& json, const Recommendation& rec,
   json.key("mod").begin_object();
   json.field("capacity", rec.config.mod.enabled() ? rec.config.mod.capacity : 1.0);
   json.field("every", rec.config.mod.every);
+  json.end_object();
+  json.key("moe").begin_object();
+  json.field("experts", rec.config.moe.experts).field("top_k", rec.config.moe.top_k);
+  json.field("expert_ffn", rec.config.moe.enabled()
+                               ? rec.config.moe.resolved_expert_ffn(rec.config.model)
+                               : int64_t{0});
+  json.field("shared_experts", rec.config.moe.shared_experts);
   json.end_object();
   json.key("dar").begin_object();
   json.field("variant", to_string(rec.config.dar.variant));
@@ -53,8 +66,7 @@ void write_recommendation_json(JsonWriter& json, const Recommendation& rec,
   json.field("hardware_total", rec.hardware_flops_total);
   json.end_object();
   json_optional(json, "loss", rec.loss);
-  json_optional(json, "eps",
-                rec.prior.known ? std::optional<double>(rec.prior.eps) : std::nullopt);
+  json_optional(json, "eps", rec.prior.known ? std::optional<double>(rec.prior.eps) : std::nullopt);
   json.key("memory").begin_object();
   json.field("peak_bytes", rec.memory.peak).field("fits", rec.memory.fits);
   write_memory_parts_json(json, rec.memory, "_bytes");

@@ -21,7 +21,9 @@ std::string range_text(const ValueRange& range, Format format) {
   if (range.low && range.high && *range.low == range.value && *range.high == range.value) {
     return "same";
   }
-  const auto end = [&](const std::optional<double>& v) { return v ? format(*v) : std::string("?"); };
+  const auto end = [&](const std::optional<double>& v) {
+    return v ? format(*v) : std::string("?");
+  };
   return end(range.low) + ".." + end(range.high);
 }
 
@@ -42,8 +44,8 @@ std::string table_header(const OptimalResult& result) {
     out += sci(*settings.flops) + " training FLOPs";
   }
   if (settings.gpu_hours) {
-    out += std::string(settings.flops ? ", " : "") + format_number(*settings.gpu_hours) +
-           " GPU-hours";
+    out +=
+        std::string(settings.flops ? ", " : "") + format_number(*settings.gpu_hours) + " GPU-hours";
     if (settings.days) {
       out += " (" + format_number(*settings.days) + " days)";
     }
@@ -91,11 +93,15 @@ TableRows recommendation_rows(const OptimalResult& result) {
                                         std::to_string(r.config.dar.resolved_streams())
                                   : std::string("-");
   });
+  if (std::any_of(recs.begin(), recs.end(),
+                  [](const Recommendation& r) { return r.config.moe.enabled(); })) {
+    add("experts E x width, top-k",
+        [](const Recommendation& r) { return experts_summary(r.config); });
+  }
   add("params total", [](const Recommendation& r) { return sci(r.params.total); });
   add("params FLOP-active N_f", [](const Recommendation& r) { return sci(r.params.flop_active); });
-  add("  range (eps)", [](const Recommendation& r) {
-    return range_text(r.n_flop_active_range, short_sci);
-  });
+  add("  range (eps)",
+      [](const Recommendation& r) { return range_text(r.n_flop_active_range, short_sci); });
   add("tokens D", [](const Recommendation& r) { return sci(r.tokens); });
   add("  range (eps)",
       [](const Recommendation& r) { return range_text(r.tokens_range, short_sci); });
@@ -150,7 +156,8 @@ TableRows recommendation_rows(const OptimalResult& result) {
       [](const Recommendation& r) { return fixed(r.ratio_params_total, 2); });
   add("x fwd FLOPs / token",
       [](const Recommendation& r) { return fixed(r.ratio_forward_flops, 2); });
-  add("x wall-clock to train", [](const Recommendation& r) { return fixed(r.ratio_train_hours, 2); });
+  add("x wall-clock to train",
+      [](const Recommendation& r) { return fixed(r.ratio_train_hours, 2); });
   add("x time per step", [](const Recommendation& r) { return fixed(r.ratio_step_time, 2); });
   add("  range (eps)", [](const Recommendation& r) {
     return range_text(r.step_time_ratio_range, [](double v) { return fixed(v, 2); });
@@ -225,14 +232,12 @@ std::string table_footer(const OptimalResult& result, const std::vector<std::str
     }
   }
   if (!result.same_shape.empty()) {
-    out += "\nsame shape as the optimal baseline (" +
-           std::to_string(recs.front().shape.n_layers) + " x " +
-           std::to_string(recs.front().shape.d_model) + ", same FLOP budget):\n";
+    out += "\nsame shape as the optimal baseline (" + std::to_string(recs.front().shape.n_layers) +
+           " x " + std::to_string(recs.front().shape.d_model) + ", same FLOP budget):\n";
     for (const SameShapeComparison& same : result.same_shape) {
       out += "  " + same.arch + ": loss " +
              (same.loss ? fixed(same.loss->value, 4) + " (" +
-                              range_text(*same.loss, [](double v) { return fixed(v, 4); }) +
-                              ")"
+                              range_text(*same.loss, [](double v) { return fixed(v, 4); }) + ")"
                         : std::string("unknown")) +
              " vs baseline " + fixed(same.baseline_loss, 4) + ", x fwd FLOPs/token " +
              fixed(same.ratio_forward_flops, 2) + ", x step time " +
@@ -276,8 +281,9 @@ std::string table_footer(const OptimalResult& result, const std::vector<std::str
          "aspect d/L in [" + format_number(shapes.aspect_min) + ", " +
          format_number(shapes.aspect_max) + "]; losses within " +
          format_number(100 * kLossTieRelative) + "% tie, deepest wins; " +
-         std::to_string(result.candidates_evaluated) + " shapes scored (the rest provably worse), " +
-         std::to_string(result.cost_evaluations) + " timed\n";
+         std::to_string(result.candidates_evaluated) +
+         " shapes scored (the rest provably worse), " + std::to_string(result.cost_evaluations) +
+         " timed\n";
   return out;
 }
 

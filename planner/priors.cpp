@@ -618,4 +618,62 @@ ArchSpec make_arch(const std::string& name, double capacity, int64_t every,
   return arch;
 }
 
+MoeConfig planned_experts(const ArchSpec& arch, const MoeConfig& user) {
+  if (!arch.moe.enabled() || !user.enabled()) {
+    return arch.moe;
+  }
+  MoeConfig out = user;
+  out.mode = arch.moe.mode;
+  if (arch.moe.mode == MoeMode::integrated) {
+    // Integrated MoDE needs null experts: the architecture's unless given.
+    out.null_experts = user.null_experts > 0 ? user.null_experts : arch.moe.null_experts;
+    if (user.capacity_factor == 0.0) {
+      out.capacity_factor = arch.moe.capacity_factor;
+    }
+  } else {
+    out.null_experts = 0;
+  }
+  return out;
+}
+
+std::string experts_summary(const Config& config) {
+  const MoeConfig& e = config.moe;
+  if (!e.enabled()) {
+    return "-";
+  }
+  std::string out = std::to_string(e.experts);
+  out += " x ";
+  out += std::to_string(e.resolved_expert_ffn(config.model));
+  out += ", top-";
+  out += std::to_string(e.top_k);
+  if (e.shared_experts > 0) {
+    out += ", ";
+    out += std::to_string(e.shared_experts);
+    out += " shared";
+  }
+  if (e.null_experts > 0 && e.mode == MoeMode::integrated) {
+    out += ", ";
+    out += std::to_string(e.null_experts);
+    out += " null";
+  }
+  return out;
+}
+
+void check_experts_used(const MoeConfig& user, const std::vector<std::string>& archs) {
+  if (!user.enabled()) {
+    return;
+  }
+  std::string names;
+  for (const std::string& name : archs) {
+    if (make_arch(name).moe.enabled()) {
+      return;
+    }
+    names += (names.empty() ? "" : ", ") + name;
+  }
+  throw ConfigError("moe.experts = " + std::to_string(user.experts) +
+                    ": set, but no planned architecture has experts (archs: " + names +
+                    "); allowed: add moe, mode-staged or mode-integrated to the architectures, "
+                    "or leave moe.* unset");
+}
+
 }  // namespace modar

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "modar/base/errors.hpp"
+#include "modar/errors.hpp"
 #include "modar/layout_search.hpp"
 #include "modar/planner.hpp"
 #include "planner_internal.hpp"
@@ -81,7 +81,8 @@ std::set<std::string> keys_set(const Config& base, const std::vector<std::string
 
 // The base configuration may not describe an architecture of its own: the
 // knobs set it per architecture (silently dropping a [mod] would answer a
-// question the user did not ask).
+// question the user did not ask).  Its [moe] is allowed: the experts of the
+// architectures that have them (PlannerRun::experts).
 void check_base_has_no_architecture(const Config& base) {
   if (base.mod.enabled()) {
     throw ConfigError("base mod.every = " + std::to_string(base.mod.every) +
@@ -92,12 +93,6 @@ void check_base_has_no_architecture(const Config& base) {
     throw ConfigError(std::string("base dar.variant = \"") + to_string(base.dar.variant) +
                       "\": the planner sets DAR per architecture; allowed: a base configuration "
                       "without [dar] (choose arch = dar with block_layers and streams)");
-  }
-  if (base.moe.enabled()) {
-    throw ConfigError("base moe.experts = " + std::to_string(base.moe.experts) +
-                      ": the planner sets experts per architecture; allowed: a base "
-                      "configuration without [moe] (choose arch = moe, mode-staged or "
-                      "mode-integrated)");
   }
 }
 
@@ -121,11 +116,11 @@ void check_knob_used(const char* field, bool given, bool used,
 void check_depth_knob(const char* field, int64_t value, const ShapeSearchOptions& shapes,
                       const char* what) {
   if (value > shapes.max_layers) {
-    throw ConfigError(std::string(field) + " = " + std::to_string(value) + ": " + what +
-                      " needs at least " + std::to_string(value) +
-                      " layers, but the shape search stops at n_layers = " +
-                      std::to_string(shapes.max_layers) + "; allowed: " + field + " in [1, " +
-                      std::to_string(shapes.max_layers) + "]");
+    throw ConfigError(
+        std::string(field) + " = " + std::to_string(value) + ": " + what + " needs at least " +
+        std::to_string(value) +
+        " layers, but the shape search stops at n_layers = " + std::to_string(shapes.max_layers) +
+        "; allowed: " + field + " in [1, " + std::to_string(shapes.max_layers) + "]");
   }
 }
 
@@ -171,9 +166,15 @@ double parse_gpu_hours(const std::string& text) {
 }
 
 double parse_days(const std::string& text) {
-  if (const auto value = number_with_unit(
-          text, {{"days", 1.0}, {"day", 1.0}, {"d", 1.0}, {"weeks", 7.0}, {"week", 7.0},
-                 {"w", 7.0}, {"hours", 1.0 / 24.0}, {"hour", 1.0 / 24.0}, {"h", 1.0 / 24.0}})) {
+  if (const auto value = number_with_unit(text, {{"days", 1.0},
+                                                 {"day", 1.0},
+                                                 {"d", 1.0},
+                                                 {"weeks", 7.0},
+                                                 {"week", 7.0},
+                                                 {"w", 7.0},
+                                                 {"hours", 1.0 / 24.0},
+                                                 {"hour", 1.0 / 24.0},
+                                                 {"h", 1.0 / 24.0}})) {
     return *value;
   }
   throw ConfigError("days = " + shown_value(text) +
@@ -195,6 +196,9 @@ PlannerRun resolve_planner_run(const PlannerRunRequest& request) {
   const std::set<std::string> given = keys_set(request.base, request.base_keys);
   Config base = request.base;
   check_base_has_no_architecture(base);
+  // moe.* in the base: the experts of the architectures that have them.
+  run.experts = base.moe;
+  base.moe = MoeConfig{};
   // The base's [device] / [cluster] are the user's too: honoured as the
   // defaults of gpus, profile and gpus_per_node; contradicting them is refused.
   const auto from_base = [&](const char* field, const std::optional<int64_t>& asked,
@@ -203,14 +207,16 @@ PlannerRun resolve_planner_run(const PlannerRunRequest& request) {
       return asked;
     }
     if (asked && *asked != base_value) {
-      throw ConfigError(std::string(field) + " = " + std::to_string(*asked) + ": the base "
-                        "configuration sets " + key + " = " + std::to_string(base_value) +
+      throw ConfigError(std::string(field) + " = " + std::to_string(*asked) +
+                        ": the base "
+                        "configuration sets " +
+                        key + " = " + std::to_string(base_value) +
                         "; allowed: one of them, or the same value");
     }
     return base_value;
   };
-  run.gpus = from_base("gpus", request.gpus, "device.count", base.device.count)
-                 .value_or(kDefaultGpus);
+  run.gpus =
+      from_base("gpus", request.gpus, "device.count", base.device.count).value_or(kDefaultGpus);
   if (run.gpus < 1) {
     throw ConfigError("gpus = " + std::to_string(run.gpus) + ": must be >= 1");
   }
@@ -300,8 +306,8 @@ OptimalSettings resolve_optimal(const OptimalRequest& request) {
     settings.flops = request.flops;
   }
   if (request.gpu_hours && request.days) {
-    throw ConfigError("gpu_hours = " + format_number(*request.gpu_hours) + " and days = " +
-                      format_number(*request.days) +
+    throw ConfigError("gpu_hours = " + format_number(*request.gpu_hours) +
+                      " and days = " + format_number(*request.days) +
                       ": both are the wall-clock budget; allowed: one of them");
   }
   if (request.gpu_hours) {
@@ -313,8 +319,8 @@ OptimalSettings resolve_optimal(const OptimalRequest& request) {
     settings.days = request.days;
     settings.gpu_hours = *request.days * 24.0 * double(run.gpus);
   }
-  const std::vector<std::string> names = request.arch.empty() ? default_optimal_archs()
-                                                              : request.arch;
+  const std::vector<std::string> names =
+      request.arch.empty() ? default_optimal_archs() : request.arch;
   const bool mod = any_of_archs(names, arch_has_mod);
   const bool dar = any_of_archs(names, arch_has_dar);
   check_knob_used("capacity", request.capacity.has_value(), mod, names, "MoD (mod, mod+dar, ...)");
@@ -326,9 +332,11 @@ OptimalSettings resolve_optimal(const OptimalRequest& request) {
   settings.every = request.every.value_or(kDefaultModEvery);
   settings.block_layers = request.block_layers.value_or(kDefaultDarBlockLayers);
   settings.streams = request.streams.value_or(kDefaultDarStreams);
+  check_experts_used(run.experts, names);
   for (const std::string& name : names) {
     ArchSpec arch =
         make_arch(name, settings.capacity, settings.every, settings.block_layers, settings.streams);
+    arch.moe = planned_experts(arch, run.experts);  // the user's moe.* settings
     const bool duplicate = std::any_of(settings.archs.begin(), settings.archs.end(),
                                        [&](const ArchSpec& a) { return a.name == name; });
     if (!duplicate) {
@@ -355,8 +363,8 @@ SweepSettings resolve_sweep(const SweepRequest& request) {
     check_budget_value("flops", budget, kMinTrainFlops, kMaxTrainFlops);
   }
   settings.flops = request.flops;
-  const std::vector<std::string> names = request.arch.empty() ? default_sweep_archs()
-                                                              : request.arch;
+  const std::vector<std::string> names =
+      request.arch.empty() ? default_sweep_archs() : request.arch;
   const bool mod = any_of_archs(names, arch_has_mod);
   const bool dar = any_of_archs(names, arch_has_dar);
   check_knob_used("capacity", !request.capacity.empty(), mod, names, "MoD (mod, mod+dar, ...)");
@@ -382,6 +390,7 @@ SweepSettings resolve_sweep(const SweepRequest& request) {
       check_depth_knob("block_layers", k, run.shapes, "a DAR block of K layers");
     }
   }
+  check_experts_used(run.experts, names);
   for (const std::string& name : names) {
     const bool has_mod = arch_has_mod(name);
     const bool has_dar = arch_has_dar(name);
@@ -389,7 +398,9 @@ SweepSettings resolve_sweep(const SweepRequest& request) {
       for (const int64_t e : has_mod ? everys : std::vector<int64_t>{kDefaultModEvery}) {
         for (const int64_t k : has_dar ? blocks : std::vector<int64_t>{kDefaultDarBlockLayers}) {
           for (const int64_t n : has_dar ? streams : std::vector<int64_t>{kDefaultDarStreams}) {
-            settings.variants.push_back(make_arch(name, c, e, k, n));
+            ArchSpec variant = make_arch(name, c, e, k, n);
+            variant.moe = planned_experts(variant, run.experts);  // the user's moe.* settings
+            settings.variants.push_back(variant);
           }
         }
       }

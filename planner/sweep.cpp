@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "modar/base/errors.hpp"
+#include "modar/errors.hpp"
 #include "modar/layout_search.hpp"
 #include "modar/planner.hpp"
 #include "optimal_internal.hpp"
@@ -66,9 +66,8 @@ int best_in_bin(ArchSpace& space, const std::vector<int>& bin, double eps) {
     if (any_fits && !evaluator.fits(space.arch_base(), point)) {
       continue;
     }
-    if (chosen < 0 ||
-        point.candidate.shape.n_layers >
-            space.points()[static_cast<size_t>(chosen)].candidate.shape.n_layers) {
+    if (chosen < 0 || point.candidate.shape.n_layers >
+                          space.points()[static_cast<size_t>(chosen)].candidate.shape.n_layers) {
       chosen = i;
     }
   }
@@ -81,9 +80,9 @@ int closest_in_bin(ArchSpace& space, const std::vector<int>& bin, double target,
                    double depth_tolerance) {
   double best = INFINITY;
   for (const int i : bin) {
-    best = std::min(best, std::abs(std::log(
-                              space.points()[static_cast<size_t>(i)].candidate.params.flop_active /
-                              target)));
+    best = std::min(
+        best, std::abs(std::log(
+                  space.points()[static_cast<size_t>(i)].candidate.params.flop_active / target)));
   }
   const double band = std::max(best, std::log1p(depth_tolerance));
   int chosen = -1;
@@ -159,6 +158,12 @@ SweepRow make_row(const SweepSettings& settings, double budget, const VariantSpa
   row.every = arch.mod.every;
   row.block_layers = arch.dar.enabled() ? arch.dar.block_layers : 0;
   row.streams = arch.dar.resolved_streams();
+  row.experts = arch.moe.experts;
+  row.top_k = arch.moe.enabled() ? arch.moe.top_k : 0;
+  row.expert_ffn =
+      arch.moe.enabled()
+          ? arch.moe.resolved_expert_ffn(with_shape(space.arch_base(), point.candidate.shape).model)
+          : 0;
   row.shape = point.candidate.shape;
   row.params = point.candidate.params;
   row.forward_flops_per_token = point.candidate.forward_flops_per_token;
@@ -286,23 +291,25 @@ SweepSummary sweep(const SweepRequest& request, const std::function<void(const S
   }
   reporter.finish();
   if (summary.rows == 0) {
-    throw ConfigError(summary.notes.front() +
-                      (summary.notes.size() > 1
-                           ? " (and " + std::to_string(summary.notes.size() - 1) +
-                                 " more empty curves)"
-                           : std::string()));
+    throw ConfigError(
+        summary.notes.front() +
+        (summary.notes.size() > 1
+             ? " (and " + std::to_string(summary.notes.size() - 1) + " more empty curves)"
+             : std::string()));
   }
   return summary;
 }
 
 std::vector<SweepRow> sweep(const SweepRequest& request, const RunControl& control) {
   std::vector<SweepRow> rows;
-  sweep(request, [&](const SweepRow& row) { rows.push_back(row); }, control);
+  sweep(
+      request, [&](const SweepRow& row) { rows.push_back(row); }, control);
   return rows;
 }
 
 std::string sweep_csv_header() {
-  return "budget_flops,arch,capacity,every,block_layers,streams,n_layers,d_model,n_heads,"
+  return "budget_flops,arch,capacity,every,block_layers,streams,experts,top_k,expert_ffn,"
+         "n_layers,d_model,n_heads,"
          "n_kv_heads,d_head,d_ff,aspect_ratio,params_total,params_non_embedding,"
          "params_flop_active,forward_flops_per_token,tokens,eps,loss,recommended,"
          "peak_memory_bytes,fits,step_s,tokens_per_s,train_hours,tensor,sequence_parallel,"
@@ -319,6 +326,9 @@ std::string to_csv_line(const SweepRow& row) {
   integer(row.every);
   integer(row.block_layers);
   integer(row.streams);
+  integer(row.experts);  // 0 without experts
+  integer(row.top_k);
+  integer(row.expert_ffn);
   integer(row.shape.n_layers);
   integer(row.shape.d_model);
   integer(row.shape.n_heads);
@@ -345,9 +355,9 @@ std::string to_csv_line(const SweepRow& row) {
   }
   // The layout (gpus > 1; empty cells on one device).
   if (row.has_layout) {
-    for (const int64_t v : {row.parallel.tensor, int64_t{-1}, row.parallel.pipeline,
-                            row.parallel.virtual_stages, row.data_parallel, row.parallel.zero,
-                            row.micro_batch}) {
+    for (const int64_t v :
+         {row.parallel.tensor, int64_t{-1}, row.parallel.pipeline, row.parallel.virtual_stages,
+          row.data_parallel, row.parallel.zero, row.micro_batch}) {
       out += ',';
       out += v < 0 ? (row.parallel.sequence_parallel ? "true" : "false") : std::to_string(v);
     }
@@ -365,6 +375,8 @@ std::string to_json_line(const SweepRow& row) {
   json.field("budget_flops", row.budget_flops).field("arch", row.arch);
   json.field("capacity", row.capacity).field("every", row.every);
   json.field("block_layers", row.block_layers).field("streams", row.streams);
+  json.field("experts", row.experts).field("top_k", row.top_k);
+  json.field("expert_ffn", row.expert_ffn);
   json.field("n_layers", row.shape.n_layers).field("d_model", row.shape.d_model);
   json.field("n_heads", row.shape.n_heads).field("n_kv_heads", row.shape.n_kv_heads);
   json.field("d_head", row.shape.d_head).field("d_ff", row.shape.d_ff);

@@ -1,12 +1,14 @@
 # scripts/lib.sh: helpers shared by the set-up and test scripts (sourced).
 #
-# The Debian packages modar needs: C++ libraries and tools, the Python
+# The Debian packages modar needs: C++ libraries and tools (toml++ for the
+# config files, nlohmann-json for Hugging Face config.json), the Python
 # environment's (python3-dev for the extension, python3-venv), and Open MPI
 # for the multi-process runtime.  scripts/sanitize.sh adds Clang's.
 # ccache: the Python package's build (build/python) compiles most of what
 # build/ compiled, with the same flags; ccache turns that into cache hits.
 MODAR_DEBIAN_PACKAGES=(build-essential cmake pkg-config git ccache libeigen3-dev
-                       libtomlplusplus-dev libgtest-dev python3-dev python3-venv libopenmpi-dev
+                       libtomlplusplus-dev nlohmann-json3-dev libgtest-dev python3-dev
+                       python3-venv libopenmpi-dev
                        openmpi-bin)
 
 # Every decision checks the real state: a Debian package counts as present

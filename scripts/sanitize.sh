@@ -33,7 +33,7 @@ done
 SAN_DIR="${SAN_BUILD_DIR:-build-sanitize}"
 JOBS="${JOBS:-$(nproc)}"
 FUZZ_SECONDS="${FUZZ_SECONDS:-60}"
-FUZZ_TARGETS=(${FUZZ_TARGETS:-config fit_csv profile calibrate_csv})
+FUZZ_TARGETS=(${FUZZ_TARGETS:-config fit_csv profile calibrate_csv hf_config})
 
 modar_ensure_debian_packages "${MODAR_DEBIAN_PACKAGES[@]}" clang libclang-rt-dev llvm
 

@@ -37,11 +37,22 @@ fi
 BUILD_DIR="${BUILD_DIR:-build}"
 VENV="${VENV:-.venv}"
 start_all=$EPOCHREALTIME
-modar_timed "setup+build" scripts/setup.sh
+# The Debian packages and .venv first; then the PyTorch of the PyTorch
+# profile's test (scripts/torch_for_tests.sh: gigabytes, once per machine)
+# downloads in the background while the C++ compiles, and is joined before
+# pytest.  Ctrl-C or an early exit stops it (its install is all-or-nothing).
+modar_timed "setup" scripts/setup.sh --no-build
+torch_log=$(mktemp "${TMPDIR:-/tmp}/modar-torch-install.XXXXXX")
+setsid scripts/torch_for_tests.sh install >"$torch_log" 2>&1 &  # its own process group
+torch_pid=$!
+trap 'kill -- -"$torch_pid" 2>/dev/null || true; rm -f "$torch_log"' EXIT
+modar_timed "build" scripts/setup.sh
 
 status=0
 modar_timed "ctest" bash -c "cd '$BUILD_DIR' && ctest --output-on-failure -j '$(nproc)' --timeout 900" ||
   status=1
+modar_timed "torch (joined)" wait "$torch_pid" || cat "$torch_log" >&2
+VENV="$VENV" scripts/torch_for_tests.sh link
 if [ -d tests/python ] && ls tests/python/test_*.py >/dev/null 2>&1; then
   modar_timed "pytest" "$VENV/bin/python" -m pytest -q tests/python tests/setup || status=1
 fi

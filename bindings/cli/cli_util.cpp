@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "modar/errors.hpp"
+#include "modar/export.hpp"
 
 namespace modar::cli {
 
@@ -358,7 +359,35 @@ size_t parse_choice(const std::string& flag, const std::string& text,
 }
 
 Config load_config_with_overrides(const std::string& path, const std::vector<std::string>& sets) {
-  return load_config_file(path, sets);
+  ConfigDocument document = load_config_document(path, sets);
+  if (!document.notes.empty()) {
+    // A config.json: what was assumed and left out, once, beside the output.
+    std::fprintf(stderr, "modar: note: %s\n", shown_value(document.notes, 4000).c_str());
+  }
+  return std::move(document.config);
+}
+
+Config load_config_source(const ParsedArgs& parsed, const std::vector<std::string>& sets) {
+  const auto megatron = parsed.value("--megatron-args");
+  if (!megatron) {
+    if (parsed.positional.empty()) {
+      throw ConfigError(
+          "missing CONFIG (a TOML file or a Hugging Face config.json), or "
+          "--megatron-args TEXT");
+    }
+    return load_config_with_overrides(parsed.positional[0], sets);
+  }
+  if (!parsed.positional.empty()) {
+    throw ConfigError("--megatron-args: give CONFIG or --megatron-args, not both");
+  }
+  std::string notes;
+  Config config = config_from_megatron_args(*megatron, &notes);
+  for (const std::string& assignment : sets) {
+    apply_override(config, assignment);
+  }
+  validate(config);
+  std::fprintf(stderr, "modar: note: %s\n", shown_value(notes, 4000).c_str());
+  return config;
 }
 
 Table::Table(std::vector<std::string> header) : header_(std::move(header)) {}

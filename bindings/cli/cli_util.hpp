@@ -133,8 +133,14 @@ bool same_file(const std::string& a, const std::string& b);
 void check_output_path(const std::string& flag, const std::string& output,
                        const std::string& input_what, const std::string& input);
 
-// Read CONFIG, apply each "section.key=value" in order, validate.
+// Read CONFIG (TOML or a Hugging Face config.json), apply each
+// "section.key=value" in order, validate; a config.json's notes (defaults
+// taken, fields not modelled) go to stderr on one line.
 Config load_config_with_overrides(const std::string& path, const std::vector<std::string>& sets);
+// The configuration of a command that takes CONFIG or --megatron-args TEXT
+// (Megatron-LM arguments, docs/export.md): one of the two, then `sets`,
+// validated; the reader's notes go to stderr on one line.
+Config load_config_source(const ParsedArgs& parsed, const std::vector<std::string>& sets);
 
 // A plain-text table with aligned columns (numbers right-aligned).
 class Table {

@@ -25,6 +25,8 @@ const std::vector<FlagSpec>& estimate_flags() {
       {"--step", true, false, "train|decode", "which step to estimate (default train)"},
       {"--ops", false, false, "", "also list every lowered op record"},
       {"--json", false, false, "", "print the JSON document instead of the report"},
+      {"--megatron-args", true, false, "TEXT",
+       "read the configuration from Megatron-LM arguments instead of CONFIG (docs/export.md)"},
   };
   return flags;
 }
@@ -36,7 +38,8 @@ std::string model_line(const Config& c) {
          ", d_head " + std::to_string(m.resolved_d_head()) + "), d_ff " +
          std::to_string(m.resolved_d_ff()) + " " + to_string(m.mlp) + ", vocab " +
          std::to_string(m.vocab_size) + (m.tie_embeddings ? " (tied)" : " (untied head)") +
-         ", seq_len " + std::to_string(m.seq_len);
+         ", seq_len " + std::to_string(m.seq_len) + (m.qkv_bias ? ", QKV bias" : "") +
+         (m.qk_norm != QkNorm::none ? std::string(", QK-norm ") + to_string(m.qk_norm) : "");
 }
 
 std::string mod_line(const Config& c, const LayerCounts& counts) {
@@ -149,6 +152,11 @@ std::string moe_line(const Config& config) {
   out += std::to_string(moe.top_k);
   out += ", shared ";
   out += std::to_string(moe.shared_experts);
+  if (moe.shared_experts > 0) {
+    out += " (width ";
+    out += std::to_string(moe.shared_ffn_total(config.model) / moe.shared_experts);
+    out += moe.shared_expert_gate ? " each, gated)" : " each)";
+  }
   out += ", ";
   out += std::to_string(moe.moe_layers(config.model.n_layers));
   out += " MoE layers (every ";
@@ -324,14 +332,17 @@ std::string report(const Config& config, const DeviceProfile& profile, StepKind 
 int cmd_estimate(const Args& args) {
   const std::vector<FlagSpec>& flags = estimate_flags();
   if (wants_help(args)) {
-    std::fputs(usage_text("estimate", "CONFIG [--set KEY=VALUE ...] [options]", flags,
+    std::fputs(usage_text("estimate",
+                          "CONFIG | --megatron-args TEXT [--set KEY=VALUE ...] [options]", flags,
                           "FLOPs, parameters, memory and step time of one configuration.\n"
-                          "CONFIG is a TOML file (docs/config.md); examples in examples/configs/.")
+                          "CONFIG is a TOML file (docs/config.md; examples in examples/configs/) "
+                          "or a Hugging Face config.json (docs/hf_import.md).")
                    .c_str(),
                stdout);
     return 0;
   }
-  const ParsedArgs parsed = parse_args(args, flags, "estimate", 1, 1, "CONFIG (a TOML file)");
+  const ParsedArgs parsed = parse_args(args, flags, "estimate", 0, 1,
+                                       "CONFIG (a TOML file or a Hugging Face config.json)");
   std::vector<std::string> sets = parsed.values("--set");
   if (const auto convention = parsed.value("--attention-flops")) {
     parse_attention_flops(*convention, "--attention-flops");  // reject before loading
@@ -346,15 +357,17 @@ int cmd_estimate(const Args& args) {
           : StepKind::decode;
   static const std::vector<FlagKey> kFlagKeys = {{"--profile", "device.profile"},
                                                  {"--attention-flops", "counting.attention_flops"}};
-  const Config config = with_typed_flags(
-      parsed, kFlagKeys, [&] { return load_config_with_overrides(parsed.positional[0], sets); });
+  const Config config =
+      with_typed_flags(parsed, kFlagKeys, [&] { return load_config_source(parsed, sets); });
+  const std::string source =
+      parsed.positional.empty() ? std::string("Megatron-LM arguments") : parsed.positional[0];
   const DeviceProfile profile =
       with_typed_flags(parsed, kFlagKeys, [&] { return load_profile(config.device.profile); });
   const Estimate e =
       with_typed_flags(parsed, kFlagKeys, [&] { return estimate(config, profile, step); });
-  const std::string text = parsed.has("--json") ? estimate_to_json(config, profile, step, e)
-                                                : report(config, profile, step, e,
-                                                         parsed.positional[0], parsed.has("--ops"));
+  const std::string text = parsed.has("--json")
+                               ? estimate_to_json(config, profile, step, e)
+                               : report(config, profile, step, e, source, parsed.has("--ops"));
   std::fputs(text.c_str(), stdout);
   return std::fflush(stdout) == 0 ? 0 : 1;
 }

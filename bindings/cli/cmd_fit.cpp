@@ -6,7 +6,7 @@
 
 #include "cli_util.hpp"
 #include "commands.hpp"
-#include "modar/base/errors.hpp"
+#include "modar/errors.hpp"
 #include "modar/planner.hpp"
 
 namespace modar::cli {

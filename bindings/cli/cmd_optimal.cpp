@@ -5,15 +5,15 @@
 
 #include "cli_util.hpp"
 #include "commands.hpp"
-#include "modar/base/errors.hpp"
+#include "modar/errors.hpp"
 #include "modar/planner.hpp"
 #include "planner_cli.hpp"
 
 namespace modar::cli {
 
-namespace {
-
-std::vector<FlagSpec> optimal_flags(const OptimalSettings& d) {
+std::vector<FlagSpec> optimal_flags() {
+  // The help's defaults are the library's (the request with nothing said).
+  const OptimalSettings d = resolve_optimal(OptimalRequest{});
   std::string default_archs;
   for (const ArchSpec& arch : d.archs) {
     default_archs += (default_archs.empty() ? "" : ",") + arch.name;
@@ -43,10 +43,42 @@ std::vector<FlagSpec> optimal_flags(const OptimalSettings& d) {
   return flags;
 }
 
-}  // namespace
+OptimalRequest optimal_request(const ParsedArgs& parsed) {
+  if (!parsed.has("--flops") && !parsed.has("--gpu-hours") && !parsed.has("--days")) {
+    throw ConfigError("no budget: give --flops C, --gpu-hours H or --days D (with --gpus N)");
+  }
+  // Only what the user said; the library resolves and checks it.
+  OptimalRequest request;
+  if (const auto v = parsed.value("--flops")) {
+    request.flops = parse_double("--flops", *v);
+  }
+  if (const auto v = parsed.value("--gpu-hours")) {
+    request.gpu_hours = parse_gpu_hours(*v);
+  }
+  if (const auto v = parsed.value("--days")) {
+    request.days = parse_days(*v);
+  }
+  if (const auto v = parsed.value("--arch")) {
+    request.arch = parse_list("--arch", *v);
+  }
+  if (const auto v = parsed.value("--capacity")) {
+    request.capacity = parse_double("--capacity", *v);
+  }
+  if (const auto v = parsed.value("--every")) {
+    request.every = parse_int("--every", *v);
+  }
+  if (const auto v = parsed.value("--block-layers")) {
+    request.block_layers = parse_int("--block-layers", *v);
+  }
+  if (const auto v = parsed.value("--streams")) {
+    request.streams = parse_int("--streams", *v);
+  }
+  parse_planner_run_flags(parsed, request);
+  return request;
+}
 
 int cmd_optimal(const Args& args) {
-  const std::vector<FlagSpec> flags = optimal_flags(resolve_optimal(OptimalRequest{}));
+  const std::vector<FlagSpec> flags = optimal_flags();
   if (wants_help(args)) {
     std::fputs(usage_text("optimal", "--flops C | --gpu-hours H | --days D [options]", flags,
                           "For a budget, the isoFLOP-optimal configuration of each architecture "
@@ -57,37 +89,9 @@ int cmd_optimal(const Args& args) {
     return 0;
   }
   const ParsedArgs parsed = parse_args(args, flags, "optimal", 0, 0);
-  if (!parsed.has("--flops") && !parsed.has("--gpu-hours") && !parsed.has("--days")) {
-    throw ConfigError("no budget: give --flops C, --gpu-hours H or --days D (with --gpus N)");
-  }
   const RunControl control = progress_on_stderr(parsed.has("--quiet"));
   const OptimalResult result = with_typed_flags(parsed, planner_flag_keys(), [&] {
-    OptimalRequest request;
-    if (const auto v = parsed.value("--flops")) {
-      request.flops = parse_double("--flops", *v);
-    }
-    if (const auto v = parsed.value("--gpu-hours")) {
-      request.gpu_hours = parse_gpu_hours(*v);
-    }
-    if (const auto v = parsed.value("--days")) {
-      request.days = parse_days(*v);
-    }
-    if (const auto v = parsed.value("--arch")) {
-      request.arch = parse_list("--arch", *v);
-    }
-    if (const auto v = parsed.value("--capacity")) {
-      request.capacity = parse_double("--capacity", *v);
-    }
-    if (const auto v = parsed.value("--every")) {
-      request.every = parse_int("--every", *v);
-    }
-    if (const auto v = parsed.value("--block-layers")) {
-      request.block_layers = parse_int("--block-layers", *v);
-    }
-    if (const auto v = parsed.value("--streams")) {
-      request.streams = parse_int("--streams", *v);
-    }
-    parse_planner_run_flags(parsed, request);
+    const OptimalRequest request = optimal_request(parsed);
     const InterruptScope ctrl_c;  // Ctrl-C: the search stops at its next check, exit 130
     return optimal(request, control);
   });

@@ -12,6 +12,7 @@
 #include "modar/errors.hpp"
 #include "modar/runtime/backend.hpp"
 #include "modar/runtime/comm.hpp"
+#include "modar/runtime/host_facts.hpp"
 #include "modar/runtime/profiler.hpp"
 #include "modar/runtime/validate.hpp"
 #include "modar/runtime/validate_parallel.hpp"

@@ -19,5 +19,6 @@ int cmd_fit(const Args& args);
 int cmd_calibrate(const Args& args);
 int cmd_profile(const Args& args);
 int cmd_validate(const Args& args);
+int cmd_export(const Args& args);
 
 }  // namespace modar::cli

@@ -38,6 +38,8 @@ constexpr Command kCommands[] = {
      modar::cli::cmd_profile},
     {"validate", "", "measured vs predicted step time and memory on held-out configurations",
      modar::cli::cmd_validate},
+    {"export", "CONFIG", "Megatron-LM launch arguments for a configuration's model and layout",
+     modar::cli::cmd_export},
 };
 
 std::string usage() {
@@ -105,8 +107,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "modar %s: error: out of memory\n", command.name);
       return 1;
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "modar %s: internal error: %s\n", command.name,
-                   line(e.what()).c_str());
+      std::fprintf(stderr, "modar %s: internal error: %s\n", command.name, line(e.what()).c_str());
       return 1;
     }
   }

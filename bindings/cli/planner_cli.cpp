@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "modar/base/errors.hpp"
+#include "modar/errors.hpp"
 #include "modar/parallel.hpp"
 #include "modar/profile.hpp"
 
@@ -122,7 +122,7 @@ void parse_planner_run_flags(const ParsedArgs& parsed, PlannerRunRequest& reques
     request.base_keys.push_back(assignment.substr(0, assignment.find('=')));
   }
   if (const auto path = parsed.value("--config")) {
-    request.base = load_config_file(*path, sets);
+    request.base = load_config_with_overrides(*path, sets);
   } else {
     for (const std::string& assignment : sets) {
       apply_override(request.base, assignment);

@@ -39,4 +39,9 @@ double parse_number(const std::string& flag, const std::string& text);
 // "baseline, mod, dar, mod+dar, moe, moe+dar, ...": every architecture name.
 std::string arch_list_text();
 
+// `modar optimal`'s flags and its request from them (cmd_optimal.cpp; also
+// `modar export --from-optimal`).
+std::vector<FlagSpec> optimal_flags();
+OptimalRequest optimal_request(const ParsedArgs& parsed);
+
 }  // namespace modar::cli

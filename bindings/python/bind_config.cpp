@@ -18,6 +18,8 @@
 #include "config_access.hpp"
 #include "modar/config.hpp"
 #include "modar/errors.hpp"
+#include "modar/export.hpp"
+#include "modar/hf_config.hpp"
 
 namespace modar::python {
 
@@ -299,6 +301,42 @@ void bind_config(py::module_& m) {
   m.def(
       "load_config_file", [](const std::string& path) { return modar::load_config_file(path); },
       py::arg("path"));
+  // Hugging Face config.json (modar/hf_config.hpp): (config, one-line notes).
+  m.def(
+      "import_hf_file",
+      [](const std::string& path, const std::vector<std::string>& overridden) {
+        // The config reader's bound on a config file (16 MiB).
+        const std::string text = read_input_file(path, "Hugging Face config", uint64_t{16} << 20);
+        const HfImport imported = import_hf_config(text, path);
+        return py::make_tuple(imported.config, hf_import_summary(imported, path, overridden));
+      },
+      py::arg("path"), py::arg("overridden"),
+      "Read a config.json: (Config, notes); not validated.");
+  m.def(
+      "import_hf_text",
+      [](const std::string& text, const std::string& source,
+         const std::vector<std::string>& overridden) {
+        const HfImport imported = import_hf_config(text, source);
+        return py::make_tuple(imported.config, hf_import_summary(imported, source, overridden));
+      },
+      py::arg("text"), py::arg("source"), py::arg("overridden"),
+      "Read config.json text: (Config, notes); not validated.");
+  // Megatron-LM arguments (modar/export.hpp, docs/export.md).
+  m.def(
+      "config_from_megatron_args",
+      [](const std::string& text) {
+        std::string notes;
+        Config config = config_from_megatron_args(text, &notes);
+        return py::make_tuple(config, notes);
+      },
+      py::arg("text"), "Megatron-LM arguments -> (Config, notes); not validated.");
+  m.def(
+      "megatron_arguments",
+      [](const Config& config, const std::string& source) {
+        return render_launch_arguments(megatron_arguments(config, source));
+      },
+      py::arg("config"), py::arg("source") = "",
+      "The Megatron-LM launch arguments of a validated config (shell text).");
   m.def("validate_config", &validate_checked, py::arg("config"),
         "Check every field; raises ConfigError (a ValueError) naming the field.");
   m.def(

@@ -60,8 +60,8 @@ modar::DeviceProfile measured_profile() {
     for (int64_t n : {256, 1024, 4096, 16384, 65536}) {
       for (int64_t k : {256, 1024, 4096, 16384}) {
         modar::OpMeasurement meas;
-        meas.shape.kind = modar::OpKind::gemm;
-        meas.shape.dims = {m, n, k, 1, 0, 0, 0};
+        meas.shape =
+            modar::OpShape::of(modar::GemmDims{.m = m, .n = n, .k = k}, modar::DType::bf16);
         meas.median_s = 2.0 * static_cast<double>(m) * n * k / 700e12 + 4e-6;
         p.measurements.push_back(meas);
       }
@@ -71,8 +71,14 @@ modar::DeviceProfile measured_profile() {
     for (int64_t heads : {4, 8, 16, 32}) {
       for (modar::Pass pass : {modar::Pass::forward, modar::Pass::backward}) {
         modar::OpMeasurement meas;
-        meas.shape.kind = modar::OpKind::attention;
-        meas.shape.dims = {8, heads, heads, s, s, 128, 1};
+        meas.shape = modar::OpShape::of(modar::AttentionDims{.sequences = 8,
+                                                             .heads = heads,
+                                                             .kv_heads = heads,
+                                                             .query_len = s,
+                                                             .key_len = s,
+                                                             .head_dim = 128,
+                                                             .causal = 1},
+                                        modar::DType::bf16);
         meas.pass = pass;
         meas.median_s = 4.0 * 8 * heads * 128.0 * s * s / 2 / 400e12 *
                         (pass == modar::Pass::backward ? 2.5 : 1.0);

@@ -23,27 +23,9 @@
 #include <utility>
 #include <vector>
 
-namespace modar {
+#include "modar/config_enums.hpp"
 
-enum class MlpKind { gelu, swiglu };
-enum class RouterScale { linear, sigmoid };  // g(r) = r  |  g(r) = sigmoid(r)
-enum class CausalRouter { none, aux_loss, predictor };
-enum class DarVariant { none, attnres, dar, selfkv, fixedkv, crossv };
-enum class MoeMode { none, staged, integrated };  // MoDE (SPEC section 1.3)
-enum class DType { fp32, bf16, fp16, fp64 };
-enum class Optimizer { adamw };
-enum class Recompute { none, selective, full };
-enum class AttentionFlops { causal, full, flash };  // SPEC section 2
-// The attention kernel a training step runs (time and memory, not counting):
-// flash = FlashAttention (default); unfused = scores materialised in HBM
-// (Megatron-LM before FlashAttention: batched GEMMs + fused softmax + dropout).
-enum class AttentionKernel { flash, unfused };
-// How each micro-batch's weight gradients reach the main-gradient buffer:
-// fused = the wgrad GEMM accumulates into it (beta = 1; Megatron-Core / TE
-// gradient_accumulation_fusion, default); unfused = the GEMM writes a fresh
-// gradient that a separate kernel adds in (Megatron-LM 2021 DDP param hook,
-// main_grad.add_(grad)): a read-modify-write of the buffer per micro-batch.
-enum class GradAccumulation { fused, unfused };
+namespace modar {
 
 struct ModelConfig {
   int64_t d_model = 2048;
@@ -57,13 +39,17 @@ struct ModelConfig {
   bool tie_embeddings = false;
   int64_t seq_len = 2048;
   double norm_eps = 1e-6;
+  bool qkv_bias = false;  // biases on the Q, K and V projections (Qwen2); no other biases
+  QkNorm qk_norm = QkNorm::none;
 
+  // Three matrices (gate, up, down) instead of two.
+  bool gated_mlp() const { return mlp != MlpKind::gelu; }
   int64_t resolved_kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
   int64_t resolved_d_head() const { return d_head > 0 ? d_head : d_model / n_heads; }
   int64_t resolved_d_ff() const {
     if (d_ff > 0)
       return d_ff;
-    if (mlp == MlpKind::gelu)
+    if (!gated_mlp())
       return 4 * d_model;
     const int64_t raw = (8 * d_model + 2) / 3;  // round(8d/3)
     return ((raw + 63) / 64) * 64;
@@ -109,7 +95,11 @@ struct DarConfig {
 // ---- [moe]: experts and MoDE (SPEC section 1.3; docs/moe.md) ----------------
 //  * experts = E routed experts (0 = dense FFN everywhere), each an FFN of the
 //    model's MLP kind and width expert_ffn (0 = model.d_ff resolved);
-//    shared_experts of the same width see every token.
+//    shared_experts see every token, each of width shared_expert_ffn (0 = the
+//    routed experts' width), run as one FFN of width shared_experts x
+//    shared_expert_ffn (Megatron's moe_shared_expert_intermediate_size).
+//    shared_expert_gate: the shared output is scaled by sigmoid(u . w_g), a
+//    d-vector per MoE layer (Qwen2-MoE).
 //  * MoE layers: layer l (0-based) is MoE iff experts > 0, l >= first_dense and
 //    (l - first_dense) % every == 0.
 //  * Router: softmax over the E (+ Z null) choices, token-choice top_k, gates
@@ -129,6 +119,8 @@ struct MoeConfig {
   int64_t top_k = 1;            // experts per token
   int64_t expert_ffn = 0;       // 0 = model's d_ff (resolved)
   int64_t shared_experts = 0;   // experts every token passes through
+  int64_t shared_expert_ffn = 0;    // width of each shared expert; 0 = the routed width
+  bool shared_expert_gate = false;  // sigmoid(u . w_g) scales the shared output
   int64_t interval = 1;         // every interval-th layer (from first_dense) is MoE
   int64_t first_dense = 0;      // leading dense layers
   double capacity_factor = 0.0; // 0 = dropless
@@ -148,6 +140,12 @@ struct MoeConfig {
   }
   int64_t resolved_expert_ffn(const ModelConfig& model) const {
     return expert_ffn > 0 ? expert_ffn : model.resolved_d_ff();
+  }
+  // Width of the one FFN the shared experts run as: shared_experts x each
+  // one's width (0 without shared experts).
+  int64_t shared_ffn_total(const ModelConfig& model) const {
+    return shared_experts *
+           (shared_expert_ffn > 0 ? shared_expert_ffn : resolved_expert_ffn(model));
   }
   // Router choices: E real experts plus Z null experts (integrated MoDE).
   int64_t choices() const { return experts + (mode == MoeMode::integrated ? null_experts : 0); }
@@ -183,7 +181,7 @@ struct DeviceConfig {
 // Device placement: rank = tensor + t * (stage + p * data_index), so a tensor
 // group sits inside a node first, then the pipeline, then data parallelism.
 // Defaults (all 1 / 0) and device.count = 1 are the single-device model.
-enum class PipelineSchedule { one_f_one_b, interleaved };
+// (PipelineSchedule: config_enums.hpp.)
 
 struct ParallelConfig {
   int64_t tensor = 1;               // TP size t (Megatron column/row-parallel layers)
@@ -231,10 +229,22 @@ struct Config {
 
 // Parse a TOML document (text) into a Config; unknown sections/keys are errors.
 Config parse_config_toml(const std::string& toml_text, const std::string& source_name = "<string>");
+// A config file is a modar TOML file or a Hugging Face config.json (a JSON
+// object: modar/hf_config.hpp, docs/hf_import.md).
 Config load_config_file(const std::string& path);
 // Read a file, apply "section.key=value" overrides in order, then validate (so
 // an override may repair a value the file alone would fail on).
 Config load_config_file(const std::string& path, const std::vector<std::string>& overrides);
+// The same, with what the reader has to tell the user once: for a
+// config.json, the defaults it took and the fields it does not model (one
+// line, hf_import_summary; notes about keys the overrides set are left out);
+// "" for a TOML file.
+struct ConfigDocument {
+  Config config;
+  std::string notes;
+};
+ConfigDocument load_config_document(const std::string& path,
+                                    const std::vector<std::string>& overrides);
 // Apply one "section.key=value" override (CLI --set, Python kwargs).
 void apply_override(Config& config, const std::string& assignment);
 void apply_override(Config& config, const std::string& dotted_key, const std::string& value);
@@ -271,20 +281,7 @@ class ConfigKey {
   const void* spec_;
 };
 
-// enum <-> string, the names used in TOML / CLI / JSON.
-const char* to_string(MlpKind v);
-const char* to_string(RouterScale v);
-const char* to_string(CausalRouter v);
-const char* to_string(DarVariant v);
-const char* to_string(MoeMode v);
-const char* to_string(DType v);
-const char* to_string(Optimizer v);
-const char* to_string(Recompute v);
-const char* to_string(AttentionFlops v);
-const char* to_string(PipelineSchedule v);
-const char* to_string(AttentionKernel v);
-const char* to_string(GradAccumulation v);
-int64_t dtype_bytes(DType v);
+// enum <-> string (to_string, dtype_bytes): config_enums.hpp.
 
 // Parse an enum from its name; throws ConfigError naming `field`, the value and
 // the allowed names.  Used by the TOML reader, --set and CLI flags.

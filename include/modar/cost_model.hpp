@@ -230,8 +230,8 @@ inline double TimingModel::roofline_from_cost_s(OpKind kind, DType dtype, double
 }
 
 inline double TimingModel::op_time_s(const OpRecord& op, Source* source) const {
-  if (op.shape.kind == OpKind::expert_gemm) {
-    return op_time_s(op.shape, op.pass, source);  // timed as its per-expert GEMM (ops.hpp)
+  if (op_kind_info(op.shape.kind).timing == OpTiming::per_pass_else_gemm) {
+    return op_time_s(op.shape, op.pass, source);  // may be timed as a GEMM (ops.hpp)
   }
   // Only attention FLOPs depend on the counting convention; the time uses the
   // executed ones.  Every other kind's recorded FLOPs are the executed FLOPs.

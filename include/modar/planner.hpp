@@ -172,6 +172,23 @@ ArchSpec make_arch(const std::string& name, double capacity = kDefaultModCapacit
                    int64_t dar_block_layers = kDefaultDarBlockLayers,
                    int64_t dar_streams = kDefaultDarStreams);
 
+// The experts an architecture with experts is planned with.  Without moe.*
+// settings (user.experts == 0): the architecture's (make_arch: 8 experts of
+// the dense width, top-1, the MoD paper's figure-7 setting).  With them: the
+// user's experts, top-k, expert and shared widths, shared experts and gate,
+// layer pattern, capacity factor, loss coefficients and load imbalance; the
+// architecture keeps its MoDE mode (integrated MoDE keeps 8 null experts and
+// capacity factor 1 unless the user set them).  An architecture without
+// experts keeps none.
+MoeConfig planned_experts(const ArchSpec& arch, const MoeConfig& user);
+// A one-line description of an architecture's experts for tables and notes
+// ("64 x 1408, top-8, 2 shared"; "-" without experts).
+std::string experts_summary(const Config& config);
+// Refuse moe.* settings no planned architecture can use: user.experts > 0
+// and none of `archs` has experts (ConfigError naming moe.experts and the
+// request's architectures).
+void check_experts_used(const MoeConfig& user, const std::vector<std::string>& archs);
+
 // ---- shape search (planner/shape_search.cpp) ---------------------------------
 
 struct ShapeSearchOptions {
@@ -269,6 +286,9 @@ struct PlannerRun {
   // Validated; device.count = gpus, device.profile = profile_ref, [mod],
   // [dar], [moe] off; global_batch resolved (below).
   Config base;
+  // The base's moe.* settings: the experts the architectures with experts
+  // are planned with (planned_experts; off: the architectures' own).
+  MoeConfig experts;
   ShapeSearchOptions shapes;
   // On a cluster: the layout search keeps these as the user set them.
   bool micro_batch_fixed = false;
@@ -483,6 +503,9 @@ struct SweepRow {
   int64_t every = 0;
   int64_t block_layers = 0;
   int64_t streams = 0;
+  int64_t experts = 0;  // moe / mode-*: E (0 without experts)
+  int64_t top_k = 0;
+  int64_t expert_ffn = 0;  // each expert's width at this shape
   Shape shape;
   ParamCounts params;
   double forward_flops_per_token = 0.0;

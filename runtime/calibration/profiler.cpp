@@ -798,8 +798,10 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
     if (m.shape.kind != OpKind::gemm || m.median_s <= 0.0) {
       continue;
     }
-    const double rate = 2.0 * static_cast<double>(m.shape.dims[0]) * m.shape.dims[1] *
-                        m.shape.dims[2] * std::max<int64_t>(m.shape.dims[3], 1) / m.median_s;
+    const GemmDims gemm = m.shape.as<GemmDims>();
+    const double rate = 2.0 * static_cast<double>(gemm.m) * static_cast<double>(gemm.n) *
+                        static_cast<double>(gemm.k) *
+                        static_cast<double>(std::max<int64_t>(gemm.batch, 1)) / m.median_s;
     DeviceCeilings& c = profile.ceilings;
     if (m.shape.dtype == DType::fp32 && rate > c.achievable_flops_fp32) {
       c.achievable_flops_fp32 = c.peak_flops_fp32 = rate;

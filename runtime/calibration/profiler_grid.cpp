@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "modar/config.hpp"
 #include "modar/runtime/profiler.hpp"
 
 namespace modar::runtime {
@@ -102,29 +103,17 @@ class GridBuilder {
  public:
   explicit GridBuilder(DType dtype) : dtype_(dtype) {}
 
-  void add(OpKind kind, std::initializer_list<int64_t> dims, bool with_backward) {
-    ProfilePoint point;
-    point.shape.kind = kind;
-    point.shape.dtype = dtype_;
-    size_t i = 0;
-    for (int64_t v : dims) {
-      point.shape.dims[i++] = v;
-    }
-    point.pass = Pass::forward;
-    points_.push_back(point);
+  template <class Dims>
+  void add(const Dims& dims, bool with_backward) {
+    add_pass(dims, Pass::forward);
     if (with_backward) {
-      point.pass = Pass::backward;
-      points_.push_back(point);
+      add_pass(dims, Pass::backward);
     }
   }
-  void add_pass(OpKind kind, Pass pass, std::initializer_list<int64_t> dims) {
+  template <class Dims>
+  void add_pass(const Dims& dims, Pass pass) {
     ProfilePoint point;
-    point.shape.kind = kind;
-    point.shape.dtype = dtype_;
-    size_t i = 0;
-    for (int64_t v : dims) {
-      point.shape.dims[i++] = v;
-    }
+    point.shape = OpShape::of(dims, dtype_);
     point.pass = pass;
     points_.push_back(point);
   }
@@ -148,29 +137,36 @@ std::vector<ProfilePoint> profile_grid(GridSize size, DeviceKind device, DType d
   for (int64_t m : a.gemm)
     for (int64_t n : a.gemm)
       for (int64_t k : a.gemm)
-        grid.add(OpKind::gemm, {m, n, k, 1}, false);
+        grid.add(GemmDims{.m = m, .n = n, .k = k, .batch = 1}, false);
   // Attention: causal, s_q = s_k, MHA (G = H), one sequence: TimingModel
   // scales by b * H (see docs/profiler.md).
   for (int64_t heads : a.attn_heads)
     for (int64_t s : a.attn_seq)
       for (int64_t dh : a.attn_head_dim)
-        grid.add(OpKind::attention, {1, heads, heads, s, s, dh, 1}, true);
+        grid.add(AttentionDims{.sequences = 1,
+                               .heads = heads,
+                               .kv_heads = heads,
+                               .query_len = s,
+                               .key_len = s,
+                               .head_dim = dh,
+                               .causal = 1},
+                 true);
   for (int64_t rows : a.tokens)
     for (int64_t d : a.width) {
-      grid.add(OpKind::rmsnorm, {rows, d}, true);
-      grid.add(OpKind::router, {rows, d}, true);
-      grid.add(OpKind::gather, {rows, d}, true);
-      grid.add(OpKind::scatter_add, {rows, d}, true);
-      grid.add(OpKind::embedding, {rows, d}, true);
+      grid.add(RmsnormDims{.rows = rows, .width = d}, true);
+      grid.add(RouterDims{.rows = rows, .width = d}, true);
+      grid.add(GatherDims{.rows = rows, .width = d}, true);
+      grid.add(ScatterAddDims{.rows = rows, .width = d}, true);
+      grid.add(EmbeddingDims{.rows = rows, .width = d}, true);
     }
   for (int64_t rows : a.tokens)
     for (int64_t heads : a.rope_heads)
       for (int64_t dh : a.attn_head_dim)
-        grid.add(OpKind::rope, {rows, heads, dh}, true);
+        grid.add(RopeDims{.rows = rows, .heads = heads, .head_dim = dh}, true);
   for (int64_t b : a.topk_batch)
     for (int64_t s : a.topk_seq)
       for (int64_t k : a.topk_k)
-        grid.add(OpKind::topk, {b, s, k}, false);
+        grid.add(TopkDims{.sequences = b, .seq_len = s, .k = k}, false);
   // Depth reads: AttnRes (n = 1) and DAR (n = 2, default variant).
   const int64_t attnres = static_cast<int64_t>(DarVariant::attnres);
   const int64_t dar = static_cast<int64_t>(DarVariant::dar);
@@ -179,34 +175,54 @@ std::vector<ProfilePoint> profile_grid(GridSize size, DeviceKind device, DType d
       for (int64_t sources : a.depth_sources)
         for (int64_t q : a.depth_queries_per_stream)
           for (int64_t d : a.width)
-            grid.add(OpKind::depth_read_prefix, {T, sources, q * n, d, n, variant}, true);
+            grid.add(DepthReadPrefixDims{.tokens = T,
+                                         .sources = sources,
+                                         .queries = q * n,
+                                         .width = d,
+                                         .streams = n,
+                                         .variant = variant},
+                     true);
     for (int64_t T : a.depth_tokens)
       for (int64_t d : a.width) {
-        grid.add(OpKind::depth_read_merge, {T, n, d, variant}, true);
+        grid.add(DepthReadMergeDims{.tokens = T, .streams = n, .width = d, .variant = variant},
+                 true);
         if (n >= 2) {
-          grid.add(OpKind::dar_coefficients, {T, n, d, 2 * n}, true);
-          grid.add(OpKind::dar_coefficients, {T, n, d, 2 * n + DarConfig::transport_params(n)},
+          grid.add(DarCoefficientsDims{.tokens = T, .streams = n, .width = d, .outputs = 2 * n},
+                   true);
+          grid.add(DarCoefficientsDims{.tokens = T,
+                                       .streams = n,
+                                       .width = d,
+                                       .outputs = 2 * n + DarConfig::transport_params(n)},
                    true);
         }
-        grid.add(OpKind::dar_write, {T, n, d, 2, 1}, true);  // bank init
-        grid.add(OpKind::dar_write, {T, n, d, 0, 0}, true);  // first branch of a block
-        grid.add(OpKind::dar_write, {T, n, d, 1, 0}, true);  // middle branch
-        grid.add(OpKind::dar_write, {T, n, d, 1, 1}, true);  // last branch (+ entry rstd)
+        grid.add(DarWriteDims{.tokens = T, .streams = n, .width = d, .mode = 2, .emit_rstd = 1},
+                 true);  // bank init
+        grid.add(DarWriteDims{.tokens = T, .streams = n, .width = d, .mode = 0, .emit_rstd = 0},
+                 true);  // first branch of a block
+        grid.add(DarWriteDims{.tokens = T, .streams = n, .width = d, .mode = 1, .emit_rstd = 0},
+                 true);  // middle branch
+        grid.add(DarWriteDims{.tokens = T, .streams = n, .width = d, .mode = 1, .emit_rstd = 1},
+                 true);  // last branch (+ entry rstd)
       }
   }
   // Elementwise, by (inputs, outputs) as the lowering emits them.
   for (int64_t e : a.elements) {
-    grid.add_pass(OpKind::elementwise, Pass::forward, {e, 1, 1});   // GELU
-    grid.add_pass(OpKind::elementwise, Pass::forward, {e, 2, 1});   // residual add / SwiGLU
-    grid.add_pass(OpKind::elementwise, Pass::backward, {e, 2, 1});  // GELU backward
-    grid.add_pass(OpKind::elementwise, Pass::backward, {e, 3, 2});  // SwiGLU backward
-    grid.add_pass(OpKind::elementwise, Pass::backward, {e, 1, 1});  // predictor activation
+    grid.add_pass(ElementwiseDims{.elements = e, .inputs = 1, .outputs = 1},
+                  Pass::forward);  // GELU
+    grid.add_pass(ElementwiseDims{.elements = e, .inputs = 2, .outputs = 1},
+                  Pass::forward);  // residual add / SwiGLU
+    grid.add_pass(ElementwiseDims{.elements = e, .inputs = 2, .outputs = 1},
+                  Pass::backward);  // GELU backward
+    grid.add_pass(ElementwiseDims{.elements = e, .inputs = 3, .outputs = 2},
+                  Pass::backward);  // SwiGLU backward
+    grid.add_pass(ElementwiseDims{.elements = e, .inputs = 1, .outputs = 1},
+                  Pass::backward);  // predictor activation
   }
   for (int64_t rows : a.ce_rows)
     for (int64_t vocab : a.vocab)
-      grid.add(OpKind::cross_entropy, {rows, vocab}, true);
+      grid.add(CrossEntropyDims{.rows = rows, .vocab = vocab}, true);
   for (int64_t p : a.params)
-    grid.add(OpKind::optimizer_update, {p}, false);
+    grid.add(OptimizerUpdateDims{.params = p}, false);
   // Experts: grouped GEMMs in both passes (the lowering labels dgrad / wgrad
   // backward) at balanced load (imbalance 1000 permille) for both forms; the
   // router top-k over rows x choices x k; the permutations over slots x d x
@@ -217,17 +233,23 @@ std::vector<ProfilePoint> profile_grid(GridSize size, DeviceKind device, DType d
       for (int64_t rows : a.expert_rows)
         for (int64_t n : a.expert_width)
           for (int64_t k : a.expert_width)
-            grid.add(OpKind::expert_gemm, {groups, rows, n, k, 1000, ragged}, true);
+            grid.add(ExpertGemmDims{.groups = groups,
+                                    .rows = rows,
+                                    .n = n,
+                                    .k = k,
+                                    .imbalance_permille = 1000,
+                                    .ragged_inner = ragged},
+                     true);
   for (int64_t rows : a.expert_tokens)
     for (int64_t choices : a.expert_choices)
       for (int64_t k : a.expert_k)
-        grid.add(OpKind::moe_topk, {rows, choices, k}, true);
+        grid.add(MoeTopkDims{.rows = rows, .choices = choices, .k = k}, true);
   for (int64_t slots : a.expert_tokens)
     for (int64_t d : a.width)
       for (int64_t rows : a.expert_tokens) {
-        grid.add(OpKind::permute, {slots, d, rows}, true);
+        grid.add(PermuteDims{.slots = slots, .width = d, .rows = rows}, true);
         for (int64_t k : a.expert_k)
-          grid.add(OpKind::unpermute, {slots, d, rows, k}, true);
+          grid.add(UnpermuteDims{.slots = slots, .width = d, .rows = rows, .k = k}, true);
       }
   return grid.take();
 }

@@ -21,6 +21,7 @@
 #include "modar/errors.hpp"
 #include "modar/json.hpp"
 #include "modar/parallel.hpp"
+#include "modar/runtime/forwarding_communicator.hpp"
 #include "modar/runtime/host_facts.hpp"
 #include "modar/runtime/model.hpp"
 #include "modar/runtime/parallel_steps.hpp"
@@ -138,12 +139,13 @@ class Recorder {
   double compute_after_s_ = 0.0;
 };
 
-// A Communicator that forwards every call to the real one and records it.
-class TimingCommunicator final : public Communicator {
+// A Communicator that forwards every call to the real one and records it
+// (ForwardingCommunicator: one hook sees every call).
+class TimingCommunicator final : public ForwardingCommunicator {
  public:
   TimingCommunicator(std::unique_ptr<Communicator> inner, std::shared_ptr<Recorder> recorder,
                      std::vector<int> world_ranks)
-      : inner_(std::move(inner)),
+      : ForwardingCommunicator(std::move(inner)),
         recorder_(std::move(recorder)),
         world_ranks_(std::move(world_ranks)) {
     uint64_t mask = 0;
@@ -155,60 +157,8 @@ class TimingCommunicator final : public Communicator {
     group_ = recorder_->next_ordinal(mask) * (int64_t{1} << kMaxWorld) + static_cast<int64_t>(mask);
   }
 
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  std::string engine() const override { return inner_->engine(); }
-  DeviceKind device() const override { return inner_->device(); }
-  Communicator& inner() { return *inner_; }
-
-  void all_reduce(const TensorView& buf, ReduceOp op) override {
-    const auto open = recorder_->begin();
-    inner_->all_reduce(buf, op);
-    recorder_->end(open, group_, true, -1, -1);
-  }
-  void reduce_scatter(const TensorView& in, const TensorView& out) override {
-    const auto open = recorder_->begin();
-    inner_->reduce_scatter(in, out);
-    recorder_->end(open, group_, true, -1, -1);
-  }
-  void all_gather(const TensorView& in, const TensorView& out) override {
-    const auto open = recorder_->begin();
-    inner_->all_gather(in, out);
-    recorder_->end(open, group_, true, -1, -1);
-  }
-  void all_to_all(const TensorView& in, const TensorView& out) override {
-    const auto open = recorder_->begin();
-    inner_->all_to_all(in, out);
-    recorder_->end(open, group_, true, -1, -1);
-  }
-  void broadcast(const TensorView& buf, int root) override {
-    const auto open = recorder_->begin();
-    inner_->broadcast(buf, root);
-    recorder_->end(open, group_, true, -1, -1);
-  }
-  void send(const TensorView& buf, int peer) override {
-    const auto open = recorder_->begin();
-    inner_->send(buf, peer);
-    recorder_->end(open, group_, false, world(peer), -1);
-  }
-  void recv(const TensorView& buf, int peer) override {
-    const auto open = recorder_->begin();
-    inner_->recv(buf, peer);
-    recorder_->end(open, group_, false, -1, world(peer));
-  }
-  void send_recv(const TensorView& send_buf, int send_peer, const TensorView& recv_buf,
-                 int recv_peer) override {
-    const auto open = recorder_->begin();
-    inner_->send_recv(send_buf, send_peer, recv_buf, recv_peer);
-    recorder_->end(open, group_, false, world(send_peer), world(recv_peer));
-  }
-  void barrier() override {
-    const auto open = recorder_->begin();
-    inner_->barrier();
-    recorder_->end(open, group_, true, -1, -1);
-  }
   std::unique_ptr<Communicator> split(int color, int key) override {
-    std::unique_ptr<Communicator> part = inner_->split(color, key);
+    std::unique_ptr<Communicator> part = inner().split(color, key);
     if (!part) {
       return nullptr;
     }
@@ -222,10 +172,17 @@ class TimingCommunicator final : public Communicator {
                                                 std::vector<int>(all.begin(), all.end()));
   }
 
- private:
-  int world(int peer) const { return world_ranks_.at(static_cast<size_t>(peer)); }
+ protected:
+  void observe(const CommCall& call, const std::function<void()>& run) override {
+    const auto open = recorder_->begin();
+    run();
+    recorder_->end(open, group_, is_collective(call.op), world(call.send_peer),
+                   world(call.recv_peer));
+  }
 
-  std::unique_ptr<Communicator> inner_;
+ private:
+  int world(int peer) const { return peer < 0 ? -1 : world_ranks_.at(static_cast<size_t>(peer)); }
+
   std::shared_ptr<Recorder> recorder_;
   std::vector<int> world_ranks_;
   int64_t group_ = 0;
@@ -503,8 +460,8 @@ std::vector<ParallelValidationCase> parallel_validation_cases(int world, bool qu
   for (const std::string& model : models) {
     add("tp" + w + "-sp", model, "tensor", world, true, 1, 0, 1);
   }
-  // Pipeline: plain-residual models only (PipelineTrainer refuses AttnRes /
-  // DAR), so the MoD model stands in for MoD + DAR.
+  // Pipeline: plain-residual models only, so the MoD model stands in for
+  // MoD + DAR.
   for (const std::string& model :
        quick ? std::vector<std::string>{"dense"} : std::vector<std::string>{"dense", "mod"}) {
     add("pp" + w + "-1f1b-m4", model, "pipeline", 1, false, world, 0, 4);
@@ -527,8 +484,7 @@ struct LiveCase {
   ProcessGroups groups;
   std::unique_ptr<Model> model;
   std::unique_ptr<DataParallelTrainer> data;
-  std::unique_ptr<TensorParallelTrainer> tensor;
-  std::unique_ptr<PipelineTrainer> pipeline;
+  std::unique_ptr<ParallelTrainer> composed;  // tensor and / or pipeline
   Buffer tokens, targets;
   std::vector<std::vector<RankRound>> rounds;  // [round][rank]
 
@@ -536,10 +492,7 @@ struct LiveCase {
     if (data) {
       return data->train_step(tokens, targets);
     }
-    if (tensor) {
-      return tensor->train_step(tokens, targets);
-    }
-    return pipeline->train_step(tokens, targets);
+    return composed->train_step(tokens, targets);
   }
 };
 
@@ -658,18 +611,13 @@ ParallelValidationReport run_parallel_validation(Backend& backend, Communicator&
       lc->model = std::make_unique<Model>(backend, model_config, model_options);
       lc->data =
           std::make_unique<DataParallelTrainer>(*lc->model, *lc->groups.data, config.parallel.zero);
-    } else if (cases[i].trainer == "tensor") {
-      TensorOptions tensor;
-      tensor.sequence_parallel = config.parallel.sequence_parallel;
-      tensor.zero_stage = config.parallel.zero;
-      lc->tensor = std::make_unique<TensorParallelTrainer>(backend, model_config, model_options,
-                                                           lc->groups, tensor);
-    } else {
-      PipelineOptions pipeline;
-      pipeline.microbatches = cases[i].microbatches;
-      pipeline.zero_stage = config.parallel.zero;
-      lc->pipeline = std::make_unique<PipelineTrainer>(backend, model_config, model_options,
-                                                       lc->groups, pipeline);
+    } else {  // "tensor" or "pipeline": the composed trainer
+      ParallelTrainerOptions composed;
+      composed.microbatches = cases[i].trainer == "pipeline" ? cases[i].microbatches : 1;
+      composed.sequence_parallel = config.parallel.sequence_parallel;
+      composed.zero_stage = config.parallel.zero;
+      lc->composed = std::make_unique<ParallelTrainer>(backend, model_config, model_options,
+                                                       lc->groups, composed);
     }
     for (int w = 0; w < options.warmup_steps; ++w) {
       lc->step();

@@ -25,14 +25,11 @@ void TracingBackend::execute(const OpArgs& call, const OpGeometry& geometry) {
   const size_t kind = static_cast<size_t>(info.kind);
   ++executed_.calls_by_kind[kind];
   if (info.kind == OpKind::gemm) {
-    OpShape shape;
-    shape.kind = OpKind::gemm;
-    shape.dtype = dtype_;
-    shape.dims = {geometry.dims[0], geometry.dims[1], geometry.dims[2], geometry.dims[3], 0, 0, 0};
-    gemm_shapes_.push_back(shape);
+    const GemmDims gemm = geometry.as<GemmDims>();
+    gemm_shapes_.push_back(OpShape::of(gemm, dtype_));
     ++executed_.gemm_calls;
-    executed_.gemm_flops += 2.0 * static_cast<double>(geometry.dims[0]) * geometry.dims[1] *
-                            geometry.dims[2] * geometry.dims[3];
+    executed_.gemm_flops += 2.0 * static_cast<double>(gemm.m) * static_cast<double>(gemm.n) *
+                            static_cast<double>(gemm.k) * static_cast<double>(gemm.batch);
   }
   inner().synchronize();
   const auto start = std::chrono::steady_clock::now();

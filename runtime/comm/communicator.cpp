@@ -1,16 +1,17 @@
 // runtime/comm/communicator.cpp: the engine-independent part of the
 // communicator (comm.hpp): argument checks, the self communicator, the world
-// factory registry, the launcher environment.
+// factory registry.
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
 
-#include "comm_internal.hpp"
 #include "modar/errors.hpp"
 #include "modar/runtime/backend.hpp"
 #include "modar/runtime/comm.hpp"
+#include "modar/runtime/comm_engine.hpp"
+#include "modar/runtime/host_facts.hpp"
 
 namespace modar::runtime {
 
@@ -181,11 +182,6 @@ std::map<DeviceKind, WorldCommunicatorFactory>& registry() {
   return factories;
 }
 
-const char* env(const char* name) {
-  const char* value = std::getenv(name);
-  return (value != nullptr && *value != '\0') ? value : nullptr;
-}
-
 }  // namespace
 
 std::unique_ptr<Communicator> make_self_communicator() {
@@ -204,7 +200,9 @@ std::unique_ptr<Communicator> make_world_communicator(Backend& backend) {
   // mpirun started several processes but this build cannot join them: each
   // would believe it is alone and compute something else than asked.
   if (!mpi_available() && launched_by_mpirun()) {
-    const char* ranks = env("OMPI_COMM_WORLD_SIZE") ? env("OMPI_COMM_WORLD_SIZE") : env("PMI_SIZE");
+    const char* ranks = environment_value("OMPI_COMM_WORLD_SIZE")
+                            ? environment_value("OMPI_COMM_WORLD_SIZE")
+                            : environment_value("PMI_SIZE");
     if (ranks != nullptr && std::string(ranks) != "1") {
       throw BackendError(std::string("communicator: started by mpirun with ") + ranks +
                          " ranks, but this build of modar has no MPI (MODAR_MPI=OFF or no "
@@ -228,29 +226,6 @@ std::unique_ptr<Communicator> make_world_communicator(Backend& backend) {
                        to_string(backend.device()));
   }
   return factory(backend);
-}
-
-int launcher_local_rank() {
-  for (const char* name :
-       {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"}) {
-    if (const char* value = env(name)) {
-      char* end = nullptr;
-      const long rank = std::strtol(value, &end, 10);
-      if (end != value && *end == '\0' && rank >= 0 && rank < (1L << 20)) {
-        return static_cast<int>(rank);
-      }
-    }
-  }
-  return 0;
-}
-
-bool launched_by_mpirun() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"}) {
-    if (env(name) != nullptr) {
-      return true;
-    }
-  }
-  return false;
 }
 
 }  // namespace modar::runtime

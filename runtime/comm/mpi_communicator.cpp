@@ -1,5 +1,5 @@
 // runtime/comm/mpi_communicator.cpp: the MPI communicator (CPU memory), and
-// the MPI world that bootstraps NCCL (comm_internal.hpp).
+// the MPI world that bootstraps NCCL (modar/runtime/comm_engine.hpp).
 //
 // One MPI call per collective, no staging, except bf16 reductions: MPI has no
 // bf16 type, so all_reduce / reduce_scatter of bf16 widen to an fp32 buffer,
@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "comm_internal.hpp"
 #include "modar/errors.hpp"
 #include "modar/runtime/comm.hpp"
+#include "modar/runtime/comm_engine.hpp"
 
 #ifdef MODAR_HAVE_MPI
 #include <mpi.h>

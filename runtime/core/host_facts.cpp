@@ -1,5 +1,6 @@
 // runtime/core/host_facts.cpp: what the host machine is (/proc, sysfs), for the
-// CPU backend's DeviceFacts and the profiler's provenance.
+// CPU backend's DeviceFacts and the profiler's provenance, and what a launcher
+// (mpirun, srun) told this process in its environment.
 #include "modar/runtime/host_facts.hpp"
 
 #include <algorithm>
@@ -94,6 +95,34 @@ HostFacts read_host_facts() {
   facts.memory_total_bytes = meminfo_bytes(meminfo, "MemTotal");
   facts.memory_available_bytes = meminfo_bytes(meminfo, "MemAvailable");
   return facts;
+}
+
+const char* environment_value(const char* name) {
+  const char* value = std::getenv(name);
+  return (value != nullptr && *value != '\0') ? value : nullptr;
+}
+
+int launcher_local_rank() {
+  for (const char* name :
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"}) {
+    if (const char* value = environment_value(name)) {
+      char* end = nullptr;
+      const long rank = std::strtol(value, &end, 10);
+      if (end != value && *end == '\0' && rank >= 0 && rank < (1L << 20)) {
+        return static_cast<int>(rank);
+      }
+    }
+  }
+  return 0;
+}
+
+bool launched_by_mpirun() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"}) {
+    if (environment_value(name) != nullptr) {
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace modar::runtime

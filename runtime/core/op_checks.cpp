@@ -489,15 +489,6 @@ void check_adamw(DeviceKind device, const TensorView& params, const TensorView& 
 
 namespace {
 
-OpGeometry geometry(ScalarType dtype, std::initializer_list<int64_t> dims) {
-  OpGeometry g;
-  g.dtype = dtype;
-  size_t i = 0;
-  for (int64_t d : dims)
-    g.dims[i++] = d;
-  return g;
-}
-
 // Inner dims of a GEMM already checked by check_gemm: m, n, k, batch.
 OpGeometry gemm_geometry(const GemmArgs& call) {
   const TensorView &a = call.a, &b = call.b;
@@ -508,32 +499,36 @@ OpGeometry gemm_geometry(const GemmArgs& call) {
   const int64_t m = call.transpose_a ? a_cols : a_rows;
   const int64_t k = call.transpose_a ? a_rows : a_cols;
   const int64_t n = call.transpose_b ? b_rows : b_cols;
-  return geometry(a.dtype, {m, n, k, batched ? a.dim(0) : 1});
+  return OpGeometry::of(a.dtype, GemmDims{.m = m, .n = n, .k = k, .batch = batched ? a.dim(0) : 1});
 }
 
+// The ops over rows of a [.., width] tensor: rmsnorm, router, gather, scatter_add,
+// cross_entropy (width = vocab), embedding.
+template <class Dims>
 OpGeometry rows_geometry(const TensorView& x) {
-  return geometry(x.dtype, {x.rows(), x.dim(-1)});
+  return OpGeometry::of(x.dtype, Dims{x.rows(), x.dim(-1)});
 }
 
 OpGeometry elementwise_geometry(const TensorView& x, int64_t inputs, int64_t outputs) {
-  return geometry(x.dtype, {x.numel(), inputs, outputs});
+  return OpGeometry::of(
+      x.dtype, ElementwiseDims{.elements = x.numel(), .inputs = inputs, .outputs = outputs});
 }
 
 }  // namespace
 
 OpGeometry check(DeviceKind device, const CopyArgs& call) {
   check_copy(device, call.src, call.dst);
-  return geometry(call.src.dtype, {call.src.numel()});
+  return OpGeometry::of(call.src.dtype, ElementwiseDims{.elements = call.src.numel()});
 }
 
 OpGeometry check(DeviceKind device, const FillArgs& call) {
   check_fill(device, call.dst);
-  return geometry(call.dst.dtype, {call.dst.numel()});
+  return OpGeometry::of(call.dst.dtype, ElementwiseDims{.elements = call.dst.numel()});
 }
 
 OpGeometry check(DeviceKind device, const ConvertArgs& call) {
   check_convert(device, call.src, call.dst);
-  return geometry(call.src.dtype, {call.src.numel()});
+  return OpGeometry::of(call.src.dtype, ElementwiseDims{.elements = call.src.numel()});
 }
 
 OpGeometry check(DeviceKind device, const GemmArgs& call) {
@@ -543,29 +538,38 @@ OpGeometry check(DeviceKind device, const GemmArgs& call) {
 
 OpGeometry check(DeviceKind device, const RmsnormForwardArgs& call) {
   check_rmsnorm_forward(device, call.x, call.weight, call.out, call.rstd, call.eps);
-  return rows_geometry(call.x);
+  return rows_geometry<RmsnormDims>(call.x);
 }
 
 OpGeometry check(DeviceKind device, const RmsnormBackwardArgs& call) {
   check_rmsnorm_backward(device, call.dout, call.x, call.weight, call.rstd, call.dx, call.dweight);
-  return rows_geometry(call.x);
+  return rows_geometry<RmsnormDims>(call.x);
 }
 
 OpGeometry check(DeviceKind device, const RopeForwardArgs& call) {
   check_rope(device, "rope_forward", call.x, call.positions, call.out);
-  return geometry(call.x.dtype, {call.positions.numel(), call.x.dim(-2), call.x.dim(-1)});
+  return OpGeometry::of(call.x.dtype, RopeDims{.rows = call.positions.numel(),
+                                               .heads = call.x.dim(-2),
+                                               .head_dim = call.x.dim(-1)});
 }
 
 OpGeometry check(DeviceKind device, const RopeBackwardArgs& call) {
   check_rope(device, "rope_backward", call.dout, call.positions, call.dx);
-  return geometry(call.dout.dtype, {call.positions.numel(), call.dout.dim(-2), call.dout.dim(-1)});
+  return OpGeometry::of(call.dout.dtype, RopeDims{.rows = call.positions.numel(),
+                                                  .heads = call.dout.dim(-2),
+                                                  .head_dim = call.dout.dim(-1)});
 }
 
 namespace {
 OpGeometry attention_geometry(const TensorView& q, const TensorView& k,
                               const AttentionParams& params) {
-  return geometry(
-      q.dtype, {q.dim(0), q.dim(2), k.dim(2), q.dim(1), k.dim(1), q.dim(3), params.causal ? 1 : 0});
+  return OpGeometry::of(q.dtype, AttentionDims{.sequences = q.dim(0),
+                                               .heads = q.dim(2),
+                                               .kv_heads = k.dim(2),
+                                               .query_len = q.dim(1),
+                                               .key_len = k.dim(1),
+                                               .head_dim = q.dim(3),
+                                               .causal = params.causal ? 1 : 0});
 }
 }  // namespace
 
@@ -582,22 +586,26 @@ OpGeometry check(DeviceKind device, const AttentionBackwardArgs& call) {
 
 OpGeometry check(DeviceKind device, const RouterForwardArgs& call) {
   check_router_forward(device, call.x, call.w, call.logits);
-  return rows_geometry(call.x);
+  return rows_geometry<RouterDims>(call.x);
 }
 
 OpGeometry check(DeviceKind device, const RouterBackwardArgs& call) {
   check_router_backward(device, call.dlogits, call.x, call.w, call.dx, call.dw);
-  return rows_geometry(call.x);
+  return rows_geometry<RouterDims>(call.x);
 }
 
 OpGeometry check(DeviceKind device, const TopkArgs& call) {
   check_topk(device, call.logits, call.indices);
-  return geometry(call.logits.dtype, {call.logits.dim(0), call.logits.dim(1), call.indices.dim(1)});
+  return OpGeometry::of(call.logits.dtype, TopkDims{.sequences = call.logits.dim(0),
+                                                    .seq_len = call.logits.dim(1),
+                                                    .k = call.indices.dim(1)});
 }
 
 OpGeometry check(DeviceKind device, const TopkRaggedArgs& call) {
   check_topk_ragged(device, call.logits, call.counts, call.indices);
-  return geometry(call.logits.dtype, {call.logits.dim(0), call.logits.dim(1), call.indices.dim(1)});
+  return OpGeometry::of(call.logits.dtype, TopkDims{.sequences = call.logits.dim(0),
+                                                    .seq_len = call.logits.dim(1),
+                                                    .k = call.indices.dim(1)});
 }
 
 OpGeometry check(DeviceKind device, const TopkMaskArgs& call) {
@@ -608,40 +616,46 @@ OpGeometry check(DeviceKind device, const TopkMaskArgs& call) {
 // Gather / scatter: rows moved (b * k) and the row width d.
 OpGeometry check(DeviceKind device, const GatherRowsForwardArgs& call) {
   check_gather_rows(device, "gather_rows_forward", call.x, call.indices, call.out);
-  return rows_geometry(call.out);
+  return rows_geometry<GatherDims>(call.out);
 }
 
 OpGeometry check(DeviceKind device, const GatherRowsBackwardArgs& call) {
   check_gather_rows(device, "gather_rows_backward", call.dx, call.indices, call.dout);
-  return rows_geometry(call.dout);
+  return rows_geometry<ScatterAddDims>(call.dout);
 }
 
 OpGeometry check(DeviceKind device, const ScatterAddScaledForwardArgs& call) {
   check_scatter_add_scaled(device, "scatter_add_scaled_forward", call.x, call.indices,
                            call.router_logits, call.delta, TensorView{}, TensorView{});
-  return rows_geometry(call.delta);
+  return rows_geometry<ScatterAddDims>(call.delta);
 }
 
 OpGeometry check(DeviceKind device, const ScatterAddScaledBackwardArgs& call) {
   check_scatter_add_scaled(device, "scatter_add_scaled_backward", call.dx, call.indices,
                            call.router_logits, call.delta, call.ddelta, call.drouter_logits);
-  return rows_geometry(call.delta);
+  return rows_geometry<GatherDims>(call.delta);
 }
 
 // Depth reads: T, sources, queries, d (one output stream per call).
 OpGeometry check(DeviceKind device, const DepthReadPrefixForwardArgs& call) {
   check_depth_read_prefix_forward(device, call.keys, call.key_rstd, call.values, call.queries,
                                   call.out, call.lse);
-  return geometry(call.keys.dtype,
-                  {call.keys.dim(1), call.keys.dim(0), call.queries.dim(0), call.keys.dim(2), 1});
+  return OpGeometry::of(call.keys.dtype, DepthReadPrefixDims{.tokens = call.keys.dim(1),
+                                                             .sources = call.keys.dim(0),
+                                                             .queries = call.queries.dim(0),
+                                                             .width = call.keys.dim(2),
+                                                             .streams = 1});
 }
 
 OpGeometry check(DeviceKind device, const DepthReadPrefixBackwardArgs& call) {
   check_depth_read_prefix_backward(device, call.dout, call.dlse, call.keys, call.key_rstd,
                                    call.values, call.queries, call.out, call.lse, call.dkeys,
                                    call.dvalues, call.dqueries);
-  return geometry(call.keys.dtype,
-                  {call.keys.dim(1), call.keys.dim(0), call.queries.dim(0), call.keys.dim(2), 1});
+  return OpGeometry::of(call.keys.dtype, DepthReadPrefixDims{.tokens = call.keys.dim(1),
+                                                             .sources = call.keys.dim(0),
+                                                             .queries = call.queries.dim(0),
+                                                             .width = call.keys.dim(2),
+                                                             .streams = 1});
 }
 
 // Merge: T, 1 stream, d.
@@ -652,7 +666,9 @@ OpGeometry check(DeviceKind device, const DepthReadMergeForwardArgs& call) {
   if (call.prefix_lse.empty() || call.out.empty()) {
     throw ShapeError("depth_read_merge_forward: prefix_lse and out are required");
   }
-  return geometry(call.prefix_out.dtype, {call.prefix_out.dim(0), 1, call.prefix_out.dim(1)});
+  return OpGeometry::of(call.prefix_out.dtype, DepthReadMergeDims{.tokens = call.prefix_out.dim(0),
+                                                                  .streams = 1,
+                                                                  .width = call.prefix_out.dim(1)});
 }
 
 OpGeometry check(DeviceKind device, const DepthReadMergeBackwardArgs& call) {
@@ -662,7 +678,9 @@ OpGeometry check(DeviceKind device, const DepthReadMergeBackwardArgs& call) {
   check_depth_read_merge_grads(device, call.prefix_out, call.query, call.dprefix_out,
                                call.dprefix_lse, call.dpartial_keys, call.dpartial_values,
                                call.dquery);
-  return geometry(call.prefix_out.dtype, {call.prefix_out.dim(0), 1, call.prefix_out.dim(1)});
+  return OpGeometry::of(call.prefix_out.dtype, DepthReadMergeDims{.tokens = call.prefix_out.dim(0),
+                                                                  .streams = 1,
+                                                                  .width = call.prefix_out.dim(1)});
 }
 
 // DAR head / mix / write: T, n, d.
@@ -671,7 +689,10 @@ OpGeometry check(DeviceKind device, const DarCoefficientsForwardArgs& call) {
                          call.scale, call.alpha, call.beta, call.transport, call.z_rstd,
                          call.params);
   const TensorView& r = call.retrieved;
-  return geometry(r.dtype, {r.dim(1), r.dim(0), r.dim(2), call.weight.dim(1)});
+  return OpGeometry::of(r.dtype, DarCoefficientsDims{.tokens = r.dim(1),
+                                                     .streams = r.dim(0),
+                                                     .width = r.dim(2),
+                                                     .outputs = call.weight.dim(1)});
 }
 
 OpGeometry check(DeviceKind device, const DarCoefficientsBackwardArgs& call) {
@@ -682,13 +703,17 @@ OpGeometry check(DeviceKind device, const DarCoefficientsBackwardArgs& call) {
                                call.weight, call.bias, call.scale, call.alpha, call.transport,
                                call.dretrieved, call.dweight, call.dbias, call.dscale);
   const TensorView& r = call.retrieved;
-  return geometry(r.dtype, {r.dim(1), r.dim(0), r.dim(2), call.weight.dim(1)});
+  return OpGeometry::of(r.dtype, DarCoefficientsDims{.tokens = r.dim(1),
+                                                     .streams = r.dim(0),
+                                                     .width = r.dim(2),
+                                                     .outputs = call.weight.dim(1)});
 }
 
 OpGeometry check(DeviceKind device, const DarMixForwardArgs& call) {
   check_dar_mix(device, "dar_mix_forward", call.retrieved, call.alpha, call.out);
   const TensorView& r = call.retrieved;
-  return geometry(r.dtype, {r.dim(1), r.dim(0), r.dim(2)});
+  return OpGeometry::of(
+      r.dtype, DarCoefficientsDims{.tokens = r.dim(1), .streams = r.dim(0), .width = r.dim(2)});
 }
 
 OpGeometry check(DeviceKind device, const DarMixBackwardArgs& call) {
@@ -697,14 +722,18 @@ OpGeometry check(DeviceKind device, const DarMixBackwardArgs& call) {
   check_like(device, op, {"retrieved", call.retrieved}, {}, {{"dretrieved", call.dretrieved}});
   check_like(device, op, {"alpha", call.alpha}, {}, {{"dalpha", call.dalpha}});
   const TensorView& r = call.retrieved;
-  return geometry(r.dtype, {r.dim(1), r.dim(0), r.dim(2)});
+  return OpGeometry::of(
+      r.dtype, DarCoefficientsDims{.tokens = r.dim(1), .streams = r.dim(0), .width = r.dim(2)});
 }
 
 OpGeometry check(DeviceKind device, const DarWriteForwardArgs& call) {
   check_dar_write(device, "dar_write_forward", call.transport, call.partial, call.beta, call.y,
                   call.out);
   const TensorView& o = call.out;
-  return geometry(o.dtype, {o.dim(1), o.dim(0), o.dim(2), call.transport.empty() ? 0 : 1});
+  return OpGeometry::of(o.dtype, DarWriteDims{.tokens = o.dim(1),
+                                              .streams = o.dim(0),
+                                              .width = o.dim(2),
+                                              .mode = call.transport.empty() ? 0 : 1});
 }
 
 OpGeometry check(DeviceKind device, const DarWriteBackwardArgs& call) {
@@ -719,7 +748,10 @@ OpGeometry check(DeviceKind device, const DarWriteBackwardArgs& call) {
     check_like(device, op, {"y", call.y}, {}, {{"dy", call.dy}});
   }
   const TensorView& o = call.dout;
-  return geometry(o.dtype, {o.dim(1), o.dim(0), o.dim(2), call.transport.empty() ? 0 : 1});
+  return OpGeometry::of(o.dtype, DarWriteDims{.tokens = o.dim(1),
+                                              .streams = o.dim(0),
+                                              .width = o.dim(2),
+                                              .mode = call.transport.empty() ? 0 : 1});
 }
 
 OpGeometry check(DeviceKind device, const GeluForwardArgs& call) {
@@ -777,7 +809,7 @@ OpGeometry check(DeviceKind device, const CrossEntropyForwardArgs& call) {
                       call.lse);
   if (call.loss.empty())
     throw ShapeError("cross_entropy_forward: loss is missing");
-  return rows_geometry(call.logits);
+  return rows_geometry<CrossEntropyDims>(call.logits);
 }
 
 OpGeometry check(DeviceKind device, const CrossEntropyBackwardArgs& call) {
@@ -785,7 +817,7 @@ OpGeometry check(DeviceKind device, const CrossEntropyBackwardArgs& call) {
                       call.lse);
   check_like(device, "cross_entropy_backward", {"logits", call.logits},
              {{"dlogits", call.dlogits}});
-  return rows_geometry(call.logits);
+  return rows_geometry<CrossEntropyDims>(call.logits);
 }
 
 OpGeometry check(DeviceKind device, const BceWithLogitsForwardArgs& call) {
@@ -809,17 +841,17 @@ OpGeometry check(DeviceKind device, const EmbeddingForwardArgs& call) {
     throw ShapeError("embedding_forward: out is " + call.out.describe() + "; expected dtype " +
                      to_string(call.table.dtype) + " of table");
   }
-  return rows_geometry(call.out);
+  return rows_geometry<EmbeddingDims>(call.out);
 }
 
 OpGeometry check(DeviceKind device, const EmbeddingBackwardArgs& call) {
   check_embedding(device, "embedding_backward", call.dtable, call.tokens, call.dout);
-  return rows_geometry(call.dout);
+  return rows_geometry<EmbeddingDims>(call.dout);
 }
 
 OpGeometry check(DeviceKind device, const AdamwUpdateArgs& call) {
   check_adamw(device, call.params, call.grads, call.m, call.v, call.hyper, call.params_lowp);
-  return geometry(call.grads.dtype, {call.params.numel()});
+  return OpGeometry::of(call.grads.dtype, OptimizerUpdateDims{.params = call.params.numel()});
 }
 
 OpGeometry check(DeviceKind device, const OpArgs& call) {

@@ -17,15 +17,6 @@ namespace {
 using MoeChecker = detail::Checker;
 using detail::dims_text;
 
-OpGeometry moe_geometry(ScalarType dtype, std::initializer_list<int64_t> dims) {
-  OpGeometry g;
-  g.dtype = dtype;
-  size_t i = 0;
-  for (int64_t d : dims)
-    g.dims[i++] = d;
-  return g;
-}
-
 // logits, probs [T, E] stats (probs may be empty where noted); indices i32 [T, k], k <= E.
 void check_route_tensors(const MoeChecker& c, const TensorView& logits, const TensorView& probs,
                          const TensorView& indices) {
@@ -61,8 +52,9 @@ OpGeometry check(DeviceKind device, const MoeRouteForwardArgs& call) {
   c.require(call.gates.dtype == call.logits.dtype, "gates " + call.gates.describe() +
                                                        " must have the dtype of logits " +
                                                        call.logits.describe());
-  return moe_geometry(call.logits.dtype,
-                      {call.logits.dim(0), call.logits.dim(1), call.indices.dim(1)});
+  return OpGeometry::of(call.logits.dtype, MoeTopkDims{.rows = call.logits.dim(0),
+                                                       .choices = call.logits.dim(1),
+                                                       .k = call.indices.dim(1)});
 }
 
 OpGeometry check(DeviceKind device, const MoeRouteBackwardArgs& call) {
@@ -75,8 +67,9 @@ OpGeometry check(DeviceKind device, const MoeRouteBackwardArgs& call) {
                                                       call.probs.describe());
   c.like("dgates", call.dgates, "gates", call.gates);
   c.like("dlogits", call.dlogits, "probs", call.probs);
-  return moe_geometry(call.probs.dtype,
-                      {call.probs.dim(0), call.probs.dim(1), call.indices.dim(1)});
+  return OpGeometry::of(call.probs.dtype, MoeTopkDims{.rows = call.probs.dim(0),
+                                                      .choices = call.probs.dim(1),
+                                                      .k = call.indices.dim(1)});
 }
 
 OpGeometry check(DeviceKind device, const MoeAuxLossForwardArgs& call) {
@@ -85,16 +78,18 @@ OpGeometry check(DeviceKind device, const MoeAuxLossForwardArgs& call) {
   c.shape("loss", call.loss, {2});
   c.require(call.loss.dtype == call.logits.dtype,
             "loss " + call.loss.describe() + " must have the dtype of logits");
-  return moe_geometry(call.logits.dtype,
-                      {call.logits.dim(0), call.logits.dim(1), call.indices.dim(1)});
+  return OpGeometry::of(call.logits.dtype, MoeTopkDims{.rows = call.logits.dim(0),
+                                                       .choices = call.logits.dim(1),
+                                                       .k = call.indices.dim(1)});
 }
 
 OpGeometry check(DeviceKind device, const MoeAuxLossBackwardArgs& call) {
   MoeChecker c("moe_aux_loss_backward", device);
   check_route_tensors(c, call.logits, call.probs, call.indices);
   c.like("dlogits", call.dlogits, "logits", call.logits);
-  return moe_geometry(call.logits.dtype,
-                      {call.logits.dim(0), call.logits.dim(1), call.indices.dim(1)});
+  return OpGeometry::of(call.logits.dtype, MoeTopkDims{.rows = call.logits.dim(0),
+                                                       .choices = call.logits.dim(1),
+                                                       .k = call.indices.dim(1)});
 }
 
 OpGeometry check(DeviceKind device, const MoeDispatchArgs& call) {
@@ -110,21 +105,26 @@ OpGeometry check(DeviceKind device, const MoeDispatchArgs& call) {
   c.require(call.capacity >= 0,
             "capacity = " + std::to_string(call.capacity) + ": must be >= 0 (0 = dropless)");
   // moe_topk: rows, choices (unknown here: the real experts), k.
-  return moe_geometry(ScalarType::fp32,
-                      {call.indices.dim(0), call.counts.dim(0), call.indices.dim(1)});
+  return OpGeometry::of(ScalarType::fp32, MoeTopkDims{.rows = call.indices.dim(0),
+                                                      .choices = call.counts.dim(0),
+                                                      .k = call.indices.dim(1)});
 }
 
 OpGeometry check(DeviceKind device, const MoePermuteForwardArgs& call) {
   MoeChecker c("moe_permute_forward", device);
   check_permute_tensors(c, call.x, call.slots, call.out);
   // permute: slots, d, rows.
-  return moe_geometry(call.x.dtype, {call.out.dim(0), call.x.dim(-1), call.x.rows()});
+  return OpGeometry::of(
+      call.x.dtype,
+      PermuteDims{.slots = call.out.dim(0), .width = call.x.dim(-1), .rows = call.x.rows()});
 }
 
 OpGeometry check(DeviceKind device, const MoePermuteBackwardArgs& call) {
   MoeChecker c("moe_permute_backward", device);
   check_permute_tensors(c, call.dx, call.slots, call.dout);
-  return moe_geometry(call.dx.dtype, {call.dout.dim(0), call.dx.dim(-1), call.dx.rows()});
+  return OpGeometry::of(
+      call.dx.dtype,
+      PermuteDims{.slots = call.dout.dim(0), .width = call.dx.dim(-1), .rows = call.dx.rows()});
 }
 
 OpGeometry check(DeviceKind device, const MoeUnpermuteForwardArgs& call) {
@@ -133,8 +133,10 @@ OpGeometry check(DeviceKind device, const MoeUnpermuteForwardArgs& call) {
   c.stats("gates", call.gates);
   c.shape("gates", call.gates, {call.slots.dim(0), call.slots.dim(1)});
   // unpermute: slots, d, rows, k.
-  return moe_geometry(call.y.dtype,
-                      {call.y.dim(0), call.y.dim(-1), call.out.rows(), call.slots.dim(1)});
+  return OpGeometry::of(call.y.dtype, UnpermuteDims{.slots = call.y.dim(0),
+                                                    .width = call.y.dim(-1),
+                                                    .rows = call.out.rows(),
+                                                    .k = call.slots.dim(1)});
 }
 
 OpGeometry check(DeviceKind device, const MoeUnpermuteBackwardArgs& call) {
@@ -144,8 +146,10 @@ OpGeometry check(DeviceKind device, const MoeUnpermuteBackwardArgs& call) {
   c.shape("gates", call.gates, {call.slots.dim(0), call.slots.dim(1)});
   c.optional_like("dy", call.dy, "y", call.y);
   c.optional_like("dgates", call.dgates, "gates", call.gates);
-  return moe_geometry(call.y.dtype,
-                      {call.y.dim(0), call.y.dim(-1), call.dout.rows(), call.slots.dim(1)});
+  return OpGeometry::of(call.y.dtype, UnpermuteDims{.slots = call.y.dim(0),
+                                                    .width = call.y.dim(-1),
+                                                    .rows = call.dout.rows(),
+                                                    .k = call.slots.dim(1)});
 }
 
 OpGeometry check(DeviceKind device, const GroupedGemmArgs& call) {
@@ -175,7 +179,12 @@ OpGeometry check(DeviceKind device, const GroupedGemmArgs& call) {
                                                        : std::vector<int64_t>{experts, k, -1}));
     c.shape("c", call.c, {rows, n});
     // expert_gemm: G, M, n, k, imbalance (permille; balanced here), ragged_inner.
-    return moe_geometry(call.a.dtype, {experts, rows, n, k, 1000, 0});
+    return OpGeometry::of(call.a.dtype, ExpertGemmDims{.groups = experts,
+                                                       .rows = rows,
+                                                       .n = n,
+                                                       .k = k,
+                                                       .imbalance_permille = 1000,
+                                                       .ragged_inner = 0});
   }
   // Weight gradient: c [E, K, N] = a_e^T b_e with a [R, K], b [R, N].
   c.require(!call.transpose_b, "transpose_a with transpose_b is not a grouped GEMM form");
@@ -183,7 +192,12 @@ OpGeometry check(DeviceKind device, const GroupedGemmArgs& call) {
   const int64_t n = call.b.dim(1);
   c.shape("c", call.c, {experts, k, n});
   // expert_gemm ragged_inner: C_g[n', k'] = A_g[m_g, n']^T B_g[m_g, k'].
-  return moe_geometry(call.a.dtype, {experts, rows, k, n, 1000, 1});
+  return OpGeometry::of(call.a.dtype, ExpertGemmDims{.groups = experts,
+                                                     .rows = rows,
+                                                     .n = k,
+                                                     .k = n,
+                                                     .imbalance_permille = 1000,
+                                                     .ragged_inner = 1});
 }
 
 }  // namespace modar::runtime

@@ -22,9 +22,9 @@
 #include <limits>
 #include <numeric>
 
-#include "../core/grouped_gemm_split.hpp"
 #include "cpu_backend.hpp"
 #include "cpu_common.hpp"
+#include "modar/runtime/grouped_gemm_split.hpp"
 
 namespace modar::runtime::cpu {
 namespace {

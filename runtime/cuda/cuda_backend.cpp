@@ -35,7 +35,6 @@
 #include <variant>
 #include <vector>
 
-#include "../core/grouped_gemm_split.hpp"
 #include "arena.hpp"
 #include "attention.cuh"
 #include "caching_allocator.hpp"
@@ -51,7 +50,8 @@
 #include "loss.cuh"
 #include "modar/errors.hpp"
 #include "modar/runtime/backend.hpp"
-#include "modar/runtime/comm.hpp"
+#include "modar/runtime/grouped_gemm_split.hpp"
+#include "modar/runtime/host_facts.hpp"
 #include "moe.cuh"
 #include "norm.cuh"
 #include "rope.cuh"

@@ -176,6 +176,23 @@ Parameter* ParameterSet::find(const std::string& name) const {
 // ---- option structs ------------------------------------------------------------------
 
 BranchShape BranchShape::from(const ModelConfig& model) {
+  // The cost model describes more of a model than the reference runtime
+  // implements; a config it cannot run is refused here, by the key.
+  if (model.mlp == MlpKind::geglu) {
+    throw ConfigError(
+        "model.mlp = \"geglu\": the reference runtime implements \"gelu\" and \"swiglu\" "
+        "(geglu is planned by the cost model only)");
+  }
+  if (model.qkv_bias) {
+    throw ConfigError(
+        "model.qkv_bias = true: the reference runtime has no biases (planned by the cost model "
+        "only)");
+  }
+  if (model.qk_norm != QkNorm::none) {
+    throw ConfigError(std::string("model.qk_norm = \"") + to_string(model.qk_norm) +
+                      "\": the reference runtime implements \"none\" (planned by the cost "
+                      "model only)");
+  }
   BranchShape shape;
   shape.d_model = model.d_model;
   shape.n_heads = model.n_heads;

@@ -7,15 +7,6 @@
 
 namespace modar::runtime {
 
-struct Model::LayerSlot {
-  std::unique_ptr<TransformerLayer> dense;
-  std::unique_ptr<RoutedLayer> routed;
-  // Saved activations of the current step (plain residual / depth residual).
-  TransformerLayer::Saved dense_saved;
-  RoutedLayer::Saved routed_saved;
-  AttentionBranch::Saved attn_saved;
-};
-
 namespace {
 
 void check_model_config(const Config& config) {
@@ -57,39 +48,20 @@ Model::Model(Backend& backend, const Config& config, const ModelOptions& options
     units_.push_back({name, begin, static_cast<int64_t>(params_.all().size())});
   };
   close_unit("embedding");
-  BranchShape shape = BranchShape::from(m);
-  shape.rope_theta = options.rope_theta;
-  const double out_std = 0.02 / std::sqrt(2.0 * static_cast<double>(m.n_layers));
-  RoutingOptions routing = RoutingOptions::from(config.mod);
-  routing.aux_loss_weight = options.router_aux_loss_weight;
-  routing.unit_gate = options.unit_router_gate;
-  // [moe]: layer l's FFN is an MoE FFN iff moe.is_moe_layer(l); inside a MoD
-  // routed block that is staged MoDE, with null experts integrated MoDE.
-  const MoeOptions moe = MoeOptions::from(config.moe, m);
   for (int64_t l = 0; l < m.n_layers; ++l) {
-    auto slot = std::make_unique<LayerSlot>();
-    const std::string prefix = "layer" + std::to_string(l);
-    const MoeOptions* layer_moe = config.moe.is_moe_layer(l) ? &moe : nullptr;
-    if (config.mod.is_routed(l)) {
-      slot->routed = std::make_unique<RoutedLayer>(params_, ctx, prefix, shape, routing, rng,
-                                                   out_std, layer_moe);
-    } else {
-      slot->dense =
-          std::make_unique<TransformerLayer>(params_, ctx, prefix, shape, rng, out_std, layer_moe);
-    }
-    layers_.push_back(std::move(slot));
-    close_unit(prefix);
+    layers_.push_back(std::make_unique<ModelLayer>(params_, ctx, config, options, l, rng));
+    stack_.push_back(layers_.back().get());
+    saved_.push_back(layers_.back()->make_saved());
+    close_unit("layer" + std::to_string(l));
   }
   if (config.dar.enabled()) {
     depth_ = std::make_unique<DepthResidual>(params_, ctx, DepthOptions::from(config), d, rng);
     depth_unit_ = static_cast<int64_t>(units_.size());
     close_unit("depth");
   }
-  final_norm_ = &params_.add(ctx, "final_norm", {d}, options.dtype, Init::constant_value(1.0), rng);
-  if (!m.tie_embeddings) {
-    head_ =
-        &params_.add(ctx, "head", {d, m.vocab_size}, options.dtype, Init::normal_std(0.02), rng);
-  }
+  head_ = std::make_unique<LmHead>(params_, ctx, d, m.vocab_size, m.norm_eps,
+                                   m.tie_embeddings ? embedding_ : nullptr, Init::normal_std(0.02),
+                                   rng);
   head_unit_ = static_cast<int64_t>(units_.size());
   close_unit("head");
 }
@@ -98,18 +70,25 @@ Model::~Model() = default;
 
 int64_t Model::routed_layers() const {
   int64_t count = 0;
-  for (const auto& slot : layers_) {
-    count += slot->routed ? 1 : 0;
+  for (const auto& layer : layers_) {
+    count += layer->routed() != nullptr ? 1 : 0;
+  }
+  return count;
+}
+
+int64_t Model::moe_layers() const {
+  int64_t count = 0;
+  for (const auto& layer : layers_) {
+    count += layer->moe() != nullptr ? 1 : 0;
   }
   return count;
 }
 
 std::vector<MoeFfn*> Model::moe_ffns() {
   std::vector<MoeFfn*> out;
-  for (const auto& slot : layers_) {
-    const MoeFfn* ffn = slot->dense ? slot->dense->moe() : slot->routed->core().moe();
-    if (ffn != nullptr) {
-      out.push_back(const_cast<MoeFfn*>(ffn));  // the model owns its layers
+  for (const auto& layer : layers_) {
+    if (layer->moe() != nullptr) {
+      out.push_back(const_cast<MoeFfn*>(layer->moe()));  // the model owns its layers
     }
   }
   return out;
@@ -131,50 +110,41 @@ Model::DecodeState Model::begin_decode(int64_t max_tokens) const {
   }
   const Context ctx{backend_, nullptr, options_.dtype};
   DecodeState state;
-  for (const auto& slot : layers_) {
-    state.caches.push_back(slot->dense ? slot->dense->attention().make_cache(ctx, max_tokens)
-                                       : slot->routed->make_cache(ctx, max_tokens));
+  for (const auto& layer : layers_) {
+    state.caches.push_back(layer->dense() ? layer->dense()->attention().make_cache(ctx, max_tokens)
+                                          : layer->routed()->make_cache(ctx, max_tokens));
   }
   return state;
 }
 
 std::vector<double> Model::decode_step(DecodeState& state, int32_t token) const {
-  Backend& be = backend_;
   const Context ctx{backend_, nullptr, options_.dtype};
   const int64_t d = config_.model.d_model;
   const int32_t position = static_cast<int32_t>(state.position++);
   Buffer ids = ctx.indices({1, 1}, {token});
   Buffer x = ctx.make({1, 1, d});
-  be.embedding_forward(embedding_->value, ids, x);
+  backend_.embedding_forward(embedding_->value, ids, x);
   for (size_t l = 0; l < layers_.size(); ++l) {
-    if (layers_[l]->dense) {
-      layers_[l]->dense->decode_inplace(ctx, x, position, state.caches[l]);
+    if (layers_[l]->dense() != nullptr) {
+      layers_[l]->dense()->decode_inplace(ctx, x, position, state.caches[l]);
     } else {
-      layers_[l]->routed->decode_inplace(ctx, x, position, state.caches[l]);
+      layers_[l]->routed()->decode_inplace(ctx, x, position, state.caches[l]);
     }
   }
-  Buffer rstd = ctx.make({1}, ctx.stats());
-  Buffer u = ctx.make({1, d});
-  be.rmsnorm_forward(reshape(x, {1, d}), final_norm_->value, u, rstd, config_.model.norm_eps);
-  Buffer logits = ctx.make({1, config_.model.vocab_size});
-  if (head_ != nullptr) {
-    be.gemm(u, false, head_->value, false, logits);
-  } else {
-    be.gemm(u, false, embedding_->value, true, logits);
-  }
-  return download(be, logits);
+  return download(backend_, head_->logits(ctx, x));
 }
 
-StepResult Model::forward_backward(const TensorView& tokens, const TensorView& targets) {
+StepResult Model::forward_backward(const TensorView& tokens, const TensorView& targets,
+                                   double lm_loss_weight) {
   tracker_.reset_peak();
-  StepResult result = run(tokens, targets, true);
+  StepResult result = run(tokens, targets, true, lm_loss_weight);
   result.peak_bytes = tracker_.peak_bytes();
   return result;
 }
 
 StepResult Model::evaluate(const TensorView& tokens, const TensorView& targets) {
   tracker_.reset_peak();
-  StepResult result = run(tokens, targets, false);
+  StepResult result = run(tokens, targets, false, 1.0);
   result.peak_bytes = tracker_.peak_bytes();
   return result;
 }
@@ -191,14 +161,48 @@ void Model::optimizer_step() {
 
 StepResult Model::train_step(const TensorView& tokens, const TensorView& targets) {
   tracker_.reset_peak();
-  StepResult result = run(tokens, targets, true);
+  StepResult result = run(tokens, targets, true, 1.0);
   optimizer_step();
   result.peak_bytes = tracker_.peak_bytes();
   return result;
 }
 
-StepResult Model::run(const TensorView& tokens, const TensorView& targets, bool with_backward) {
-  Backend& be = backend_;
+Buffer Model::layers_forward_pass(Buffer x, const LayerPass& pass, bool with_backward,
+                                  LayerLosses& losses) {
+  LayerStates* saved = with_backward ? &saved_ : nullptr;
+  if (!depth_) {
+    layers_forward(pass, stack_, 0, x, saved, losses);
+    return x;
+  }
+  const Context& ctx = pass.ctx;
+  depth_->set_saving(with_backward);
+  acquire(depth_unit_, true, false);  // every branch reads it: held around all of them
+  depth_->begin(ctx, x, x.numel() / config_.model.d_model);
+  layers_forward(pass, stack_, 0, x, saved, losses);
+  Buffer final_input = depth_->read_output(ctx);  // [T, d]
+  release(depth_unit_);
+  x.reset();
+  if (!with_backward) {
+    depth_->release();
+  }
+  return final_input;
+}
+
+void Model::layers_backward_pass(const TensorView& dx, const LayerPass& pass) {
+  if (!depth_) {
+    layers_backward(pass, stack_, 0, dx, saved_);
+    return;
+  }
+  acquire(depth_unit_, true, true);  // and through its block-prefix recompute
+  depth_->begin_backward(pass.ctx, dx);
+  backend_.fill(dx, 0.0);  // reused below as d embedding
+  layers_backward(pass, stack_, 0, dx, saved_);
+  depth_->finish_backward(pass.ctx, dx);
+  release(depth_unit_);
+}
+
+StepResult Model::run(const TensorView& tokens, const TensorView& targets, bool with_backward,
+                      double lm_loss_weight) {
   const Context ctx = context();
   const ModelConfig& m = config_.model;
   if (tokens.rank != 2 || targets.rank != 2 || tokens.shape != targets.shape ||
@@ -206,153 +210,37 @@ StepResult Model::run(const TensorView& tokens, const TensorView& targets, bool 
     throw ShapeError("model step: tokens " + tokens.describe() + " and targets " +
                      targets.describe() + " must both be i32 [b, s]");
   }
-  const int64_t batch = tokens.dim(0), seq = tokens.dim(1), d = m.d_model, rows = batch * seq;
+  const int64_t batch = tokens.dim(0), seq = tokens.dim(1), d = m.d_model;
   if (with_backward && hooks_ == nullptr) {
-    params_.zero_grads(be);
+    params_.zero_grads(backend_);
   }
-  // ZeRO-3 (ParameterUnitHooks): a unit's values / gradients around its use.
-  auto acquire = [this](int64_t unit, bool values, bool grads) {
-    if (hooks_ != nullptr && unit >= 0) {
-      hooks_->acquire(unit, values, grads);
-    }
-  };
-  auto release = [this](int64_t unit) {
-    if (hooks_ != nullptr && unit >= 0) {
-      hooks_->release(unit);
-    }
-  };
-  const int64_t embedding_unit = 0;
-  const bool tied = head_ == nullptr;
-  StepResult result;
-  int64_t routed_count = 0;
-  auto add_losses = [&](const RoutedLayer::Losses& losses) {
-    result.router_aux += losses.router_aux;
-    result.predictor += losses.predictor;
-    result.predictor_accuracy += losses.predictor_accuracy;
-    ++routed_count;
-  };
-  // MoE layers (after each layer's forward, from what it saved for backward).
-  int64_t moe_count = 0;
-  double moe_weighted = 0.0;
-  auto add_moe = [&](const TransformerLayer& layer) {
-    if (layer.moe() == nullptr) {
-      return;
-    }
-    const MoeFfn::Stats& stats = layer.moe()->last_stats();
-    result.moe_aux_loss += stats.aux_loss;
-    result.moe_z_loss += stats.z_loss;
-    result.moe_dropped += stats.dropped;
-    result.moe_null += stats.null_assignments;
-    moe_weighted += layer.moe()->options().aux_loss_coef * stats.aux_loss +
-                    layer.moe()->options().z_loss_coef * stats.z_loss;
-    ++moe_count;
-  };
+  const bool tied = head_->head() == nullptr;
 
   // ---- forward ----
   Buffer x = ctx.make({batch, seq, d});
-  acquire(embedding_unit, true, false);
-  be.embedding_forward(embedding_->value, tokens, x);
-  release(embedding_unit);
-  std::vector<int32_t> position_values(static_cast<size_t>(rows));
-  for (int64_t i = 0; i < rows; ++i) {
-    position_values[static_cast<size_t>(i)] = static_cast<int32_t>(i % seq);
-  }
-  Buffer positions = ctx.indices({batch, seq}, position_values);
+  acquire(kEmbeddingUnit, true, false);
+  backend_.embedding_forward(embedding_->value, tokens, x);
+  release(kEmbeddingUnit);
+  const Buffer positions = sequence_positions(ctx, batch, seq);
+  const LayerPass pass{ctx, positions, {batch, seq, d}, depth_.get(), hooks_, layer_unit0_};
+  LayerLosses losses;
+  Buffer final_input = layers_forward_pass(std::move(x), pass, with_backward, losses);
 
-  Buffer final_input;  // [b, s, d]: the residual stream, or the depth output read
-  if (!depth_) {
-    for (size_t l = 0; l < layers_.size(); ++l) {
-      LayerSlot* slot = layers_[l].get();
-      const int64_t unit = layer_unit0_ + static_cast<int64_t>(l);
-      acquire(unit, true, false);
-      if (slot->dense) {
-        slot->dense->forward_inplace(ctx, x, positions,
-                                     with_backward ? &slot->dense_saved : nullptr);
-        add_moe(*slot->dense);
-      } else {
-        add_losses(
-            slot->routed->forward_inplace(ctx, x, with_backward ? &slot->routed_saved : nullptr));
-        add_moe(slot->routed->core());
-      }
-      release(unit);
-    }
-    final_input = std::move(x);
-  } else {
-    depth_->set_saving(with_backward);
-    acquire(depth_unit_, true, false);
-    depth_->begin(ctx, x, rows);
-    for (size_t l = 0; l < layers_.size(); ++l) {
-      LayerSlot& slot = *layers_[l];
-      const int64_t unit = layer_unit0_ + static_cast<int64_t>(l);
-      acquire(unit, true, false);
-      const int64_t attn_branch = 2 * static_cast<int64_t>(l);
-      for (int branch = 0; branch < 2; ++branch) {
-        const TensorView h = reshape(depth_->read(ctx, attn_branch + branch), {batch, seq, d});
-        Buffer y;
-        if (slot.routed) {
-          RoutedLayer::Losses losses;
-          y = slot.routed->branch_forward(ctx, branch, h, slot.routed_saved, &losses);
-          if (branch == 0) {
-            add_losses(losses);
-          } else {
-            add_moe(slot.routed->core());
-          }
-        } else if (branch == 0) {
-          y = slot.dense->attention().forward(ctx, h, positions, TensorView{},
-                                              with_backward ? &slot.attn_saved : nullptr);
-        } else {
-          y = slot.dense->ffn_forward(ctx, h, with_backward ? &slot.dense_saved : nullptr);
-          add_moe(*slot.dense);
-        }
-        depth_->write(ctx, attn_branch + branch, y);
-      }
-      release(unit);
-    }
-    final_input = depth_->read_output(ctx);  // [T, d]
-    release(depth_unit_);
-    x.reset();
-    if (!with_backward) {
-      depth_->release();
-    }
-  }
-  if (routed_count > 0) {
-    result.router_aux /= static_cast<double>(routed_count);
-    result.predictor /= static_cast<double>(routed_count);
-    result.predictor_accuracy /= static_cast<double>(routed_count);
-  }
-
-  const TensorView final_view = reshape(final_input, {batch, seq, d});
-  Buffer final_rstd = ctx.make({rows}, ctx.stats());
-  Buffer final_u = ctx.make({batch, seq, d});
+  LmHead::Saved head;
+  head.keep_logits = true;                // last_logits()
+  head.logits = std::move(last_logits_);  // freed once the new logits exist
   acquire(head_unit_, true, false);
   if (tied) {
-    acquire(embedding_unit, true, false);
+    acquire(kEmbeddingUnit, true, false);
   }
-  be.rmsnorm_forward(final_view, final_norm_->value, final_u, final_rstd, m.norm_eps);
-  last_logits_ = ctx.make({rows, m.vocab_size});
-  const TensorView u_rows = reshape(final_u, {rows, d});
-  if (head_ != nullptr) {
-    be.gemm(u_rows, false, head_->value, false, last_logits_);
-  } else {
-    be.gemm(u_rows, false, embedding_->value, true, last_logits_);
-  }
-  Buffer loss = ctx.make({1}, ctx.stats());
-  Buffer lse = ctx.make({rows}, ctx.stats());
-  const TensorView target_rows = reshape(targets, {rows});
-  be.cross_entropy_forward(last_logits_, target_rows, loss, lse);
-  result.lm_loss = download(be, loss)[0];
-  const double aux_weight =
-      config_.mod.causal_router == CausalRouter::aux_loss ? options_.router_aux_loss_weight : 0.0;
-  result.loss = result.lm_loss + aux_weight * result.router_aux * routed_count +
-                result.predictor * routed_count + moe_weighted;
-  if (moe_count > 0) {
-    result.moe_aux_loss /= static_cast<double>(moe_count);
-    result.moe_z_loss /= static_cast<double>(moe_count);
-  }
+  const double lm_loss = head_->forward(ctx, reshape(final_input, {batch, seq, d}), targets, head);
+  StepResult result = step_result(lm_loss, losses, routed_layers(), moe_layers(),
+                                  router_aux_weight(config_, options_));
   if (!with_backward) {
+    last_logits_ = std::move(head.logits);
     release(head_unit_);
     if (tied) {
-      release(embedding_unit);
+      release(kEmbeddingUnit);
     }
     return result;
   }
@@ -360,67 +248,18 @@ StepResult Model::run(const TensorView& tokens, const TensorView& targets, bool 
   // ---- backward ----
   acquire(head_unit_, true, true);
   if (tied) {
-    acquire(embedding_unit, true, true);  // held to the embedding's backward
+    acquire(kEmbeddingUnit, true, true);  // held to the embedding's backward
   }
-  Buffer dlogits = ctx.zeros({rows, m.vocab_size});
-  be.cross_entropy_backward(1.0, last_logits_, target_rows, lse, dlogits);
-  Buffer du = ctx.make({rows, d});
-  if (head_ != nullptr) {
-    be.gemm(dlogits, false, head_->value, true, du);
-    be.gemm(u_rows, true, dlogits, false, head_->grad, 1.0, 1.0);
-  } else {
-    be.gemm(dlogits, false, embedding_->value, false, du);
-    be.gemm(dlogits, true, u_rows, false, embedding_->grad, 1.0, 1.0);
-  }
-  dlogits.reset();
-  Buffer dx = ctx.zeros({batch, seq, d});
-  be.rmsnorm_backward(reshape(du, {batch, seq, d}), final_view, final_norm_->value, final_rstd, dx,
-                      final_norm_->grad);
+  Buffer dx = head_->backward(ctx, lm_loss_weight, head);
+  last_logits_ = std::move(head.logits);
   release(head_unit_);
-  du.reset();
-  final_u.reset();
   final_input.reset();
-  if (!depth_) {
-    for (int64_t l = static_cast<int64_t>(layers_.size()) - 1; l >= 0; --l) {
-      LayerSlot& slot = *layers_[static_cast<size_t>(l)];
-      acquire(layer_unit0_ + l, true, true);
-      if (slot.dense) {
-        slot.dense->backward_inplace(ctx, dx, slot.dense_saved);
-      } else {
-        slot.routed->backward_inplace(ctx, dx, slot.routed_saved);
-      }
-      release(layer_unit0_ + l);
-    }
-  } else {
-    acquire(depth_unit_, true, true);
-    depth_->begin_backward(ctx, dx);
-    be.fill(dx, 0.0);  // reused below as d embedding
-    for (int64_t l = static_cast<int64_t>(layers_.size()) - 1; l >= 0; --l) {
-      LayerSlot& slot = *layers_[static_cast<size_t>(l)];
-      acquire(layer_unit0_ + l, true, true);
-      for (int branch = 1; branch >= 0; --branch) {
-        const int64_t index = 2 * l + branch;
-        const TensorView dy = reshape(depth_->write_backward(ctx, index), {batch, seq, d});
-        Buffer dh = ctx.zeros({batch, seq, d});
-        if (slot.routed) {
-          slot.routed->branch_backward(ctx, branch, dy, slot.routed_saved, dh);
-        } else if (branch == 0) {
-          slot.dense->attention().backward(ctx, dy, slot.attn_saved, dh);
-        } else {
-          slot.dense->ffn_backward(ctx, dy, slot.dense_saved, dh);
-        }
-        depth_->read_backward(ctx, index, dh);
-      }
-      release(layer_unit0_ + l);
-    }
-    depth_->finish_backward(ctx, dx);
-    release(depth_unit_);
-  }
+  layers_backward_pass(dx, pass);
   if (!tied) {
-    acquire(embedding_unit, false, true);
+    acquire(kEmbeddingUnit, false, true);
   }
-  be.embedding_backward(dx, tokens, embedding_->grad);
-  release(embedding_unit);
+  backend_.embedding_backward(dx, tokens, embedding_->grad);
+  release(kEmbeddingUnit);
   return result;
 }
 

@@ -46,6 +46,13 @@ MoeOptions MoeOptions::from(const MoeConfig& moe, const ModelConfig& model) {
   options.top_k = moe.top_k;
   options.expert_ffn = moe.resolved_expert_ffn(model);
   options.shared_experts = moe.shared_experts;
+  options.shared_expert_ffn =
+      moe.shared_expert_ffn > 0 ? moe.shared_expert_ffn : options.expert_ffn;
+  if (moe.shared_expert_gate) {
+    throw ConfigError(
+        "moe.shared_expert_gate = true: the reference runtime's shared experts have no gate "
+        "(planned by the cost model only)");
+  }
   options.capacity_factor = moe.capacity_factor;
   options.aux_loss_coef = moe.aux_loss_coef;
   options.z_loss_coef = moe.z_loss_coef;
@@ -94,7 +101,7 @@ MoeFfn::MoeFfn(ParameterSet& params, const Context& ctx, const std::string& pref
   w_out_ = &params.add(ctx, prefix + ".experts.w_out", {e, f, d}, ctx.dtype,
                        Init::normal_std(out_std), rng);
   if (moe.shared_experts > 0) {
-    const int64_t fs = moe.shared_experts * f;
+    const int64_t fs = moe.shared_width(f);
     if (shape.mlp == MlpKind::gelu) {
       s_in_ = &params.add(ctx, prefix + ".shared.w_in", {d, fs}, ctx.dtype, Init::normal_std(0.02),
                           rng);
@@ -340,7 +347,7 @@ Buffer MoeFfn::forward(const Context& ctx, const TensorView& x, Saved* saved, St
     be.fill(y, 0.0);
   }
   if (s_out_ != nullptr) {
-    const int64_t fs = moe_.shared_experts * width_;
+    const int64_t fs = moe_.shared_width(width_);
     Buffer hidden = ctx.make({tokens, fs});
     Buffer pre, gate, up;
     if (shape_.mlp == MlpKind::gelu) {
@@ -433,7 +440,7 @@ void MoeFfn::backward(const Context& ctx, const TensorView& dy_in, Saved& saved,
     }
   }
   if (s_out_ != nullptr) {
-    const int64_t fs = moe_.shared_experts * f;
+    const int64_t fs = moe_.shared_width(f);
     Buffer dhidden = ctx.make({tokens, fs});
     be.gemm(dy, false, s_out_->value, true, dhidden);
     be.gemm(saved.shared_hidden, true, dy, false, s_out_->grad, 1.0, 1.0);

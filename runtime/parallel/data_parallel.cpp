@@ -1,8 +1,10 @@
 // Process groups, the data-parallel / ZeRO optimizer step and the replicated
 // model trainer (include/modar/runtime/parallel_steps.hpp).
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "modar/errors.hpp"
 #include "modar/runtime/parallel_steps.hpp"
@@ -72,6 +74,52 @@ std::vector<double> all_reduce_sum(Backend& backend, Communicator& group,
   return download(backend, buffer);
 }
 
+// ---- the objective across parts of a batch ---------------------------------------------
+
+int64_t counted_targets(Backend& backend, const TensorView& targets) {
+  int64_t counted = 0;
+  for (const double target : download(backend, targets)) {
+    counted += target >= 0.0 ? 1 : 0;
+  }
+  return counted;
+}
+
+int64_t counted_targets_over(Backend& backend, Communicator& group, int64_t counted_here) {
+  if (group.size() == 1) {
+    return counted_here;
+  }
+  return std::llround(all_reduce_sum(backend, group, {static_cast<double>(counted_here)})[0]);
+}
+
+double lm_loss_weight(int64_t counted_here, int64_t counted_total, int64_t parts) {
+  if (counted_total == 0) {
+    return 0.0;  // nothing counts anywhere: the cross-entropy is 0 and so is its gradient
+  }
+  // Exact integers in a double: 1 exactly when every part counts the same.
+  return static_cast<double>(counted_here * parts) / static_cast<double>(counted_total);
+}
+
+StepResult reduce_over_data(Backend& backend, Communicator& data, const StepResult& local,
+                            double lm_weight) {
+  const double ranks = static_cast<double>(data.size());
+  const std::vector<double> sums = all_reduce_sum(
+      backend, data,
+      {local.lm_loss * lm_weight, local.loss - local.lm_loss, local.router_aux, local.predictor,
+       local.predictor_accuracy, local.moe_aux_loss, local.moe_z_loss,
+       static_cast<double>(local.moe_dropped), static_cast<double>(local.moe_null)});
+  StepResult result = local;
+  result.lm_loss = sums[0] / ranks;
+  result.loss = result.lm_loss + sums[1] / ranks;
+  result.router_aux = sums[2] / ranks;
+  result.predictor = sums[3] / ranks;
+  result.predictor_accuracy = sums[4] / ranks;
+  result.moe_aux_loss = sums[5] / ranks;
+  result.moe_z_loss = sums[6] / ranks;
+  result.moe_dropped = std::llround(sums[7]);
+  result.moe_null = std::llround(sums[8]);
+  return result;
+}
+
 // ---- ShardedOptimizer ------------------------------------------------------------------
 
 namespace {
@@ -91,11 +139,28 @@ TensorView flat_view(const TensorView& view) {
 
 }  // namespace
 
+namespace {
+
+std::vector<Parameter*> pointers_to(const ParameterSet& params) {
+  std::vector<Parameter*> out;
+  for (const auto& p : params.all()) {
+    out.push_back(p.get());
+  }
+  return out;
+}
+
+}  // namespace
+
 ShardedOptimizer::ShardedOptimizer(Backend& backend, ParameterSet& params, MemoryTracker* tracker,
                                    Communicator& data_group, int64_t zero_stage,
                                    const AdamWParams& adamw)
+    : ShardedOptimizer(backend, pointers_to(params), tracker, data_group, zero_stage, adamw) {}
+
+ShardedOptimizer::ShardedOptimizer(Backend& backend, std::vector<Parameter*> params,
+                                   MemoryTracker* tracker, Communicator& data_group,
+                                   int64_t zero_stage, const AdamWParams& adamw)
     : backend_(backend),
-      params_(params),
+      params_(std::move(params)),
       tracker_(tracker),
       data_(data_group),
       zero_(zero_stage),
@@ -105,13 +170,13 @@ ShardedOptimizer::ShardedOptimizer(Backend& backend, ParameterSet& params, Memor
                       ": ShardedOptimizer runs ZeRO stages 0, 1 and 2 (stage 3: Zero3Optimizer "
                       "through DataParallelTrainer)");
   }
-  const auto& all = params_.all();
+  const std::vector<Parameter*>& all = params_;
   if (all.empty()) {
     throw ConfigError("data-parallel optimizer: the stage holds no parameters");
   }
   optimizer_type_ = all.front()->optimizer_view().dtype;
   int64_t offset = 0;
-  for (const auto& p : all) {
+  for (const Parameter* p : all) {
     if (p->optimizer_view().dtype != optimizer_type_) {
       throw ShapeError("data-parallel optimizer: parameter " + p->name + " is " +
                        to_string(p->optimizer_view().dtype) + ", the others " +
@@ -139,7 +204,7 @@ ShardedOptimizer::ShardedOptimizer(Backend& backend, ParameterSet& params, Memor
   flat.reset();
   shard_m_ = ctx.zeros({shard_numel_});
   shard_v_ = ctx.zeros({shard_numel_});
-  for (const auto& p : all) {
+  for (Parameter* p : all) {
     p->adam_m.reset();
     p->adam_v.reset();
   }
@@ -148,7 +213,7 @@ ShardedOptimizer::ShardedOptimizer(Backend& backend, ParameterSet& params, Memor
 ShardedOptimizer::~ShardedOptimizer() = default;
 
 void ShardedOptimizer::flatten_grads(const TensorView& flat) {
-  const auto& all = params_.all();
+  const std::vector<Parameter*>& all = params_;
   const int64_t used = offsets_.back() + all.back()->value.numel();
   if (used < flat_numel_) {
     backend_.fill(slice(flat, used, flat_numel_ - used), 0.0);
@@ -160,7 +225,7 @@ void ShardedOptimizer::flatten_grads(const TensorView& flat) {
 }
 
 void ShardedOptimizer::scatter_params(const TensorView& flat) {
-  const auto& all = params_.all();
+  const std::vector<Parameter*>& all = params_;
   for (size_t i = 0; i < all.size(); ++i) {
     Parameter& p = *all[i];
     const TensorView part = slice(flat, offsets_[i], p.value.numel());
@@ -178,7 +243,7 @@ void ShardedOptimizer::scatter_params(const TensorView& flat) {
 // A bucket of one tensor is reduced in place.
 void ShardedOptimizer::all_reduce_grads_in_buckets() {
   constexpr int64_t kGradBucketBytes = int64_t{25} << 20;
-  const auto& all = params_.all();
+  const std::vector<Parameter*>& all = params_;
   size_t first = 0;
   while (first < all.size()) {
     const ScalarType type = all[first]->grad.dtype();
@@ -222,7 +287,7 @@ void ShardedOptimizer::step(double grad_scale) {
     if (reduce) {
       all_reduce_grads_in_buckets();
     }
-    for (const auto& p : params_.all()) {
+    for (Parameter* p : params_) {
       const TensorView lowp = p->master.empty() ? TensorView{} : p->value.view();
       backend_.adamw_update(p->optimizer_view(), p->grad, p->adam_m, p->adam_v, hyper, lowp);
     }
@@ -295,25 +360,21 @@ Zero3Optimizer& DataParallelTrainer::zero3() {
 }
 
 StepResult DataParallelTrainer::train_step(const TensorView& tokens, const TensorView& targets) {
+  Backend& be = model_.backend();
   if (zero3_) {
     zero3_->reset_parameter_peak();
   }
-  StepResult local = model_.forward_backward(tokens, targets);
+  const int64_t counted = counted_targets(be, targets);
+  const double weight =
+      lm_loss_weight(counted, counted_targets_over(be, data_, counted), data_.size());
+  const StepResult local = model_.forward_backward(tokens, targets, weight);
   const double ranks = static_cast<double>(data_.size());
   if (zero3_) {
     zero3_->step(1.0 / ranks);
   } else {
     optimizer_->step(1.0 / ranks);
   }
-  StepResult result = local;
-  const std::vector<double> sums = all_reduce_sum(
-      model_.backend(), data_,
-      {local.loss, local.lm_loss, local.router_aux, local.predictor, local.predictor_accuracy});
-  result.loss = sums[0] / ranks;
-  result.lm_loss = sums[1] / ranks;
-  result.router_aux = sums[2] / ranks;
-  result.predictor = sums[3] / ranks;
-  result.predictor_accuracy = sums[4] / ranks;
+  StepResult result = reduce_over_data(be, data_, local, weight);
   result.peak_bytes = model_.memory().peak_bytes();
   return result;
 }

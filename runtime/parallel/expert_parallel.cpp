@@ -193,8 +193,8 @@ class ExpertParallelTrainer::Exchange final : public ExpertExchange {
 
 // ---- the trainer ---------------------------------------------------------------------------
 
-ExpertParallelTrainer::ExpertParallelTrainer(Model& model, Communicator& data_group,
-                                             int64_t expert)
+ExpertParallelTrainer::ExpertParallelTrainer(Model& model, Communicator& data_group, int64_t expert,
+                                             int64_t zero_stage)
     : model_(model), data_(data_group) {
   const int64_t dp = data_group.size();
   const int64_t experts = model.config().moe.experts;
@@ -222,6 +222,27 @@ ExpertParallelTrainer::ExpertParallelTrainer(Model& model, Communicator& data_gr
     }
     ffns_.push_back(ffn);
   }
+  // The optimizer over two groups: the experts' gradients already hold every
+  // token of the expert group, so they are summed (and their ZeRO state
+  // sharded) over the expert-data group; everything else over the data group.
+  const AdamWParams& adamw = model.options().adamw;
+  if (zero_stage == 3) {
+    zero3_ = std::make_unique<Zero3Optimizer>(model, data_group, adamw, expert_data_.get(),
+                                              expert_params_);
+    return;
+  }
+  std::vector<Parameter*> dense;
+  for (const auto& p : model.parameters().all()) {
+    if (!is_expert_parameter(p.get())) {
+      dense.push_back(p.get());
+    }
+  }
+  dense_optimizer_ = std::make_unique<ShardedOptimizer>(
+      model.backend(), dense, &model.memory_tracker(), data_group, zero_stage, adamw);
+  if (!expert_params_.empty()) {
+    expert_optimizer_ = std::make_unique<ShardedOptimizer>(
+        model.backend(), expert_params_, &model.memory_tracker(), *expert_data_, zero_stage, adamw);
+  }
 }
 
 ExpertParallelTrainer::~ExpertParallelTrainer() {
@@ -236,37 +257,21 @@ bool ExpertParallelTrainer::is_expert_parameter(const Parameter* p) const {
 
 StepResult ExpertParallelTrainer::train_step(const TensorView& tokens, const TensorView& targets) {
   Backend& be = model_.backend();
-  StepResult local = model_.forward_backward(tokens, targets);
-  const double ranks = static_cast<double>(data_.size());
-  AdamWParams hyper = model_.options().adamw;
-  hyper.step = ++step_;
-  hyper.grad_scale *= 1.0 / ranks;
-  // Experts: summed over the ranks holding the same experts (their
-  // gradients already hold every token of the expert group); the rest over
-  // the whole data group.  Both sums are then over all dp ranks' means.
-  for (const auto& p : model_.parameters().all()) {
-    Communicator& group = is_expert_parameter(p.get()) ? *expert_data_ : data_;
-    if (group.size() > 1) {
-      group.all_reduce(p->grad, ReduceOp::sum);
+  const int64_t counted = counted_targets(be, targets);
+  const double weight =
+      lm_loss_weight(counted, counted_targets_over(be, data_, counted), data_.size());
+  const StepResult local = model_.forward_backward(tokens, targets, weight);
+  // Both sums (expert-data group, data group) are over all dp ranks' means.
+  const double scale = 1.0 / static_cast<double>(data_.size());
+  if (zero3_) {
+    zero3_->step(scale);
+  } else {
+    dense_optimizer_->step(scale);
+    if (expert_optimizer_) {
+      expert_optimizer_->step(scale);
     }
-    const TensorView lowp = p->master.empty() ? TensorView{} : p->value.view();
-    be.adamw_update(p->optimizer_view(), p->grad, p->adam_m, p->adam_v, hyper, lowp);
   }
-  StepResult result = local;
-  const std::vector<double> sums =
-      all_reduce_sum(be, data_,
-                     {local.loss, local.lm_loss, local.router_aux, local.predictor,
-                      local.predictor_accuracy, local.moe_aux_loss, local.moe_z_loss,
-                      static_cast<double>(local.moe_dropped), static_cast<double>(local.moe_null)});
-  result.loss = sums[0] / ranks;
-  result.lm_loss = sums[1] / ranks;
-  result.router_aux = sums[2] / ranks;
-  result.predictor = sums[3] / ranks;
-  result.predictor_accuracy = sums[4] / ranks;
-  result.moe_aux_loss = sums[5] / ranks;
-  result.moe_z_loss = sums[6] / ranks;
-  result.moe_dropped = static_cast<int64_t>(sums[7]);
-  result.moe_null = static_cast<int64_t>(sums[8]);
+  StepResult result = reduce_over_data(be, data_, local, weight);
   result.peak_bytes = model_.memory().peak_bytes();
   return result;
 }

@@ -3,9 +3,9 @@ settings are the C++ profiler's, bad input is one line with exit 2, and a
 real PyTorch on the CPU writes a profile that `modar estimate --profile` uses
 (the torchrun collectives path is not run here: docs/profiler.md).
 
-PyTorch comes from scripts/setup.sh (docs/profiler.md "The PyTorch
-profile"); the test that needs it skips only when setup could not install it,
-with setup's recorded reason."""
+PyTorch comes from scripts/torch_for_tests.sh, which scripts/test.sh runs
+(docs/profiler.md "The PyTorch profile"); the test that needs it skips only
+when that script could not install it, with its recorded reason."""
 
 from __future__ import annotations
 
@@ -27,15 +27,16 @@ STATUS = Path(sys.prefix) / ".modar-torch-status"
 
 
 def _torch_or_skip() -> None:
-    """Skip (with setup's reason) only where PyTorch could not be installed."""
+    """Skip (with the recorded reason) only where PyTorch could not be installed."""
     if importlib.util.find_spec("torch") is not None:
         return
     status = STATUS.read_text().strip() if STATUS.exists() else ""
     if status.startswith("ok"):
-        pytest.fail(f"scripts/setup.sh recorded '{status}' but torch is not importable")
+        pytest.fail(f"scripts/torch_for_tests.sh recorded '{status}' "
+                    "but torch is not importable")
     pytest.skip("PyTorch is not installed in this Python: "
-                + (status or "scripts/setup.sh has not run here (it records why in "
-                   f"{STATUS})"))
+                + (status or "scripts/torch_for_tests.sh link has not run here "
+                   f"(scripts/test.sh runs it; it records why in {STATUS})"))
 
 
 def _module(*args: str, env: dict | None = None, timeout: float = 300):

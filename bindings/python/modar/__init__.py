@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from . import _core
 from ._calibrate import CalibrationResult, calibrate, calibration_parameters
-from ._config import Config
+from ._config import Config, MegatronArgsWarning
+from ._hf import HfImportWarning
 from ._estimate import EstimateResult, estimate, estimate_batch
 from ._core import BackendError, ConfigError, FileError, ShapeError
 from ._planner import (
@@ -39,6 +40,8 @@ __all__ = [
     "ConfigError",
     "FileError",
     "FitResult",
+    "HfImportWarning",
+    "MegatronArgsWarning",
     "OptimalResult",
     "Profile",
     "ShapeError",

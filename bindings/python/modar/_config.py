@@ -77,6 +77,10 @@ def _assignments(entries: Mapping[str, Any]) -> list[tuple[str, Any]]:
     return out
 
 
+class MegatronArgsWarning(UserWarning):
+    """What reading Megatron-LM arguments assumed and did not model, once."""
+
+
 class Config:
     """A validated configuration (the same structs the CLI reads).
 
@@ -143,14 +147,45 @@ class Config:
     @classmethod
     @one_line_type_errors
     def from_hf(cls, path_or_dict: str | os.PathLike | Mapping[str, Any], **overrides: Any) -> "Config":
-        """From a Hugging Face config.json (LLaMA / GPT-NeoX / GPT-2 keys).
+        """From a Hugging Face config.json (path or dict): docs/hf_import.md.
 
-        Keyword arguments override the result (for example seq_len=4096 when
-        max_position_embeddings is longer than the context you train with).
+        The C++ importer the CLI uses.  seq_len is yours (seq_len=8192), 4096
+        when not given; the defaults taken and the fields not modelled come
+        as one modar.HfImportWarning.  Keyword arguments override the result.
         """
-        from ._hf import hf_to_dict
+        from ._hf import import_hf
 
-        return cls(hf_to_dict(path_or_dict), **overrides)
+        assignments = _assignments(overrides)
+        cpp = import_hf(path_or_dict, [dotted for dotted, _ in assignments])
+        if assignments:
+            cpp.update(assignments)
+        cpp.validate()
+        return cls._wrap(cpp)
+
+    @classmethod
+    def from_megatron_args(cls, text: str, **overrides: Any) -> "Config":
+        """From Megatron-LM arguments (a command line or `modar export`'s text): docs/export.md.
+
+        What was assumed (the world size: set device.count=N; Megatron-LM
+        defaults modar's model differs from) and the arguments not modelled
+        come as one modar.MegatronArgsWarning.
+        """
+        import warnings
+
+        if not isinstance(text, str):
+            raise TypeError(f"text: expected str (Megatron-LM arguments), got {type(text).__name__}")
+        cpp, notes = _core.config_from_megatron_args(text)
+        assignments = _assignments(overrides)
+        if assignments:
+            cpp.update(assignments)
+        cpp.validate()
+        if notes:
+            warnings.warn(notes, MegatronArgsWarning, stacklevel=2)
+        return cls._wrap(cpp)
+
+    def to_megatron_args(self) -> str:
+        """The Megatron-LM launch arguments of this configuration (`modar export`'s text)."""
+        return _core.megatron_arguments(self._cpp)
 
     # ---- views ----------------------------------------------------------------
     def to_toml(self) -> str:

@@ -11,7 +11,7 @@
 //   }
 //
 // Stopping has one path: the caller's should_stop() (Python: a pending
-// KeyboardInterrupt) or the process-wide flag of interrupt.hpp (the CLI's
+// KeyboardInterrupt) or the process-wide flag (request_interrupt) (the CLI's
 // SIGINT handler) makes check() throw modar::Interrupted; the CLI exits 130
 // with nothing written, Python raises KeyboardInterrupt.
 #pragma once
@@ -21,7 +21,7 @@
 #include <functional>
 #include <string>
 
-#include "modar/base/interrupt.hpp"
+#include "modar/errors.hpp"
 
 namespace modar {
 

@@ -74,7 +74,7 @@
 #include <string>
 #include <vector>
 
-#include "modar/config.hpp"
+#include "modar/config_enums.hpp"
 #include "modar/runtime/op_args.hpp"
 #include "modar/runtime/tensor.hpp"
 

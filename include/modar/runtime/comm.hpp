@@ -3,7 +3,7 @@
 //
 //   * MPI  (Open MPI from Debian) for the CPU backend (runtime/comm/mpi_communicator.cpp);
 //   * NCCL (libnccl.so.2 of the CUDA toolkit, loaded at run time) for the CUDA
-//     backend (runtime/comm/nccl_communicator.cpp), bootstrapped over MPI: rank 0
+//     backend (runtime/nccl/nccl_communicator.cpp), bootstrapped over MPI: rank 0
 //     creates the NCCL unique id and MPI_Bcast's it to the other ranks;
 //   * self (one process, no MPI): serial runs and the P = 1 reference of the
 //     parallel-equals-serial tests.
@@ -114,21 +114,16 @@ std::unique_ptr<Communicator> make_self_communicator(Backend& backend);
 bool mpi_available();
 // "Open MPI v4.1.4, ..." first line of MPI_Get_library_version, or "" without MPI.
 std::string mpi_library_version();
-// This process's rank among the processes a launcher (mpirun, srun) started on
-// THIS node, from the launcher's environment (OMPI_COMM_WORLD_LOCAL_RANK,
-// MPI_LOCALRANKID, SLURM_LOCALID, LOCAL_RANK); 0 when not launched.  Used to
-// pick a GPU before MPI or NCCL are initialised.
-int launcher_local_rank();
-// Whether a launcher started this process (its environment says so).
-bool launched_by_mpirun();
+// (The launcher's environment, launcher_local_rank() / launched_by_mpirun():
+// host_facts.hpp.)
 // End the whole job after an error that only this rank saw (the others would
 // wait forever in their next collective): MPI_Abort(MPI_COMM_WORLD, code) when
 // MPI is initialised with more than one rank, else std::exit(code).
 [[noreturn]] void abort_world(int exit_code);
 
 // ---- engines register themselves (link topology as backends, backend.hpp) ---
-// The core never calls into CUDA: the NCCL communicator (built into
-// modar_runtime_cuda) registers a factory for DeviceKind::cuda at static
+// The communicator never calls into CUDA: the NCCL communicator (runtime/nccl/,
+// target modar_runtime_nccl) registers a factory for DeviceKind::cuda at static
 // initialisation.  make_world_communicator dispatches on backend.device().
 using WorldCommunicatorFactory = std::unique_ptr<Communicator> (*)(Backend& backend);
 void register_world_communicator(DeviceKind device, WorldCommunicatorFactory factory);

@@ -1,5 +1,7 @@
 // modar/runtime/host_facts.hpp: the host machine (CPU model, caches, memory),
-// read from /proc and sysfs; empty / 0 where unreadable.
+// read from /proc and sysfs; empty / 0 where unreadable; and the launcher's
+// environment (node-local rank), which the backends read before any
+// communicator exists (a CUDA backend picks its GPU by it).
 #pragma once
 
 #include <cstdint>
@@ -21,5 +23,15 @@ HostFacts read_host_facts();
 std::string read_text_or_empty(const std::string& path);
 // Without leading / trailing blanks and newlines.
 std::string trim_text(std::string text);
+
+// The value of environment variable `name`; nullptr when unset or empty.
+const char* environment_value(const char* name);
+// This process's rank among the processes a launcher (mpirun, srun) started on
+// THIS node, from the launcher's environment (OMPI_COMM_WORLD_LOCAL_RANK,
+// MPI_LOCALRANKID, SLURM_LOCALID, LOCAL_RANK); 0 when not launched.  Used to
+// pick a GPU before MPI or NCCL are initialised.
+int launcher_local_rank();
+// Whether a launcher started this process (its environment says so).
+bool launched_by_mpirun();
 
 }  // namespace modar::runtime

@@ -31,6 +31,9 @@
 //    fixedkv / crossv) around arbitrary branches, two-phase (prefix read once
 //    per block + closed-form merge of the partial), mHC-style coefficient heads.
 //    It owns the history bank; the model drives it branch by branch.
+//  * LmHead  final RMSNorm, the head GEMM (untied, or the tied embedding) and
+//    the cross-entropy: the one head of the single-process model and of every
+//    parallel trainer.
 #pragma once
 
 #include <cstdint>
@@ -102,6 +105,9 @@ struct Context {
   // i32 tensor from host values.
   Buffer indices(const std::vector<int64_t>& shape, const std::vector<int32_t>& values) const;
 };
+
+// i32 [b, s]: each row's positions 0 .. s - 1 (RoPE's, for whole sequences).
+Buffer sequence_positions(const Context& ctx, int64_t batch, int64_t seq);
 
 // ---- parameters ---------------------------------------------------------------
 
@@ -220,7 +226,13 @@ struct MoeOptions {
   int64_t experts = 8;            // real experts E
   int64_t top_k = 2;              // experts per token (token choice)
   int64_t expert_ffn = 0;         // hidden width of one expert; 0 = the model's d_ff
-  int64_t shared_experts = 0;     // always-on experts (one MLP of width shared * expert_ffn)
+  int64_t shared_experts = 0;     // always-on experts (one MLP of width shared x shared_expert_ffn)
+  int64_t shared_expert_ffn = 0;  // width of one shared expert; 0 = the routed experts' width
+  // The one MLP the shared experts run as: shared_experts x their width
+  // (`routed_width`: the routed experts' resolved width).
+  int64_t shared_width(int64_t routed_width) const {
+    return shared_experts * (shared_expert_ffn > 0 ? shared_expert_ffn : routed_width);
+  }
   double capacity_factor = 0.0;   // 0 = dropless; else ceil(cf * tokens * top_k / experts)
   double aux_loss_coef = 0.01;    // weight of the load-balancing loss in the objective
   double z_loss_coef = 0.0;       // weight of the router z-loss
@@ -615,6 +627,92 @@ class DepthResidual {
   Buffer dpartial_;
   std::unique_ptr<BranchState> output_state_;
   int64_t segment_first_ = 0, segment_end_ = -1;  // -1: every branch
+};
+
+// ---- a layer's part of a tensor group ----------------------------------------------
+
+// The collectives a layer that holds a shard of its weights needs, over the
+// tensor group it is split across (runtime/parallel implements them on a
+// Communicator; the layers have no communicator of their own).
+class ShardGroup {
+ public:
+  virtual ~ShardGroup() = default;
+  virtual int size() const = 0;
+  virtual int rank() const = 0;
+  virtual void all_reduce_sum(const TensorView& buf) = 0;                    // in place
+  virtual void all_gather(const TensorView& in, const TensorView& out) = 0;  // rank order
+};
+
+// ---- the language-model head --------------------------------------------------------
+
+// The end of a causal LM, for the single-process model and every parallel
+// trainer alike:
+//   u = RMSNorm(x) (weight final_norm),  logits = u W  (W the untied head
+//   [d, V], or the tied embedding [V, d] read transposed),
+//   loss = mean over the rows whose target is not -1 of lse(logits_i) - logits_i[y_i].
+// backward(weight) adds the gradient of `weight` x that mean: 1 when the call
+// holds the whole batch; a part of a batch (a micro-batch, a data-parallel
+// rank's rows) weighs its share of the batch's counted targets (the objective
+// is the mean over every counted target of the batch, docs/runtime_parallel.md).
+//
+// Vocab-parallel (a `vocab_group` of t ranks, Megatron's parallel output
+// layer and cross-entropy): rank r holds the vocabulary [r V / t, (r + 1) V /
+// t): columns of the head, rows of the tied embedding, its logits [T, V / t].
+// The cross-entropy combines the ranks' log-sum-exps (an all-gather of [T]
+// per rank) and takes each target's logit from the rank that holds it (an
+// all-reduce of [T]); the backward's input gradient, a sum over the
+// vocabulary, is all-reduced ([T, d]).  u and the final norm are replicated.
+class LmHead {
+ public:
+  struct Saved {
+    TensorView x;        // the input [.., d] (the caller keeps it alive until backward)
+    TensorView targets;  // i32, x's rows
+    Buffer rstd, u, logits, lse;
+    // backward() frees the logits right after the loss gradient unless they
+    // are kept (the single-process model reports them: Model::last_logits).
+    bool keep_logits = false;
+    // Vocab-parallel: each row's target in this rank's columns (0 when it
+    // lies elsewhere, -1 ignored), the rows whose target lies elsewhere (at
+    // column 0, else -1), and the counts of both.
+    Buffer local_targets, elsewhere_targets;
+    int64_t counted = 0, elsewhere = 0;
+  };
+  // tied_embedding: the [V, d] embedding the head reads (nullptr: an untied
+  // head [d, V] is added, drawn from `head_init`).  Adds "final_norm" (and
+  // "head").  vocab_group: split the vocabulary over it (V a multiple of its
+  // size; the tied embedding then holds this rank's V / t rows).
+  LmHead(ParameterSet& params, const Context& ctx, int64_t d_model, int64_t vocab, double norm_eps,
+         Parameter* tied_embedding, const Init& head_init, Rng& rng,
+         ShardGroup* vocab_group = nullptr);
+  // x [.., d], targets i32 with x's rows (-1 = ignored).  Returns the mean
+  // cross-entropy over the counted rows (0 when none is counted).
+  double forward(const Context& ctx, const TensorView& x, const TensorView& targets,
+                 Saved& saved) const;
+  // Returns d loss / d x (x's shape) for `weight` x the mean loss; the head's
+  // parameter gradients +=.  Frees u (and the logits unless kept).
+  Buffer backward(const Context& ctx, double weight, Saved& saved) const;
+  // Logits [rows, V] of x [rows, d] (decoding; nothing saved; whole vocabulary only).
+  Buffer logits(const Context& ctx, const TensorView& x) const;
+
+  Parameter& final_norm() const { return *final_norm_; }
+  Parameter* head() const { return head_; }  // nullptr when tied
+  int64_t vocab_begin() const { return vocab_begin_; }
+  int64_t local_vocab() const { return local_vocab_; }
+
+ private:
+  // logits = u W (the untied head, or the tied embedding transposed).
+  void project(Backend& backend, const TensorView& u_rows, const TensorView& logits) const;
+  // The vocab-parallel cross-entropy of the saved logits (forward), and its
+  // gradient into dlogits (backward).
+  double split_cross_entropy(const Context& ctx, Saved& saved) const;
+  void split_cross_entropy_backward(const Context& ctx, double weight, Saved& saved,
+                                    const TensorView& dlogits) const;
+  int64_t d_ = 0, vocab_ = 0, local_vocab_ = 0, vocab_begin_ = 0;
+  double norm_eps_ = 1e-6;
+  Parameter* final_norm_ = nullptr;
+  Parameter* head_ = nullptr;
+  Parameter* tied_ = nullptr;
+  ShardGroup* group_ = nullptr;
 };
 
 }  // namespace modar::runtime

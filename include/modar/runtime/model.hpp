@@ -85,6 +85,126 @@ class ParameterUnitHooks {
   virtual void release(int64_t unit) = 0;
 };
 
+// ---- the objective of a step ------------------------------------------------------
+
+// The loss terms the layers add during a forward, summed over the layers that
+// produced them: a MoD routed layer's router BCE, its predictor's BCE and
+// accuracy; an MoE FFN's load-balancing and z losses (also weighted by its
+// own coefficients), the assignments it dropped or sent to a null expert.
+// Each term is a mean over the rows of the pass that produced it.
+struct LayerLosses {
+  double router_aux = 0.0, predictor = 0.0, predictor_accuracy = 0.0;
+  double moe_aux = 0.0, moe_z = 0.0, moe_weighted = 0.0;
+  double moe_dropped = 0.0, moe_null = 0.0;
+  void add(const RoutedLayer::Losses& routed);
+  void add_moe(const MoeFfn* ffn);  // its last forward's Stats (nullptr: nothing)
+  void add(const LayerLosses& other);
+  // Every mean term (a sum of per-part means -> their mean); the counts of
+  // dropped and null assignments stay totals.
+  void scale(double factor);
+  // As a vector (for an all-reduce) and back.
+  std::vector<double> values() const;
+  static LayerLosses from_values(const std::vector<double>& values);
+};
+
+// The objective a step minimises, and the StepResult that reports it (the
+// single-process model and every parallel trainer use this one formula).  Its
+// gradient is what the layers' backward computes: each routed layer's BCE
+// enters with the router weight w, each predictor with weight 1, each MoE
+// layer with its own coefficients, so
+//   loss = lm + w sum_routed aux_l + sum_routed pred_l + sum_moe (alpha aux_l + beta z_l)
+// with lm the mean cross-entropy over every counted target of the batch and
+// the layer terms means over the batch's rows.  (Formerly the model wrote
+// w mean_l(aux_l) x count, the same number rounded twice, and the parallel
+// trainers left the MoE terms out.)  router_aux / predictor / accuracy and
+// the MoE losses are reported as means over their layers.
+StepResult step_result(double lm_loss, const LayerLosses& layers, int64_t routed_layers,
+                       int64_t moe_layers, double router_aux_weight);
+// w of the formula above: ModelOptions::router_aux_loss_weight when the
+// router trains by its auxiliary BCE (mod.causal_router = aux_loss), else 0.
+double router_aux_weight(const Config& config, const ModelOptions& options);
+
+// ---- one layer as a model or a pipeline chunk drives it --------------------------
+
+// A layer on the plain residual stream (in place), or, inside AttnRes / DAR,
+// one branch at a time on the branch's own input.  ModelLayer is the
+// single-process model's layer; the tensor-parallel (Megatron) shard of
+// runtime/parallel is another.  Saved is what one micro-batch keeps for its
+// backward (a pipeline stage holds several in flight).
+class StackLayer {
+ public:
+  struct Saved {
+    virtual ~Saved() = default;
+  };
+  virtual ~StackLayer() = default;
+  virtual std::unique_ptr<Saved> make_saved() const = 0;
+  // x [b, s, d] += the layer's delta.  saved == nullptr: inference.
+  virtual void forward_inplace(const Context& ctx, const TensorView& x, const TensorView& positions,
+                               Saved* saved, LayerLosses& losses) = 0;
+  // dx: in = gradient w.r.t. the layer's output, out = w.r.t. its input.
+  virtual void backward_inplace(const Context& ctx, const TensorView& dx, Saved& saved) = 0;
+  // Branch 0 (attention) or 1 (FFN) on its input h [b, s, d]: y [b, s, d].
+  virtual Buffer branch_forward(const Context& ctx, int branch, const TensorView& h,
+                                const TensorView& positions, Saved* saved, LayerLosses& losses) = 0;
+  // d loss / d h of the branch for dy (branch 1 first, then branch 0).
+  virtual Buffer branch_backward(const Context& ctx, int branch, const TensorView& dy,
+                                 Saved& saved) = 0;
+};
+
+// Layer l of `config` as the single-process model builds it: dense, or
+// MoD-routed where mod.is_routed(l); its FFN an MoE FFN where
+// moe.is_moe_layer(l) (staged MoDE inside a routed layer).
+class ModelLayer final : public StackLayer {
+ public:
+  ModelLayer(ParameterSet& params, const Context& ctx, const Config& config,
+             const ModelOptions& options, int64_t layer, Rng& rng);
+  ~ModelLayer() override;
+  std::unique_ptr<Saved> make_saved() const override;
+  void forward_inplace(const Context& ctx, const TensorView& x, const TensorView& positions,
+                       Saved* saved, LayerLosses& losses) override;
+  void backward_inplace(const Context& ctx, const TensorView& dx, Saved& saved) override;
+  Buffer branch_forward(const Context& ctx, int branch, const TensorView& h,
+                        const TensorView& positions, Saved* saved, LayerLosses& losses) override;
+  Buffer branch_backward(const Context& ctx, int branch, const TensorView& dy,
+                         Saved& saved) override;
+
+  const TransformerLayer* dense() const { return dense_.get(); }  // one of the two is set
+  const RoutedLayer* routed() const { return routed_.get(); }
+  const MoeFfn* moe() const;  // the MoE FFN, or nullptr
+
+ private:
+  struct State;
+  std::unique_ptr<TransformerLayer> dense_;
+  std::unique_ptr<RoutedLayer> routed_;
+  RoutedLayer::Saved inference_;  // a routed branch's selection in inference
+};
+
+// ---- a run of consecutive layers over one micro-batch ----------------------------
+
+// What one pass of layers [first, first + layers.size()) needs: the whole
+// sequence's positions, the shape of the residual stream here ([b, s, d];
+// s / t of a sequence-parallel shard), the AttnRes / DAR bank the branches
+// read and write (nullptr: the plain residual), and ZeRO-3's hooks around
+// each layer (unit first_unit + layer index).
+struct LayerPass {
+  const Context& ctx;
+  TensorView positions;
+  std::vector<int64_t> shape;
+  DepthResidual* depth = nullptr;
+  ParameterUnitHooks* hooks = nullptr;
+  int64_t first_unit = 0;
+};
+using LayerStates = std::vector<std::unique_ptr<StackLayer::Saved>>;
+
+// Forward: x in place (plain residual), or every layer's two branches through
+// pass.depth.  saved: one state per layer, filled (nullptr: inference).
+void layers_forward(const LayerPass& pass, const std::vector<StackLayer*>& layers, int64_t first,
+                    const TensorView& x, LayerStates* saved, LayerLosses& losses);
+// Backward in reverse: dx in place (plain residual), or every branch through
+// pass.depth's bank gradients (begin_backward before, finish after: the caller's).
+void layers_backward(const LayerPass& pass, const std::vector<StackLayer*>& layers, int64_t first,
+                     const TensorView& dx, LayerStates& saved);
+
 class Model {
  public:
   Model(Backend& backend, const Config& config, const ModelOptions& options = {});
@@ -93,8 +213,12 @@ class Model {
   Model& operator=(const Model&) = delete;
 
   // tokens, targets: i32 [b, s] on the backend (targets -1 = ignored).
-  // Zeroes the gradients, runs forward and backward.
-  StepResult forward_backward(const TensorView& tokens, const TensorView& targets);
+  // Zeroes the gradients, runs forward and backward.  lm_loss_weight: the
+  // weight of this call's mean cross-entropy in the objective (1: the call
+  // holds the whole batch; a data-parallel rank's rows weigh their share of
+  // the batch's counted targets times the ranks, runtime/parallel).
+  StepResult forward_backward(const TensorView& tokens, const TensorView& targets,
+                              double lm_loss_weight = 1.0);
   // Forward only (nothing saved for backward).
   StepResult evaluate(const TensorView& tokens, const TensorView& targets);
   void optimizer_step();
@@ -126,6 +250,7 @@ class Model {
   const ModelOptions& options() const { return options_; }
   Backend& backend() const { return backend_; }
   int64_t routed_layers() const;
+  int64_t moe_layers() const;
 
   // ZeRO-3 (see ParameterUnitHooks above); nullptr: every parameter held.
   const std::vector<ParameterUnit>& parameter_units() const { return units_; }
@@ -134,9 +259,25 @@ class Model {
   std::vector<MoeFfn*> moe_ffns();
 
  private:
-  struct LayerSlot;
-  StepResult run(const TensorView& tokens, const TensorView& targets, bool with_backward);
+  StepResult run(const TensorView& tokens, const TensorView& targets, bool with_backward,
+                 double lm_loss_weight);
+  // The layers over x [b, s, d] (the embedded tokens): the plain residual in
+  // place, or AttnRes / DAR around every branch.  Returns the head's input.
+  Buffer layers_forward_pass(Buffer x, const LayerPass& pass, bool with_backward,
+                             LayerLosses& losses);
+  // dx: the head's input gradient in, the embedding's gradient out.
+  void layers_backward_pass(const TensorView& dx, const LayerPass& pass);
   Context context() { return Context{backend_, &tracker_, options_.dtype}; }
+  void acquire(int64_t unit, bool values, bool grads) {
+    if (hooks_ != nullptr && unit >= 0) {
+      hooks_->acquire(unit, values, grads);
+    }
+  }
+  void release(int64_t unit) {
+    if (hooks_ != nullptr && unit >= 0) {
+      hooks_->release(unit);
+    }
+  }
 
   Backend& backend_;
   Config config_;
@@ -144,13 +285,15 @@ class Model {
   MemoryTracker tracker_;
   ParameterSet params_;
   Parameter* embedding_ = nullptr;
-  Parameter* final_norm_ = nullptr;
-  Parameter* head_ = nullptr;  // null when tied
-  std::vector<std::unique_ptr<LayerSlot>> layers_;
+  std::vector<std::unique_ptr<ModelLayer>> layers_;
+  std::vector<StackLayer*> stack_;  // the same layers, as layers_forward takes them
+  LayerStates saved_;               // what the last forward kept for its backward
   std::unique_ptr<DepthResidual> depth_;
+  std::unique_ptr<LmHead> head_;
   Buffer last_logits_;
   int64_t step_ = 0;
   std::vector<ParameterUnit> units_;
+  static constexpr int64_t kEmbeddingUnit = 0;
   int64_t layer_unit0_ = 1, depth_unit_ = -1, head_unit_ = -1;
   ParameterUnitHooks* hooks_ = nullptr;
 };

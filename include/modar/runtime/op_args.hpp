@@ -37,7 +37,7 @@
 #include <cstdint>
 #include <variant>
 
-#include "modar/config.hpp"
+#include "modar/config_enums.hpp"
 #include "modar/ops.hpp"
 #include "modar/runtime/tensor.hpp"
 
@@ -565,12 +565,23 @@ inline OpId op_id(const OpArgs& call) {
 bool parse_op_id(const char* name, OpId* id);
 
 // The resolved geometry of a checked call: the data dtype (the first float
-// tensor's) and the op's dims in the vocabulary's meaning (ops.hpp) where the
-// op maps onto one vocabulary op (gemm: m, n, k, batch; attention: b, H, G,
-// s, s, d_h, causal; rows-and-width ops: rows, d; ...; the others: zeros).
+// tensor's) and the op's dims as dims of its vocabulary kind (ops.hpp: the
+// table row's kind; copy / fill / convert: elementwise).  Dims a call cannot
+// know are left at their defaults (e.g. a depth read's variant).
 struct OpGeometry {
   ScalarType dtype = ScalarType::fp32;
-  std::array<int64_t, 7> dims{};
+  OpKind kind = OpKind::elementwise;
+  OpDimsArray dims{};
+
+  template <class Dims>
+  static OpGeometry of(ScalarType dtype, const Dims& d) {
+    return OpGeometry{dtype, kind_of<Dims>, op_dims_array(d)};
+  }
+  // The typed dims; throws std::logic_error when the geometry is another kind.
+  template <class Dims>
+  Dims as() const {
+    return OpShape{kind, DType::fp32, dims}.as<Dims>();
+  }
 };
 
 // The host-side argument checks, one per op (runtime/core/op_checks.cpp).  Each

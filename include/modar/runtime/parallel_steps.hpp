@@ -18,12 +18,11 @@
 //    before use, gradients reduce-scattered per unit after its backward).
 //  * ExpertParallelTrainer  the experts of every MoE layer split over expert
 //    groups carved out of the data group, tokens exchanged by all-to-all.
-//  * PipelineTrainer  the model cut into p contiguous stages of layers
-//    (embedding on the first, final norm + head + loss on the last; a tied
-//    embedding lives on both and their gradients are summed), microbatches
-//    run in the 1F1B schedule, activations and their gradients sent between
-//    neighbouring stages; combines with data parallelism (and ZeRO) over the
-//    data group.
+//  * ParallelTrainer  tensor x pipeline x data parallelism composed around
+//    one model as Megatron-Core composes them: Megatron tensor-parallel
+//    layers (with or without sequence parallelism), the layers cut into
+//    chunks over the pipeline stages and run in the 1F1B or interleaved 1F1B
+//    schedule, gradients reduced with ZeRO 0-2 over the data group.
 //
 // Every trainer averages the per-microbatch / per-rank mean losses and
 // gradients, so a step on P processes is the single-process step on the same
@@ -78,6 +77,10 @@ class ShardedOptimizer {
   // `tracker`).
   ShardedOptimizer(Backend& backend, ParameterSet& params, MemoryTracker* tracker,
                    Communicator& data_group, int64_t zero_stage, const AdamWParams& adamw);
+  // Over some of a model's parameters (expert parallelism: the experts over
+  // the expert-data group, the rest over the data group).
+  ShardedOptimizer(Backend& backend, std::vector<Parameter*> params, MemoryTracker* tracker,
+                   Communicator& data_group, int64_t zero_stage, const AdamWParams& adamw);
   ~ShardedOptimizer();
   ShardedOptimizer(const ShardedOptimizer&) = delete;
   ShardedOptimizer& operator=(const ShardedOptimizer&) = delete;
@@ -101,7 +104,7 @@ class ShardedOptimizer {
   void all_reduce_grads_in_buckets();
 
   Backend& backend_;
-  ParameterSet& params_;
+  std::vector<Parameter*> params_;
   MemoryTracker* tracker_;
   Communicator& data_;
   int64_t zero_ = 0;
@@ -117,6 +120,28 @@ class ShardedOptimizer {
 std::vector<double> all_reduce_sum(Backend& backend, Communicator& group,
                                    const std::vector<double>& values);
 
+// ---- the objective across parts of a batch ---------------------------------------
+//
+// The single-process objective's cross-entropy is the mean over EVERY counted
+// target (not -1) of the batch: (1 / N) sum_i l_i.  A trainer that cuts the
+// batch into P parts (data ranks x micro-batches) and averages their
+// gradients (grad scale 1 / P) must weigh part j's mean l_j = S_j / N_j by
+// P N_j / N: then (1 / P) sum_j (P N_j / N) S_j / N_j = (1 / N) sum S_j.  The
+// mean of the parts' means (weight 1) is that only when every part counts the
+// same number of targets.  The layers' own terms (router, predictor, MoE)
+// are means over rows, which every part has equally many of: weight 1.
+
+// Targets that count (not -1) in an i32 tensor (host count).
+int64_t counted_targets(Backend& backend, const TensorView& targets);
+// The sum of counted_here over a group (one all-reduce when it has > 1 rank).
+int64_t counted_targets_over(Backend& backend, Communicator& group, int64_t counted_here);
+// P N_j / N (1 exactly when every part counts the same; 0 when N = 0).
+double lm_loss_weight(int64_t counted_here, int64_t counted_total, int64_t parts);
+// The batch's StepResult from each data rank's own (its rows' means): the
+// cross-entropy weighted by lm_weight, every other term averaged over the ranks.
+StepResult reduce_over_data(Backend& backend, Communicator& data, const StepResult& local,
+                            double lm_weight);
+
 // ZeRO stage 3 (Rajbhandari et al. 2020) over the data group, on the Model's
 // parameter units (model.hpp ParameterUnitHooks): each unit (embedding, each
 // layer, the depth residual, final norm + head) is flattened, padded to a
@@ -131,7 +156,12 @@ std::vector<double> all_reduce_sum(Backend& backend, Communicator& group,
 // train.dtype).  The model's hooks point here while this object lives.
 class Zero3Optimizer final : public ParameterUnitHooks {
  public:
-  Zero3Optimizer(Model& model, Communicator& data_group, const AdamWParams& adamw);
+  // expert_data_group / expert_params (expert parallelism): those parameters
+  // (the rank's experts) are sharded over the expert-data group instead, the
+  // ranks that hold the same experts.
+  Zero3Optimizer(Model& model, Communicator& data_group, const AdamWParams& adamw,
+                 Communicator* expert_data_group = nullptr,
+                 const std::vector<Parameter*>& expert_params = {});
   ~Zero3Optimizer() override;
   Zero3Optimizer(const Zero3Optimizer&) = delete;
   Zero3Optimizer& operator=(const Zero3Optimizer&) = delete;
@@ -155,7 +185,7 @@ class Zero3Optimizer final : public ParameterUnitHooks {
   // of the units gathered at the moment (peak since the last step began).
   const MemoryTracker& parameter_memory() const { return parameter_memory_; }
   void reset_parameter_peak() { parameter_memory_.reset_peak(); }
-  int64_t unit_count() const { return static_cast<int64_t>(units_.size()); }
+  int64_t unit_count() const { return static_cast<int64_t>(parts_.size()); }
   int64_t unit_numel(int64_t unit) const;        // parameters of the unit
   int64_t unit_shard_numel(int64_t unit) const;  // ceil(numel / dp)
   // The reduced (unscaled) gradient shard of a unit after the last backward.
@@ -163,11 +193,15 @@ class Zero3Optimizer final : public ParameterUnitHooks {
 
  private:
   struct Unit;
+  void add_part(const std::string& name, Communicator& group,
+                const std::vector<Parameter*>& params);
+  void acquire_part(Unit& unit, bool values, bool grads);
+  void release_part(Unit& unit);
   Model& model_;
-  Communicator& data_;
   AdamWParams adamw_;
   int64_t step_ = 0;
-  std::vector<std::unique_ptr<Unit>> units_;
+  std::vector<std::unique_ptr<Unit>> units_;  // the sharded parts
+  std::vector<std::vector<size_t>> parts_;    // per model unit: its parts in units_
   Traffic traffic_;
   MemoryTracker parameter_memory_;
 };
@@ -213,12 +247,17 @@ struct ExpertTraffic {
 // the outputs back (all-to-all) to combine; the backward runs the same two
 // exchanges on the gradients.  Expert weights' gradients are summed over the
 // expert-data group (the dp / expert ranks holding the same experts), every
-// other gradient over the whole data group; AdamW on every rank (ZeRO 0).
+// other gradient over the whole data group, with ZeRO 0-3 on each group.
 class ExpertParallelTrainer {
  public:
   // Shards the model's experts (Model::moe_ffns) in place: ConfigError naming
   // parallel.expert / moe.experts unless expert divides dp and E.
-  ExpertParallelTrainer(Model& model, Communicator& data_group, int64_t expert);
+  // zero_stage (parallel.zero): ZeRO 0-2 by two ShardedOptimizers (the
+  // experts over the expert-data group, the rest over the data group), ZeRO 3
+  // by a Zero3Optimizer whose units shard their experts over the expert-data
+  // group and the rest over the data group.
+  ExpertParallelTrainer(Model& model, Communicator& data_group, int64_t expert,
+                        int64_t zero_stage = 0);
   ~ExpertParallelTrainer();
   ExpertParallelTrainer(const ExpertParallelTrainer&) = delete;
   ExpertParallelTrainer& operator=(const ExpertParallelTrainer&) = delete;
@@ -230,6 +269,7 @@ class ExpertParallelTrainer {
   const ExpertTraffic& traffic() const { return traffic_; }
   void reset_traffic() { traffic_ = ExpertTraffic{}; }
   bool is_expert_parameter(const Parameter* p) const;
+  Zero3Optimizer* zero3() { return zero3_.get(); }  // ZeRO 3, else nullptr
 
  private:
   class Exchange;
@@ -240,19 +280,20 @@ class ExpertParallelTrainer {
   std::unique_ptr<Exchange> exchange_;
   std::vector<MoeFfn*> ffns_;
   std::vector<Parameter*> expert_params_;
-  int64_t step_ = 0;
+  std::unique_ptr<ShardedOptimizer> dense_optimizer_, expert_optimizer_;
+  std::unique_ptr<Zero3Optimizer> zero3_;
 };
 
-// ---- pipeline parallelism (1F1B) -------------------------------------------------
+// ---- tensor x pipeline x data parallelism (Megatron-Core's composition) ------------
 
-struct PipelineOptions {
-  int64_t microbatches = 1;  // m: the rank's rows are cut into m equal microbatches
-  int64_t zero_stage = 0;    // over the data group
+struct ParallelTrainerOptions {
+  int64_t microbatches = 1;  // m: the rank's rows are cut into m equal micro-batches
   // parallel.virtual_stages: v chunks of layers per stage, chunk c on stage
-  // c mod p (Megatron's interleaved placement).  v > 1 runs micro-batch by
-  // micro-batch through all chunks (no overlap: the interleaved 1F1B
-  // schedule is not implemented), v = 1 the 1F1B schedule.
+  // c mod p (Megatron's interleaved placement), run in the interleaved 1F1B
+  // schedule (m a multiple of p); v = 1: the 1F1B schedule.
   int64_t virtual_stages = 1;
+  bool sequence_parallel = false;  // parallel.sequence_parallel (tensor > 1)
+  int64_t zero_stage = 0;          // parallel.zero over the data group (0-2)
   // parallel.dar_bank_cache: a stage keeps the AttnRes / DAR bank entries it
   // held at the end of its previous chunk, so a boundary sends only the
   // entries since then (and a cut block's partial).  Without it every
@@ -261,146 +302,109 @@ struct PipelineOptions {
   bool dar_bank_cache = true;
 };
 
-class PipelineTrainer {
- public:
-  // Builds this stage's part of the model of `config` with exactly the
-  // initial values Model(backend, config, options) has (same seed).
-  // groups.pipeline orders the stages; groups.data reduces the gradients.
-  PipelineTrainer(Backend& backend, const Config& config, const ModelOptions& options,
-                  ProcessGroups& groups, const PipelineOptions& pipeline);
-  ~PipelineTrainer();
-  PipelineTrainer(const PipelineTrainer&) = delete;
-  PipelineTrainer& operator=(const PipelineTrainer&) = delete;
+// One forward or backward pass of a stage: micro-batch and global chunk.
+struct PipelinePass {
+  bool forward = true;
+  int64_t microbatch = 0;
+  int64_t chunk = 0;  // global chunk c (on stage c mod p)
+  bool operator==(const PipelinePass&) const = default;
+};
 
-  // tokens, targets: this data rank's rows, identical on every stage (only
-  // the first stage reads tokens, only the last targets).  Losses are the
-  // global-batch means on every rank; peak_bytes is this rank's.
+// The model of `config` cut over the tensor, pipeline and data groups of
+// `groups` as Megatron-Core composes them around one model:
+//  * tensor (t > 1): each layer is its Megatron shard (heads / t, kv_heads /
+//    t, d_ff / t: column-parallel Wq / Wk / Wv / W_in / W_gate / W_up,
+//    row-parallel Wo / W_out; Shoeybi et al. 2019), a branch's partial
+//    output and its input gradient all-reduced over the tensor group; with
+//    sequence parallelism (Korthikanti et al. 2022) the residual stream, the
+//    AttnRes / DAR reads and bank are sharded by position, each branch input
+//    all-gathered and each output reduce-scattered.  MoD: router and top-k
+//    replicated (SP: the b s logits all-gathered), the routed block's
+//    collectives carry the b k routed rows.  t = 1: the single-process
+//    model's own layers (MoE FFNs included).
+//  * pipeline: p v contiguous chunks of layers, chunk c on stage c mod p
+//    (embedding on the first, the LmHead on the last chunk; a tied embedding
+//    lives on both ends and their gradients are summed), micro-batches in the
+//    1F1B or interleaved 1F1B schedule, activations (AttnRes / DAR: the
+//    history bank) and their gradients sent between stages; with t > 1 each
+//    tensor rank sends 1 / t of a replicated boundary tensor and the
+//    receiver all-gathers it (Megatron's scatter / gather).
+//  * data: gradients reduced (ZeRO 0-2) over the data group.
+// A step equals the single-process Model::train_step on the same global
+// batch (tests/cpp/parallel).
+class ParallelTrainer {
+ public:
+  // Builds this rank's part of the model with exactly the initial values
+  // Model(backend, config, options) has (same seed; a tensor rank its shard).
+  ParallelTrainer(Backend& backend, const Config& config, const ModelOptions& options,
+                  ProcessGroups& groups, const ParallelTrainerOptions& parallel);
+  ~ParallelTrainer();
+  ParallelTrainer(const ParallelTrainer&) = delete;
+  ParallelTrainer& operator=(const ParallelTrainer&) = delete;
+
+  // tokens, targets: this data rank's rows (i32 [b / dp, s]), identical on
+  // every stage and tensor rank (the first stage reads tokens, the last
+  // targets).  Losses are the global-batch means on every rank; peak_bytes
+  // is this rank's.
   StepResult train_step(const TensorView& tokens, const TensorView& targets);
 
   // This stage's first chunk of layers [first_layer, end_layer).
-  int64_t first_layer() const { return first_layer_; }
-  int64_t end_layer() const { return end_layer_; }
+  int64_t first_layer() const;
+  int64_t end_layer() const;
   ParameterSet& parameters() { return params_; }
   const MemoryTracker& memory() const { return tracker_; }
-  // The order of this stage's forward (+mb) and backward (-mb - 1) passes in
-  // the last step (the 1F1B schedule, checked by the tests; one entry per
-  // chunk when v > 1).
-  const std::vector<int64_t>& last_schedule() const { return schedule_; }
+  // This stage's passes in the last step, in the order they ran.
+  const std::vector<PipelinePass>& last_schedule() const { return schedule_; }
 
  private:
-  struct Slot;
+  struct Chunk;
   struct Micro;
-  struct Chunk {
-    int64_t index = 0;               // global chunk c (on stage c mod p)
-    int64_t first = 0, end = 0;      // layers [first, end)
-    size_t slot_begin = 0, slot_end = 0;  // into layers_
-  };
+  class Boundary;  // runtime/parallel/pipeline_boundary.cpp
   Context context() { return Context{backend_, &tracker_, options_.dtype}; }
+  void check_layout() const;
+  void build_layers(const Context& ctx, Rng& rng);
+  void copy_reference_values();
+  bool sequence_parallel() const;  // parallel.sequence_parallel with tensor > 1
+  // The embedding's lookup and its backward (vocab-parallel at tensor > 1).
+  Buffer embed(Micro& micro);
+  void embed_backward(Micro& micro);
+  // The micro-batches of a step: their rows and (last stage) the weight of
+  // their mean cross-entropy.
+  std::vector<Micro> make_micros(const TensorView& tokens, const TensorView& targets);
+  // The schedule's passes and transfers, in this stage's order.
+  void run_schedule(std::vector<Micro>& micros);
+  // One micro-batch through one chunk (the embedding before the first, the
+  // LmHead after the last).
   void forward(Micro& micro, const Chunk& chunk);
   void backward(Micro& micro, const Chunk& chunk);
-  // AttnRes / DAR: entries the receiver of global chunk `c` already holds
-  // (parallel.dar_bank_cache: what it had at the end of its chunk c - p).
-  int64_t bank_held_before(int64_t c) const;
-  int64_t chunk_end_layer(int64_t c) const;
+  void head_forward(Micro& micro);
+  Buffer head_backward(Micro& micro);
+  LayerPass layer_pass(const Context& ctx, const Micro& micro) const;
+  // After the schedule: gradients a tensor rank or a stage holds only a part
+  // of, summed over the tensor / pipeline groups (norms, tied embedding, depth).
+  void finish_gradients();
 
   Backend& backend_;
   Config config_;
   ModelOptions options_;
   ProcessGroups& groups_;
-  PipelineOptions pipeline_;
+  ParallelTrainerOptions parallel_;
   MemoryTracker tracker_;
   ParameterSet params_;
-  int64_t stage_ = 0, stages_ = 1;
-  int64_t first_layer_ = 0, end_layer_ = 0;
+  int64_t stage_ = 0, stages_ = 1, chunk_count_ = 1;
   Parameter* embedding_ = nullptr;  // first stage, and the last when tied
-  Parameter* final_norm_ = nullptr;
-  Parameter* head_ = nullptr;
-  std::vector<std::unique_ptr<Slot>> layers_;
-  std::vector<Chunk> chunks_;                // this stage's, in order
-  std::unique_ptr<DepthResidual> depth_;     // AttnRes / DAR: parameters replicated per stage
-  std::vector<Parameter*> depth_params_;     // their gradients are summed over the stages
-  std::unique_ptr<ShardedOptimizer> optimizer_;
-  std::vector<int64_t> schedule_;
-  Buffer positions_;
-};
-
-// ---- tensor parallelism (Megatron), with or without sequence parallelism ----------
-
-struct TensorOptions {
-  bool sequence_parallel = false;  // parallel.sequence_parallel
-  int64_t zero_stage = 0;          // over the data group
-};
-
-// Megatron-LM's tensor-parallel layer (Shoeybi et al. 2019) on the runtime's
-// branches: each tensor rank holds heads / t query heads and kv_heads / t kv
-// heads (Wq, Wk, Wv column-parallel, Wo row-parallel) and d_ff / t of the MLP
-// (W_in / W_gate / W_up column-parallel, W_out row-parallel); a branch's
-// partial output is all-reduced over the tensor group, and so is the partial
-// gradient of its input in the backward.  With sequence parallelism
-// (Korthikanti et al. 2022) the residual stream, the depth reads of AttnRes /
-// DAR and their bank are sharded by sequence position: each branch input is
-// all-gathered and each branch output (and input gradient) reduce-scattered.
-// The branch's RMSNorm sits inside the branch here, after the gather (it runs
-// on the full sequence on every rank), and its weight's gradient is
-// all-reduced over the tensor group.  Embedding, final norm and head are
-// replicated.  MoD routed layers: router and top-k replicated (SP: each rank
-// scores its tokens and the b s logits are all-gathered, docs/cluster.md), the
-// routed block's collectives carry the b k routed rows (SP: X~ assembled by an
-// all-reduce of each rank's own rows).  Dense, MoD, AttnRes, DAR, MoD + DAR.
-class TensorParallelTrainer {
- public:
-  TensorParallelTrainer(Backend& backend, const Config& config, const ModelOptions& options,
-                        ProcessGroups& groups, const TensorOptions& tensor);
-  ~TensorParallelTrainer();
-  TensorParallelTrainer(const TensorParallelTrainer&) = delete;
-  TensorParallelTrainer& operator=(const TensorParallelTrainer&) = delete;
-
-  // tokens, targets: this data rank's rows, the same on every tensor rank.
-  StepResult train_step(const TensorView& tokens, const TensorView& targets);
-
-  ParameterSet& parameters() { return params_; }
-  const MemoryTracker& memory() const { return tracker_; }
-
- private:
-  struct Layer;
-  Context context() { return Context{backend_, &tracker_, options_.dtype}; }
-  // [b, s / t, d] shards <-> [b, s, d] (sequence parallelism).
-  Buffer gather_sequence(const TensorView& shard);
-  Buffer scatter_sequence_sum(const TensorView& partial);
-  Buffer take_sequence_shard(const TensorView& full);
-  // Branch `branch` of `layer` (0 attention, 1 MLP) on `input` ([b, s / t, d]
-  // shard when `sharded`: gathered first, output reduce-scattered; else whole,
-  // output all-reduced), and its backward (returns d input, same layout).
-  Buffer branch_forward(Layer& layer, int branch, const TensorView& input, bool sharded,
-                        const TensorView& positions);
-  Buffer branch_backward(Layer& layer, int branch, const TensorView& dy, bool sharded);
-  // delta = a + m of TransformerLayer, and J^T ddelta.
-  Buffer delta_forward(Layer& layer, const TensorView& x, bool sharded,
-                       const TensorView& positions);
-  Buffer delta_backward(Layer& layer, const TensorView& ddelta, bool sharded);
-  // MoD: router logits (of this rank's tokens under SP), top-k over the whole
-  // sequence (SP: the logits all-gathered), this rank's index map and the
-  // causal-router losses (means over the whole batch).
-  RoutedLayer::Losses route(Layer& layer, const TensorView& x);
-  void route_backward(Layer& layer, const TensorView& dx);
-  // X~ [b, k, d] on every tensor rank (SP: each rank's routed rows summed).
-  Buffer gather_routed(Layer& layer, const TensorView& x);
-
-  Backend& backend_;
-  Config config_;
-  ModelOptions options_;
-  ProcessGroups& groups_;
-  TensorOptions tensor_;
-  RoutingOptions routing_;
-  MemoryTracker tracker_;
-  ParameterSet params_;
-  Parameter* embedding_ = nullptr;
-  Parameter* final_norm_ = nullptr;
-  Parameter* head_ = nullptr;
-  std::vector<std::unique_ptr<Layer>> layers_;
-  std::unique_ptr<DepthResidual> depth_;
+  // tensor > 1 and t | V: embedding and head split by vocabulary over the tensor group
+  std::unique_ptr<ShardGroup> vocab_group_;
+  std::vector<std::unique_ptr<StackLayer>> layers_;
+  std::vector<Chunk> chunks_;               // this stage's, in order
+  std::unique_ptr<DepthResidual> depth_;    // AttnRes / DAR: parameters replicated per stage
+  std::vector<Parameter*> depth_params_;    // their gradients are summed over the stages
+  std::unique_ptr<LmHead> head_;            // last stage
   std::vector<Parameter*> tensor_reduced_;  // gradients summed over the tensor group
+  std::unique_ptr<Boundary> boundary_;
   std::unique_ptr<ShardedOptimizer> optimizer_;
+  std::vector<PipelinePass> schedule_;
+  Buffer positions_;
 };
 
 }  // namespace modar::runtime

@@ -36,7 +36,7 @@
 #include <string>
 #include <vector>
 
-#include "modar/base/interrupt.hpp"
+#include "modar/errors.hpp"
 #include "modar/ops.hpp"
 #include "modar/profile.hpp"
 #include "modar/runtime/backend.hpp"
@@ -142,7 +142,7 @@ int max_cpu_threads();
 
 // Thrown by run_profile / run_validation when their should_stop() hook says
 // so (Ctrl-C; the checkpoint keeps every point measured so far): the one
-// Interrupted of modar/base/interrupt.hpp, which every long call throws.
+// Interrupted of modar/errors.hpp, which every long call throws.
 using modar::Interrupted;
 
 // ---- a whole run -------------------------------------------------------------------

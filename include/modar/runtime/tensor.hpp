@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "modar/config.hpp"
+#include "modar/config_enums.hpp"
 
 namespace modar::runtime {
 

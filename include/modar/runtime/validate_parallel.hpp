@@ -34,7 +34,7 @@
 // (the cluster model, modar/parallel.hpp) on the profile's compute
 // measurements and [network] tables; no overlap (overlap_grad_reduce /
 // overlap_param_gather = false: the runtime's collectives block), stages
-// split by layer count (balance_stages = false, as PipelineTrainer does).
+// split by layer count (balance_stages = false, as ParallelTrainer does).
 // predicted compute = cluster compute_s + optimizer_s; predicted comm =
 // exposed_comm_s + bubble_s.
 #pragma once

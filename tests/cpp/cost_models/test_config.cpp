@@ -106,7 +106,7 @@ TEST(Config, OutOfRangeValuesNameKeyValueAndAllowed) {
             "ConfigError: model.d_model = -8: must be a positive integer");
   EXPECT_EQ(with("model.n_layers=2.5"), "ConfigError: model.n_layers = 2.5: must be an integer");
   EXPECT_EQ(with("model.mlp=relu"),
-            "ConfigError: model.mlp = relu: must be \"gelu\" or \"swiglu\"");
+            "ConfigError: model.mlp = relu: must be \"gelu\", \"swiglu\" or \"geglu\"");
   EXPECT_EQ(with("model.tie_embeddings=yes"),
             "ConfigError: model.tie_embeddings = yes: must be true or false");
   EXPECT_EQ(with("dar.block_layers=0"),

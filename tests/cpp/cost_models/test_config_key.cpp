@@ -57,7 +57,7 @@ TEST(ConfigKey, RefusesValuesOfTheWrongTypeNamingTheKey) {
   EXPECT_EQ(message_of([](Config& c) { ConfigKey("mod.capacity").set_real(c, NAN); }, config),
             "mod.capacity = nan: must be a finite number");
   EXPECT_EQ(message_of([](Config& c) { ConfigKey("model.mlp").set_text(c, "gelu\""); }, config),
-            "model.mlp = \"gelu\"\": must be \"gelu\" or \"swiglu\"");
+            "model.mlp = \"gelu\"\": must be \"gelu\", \"swiglu\" or \"geglu\"");
   EXPECT_EQ(message_of([](Config& c) { ConfigKey("device.profile").set_integer(c, 3); }, config),
             "device.profile = 3: must be a string");
   // nothing was changed by the refused values

@@ -133,6 +133,40 @@ TEST(MoeCounts, SharedExpertsSeeEveryToken) {
   expect_relative(counts.flops.forward_per_token, forward);
 }
 
+// Shared experts of their own width with a gate (Qwen2-MoE): 1 shared
+// expert of width 1536 beside 4 routed of width 512, sigmoid(u . w_g) gate.
+TEST(MoeCounts, SharedExpertsOfTheirOwnWidthAndAGate) {
+  Config c = base();
+  c.moe.experts = 4;
+  c.moe.top_k = 2;
+  c.moe.expert_ffn = 512;
+  c.moe.shared_experts = 1;
+  c.moe.shared_expert_ffn = 1536;
+  c.moe.shared_expert_gate = true;
+  const double routed = 2 * d * 512;   // one routed expert (GELU: up + down)
+  const double shared = 2 * d * 1536;  // the shared expert
+  const ParamAndFlopCounts counts = count_params_and_flops(c);
+  // Per MoE layer: router d x 4, 4 routed experts, the shared expert, gate d.
+  const double layer_ffn = 4 * d + 4 * routed + shared + d;
+  const double total = 4 * (kAttention + kNorms) + 4 * layer_ffn + d + 2 * V * d;
+  expect_relative(counts.params.total, total);
+  expect_relative(counts.params.active, total - 4 * 2 * routed);
+  // Forward per token: the router, 2 routed experts, the shared expert and
+  // the gate GEMM (d -> 1) are 2 x their weights.
+  const double forward =
+      2 * (4 * kAttention + 4 * (4 * d + 2 * routed + shared + d)) + 4 * 2 * s * d + 2 * V * d;
+  expect_relative(counts.flops.forward_per_token, forward);
+  // Two shared experts of width 768 are the same FFN as one of 1536.
+  Config two = c;
+  two.moe.shared_experts = 2;
+  two.moe.shared_expert_ffn = 768;
+  expect_relative(count_params(two).total, total);
+  // Without the gate: d parameters per MoE layer fewer.
+  Config ungated = c;
+  ungated.moe.shared_expert_gate = false;
+  expect_relative(count_params(ungated).total, total - 4 * d);
+}
+
 TEST(MoeCounts, StagedModeExpertsRunOnTheRoutedTokensOnly) {
   Config c = base();
   c.mod.every = 2;
@@ -161,37 +195,45 @@ TEST(MoeCounts, ExpertParallelShardsTheGroupedGemms) {
   for (const OpRecord& op : lower(c, StepKind::train)) {
     if (op.shape.kind == OpKind::expert_gemm) {
       ++grouped;
-      EXPECT_EQ(op.shape.dims[0], 2) << op.label;    // 8 experts / EP 4 on this rank
-      EXPECT_EQ(op.shape.dims[1], 256) << op.label;  // 128 tokens x top-2
+      const ExpertGemmDims dims = op.shape.as<ExpertGemmDims>();
+      EXPECT_EQ(dims.groups, 2) << op.label;  // 8 experts / EP 4 on this rank
+      EXPECT_EQ(dims.rows, 256) << op.label;  // 128 tokens x top-2
     }
   }
   EXPECT_EQ(grouped, 6);  // up, down: forward, dgrad, wgrad
 }
 
 TEST(MoeCounts, GroupedGemmTimeIsThePerExpertGemmAtTheBusiestExpert) {
-  OpShape grouped;
-  grouped.kind = OpKind::expert_gemm;
-  grouped.dtype = DType::bf16;
-  grouped.dims = {8, 1000, 2048, 512, 1500, 0, 0};
-  const OpShape gemm = expert_gemm_timing_shape(grouped);
-  EXPECT_EQ(gemm.kind, OpKind::gemm);
+  ExpertGemmDims grouped{.groups = 8,
+                         .rows = 1000,
+                         .n = 2048,
+                         .k = 512,
+                         .imbalance_permille = 1500,
+                         .ragged_inner = 0};
+  const GemmDims gemm = expert_gemm_timing_dims(grouped);
   // 1000 / 8 = 125 mean rows, x 1.5 = 187.5 -> 188 rows, batch of 8 experts.
-  EXPECT_EQ(gemm.dims[0], 188);
-  EXPECT_EQ(gemm.dims[1], 2048);
-  EXPECT_EQ(gemm.dims[2], 512);
-  EXPECT_EQ(gemm.dims[3], 8);
-  grouped.dims[5] = 1;  // weight gradient: the ragged dim is the inner one
-  const OpShape wgrad = expert_gemm_timing_shape(grouped);
-  EXPECT_EQ(wgrad.dims[0], 2048);
-  EXPECT_EQ(wgrad.dims[1], 512);
-  EXPECT_EQ(wgrad.dims[2], 188);
+  EXPECT_EQ(gemm.m, 188);
+  EXPECT_EQ(gemm.n, 2048);
+  EXPECT_EQ(gemm.k, 512);
+  EXPECT_EQ(gemm.batch, 8);
+  grouped.ragged_inner = 1;  // weight gradient: the ragged dim is the inner one
+  const GemmDims wgrad = expert_gemm_timing_dims(grouped);
+  EXPECT_EQ(wgrad.m, 2048);
+  EXPECT_EQ(wgrad.n, 512);
+  EXPECT_EQ(wgrad.k, 188);
   // On a roofline profile a compute-bound grouped GEMM takes
   // 2 x 188 x 8 x 2048 x 512 / peak + launch.
   const DeviceProfile h200 = load_profile("h200");
   const TimingModel timing(h200);
-  grouped.dims = {8, 8000, 4096, 4096, 1500, 0, 0};
+  const OpShape large = OpShape::of(ExpertGemmDims{.groups = 8,
+                                                   .rows = 8000,
+                                                   .n = 4096,
+                                                   .k = 4096,
+                                                   .imbalance_permille = 1500,
+                                                   .ragged_inner = 0},
+                                    DType::bf16);
   TimingModel::Source source = TimingModel::Source::interpolated;
-  const double seconds = timing.op_time_s(grouped, Pass::forward, &source);
+  const double seconds = timing.op_time_s(large, Pass::forward, &source);
   const double flops = 2.0 * 1500 * 8 * 4096 * 4096;
   expect_relative(seconds, flops / h200.ceilings.roofline_flops(DType::bf16) +
                                h200.ceilings.launch_overhead_s);

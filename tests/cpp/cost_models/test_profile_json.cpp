@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "modar/config.hpp"
 #include "modar/errors.hpp"
 #include "modar/json.hpp"
 #include "modar/profile.hpp"

@@ -14,9 +14,12 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "modar/errors.hpp"
+#include "modar/runtime/forwarding_communicator.hpp"
+#include "modar/runtime/host_facts.hpp"
 #include "modar/runtime/parallel_steps.hpp"
 
 namespace modar::runtime {
@@ -132,6 +135,20 @@ inline std::vector<int32_t> distinct_ids(int64_t vocab, int64_t seq, int64_t beg
 
 using TokenIds = std::vector<int32_t> (*)(int64_t, int64_t, int64_t, int64_t, int);
 
+// distinct_ids' targets with the end of each row ignored (-1), more in later
+// rows (row r loses its last r mod s targets), so that the micro-batches and
+// ranks of a batch count different numbers of targets.
+inline std::vector<int32_t> tail_ignored_ids(int64_t vocab, int64_t seq, int64_t begin,
+                                             int64_t count, int shift) {
+  std::vector<int32_t> values = distinct_ids(vocab, seq, begin, count, shift);
+  for (int64_t r = begin; r < begin + count; ++r) {
+    for (int64_t t = seq - r % seq; t < seq; ++t) {
+      values[static_cast<size_t>((r - begin) * seq + t)] = -1;
+    }
+  }
+  return values;
+}
+
 struct Reference {
   std::vector<StepResult> steps;
   std::vector<std::vector<double>> grads;  // of the last step, per parameter (global mean)
@@ -139,12 +156,15 @@ struct Reference {
   std::vector<std::string> names;
 };
 
+// target_ids: the targets' ids (shift 1; default: token_ids').
 inline Reference serial_reference(const Config& config, TokenIds token_ids = ids,
-                                  const ModelOptions& options = fp64_options()) {
+                                  const ModelOptions& options = fp64_options(),
+                                  TokenIds target_ids = nullptr) {
   Model model(*g_backend, config, options);
   const int64_t seq = config.model.seq_len, vocab = config.model.vocab_size;
+  target_ids = target_ids != nullptr ? target_ids : token_ids;
   Buffer tokens = model.make_tokens(token_ids(vocab, seq, 0, kBatch, 0), kBatch, seq);
-  Buffer targets = model.make_tokens(token_ids(vocab, seq, 0, kBatch, 1), kBatch, seq);
+  Buffer targets = model.make_tokens(target_ids(vocab, seq, 0, kBatch, 1), kBatch, seq);
   Reference ref;
   for (int s = 0; s < kSteps; ++s) {
     ref.steps.push_back(model.train_step(tokens, targets));
@@ -163,12 +183,13 @@ struct RankBatch {
   Buffer tokens, targets;
 };
 inline RankBatch rank_batch(const Config& config, const ProcessGroups& groups,
-                            TokenIds token_ids = ids) {
+                            TokenIds token_ids = ids, TokenIds target_ids = nullptr) {
   const Context ctx{*g_backend, nullptr, ScalarType::fp64};
   const int64_t rows = kBatch / groups.shape.data, seq = config.model.seq_len;
   const int64_t vocab = config.model.vocab_size, first = groups.at.data * rows;
+  target_ids = target_ids != nullptr ? target_ids : token_ids;
   return {ctx.indices({rows, seq}, token_ids(vocab, seq, first, rows, 0)),
-          ctx.indices({rows, seq}, token_ids(vocab, seq, first, rows, 1))};
+          ctx.indices({rows, seq}, target_ids(vocab, seq, first, rows, 1))};
 }
 
 inline size_t index_of(const Reference& ref, const std::string& name) {
@@ -218,6 +239,126 @@ inline void expect_gradient(const std::vector<double>& got, const std::vector<do
     ASSERT_LE(std::abs(got[i] - want[i]), kRelative * scale)
         << what << "[" << i << "]: " << got[i] << " vs " << want[i];
   }
+}
+
+// Rank r's block of a reference parameter, by name (Megatron's split):
+// column-parallel Wq / Wk / Wv / W_in / W_gate / W_up, row-parallel Wo / W_out;
+// with the vocabulary split (t > 1 dividing V) the embedding's rows and the
+// head's columns.
+inline std::vector<double> megatron_shard(const std::string& name, const std::vector<double>& full,
+                                          int64_t rows, int64_t cols, int64_t t, int64_t r,
+                                          bool vocab_split = false) {
+  auto ends = [&](const char* tail) {
+    const std::string s(tail);
+    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+  };
+  const bool column = ends(".wq") || ends(".wk") || ends(".wv") || ends(".w_in") ||
+                      ends(".w_gate") || ends(".w_up") || (vocab_split && name == "head");
+  const bool row = ends(".wo") || ends(".w_out") || (vocab_split && name == "embedding");
+  if (t == 1 || (!column && !row)) {
+    return full;  // (t = 1: also the 3-D expert weights, [E, d, f])
+  }
+  std::vector<double> out;
+  const int64_t r0 = row ? r * rows / t : 0, r1 = row ? (r + 1) * rows / t : rows;
+  const int64_t c0 = column ? r * cols / t : 0, c1 = column ? (r + 1) * cols / t : cols;
+  for (int64_t i = r0; i < r1; ++i) {
+    for (int64_t j = c0; j < c1; ++j) {
+      out.push_back(full[static_cast<size_t>(i * cols + j)]);
+    }
+  }
+  return out;
+}
+
+// A group with every send recorded (peer, bytes): an account of the traffic
+// independent of the trainer's own bookkeeping.
+class CountingCommunicator final : public ForwardingCommunicator {
+ public:
+  using ForwardingCommunicator::ForwardingCommunicator;
+  std::vector<std::pair<int, int64_t>> sends;
+
+ protected:
+  void observe(const CommCall& call, const std::function<void()>& run) override {
+    if (call.op == CommOp::send || call.op == CommOp::send_recv) {
+      sends.emplace_back(call.send_peer, call.input->bytes());
+    }
+    run();
+  }
+};
+
+// ---- the planner's bank bytes, by hand ---------------------------------------------------
+//
+// cost_models/parallel.cpp (bank_entries_at, the dar_bank_cache branch):
+// the boundary after layer l sends the bank entries that exist then, H_0 and
+// one per completed block (l / K), plus the partial of a block the boundary
+// cuts (l mod K != 0) as one more entry; each entry is n T (d B + B_stats)
+// bytes (the planner writes 4 for the fp32 statistic; in fp64 the runtime's
+// key rstd is fp64: 8).  With the cache the receiving stage already holds
+// the complete entries it had at the end of its previous chunk (1 + l' / K
+// with l' that chunk's end layer): only the rest goes.  The backward returns
+// the gradient of the same entries (d B each: the rstd is a function of its
+// entry, not an input).
+//
+// Full AttnRes (K = 1) makes every BRANCH its own entry (SPEC 1.2,
+// dar_math 1.2): 1 + 2 l entries after layer l, where the planner's
+// bank_entries_at counts 1 + l (an undercount in the planner, reported).
+struct BankShape {
+  int64_t streams = 1;
+  int64_t block_layers = 1;
+  bool per_branch = false;  // Full AttnRes
+  int64_t complete(int64_t layer) const {
+    return per_branch ? 1 + 2 * layer : 1 + layer / block_layers;
+  }
+  bool cut(int64_t layer) const { return !per_branch && layer % block_layers != 0; }
+};
+
+inline BankShape bank_shape(const Config& c) {
+  BankShape b;
+  b.streams = c.dar.variant == DarVariant::attnres ? 1 : c.dar.streams;
+  b.block_layers = c.dar.block_layers;
+  b.per_branch = c.dar.variant == DarVariant::attnres && c.dar.block_layers == 1;
+  return b;
+}
+
+// The sends (peer, bytes) one step makes on pipeline stage `stage` (each
+// tensor rank of t sends 1 / t: its own tokens' entries under SP, else its
+// piece of the replicated bank).
+inline std::vector<std::pair<int, int64_t>> expected_sends(const Config& config, int64_t stages,
+                                                           int64_t virtual_stages, bool cache,
+                                                           int64_t micro_rows, int64_t microbatches,
+                                                           int64_t stage, int64_t tensor = 1) {
+  const BankShape bank = bank_shape(config);
+  const int64_t L = config.model.n_layers, chunks = stages * virtual_stages;
+  std::vector<int64_t> end(static_cast<size_t>(chunks));  // equal chunks, first L mod C longer
+  int64_t layer = 0;
+  for (int64_t c = 0; c < chunks; ++c) {
+    layer += L / chunks + (c < L % chunks ? 1 : 0);
+    end[static_cast<size_t>(c)] = layer;
+  }
+  const int64_t T = micro_rows * config.model.seq_len / tensor, d = config.model.d_model, B = 8;
+  std::vector<std::pair<int, int64_t>> out;
+  for (int64_t mb = 0; mb < microbatches; ++mb) {
+    for (int64_t c = 0; c + 1 < chunks; ++c) {
+      const int64_t l = end[static_cast<size_t>(c)];
+      int64_t held = 0;
+      if (cache && c + 1 - stages >= 0) {
+        held = bank.complete(end[static_cast<size_t>(c + 1 - stages)]);
+      }
+      const int64_t k = bank.complete(l) - held + (bank.cut(l) ? 1 : 0);
+      if (k == 0) {
+        continue;
+      }
+      const int64_t from_stage = c % stages, to_stage = (c + 1) % stages;
+      if (from_stage == stage) {  // forward: entries, then their rstd
+        out.emplace_back(static_cast<int>(to_stage), bank.streams * k * T * d * B);
+        out.emplace_back(static_cast<int>(to_stage), bank.streams * k * T * B);
+      }
+      if (to_stage == stage) {  // backward: their gradient
+        out.emplace_back(static_cast<int>(from_stage), bank.streams * k * T * d * B);
+      }
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 inline void expect_losses(const StepResult& got, const StepResult& want, const std::string& what) {

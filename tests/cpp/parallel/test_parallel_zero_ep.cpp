@@ -272,18 +272,19 @@ std::vector<double> expert_block(const std::vector<double>& full, int64_t ep, in
   return std::vector<double>(full.begin() + r * per_rank, full.begin() + (r + 1) * per_rank);
 }
 
-void check_expert_parallel(const MoeFamily& family, int64_t ep) {
+void check_expert_parallel(const MoeFamily& family, int64_t ep, int64_t zero = 0) {
   Config config = tiny_config();
   family.edit(config);
-  const std::string what = family.name + " ep " + std::to_string(ep) + " on " +
-                           std::to_string(g_world->size()) + " ranks";
+  const std::string what = family.name + " ep " + std::to_string(ep) + " zero " +
+                           std::to_string(zero) + " on " + std::to_string(g_world->size()) +
+                           " ranks";
   const Reference ref = serial_reference(config);
   ParallelConfig layout;
   ProcessGroups groups = make_process_groups(*g_world, layout);
   const int64_t dp = groups.shape.data, rows = kBatch / dp, seq = config.model.seq_len;
   const int64_t vocab = config.model.vocab_size;
   Model model(*g_backend, config, fp64_options());
-  ExpertParallelTrainer trainer(model, *groups.data, ep);
+  ExpertParallelTrainer trainer(model, *groups.data, ep, zero);
   ASSERT_EQ(trainer.expert_group().size(), ep);
   ASSERT_EQ(trainer.expert_data_group().size(), dp / ep);
   const int64_t expert_rank = groups.at.data % ep;  // ep consecutive data ranks per group
@@ -299,6 +300,11 @@ void check_expert_parallel(const MoeFamily& family, int64_t ep) {
   }
   const auto& params = model.parameters().all();
   ASSERT_EQ(params.size(), ref.names.size());
+  if (zero == 3) {  // every unit gathered from its shards (experts: the expert-data group's)
+    for (int64_t u = 0; u < trainer.zero3()->unit_count(); ++u) {
+      trainer.zero3()->acquire(u, true, false);
+    }
+  }
   int64_t experts_seen = 0;
   for (size_t i = 0; i < params.size(); ++i) {
     const std::string& name = params[i]->name;
@@ -308,6 +314,9 @@ void check_expert_parallel(const MoeFamily& family, int64_t ep) {
     const std::vector<double> want =
         expert ? expert_block(ref.values[i], ep, expert_rank) : ref.values[i];
     expect_values(download(*g_backend, params[i]->value), want, what + " " + name);
+    if (zero != 0) {
+      continue;  // the reduced gradients live in the optimizers' shards
+    }
     std::vector<double> g = download(*g_backend, params[i]->grad);
     for (double& v : g) {
       v /= static_cast<double>(dp);
@@ -326,6 +335,23 @@ TEST(ExpertParallel, EqualsTheSingleProcessStep) {
         continue;  // capacity over the expert group: one process's drops only at ep = dp
       }
       check_expert_parallel(family, ep);
+    }
+  }
+}
+
+// ZeRO 1-3 with expert parallelism: the experts' optimizer state (ZeRO 3:
+// their values too) sharded over the expert-data group, the rest over the
+// data group.  Dropless top-2 with z-loss and MoE + DAR.
+TEST(ExpertParallel, WithZeroEqualsTheSingleProcessStep) {
+  const int64_t dp = g_world->size();
+  const std::vector<MoeFamily> all = moe_families();
+  for (const MoeFamily& family : {all[1], all[5]}) {
+    for (int64_t zero : {int64_t{1}, int64_t{2}, int64_t{3}}) {
+      for (int64_t ep : {int64_t{1}, int64_t{2}, int64_t{4}}) {
+        if (dp % ep == 0 && (ep > 1 || dp == 1)) {
+          check_expert_parallel(family, ep, zero);
+        }
+      }
     }
   }
 }

@@ -17,6 +17,7 @@
 
 #include "modar/errors.hpp"
 #include "modar/profile.hpp"
+#include "modar/runtime/host_facts.hpp"
 #include "modar/runtime/parallel_steps.hpp"
 #include "modar/runtime/profiler.hpp"
 #include "modar/runtime/validate_parallel.hpp"
@@ -234,9 +235,11 @@ TEST(ParallelValidateRun, PartsAddUpToTheStep) {
   }
   EXPECT_TRUE(pipeline);
   // Communicator calls per step, counted from docs/runtime_parallel.md:
-  // ZeRO-1 = one all-reduce of the flat gradient, one all-gather of the
-  // updated shards, and the loss all-reduce of DataParallelTrainer.
-  EXPECT_EQ(report.cases[0].calls_per_step, 3);
+  // the all-reduce of the batch's counted targets (before the backward: the
+  // objective's weights), then ZeRO-1 = one all-reduce of the flat gradient,
+  // one all-gather of the updated shards, and the loss all-reduce of
+  // DataParallelTrainer.
+  EXPECT_EQ(report.cases[0].calls_per_step, 4);
   // 1F1B on 2 stages, 4 microbatches: every stage sends or receives one
   // activation and one gradient per microbatch (8), and more (loss, tied
   // or replicated parts) on top.

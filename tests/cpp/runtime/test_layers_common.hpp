@@ -171,12 +171,4 @@ inline void randomize_parameters(ParameterSet& params, uint64_t seed, double sca
   }
 }
 
-inline Buffer sequence_positions(const Context& ctx, int64_t batch, int64_t seq) {
-  std::vector<int32_t> pos(static_cast<size_t>(batch * seq));
-  for (int64_t i = 0; i < batch * seq; ++i) {
-    pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % seq);
-  }
-  return ctx.indices({batch, seq}, pos);
-}
-
 }  // namespace modar::runtime::layer_tests

@@ -213,6 +213,7 @@ struct FfnCase {
   int64_t experts, null_experts, top_k, shared;
   double capacity_factor;
   bool renormalize;
+  int64_t shared_ffn = 0;  // each shared expert's width; 0 = the routed width (10)
 };
 
 class MoeFfnGradients : public ::testing::TestWithParam<FfnCase> {};
@@ -226,6 +227,7 @@ TEST_P(MoeFfnGradients, MatchFiniteDifferences) {
   moe.null_experts = c.null_experts;
   moe.top_k = c.top_k;
   moe.shared_experts = c.shared;
+  moe.shared_expert_ffn = c.shared_ffn;
   moe.expert_ffn = 10;
   moe.capacity_factor = c.capacity_factor;
   moe.renormalize = c.renormalize;
@@ -268,7 +270,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(FfnCase{"top2", MlpKind::gelu, 4, 0, 2, 0, 0.0, false},
                       FfnCase{"swiglu_renorm", MlpKind::swiglu, 4, 0, 2, 0, 0.0, true},
                       FfnCase{"null_shared", MlpKind::gelu, 3, 2, 2, 1, 0.0, false},
-                      FfnCase{"capacity", MlpKind::swiglu, 4, 0, 2, 1, 0.5, false}),
+                      FfnCase{"capacity", MlpKind::swiglu, 4, 0, 2, 1, 0.5, false},
+                      FfnCase{"shared_own_width", MlpKind::swiglu, 4, 0, 2, 2, 0.0, true, 6}),
     [](const ::testing::TestParamInfo<FfnCase>& info) { return std::string(info.param.name); });
 
 // The MoE transformer layer (attention + MoE FFN) and staged MoDE (the MoD
@@ -337,6 +340,46 @@ TEST(MoeLayers, TransformerAndStagedModeGradients) {
     expect_parameter_gradients(params, loss, 5);
     expect_input_gradient(x_host, dx_host, loss, 12);
   }
+}
+
+// Shared experts of their own width (moe.shared_expert_ffn): one MLP of
+// shared x width; parameters counted by hand (d = small_shape's).
+TEST(MoeFfnLayer, SharedExpertsOfTheirOwnWidth) {
+  const Context ctx = fp64_context();
+  const BranchShape shape = small_shape(MlpKind::gelu);
+  MoeOptions moe;
+  moe.experts = 3;
+  moe.top_k = 1;
+  moe.expert_ffn = 10;
+  moe.shared_experts = 2;
+  moe.shared_expert_ffn = 6;
+  ParameterSet params;
+  Rng rng(3);
+  MoeFfn ffn(params, ctx, "layer", shape, moe, rng, 0.02);
+  const int64_t d = shape.d_model;
+  // norm d, router d x 3, experts 3 x (d x 10 + 10 x d), shared d x 12 + 12 x d.
+  EXPECT_EQ(params.count(), d + 3 * d + 3 * 2 * d * 10 + 2 * d * 12);
+}
+
+// Keys the cost model plans and the reference runtime does not run are
+// refused by name.
+TEST(MoeFfnLayer, KeysTheRuntimeDoesNotRunAreRefused) {
+  ModelConfig model;
+  model.mlp = MlpKind::geglu;
+  EXPECT_THROW(BranchShape::from(model), ConfigError);
+  model.mlp = MlpKind::swiglu;
+  model.qk_norm = QkNorm::head;
+  try {
+    BranchShape::from(model);
+    ADD_FAILURE() << "qk_norm accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.qk_norm = \"head\""), std::string::npos);
+  }
+  MoeConfig gated;
+  gated.experts = 4;
+  gated.shared_experts = 1;
+  gated.shared_expert_gate = true;
+  EXPECT_THROW(MoeOptions::from(gated, ModelConfig{}), ConfigError);
 }
 
 TEST(MoeFfnLayer, BadOptionsNameTheField) {

@@ -95,57 +95,92 @@ TEST(OpTable, EveryVocabularyKindHasARuntimeOp) {
   EXPECT_EQ(kinds.size(), static_cast<size_t>(kOpKindCount));
 }
 
-// A small shape per vocabulary kind (ops.hpp's dims), for running benches.
+// Small shapes per vocabulary kind, for running benches: one overload per
+// dims struct (a new kind without one fails to compile).
+std::vector<GemmDims> small(GemmDims) {
+  return {{.m = 8, .n = 8, .k = 8, .batch = 1}};
+}
+std::vector<AttentionDims> small(AttentionDims) {
+  return {{.sequences = 1,
+           .heads = 2,
+           .kv_heads = 1,
+           .query_len = 8,
+           .key_len = 8,
+           .head_dim = 8,
+           .causal = 1}};
+}
+std::vector<RmsnormDims> small(RmsnormDims) {
+  return {{.rows = 8, .width = 8}};
+}
+std::vector<RouterDims> small(RouterDims) {
+  return {{.rows = 8, .width = 8}};
+}
+std::vector<GatherDims> small(GatherDims) {
+  return {{.rows = 8, .width = 8}};
+}
+std::vector<ScatterAddDims> small(ScatterAddDims) {
+  return {{.rows = 8, .width = 8}};
+}
+std::vector<EmbeddingDims> small(EmbeddingDims) {
+  return {{.rows = 8, .width = 8}};
+}
+std::vector<RopeDims> small(RopeDims) {
+  return {{.rows = 8, .heads = 3, .head_dim = 8}};
+}
+std::vector<TopkDims> small(TopkDims) {
+  return {{.sequences = 2, .seq_len = 8, .k = 4}};
+}
+constexpr int64_t kDar = static_cast<int64_t>(DarVariant::dar);
+std::vector<DepthReadPrefixDims> small(DepthReadPrefixDims) {
+  return {{.tokens = 8, .sources = 3, .queries = 4, .width = 8, .streams = 2, .variant = kDar}};
+}
+std::vector<DepthReadMergeDims> small(DepthReadMergeDims) {
+  return {{.tokens = 8, .streams = 2, .width = 8, .variant = kDar}};
+}
+std::vector<DarCoefficientsDims> small(DarCoefficientsDims) {
+  return {{.tokens = 8, .streams = 2, .width = 8, .outputs = 5}};
+}
+std::vector<DarWriteDims> small(DarWriteDims) {
+  return {{.tokens = 8, .streams = 2, .width = 8, .mode = 1, .emit_rstd = 1},
+          {.tokens = 8, .streams = 1, .width = 8, .mode = 1, .emit_rstd = 0},
+          {.tokens = 8, .streams = 2, .width = 8, .mode = 2, .emit_rstd = 0}};
+}
+std::vector<ElementwiseDims> small(ElementwiseDims) {
+  // 1 input: GELU; 2 inputs: add; backward 2 outputs: SwiGLU, else GELU.
+  return {{.elements = 64, .inputs = 1, .outputs = 1},
+          {.elements = 64, .inputs = 2, .outputs = 1},
+          {.elements = 64, .inputs = 2, .outputs = 2}};
+}
+std::vector<CrossEntropyDims> small(CrossEntropyDims) {
+  return {{.rows = 8, .vocab = 16}};
+}
+std::vector<OptimizerUpdateDims> small(OptimizerUpdateDims) {
+  return {{.params = 64}};
+}
+std::vector<ExpertGemmDims> small(ExpertGemmDims) {
+  return {{.groups = 3, .rows = 10, .n = 8, .k = 6, .imbalance_permille = 1500, .ragged_inner = 0},
+          {.groups = 3, .rows = 10, .n = 8, .k = 6, .imbalance_permille = 1000, .ragged_inner = 1}};
+}
+std::vector<MoeTopkDims> small(MoeTopkDims) {
+  return {{.rows = 8, .choices = 6, .k = 2}};
+}
+std::vector<PermuteDims> small(PermuteDims) {
+  return {{.slots = 16, .width = 8, .rows = 8}};
+}
+std::vector<UnpermuteDims> small(UnpermuteDims) {
+  return {{.slots = 16, .width = 8, .rows = 8, .k = 2}};
+}
+
 std::vector<OpShape> small_shapes(OpKind kind) {
-  auto make = [kind](std::array<int64_t, 7> dims) {
-    OpShape shape;
-    shape.kind = kind;
-    shape.dtype = DType::fp32;
-    shape.dims = dims;
-    return shape;
-  };
-  switch (kind) {
-    case OpKind::gemm:
-      return {make({8, 8, 8, 1, 0, 0, 0})};
-    case OpKind::attention:
-      return {make({1, 2, 1, 8, 8, 8, 1})};
-    case OpKind::rmsnorm:
-    case OpKind::router:
-    case OpKind::gather:
-    case OpKind::scatter_add:
-    case OpKind::embedding:
-      return {make({8, 8, 0, 0, 0, 0, 0})};
-    case OpKind::rope:
-      return {make({8, 3, 8, 0, 0, 0, 0})};
-    case OpKind::topk:
-      return {make({2, 8, 4, 0, 0, 0, 0})};
-    case OpKind::depth_read_prefix:
-      return {make({8, 3, 4, 8, 2, static_cast<int64_t>(DarVariant::dar), 0})};
-    case OpKind::depth_read_merge:
-      return {make({8, 2, 8, static_cast<int64_t>(DarVariant::dar), 0, 0, 0})};
-    case OpKind::dar_coefficients:
-      return {make({8, 2, 8, 5, 0, 0, 0})};
-    case OpKind::dar_write:
-      return {make({8, 2, 8, 1, 1, 0, 0}), make({8, 1, 8, 1, 0, 0, 0}),
-              make({8, 2, 8, 2, 0, 0, 0})};
-    case OpKind::elementwise:
-      // 1 input: GELU; 2 inputs: add; backward 2 outputs: SwiGLU, else GELU.
-      return {make({64, 1, 1, 0, 0, 0, 0}), make({64, 2, 1, 0, 0, 0, 0}),
-              make({64, 2, 2, 0, 0, 0, 0})};
-    case OpKind::cross_entropy:
-      return {make({8, 16, 0, 0, 0, 0, 0})};
-    case OpKind::optimizer_update:
-      return {make({64, 0, 0, 0, 0, 0, 0})};
-    case OpKind::expert_gemm:
-      return {make({3, 10, 8, 6, 1500, 0, 0}), make({3, 10, 8, 6, 1000, 1, 0})};
-    case OpKind::moe_topk:
-      return {make({8, 6, 2, 0, 0, 0, 0})};
-    case OpKind::permute:
-      return {make({16, 8, 8, 0, 0, 0, 0})};
-    case OpKind::unpermute:
-      return {make({16, 8, 8, 2, 0, 0, 0})};
-  }
-  return {};
+  OpShape any;
+  any.kind = kind;
+  return visit_dims(any, [](const auto& dims) {
+    std::vector<OpShape> shapes;
+    for (const auto& small_dims : small(dims)) {
+      shapes.push_back(OpShape::of(small_dims, DType::fp32));
+    }
+    return shapes;
+  });
 }
 
 // The ops a bench of (kind, pass) executes, over its small shapes.

@@ -1,5 +1,7 @@
-// runtime/comm/nccl_communicator.cpp: the NCCL communicator (CUDA device
-// memory), built into modar_runtime_cuda.
+// runtime/nccl/nccl_communicator.cpp: the NCCL communicator (CUDA device
+// memory), the target modar_runtime_nccl: the one place where a communicator
+// (runtime/comm) meets the CUDA backend (runtime/cuda), so neither of those
+// includes the other.
 //
 // NCCL is loaded at run time (dlopen "libnccl.so.2", as cuDNN is): the
 // binaries link no NCCL, so they run where it is missing (CUDA backend without
@@ -8,7 +10,7 @@
 // LD_LIBRARY_PATH).  nccl.h provides the types only.
 //
 // Bootstrap (make_world_communicator for a CUDA backend): world rank and size
-// from MPI (comm_internal.hpp; size 1 without MPI), rank 0 calls
+// from MPI (modar/runtime/comm_engine.hpp; size 1 without MPI), rank 0 calls
 // ncclGetUniqueId, MPI_Bcast's the 128-byte id, every rank calls
 // ncclCommInitRank on its backend's device.  Sub-communicators come from
 // ncclCommSplit (NCCL >= 2.18).
@@ -25,10 +27,10 @@
 #include <mutex>
 #include <string>
 
-#include "comm_internal.hpp"
 #include "modar/errors.hpp"
 #include "modar/runtime/backend.hpp"
 #include "modar/runtime/comm.hpp"
+#include "modar/runtime/comm_engine.hpp"
 #include "modar/runtime/cuda_backend.hpp"
 
 namespace modar::runtime {

@@ -1,4 +1,4 @@
-// runtime/cuda/bench/cuda_peaks.cpp: the GPU's measured ceilings and a few of
+// runtime/bench/cuda_peaks.cpp: the GPU's measured ceilings and a few of
 // our kernels against them, as one table (a benchmark program, not a test).
 //
 //   modar_cuda_peaks [--quick] [--reps N] [--side-by-side FILE.tsv]

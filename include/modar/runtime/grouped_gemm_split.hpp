@@ -1,4 +1,4 @@
-// runtime/core/grouped_gemm_split.hpp: the grouped GEMM of the MoE layers as
+// modar/runtime/grouped_gemm_split.hpp: the grouped GEMM of the MoE layers as
 // one plain GEMM per expert on its row range, shared by the backends that
 // have no fused grouped kernel (cpu, cuda).  `counts` are on the host, each
 // in [0, rows] (the caller checks them with its own messages).

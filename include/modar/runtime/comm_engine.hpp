@@ -1,5 +1,9 @@
-// runtime/comm/comm_internal.hpp: what the communicators share (argument
-// checks, the MPI world that bootstraps NCCL).  Not a public header.
+// modar/runtime/comm_engine.hpp: what the communication engines share (the
+// argument checks of comm.hpp's semantics, the MPI world that bootstraps
+// NCCL).  For engines, not for callers of a communicator: the self and MPI
+// communicators (runtime/comm/) and the NCCL communicator (runtime/nccl/,
+// beside the CUDA backend) include it; the profiler's `profile --comm`
+// (runtime/calibration/comm_profile.cpp) reads the ranks per node from it.
 #pragma once
 
 #include <cstdint>

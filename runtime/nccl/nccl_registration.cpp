@@ -1,7 +1,7 @@
-// runtime/comm/nccl_registration.cpp: the NCCL communicator registers itself
+// runtime/nccl/nccl_registration.cpp: the NCCL communicator registers itself
 // as the world communicator of CUDA backends (comm.hpp) at static
 // initialisation.  Compiled into the OBJECT library
-// modar_runtime_cuda_registration (runtime/CMakeLists.txt), which every
+// modar_runtime_nccl_registration (runtime/CMakeLists.txt), which every
 // program linking modar_runtime gets, so the static linker cannot drop it.
 #include <memory>
 

@@ -1,4 +1,4 @@
-// runtime/comm/comm_profile.cpp: `modar profile --comm`, the collectives timed
+// runtime/calibration/comm_profile.cpp: `modar profile --comm`, the collectives timed
 // over message sizes and group sizes (definitions and procedure:
 // modar/runtime/comm_profile.hpp), and the [network] levels fitted to them.
 #include "modar/runtime/comm_profile.hpp"
@@ -12,8 +12,8 @@
 #include <ctime>
 #include <sstream>
 
-#include "comm_internal.hpp"
 #include "modar/errors.hpp"
+#include "modar/runtime/comm_engine.hpp"
 #include "modar/runtime/host_facts.hpp"
 #include "modar/runtime/profiler.hpp"
 

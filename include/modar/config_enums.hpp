@@ -1,0 +1,59 @@
+// modar/config_enums.hpp: the enums of the configuration vocabulary (MLP kind,
+// router scale, DAR variant, dtype, ...) and their names, apart from the
+// configuration structs (config.hpp) so that the runtime's core headers
+// (tensor, op table, backend) and the op vocabulary (ops.hpp) need only these.
+// The names are those of TOML / CLI / JSON; to_string and dtype_bytes are
+// defined with the config reader (cost_models/config.cpp).
+#pragma once
+
+#include <cstdint>
+
+namespace modar {
+
+// gelu: y = W2 gelu(W1 x) (GPT-2 / GPT-NeoX); swiglu: y = W2 (silu(Wg x) * (Wu x))
+// (LLaMA); geglu: y = W2 (gelu(Wg x) * (Wu x)) (Gemma).  The gated kinds have
+// three matrices and share their default width (8d/3 rounded up to 64).
+enum class MlpKind { gelu, swiglu, geglu };
+// Normalisation of queries and keys before RoPE (Qwen3, OLMoE, Megatron
+// --qk-layernorm): none; head = one RMSNorm over d_head shared by every head
+// (Qwen3, Megatron); projection = one RMSNorm over the whole Q and K
+// projections (OLMoE).  Parameters only differ (d_head vs the projection
+// width); the cost is the same rows x width normalisation either way.
+enum class QkNorm { none, head, projection };
+enum class RouterScale { linear, sigmoid };  // g(r) = r  |  g(r) = sigmoid(r)
+enum class CausalRouter { none, aux_loss, predictor };
+enum class DarVariant { none, attnres, dar, selfkv, fixedkv, crossv };
+enum class MoeMode { none, staged, integrated };  // MoDE (docs/moe.md)
+enum class DType { fp32, bf16, fp16, fp64 };
+enum class Optimizer { adamw };
+enum class Recompute { none, selective, full };
+enum class AttentionFlops { causal, full, flash };  // counting conventions (docs/cost_model.md)
+// The attention kernel a training step runs (time and memory, not counting):
+// flash = FlashAttention (default); unfused = scores materialised in HBM
+// (Megatron-LM before FlashAttention: batched GEMMs + fused softmax + dropout).
+enum class AttentionKernel { flash, unfused };
+// How each micro-batch's weight gradients reach the main-gradient buffer:
+// fused = the wgrad GEMM accumulates into it (beta = 1; Megatron-Core / TE
+// gradient_accumulation_fusion, default); unfused = the GEMM writes a fresh
+// gradient that a separate kernel adds in (Megatron-LM 2021 DDP param hook,
+// main_grad.add_(grad)): a read-modify-write of the buffer per micro-batch.
+enum class GradAccumulation { fused, unfused };
+enum class PipelineSchedule { one_f_one_b, interleaved };
+
+// enum <-> string, the names used in TOML / CLI / JSON.
+const char* to_string(MlpKind v);
+const char* to_string(QkNorm v);
+const char* to_string(RouterScale v);
+const char* to_string(CausalRouter v);
+const char* to_string(DarVariant v);
+const char* to_string(MoeMode v);
+const char* to_string(DType v);
+const char* to_string(Optimizer v);
+const char* to_string(Recompute v);
+const char* to_string(AttentionFlops v);
+const char* to_string(PipelineSchedule v);
+const char* to_string(AttentionKernel v);
+const char* to_string(GradAccumulation v);
+int64_t dtype_bytes(DType v);
+
+}  // namespace modar
