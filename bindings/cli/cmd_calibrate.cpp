@@ -125,8 +125,15 @@ int cmd_calibrate(const Args& args) {
     const InterruptScope ctrl_c;  // Ctrl-C: exit 130, nothing written
     result = calibrate(runs, base, options);
   }
+  // Every setting that shapes the fit, so the command reproduces the profile.
+  std::string command = "modar calibrate " + runs_path + " --profile " + *profile_ref;
+  for (const char* flag : {"--fit", "--name", "--max-iterations"}) {
+    if (const auto v = parsed.value(flag)) {
+      command += std::string(" ") + flag + " " + *v;
+    }
+  }
   result.profile.provenance["calibration_command"] =
-      "modar calibrate " + runs_path + " --profile " + *profile_ref + " --out " + *out;
+      command + (parsed.has("--no-loo") ? " --no-loo" : "") + " --out " + *out;
   check_output_path("--out", *out, "runs file", runs_path);  // (renamed meanwhile?)
   save_profile_atomically(result.profile, *out);
   if (parsed.has("--json")) {

@@ -129,12 +129,7 @@ std::unique_ptr<Timer> make_sample_timer(Backend& backend, Clock clock) {
 // ---- one op ---------------------------------------------------------------------
 
 int64_t op_working_set_bytes(const OpShape& shape, Pass pass) {
-  const BenchSpec spec = profiler_detail::bench_spec(shape, pass);
-  int64_t bytes = 0;
-  for (const auto& tensor : spec.tensors) {
-    bytes += profiler_detail::spec_bytes(tensor);
-  }
-  return bytes;
+  return profiler_detail::bench_bytes(profiler_detail::bench_spec(shape, pass));
 }
 
 namespace {
@@ -165,10 +160,8 @@ OpTiming measure_op(Backend& backend, const OpShape& shape, Pass pass,
     result.skip_reason = e.what();
     return result;
   }
-  int64_t set_bytes = 0;
-  for (const auto& tensor : spec.tensors) {
-    set_bytes += profiler_detail::spec_bytes(tensor);
-  }
+  const std::vector<SampleTensor> tensors = profiler_detail::bench_tensors(spec);
+  const int64_t set_bytes = profiler_detail::bench_bytes(spec);
   result.working_set_bytes = set_bytes;
   if (options.memory_limit_bytes > 0 && set_bytes > options.memory_limit_bytes) {
     result.skipped = true;
@@ -197,12 +190,16 @@ OpTiming measure_op(Backend& backend, const OpShape& shape, Pass pass,
   // Allocate every copy; fill copy 0 with random data and clone it (the copies
   // only have to live at different addresses).
   std::vector<std::vector<Tensor>> sets;
-  std::vector<std::vector<TensorView>> views;
   try {
     sets.resize(static_cast<size_t>(copies));
     for (auto& set : sets) {
-      for (const auto& tensor : spec.tensors) {
-        set.emplace_back(backend, tensor.shape, tensor.type);
+      for (const SampleTensor& tensor : tensors) {
+        ScalarType dtype{};
+        if (sample_dtype(tensor.role, spec.dtype, &dtype)) {
+          set.emplace_back(backend, tensor.shape, dtype);
+        } else {
+          set.emplace_back();  // absent in this dtype (an empty view)
+        }
       }
     }
   } catch (const BackendError& e) {
@@ -214,27 +211,30 @@ OpTiming measure_op(Backend& backend, const OpShape& shape, Pass pass,
     result.skip_reason = "allocation failed: out of memory (" + gib(set_bytes * copies) + ")";
     return result;
   }
-  for (size_t i = 0; i < spec.tensors.size(); ++i) {
-    profiler_detail::fill_tensor(backend, sets[0][i].view(), spec.tensors[i],
-                                 options.seed + 7919 * i);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (!sets[0][i].view().empty()) {
+      fill_sample_tensor(backend, sets[0][i].view(), tensors[i], SampleFill::timing,
+                         options.seed + 7919 * i);
+    }
   }
+  std::vector<profiler_detail::BenchCalls> copy_calls;  // per copy of the tensors
   for (size_t c = 0; c < sets.size(); ++c) {
     if (c > 0) {
-      for (size_t i = 0; i < spec.tensors.size(); ++i) {
-        backend.copy(sets[0][i].view(), sets[c][i].view());
+      for (size_t i = 0; i < tensors.size(); ++i) {
+        if (!sets[0][i].view().empty())
+          backend.copy(sets[0][i].view(), sets[c][i].view());
       }
     }
     std::vector<TensorView> set_views;
     for (const Tensor& tensor : sets[c]) {
       set_views.push_back(tensor.view());
     }
-    views.push_back(std::move(set_views));
+    copy_calls.push_back(profiler_detail::bench_calls(spec, set_views));
   }
   try {
-    if (spec.setup) {
-      for (const auto& set : views) {
-        spec.setup(backend, set);
-      }
+    for (const auto& set : copy_calls) {
+      for (const OpArgs& call : set.setup)
+        backend.run(call);
     }
     backend.synchronize();
 
@@ -244,8 +244,9 @@ OpTiming measure_op(Backend& backend, const OpShape& shape, Pass pass,
     auto run_calls = [&](int64_t calls) {
       timer->start();
       for (int64_t i = 0; i < calls; ++i) {
-        spec.run(backend, views[next]);
-        next = (next + 1) % views.size();
+        for (const OpArgs& call : copy_calls[next].timed)
+          backend.run(call);
+        next = (next + 1) % copy_calls.size();
       }
       timer->stop();
       return timer->elapsed_s();
@@ -449,16 +450,14 @@ CeilingReport measure_ceilings(Backend& backend, Clock clock, DeviceKind device,
   CeilingReport report;
   DeviceCeilings& c = report.ceilings;
   std::ostringstream how;
-  profiler_detail::TensorSpec uniform;
-  uniform.fill = profiler_detail::Fill::uniform;
+  const SampleTensor uniform{};  // U(-1, 1) values
   // Peak GEMM rate: a large square GEMM per dtype.
   const int64_t n = device == DeviceKind::cpu ? 2048 : 16384;
   for (const ScalarType type : {ScalarType::fp32, ScalarType::bf16}) {
     stop_if_asked();
     Tensor a(backend, {n, n}, type), b(backend, {n, n}, type), out(backend, {n, n}, type);
-    uniform.type = type;
-    profiler_detail::fill_tensor(backend, a.view(), uniform, 11);
-    profiler_detail::fill_tensor(backend, b.view(), uniform, 12);
+    fill_sample_tensor(backend, a.view(), uniform, SampleFill::timing, 11);
+    fill_sample_tensor(backend, b.view(), uniform, SampleFill::timing, 12);
     const double seconds = time_call(
         backend, clock, [&] { backend.gemm(a.view(), false, b.view(), false, out.view()); }, 1.0);
     const double rate = 2.0 * static_cast<double>(n) * n * n / seconds;
@@ -482,8 +481,7 @@ CeilingReport measure_ceilings(Backend& backend, Clock clock, DeviceKind device,
   {
     const int64_t elements = copy_bytes / 4;
     Tensor src(backend, {elements}, ScalarType::fp32), dst(backend, {elements}, ScalarType::fp32);
-    uniform.type = ScalarType::fp32;
-    profiler_detail::fill_tensor(backend, src.view(), uniform, 13);
+    fill_sample_tensor(backend, src.view(), uniform, SampleFill::timing, 13);
     backend.copy(src.view(), dst.view());
     const double seconds = time_call(
         backend, clock, [&] { backend.copy(src.view(), dst.view()); }, 1.0);
@@ -496,9 +494,8 @@ CeilingReport measure_ceilings(Backend& backend, Clock clock, DeviceKind device,
   {
     Tensor a(backend, {16}, ScalarType::fp32), b(backend, {16}, ScalarType::fp32),
         out(backend, {16}, ScalarType::fp32);
-    uniform.type = ScalarType::fp32;
-    profiler_detail::fill_tensor(backend, a.view(), uniform, 14);
-    profiler_detail::fill_tensor(backend, b.view(), uniform, 15);
+    fill_sample_tensor(backend, a.view(), uniform, SampleFill::timing, 14);
+    fill_sample_tensor(backend, b.view(), uniform, SampleFill::timing, 15);
     c.launch_overhead_s = time_call(
         backend, clock, [&] { backend.add(a.view(), b.view(), out.view()); }, 0.3, 1000);
     how << "16-element add: " << format_time(c.launch_overhead_s) << " per call";

@@ -2,44 +2,33 @@
 // files (runtime/profiler*.cpp) and its tests; not a public interface.
 #pragma once
 
-#include <cstdint>
-#include <functional>
 #include <vector>
 
 #include "modar/ops.hpp"
 #include "modar/runtime/backend.hpp"
+#include "modar/runtime/op_samples.hpp"
 
 namespace modar::runtime::profiler_detail {
 
-// How a tensor of a bench is filled (never zeros: SPEC 3 timing rules).
-enum class Fill : uint8_t {
-  uniform,         // U(-1, 1)
-  positive,        // U(0.5, 1.5): rstd, AdamW v, gates
-  small_positive,  // U(0.01, 0.02): coefficient weights (keeps sigmoids unsaturated)
-  below,           // integers uniform in [0, limit): token ids, targets
-  modulo,          // i % limit: positions
-  every_other,     // per row ascending distinct 2 j + {0, 1}: gather / scatter indices
-};
-
-struct TensorSpec {
-  std::vector<int64_t> shape;
-  ScalarType type = ScalarType::fp32;
-  Fill fill = Fill::uniform;
-  int64_t limit = 0;
-};
-TensorSpec data(std::vector<int64_t> shape, ScalarType type, Fill fill, int64_t limit = 0);
-int64_t spec_bytes(const TensorSpec& spec);
-
-// What one (shape, pass) needs: its tensors, an optional untimed setup (the
-// forward that produces the saved state of a backward), and the timed call.
+// What one (shape, pass) runs: the samples (op_samples.hpp) of the runtime
+// ops the layers make for that op of the lowering, at the kind's dims.  Each
+// sample's setup calls (a backward's forward) run untimed, its last call is
+// timed; the samples' tensors are allocated side by side.
 struct BenchSpec {
-  std::vector<TensorSpec> tensors;
-  std::function<void(Backend&, const std::vector<TensorView>&)> setup;
-  std::function<void(Backend&, const std::vector<TensorView>&)> run;
+  ScalarType dtype = ScalarType::fp32;  // the data dtype of the shape
+  std::vector<OpSample> parts;
 };
 // Throws ShapeError for shapes the runtime cannot execute.
 BenchSpec bench_spec(const OpShape& shape, Pass pass);
 
-void fill_tensor(Backend& backend, const TensorView& view, const TensorSpec& spec, uint64_t seed);
+// Every part's tensors, in order (the views of a copy follow this order).
+std::vector<SampleTensor> bench_tensors(const BenchSpec& spec);
+int64_t bench_bytes(const BenchSpec& spec);
+// The calls of one copy of the tensors: the untimed setup and the timed ones.
+struct BenchCalls {
+  std::vector<OpArgs> setup;
+  std::vector<OpArgs> timed;
+};
+BenchCalls bench_calls(const BenchSpec& spec, const std::vector<TensorView>& views);
 
 }  // namespace modar::runtime::profiler_detail

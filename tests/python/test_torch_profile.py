@@ -1,7 +1,8 @@
 """The PyTorch profile (`python -m modar profile --backend torch`): its
 settings are the C++ profiler's, bad input is one line with exit 2, and a
-real PyTorch on the CPU writes a profile that `modar estimate --profile` uses
-(the torchrun collectives path is not run here: docs/profiler.md).
+real PyTorch on the CPU writes a profile that `modar estimate --profile` uses,
+and two ranks (the torchrun environment, gloo) measure the collectives into
+its [network].
 
 PyTorch comes from scripts/torch_for_tests.sh, which scripts/test.sh runs
 (docs/profiler.md "The PyTorch profile"); the test that needs it skips only
@@ -90,12 +91,14 @@ def test_out_must_be_a_file_in_an_existing_folder(tmp_path):
 
 
 def test_profile_on_cpu_is_used_by_estimate(tmp_path, cli):
+    """In this process (modar.profile, what `python -m modar profile` calls):
+    importing PyTorch costs about 9 CPU seconds, paid once for this test and
+    the two-rank one below."""
     _torch_or_skip()
     out = tmp_path / "torch-cpu.toml"
-    result = _module("profile", "--backend", "torch", "--device", "cpu", "--quick", "--kinds",
-                     "gemm,attention,rmsnorm", "--max-dim", "64", "--budget", "0.002", "--quiet",
-                     "--out", str(out), env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
+    modar.profile(out, backend="torch", device="cpu", quick=True,
+                  kinds=["gemm", "attention", "rmsnorm"], max_dim=64, budget_s=0.002,
+                  progress=False)
 
     doc = tomllib.loads(out.read_text())
     assert doc["backend"] == "torch" and doc["measured"] is True
@@ -128,3 +131,57 @@ def test_profile_on_cpu_is_used_by_estimate(tmp_path, cli):
     assert estimate["time"]["calibrated"] is True and estimate["time"]["step_s"] > 0
     python = modar.estimate(modar.Config.from_toml(tiny), profile=str(out))
     assert python.to_dict()["time"]["step_s"] == pytest.approx(estimate["time"]["step_s"])
+
+
+def _rank(rank: int, port: int, out: str, results) -> None:
+    """One rank of a two-rank job, as torchrun would start it (its env)."""
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
+                      LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    try:
+        modar.profile(out, backend="torch", device="cpu", quick=True, kinds=["gemm"],
+                      max_dim=16, budget_s=0.002, comm_max_bytes=4096, progress=False)
+        results.put((rank, "ok"))
+    except BaseException as error:  # reported to the test, not swallowed
+        results.put((rank, repr(error)))
+
+
+def test_two_ranks_measure_the_collectives(tmp_path):
+    """The torchrun path on two gloo ranks, forked from this process (PyTorch
+    already imported: no second import): every collective timed on 2 ranks
+    into [network] and no deadlock (each rank once chose its own number of
+    timed calls, and one waited forever in a collective the other never
+    issued)."""
+    _torch_or_skip()
+    import multiprocessing
+    import socket
+
+    import torch  # noqa: F401  (imported before the fork: the children share it)
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "two-ranks.toml"
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    ranks = [context.Process(target=_rank, args=(r, port, str(out), results)) for r in (0, 1)]
+    for process in ranks:
+        process.start()
+    for process in ranks:
+        process.join(120)
+    hung = [process for process in ranks if process.is_alive()]
+    for process in hung:
+        process.kill()
+    assert not hung, "a rank still ran after 120 s: the collectives deadlocked"
+    assert sorted(results.get(timeout=5) for _ in ranks) == [(0, "ok"), (1, "ok")]
+    doc = tomllib.loads(out.read_text())
+    assert doc["provenance"]["network_ranks"] == "2"
+    intra = doc["network"]["intra_node"]
+    timed = {table["kind"]: table for table in intra["collectives"]}
+    # gloo has no reduce-scatter of a flat tensor: skipped (and said so) or timed.
+    assert {"all_reduce", "all_gather", "all_to_all", "send_recv"} <= set(timed)
+    for table in timed.values():
+        assert table["ranks"] == 2 and table["sizes_bytes"] == [1024.0, 4096.0]
+        assert all(t > 0 for t in table["times_s"])
+    assert intra["bus_bandwidth"] > 0 and intra["latency_s"] > 0
+    # One node measured: the inter-node level is the intra-node one, named so.
+    assert "copied" in doc["network"]["inter_node"]["name"]

@@ -64,12 +64,14 @@ def profile(
     dry_run: bool = False,
     progress: bool | Callable[[str], None] = True,
     device: str | None = None,
+    comm_max_bytes: int | None = None,
 ) -> Profile | dict:
     """Time the runtime's ops on this machine and write a profile to `out`
     (atomically; a killed run continues with resume=True), as `modar profile`.
     backend="torch": time them with PyTorch's kernels on PyTorch's current
     device (or device="cpu" / "cuda") instead, as `python -m modar profile
-    --backend torch` (PyTorch installed by you; no resume).
+    --backend torch` (PyTorch installed by you; no resume; under torchrun,
+    comm_max_bytes caps the collectives' largest message as --comm-max-bytes).
 
     Unset arguments take the library's defaults, the same as the CLI's: on the
     CPU one thread timed by the process CPU clock, fp32, 0.08 s per shape on
@@ -87,10 +89,15 @@ def profile(
     if backend == "torch":
         return _profile_torch(out, device=device, quick=quick, dtype=dtype, threads=threads, clock=clock,
                               budget_s=budget_s, rotate_bytes=rotate_bytes, kinds=kinds,
-                              max_dim=max_dim, dry_run=dry_run, progress=progress)
+                              max_dim=max_dim, comm_max_bytes=comm_max_bytes,
+                              dry_run=dry_run, progress=progress)
     if device is not None:
         raise ConfigError(f"device = {device!r}: only backend=\"torch\" takes a device (the "
                           "cpu and cuda backends are their device)")
+    if comm_max_bytes is not None:
+        raise ConfigError(f"comm_max_bytes = {comm_max_bytes!r}: only backend=\"torch\" takes "
+                          "it (the cpu and cuda backends measure collectives with "
+                          "`mpirun modar profile --comm`)")
     said = _said(backend=backend, out=os.fspath(out), quick=bool(quick), resume=bool(resume),
                  dtype=dtype, threads=_typed("threads", threads, int), clock=clock,
                  budget_s=_typed("budget_s", budget_s, (int, float)),
@@ -109,7 +116,7 @@ def _profile_torch(out, *, progress, **options) -> Profile | dict:
     with nothing written."""
     from . import _torch_profile
 
-    for name in ("threads", "rotate_bytes", "max_dim"):
+    for name in ("threads", "rotate_bytes", "max_dim", "comm_max_bytes"):
         _typed(name, options.get(name), int)
     _typed("budget_s", options.get("budget_s"), (int, float))
     result = _torch_profile.run(os.fspath(out), progress=_progress_lines(progress), **options)

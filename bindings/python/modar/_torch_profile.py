@@ -481,15 +481,26 @@ def _time_collective(torch, dist, device, clock: Clock, kind: str, nbytes: int,
         return None
     result = torch.zeros(1, device=device, dtype=torch.float64)
     if inside:
+        # Every rank of the group must issue the same calls: the calls per
+        # sample and the number of samples are agreed (max over the group),
+        # never decided by each rank's own clock (that deadlocked: one rank
+        # left the loop while another waited in its next collective).
         began = time.perf_counter()
         started = clock.start()
         call()
         clock.stop(started)
-        inner = max(1, min(1000, math.ceil(1e-3 / max(clock.collect(), 1e-9))))
+        agreed = torch.tensor([max(1, min(1000, math.ceil(1e-3 / max(clock.collect(), 1e-9))))],
+                              device=device, dtype=torch.float64)
+        dist.all_reduce(agreed, op=dist.ReduceOp.MAX, group=group)
+        inner = int(agreed.item())
         samples: list[float] = []
-        while len(samples) < 5 or (time.perf_counter() - began < plan["comm_budget_s"]
-                                   and len(samples) < 50):
-            dist.barrier(group=group)
+        while True:
+            more = len(samples) < 5 or (time.perf_counter() - began < plan["comm_budget_s"]
+                                        and len(samples) < 50)
+            agreed.fill_(1.0 if more else 0.0)
+            dist.all_reduce(agreed, op=dist.ReduceOp.MAX, group=group)  # also the barrier
+            if agreed.item() == 0.0:
+                break
             started = clock.start()
             for _ in range(inner):
                 call()

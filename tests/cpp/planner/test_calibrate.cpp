@@ -353,7 +353,9 @@ TEST_F(CalibrateCli, WritesAProfileThatEstimateOptimalAndSweepAccept) {
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/cal.toml.tmp"));
   const modar::DeviceProfile calibrated = modar::load_profile(dir_ + "/cal.toml");
   EXPECT_EQ(calibrated.name, "a100-80gb-dgx-calibrated");
-  EXPECT_NE(calibrated.provenance.at("calibration_command").find("runs.csv"), std::string::npos);
+  EXPECT_EQ(calibrated.provenance.at("calibration_command"),
+            "modar calibrate runs.csv --profile a100-80gb-dgx --fit kernel.gemm_efficiency "
+            "--out cal.toml");
   EXPECT_EQ(run("estimate model.toml --profile cal.toml").exit_code, 0);
   EXPECT_EQ(run("optimal --flops 1e19 --profile cal.toml --arch baseline").exit_code, 0);
   const auto sweep = run("sweep --flops 6e18 --profile cal.toml --arch baseline");
