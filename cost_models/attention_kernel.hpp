@@ -1,17 +1,19 @@
 // Time of an attention op under the configured kernel (train.attention_kernel).
 //
 // flash: the TimingModel's own time (FlashAttention: half square, no scores
-// in HBM; on a GPU kernel-model profile, the FlashAttention papers' rates).
-// unfused (Megatron-LM before FlashAttention, Narayanan et al. 2021): the two
-// batched GEMMs run the whole s_q x s_k square (the causal mask is applied to
-// computed scores) and the score matrix makes these passes through HBM
-// (Megatron-LM 2021 CoreAttention: baddbmm, fused scale-mask-softmax, torch
-// dropout, bmm): forward 6 passes of B bytes per score (QK^T write, softmax
-// read + write, dropout read + write, AV read) and the dropout mask's 1-byte
-// write; backward 9 passes (dP' write and the dropped probabilities read by
-// the AV GEMM's two gradients, dropout backward read + write, softmax
-// backward reads P and dP and writes dS, dS read by the dQ and dK GEMMs) and
-// the mask's 1-byte read.  docs/cluster.md.
+// in HBM; on a GPU kernel-model profile, the FlashAttention papers' rates;
+// with attention dropout the kernel regenerates its mask from the RNG state,
+// no extra traffic).  unfused (Megatron-LM before FlashAttention, Narayanan et
+// al. 2021): the two batched GEMMs run the whole s_q x s_k square (the causal
+// mask is applied to computed scores) and the score matrix makes these passes
+// through HBM (Megatron-LM 2021 CoreAttention: baddbmm, fused
+// scale-mask-softmax, torch dropout, bmm): forward 4 passes of B bytes per
+// score (QK^T write, softmax read + write, AV read), with attention dropout 6
+// (+ dropout read + write) and the mask's 1-byte write; backward 7 passes (dP
+// write and the probabilities read by the AV GEMM's weight gradient, softmax
+// backward reads P and dP and writes dS, dS read by the dQ and dK GEMMs), with
+// dropout 9 (+ the dropout backward's read + write) and the mask's 1-byte
+// read.  docs/cluster.md.
 //
 // Roofline profiles: the GEMM FLOPs at the GEMM rate plus every pass at the
 // softmax family's bandwidth.  Kernel-model profiles: each batched GEMM by the
@@ -20,16 +22,17 @@
 // passes (forward 4, backward 5, and the mask) at the softmax bandwidth.
 #pragma once
 
+#include "cost_model_internal.hpp"
 #include "modar/cost_model.hpp"
 #include "modar/kernel_model.hpp"
 
 namespace modar::detail {
 
-inline constexpr double kUnfusedScorePassesForward = 6.0;
-inline constexpr double kUnfusedScorePassesBackward = 9.0;
+inline constexpr double kUnfusedScorePassesForward = 4.0;
+inline constexpr double kUnfusedScorePassesBackward = 7.0;
+inline constexpr double kUnfusedDropoutPasses = 2.0;            // each way, with attention dropout
 inline constexpr double kUnfusedGemmScorePassesForward = 2.0;   // QK^T write, AV read
 inline constexpr double kUnfusedGemmScorePassesBackward = 4.0;  // dP' write, P' read, dS read x 2
-inline constexpr double kDropoutMaskBytes = 1.0;  // torch dropout: a uint8 / bool mask
 
 // The batched GEMMs of unfused attention on a kernel-model profile.
 inline double unfused_attention_gemms_s(const OpShape& shape, bool backward,
@@ -47,7 +50,8 @@ inline double unfused_attention_gemms_s(const OpShape& shape, bool backward,
 }
 
 inline double attention_kernel_time_s(const OpRecord& op, const TimingModel& timing,
-                                      AttentionKernel kernel, TimingModel::Source* source) {
+                                      AttentionKernel kernel, bool attention_dropout,
+                                      TimingModel::Source* source) {
   if (kernel == AttentionKernel::flash || op.shape.kind != OpKind::attention) {
     return timing.op_time_s(op, source);
   }
@@ -59,23 +63,29 @@ inline double attention_kernel_time_s(const OpRecord& op, const TimingModel& tim
   const double element_bytes = static_cast<double>(dtype_bytes(op.shape.dtype));
   const KernelRates& rates = timing.rates();
   const double softmax_bandwidth = rates.bandwidth_of(MemoryFamily::softmax);
+  const double dropout_passes = attention_dropout ? kUnfusedDropoutPasses : 0.0;
+  const double mask_bytes = attention_dropout ? kDropoutMaskBytes : 0.0;
+  const double dropout_launches = attention_dropout ? 1.0 : 0.0;
   if (timing.shape_aware()) {
-    const double passes = backward ? kUnfusedScorePassesBackward - kUnfusedGemmScorePassesBackward
-                                   : kUnfusedScorePassesForward - kUnfusedGemmScorePassesForward;
-    const double pass_bytes = (passes * element_bytes + kDropoutMaskBytes) * scores;
+    const double passes = (backward ? kUnfusedScorePassesBackward - kUnfusedGemmScorePassesBackward
+                                    : kUnfusedScorePassesForward - kUnfusedGemmScorePassesForward) +
+                          dropout_passes;
+    const double pass_bytes = (passes * element_bytes + mask_bytes) * scores;
     *source = TimingModel::Source::kernel_model;
     return unfused_attention_gemms_s(op.shape, backward, rates) + pass_bytes / softmax_bandwidth +
-           2.0 * rates.launch_overhead_s;  // softmax, dropout
+           (1.0 + dropout_launches) * rates.launch_overhead_s;  // softmax (+ dropout)
   }
   const double flops = (backward ? 2.0 : 1.0) * 4.0 * scores * d_head;
   const double bytes =
-      ((backward ? kUnfusedScorePassesBackward : kUnfusedScorePassesForward) * element_bytes +
-       kDropoutMaskBytes) *
+      (((backward ? kUnfusedScorePassesBackward : kUnfusedScorePassesForward) + dropout_passes) *
+           element_bytes +
+       mask_bytes) *
       scores;
   const bool wide = op.shape.dtype == DType::fp32 || op.shape.dtype == DType::fp64;
   *source = TimingModel::Source::roofline;
+  // GEMM, softmax (+ dropout) launches (x2 backward: counted once).
   return flops / (wide ? rates.fp32_flops : rates.gemm_flops) + bytes / softmax_bandwidth +
-         3.0 * rates.launch_overhead_s;  // GEMM, softmax, dropout (x2 backward: counted once)
+         (2.0 + dropout_launches) * rates.launch_overhead_s;
 }
 
 }  // namespace modar::detail

@@ -9,22 +9,19 @@
 // and what is allowed.
 #include "modar/config.hpp"
 
-#include <sys/stat.h>
 #include <toml++/toml.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <charconv>
 #include <cmath>
-#include <cstring>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <type_traits>
 #include <utility>
 
-#include "modar/errors.hpp"
+#include "cost_model_internal.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/files.hpp"
+#include "modar/base/text.hpp"
 #include "modar/hf_config.hpp"
 #include "toml_text.hpp"
 
@@ -137,11 +134,47 @@ const char* to_string(Recompute v) {
   }
   return "unknown";
 }
+const char* to_string(RecomputeGranularity v) {
+  switch (v) {
+    case RecomputeGranularity::none:
+      return "none";
+    case RecomputeGranularity::selective:
+      return "selective";
+    case RecomputeGranularity::full:
+      return "full";
+  }
+  return "unknown";
+}
+std::string recompute_text(const TrainConfig& train) {
+  switch (train.recompute_granularity) {
+    case RecomputeGranularity::none:
+      return to_string(train.recompute);
+    case RecomputeGranularity::selective:
+      return "megatron selective (" + train.recompute_modules + ")";
+    case RecomputeGranularity::full:
+      return "megatron full";
+  }
+  return "unknown";
+}
 const char* to_string(AttentionKernel v) {
   return v == AttentionKernel::flash ? "flash" : "unfused";
 }
 const char* to_string(GradAccumulation v) {
   return v == GradAccumulation::fused ? "fused" : "unfused";
+}
+const char* to_string(RouterWeights v) {
+  switch (v) {
+    case RouterWeights::activation:
+      return "activation";
+    case RouterWeights::output:
+      return "output";
+    case RouterWeights::input:
+      return "input";
+  }
+  return "unknown";
+}
+const char* to_string(TokenDispatcher v) {
+  return v == TokenDispatcher::alltoall ? "alltoall" : "allgather";
 }
 const char* to_string(PipelineSchedule v) {
   return v == PipelineSchedule::one_f_one_b ? "1f1b" : "interleaved";
@@ -169,131 +202,6 @@ int64_t dtype_bytes(DType v) {
       return 8;
   }
   return 4;
-}
-
-// ---- small helpers ----------------------------------------------------------
-
-std::string format_number(double value) {
-  if (std::isnan(value)) {
-    return "nan";
-  }
-  if (std::isinf(value)) {
-    return value > 0 ? "inf" : "-inf";
-  }
-  char buffer[64];
-  const auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
-  return std::string(buffer, result.ptr);
-}
-
-int64_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<int64_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) {
-    row[j] = static_cast<int64_t>(j);
-  }
-  for (size_t i = 1; i <= a.size(); ++i) {
-    int64_t diagonal = row[0];
-    row[0] = static_cast<int64_t>(i);
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const int64_t above = row[j];
-      const int64_t substitution = diagonal + (a[i - 1] == b[j - 1] ? 0 : 1);
-      row[j] = std::min({above + 1, row[j - 1] + 1, substitution});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
-std::string nearest_name(const std::string& word, const std::vector<std::string>& candidates) {
-  std::string best;
-  int64_t best_distance = 0;
-  for (const std::string& candidate : candidates) {
-    const int64_t distance = edit_distance(word, candidate);
-    if (best.empty() || distance < best_distance) {
-      best = candidate;
-      best_distance = distance;
-    }
-  }
-  // A plausible typo: at most a third of the word changed (and at least 2 edits allowed).
-  const int64_t allowed = std::max<int64_t>(2, static_cast<int64_t>(word.size()) / 3);
-  return best_distance <= allowed ? best : std::string();
-}
-
-std::string shown_value(const std::string& text, size_t max_chars) {
-  std::string out;
-  size_t shown = 0;
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (shown >= max_chars) {
-      out += "...(" + std::to_string(text.size()) + " characters)";
-      break;
-    }
-    const auto ch = static_cast<unsigned char>(text[i]);
-    if (ch == '\n') {
-      out += "\\n";
-    } else if (ch == '\r') {
-      out += "\\r";
-    } else if (ch == '\t') {
-      out += "\\t";
-    } else if (ch < 0x20 || ch == 0x7f) {
-      static const char* const kHex = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[ch >> 4];
-      out += kHex[ch & 0xF];
-    } else {
-      out += static_cast<char>(ch);
-    }
-    ++shown;
-  }
-  return out;
-}
-
-std::string read_input_file(const std::string& path, const std::string& what, uint64_t max_bytes) {
-  // (Appended piece by piece: `"'" + text + "'"` trips GCC 12's false -Wrestrict.)
-  std::string shown = "'";
-  shown += shown_value(path, 200);
-  shown += '\'';
-  struct stat info {};
-  if (::stat(path.c_str(), &info) != 0) {
-    const int error = errno;
-    throw FileError(what + " " + shown + ": cannot open (" +
-                    (error == ENOENT || error == EACCES || error == ENOTDIR
-                         ? std::string("missing or unreadable")
-                         : std::string(std::strerror(error))) +
-                    ")");
-  }
-  if (S_ISDIR(info.st_mode)) {
-    throw FileError(what + " " + shown + ": is a directory; allowed: a regular file");
-  }
-  if (!S_ISREG(info.st_mode)) {
-    throw FileError(what + " " + shown +
-                    ": not a regular file (a device, FIFO or socket); allowed: a regular file");
-  }
-  const auto too_large = [&] {
-    return FileError(what + " " + shown + ": larger than " + std::to_string(max_bytes) +
-                     " bytes; allowed: a file of at most " + std::to_string(max_bytes) + " bytes");
-  };
-  if (static_cast<uint64_t>(info.st_size) > max_bytes) {
-    throw too_large();
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw FileError(what + " " + shown + ": cannot open (missing or unreadable)");
-  }
-  // Read at most max_bytes + 1 bytes: files whose size stat() does not know
-  // (/proc) or that grow while read stay bounded.
-  std::string content;
-  char buffer[1 << 16];
-  while (in) {
-    in.read(buffer, sizeof buffer);
-    const auto got = static_cast<size_t>(in.gcount());
-    if (content.size() + got > max_bytes) {
-      throw too_large();
-    }
-    content.append(buffer, got);
-  }
-  if (in.bad()) {
-    throw FileError(what + " " + shown + ": read error");
-  }
-  return content;
 }
 
 namespace {
@@ -335,16 +243,26 @@ struct KeySpec {
 std::string quoted(const char* text) {
   return std::string("\"") + text + "\"";
 }
+// A text value as a TOML basic string (escapes valid in JSON too).
+std::string string_literal(const std::string& text) {
+  std::string out = "\"";
+  for (char ch : text) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      static const char* const kHex = "0123456789abcdef";
+      out += "\\u00";
+      out += kHex[(ch >> 4) & 0xF];
+      out += kHex[ch & 0xF];
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
 std::string integer_literal(int64_t v) {
   return std::to_string(v);
-}
-std::string real_literal(double v) {
-  std::string text = format_number(v);
-  // TOML needs a '.' or exponent to read back as a float.
-  if (text.find_first_of(".eEn") == std::string::npos) {
-    text += ".0";
-  }
-  return text;
 }
 
 template <typename Enum>
@@ -368,7 +286,7 @@ KeySpec real_key(const char* key) {
           KeyType::real,
           {},
           [](Config& c, const Value& v) { (c.*Section).*Field = v.real; },
-          [](const Config& c) { return real_literal((c.*Section).*Field); }};
+          [](const Config& c) { return toml_float_literal((c.*Section).*Field); }};
 }
 template <auto Section, auto Field>
 KeySpec boolean_key(const char* key) {
@@ -400,6 +318,8 @@ const std::vector<KeySpec>& key_specs() {
       integer_key<&Config::model, &ModelConfig::d_ff>("model.d_ff"),
       choice_key<&Config::model, &ModelConfig::mlp>("model.mlp", {"gelu", "swiglu", "geglu"}),
       integer_key<&Config::model, &ModelConfig::vocab_size>("model.vocab_size"),
+      integer_key<&Config::model, &ModelConfig::make_vocab_size_divisible_by>(
+          "model.make_vocab_size_divisible_by"),
       boolean_key<&Config::model, &ModelConfig::tie_embeddings>("model.tie_embeddings"),
       integer_key<&Config::model, &ModelConfig::seq_len>("model.seq_len"),
       real_key<&Config::model, &ModelConfig::norm_eps>("model.norm_eps"),
@@ -419,7 +339,7 @@ const std::vector<KeySpec>& key_specs() {
           "dar.variant", {"none", "attnres", "dar", "selfkv", "fixedkv", "crossv"}),
       integer_key<&Config::dar, &DarConfig::block_layers>("dar.block_layers"),
       integer_key<&Config::dar, &DarConfig::streams>("dar.streams"),
-      // [moe]: experts and MoDE (SPEC section 1.3, docs/moe.md).
+      // [moe]: experts and MoDE (docs/model.md experts, docs/moe.md).
       integer_key<&Config::moe, &MoeConfig::experts>("moe.experts"),
       integer_key<&Config::moe, &MoeConfig::top_k>("moe.top_k"),
       integer_key<&Config::moe, &MoeConfig::expert_ffn>("moe.expert_ffn"),
@@ -434,6 +354,10 @@ const std::vector<KeySpec>& key_specs() {
       real_key<&Config::moe, &MoeConfig::load_imbalance>("moe.load_imbalance"),
       choice_key<&Config::moe, &MoeConfig::mode>("moe.mode", {"none", "staged", "integrated"}),
       integer_key<&Config::moe, &MoeConfig::null_experts>("moe.null_experts"),
+      choice_key<&Config::moe, &MoeConfig::router_weights>("moe.router_weights",
+                                                            {"activation", "output", "input"}),
+      choice_key<&Config::moe, &MoeConfig::token_dispatcher>("moe.token_dispatcher",
+                                                             {"alltoall", "allgather"}),
       // [train]
       integer_key<&Config::train, &TrainConfig::micro_batch>("train.micro_batch"),
       integer_key<&Config::train, &TrainConfig::global_batch>("train.global_batch"),
@@ -442,40 +366,35 @@ const std::vector<KeySpec>& key_specs() {
       choice_key<&Config::train, &TrainConfig::optimizer>("train.optimizer", {"adamw"}),
       choice_key<&Config::train, &TrainConfig::recompute>("train.recompute",
                                                           {"none", "selective", "full"}),
+      // Megatron-LM's recompute flags (docs/cluster.md "Recompute").
+      choice_key<&Config::train, &TrainConfig::recompute_granularity>(
+          "train.recompute_granularity", {"none", "selective", "full"}),
+      {"train.recompute_modules",
+       KeyType::text,
+       {},
+       [](Config& c, const Value& v) { c.train.recompute_modules = v.text; },
+       [](const Config& c) { return string_literal(c.train.recompute_modules); }},
       // train.attention_kernel (docs/cluster.md): executed kernel, time and memory.
       choice_key<&Config::train, &TrainConfig::attention_kernel>("train.attention_kernel",
                                                                  {"flash", "unfused"}),
       // train.grad_accumulation (docs/cluster.md): a memory-bound pass per micro-batch.
       choice_key<&Config::train, &TrainConfig::grad_accumulation>("train.grad_accumulation",
                                                                   {"fused", "unfused"}),
+      // train.hidden_dropout / attention_dropout (docs/cluster.md "Dropout").
+      real_key<&Config::train, &TrainConfig::hidden_dropout>("train.hidden_dropout"),
+      real_key<&Config::train, &TrainConfig::attention_dropout>("train.attention_dropout"),
       // [device]
       {"device.profile",
        KeyType::text,
        {},
        [](Config& c, const Value& v) { c.device.profile = v.text; },
-       [](const Config& c) {
-         // Escapes valid in both TOML basic strings and JSON.
-         std::string out = "\"";
-         for (char ch : c.device.profile) {
-           if (ch == '"' || ch == '\\') {
-             out += '\\';
-             out += ch;
-           } else if (static_cast<unsigned char>(ch) < 0x20) {
-             static const char* const kHex = "0123456789abcdef";
-             out += "\\u00";
-             out += kHex[(ch >> 4) & 0xF];
-             out += kHex[ch & 0xF];
-           } else {
-             out += ch;
-           }
-         }
-         return out + "\"";
-       }},
+       [](const Config& c) { return string_literal(c.device.profile); }},
       integer_key<&Config::device, &DeviceConfig::count>("device.count"),
       // [parallel] and [cluster]: cluster-scale planning (docs/cluster.md).
       integer_key<&Config::parallel, &ParallelConfig::tensor>("parallel.tensor"),
       boolean_key<&Config::parallel, &ParallelConfig::sequence_parallel>(
           "parallel.sequence_parallel"),
+      integer_key<&Config::parallel, &ParallelConfig::context>("parallel.context"),
       integer_key<&Config::parallel, &ParallelConfig::pipeline>("parallel.pipeline"),
       choice_key<&Config::parallel, &ParallelConfig::schedule>("parallel.schedule",
                                                                {"1f1b", "interleaved"}),
@@ -486,11 +405,12 @@ const std::vector<KeySpec>& key_specs() {
       boolean_key<&Config::parallel, &ParallelConfig::overlap_param_gather>(
           "parallel.overlap_param_gather"),
       integer_key<&Config::parallel, &ParallelConfig::expert>("parallel.expert"),
+      integer_key<&Config::parallel, &ParallelConfig::expert_tensor>("parallel.expert_tensor"),
       boolean_key<&Config::parallel, &ParallelConfig::balance_stages>("parallel.balance_stages"),
       boolean_key<&Config::parallel, &ParallelConfig::dar_bank_cache>("parallel.dar_bank_cache"),
       integer_key<&Config::cluster, &ClusterConfig::gpus_per_node>("cluster.gpus_per_node"),
       integer_key<&Config::cluster, &ClusterConfig::nodes>("cluster.nodes"),
-      // [counting]: conventions only (SPEC section 2), no effect on the model.
+      // [counting]: conventions only (docs/cost_model.md counting), no effect on the model.
       {"counting.attention_flops",
        KeyType::choice,
        {"causal", "full", "flash"},
@@ -731,7 +651,7 @@ void ConfigKey::set_integer(Config& config, int64_t value) const {
 void ConfigKey::set_real(Config& config, double value) const {
   const KeySpec& spec = spec_at(spec_);
   if (spec.type != KeyType::real) {
-    fail_type(spec, real_literal(value));
+    fail_type(spec, toml_float_literal(value));
   }
   if (!std::isfinite(value)) {
     fail(spec.key, format_number(value), "must be a finite number");
@@ -897,7 +817,7 @@ void require_non_negative(const char* key, int64_t value, const char* meaning_of
   }
 }
 
-// ---- [moe] checks (SPEC section 1.3) ------------------------------------------
+// ---- [moe] checks (docs/model.md experts) ------------------------------------------
 void require_finite_range(const char* key, double value, double low, double high,
                           const char* allowed) {
   if (!(std::isfinite(value) && value >= low && value <= high)) {
@@ -959,6 +879,11 @@ void validate_moe(const Config& config) {
     fail("moe.null_experts", std::to_string(e.null_experts),
          "needs moe.mode = \"integrated\" (null experts are integrated MoDE's no-op choices)");
   }
+  if (e.router_weights == RouterWeights::input && e.top_k != 1) {
+    fail("moe.router_weights", "\"input\"",
+         "needs moe.top_k = 1 (a token's input can carry one weight; Megatron-Core "
+         "moe_apply_probs_on_input is top-1 only)");
+  }
   if (e.top_k > e.choices()) {
     fail("moe.top_k", std::to_string(e.top_k),
          "must be <= moe.experts" +
@@ -984,10 +909,14 @@ void validate_moe(const Config& config) {
          "with mod.every > 0 and moe.experts > 0 must be \"staged\" (MoD around the block, "
          "experts inside)");
   }
-  if (e.resolved_expert_ffn(m) % config.parallel.tensor != 0) {
-    fail("parallel.tensor", std::to_string(config.parallel.tensor),
+  const int64_t expert_tensor = config.parallel.resolved_expert_tensor();
+  if (expert_tensor > 0 && e.resolved_expert_ffn(m) % expert_tensor != 0) {
+    const bool own = config.parallel.expert_tensor > 0;
+    fail(own ? "parallel.expert_tensor" : "parallel.tensor", std::to_string(expert_tensor),
          "must divide the expert width moe.expert_ffn = " +
-             std::to_string(e.resolved_expert_ffn(m)));
+             std::to_string(e.resolved_expert_ffn(m)) +
+             (own ? "" : " (the experts' tensor size is parallel.tensor unless "
+                         "parallel.expert_tensor is set)"));
   }
   if (e.shared_ffn_total(m) % config.parallel.tensor != 0) {
     fail("parallel.tensor", std::to_string(config.parallel.tensor),
@@ -1003,6 +932,7 @@ void validate_parallel(const Config& config) {
   const ModelConfig& m = config.model;
   const int64_t kMaxParallel = int64_t{1} << 20;
   const std::pair<const char*, int64_t> sizes[] = {{"parallel.tensor", p.tensor},
+                                                   {"parallel.context", p.context},
                                                    {"parallel.pipeline", p.pipeline},
                                                    {"parallel.virtual_stages", p.virtual_stages}};
   for (const auto& [key, value] : sizes) {
@@ -1012,6 +942,14 @@ void validate_parallel(const Config& config) {
     }
   }
   require_positive("parallel.expert", p.expert);
+  require_non_negative("parallel.expert_tensor", p.expert_tensor, "parallel.tensor");
+  if (p.expert_tensor > kMaxParallel) {
+    fail("parallel.expert_tensor", std::to_string(p.expert_tensor), "must be <= 1048576");
+  }
+  if (p.expert_tensor > 0 && p.expert_tensor != p.tensor && config.moe.experts == 0) {
+    fail("parallel.expert_tensor", std::to_string(p.expert_tensor),
+         "must be 0 (= parallel.tensor) without experts (set moe.experts > 0)");
+  }
   if (p.expert > 1 && config.moe.experts == 0) {
     fail("parallel.expert", std::to_string(p.expert),
          "must be 1 without experts (set moe.experts > 0 for expert parallelism)");
@@ -1056,22 +994,58 @@ void validate_parallel(const Config& config) {
          "parallel.pipeline * parallel.virtual_stages must be <= model.n_layers = " +
              std::to_string(m.n_layers));
   }
-  const int64_t model_parallel = p.tensor * p.pipeline;
+  if (p.context > 1) {
+    // Megatron-Core's load-balanced split: 2 c chunks per sequence, rank r
+    // holding chunks r and 2c - 1 - r (and SP splits a rank's tokens by t).
+    const int64_t chunking = 2 * p.context * (p.sequence_parallel ? p.tensor : 1);
+    if (m.seq_len % chunking != 0) {
+      fail("parallel.context", std::to_string(p.context),
+           "model.seq_len = " + std::to_string(m.seq_len) + " must be a multiple of 2 x " +
+               "parallel.context" + (p.sequence_parallel ? " x parallel.tensor" : "") + " = " +
+               std::to_string(chunking) + " (each rank holds 2 load-balanced chunks)");
+    }
+    if (config.train.attention_kernel != AttentionKernel::flash) {
+      fail("parallel.context", std::to_string(p.context),
+           "needs train.attention_kernel = \"flash\" (ring attention runs fused kernels on "
+           "each KV block)");
+    }
+  }
+  const int64_t model_parallel = p.tensor * p.context * p.pipeline;
   if (config.device.count % model_parallel != 0) {
     fail("device.count", std::to_string(config.device.count),
-         "must be a multiple of parallel.tensor * parallel.pipeline = " +
+         "must be a multiple of parallel.tensor * parallel.context * parallel.pipeline = " +
              std::to_string(model_parallel));
   }
-  if (p.expert > 1 && p.data(config.device.count) % p.expert != 0) {
+  // Megatron-Core (parallel_state.initialize_model_parallel) builds the expert
+  // layers' groups over the same ranks as the dense layers': the world size
+  // must be divisible by expert_tensor x expert x pipeline, i.e. the tensor x
+  // data ranks of a pipeline stage fold into expert_tensor x expert x
+  // expert_data (docs/cluster.md "Expert parallelism").
+  const int64_t stage_ranks = p.tensor * p.context * p.data(config.device.count);
+  const int64_t expert_group = p.resolved_expert_tensor() * p.expert;
+  if ((p.expert > 1 || p.expert_tensor > 0) && stage_ranks % expert_group != 0) {
     fail("parallel.expert", std::to_string(p.expert),
-         "must divide the data-parallel size device.count / (parallel.tensor * "
-         "parallel.pipeline) = " +
-             std::to_string(p.data(config.device.count)) +
-             " (expert parallelism is carved out of data parallelism)");
+         "parallel.expert x parallel.expert_tensor = " + std::to_string(p.expert) + " x " +
+             std::to_string(p.resolved_expert_tensor()) +
+             " must divide the ranks of a pipeline stage, parallel.tensor x parallel.context x "
+             "data-parallel size = device.count / parallel.pipeline = " +
+             std::to_string(stage_ranks) +
+             " (Megatron-Core folds the expert groups over the tensor, context and data-parallel "
+             "ranks)");
   }
-  if (p.zero > 0 && p.data(config.device.count) < 2) {
+  if (config.moe.enabled() && p.resolved_expert_tensor() != p.tensor && p.tensor > 1 &&
+      !p.sequence_parallel) {
+    fail("parallel.expert_tensor", std::to_string(p.resolved_expert_tensor()),
+         "differs from parallel.tensor = " + std::to_string(p.tensor) +
+             " and needs parallel.sequence_parallel = true (Megatron-Core runs experts under "
+             "tensor parallelism with sequence parallelism)");
+  }
+  if (p.zero > 0 && p.data(config.device.count) * p.context < 2) {
+    // The optimizer shards over the data-parallel ranks with their context
+    // ranks (Megatron-Core's data-parallel group with CP).
     fail("parallel.zero", std::to_string(p.zero),
-         "needs a data-parallel size >= 2 (device.count / (parallel.tensor * parallel.pipeline))");
+         "needs data-parallel size x parallel.context >= 2 (device.count / (parallel.tensor * "
+         "parallel.pipeline))");
   }
   const ClusterConfig& cl = config.cluster;
   require_non_negative("cluster.gpus_per_node", cl.gpus_per_node, "the profile's network");
@@ -1111,6 +1085,11 @@ void validate(const Config& config) {
   require_non_negative("model.d_head", m.d_head, "d_model / n_heads");
   require_non_negative("model.d_ff", m.d_ff, "the default width of the MLP kind");
   require_positive("model.vocab_size", m.vocab_size);
+  require_positive("model.make_vocab_size_divisible_by", m.make_vocab_size_divisible_by);
+  if (m.make_vocab_size_divisible_by > 65536) {
+    fail("model.make_vocab_size_divisible_by", std::to_string(m.make_vocab_size_divisible_by),
+         "must be <= 65536 (Megatron-LM's default is 128)");
+  }
   require_positive("model.seq_len", m.seq_len);
   if (!(std::isfinite(m.norm_eps) && m.norm_eps > 0.0)) {
     fail("model.norm_eps", format_number(m.norm_eps), "must be a finite number > 0");
@@ -1132,6 +1111,21 @@ void validate(const Config& config) {
     fail("dar.streams", std::to_string(dar.streams), "must be in [1, 16]");
   }
   require_positive("train.micro_batch", t.micro_batch);
+  detail::parse_recompute_modules(t.recompute_modules);  // the names, whatever the granularity
+  if (t.recompute_granularity != RecomputeGranularity::none && t.recompute != Recompute::none) {
+    fail("train.recompute_granularity",
+         std::string("\"") + to_string(t.recompute_granularity) + "\"",
+         std::string("Megatron-LM's recompute needs train.recompute = \"none\" (it is \"") +
+             to_string(t.recompute) +
+             "\": modar's own, a different set of modules); set one of the two");
+  }
+  for (const auto& [key, value] : {std::pair<const char*, double>{"train.hidden_dropout",
+                                                                  t.hidden_dropout},
+                                   {"train.attention_dropout", t.attention_dropout}}) {
+    if (!(std::isfinite(value) && value >= 0.0 && value < 1.0)) {
+      fail(key, format_number(value), "must be a finite probability in [0, 1)");
+    }
+  }
   require_non_negative("train.global_batch", t.global_batch, "micro_batch * device.count");
   if (t.global_batch > (int64_t{1} << 40)) {
     fail("train.global_batch", std::to_string(t.global_batch), "must be <= 2^40");
@@ -1199,7 +1193,7 @@ void validate(const Config& config) {
              ? "must be a multiple of train.micro_batch * device.count = " +
                    std::to_string(per_micro_step)
              : "must be a multiple of train.micro_batch * data-parallel size (device.count / "
-               "(parallel.tensor * parallel.pipeline)) = " +
+               "(parallel.tensor * parallel.context * parallel.pipeline)) = " +
                    std::to_string(per_micro_step));
   }
   // Products the lowering forms in 64-bit integers (rows x widths) and the
@@ -1211,7 +1205,7 @@ void validate(const Config& config) {
         "train.micro_batch * model.seq_len = " + format_number(tokens) + " must be <= 2^34 tokens");
   }
   if (config.moe.enabled()) {
-    // Expert slots x widths are 64-bit products in the lowering (SPEC 1.3).
+    // Expert slots x widths are 64-bit products in the lowering (docs/model.md experts).
     const MoeConfig& e = config.moe;
     const double capacity =
         e.dropless()
@@ -1268,34 +1262,6 @@ std::string to_toml(const Config& config) {
     out += dotted.substr(dot + 1) + " = " + spec.get(config) + "\n";
   }
   return out;
-}
-
-// Strict text -> number: the whole text must be consumed (an optional leading
-// '+' is allowed); NaN and infinities are rejected for reals.
-bool parse_integer_text(const std::string& text, int64_t* out) {
-  if (text.empty()) {
-    return false;
-  }
-  const char* begin = text.data();
-  const char* end = begin + text.size();
-  if (*begin == '+') {
-    ++begin;
-  }
-  const auto result = std::from_chars(begin, end, *out);
-  return result.ec == std::errc() && result.ptr == end;
-}
-
-bool parse_finite_number_text(const std::string& text, double* out) {
-  if (text.empty()) {
-    return false;
-  }
-  const char* begin = text.data();
-  const char* end = begin + text.size();
-  if (*begin == '+') {
-    ++begin;
-  }
-  const auto result = std::from_chars(begin, end, *out, std::chars_format::general);
-  return result.ec == std::errc() && result.ptr == end && std::isfinite(*out);
 }
 
 }  // namespace modar

@@ -51,10 +51,30 @@ class OpConsumer {
  protected:
   ~OpConsumer() = default;
 };
+// What a tensor-parallel rank's lowering (parallel.cpp: the SHARD config, its
+// widths already divided) differs in beyond the shard's shapes.  Expert
+// layers: under sequence parallelism a rank dispatches its T / t tokens and
+// its expert-tensor group gathers etp ranks' slots, so its experts run on
+// moe_slots(rows x expert_rows_numerator / expert_rows_denominator) slots at
+// the width moe.expert_ffn of the shard (divided by etp); the shared experts
+// are split by the dense tensor size instead (the shard's
+// moe.shared_expert_ffn).  Context parallelism: the shard's
+// seq_len is the rank's s / c queries per sequence; ring attention runs them
+// against all keys of the sequence, `context` times the shard's (the causal
+// pairs counted, s_q s_k / 2, are then the rank's 1 / c of the sequence's).
+struct ShardView {
+  int64_t expert_rows_numerator = 1;
+  int64_t expert_rows_denominator = 1;
+  int64_t context = 1;
+};
+
 // The ops of lower_into(), in an unspecified order, handed to `consumer`
 // (total_params sizes the optimizer update).
 void lower_streaming(const Config& config, StepKind step, double total_params,
                      OpConsumer& consumer);
+// The same for one tensor-parallel rank's shard (parallel.cpp).
+void lower_streaming(const Config& config, StepKind step, double total_params,
+                     const ShardView& view, OpConsumer& consumer);
 // The same for estimate_into's own consumer (step_accumulator.hpp), called
 // directly instead of through the virtual take().
 class StepAccumulator;
@@ -67,7 +87,52 @@ FlopCounts flop_counts_from_ops(const Config& config, StepKind step, const OpLis
 double flop_active_from_ops(const Config& config, StepKind step, const OpList& ops);
 MemoryBreakdown memory_from_params(const Config& config, double total_params,
                                    double device_memory_bytes, StepKind step);
-// ---- experts (cost_models/moe.cpp; SPEC 1.3, docs/moe.md) ------------------
+// What the backward re-runs (recompute.cpp; docs/cluster.md "Recompute"):
+// every op inside the layers (full: only each layer's input is kept), or
+// modules of a layer, each dropping the tensors it alone saved.
+struct RecomputePlan {
+  bool full = false;
+  bool norms = false;           // norm outputs dropped (modar selective; Megatron layernorm)
+  bool rope = false;            // RoPE re-run (modar selective)
+  bool core_attention = false;  // log-sum-exp / unfused scores dropped (Megatron core_attn)
+  bool mlp = false;             // the dense MLP's up projection output dropped (Megatron mlp)
+  bool mlp_activation = false;  // the dense MLP's activation output dropped
+  bool moe = false;             // the whole MoE FFN re-run: slots, router buffers dropped (moe)
+  bool moe_activation = false;  // the experts' activation outputs dropped (moe_act)
+  bool shared = false;          // the shared experts re-run (shared_experts)
+  bool shared_activation = false;
+  bool predictor_activation = false;  // MoD predictor's hidden activation (modar selective)
+  bool any() const {
+    return full || norms || rope || core_attention || mlp || mlp_activation || moe ||
+           moe_activation || shared || shared_activation || predictor_activation;
+  }
+};
+RecomputePlan recompute_plan(const Config& config);
+// train.recompute_modules parsed (ConfigError naming the key on a bad name).
+RecomputePlan parse_recompute_modules(const std::string& text);
+
+// Dropout (docs/cluster.md "Dropout"): torch keeps a 1-byte mask per element.
+inline constexpr double kDropoutMaskBytes = 1.0;
+// Bytes the unfused attention saves per score (without recompute): the
+// softmax output, plus with attention dropout its output and mask.
+double saved_bytes_per_score(const Config& config);
+// Bytes one layer's hidden-dropout masks take per row (its two branch
+// outputs, 1 byte per element), 0 without hidden dropout.
+double hidden_dropout_mask_bytes_per_row(const Config& config);
+// How a rank of a cluster layout holds a layer's saved tensors: tensors of
+// whole d_model rows x `tokens` (sequence parallelism: 1 / t), the rest
+// divided by `tensor` (Korthikanti et al. 2022).  {1, 1}: one device.
+struct LayerShare {
+  double tokens = 1.0;
+  double tensor = 1.0;
+};
+// Bytes one transformer layer (not recomputed in full) saves for backward on
+// `rows` rows with attention over `sequence_len` tokens per sequence
+// (memory.cpp's table: norms, Q K V, attention output, MLP, statistics,
+// dropout masks, unfused scores).
+double layer_saved_bytes(const Config& config, double rows, double sequence_len,
+                         const LayerShare& share, const RecomputePlan& plan);
+// ---- experts (cost_models/moe.cpp; docs/model.md experts, docs/moe.md) ------------------
 // Expert slots one MoE layer processes on one device for `rows` tokens:
 // dropless, the expected real-expert assignments round(rows k E / (E + Z));
 // with a capacity factor, E x expert_capacity(rows) (padded dispatch).
@@ -84,9 +149,21 @@ struct MoeParams {
   double replaced_dense = 0;  // the dense FFNs the MoE layers do not have
 };
 MoeParams moe_params(const Config& config);
+// How one rank of a cluster layout holds an MoE layer (parallel.cpp): the
+// dense FFN and the shared experts split by the tensor size, the routed
+// experts' widths by the expert tensor size, and the routed experts run on
+// moe_slots(rows x expert_rows) slots (sequence parallelism: the rank's
+// rows / t gathered over its expert-tensor group).  {1, 1, 1}: one device.
+struct MoeRankShare {
+  double tensor = 1.0;
+  double expert_tensor = 1.0;
+  double expert_rows = 1.0;
+};
 // Bytes one MoE layer on `rows` rows saves for backward beyond a dense layer
-// on the same rows (memory.cpp's table; widths of experts split by `tensor`).
-double moe_saved_extra_bytes(const Config& config, double rows, double tensor);
+// on the same rows (memory.cpp's table).
+double moe_saved_extra_bytes(const Config& config, double rows, const MoeRankShare& share);
+// The expert slots one rank runs for `rows` rows entering the layer.
+double moe_rank_slots(const Config& config, double rows, const MoeRankShare& share);
 // Router probabilities, index + gates and the permutation map of one MoE layer.
 double moe_buffer_bytes(const Config& config, double rows);
 

@@ -1,4 +1,4 @@
-// Parameter and FLOP counts (SPEC section 2).
+// Parameter and FLOP counts (docs/cost_model.md counting).
 //
 // Parameters are counted in closed form from the shapes.  FLOPs are NOT
 // computed by a second formula: they are the sums of the lowered ops' FLOPs
@@ -17,7 +17,8 @@ ParamCounts closed_form_params(const Config& config) {
   const double d_head = static_cast<double>(m.resolved_d_head());
   const double d_ff = static_cast<double>(m.resolved_d_ff());
   const double layers = static_cast<double>(m.n_layers);
-  const double vocab = static_cast<double>(m.vocab_size);
+  // The vocabulary as the embedding holds it (padded: model.make_vocab_size_divisible_by).
+  const double vocab = static_cast<double>(m.padded_vocab(config.parallel.tensor));
 
   const double qkv_width = (heads + 2.0 * kv_heads) * d_head;
   // Q K V (+ their biases) and the output projection; QK-norm weights: one
@@ -58,7 +59,7 @@ ParamCounts closed_form_params(const Config& config) {
       body += later * (n * width * (base_outputs + transport) + base_outputs + transport + 3.0);
     }
   }
-  // MoE layers (SPEC 1.3): router + E experts + shared experts instead of the
+  // MoE layers (docs/model.md experts): router + E experts + shared experts instead of the
   // dense FFN.
   const MoeParams moe = moe_params(config);
   body += moe.router + moe.routed + moe.shared - moe.replaced_dense;

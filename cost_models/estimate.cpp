@@ -32,14 +32,14 @@ std::string conventions_text(const Config& config, const DeviceProfile& profile,
   text += "; MoD routed layers: k x k square, linear FLOPs on k tokens per sequence";
   text +=
       "; counted: GEMMs, attention, MoD router/predictor, LM head, AttnRes/DAR depth reads "
-      "(dar_math 4.3); not counted (bytes only): norms, RoPE, softmax/top-k, elementwise, "
+      "(docs/dar_math.md 4.3); not counted (bytes only): norms, RoPE, softmax/top-k, elementwise, "
       "gather/scatter, cross-entropy, embedding lookup, optimizer";
   text += "; N_f = forward FLOPs per token without attention / 2";
   if (step == StepKind::train) {
     text += "; training FLOPs = forward + backward (model FLOPs, MFU)";
-    if (config.train.recompute != Recompute::none) {
-      text += std::string(" + ") + to_string(config.train.recompute) +
-              " recompute (hardware FLOPs, HFU)";
+    if (config.train.recompute != Recompute::none ||
+        config.train.recompute_granularity != RecomputeGranularity::none) {
+      text += " + " + recompute_text(config.train) + " recompute (hardware FLOPs, HFU)";
     }
     text +=
         "; memory: bf16/fp16 weights, fp32 gradients, AdamW fp32 master + m + v, peak over the "
@@ -93,7 +93,8 @@ void estimate_into(const Config& config, const TimingModel& timing, StepKind ste
   const int64_t accumulation = step == StepKind::train ? detail::accumulation_steps(config) : 1;
   time.accumulation_steps = accumulation;
   detail::StepAccumulator accumulator(timing, time, accumulation,
-                                      config.train.attention_kernel);
+                                      config.train.attention_kernel,
+                                      config.train.attention_dropout > 0.0);
   detail::lower_streaming(config, step, out.params.total, accumulator);
   const detail::FlopAccumulator& sums = accumulator.sums;
   out.flops = sums.finish(config, step);
@@ -158,6 +159,8 @@ void estimate_into(const Config& config, const TimingModel& timing, StepKind ste
   struct CachedConventions {
     AttentionFlops attention;
     Recompute recompute;
+    RecomputeGranularity granularity;
+    std::string modules;
     StepKind step;
     bool depth_reads;
     bool measured;
@@ -170,6 +173,8 @@ void estimate_into(const Config& config, const TimingModel& timing, StepKind ste
   const CachedConventions* hit = nullptr;
   for (const CachedConventions& entry : cache) {
     if (entry.attention == config.attention_flops && entry.recompute == config.train.recompute &&
+        entry.granularity == config.train.recompute_granularity &&
+        entry.modules == config.train.recompute_modules &&
         entry.step == step && entry.depth_reads == config.dar.enabled() &&
         entry.profile == &profile && entry.measured == profile.measured &&
         entry.kernel_model == (profile.kernel.sm_count > 0) && entry.profile_name == profile.name) {
@@ -181,8 +186,10 @@ void estimate_into(const Config& config, const TimingModel& timing, StepKind ste
     if (cache.size() > 64) {
       cache.clear();
     }
-    cache.push_back({config.attention_flops, config.train.recompute, step, config.dar.enabled(),
-                     profile.measured, profile.kernel.sm_count > 0, &profile, profile.name,
+    cache.push_back({config.attention_flops, config.train.recompute,
+                     config.train.recompute_granularity, config.train.recompute_modules, step,
+                     config.dar.enabled(), profile.measured, profile.kernel.sm_count > 0,
+                     &profile, profile.name,
                      conventions_text(config, profile, step)});
     hit = &cache.back();
   }

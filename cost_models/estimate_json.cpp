@@ -1,10 +1,11 @@
 // The JSON document of an estimate (`modar estimate --json`, Python to_dict()).
+#include "modar/estimate_json.hpp"
+
 #include <algorithm>
 #include <string>
 
+#include "modar/base/json.hpp"
 #include "modar/cost_model.hpp"
-#include "modar/estimate_json.hpp"
-#include "modar/json.hpp"
 #include "modar/parallel.hpp"
 
 namespace modar {
@@ -44,11 +45,15 @@ ParallelLayoutJson parallel_layout_json(const Config& config) {
   ParallelLayoutJson layout;
   layout.tensor = config.parallel.tensor;
   layout.sequence_parallel = config.parallel.sequence_parallel;
+  layout.context = config.parallel.context;
   layout.pipeline = config.parallel.pipeline;
   layout.virtual_stages = config.parallel.virtual_stages;
   layout.data = std::max<int64_t>(1, config.parallel.data(config.device.count));
   layout.zero = config.parallel.zero;
   layout.micro_batch = config.train.micro_batch;
+  layout.expert = config.parallel.expert;
+  layout.expert_tensor = config.parallel.resolved_expert_tensor();
+  layout.expert_data = std::max<int64_t>(1, config.parallel.expert_data(config.device.count));
   return layout;
 }
 
@@ -56,22 +61,30 @@ ParallelLayoutJson parallel_layout_json(const ClusterEstimate& cluster) {
   ParallelLayoutJson layout;
   layout.tensor = cluster.tensor;
   layout.sequence_parallel = cluster.sequence_parallel;
+  layout.context = cluster.context;
   layout.pipeline = cluster.pipeline;
   layout.virtual_stages = cluster.virtual_stages;
   layout.data = cluster.data;
   layout.zero = cluster.zero;
   layout.micro_batch = cluster.micro_batch;
+  layout.expert = cluster.expert;
+  layout.expert_tensor = cluster.expert_tensor;
+  layout.expert_data = cluster.expert_data;
   return layout;
 }
 
 void write_parallel_layout_json(JsonWriter& json, const ParallelLayoutJson& layout) {
   json.field("tensor", layout.tensor);
   json.field("sequence_parallel", layout.sequence_parallel);
+  json.field("context", layout.context);
   json.field("pipeline", layout.pipeline);
   json.field("virtual_stages", layout.virtual_stages);
   json.field("data", layout.data);
   json.field("zero", layout.zero);
   json.field("micro_batch", layout.micro_batch);
+  json.field("expert", layout.expert);
+  json.field("expert_tensor", layout.expert_tensor);
+  json.field("expert_data", layout.expert_data);
 }
 
 std::string estimate_to_json(const Config& config, const DeviceProfile& profile, StepKind step,
@@ -253,7 +266,7 @@ std::string estimate_to_json(const Config& config, const DeviceProfile& profile,
   json.field("gemm_backward_factor", 2.0);
   json.field("profile", profile.name);
   json.field("profile_measured", profile.measured);
-  json.field("recompute", to_string(config.train.recompute));
+  json.field("recompute", recompute_text(config.train));
   json.end_object();
 
   json.end_object();

@@ -18,7 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/text.hpp"
 
 namespace modar {
 

@@ -16,12 +16,12 @@
 // Full layer:   rmsnorm, qkv GEMM, rope, attention, out GEMM, residual add,
 //               rmsnorm, up GEMM (SwiGLU: gate and up fused, width 2 d_ff),
 //               activation, down GEMM, residual add.
-// Routed layer (MoD, SPEC 1.1): router GEMV on all T tokens, top-k, gather of
+// Routed layer (MoD, docs/model.md MoD): router GEMV on all T tokens, top-k, gather of
 //               b*k rows, the full layer's ops on b*k rows with attention over
 //               the k x k square, scatter-add of g(r) * delta.  With
 //               causal_router = predictor, the predictor MLP runs too (its
 //               input is stop-gradient: no dgrad for its first GEMM).
-// AttnRes / DAR (SPEC 1.2, dar_math.md 4): per block one depth_read_prefix of
+// AttnRes / DAR (docs/model.md AttnRes/DAR, docs/dar_math.md 4): per block one depth_read_prefix of
 //               all S*n queries; per branch with i >= 2 a depth_read_merge; per
 //               branch (DAR, n >= 2) dar_coefficients (predictor + mix); per
 //               branch a dar_write (which replaces the residual add); the bank
@@ -293,12 +293,45 @@ LayerCounts layer_counts(const Config& config) {
 
 namespace {
 
-// Which recompute policy re-runs an op in backward.
+// The recompute module of an op (detail::RecomputePlan says which re-run):
+// `never` outside the layers (embedding, head, DAR prefix reads); `layer`
+// any op inside a layer that only full recompute re-runs; the rest the
+// modules modar's selective (norms, RoPE, activations; core attention with
+// the unfused kernel) and Megatron's selective (train.recompute_modules)
+// name.
 enum class Recomputed : uint8_t {
-  never,      // outside the layers (embedding, head, DAR prefix reads)
-  full_only,  // every op inside a layer: re-run under recompute = full
-  cheap,      // norms, activations, RoPE: re-run under selective and full
+  never,
+  layer,
+  norm,
+  rope,
+  core_attention,
+  mlp,
+  mlp_activation,
+  moe,
+  moe_activation,
+  shared,
+  shared_activation,
+  predictor_activation,
 };
+
+uint32_t recompute_mask(const detail::RecomputePlan& plan) {
+  const auto bit = [](Recomputed r) { return uint32_t{1} << static_cast<unsigned>(r); };
+  if (plan.full) {
+    return ~bit(Recomputed::never);
+  }
+  uint32_t mask = 0;
+  mask |= plan.norms ? bit(Recomputed::norm) : 0;
+  mask |= plan.rope ? bit(Recomputed::rope) : 0;
+  mask |= plan.core_attention ? bit(Recomputed::core_attention) : 0;
+  mask |= plan.mlp ? bit(Recomputed::mlp) : 0;
+  mask |= plan.mlp_activation ? bit(Recomputed::mlp_activation) : 0;
+  mask |= plan.moe ? bit(Recomputed::moe) : 0;
+  mask |= plan.moe_activation ? bit(Recomputed::moe_activation) : 0;
+  mask |= plan.shared ? bit(Recomputed::shared) : 0;
+  mask |= plan.shared_activation ? bit(Recomputed::shared_activation) : 0;
+  mask |= plan.predictor_activation ? bit(Recomputed::predictor_activation) : 0;
+  return mask;
+}
 
 struct LinearLabels {
   const char* forward;
@@ -350,12 +383,14 @@ class Lowerer {
   // made and nothing is stored (estimate_into's hot path; sums do not depend
   // on the order).
   Lowerer(const Config& config, StepKind step, OpList& ops, OpList& recompute, OpList& backward,
-          Stream* stream)
+          Stream* stream, const detail::ShardView& view = detail::ShardView{})
       : config_(config),
+        view_(view),
         train_(step == StepKind::train),
         dtype_(config.train.dtype),
         bytes_per_element_(static_cast<double>(dtype_bytes(config.train.dtype))),
         convention_(config.attention_flops),
+        recompute_mask_(recompute_mask(detail::recompute_plan(config))),
         ops_(ops),
         recompute_(recompute),
         backward_(backward),
@@ -403,9 +438,7 @@ class Lowerer {
     if (!train_) {
       return;
     }
-    const Recompute policy = config_.train.recompute;
-    if ((policy == Recompute::full && recomputed != Recomputed::never) ||
-        (policy == Recompute::selective && recomputed == Recomputed::cheap)) {
+    if ((recompute_mask_ >> static_cast<unsigned>(recomputed)) & 1u) {
       push(recompute_, dims, Pass::recompute, multiplicity, label);
     }
     if (backward_label != nullptr) {
@@ -436,15 +469,40 @@ class Lowerer {
   void mlp_branch(int64_t rows, int64_t multiplicity);
   void moe_branch(int64_t rows, int64_t multiplicity);
   void ffn_block(int64_t rows, int64_t width, int64_t multiplicity, const FfnLabels& labels,
-                 const LinearLabels& down);
+                 const LinearLabels& down, Recomputed matrices, Recomputed activation);
   // The FFN branches of `layers` layers on `rows` rows, `moe` of which are MoE.
   void ffn_branches(int64_t rows, int64_t layers, int64_t moe) {
     mlp_branch(rows, layers - moe);
     moe_branch(rows, moe);
   }
+  // Hidden dropout on `rows` rows (docs/cluster.md "Dropout"): Megatron's
+  // fused bias-dropout-add writes a 1-byte mask beside the add, and its
+  // backward reads the gradient and the mask and writes the gradient.  Both
+  // are elementwise ops of one input and one output whose element counts give
+  // exactly those bytes (rows d / (2B) for the mask write; rows d (2B + 1) /
+  // (2B) for the backward), so a measured profile times them on its own grid.
+  void hidden_dropout(int64_t rows, int64_t multiplicity, const char* mask_label,
+                      const char* backward_label, Recomputed recomputed) {
+    if (!train_ || config_.train.hidden_dropout <= 0.0 || multiplicity <= 0) {
+      return;
+    }
+    const int64_t elements = rows * config_.model.d_model;
+    const int64_t B = dtype_bytes(dtype_);
+    forward(ElementwiseDims{.elements = (elements + 2 * B - 1) / (2 * B), .inputs = 1,
+                            .outputs = 1},
+            multiplicity, mask_label, recomputed, nullptr);
+    push(backward_,
+         ElementwiseDims{.elements = (elements * (2 * B + 1) + 2 * B - 1) / (2 * B),
+                         .inputs = 1,
+                         .outputs = 1},
+         Pass::backward, multiplicity, backward_label);
+  }
+  void layer_dropout(int64_t rows, int64_t multiplicity) {
+    hidden_dropout(rows, multiplicity, "dropout.mask", "dropout.bwd", Recomputed::layer);
+  }
   void residual_add(int64_t rows, int64_t multiplicity) {
     forward(ElementwiseDims{.elements = rows * config_.model.d_model, .inputs = 2, .outputs = 1},
-            multiplicity, "residual.add", Recomputed::full_only, nullptr);  // backward: identity
+            multiplicity, "residual.add", Recomputed::layer, nullptr);  // backward: identity
   }
   void router(int64_t rows, int64_t multiplicity);
   void dar_branch_ops(int64_t branch_class, int64_t multiplicity);
@@ -453,7 +511,7 @@ class Lowerer {
   void routed_gather(int64_t rows, int64_t multiplicity, const char* label) {
     // Forward gather; its backward scatters the gradient rows back.
     forward(GatherDims{.rows = rows, .width = config_.model.d_model}, multiplicity, label,
-            Recomputed::full_only, nullptr);
+            Recomputed::layer, nullptr);
     if (train_) {
       push(backward_, ScatterAddDims{.rows = rows, .width = config_.model.d_model}, Pass::backward,
            multiplicity, "mod.gather.bwd");
@@ -462,7 +520,7 @@ class Lowerer {
   void routed_scatter(int64_t rows, int64_t multiplicity, const char* label) {
     // Forward x[idx] += g(r) delta; its backward gathers dx rows (d_delta, dg).
     forward(ScatterAddDims{.rows = rows, .width = config_.model.d_model}, multiplicity, label,
-            Recomputed::full_only, nullptr);
+            Recomputed::layer, nullptr);
     if (train_) {
       push(backward_, GatherDims{.rows = rows, .width = config_.model.d_model}, Pass::backward,
            multiplicity, "mod.scatter.bwd");
@@ -487,8 +545,10 @@ class Lowerer {
     const int64_t s = config_.model.seq_len;
     const int64_t k = counts_.routed_tokens_per_sequence;
     if (train_) {
-      attention_branch(routed ? b * k : b * s, b, routed ? k : s, routed ? k : s, true,
-                       multiplicity);
+      // Context parallelism (ShardView): the rank's queries against the keys
+      // of the whole sequence.
+      const int64_t keys = (routed ? k : s) * view_.context;
+      attention_branch(routed ? b * k : b * s, b, routed ? k : s, keys, true, multiplicity);
     } else {
       // Decode: each routed row is one sequence's new token attending to the cache.
       const int64_t rows = routed ? routed_rows() : b;
@@ -497,10 +557,12 @@ class Lowerer {
   }
 
   const Config& config_;
+  const detail::ShardView view_;
   const bool train_;
   const DType dtype_;
   const double bytes_per_element_;
   const AttentionFlops convention_;
+  const uint32_t recompute_mask_;  // bit r: ops tagged Recomputed r are re-run
   OpList& ops_;
   OpList& recompute_;
   OpList& backward_;
@@ -516,9 +578,9 @@ void Lowerer<Stream>::attention_branch(int64_t rows, int64_t sequences, int64_t 
   const int64_t kv_heads = m.resolved_kv_heads();
   const int64_t d_head = m.resolved_d_head();
   forward(RmsnormDims{.rows = rows, .width = m.d_model}, multiplicity, "attn.norm",
-          Recomputed::cheap, "attn.norm.bwd");
+          Recomputed::norm, "attn.norm.bwd");
   linear(rows, m.d_model, (heads + 2 * kv_heads) * d_head, multiplicity,
-         {"attn.qkv", "attn.qkv.dgrad", "attn.qkv.wgrad"}, Recomputed::full_only);
+         {"attn.qkv", "attn.qkv.dgrad", "attn.qkv.wgrad"}, Recomputed::layer);
   // (QKV biases: fused into the GEMM's epilogue, no op of their own.)
   if (m.qk_norm != QkNorm::none) {
     // RMSNorm of the queries and keys: per head (rows x heads of d_head) or
@@ -526,13 +588,13 @@ void Lowerer<Stream>::attention_branch(int64_t rows, int64_t sequences, int64_t 
     const bool per_head = m.qk_norm == QkNorm::head;
     forward(RmsnormDims{.rows = per_head ? rows * heads : rows,
                         .width = per_head ? d_head : heads * d_head},
-            multiplicity, "attn.q_norm", Recomputed::cheap, "attn.q_norm.bwd");
+            multiplicity, "attn.q_norm", Recomputed::norm, "attn.q_norm.bwd");
     forward(RmsnormDims{.rows = per_head ? rows * kv_heads : rows,
                         .width = per_head ? d_head : kv_heads * d_head},
-            multiplicity, "attn.k_norm", Recomputed::cheap, "attn.k_norm.bwd");
+            multiplicity, "attn.k_norm", Recomputed::norm, "attn.k_norm.bwd");
   }
   forward(RopeDims{.rows = rows, .heads = heads + kv_heads, .head_dim = d_head}, multiplicity,
-          "attn.rope", Recomputed::cheap, "attn.rope.bwd");
+          "attn.rope", Recomputed::rope, "attn.rope.bwd");
   forward(AttentionDims{.sequences = sequences,
                         .heads = heads,
                         .kv_heads = kv_heads,
@@ -540,31 +602,33 @@ void Lowerer<Stream>::attention_branch(int64_t rows, int64_t sequences, int64_t 
                         .key_len = key_len,
                         .head_dim = d_head,
                         .causal = causal ? 1 : 0},
-          multiplicity, "attn.core", Recomputed::full_only, "attn.core.bwd");
+          multiplicity, "attn.core", Recomputed::core_attention, "attn.core.bwd");
   linear(rows, heads * d_head, m.d_model, multiplicity,
-         {"attn.out", "attn.out.dgrad", "attn.out.wgrad"}, Recomputed::full_only);
+         {"attn.out", "attn.out.dgrad", "attn.out.wgrad"}, Recomputed::layer);
 }
 
 template <class Stream>
 void Lowerer<Stream>::mlp_branch(int64_t rows, int64_t multiplicity) {
   const ModelConfig& m = config_.model;
   forward(RmsnormDims{.rows = rows, .width = m.d_model}, multiplicity, "mlp.norm",
-          Recomputed::cheap, "mlp.norm.bwd");
+          Recomputed::norm, "mlp.norm.bwd");
   ffn_block(rows, m.resolved_d_ff(), multiplicity, ffn_labels(kMlpNames, m.mlp),
-            {"mlp.down", "mlp.down.dgrad", "mlp.down.wgrad"});
+            {"mlp.down", "mlp.down.dgrad", "mlp.down.wgrad"}, Recomputed::mlp,
+            Recomputed::mlp_activation);
 }
 
 // One dense FFN of width `width` on `rows` rows: up (or gate+up), the
-// activation (GELU: y = gelu(u); gated: y = act(g) * u), down.
+// activation (GELU: y = gelu(u); gated: y = act(g) * u), down; `matrices` and
+// `activation` are the recompute modules of the GEMMs and the activation.
 template <class Stream>
 void Lowerer<Stream>::ffn_block(int64_t rows, int64_t width, int64_t multiplicity,
-                                const FfnLabels& labels, const LinearLabels& down) {
+                                const FfnLabels& labels, const LinearLabels& down,
+                                Recomputed matrices, Recomputed activation) {
   const ModelConfig& m = config_.model;
   const bool gated = m.gated_mlp();
-  linear(rows, m.d_model, gated ? 2 * width : width, multiplicity, labels.up,
-         Recomputed::full_only);
+  linear(rows, m.d_model, gated ? 2 * width : width, multiplicity, labels.up, matrices);
   forward(ElementwiseDims{.elements = rows * width, .inputs = gated ? 2 : 1, .outputs = 1},
-          multiplicity, labels.activation, Recomputed::cheap, nullptr);
+          multiplicity, labels.activation, activation, nullptr);
   if (train_) {
     // Backward reads dY and the inputs, writes the input gradients.
     push(backward_,
@@ -572,10 +636,10 @@ void Lowerer<Stream>::ffn_block(int64_t rows, int64_t width, int64_t multiplicit
              .elements = rows * width, .inputs = gated ? 3 : 2, .outputs = gated ? 2 : 1},
          Pass::backward, multiplicity, labels.activation_backward);
   }
-  linear(rows, width, m.d_model, multiplicity, down, Recomputed::full_only);
+  linear(rows, width, m.d_model, multiplicity, down, matrices);
 }
 
-// MoE FFN (SPEC 1.3) on `rows` tokens: norm, router GEMM (d -> E + Z),
+// MoE FFN (docs/model.md experts) on `rows` tokens: norm, router GEMM (d -> E + Z),
 // softmax top-k, permutation into expert order, the experts' grouped GEMMs on
 // the processed slots, the combine with the gates, and the shared experts (one
 // fused FFN of width shared x expert_ffn on every token).  Processed slots:
@@ -595,17 +659,20 @@ void Lowerer<Stream>::moe_branch(int64_t rows, int64_t multiplicity) {
   const bool gated = m.gated_mlp();
   const int64_t up = gated ? 2 * ffn : ffn;
   const int64_t local = std::max<int64_t>(1, e.experts / std::max<int64_t>(config_.parallel.expert, 1));
-  const int64_t slots = detail::moe_slots(config_, rows);
+  // The tokens this rank's experts see (ShardView: the expert-tensor group's).
+  const int64_t expert_rows =
+      rows * view_.expert_rows_numerator / std::max<int64_t>(view_.expert_rows_denominator, 1);
+  const int64_t slots = detail::moe_slots(config_, expert_rows);
   const int64_t imbalance = std::llround(e.load_imbalance * 1000.0);
   forward(RmsnormDims{.rows = rows, .width = m.d_model}, multiplicity, "mlp.norm",
-          Recomputed::cheap, "mlp.norm.bwd");
+          Recomputed::norm, "mlp.norm.bwd");
   linear(rows, m.d_model, e.choices(), multiplicity,
-         {"moe.router", "moe.router.dgrad", "moe.router.wgrad"}, Recomputed::full_only);
+         {"moe.router", "moe.router.dgrad", "moe.router.wgrad"}, Recomputed::moe);
   forward(MoeTopkDims{.rows = rows, .choices = e.choices(), .k = e.top_k}, multiplicity, "moe.topk",
-          Recomputed::full_only, "moe.topk.bwd");
+          Recomputed::moe, "moe.topk.bwd");
   if (slots > 0) {
-    forward(PermuteDims{.slots = slots, .width = m.d_model, .rows = rows}, multiplicity,
-            "moe.permute", Recomputed::full_only, "moe.permute.bwd");
+    forward(PermuteDims{.slots = slots, .width = m.d_model, .rows = expert_rows}, multiplicity,
+            "moe.permute", Recomputed::moe, "moe.permute.bwd");
     // Expert GEMMs: forward, then (backward list) dgrad and wgrad per GEMM.
     auto grouped = [&](int64_t in, int64_t out, const LinearLabels& labels) {
       forward(ExpertGemmDims{.groups = local,
@@ -614,30 +681,24 @@ void Lowerer<Stream>::moe_branch(int64_t rows, int64_t multiplicity) {
                              .k = in,
                              .imbalance_permille = imbalance,
                              .ragged_inner = 0},
-              multiplicity, labels.forward, Recomputed::full_only, nullptr);
+              multiplicity, labels.forward, Recomputed::moe, nullptr);
       if (train_) {
-        push(backward_,
-             ExpertGemmDims{.groups = local,
-                            .rows = slots,
-                            .n = in,
-                            .k = out,
-                            .imbalance_permille = imbalance,
-                            .ragged_inner = 0},
-             Pass::backward, multiplicity, labels.dgrad);
-        push(backward_,
-             ExpertGemmDims{.groups = local,
-                            .rows = slots,
-                            .n = in,
-                            .k = out,
-                            .imbalance_permille = imbalance,
-                            .ragged_inner = 1},
-             Pass::backward, multiplicity, labels.wgrad);
+        // dgrad and wgrad have the same dims; wgrad's inner dimension is the ragged one.
+        ExpertGemmDims backward{.groups = local,
+                                .rows = slots,
+                                .n = in,
+                                .k = out,
+                                .imbalance_permille = imbalance,
+                                .ragged_inner = 0};
+        push(backward_, backward, Pass::backward, multiplicity, labels.dgrad);
+        backward.ragged_inner = 1;
+        push(backward_, backward, Pass::backward, multiplicity, labels.wgrad);
       }
     };
     const FfnLabels expert = ffn_labels(kExpertNames, m.mlp);
     grouped(m.d_model, up, expert.up);
     forward(ElementwiseDims{.elements = slots * ffn, .inputs = gated ? 2 : 1, .outputs = 1},
-            multiplicity, expert.activation, Recomputed::cheap, nullptr);
+            multiplicity, expert.activation, Recomputed::moe_activation, nullptr);
     if (train_) {
       push(backward_,
            ElementwiseDims{
@@ -645,20 +706,21 @@ void Lowerer<Stream>::moe_branch(int64_t rows, int64_t multiplicity) {
            Pass::backward, multiplicity, expert.activation_backward);
     }
     grouped(ffn, m.d_model, {"moe.expert.down", "moe.expert.down.dgrad", "moe.expert.down.wgrad"});
-    forward(UnpermuteDims{.slots = slots, .width = m.d_model, .rows = rows, .k = e.top_k},
-            multiplicity, "moe.unpermute", Recomputed::full_only, "moe.unpermute.bwd");
+    forward(UnpermuteDims{.slots = slots, .width = m.d_model, .rows = expert_rows, .k = e.top_k},
+            multiplicity, "moe.unpermute", Recomputed::moe, "moe.unpermute.bwd");
   }
   if (e.shared_experts > 0) {
     ffn_block(rows, e.shared_ffn_total(m), multiplicity, ffn_labels(kSharedNames, m.mlp),
-              {"moe.shared.down", "moe.shared.down.dgrad", "moe.shared.down.wgrad"});
+              {"moe.shared.down", "moe.shared.down.dgrad", "moe.shared.down.wgrad"},
+              Recomputed::shared, Recomputed::shared_activation);
     if (e.shared_expert_gate) {
       // g = sigmoid(u . w_g) (a d -> 1 GEMM), then the shared output scaled
       // by g: reads the output and g, writes the scaled output.
       linear(rows, m.d_model, 1, multiplicity,
              {"moe.shared.gate", "moe.shared.gate.dgrad", "moe.shared.gate.wgrad"},
-             Recomputed::full_only);
+             Recomputed::shared);
       forward(ElementwiseDims{.elements = rows * m.d_model, .inputs = 2, .outputs = 1},
-              multiplicity, "moe.shared.gate.scale", Recomputed::full_only, nullptr);
+              multiplicity, "moe.shared.gate.scale", Recomputed::shared, nullptr);
       if (train_) {
         push(backward_, ElementwiseDims{.elements = rows * m.d_model, .inputs = 3, .outputs = 1},
              Pass::backward, multiplicity, "moe.shared.gate.scale.bwd");
@@ -666,7 +728,7 @@ void Lowerer<Stream>::moe_branch(int64_t rows, int64_t multiplicity) {
     }
     // Routed + shared outputs summed.
     forward(ElementwiseDims{.elements = rows * m.d_model, .inputs = 2, .outputs = 1}, multiplicity,
-            "moe.shared.add", Recomputed::full_only, nullptr);
+            "moe.shared.add", Recomputed::shared, nullptr);
   }
 }
 
@@ -679,18 +741,19 @@ void Lowerer<Stream>::router(int64_t rows, int64_t multiplicity) {
   // decode uses the predictor instead when there is one.
   if (train_ || !use_predictor) {
     forward(RouterDims{.rows = rows, .width = m.d_model}, multiplicity, "mod.router",
-            Recomputed::full_only, "mod.router.bwd");
+            Recomputed::layer, "mod.router.bwd");
   }
   if (use_predictor) {
     // Predictor MLP on a stop-gradient copy of x: d -> hidden -> 1.
     linear(rows, m.d_model, mod.predictor_hidden, multiplicity,
            {"mod.predictor.in", "mod.predictor.in.dgrad", "mod.predictor.in.wgrad"},
-           Recomputed::full_only, /*input_needs_grad=*/false);
+           Recomputed::layer, /*input_needs_grad=*/false);
     forward(ElementwiseDims{.elements = rows * mod.predictor_hidden, .inputs = 1, .outputs = 1},
-            multiplicity, "mod.predictor.act", Recomputed::cheap, "mod.predictor.act.bwd");
+            multiplicity, "mod.predictor.act", Recomputed::predictor_activation,
+            "mod.predictor.act.bwd");
     linear(rows, mod.predictor_hidden, 1, multiplicity,
            {"mod.predictor.out", "mod.predictor.out.dgrad", "mod.predictor.out.wgrad"},
-           Recomputed::full_only);
+           Recomputed::layer);
   }
   if (train_) {
     const int64_t b = config_.train.micro_batch;
@@ -716,6 +779,7 @@ void Lowerer<Stream>::layers_plain() {
   residual_add(T, full);
   ffn_branches(T, full, counts_.moe_full_layers);
   residual_add(T, full);
+  layer_dropout(T, 2 * full);
   // Routed layers: router on all tokens, branches on the routed rows only.
   if (routed > 0) {
     const int64_t R = routed_rows();
@@ -725,11 +789,12 @@ void Lowerer<Stream>::layers_plain() {
     residual_add(R, routed);  // X~ + a, the MLP branch's input
     ffn_branches(R, routed, counts_.moe_routed_layers);
     residual_add(R, routed);  // delta = a + m
+    layer_dropout(R, 2 * routed);
     routed_scatter(R, routed, "mod.scatter_add");
   }
 }
 
-// Per-branch depth-read ops of one branch class (dar_math 4.2):
+// Per-branch depth-read ops of one branch class (docs/dar_math.md 4.2):
 //   0 = first branch of a block (i = 1): R = o (no merge), P = beta y;
 //   1 = middle branch (2 <= i < S):     merge, P = M(rho) P + beta y;
 //   2 = last branch (i = S):            merge, P = ..., emit the bank entry's rstd.
@@ -741,12 +806,12 @@ void Lowerer<Stream>::dar_branch_ops(int64_t branch_class, int64_t multiplicity)
   const int64_t variant = static_cast<int64_t>(config_.dar.variant);
   if (branch_class != 0) {
     forward(DepthReadMergeDims{.tokens = T, .streams = n, .width = width, .variant = variant},
-            multiplicity, "dar.merge", Recomputed::full_only, "dar.merge.bwd");
+            multiplicity, "dar.merge", Recomputed::layer, "dar.merge.bwd");
   }
   if (n >= 2) {
     const int64_t outputs = 2 * n + (branch_class == 0 ? 0 : DarConfig::transport_params(n));
     forward(DarCoefficientsDims{.tokens = T, .streams = n, .width = width, .outputs = outputs},
-            multiplicity, "dar.coefficients", Recomputed::full_only, "dar.coefficients.bwd");
+            multiplicity, "dar.coefficients", Recomputed::layer, "dar.coefficients.bwd");
   }
 }
 
@@ -817,15 +882,16 @@ void Lowerer<Stream>::layers_with_depth_reads() {
   dar_branch_ops(2, N);
   // Writes: P = beta y (first), P = M P + beta y (middle), + rstd (last).
   forward(DarWriteDims{.tokens = T, .streams = n, .width = width, .mode = 0, .emit_rstd = 0}, N,
-          "dar.write", Recomputed::full_only, "dar.write.bwd");
+          "dar.write", Recomputed::layer, "dar.write.bwd");
   forward(DarWriteDims{.tokens = T, .streams = n, .width = width, .mode = 1, .emit_rstd = 0},
-          branches - 2 * N, "dar.write", Recomputed::full_only, "dar.write.bwd");
+          branches - 2 * N, "dar.write", Recomputed::layer, "dar.write.bwd");
   forward(DarWriteDims{.tokens = T, .streams = n, .width = width, .mode = 1, .emit_rstd = 1}, N,
-          "dar.write_block_end", Recomputed::full_only, "dar.write_block_end.bwd");
+          "dar.write_block_end", Recomputed::layer, "dar.write_block_end.bwd");
 
   // The branches themselves (the residual adds are replaced by the writes).
   attention_for(false, full);
   ffn_branches(T, full, counts_.moe_full_layers);
+  layer_dropout(T, 2 * full);
   if (routed > 0) {
     const int64_t R = routed_rows();
     router(T, routed);  // on the attention branch's input h (all tokens)
@@ -835,6 +901,7 @@ void Lowerer<Stream>::layers_with_depth_reads() {
     routed_gather(R, routed, "mod.gather");
     ffn_branches(R, routed, counts_.moe_routed_layers);
     routed_scatter(R, routed, "mod.scatter_add");
+    layer_dropout(R, 2 * routed);
   }
 
   // Output read over H_0..H_N (one query per stream), then the streams' mean.
@@ -858,6 +925,7 @@ void Lowerer<Stream>::run() {
   const int64_t T = tokens();
   forward(EmbeddingDims{.rows = T, .width = m.d_model}, 1, "embedding", Recomputed::never,
           "embedding.bwd");
+  hidden_dropout(T, 1, "embedding.dropout.mask", "embedding.dropout.bwd", Recomputed::never);
   if (config_.dar.enabled()) {
     layers_with_depth_reads();
   } else {
@@ -865,9 +933,13 @@ void Lowerer<Stream>::run() {
   }
   forward(RmsnormDims{.rows = T, .width = m.d_model}, 1, "final.norm", Recomputed::never,
           "final.norm.bwd");
-  linear(T, m.d_model, m.vocab_size, 1, {"head", "head.dgrad", "head.wgrad"}, Recomputed::never);
+  // The head and the loss run over the padded vocabulary (Megatron-LM pads
+  // with make_vocab_size_divisible_by x tensor size; the padding's logits are
+  // computed and masked).
+  const int64_t vocab = m.padded_vocab(config_.parallel.tensor);
+  linear(T, m.d_model, vocab, 1, {"head", "head.dgrad", "head.wgrad"}, Recomputed::never);
   if (train_) {
-    forward(CrossEntropyDims{.rows = T, .vocab = m.vocab_size}, 1, "loss.cross_entropy",
+    forward(CrossEntropyDims{.rows = T, .vocab = vocab}, 1, "loss.cross_entropy",
             Recomputed::never, "loss.cross_entropy.bwd");
   }
 }
@@ -911,9 +983,10 @@ namespace detail {
 namespace {
 
 template <class Stream>
-void stream_lowering(const Config& config, StepKind step, double total_params, Stream& consumer) {
+void stream_lowering(const Config& config, StepKind step, double total_params, Stream& consumer,
+                     const ShardView& view = ShardView{}) {
   thread_local OpList unused;
-  Lowerer<Stream> lowerer(config, step, unused, unused, unused, &consumer);
+  Lowerer<Stream> lowerer(config, step, unused, unused, unused, &consumer, view);
   lowerer.run();
   if (step == StepKind::train) {
     consumer.take(optimizer_update(config, total_params));
@@ -925,6 +998,11 @@ void stream_lowering(const Config& config, StepKind step, double total_params, S
 void lower_streaming(const Config& config, StepKind step, double total_params,
                      OpConsumer& consumer) {
   stream_lowering(config, step, total_params, consumer);
+}
+
+void lower_streaming(const Config& config, StepKind step, double total_params,
+                     const ShardView& view, OpConsumer& consumer) {
+  stream_lowering(config, step, total_params, consumer, view);
 }
 
 void lower_streaming(const Config& config, StepKind step, double total_params,

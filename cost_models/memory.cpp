@@ -1,4 +1,4 @@
-// Memory per device over one step (SPEC section 3, planner_anchors 2.5).
+// Memory per device over one step (docs/cost_model.md; Korthikanti et al. 2022, Table 2).
 //
 // Training (bytes; B = bytes per element of train.dtype, T = micro_batch x
 // seq_len, R = micro_batch x k for routed layers):
@@ -17,7 +17,7 @@
 //                and the activation.  Routed layers also keep their input x (B T d,
 //                for the router gradient) and delta (B R d, for dg).  Plus the
 //                head's final-norm input and output (2 B T d + 4 T) and token ids.
-//                AttnRes / DAR (dar_math 5.5): P^{i-1} and its fp32 rstd for
+//                AttnRes / DAR (docs/dar_math.md 5.5): P^{i-1} and its fp32 rstd for
 //                each branch at block position i >= 1 ((2L - N) n T (d B + 4));
 //                DAR also each branch's output y (2 L B T d) for d beta.  R and
 //                the phase-1 outputs are recomputed from the bank and the lse.
@@ -27,7 +27,7 @@
 //                for each of the 2L + 1 reads (branches and output): lse (n), and
 //                for DAR alpha, beta and the coefficient-head rstd (2n + 1), plus
 //                the transport parameters m at the 2L - N branches with i >= 1
-//                (dar_math 4.4, 5.5).
+//                (docs/dar_math.md 4.4, 5.5).
 //   workspace    the largest transient alive while every saved activation is:
 //                max(head: T V (B + 4) logits and fp32 loss gradient,
 //                    one layer's backward: 2 B T d residual gradients + the widest
@@ -36,13 +36,13 @@
 //                    block backward: the bank gradient (N+1) n T d B, the block's
 //                    d o-bar and d lse S n T (d B + 4), its recomputed phase-1
 //                    outputs S n T d B, dP^i and dP^{i-1}, one branch's R and dR
-//                    (4 n T d B); dar_math 5.4).
+//                    (4 n T d B); docs/dar_math.md 5.4).
 //   peak         weights + gradients + optimizer + activations + router_buffers +
 //                dar_bank + workspace.  Every saved activation is alive from the
 //                forward/backward boundary (the head's transients) to the backward
 //                of the last layer / DAR block (that layer's transients), so the
 //                step's peak is at one of the two; the max picks it.
-// Experts (SPEC 1.3), per MoE layer on r rows with S = moe_slots(r) expert
+// Experts (docs/model.md experts), per MoE layer on r rows with S = moe_slots(r) expert
 // slots, u_e = expert up width (SwiGLU 2 f_e), f_e = moe.expert_ffn:
 //   activations  the dense FFN's (u + d_ff) B r are replaced by the slots'
 //                permuted input and expert output (2 d), up output (u_e) and
@@ -65,6 +65,54 @@
 namespace modar {
 namespace detail {
 
+double saved_bytes_per_score(const Config& config) {
+  const double B = static_cast<double>(dtype_bytes(config.train.dtype));
+  return config.train.attention_dropout > 0.0 ? 2.0 * B + kDropoutMaskBytes : B;
+}
+
+double hidden_dropout_mask_bytes_per_row(const Config& config) {
+  return config.train.hidden_dropout > 0.0
+             ? 2.0 * kDropoutMaskBytes * static_cast<double>(config.model.d_model)
+             : 0.0;
+}
+
+double layer_saved_bytes(const Config& config, double rows, double sequence_len,
+                         const LayerShare& share, const RecomputePlan& plan) {
+  const ModelConfig& m = config.model;
+  const double B = static_cast<double>(dtype_bytes(config.train.dtype));
+  const double b = static_cast<double>(config.train.micro_batch);
+  const double d = static_cast<double>(m.d_model);
+  const double heads = static_cast<double>(m.n_heads);
+  const double d_head = static_cast<double>(m.resolved_d_head());
+  const double qkv = (heads + 2.0 * static_cast<double>(m.resolved_kv_heads())) * d_head;
+  const double d_ff = static_cast<double>(m.resolved_d_ff());
+  const double up = m.gated_mlp() ? 2.0 * d_ff : d_ff;
+  // QK-norm: the normalised Q and K are what attention reads; the norm's
+  // backward also needs its inputs (dropped when the norms are recomputed).
+  const double qk_norm_inputs =
+      m.qk_norm != QkNorm::none
+          ? (heads + static_cast<double>(m.resolved_kv_heads())) * d_head
+          : 0.0;
+  const bool unfused = config.train.attention_kernel == AttentionKernel::unfused;
+  // Whole d_model rows: the norms' inputs (and outputs unless recomputed),
+  // their fp32 rstd, the hidden-dropout masks.
+  const double replicated = (plan.norms ? 2.0 : 4.0) * d * B * rows + 8.0 * rows +
+                            hidden_dropout_mask_bytes_per_row(config) * rows;
+  // Split by the tensor size: Q K V (and the QK-norm inputs), the attention
+  // output, the MLP's up projection and activation output (each dropped when
+  // its module is recomputed), the softmax statistics (FlashAttention's fp32
+  // log-sum-exp) or the unfused kernel's saved scores (dropped with core
+  // attention).
+  double split = (qkv + (plan.norms ? 0.0 : qk_norm_inputs) + heads * d_head +
+                  (plan.mlp ? 0.0 : up) + (plan.mlp_activation ? 0.0 : d_ff)) *
+                 B * rows;
+  if (!plan.core_attention) {
+    split += unfused ? saved_bytes_per_score(config) * b * heads * sequence_len * sequence_len
+                     : 4.0 * b * heads * sequence_len;
+  }
+  return replicated * share.tokens + split / share.tensor;
+}
+
 MemoryBreakdown memory_from_params(const Config& config, double total_params,
                                    double device_memory_bytes, StepKind step) {
   const ModelConfig& m = config.model;
@@ -77,7 +125,7 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
   const double d_ff = static_cast<double>(m.resolved_d_ff());
   const double up_width = m.gated_mlp() ? 2.0 * d_ff : d_ff;
   const double qkv_width = (heads + 2.0 * kv_heads) * d_head;
-  const double vocab = static_cast<double>(m.vocab_size);
+  const double vocab = static_cast<double>(m.padded_vocab(config.parallel.tensor));
   const double b = static_cast<double>(config.train.micro_batch);
   const double s = static_cast<double>(m.seq_len);
   const double k = static_cast<double>(counts.routed_tokens_per_sequence);
@@ -107,25 +155,9 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
     mem.gradients = total_params * 4.0;
     mem.optimizer = total_params * (low_precision ? 12.0 : 8.0);
 
-    const Recompute policy = config.train.recompute;
-    // QK-norm: the normalised Q and K are what attention reads; the norm's
-    // backward also needs its inputs (recomputed under selective).
-    const double qk_norm_inputs = m.qk_norm != QkNorm::none ? (heads + kv_heads) * d_head : 0.0;
-    const double saved_elements_per_row =
-        policy == Recompute::selective
-            ? 2.0 * width + qkv_width + heads * d_head + up_width
-            : 4.0 * width + qkv_width + qk_norm_inputs + heads * d_head + up_width + d_ff;
-    // train.attention_kernel = unfused (docs/cluster.md): the softmax and
-    // dropout outputs (B each) and the 1-byte mask per score are saved too
-    // (Korthikanti et al. 2022's 5 a s^2 b); recompute drops them.
-    const bool unfused_scores =
-        config.train.attention_kernel == AttentionKernel::unfused && policy == Recompute::none;
+    const RecomputePlan plan = recompute_plan(config);
     auto layer_saved = [&](double rows, double sequence_len) {
-      const double scores = unfused_scores ? (2.0 * B + 1.0) * b * heads * sequence_len *
-                                                 sequence_len
-                                           : 0.0;
-      return B * rows * saved_elements_per_row + 8.0 * rows + 4.0 * b * heads * sequence_len +
-             scores;
+      return layer_saved_bytes(config, rows, sequence_len, LayerShare{}, plan);
     };
     // MoE layers: what they save beyond (or instead of) the dense FFN's.
     const double moe_full = static_cast<double>(counts.moe_full_layers);
@@ -133,9 +165,11 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
     const MoeConfig& e = config.moe;
     const double expert_ffn = e.enabled() ? static_cast<double>(e.resolved_expert_ffn(m)) : 0.0;
     const double expert_up = m.gated_mlp() ? 2.0 * expert_ffn : expert_ffn;
-    auto moe_extra = [&](double rows) { return moe_saved_extra_bytes(config, rows, 1.0); };
+    auto moe_extra = [&](double rows) {
+      return moe_saved_extra_bytes(config, rows, MoeRankShare{});
+    };
     double activations = 0.0;
-    if (policy == Recompute::full) {
+    if (plan.full) {
       activations += layers * B * T * width;
     } else {
       activations += full_layers * layer_saved(T, s);
@@ -145,7 +179,7 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
       }
       if (depth_reads) {
         // P^{i-1} and its fp32 rstd for every branch at block position i >= 1
-        // (the merge backward reads the partial's keys and values; dar_math 5.5
+        // (the merge backward reads the partial's keys and values; docs/dar_math.md 5.5
         // stores it rather than inverting M).  DAR also keeps each branch's
         // output y for d beta = <dP, y>; AttnRes has no beta and needs no y.
         const double branches_after_first = 2.0 * layers - blocks;
@@ -156,6 +190,9 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
       }
     }
     activations += 2.0 * B * T * width + 4.0 * T + 4.0 * T;  // final norm in/out, rstd, token ids
+    if (config.train.hidden_dropout > 0.0) {
+      activations += T * width;  // the embedding dropout's 1-byte mask
+    }
     mem.activations = activations;
 
     mem.router_buffers = routed_layers * (4.0 * T + 8.0 * R);
@@ -163,7 +200,7 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
     if (e.enabled()) {
       mem.router_buffers += moe_full * moe_buffers(T) + moe_routed * moe_buffers(R);
     }
-    if (config.mod.causal_router == CausalRouter::predictor && policy != Recompute::full) {
+    if (config.mod.causal_router == CausalRouter::predictor && !plan.full) {
       mem.router_buffers +=
           routed_layers * B * T * static_cast<double>(config.mod.predictor_hidden);
     }
@@ -182,7 +219,7 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
         scalars_per_token += reads * (2.0 * n + 1.0) + (2.0 * layers - blocks) * transport;
       }
       mem.dar_bank = (blocks + 1.0) * n * T * (width * B + 4.0) + 4.0 * T * scalars_per_token;
-      // The backward of a block (dar_math 5.4) holds: the bank gradient dH
+      // The backward of a block (docs/dar_math.md 5.4) holds: the bank gradient dH
       // ((N+1) n T d), the block's phase-1 gradients d o-bar and d lse (S n T (d B
       // + 4), consumed by the prefix backward after the block), its phase-1
       // outputs o-bar recomputed from the bank and the saved lse (S n T d),
@@ -197,12 +234,10 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
 
     const double head_workspace = T * vocab * (B + 4.0);
     double layer_workspace = 2.0 * B * T * width + B * T * std::max(up_width, qkv_width);
-    if (policy == Recompute::full) {
-      layer_workspace += B * T * (4.0 * width + qkv_width + heads * d_head + up_width + d_ff) +
-                         8.0 * T + 4.0 * b * heads * s;
-    } else if (policy == Recompute::selective) {
-      layer_workspace += B * T * (2.0 * width + d_ff);
-    }
+    // One layer's recomputed tensors, alive through its backward: all of them
+    // under full recompute, else what the recomputed modules dropped.
+    layer_workspace += layer_saved_bytes(config, T, s, LayerShare{}, RecomputePlan{}) -
+                       (plan.full ? 0.0 : layer_saved(T, s));
     if (e.enabled()) {
       const double slots = static_cast<double>(moe_slots(config, static_cast<int64_t>(T)));
       layer_workspace = std::max(layer_workspace,

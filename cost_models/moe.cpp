@@ -1,4 +1,4 @@
-// Experts in the cost model (SPEC section 1.3, docs/moe.md): slots and
+// Experts in the cost model (docs/model.md experts, docs/moe.md): slots and
 // parameters.  The lowering of an MoE layer is in lowering.cpp (moe_branch);
 // its memory in memory.cpp; the all-to-alls under expert parallelism in
 // parallel.cpp.
@@ -51,14 +51,18 @@ MoeParams moe_params(const Config& config) {
   return out;
 }
 
-double moe_saved_extra_bytes(const Config& config, double rows, double tensor) {
+double moe_rank_slots(const Config& config, double rows, const MoeRankShare& share) {
+  return static_cast<double>(moe_slots(config, std::llround(rows * share.expert_rows)));
+}
+
+double moe_saved_extra_bytes(const Config& config, double rows, const MoeRankShare& share) {
   const MoeConfig& e = config.moe;
-  if (!e.enabled() || config.train.recompute == Recompute::full) {
+  const RecomputePlan plan = recompute_plan(config);
+  if (!e.enabled() || plan.full) {
     return 0.0;
   }
   const ModelConfig& m = config.model;
   const bool swiglu = m.gated_mlp();
-  const bool selective = config.train.recompute == Recompute::selective;
   const double B = static_cast<double>(dtype_bytes(config.train.dtype));
   const double width = static_cast<double>(m.d_model);
   const double d_ff = static_cast<double>(m.resolved_d_ff());
@@ -67,14 +71,43 @@ double moe_saved_extra_bytes(const Config& config, double rows, double tensor) {
   const double expert_up = swiglu ? 2.0 * ffn : ffn;
   const double shared_ffn = static_cast<double>(e.shared_ffn_total(m));
   const double shared_up = swiglu ? 2.0 * shared_ffn : shared_ffn;
-  const double slots = static_cast<double>(moe_slots(config, static_cast<int64_t>(rows)));
-  const double dense_ffn = (selective ? up : up + d_ff) / tensor;
-  const double slot_elements = 2.0 * width + (selective ? expert_up : expert_up + ffn) / tensor;
+  const double slots = moe_rank_slots(config, rows, share);
+  // The dense FFN's tensors the layer table counted (memory.cpp), replaced.
+  const double dense_ffn =
+      ((plan.mlp ? 0.0 : up) + (plan.mlp_activation ? 0.0 : d_ff)) / share.tensor;
+  // Per slot: the permuted input (the first expert GEMM's input), the up
+  // projection (the activation's input), the activation output (the down
+  // projection's input; recomputed under selective), and by where the routing
+  // weight multiplies (docs/moe.md "Routing weights"): in the activation its
+  // copy of the weight (one element); on the output the expert output (d, for
+  // the weight's gradient); on the input the unscaled input (d) and the weight.
+  double weight_elements = 0.0;
+  switch (e.router_weights) {
+    case RouterWeights::activation:
+      weight_elements = 1.0;
+      break;
+    case RouterWeights::output:
+      weight_elements = width;
+      break;
+    case RouterWeights::input:
+      weight_elements = width + 1.0;
+      break;
+  }
+  // Recompute (docs/cluster.md "Recompute"): the whole MoE FFN (Megatron's
+  // "moe") keeps only its input; the experts' activation ("moe_act", modar's
+  // selective) drops its output; the shared experts likewise.
+  const double slot_elements =
+      plan.moe ? 0.0
+               : width + weight_elements +
+                     (expert_up + (plan.moe_activation ? 0.0 : ffn)) / share.expert_tensor;
   // The shared-expert gate keeps the ungated shared output (its gradient
-  // reads it) and the sigmoid per row.
-  const double gate_elements = e.shared_expert_gate ? width + 1.0 : 0.0;
+  // reads it) and the sigmoid per row (dropped when the shared experts are
+  // recomputed).
+  const double gate_elements = e.shared_expert_gate && !plan.shared ? width + 1.0 : 0.0;
   const double shared_elements =
-      (selective ? shared_up : shared_up + shared_ffn) / tensor + gate_elements;
+      ((plan.shared ? 0.0 : shared_up) + (plan.shared_activation ? 0.0 : shared_ffn)) /
+          share.tensor +
+      gate_elements;
   return B * (slots * slot_elements + rows * shared_elements - rows * dense_ffn);
 }
 
@@ -83,9 +116,18 @@ double moe_buffer_bytes(const Config& config, double rows) {
   if (!e.enabled()) {
     return 0.0;
   }
+  if (recompute_plan(config).moe) {
+    return 0.0;  // the router and the permutation are re-run in the backward
+  }
   const double slots = static_cast<double>(moe_slots(config, static_cast<int64_t>(rows)));
+  // The permutation: modar's runtime keeps an int32 map per slot; Megatron-
+  // Core's dispatcher (the routing weights not on the output) keeps its int64
+  // sorted indices per slot and the boolean routing map per token and expert.
+  const double permutation = e.router_weights == RouterWeights::output
+                                 ? 4.0 * slots
+                                 : 8.0 * slots + rows * static_cast<double>(e.choices());
   return 4.0 * rows * static_cast<double>(e.choices()) +
-         8.0 * rows * static_cast<double>(e.top_k) + 4.0 * slots;
+         8.0 * rows * static_cast<double>(e.top_k) + permutation;
 }
 
 }  // namespace modar::detail

@@ -20,8 +20,9 @@
 #include <cmath>
 #include <sstream>
 
-#include "modar/errors.hpp"
-#include "modar/json.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/json.hpp"
+#include "modar/base/text.hpp"
 #include "modar/parallel.hpp"
 #include "network_internal.hpp"
 #include "toml_text.hpp"
@@ -357,33 +358,26 @@ std::string network_to_toml(const NetworkProfile& network) {
   if (!network.present) {
     return std::string();
   }
-  auto number = [](double v) {
-    std::string text = format_number(v);
-    if (text.find_first_of(".eEn") == std::string::npos) {
-      text += ".0";
-    }
-    return text;
-  };
   std::ostringstream out;
   out << "\n[network]\ngpus_per_node = " << network.gpus_per_node << "\n";
   const std::pair<const char*, const NetworkLevel*> levels[] = {
       {"intra_node", &network.intra_node}, {"inter_node", &network.inter_node}};
   for (const auto& [name, level] : levels) {
     out << "\n[network." << name << "]\n";
-    out << "name = " << json_quote(level->name) << "\n";
-    out << "bus_bandwidth = " << number(level->bus_bandwidth) << "\n";
-    out << "link_bandwidth = " << number(level->link_bandwidth) << "\n";
-    out << "latency_s = " << number(level->latency_s) << "\n";
+    out << "name = " << toml_quote(level->name) << "\n";
+    out << "bus_bandwidth = " << toml_float_literal(level->bus_bandwidth) << "\n";
+    out << "link_bandwidth = " << toml_float_literal(level->link_bandwidth) << "\n";
+    out << "latency_s = " << toml_float_literal(level->latency_s) << "\n";
     for (const CollectiveTable& t : level->tables) {
       out << "\n[[network." << name << ".collectives]]\n";
       out << "kind = \"" << to_string(t.kind) << "\"\nranks = " << t.ranks << "\n";
       out << "sizes_bytes = [";
       for (size_t i = 0; i < t.sizes_bytes.size(); ++i) {
-        out << (i ? ", " : "") << number(t.sizes_bytes[i]);
+        out << (i ? ", " : "") << toml_float_literal(t.sizes_bytes[i]);
       }
       out << "]\ntimes_s = [";
       for (size_t i = 0; i < t.times_s.size(); ++i) {
-        out << (i ? ", " : "") << number(t.times_s[i]);
+        out << (i ? ", " : "") << toml_float_literal(t.times_s[i]);
       }
       out << "]\n";
     }

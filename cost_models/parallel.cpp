@@ -30,8 +30,8 @@
 #include <stdexcept>
 
 #include "attention_kernel.hpp"
-#include "cost_model_internal.hpp"
 #include "grad_accumulation.hpp"
+#include "cost_model_internal.hpp"
 
 namespace modar {
 
@@ -47,20 +47,24 @@ bool starts_with(const char* text, const char* prefix) {
 
 // Time of one micro-batch's ops by where they run.
 struct Buckets final : detail::OpConsumer {
-  Buckets(const TimingModel& timing, double token_share, AttentionKernel kernel)
-      : timing_(timing), share_(token_share), kernel_(kernel) {}
+  Buckets(const TimingModel& timing, double token_share, AttentionKernel kernel,
+          bool attention_dropout)
+      : timing_(timing), share_(token_share), kernel_(kernel), dropout_(attention_dropout) {}
   void take(const OpRecord& op) override {
     if (op.shape.kind == OpKind::optimizer_update) {
       return;  // the optimizer runs on the sharded states (estimate_cluster)
     }
     TimingModel::Source source = TimingModel::Source::roofline;
-    double seconds = detail::attention_kernel_time_s(op, timing_, kernel_, &source) *
+    double seconds = detail::attention_kernel_time_s(op, timing_, kernel_, dropout_, &source) *
                      static_cast<double>(op.multiplicity);
     const char* label = op.label;
     // Token-wise ops on full d_model rows: sharded by tokens under SP.
     const bool token_wise = starts_with(label, "attn.norm") || starts_with(label, "mlp.norm") ||
                             starts_with(label, "residual.") || starts_with(label, "final.norm") ||
-                            starts_with(label, "dar.") || starts_with(label, "mod.router");
+                            starts_with(label, "dar.") || starts_with(label, "mod.router") ||
+                            starts_with(label, "moe.router") || starts_with(label, "moe.topk") ||
+                            starts_with(label, "dropout.") ||
+                            starts_with(label, "embedding.dropout");
     if (token_wise) {
       seconds *= share_;
     }
@@ -80,28 +84,52 @@ struct Buckets final : detail::OpConsumer {
     if (starts_with(label, "dar.")) {
       all_depth_reads += seconds;
     }
+    if (op.shape.kind == OpKind::attention) {
+      (op.pass == Pass::backward ? attention_backward : attention_forward) +=
+          op.pass == Pass::recompute ? 0.0 : seconds;
+    }
   }
   double first = 0, last = 0, prefix = 0, layers = 0, depth_reads = 0, all_depth_reads = 0;
+  double attention_forward = 0, attention_backward = 0;  // the core attention ops
 
  private:
   const TimingModel& timing_;
   double share_;
   AttentionKernel kernel_;
+  bool dropout_;
 };
+
+// The tokens of one sequence a context-parallel rank holds: s / c (two
+// load-balanced chunks of s / 2c), and the MoD-routed ones among them.
+int64_t rank_seq_len(const Config& config) {
+  return config.model.seq_len / config.parallel.context;
+}
+int64_t rank_routed_tokens(const Config& config) {
+  return config.mod.routed_tokens_per_sequence(rank_seq_len(config));
+}
 
 Config shard_config(const Config& config) {
   Config shard = config;
   const int64_t t = config.parallel.tensor;
   ModelConfig& m = shard.model;
+  m.seq_len = rank_seq_len(config);  // CP: the rank's queries (ShardView: keys of the sequence)
   m.d_head = config.model.resolved_d_head();
   m.n_kv_heads = config.model.resolved_kv_heads() / t;
   m.n_heads = config.model.n_heads / t;
   m.d_ff = config.model.resolved_d_ff() / t;
-  m.vocab_size = (config.model.vocab_size + t - 1) / t;
+  m.vocab_size = config.model.padded_vocab(t) / t;  // the rank's slice of the padded vocabulary
+  m.make_vocab_size_divisible_by = 1;
   if (config.moe.enabled()) {
-    // Experts (docs/moe.md): expert widths split by t; the shard holds
-    // moe.experts / EP experts (the lowering reads parallel.expert).
-    shard.moe.expert_ffn = config.moe.resolved_expert_ffn(config.model) / t;
+    // Experts (docs/moe.md): routed expert widths split by the expert tensor
+    // size; the shard holds moe.experts / EP experts (the lowering reads
+    // parallel.expert).
+    shard.moe.expert_ffn =
+        config.moe.resolved_expert_ffn(config.model) / config.parallel.resolved_expert_tensor();
+    // The shared experts are dense FFNs: split by the tensor size.
+    if (config.moe.shared_experts > 0) {
+      shard.moe.shared_expert_ffn = config.moe.shared_ffn_total(config.model) /
+                                    config.moe.shared_experts / config.parallel.tensor;
+    }
   }
   shard.parallel = ParallelConfig{};
   shard.parallel.expert = config.parallel.expert;
@@ -110,15 +138,77 @@ Config shard_config(const Config& config) {
   return shard;
 }
 
+// The routed experts of one rank (docs/cluster.md "Expert parallelism"):
+// under sequence parallelism (or without tensor parallelism) a rank
+// dispatches its own T / t tokens and its expert-tensor group gathers etp
+// ranks' slots (rows x etp / t); without SP every tensor rank holds all T
+// tokens and etp = t (rows x 1).
+detail::MoeRankShare moe_rank_share(const Config& config) {
+  const ParallelConfig& par = config.parallel;
+  const double t = static_cast<double>(par.tensor);
+  const double etp = static_cast<double>(par.resolved_expert_tensor());
+  detail::MoeRankShare share;
+  share.tensor = t;
+  share.expert_tensor = etp;
+  share.expert_rows = (par.sequence_parallel || par.tensor == 1) ? etp / t : 1.0;
+  return share;
+}
+
+detail::ShardView shard_view(const Config& config) {
+  detail::ShardView view;
+  view.context = config.parallel.context;
+  if (config.moe.enabled()) {
+    const ParallelConfig& par = config.parallel;
+    if (par.sequence_parallel || par.tensor == 1) {
+      view.expert_rows_numerator = par.resolved_expert_tensor();
+      view.expert_rows_denominator = par.tensor;
+    }
+  }
+  return view;
+}
+
+// rank = tensor + t (context + c (stage + p data)): a tensor group sits in a
+// node first, then the context group, then the pipeline, then data replicas.
 struct Placement {
-  NetLevel tensor, pipeline, data;
+  NetLevel tensor, context, pipeline, data;
 };
 
-Placement place(int64_t t, int64_t p, int64_t d, int64_t gpus_per_node) {
-  Placement out;
-  out.tensor = t <= gpus_per_node ? NetLevel::intra_node : NetLevel::inter_node;
-  out.pipeline = t * p <= gpus_per_node ? NetLevel::intra_node : NetLevel::inter_node;
-  out.data = t * p * d <= gpus_per_node ? NetLevel::intra_node : NetLevel::inter_node;
+Placement place(int64_t t, int64_t c, int64_t p, int64_t d, int64_t gpus_per_node) {
+  const auto level = [&](int64_t span) {
+    return span <= gpus_per_node ? NetLevel::intra_node : NetLevel::inter_node;
+  };
+  return {level(t), level(t * c), level(t * c * p), level(t * c * p * d)};
+}
+
+// A group of the expert layers (docs/cluster.md "Expert parallelism"):
+// Megatron-Core folds a pipeline stage's tensor x context x data ranks, in
+// the order tensor index + t (context index + c data index) ("folded index"
+// f), into expert_tensor x expert x expert_data; with A = t c, f sits on rank
+// f % A + A (stage + p (f / A)).  The
+// group of `members` ranks `stride` apart in f (expert tensor: stride 1;
+// expert: stride etp; expert data: stride etp x EP) is intra-node when its
+// last member shares the first's node, and drives as many NICs as it has
+// members in one node.
+struct GroupPlace {
+  NetLevel level = NetLevel::intra_node;
+  int64_t per_node = 1;
+};
+
+GroupPlace folded_group(int64_t stride, int64_t members, int64_t t, int64_t c, int64_t p,
+                        int64_t gpus_per_node) {
+  const int64_t inner = t * c;
+  const auto rank_of = [&](int64_t f) { return f % inner + inner * p * (f / inner); };
+  GroupPlace out;
+  if (members <= 1) {
+    return out;
+  }
+  out.level = rank_of(stride * (members - 1)) < gpus_per_node ? NetLevel::intra_node
+                                                               : NetLevel::inter_node;
+  int64_t in_first_node = 0;
+  while (in_first_node < members && rank_of(stride * in_first_node) < gpus_per_node) {
+    ++in_first_node;
+  }
+  out.per_node = std::max<int64_t>(1, in_first_node);
   return out;
 }
 
@@ -133,9 +223,9 @@ std::vector<int64_t> balanced_partition(const std::vector<double>& cost, int64_t
     for (int64_t i = 0; i < n; ++i) {
       const int64_t remaining_layers = n - i;
       const int64_t remaining_chunks = parts - chunk;
-      const bool must_close =
-          (*sizes)[static_cast<size_t>(chunk)] > 0 &&
-          (sum + cost[static_cast<size_t>(i)] > bound || remaining_layers < remaining_chunks);
+      const bool must_close = (*sizes)[static_cast<size_t>(chunk)] > 0 &&
+                              (sum + cost[static_cast<size_t>(i)] > bound ||
+                               remaining_layers < remaining_chunks);
       if (must_close && chunk + 1 < parts) {
         ++chunk;
         sum = 0.0;
@@ -200,29 +290,43 @@ class StageMemoryModel {
     const LayerCounts counts = layer_counts(config);
     B_ = static_cast<double>(dtype_bytes(config.train.dtype));
     b_ = static_cast<double>(config.train.micro_batch);
-    s_ = static_cast<double>(model_.seq_len);
+    // A context-parallel rank holds s / c tokens of each sequence.
+    context_ = par.context;
+    s_ = static_cast<double>(rank_seq_len(config));
     d_ = static_cast<double>(model_.d_model);
-    k_ = static_cast<double>(counts.routed_tokens_per_sequence);
+    k_ = static_cast<double>(rank_routed_tokens(config));
     T_ = b_ * s_;
     token_share_ = par.sequence_parallel ? 1.0 / static_cast<double>(t_) : 1.0;
-    recompute_ = config.train.recompute;
+    plan_ = detail::recompute_plan(config);
     L_ = model_.n_layers;
     depth_ = config.dar.enabled();
     K_ = config.dar.block_layers;
     n_streams_ = counts.dar_streams;
     entry_bytes_ = depth_ ? static_cast<double>(n_streams_) * T_ * (d_ * B_ + 4.0) : 0.0;
-    embedding_params_ = static_cast<double>(model_.vocab_size) * d_;
+    embedding_params_ = static_cast<double>(model_.padded_vocab(t_)) * d_;
     head_params_ = model_.tie_embeddings ? embedding_params_ : embedding_params_;
-    // Routed experts are sharded by expert parallelism (their share per layer,
-    // spread evenly over the layers); the rest is replicated over EP.
+    // Routed experts are sharded by expert parallelism and expert tensor
+    // parallelism (their share per layer, spread evenly over the layers); the
+    // rest by tensor parallelism.  ZeRO shards the experts over the
+    // expert-data-parallel ranks (Megatron-Core's folding, docs/cluster.md).
     ep_ = std::max<int64_t>(1, par.expert);
-    expert_dp_ = std::max<int64_t>(1, dp_ / ep_);
+    expert_tensor_ = std::max<int64_t>(1, par.resolved_expert_tensor());
+    expert_dp_ = std::max<int64_t>(1, par.expert_data(config.device.count));
+    moe_share_ = moe_rank_share(config);
     expert_per_layer_ = params.experts / static_cast<double>(L_);
-    per_layer_params_ = (params.non_embedding - d_ - params.experts) / static_cast<double>(L_) +
-                        expert_per_layer_ / static_cast<double>(ep_);
-    layer_param_bytes_ = per_layer_params_ / static_cast<double>(t_) * B_;
+    dense_per_layer_ = (params.non_embedding - d_ - params.experts) / static_cast<double>(L_);
+    layer_param_bytes_ = (dense_per_layer_ / static_cast<double>(t_) +
+                          expert_per_layer_ / static_cast<double>(ep_ * expert_tensor_)) *
+                         B_;
     last_stage_ = (p_ * v_ - 1) % p_;
     optimizer_bytes_per_param_ = config.train.dtype != DType::fp32 ? 12.0 : 8.0;
+    // Ring attention's transients: the K V block in hand and the one arriving
+    // (forward), the block and its gradient both ways (backward): 4 blocks.
+    if (context_ > 1) {
+      cp_ring_bytes_ = 4.0 * b_ * s_ * 2.0 *
+                       static_cast<double>(model_.resolved_kv_heads() / t_) *
+                       static_cast<double>(model_.resolved_d_head()) * B_;
+    }
   }
 
   int64_t last_stage() const { return last_stage_; }
@@ -232,25 +336,27 @@ class StageMemoryModel {
   // Bank entries available after layer l (exclusive end): H_0 + completed
   // blocks (+ the partial of a block cut by the boundary).
   double bank_entries_at(int64_t boundary_layer) const {
-    return 1.0 + static_cast<double>(boundary_layer / K_) + (boundary_layer % K_ != 0 ? 1.0 : 0.0);
+    return 1.0 + static_cast<double>(boundary_layer / K_) +
+           (boundary_layer % K_ != 0 ? 1.0 : 0.0);
   }
 
   // Parameters held per rank on stage i (before ZeRO sharding).
   double stage_params(int64_t i, int64_t layers) const {
-    double stage_params = per_layer_params_ * static_cast<double>(layers);
+    double dense = dense_per_layer_ * static_cast<double>(layers);
     if (i == 0) {
-      stage_params += embedding_params_;
+      dense += embedding_params_;
     }
     if (i == last_stage_) {
-      stage_params += (model_.tie_embeddings && p_ == 1 ? 0.0 : head_params_) + d_;
+      dense += (model_.tie_embeddings && p_ == 1 ? 0.0 : head_params_) + d_;
     }
-    return stage_params / static_cast<double>(t_);
+    return dense / static_cast<double>(t_) + expert_stage_params(layers);
   }
 
-  // The routed experts' parameters among stage_params() (this rank's EP shard).
+  // The routed experts' parameters among stage_params() (this rank's EP x
+  // expert-TP shard).
   double expert_stage_params(int64_t layers) const {
-    return expert_per_layer_ / static_cast<double>(ep_) * static_cast<double>(layers) /
-           static_cast<double>(t_);
+    return expert_per_layer_ * static_cast<double>(layers) /
+           static_cast<double>(ep_ * expert_tensor_);
   }
 
   // Stage i holding `layers` layers (`routed` of them MoD-routed; `moe_full`
@@ -259,20 +365,22 @@ class StageMemoryModel {
   MemoryBreakdown memory(int64_t i, int64_t layers, int64_t routed, int64_t end_layer,
                          int64_t moe_full = 0, int64_t moe_routed = 0) const {
     const double B = B_, b = b_, s = s_, d = d_, k = k_, T = T_, token_share = token_share_;
-    const Recompute recompute = recompute_;
     const double params = stage_params(i, layers);
     MemoryBreakdown mem;
     mem.capacity = capacity_;
-    const double shard_dp = static_cast<double>(dp_);
+    // ZeRO shards over the data-parallel ranks with their context ranks.
+    const double shard_dp = static_cast<double>(dp_ * context_);
     mem.weights = params * B / (zero_ == 3 ? shard_dp : 1.0);
-    // ZeRO shards the replicated part over dp, the expert shard over dp / EP.
+    // ZeRO shards the dense part over dp, the expert shard over the
+    // expert-data-parallel ranks.
     const double shard_edp = static_cast<double>(expert_dp_);
     const double expert_params = expert_stage_params(layers);
     const double dense_params = params - expert_params;
     mem.gradients = dense_params * kGradBytesPerParam / (zero_ >= 2 ? shard_dp : 1.0) +
                     expert_params * kGradBytesPerParam / (zero_ >= 2 ? shard_edp : 1.0);
-    mem.optimizer = dense_params * optimizer_bytes_per_param_ / (zero_ >= 1 ? shard_dp : 1.0) +
-                    expert_params * optimizer_bytes_per_param_ / (zero_ >= 1 ? shard_edp : 1.0);
+    mem.optimizer =
+        dense_params * optimizer_bytes_per_param_ / (zero_ >= 1 ? shard_dp : 1.0) +
+        expert_params * optimizer_bytes_per_param_ / (zero_ >= 1 ? shard_edp : 1.0);
     // Activations per micro-batch (Korthikanti et al. 2022 structure applied to
     // modar's saved tensors, memory.cpp): the d_model-wide tensors (norm
     // inputs / outputs, layer inputs) are replicated over the tensor group
@@ -285,29 +393,16 @@ class StageMemoryModel {
     const double up = model_.gated_mlp() ? 2.0 * dff : dff;
     const double qkv = (heads + 2.0 * kv) * dh;
     const double tt = static_cast<double>(t_);
+    // The one per-layer table of memory.cpp (layer_saved_bytes), held the
+    // Korthikanti way by this rank.
     auto layer_saved = [&](double rows, double seq) {
-      const double replicated =
-          (recompute == Recompute::selective ? 2.0 * d : 4.0 * d) * B * rows + 8.0 * rows;
-      const double qk_norm_inputs =
-          (model_.qk_norm != QkNorm::none && recompute != Recompute::selective) ? (heads + kv) * dh
-                                                                                : 0.0;
-      const double split = (qkv + qk_norm_inputs + heads * dh + up +
-                            (recompute == Recompute::selective ? 0.0 : dff)) *
-                               B * rows +
-                           4.0 * b * heads * seq;
-      // Unfused attention keeps the softmax output, the dropout output (B each)
-      // and the 1-byte mask per score: Korthikanti's 5 a s^2 b (selective
-      // recompute drops it).
-      const double scores =
-          config_.train.attention_kernel == AttentionKernel::unfused && recompute == Recompute::none
-              ? (2.0 * B + 1.0) * b * heads * seq * seq
-              : 0.0;
-      return replicated * token_share + (split + scores) / tt;
+      return detail::layer_saved_bytes(config_, rows, seq, detail::LayerShare{token_share, tt},
+                                       plan_);
     };
     const double stage_full = static_cast<double>(layers - routed);
     const double stage_routed = static_cast<double>(routed);
     double activations = 0.0;
-    if (recompute == Recompute::full) {
+    if (plan_.full) {
       activations = static_cast<double>(layers) * B * T * d * token_share;
     } else {
       activations = stage_full * layer_saved(T, s) +
@@ -324,10 +419,13 @@ class StageMemoryModel {
     }
     // MoE layers (docs/moe.md): the expert slots' saved tensors.
     activations +=
-        static_cast<double>(moe_full) * detail::moe_saved_extra_bytes(config_, T, tt) +
-        static_cast<double>(moe_routed) * detail::moe_saved_extra_bytes(config_, b * k, tt);
+        static_cast<double>(moe_full) * detail::moe_saved_extra_bytes(config_, T, moe_share_) +
+        static_cast<double>(moe_routed) * detail::moe_saved_extra_bytes(config_, b * k, moe_share_);
     if (i == last_stage_) {
       activations += (2.0 * B * T * d + 8.0 * T) * token_share;
+    }
+    if (i == 0 && config_.train.hidden_dropout > 0.0) {
+      activations += detail::kDropoutMaskBytes * T * d * token_share;  // the embedding dropout
     }
     // Micro-batches in flight (Korthikanti et al. 2022, section 4.2.3):
     // 1F1B stage i holds p - i; interleaving adds (p - 1 - i) / v.
@@ -339,9 +437,10 @@ class StageMemoryModel {
     in_flight = std::max(in_flight, 1.0);
     mem.activations = activations * in_flight;
     mem.router_buffers = stage_routed * (4.0 * T + 8.0 * b * k) * in_flight;
+    // The router runs on the rank's tokens (T / t under SP).
     mem.router_buffers +=
-        (static_cast<double>(moe_full) * detail::moe_buffer_bytes(config_, T) +
-         static_cast<double>(moe_routed) * detail::moe_buffer_bytes(config_, b * k)) *
+        (static_cast<double>(moe_full) * detail::moe_buffer_bytes(config_, T * token_share) +
+         static_cast<double>(moe_routed) * detail::moe_buffer_bytes(config_, b * k * token_share)) *
         in_flight;
     if (depth_) {
       // The bank this stage holds per micro-batch in flight: every entry up to
@@ -350,27 +449,37 @@ class StageMemoryModel {
     }
     // Transients: the head's logits (last stage), one layer's backward, and
     // under ZeRO 3 two gathered layers (current + prefetch).
-    const double head_ws =
-        i == last_stage_ ? T * std::ceil(static_cast<double>(model_.vocab_size) / tt) * (B + 4.0)
-                         : 0.0;
+    const double head_ws = i == last_stage_
+                               ? T * static_cast<double>(model_.padded_vocab(t_)) / tt *
+                                     (B + 4.0)
+                               : 0.0;
     double layer_ws = 2.0 * B * T * d * token_share + B * T * std::max(up, qkv) / tt;
-    if (recompute == Recompute::full) {
-      layer_ws += layer_saved(T, s);
-    }
+    // One layer's recomputed tensors through its backward: all of them under
+    // full recompute, else what the recomputed modules dropped.
+    layer_ws += detail::layer_saved_bytes(config_, T, s, detail::LayerShare{token_share, tt},
+                                          detail::RecomputePlan{}) -
+                (plan_.full ? 0.0 : layer_saved(T, s));
     if (zero_ == 3) {
       layer_ws += 2.0 * layer_param_bytes_;
     }
+    layer_ws += cp_ring_bytes_;
     if (config_.moe.enabled()) {
       // A MoE layer's backward: the slots' gradients in and out, the widest slot tensor.
-      const double slots = static_cast<double>(detail::moe_slots(config_, static_cast<int64_t>(T)));
+      const double slots = detail::moe_rank_slots(config_, T, moe_share_);
       const double ffn = static_cast<double>(config_.moe.resolved_expert_ffn(model_));
       const double expert_up = model_.gated_mlp() ? 2.0 * ffn : ffn;
+      // The all-gather dispatcher holds the group's gathered tokens meanwhile.
+      const double gathered =
+          config_.moe.token_dispatcher == TokenDispatcher::allgather
+              ? B * T * token_share * d * static_cast<double>(ep_ * expert_tensor_)
+              : 0.0;
       layer_ws = std::max(layer_ws, 2.0 * B * T * d * token_share + 2.0 * B * slots * d +
-                                        B * slots * expert_up / tt);
+                                        B * slots * expert_up / moe_share_.expert_tensor +
+                                        gathered);
     }
     mem.workspace = std::max(head_ws, layer_ws);
-    mem.peak = mem.weights + mem.gradients + mem.optimizer + mem.activations + mem.router_buffers +
-               mem.dar_bank + mem.workspace;
+    mem.peak = mem.weights + mem.gradients + mem.optimizer + mem.activations +
+               mem.router_buffers + mem.dar_bank + mem.workspace;
     mem.fits = mem.capacity <= 0.0 || mem.peak <= mem.capacity;
     return mem;
   }
@@ -381,16 +490,19 @@ class StageMemoryModel {
   const Config& config_;
   const ModelConfig& model_;
   double capacity_ = 0.0;
-  int64_t t_ = 1, p_ = 1, v_ = 1, dp_ = 1, zero_ = 0, ep_ = 1, expert_dp_ = 1;
-  double expert_per_layer_ = 0.0;
+  int64_t t_ = 1, p_ = 1, v_ = 1, dp_ = 1, zero_ = 0, ep_ = 1, expert_tensor_ = 1,
+          expert_dp_ = 1, context_ = 1;
+  detail::MoeRankShare moe_share_;
+  double expert_per_layer_ = 0.0, dense_per_layer_ = 0.0;
   double m_ = 1.0;
   double B_ = 2.0, b_ = 1.0, s_ = 1.0, d_ = 1.0, k_ = 0.0, T_ = 1.0, token_share_ = 1.0;
-  Recompute recompute_ = Recompute::none;
+  detail::RecomputePlan plan_;
   int64_t L_ = 1;
   bool depth_ = false;
   int64_t K_ = 1, n_streams_ = 0;
   double entry_bytes_ = 0.0, embedding_params_ = 0.0, head_params_ = 0.0;
-  double per_layer_params_ = 0.0, layer_param_bytes_ = 0.0;
+  double layer_param_bytes_ = 0.0;
+  double cp_ring_bytes_ = 0.0;
   int64_t last_stage_ = 0;
   double optimizer_bytes_per_param_ = 12.0;
 };
@@ -418,24 +530,43 @@ RankCompute rank_compute(const Config& config, const TimingModel& timing) {
   out.sequence_parallel = config.parallel.sequence_parallel;
   out.micro_batch = config.train.micro_batch;
   out.recompute = config.train.recompute;
+  out.recompute_granularity = config.train.recompute_granularity;
+  out.recompute_modules = config.train.recompute_modules;
+  out.expert = config.parallel.expert;
+  out.expert_tensor = config.parallel.resolved_expert_tensor();
+  out.context = config.parallel.context;
   const int64_t t = config.parallel.tensor;
   const double token_share = out.sequence_parallel ? 1.0 / static_cast<double>(t) : 1.0;
   const int64_t L = config.model.n_layers;
   const LayerCounts counts = layer_counts(config);
   const Config shard = shard_config(config);
   const double shard_params = detail::closed_form_params(shard).total;
-  Buckets real(timing, token_share, config.train.attention_kernel);
-  detail::lower_streaming(shard, StepKind::train, shard_params, real);
-  double full_layer_s = real.layers / static_cast<double>(L);
+  const bool attention_dropout = config.train.attention_dropout > 0.0;
+  Buckets real(timing, token_share, config.train.attention_kernel, attention_dropout);
+  const detail::ShardView view = shard_view(config);
+  detail::lower_streaming(shard, StepKind::train, shard_params, view, real);
+  const double layers = static_cast<double>(L);
+  double full_layer_s = real.layers / layers;
   double routed_layer_s = full_layer_s;
+  out.full_attention_forward_s = real.attention_forward / layers;
+  out.full_attention_backward_s = real.attention_backward / layers;
+  out.routed_attention_forward_s = out.full_attention_forward_s;
+  out.routed_attention_backward_s = out.full_attention_backward_s;
   if (counts.routed_layers > 0) {
     Config dense = shard;
     dense.mod.every = 0;
-    Buckets plain(timing, token_share, config.train.attention_kernel);
-    detail::lower_streaming(dense, StepKind::train, shard_params, plain);
-    full_layer_s = plain.layers / static_cast<double>(L);
-    routed_layer_s = (real.layers - full_layer_s * static_cast<double>(counts.full_layers)) /
-                     static_cast<double>(counts.routed_layers);
+    Buckets plain(timing, token_share, config.train.attention_kernel, attention_dropout);
+    detail::lower_streaming(dense, StepKind::train, shard_params, view, plain);
+    full_layer_s = plain.layers / layers;
+    const double full = static_cast<double>(counts.full_layers);
+    const double routed = static_cast<double>(counts.routed_layers);
+    routed_layer_s = (real.layers - full_layer_s * full) / routed;
+    out.full_attention_forward_s = plain.attention_forward / layers;
+    out.full_attention_backward_s = plain.attention_backward / layers;
+    out.routed_attention_forward_s =
+        (real.attention_forward - out.full_attention_forward_s * full) / routed;
+    out.routed_attention_backward_s =
+        (real.attention_backward - out.full_attention_backward_s * full) / routed;
   }
   out.first_s = real.first;
   out.last_s = real.last;
@@ -458,32 +589,54 @@ struct ClusterContext {
         efficiency{kernel.collective_efficiency_intra_node,
                    kernel.collective_efficiency_inter_node},
         par(config_in.parallel),
-        counts(layer_counts(config_in)) {
+        counts(layer_counts(config_in)),
+        plan(detail::recompute_plan(config_in)),
+        moe_share(moe_rank_share(config_in)) {
     const ModelConfig& model = config.model;
     t = par.tensor;
+    cp = par.context;
     p = par.pipeline;
     v = par.virtual_stages;
     dp = std::max<int64_t>(1, par.data(config.device.count));
     ep = par.expert;
+    etp = par.resolved_expert_tensor();
+    expert_dp = std::max<int64_t>(1, par.expert_data(config.device.count));
     sp = par.sequence_parallel;
     chunks = p * v;
     gpus_per_node =
         config.cluster.gpus_per_node > 0 ? config.cluster.gpus_per_node : network.gpus_per_node;
-    placement = place(t, p, dp, gpus_per_node);
-    // Ranks of each group per node (rank = tp + t (stage + p dp_index)).
-    dp_per_node = t * p < gpus_per_node ? std::min<int64_t>(dp, gpus_per_node / (t * p)) : 1;
+    placement = place(t, cp, p, dp, gpus_per_node);
+    // The gradients reduce over the data-parallel ranks with their context
+    // ranks (Megatron-Core's data-parallel group with CP): dp x c ranks, c of
+    // them in each t c block, one block per data index.  Ranks per node
+    // (rank = tp + t (cp + c (stage + p dp_index))):
+    grad_ranks = dp * cp;
+    grad_level = dp > 1 ? placement.data : placement.context;
+    dp_per_node = std::min<int64_t>(grad_ranks, t * cp * p < gpus_per_node
+                                                    ? cp * (gpus_per_node / (t * cp * p))
+                                                    : (t * cp <= gpus_per_node ? cp : 1));
     tp_per_node = std::min<int64_t>(t, gpus_per_node);
-    ep_per_node = t * p < gpus_per_node ? std::min<int64_t>(ep, gpus_per_node / (t * p)) : 1;
-    expert_level = t * p * ep <= gpus_per_node ? NetLevel::intra_node : NetLevel::inter_node;
+    // The expert layers' groups (Megatron-Core's folding, docs/cluster.md).
+    ep_group = folded_group(etp, ep, t, cp, p, gpus_per_node);
+    etp_group = folded_group(1, etp, t, cp, p, gpus_per_node);
+    edp_group = folded_group(etp * ep, expert_dp, t, cp, p, gpus_per_node);
+    gather_ranks = etp * ep;
+    gather_group = folded_group(1, gather_ranks, t, cp, p, gpus_per_node);
+    expert_sp_path = config.moe.enabled() && (sp || t == 1);
+    allgather = config.moe.token_dispatcher == TokenDispatcher::allgather;
     m = static_cast<double>(detail::accumulation_steps(config));
     B = static_cast<double>(dtype_bytes(config.train.dtype));
     b = static_cast<double>(config.train.micro_batch);
-    s = static_cast<double>(model.seq_len);
+    // A context-parallel rank holds s / c tokens of each sequence (k / c routed).
+    s = static_cast<double>(rank_seq_len(config));
     d = static_cast<double>(model.d_model);
-    k = static_cast<double>(counts.routed_tokens_per_sequence);
+    k = static_cast<double>(rank_routed_tokens(config));
     T = b * s;
-    recompute = config.train.recompute;
-    fwd_passes = recompute == Recompute::full ? 2.0 : 1.0;  // forward re-run
+    fwd_passes = plan.full ? 2.0 : 1.0;  // forward re-run
+    // The ring attention's sends run again with the core attention's recompute,
+    // the expert dispatch with the MoE FFN's (Megatron's "moe" module).
+    ring_passes = plan.full || plan.core_attention ? 2.0 : 1.0;
+    moe_passes = plan.full || plan.moe ? 2.0 : 1.0;
     token_share = sp ? 1.0 / static_cast<double>(t) : 1.0;
     L = model.n_layers;
     depth = config.dar.enabled();
@@ -503,14 +656,17 @@ struct ClusterContext {
   CollectiveEfficiency efficiency;
   const ParallelConfig& par;
   LayerCounts counts;
-  int64_t t = 1, p = 1, v = 1, dp = 1, ep = 1, chunks = 1, gpus_per_node = 8, L = 1, K = 1,
-          n_streams = 0;
-  int64_t dp_per_node = 1, tp_per_node = 1, ep_per_node = 1;
-  bool sp = false, depth = false;
+  detail::RecomputePlan plan;
+  detail::MoeRankShare moe_share;
+  int64_t t = 1, cp = 1, p = 1, v = 1, dp = 1, ep = 1, etp = 1, expert_dp = 1, chunks = 1,
+          gpus_per_node = 8, L = 1, K = 1, n_streams = 0, grad_ranks = 1, gather_ranks = 1;
+  int64_t dp_per_node = 1, tp_per_node = 1;
+  bool sp = false, depth = false, expert_sp_path = false, allgather = false;
   Placement placement{};
-  NetLevel expert_level = NetLevel::intra_node;
-  double m = 1, B = 2, b = 1, s = 1, d = 1, k = 0, T = 1, fwd_passes = 1, token_share = 1;
-  Recompute recompute = Recompute::none;
+  NetLevel grad_level = NetLevel::intra_node;
+  GroupPlace ep_group, etp_group, edp_group, gather_group;
+  double m = 1, B = 2, b = 1, s = 1, d = 1, k = 0, T = 1, fwd_passes = 1, ring_passes = 1,
+         moe_passes = 1, token_share = 1;
 };
 
 void fill_layout(const ClusterContext& c, ClusterEstimate& out) {
@@ -519,36 +675,91 @@ void fill_layout(const ClusterContext& c, ClusterEstimate& out) {
   out.virtual_stages = c.v;
   out.data = c.dp;
   out.zero = c.par.zero;
+  out.context = c.cp;
+  out.expert = c.ep;
+  out.expert_tensor = c.etp;
+  out.expert_data = c.expert_dp;
   out.sequence_parallel = c.sp;
   out.micro_batch = c.config.train.micro_batch;
   out.micro_batches = static_cast<int64_t>(c.m);
   out.gpus_per_node = c.gpus_per_node;
   out.nodes = (c.config.device.count + c.gpus_per_node - 1) / c.gpus_per_node;
   out.tensor_level = c.placement.tensor;
+  out.context_level = c.placement.context;
   out.pipeline_level = c.placement.pipeline;
   out.data_level = c.placement.data;
 }
 
 // Bytes of one expert all-to-all for `rows` tokens: the rank's expert slots
-// x d x B (the busiest rank: x moe.load_imbalance), under SP its token share.
+// x d x B (the busiest rank: x moe.load_imbalance); under SP a tensor rank
+// dispatches only its share of the tokens.
 double a2a_bytes(const ClusterContext& c, double rows) {
-  return static_cast<double>(detail::moe_slots(c.config, static_cast<int64_t>(rows))) * c.d * c.B *
-         c.config.moe.load_imbalance * c.token_share;
+  return static_cast<double>(detail::moe_slots(c.config, std::llround(rows * c.token_share))) *
+         c.d * c.B * c.config.moe.load_imbalance;
+}
+
+// Bytes of one expert-tensor all-gather (or reduce-scatter) of the slots the
+// rank's ETP group gathers for `rows` tokens.
+double etp_bytes(const ClusterContext& c, double rows) {
+  return detail::moe_rank_slots(c.config, rows, c.moe_share) * c.d * c.B *
+         c.config.moe.load_imbalance;
+}
+
+// moe.token_dispatcher = allgather (Megatron-Core's MoEAllGatherTokenDispatcher):
+// the ETP x EP group all-gathers its ranks' tokens (d x B each, with their k
+// weights and int64 expert indices).
+double gather_bytes(const ClusterContext& c, double rows) {
+  const double k_choices = static_cast<double>(c.config.moe.top_k);
+  return std::round(rows * c.token_share) * static_cast<double>(c.gather_ranks) *
+         (c.d * c.B + k_choices * (c.B + 8.0));
+}
+
+// Context parallelism (docs/cluster.md "Context parallelism"): ring attention
+// passes each rank's K and V block (rows x 2 (G / t) d_h x B) around the c
+// ranks of its context group: c - 1 sends forward, and c - 1 of the block
+// and its gradient backward, each step overlapped with the attention of the
+// block in hand (1 / c of the rank's attention); with the core attention's
+// recompute the forward ring runs again.
+struct RingTime {
+  double exposed = 0.0, overlapped = 0.0, forward_one = 0.0, backward_one = 0.0, block = 0.0;
+};
+
+RingTime ring_time(const ClusterContext& c, double rows, double attention_forward_s,
+                   double attention_backward_s) {
+  RingTime ring;
+  if (c.cp <= 1) {
+    return ring;
+  }
+  const ModelConfig& model = c.config.model;
+  ring.block = rows * 2.0 * static_cast<double>(model.resolved_kv_heads() / c.t) *
+               static_cast<double>(model.resolved_d_head()) * c.B;
+  const double steps = static_cast<double>(c.cp - 1);
+  ring.forward_one = c.comm(Collective::send_recv, ring.block, 2, c.placement.context);
+  ring.backward_one = c.comm(Collective::send_recv, 2.0 * ring.block, 2, c.placement.context);
+  const double cp = static_cast<double>(c.cp);
+  const double exposed_forward = std::max(0.0, ring.forward_one - attention_forward_s / cp);
+  const double exposed_backward = std::max(0.0, ring.backward_one - attention_backward_s / cp);
+  ring.exposed = steps * (c.ring_passes * exposed_forward + exposed_backward);
+  ring.overlapped =
+      steps * (c.ring_passes * ring.forward_one + ring.backward_one) - ring.exposed;
+  return ring;
 }
 
 // Exposed communication of one layer per micro-batch, and of the model's ends.
 struct LayerComm {
-  double full_rows_bytes = 0, routed_rows_bytes = 0, score_bytes = 0;
+  double full_rows_bytes = 0, routed_rows_bytes = 0, score_bytes = 0, score_one_s = 0;
+  int64_t score_group = 1;
+  NetLevel score_level = NetLevel::intra_node;
   double tp_full_s = 0, tp_routed_s = 0, ep_full_s = 0, ep_routed_s = 0, tp_ends_s = 0;
+  RingTime ring_full, ring_routed;
 };
 
-LayerComm layer_comm(const ClusterContext& c) {
+LayerComm layer_comm(const ClusterContext& c, const RankCompute& compute) {
   LayerComm out;
   const int64_t t = c.t;
   const NetLevel level = c.placement.tensor;
   out.full_rows_bytes = c.T * c.d * c.B;
   out.routed_rows_bytes = c.b * c.k * c.d * c.B;
-  out.score_bytes = c.b * c.s * 4.0;
   // Tensor parallelism: per layer 2 collectives per forward pass and 2 in
   // backward (SP: all-gather + reduce-scatter in place of each all-reduce).
   const auto tp_time = [&](double bytes) {
@@ -563,26 +774,65 @@ LayerComm layer_comm(const ClusterContext& c) {
     return (c.fwd_passes + 1.0) * 2.0 *
            c.comm(Collective::all_reduce, bytes, t, level, c.tp_per_node);
   };
-  // MoD under SP: the router scores of the whole sequence, per routed layer.
-  const double score_gather_s =
-      (c.sp && t > 1)
-          ? c.fwd_passes * c.comm(Collective::all_gather, out.score_bytes, t, level, c.tp_per_node)
-          : 0.0;
-  // Expert parallelism (docs/moe.md): per MoE layer and micro-batch two
-  // all-to-alls forward (dispatch, combine) and two backward (+ two forward
-  // again under full recompute), over the EP group carved out of the
-  // data-parallel ranks (EP neighbours are t x p ranks apart).
-  const auto ep_time = [&](double rows) {
-    if (c.ep <= 1 || !c.config.moe.enabled()) {
+  // MoD's per-sequence top-k needs the router scores of the whole sequence:
+  // an all-gather of b s fp32 scores per routed layer over the ranks holding
+  // parts of it (the tensor group under SP, times the context group).
+  out.score_group = (c.sp && t > 1 ? t : 1) * c.cp;
+  out.score_level = c.cp > 1 ? c.placement.context : level;
+  out.score_bytes = c.b * static_cast<double>(c.config.model.seq_len) * 4.0;
+  out.score_one_s = c.comm(Collective::all_gather, out.score_bytes, out.score_group,
+                           out.score_level, std::min<int64_t>(out.score_group, c.gpus_per_node));
+  const double score_gather_s = out.score_group > 1 ? c.fwd_passes * out.score_one_s : 0.0;
+  // Expert layers (docs/cluster.md "Expert parallelism"): per MoE layer and
+  // micro-batch, beyond (or, for the FFN half under SP, instead of) the dense
+  // layer's tensor collectives: the dispatch and combine all-to-alls over EP
+  // forward and backward (+ forward again when the MoE FFN is recomputed),
+  // and with an expert tensor size etp > 1 the slots' all-gather and
+  // reduce-scatter over ETP (Megatron-Core's alltoall dispatcher); under SP
+  // (or t = 1) these replace the FFN's all-gather / reduce-scatter of the
+  // tokens; without SP (etp = t) the layer keeps its tensor all-reduces.  The
+  // all-gather dispatcher gathers the ETP x EP group's tokens instead.
+  const auto moe_comm_s = [&](double rows, double tp_layer_s) {
+    if (!c.config.moe.enabled()) {
       return 0.0;
     }
-    return (c.fwd_passes + 1.0) * 2.0 *
-           c.comm(Collective::all_to_all, a2a_bytes(c, rows), c.ep, c.expert_level, c.ep_per_node);
+    double seconds = c.expert_sp_path ? -tp_layer_s / 2.0 : 0.0;
+    if (c.allgather) {
+      if (c.gather_ranks > 1) {
+        seconds += (c.moe_passes + 1.0) *
+                   (c.comm(Collective::all_gather, gather_bytes(c, rows), c.gather_ranks,
+                           c.gather_group.level, c.gather_group.per_node) +
+                    c.comm(Collective::reduce_scatter, gather_bytes(c, rows), c.gather_ranks,
+                           c.gather_group.level, c.gather_group.per_node));
+      }
+      return seconds;
+    }
+    if (c.ep > 1) {
+      seconds += (c.moe_passes + 1.0) * 2.0 *
+                 c.comm(Collective::all_to_all, a2a_bytes(c, rows), c.ep, c.ep_group.level,
+                        c.ep_group.per_node);
+    }
+    if (c.expert_sp_path && c.etp > 1) {
+      seconds += (c.moe_passes + 1.0) *
+                 (c.comm(Collective::all_gather, etp_bytes(c, rows), c.etp, c.etp_group.level,
+                         c.etp_group.per_node) +
+                  c.comm(Collective::reduce_scatter, etp_bytes(c, rows), c.etp,
+                         c.etp_group.level, c.etp_group.per_node));
+    }
+    return seconds;
   };
-  out.ep_full_s = ep_time(c.T);
-  out.ep_routed_s = ep_time(c.b * c.k);
-  out.tp_full_s = tp_time(out.full_rows_bytes);
-  out.tp_routed_s = tp_time(out.routed_rows_bytes) + score_gather_s;
+  const double tp_full_layer_s = tp_time(out.full_rows_bytes);
+  const double tp_routed_layer_s = tp_time(out.routed_rows_bytes);
+  out.ep_full_s = moe_comm_s(c.T, tp_full_layer_s);
+  out.ep_routed_s = moe_comm_s(c.b * c.k, tp_routed_layer_s);
+  // Per layer on the critical path: the tensor collectives and the ring's
+  // exposed part.
+  out.ring_full =
+      ring_time(c, c.T, compute.full_attention_forward_s, compute.full_attention_backward_s);
+  out.ring_routed = ring_time(c, c.b * c.k, compute.routed_attention_forward_s,
+                              compute.routed_attention_backward_s);
+  out.tp_full_s = tp_full_layer_s + out.ring_full.exposed;
+  out.tp_routed_s = tp_routed_layer_s + score_gather_s + out.ring_routed.exposed;
   // Embedding (vocab-parallel lookup: all-reduce forward) and head (input
   // gradient all-reduce backward); SP: all-gather / reduce-scatter instead.
   if (t > 1) {
@@ -600,8 +850,8 @@ double dar_prefix_s(const ClusterContext& c, int64_t block) {
   }
   const ModelConfig& model = c.config.model;
   const int64_t block_layers = std::min<int64_t>(c.K, c.L - (block - 1) * c.K);
-  const int64_t tokens = c.sp ? c.config.train.micro_batch * model.seq_len / c.t
-                              : c.config.train.micro_batch * model.seq_len;
+  const int64_t rank_tokens = c.config.train.micro_batch * rank_seq_len(c.config);
+  const int64_t tokens = c.sp ? rank_tokens / c.t : rank_tokens;
   const OpShape shape =
       OpShape::of(DepthReadPrefixDims{.tokens = tokens,
                                       .sources = block,
@@ -724,7 +974,7 @@ void assemble_stages(const ClusterContext& c, const RankCompute& compute, const 
   out.bank_send_bytes_uncached = uncached_bytes_total;
   out.bank_send_bytes_cached = cached_bytes_total;
   out.mod_score_gather_bytes =
-      (c.sp && c.t > 1) ? comm.score_bytes * static_cast<double>(c.counts.routed_layers) : 0.0;
+      comm.score_group > 1 ? comm.score_bytes * static_cast<double>(c.counts.routed_layers) : 0.0;
   StageSummary& last = out.stages[static_cast<size_t>((c.chunks - 1) % p)];
   out.stages.front().compute_s += compute.first_s;
   out.stages.front().exposed_comm_s += comm.tp_ends_s / 2.0;
@@ -742,11 +992,13 @@ struct StepParts {
   double zero3_gather_one = 0.0;  // one layer's ZeRO-3 all-gather
 };
 
-StepParts stage_data_parallel(const ClusterContext& c, const StageMemoryModel& memory,
-                              ClusterEstimate& out) {
+StepParts stage_data_parallel(const ClusterContext& c, const LayerComm& comm,
+                              const StageMemoryModel& memory, ClusterEstimate& out) {
   const ParallelConfig& par = c.par;
-  const int64_t dp = c.dp;
-  const NetLevel data_level = c.placement.data;
+  // The gradients (and ZeRO's shards) span the data-parallel ranks with
+  // their context ranks.
+  const int64_t dp = c.grad_ranks;
+  const NetLevel data_level = c.grad_level;
   StepParts parts;
   if (par.zero == 3) {
     parts.zero3_gather_one =
@@ -757,6 +1009,10 @@ StepParts stage_data_parallel(const ClusterContext& c, const StageMemoryModel& m
   for (int64_t i = 0; i < c.p; ++i) {
     StageSummary& stage = out.stages[static_cast<size_t>(i)];
     stage.params = memory.stage_params(i, stage.layers);
+    parts.overlapped += (comm.ring_full.overlapped *
+                             static_cast<double>(stage.layers - stage.routed_layers) +
+                         comm.ring_routed.overlapped * static_cast<double>(stage.routed_layers)) *
+                        c.m;
     if (par.zero == 3) {
       const double per_layer_gather = 2.0 * parts.zero3_gather_one;  // forward and backward
       const double per_layer_compute = stage.layers > 0 ? stage.compute_s / stage.layers : 0.0;
@@ -780,26 +1036,32 @@ StepParts stage_data_parallel(const ClusterContext& c, const StageMemoryModel& m
       out.slowest_stage = i;
     }
     // Data-parallel gradient reduction of this rank's parameters (the expert
-    // shard's over the dp / EP ranks holding the same experts).
+    // shard's over the expert-data-parallel ranks holding the same experts).
     const double grad_bytes = stage.params * grad_bytes_per_param;
     const double expert_stage_params = memory.expert_stage_params(stage.layers);
-    const int64_t expert_dp = dp / std::max<int64_t>(par.expert, 1);
+    const double dense_stage_params = stage.params - expert_stage_params;
+    const int64_t expert_dp = c.expert_dp;
+    const Collective reduce = par.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter;
     double reduce_s = 0.0, gather_s = 0.0;
     if (dp > 1) {
-      const Collective reduce = par.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter;
-      reduce_s = c.comm(reduce, (stage.params - expert_stage_params) * grad_bytes_per_param, dp,
-                        data_level, c.dp_per_node);
-      if (expert_dp > 1 && expert_stage_params > 0) {
-        reduce_s += c.comm(reduce, expert_stage_params * grad_bytes_per_param, expert_dp,
-                           data_level, c.dp_per_node);
-      }
+      reduce_s = c.comm(reduce, dense_stage_params * grad_bytes_per_param, dp, data_level,
+                        c.dp_per_node);
       if (par.zero == 1 || par.zero == 2) {
-        gather_s =
-            c.comm(Collective::all_gather, stage.params * c.B, dp, data_level, c.dp_per_node);
+        gather_s = c.comm(Collective::all_gather, dense_stage_params * c.B, dp, data_level,
+                          c.dp_per_node);
       }
     }
-    // Megatron-Core buckets: max(40M, 1M x dp) parameters; the last bucket
-    // reduces after the backward ends.
+    if (expert_dp > 1 && expert_stage_params > 0) {
+      reduce_s += c.comm(reduce, expert_stage_params * grad_bytes_per_param, expert_dp,
+                         c.edp_group.level, c.edp_group.per_node);
+      if (par.zero == 1 || par.zero == 2) {
+        gather_s += c.comm(Collective::all_gather, expert_stage_params * c.B, expert_dp,
+                           c.edp_group.level, c.edp_group.per_node);
+      }
+    }
+    // Megatron-Core buckets: max(40M, 1M x dp) parameters (dp: the gradient
+    // group, with the context ranks); the last bucket reduces after the
+    // backward ends.
     const double bucket_params = std::max(40e6, 1e6 * static_cast<double>(dp));
     const double last_bucket_share = std::min(1.0, bucket_params / std::max(stage.params, 1.0));
     const double backward_s = stage.compute_s * (2.0 / 3.0);  // backward ~ 2/3 of fwd + bwd
@@ -822,7 +1084,7 @@ StepParts stage_data_parallel(const ClusterContext& c, const StageMemoryModel& m
     parts.overlapped += (reductions * reduce_s - exposed_reduce) + (gather_s - exposed_gather);
     parts.grad_exposed = std::max(parts.grad_exposed, exposed_reduce);
     parts.gather_exposed = std::max(parts.gather_exposed, exposed_gather);
-    if (i == 0 && dp > 1) {
+    if (i == 0 && (dp > 1 || (expert_dp > 1 && expert_stage_params > 0))) {
       out.comm.push_back({par.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter,
                           "dp.grad", "data", Pass::backward, dp, data_level, grad_bytes, reductions,
                           reduce_s, reduce_s > 0 ? exposed_reduce / (reductions * reduce_s) : 0.0});
@@ -849,6 +1111,54 @@ StepParts stage_data_parallel(const ClusterContext& c, const StageMemoryModel& m
     }
   }
   return parts;
+}
+
+// The expert layers' communication records (the first stage's view, per step).
+void add_expert_records(const ClusterContext& c, const StageSummary& first, ClusterEstimate& out) {
+  if (!c.config.moe.enabled() || first.moe_layers_here <= 0) {
+    return;
+  }
+  const double layers = static_cast<double>(first.moe_layers_here) * c.m;
+  if (c.allgather) {
+    if (c.gather_ranks <= 1) {
+      return;
+    }
+    const double bytes = gather_bytes(c, c.T);
+    const GroupPlace& g = c.gather_group;
+    const double ag = c.comm(Collective::all_gather, bytes, c.gather_ranks, g.level, g.per_node);
+    const double rs =
+        c.comm(Collective::reduce_scatter, bytes, c.gather_ranks, g.level, g.per_node);
+    for (const Pass pass : {Pass::forward, Pass::backward}) {
+      const double count = pass == Pass::forward ? layers * c.moe_passes : layers;
+      out.comm.push_back({Collective::all_gather, "ep.token_gather", "expert", pass,
+                          c.gather_ranks, g.level, bytes, count, ag, 1.0});
+      out.comm.push_back({Collective::reduce_scatter, "ep.token_gather", "expert", pass,
+                          c.gather_ranks, g.level, bytes, count, rs, 1.0});
+    }
+    return;
+  }
+  if (c.ep > 1) {
+    const double bytes = a2a_bytes(c, c.T);
+    const GroupPlace& g = c.ep_group;
+    const double one = c.comm(Collective::all_to_all, bytes, c.ep, g.level, g.per_node);
+    out.comm.push_back({Collective::all_to_all, "ep.dispatch_combine", "expert", Pass::forward,
+                        c.ep, g.level, bytes, 2.0 * layers * c.moe_passes, one, 1.0});
+    out.comm.push_back({Collective::all_to_all, "ep.dispatch_combine", "expert", Pass::backward,
+                        c.ep, g.level, bytes, 2.0 * layers, one, 1.0});
+  }
+  if (c.expert_sp_path && c.etp > 1) {
+    const double bytes = etp_bytes(c, c.T);
+    const GroupPlace& g = c.etp_group;
+    const double ag = c.comm(Collective::all_gather, bytes, c.etp, g.level, g.per_node);
+    const double rs = c.comm(Collective::reduce_scatter, bytes, c.etp, g.level, g.per_node);
+    for (const Pass pass : {Pass::forward, Pass::backward}) {
+      const double count = pass == Pass::forward ? layers * c.moe_passes : layers;
+      out.comm.push_back({Collective::all_gather, "etp.slots", "expert_tensor", pass, c.etp,
+                          g.level, bytes, count, ag, 1.0});
+      out.comm.push_back({Collective::reduce_scatter, "etp.slots", "expert_tensor", pass, c.etp,
+                          g.level, bytes, count, rs, 1.0});
+    }
+  }
 }
 
 // The communication records of the first stage's view, per step (`estimate
@@ -887,28 +1197,41 @@ void add_comm_records(const ClusterContext& c, const LayerComm& comm,
     }
   };
   if (t > 1) {
-    add_tp("tp.layer", comm.full_rows_bytes, stage_full_layers);
-    add_tp("tp.routed_layer", comm.routed_rows_bytes, stage_routed_layers);
-    if (c.sp && stage_routed_layers > 0) {
-      out.comm.push_back({Collective::all_gather, "tp.mod_router_scores", "tensor", Pass::forward,
-                          t, tensor_level, comm.score_bytes,
-                          stage_routed_layers * c.m * c.fwd_passes,
-                          c.comm(Collective::all_gather, comm.score_bytes, t, tensor_level), 1.0});
-    }
+    // MoE layers on the SP path keep only the attention's pair (the FFN's
+    // tokens go through the expert dispatch instead).
+    const double moe_half = c.expert_sp_path ? 0.5 : 0.0;
+    add_tp("tp.layer", comm.full_rows_bytes,
+           stage_full_layers - moe_half * static_cast<double>(first.moe_layers_here));
+    add_tp("tp.routed_layer", comm.routed_rows_bytes,
+           stage_routed_layers - moe_half * static_cast<double>(first.moe_routed_layers_here));
   }
-  if (c.ep > 1 && c.config.moe.enabled() &&
-      first.moe_layers_here + first.moe_routed_layers_here > 0) {
-    const double count = 2.0 * static_cast<double>(first.moe_layers_here) * c.m;
-    const double bytes = a2a_bytes(c, c.T);
-    const double one = c.comm(Collective::all_to_all, bytes, c.ep, c.expert_level, c.ep_per_node);
-    out.comm.push_back({Collective::all_to_all, "ep.dispatch_combine", "expert", Pass::forward,
-                        c.ep, c.expert_level, bytes, count * c.fwd_passes, one, 1.0});
-    out.comm.push_back({Collective::all_to_all, "ep.dispatch_combine", "expert", Pass::backward,
-                        c.ep, c.expert_level, bytes, count, one, 1.0});
+  if (comm.score_group > 1 && stage_routed_layers > 0) {
+    out.comm.push_back({Collective::all_gather, "tp.mod_router_scores",
+                        c.cp > 1 ? "context" : "tensor", Pass::forward, comm.score_group,
+                        comm.score_level, comm.score_bytes,
+                        stage_routed_layers * c.m * c.fwd_passes, comm.score_one_s, 1.0});
   }
-  if (c.par.zero == 3 && c.dp > 1) {
-    out.comm.push_back({Collective::all_gather, "zero3.param_gather", "data", Pass::forward, c.dp,
-                        c.placement.data, memory.layer_param_bytes(),
+  if (c.cp > 1) {
+    const auto add_ring = [&](const char* label, const RingTime& ring, double layers) {
+      if (layers <= 0) {
+        return;
+      }
+      const double steps = static_cast<double>(c.cp - 1) * layers * c.m;
+      const double total = steps * (c.ring_passes * ring.forward_one + ring.backward_one);
+      const double share = total > 0 ? ring.exposed * layers * c.m / total : 0.0;
+      out.comm.push_back({Collective::send_recv, label, "context", Pass::forward, 2,
+                          c.placement.context, ring.block, steps * c.ring_passes,
+                          ring.forward_one, share});
+      out.comm.push_back({Collective::send_recv, label, "context", Pass::backward, 2,
+                          c.placement.context, 2.0 * ring.block, steps, ring.backward_one, share});
+    };
+    add_ring("cp.kv", comm.ring_full, stage_full_layers);
+    add_ring("cp.kv_routed", comm.ring_routed, stage_routed_layers);
+  }
+  add_expert_records(c, first, out);
+  if (c.par.zero == 3 && c.grad_ranks > 1) {
+    out.comm.push_back({Collective::all_gather, "zero3.param_gather", "data", Pass::forward,
+                        c.grad_ranks, c.grad_level, memory.layer_param_bytes(),
                         2.0 * static_cast<double>(first.layers) * c.m, zero3_gather_one,
                         c.par.overlap_param_gather ? 0.0 : 1.0});
   }
@@ -930,21 +1253,18 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
 
 ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing,
                                  const Estimate& base, const RankCompute& compute) {
-  if (compute.tensor != config.parallel.tensor ||
-      compute.sequence_parallel != config.parallel.sequence_parallel ||
-      compute.micro_batch != config.train.micro_batch ||
-      compute.recompute != config.train.recompute) {
+  if (!compute.matches(config)) {
     throw std::logic_error("estimate_cluster: the rank compute was lowered for another layout");
   }
   const ClusterContext c(config, timing);
   ClusterEstimate out;
   fill_layout(c, out);
   out.dar_replicated_s = (c.t > 1 && !c.sp) ? compute.all_depth_reads_s * (1.0 - 1.0 / c.t) : 0.0;
-  const LayerComm comm = layer_comm(c);
+  const LayerComm comm = layer_comm(c, compute);
   const std::vector<int64_t> chunk_sizes = pipeline_chunks(c, compute, comm);
   const StageMemoryModel memory(config, timing.profile(), base.params);
   assemble_stages(c, compute, comm, chunk_sizes, memory, out);
-  const StepParts parts = stage_data_parallel(c, memory, out);
+  const StepParts parts = stage_data_parallel(c, comm, memory, out);
   add_comm_records(c, comm, memory, parts.zero3_gather_one, out);
 
   // The step: m micro-batches of the slowest stage, the bubble (p - 1) / (v m)
@@ -987,8 +1307,7 @@ ClusterMemoryBound cluster_memory_bound(const Config& config, const DeviceProfil
   if (chunks == 1 || !par.balance_stages) {
     // The partition does not depend on time: the stages exactly as
     // estimate_cluster() builds them.
-    const std::vector<int64_t> sizes =
-        chunks == 1 ? std::vector<int64_t>{L} : equal_chunks(L, chunks);
+    const std::vector<int64_t> sizes = chunks == 1 ? std::vector<int64_t>{L} : equal_chunks(L, chunks);
     std::vector<int64_t> layers(static_cast<size_t>(p), 0), routed(static_cast<size_t>(p), 0),
         end(static_cast<size_t>(p), 0), moe_full(static_cast<size_t>(p), 0),
         moe_routed(static_cast<size_t>(p), 0);
@@ -1008,8 +1327,8 @@ ClusterMemoryBound cluster_memory_bound(const Config& config, const DeviceProfil
     out.peak = -1.0;
     for (int64_t i = 0; i < p; ++i) {
       const size_t k = static_cast<size_t>(i);
-      out.peak = std::max(
-          out.peak, model.memory(i, layers[k], routed[k], end[k], moe_full[k], moe_routed[k]).peak);
+      out.peak = std::max(out.peak, model.memory(i, layers[k], routed[k], end[k], moe_full[k],
+                                                 moe_routed[k]).peak);
     }
     out.exact = true;
     return out;
@@ -1043,8 +1362,8 @@ ClusterMemoryBound cluster_memory_bound(const Config& config, const DeviceProfil
     }
     const double c = one_layer - a;
     const int64_t most = L - (p - 1) * v;  // the other stages hold >= v each
-    bound =
-        std::max(bound, a + std::min(c * static_cast<double>(v), c * static_cast<double>(most)));
+    bound = std::max(bound, a + std::min(c * static_cast<double>(v),
+                                         c * static_cast<double>(most)));
     if (c > 0.0) {
       sum_inverse += 1.0 / c;
       sum_ratio += a / c;

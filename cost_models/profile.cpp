@@ -3,17 +3,16 @@
 #include "modar/profile.hpp"
 
 #include <toml++/toml.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "kernel_model/kernel_params_internal.hpp"
-#include "modar/errors.hpp"
-#include "modar/json.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/files.hpp"
+#include "modar/base/json.hpp"
+#include "modar/base/text.hpp"
 #include "modar/profile_io.hpp"
 #include "network_internal.hpp"
 #include "toml_text.hpp"
@@ -79,19 +78,6 @@ std::string read_string(const toml::table& table, const char* key, const std::st
     fail_field(source, key, shown_text, "must be a string");
   }
   return node->as_string()->get();
-}
-
-// TOML basic strings take exactly JSON's escapes (\" \\ \n \t \r \uXXXX).
-std::string toml_string(const std::string& text) {
-  return json_quote(text);
-}
-
-std::string toml_float(double value) {
-  std::string text = format_number(value);
-  if (text.find_first_of(".eEn") == std::string::npos) {
-    text += ".0";
-  }
-  return text;
 }
 
 bool looks_like_path(const std::string& name) {
@@ -369,23 +355,23 @@ void check_profile_dtype(const DeviceProfile& profile, DType dtype) {
 std::string to_toml(const DeviceProfile& profile) {
   std::ostringstream out;
   out << "# modar device profile (format: profiles/README.md)\n";
-  out << "name = " << toml_string(profile.name) << "\n";
-  out << "backend = " << toml_string(profile.backend) << "\n";
+  out << "name = " << toml_quote(profile.name) << "\n";
+  out << "backend = " << toml_quote(profile.backend) << "\n";
   out << "measured = " << (profile.measured ? "true" : "false") << "\n\n";
   out << "[provenance]\n";
   for (const auto& [key, value] : profile.provenance) {
-    out << toml_string(key) << " = " << toml_string(value) << "\n";
+    out << toml_quote(key) << " = " << toml_quote(value) << "\n";
   }
   const DeviceCeilings& c = profile.ceilings;
   out << "\n[ceilings]\n";
-  out << "peak_flops_bf16 = " << toml_float(c.peak_flops_bf16) << "\n";
-  out << "peak_flops_fp32 = " << toml_float(c.peak_flops_fp32) << "\n";
-  out << "memory_bandwidth = " << toml_float(c.memory_bandwidth) << "\n";
-  out << "achievable_flops_bf16 = " << toml_float(c.achievable_flops_bf16) << "\n";
-  out << "achievable_flops_fp32 = " << toml_float(c.achievable_flops_fp32) << "\n";
-  out << "achievable_bandwidth = " << toml_float(c.achievable_bandwidth) << "\n";
-  out << "launch_overhead_s = " << toml_float(c.launch_overhead_s) << "\n";
-  out << "memory_bytes = " << toml_float(c.memory_bytes) << "\n";
+  out << "peak_flops_bf16 = " << toml_float_literal(c.peak_flops_bf16) << "\n";
+  out << "peak_flops_fp32 = " << toml_float_literal(c.peak_flops_fp32) << "\n";
+  out << "memory_bandwidth = " << toml_float_literal(c.memory_bandwidth) << "\n";
+  out << "achievable_flops_bf16 = " << toml_float_literal(c.achievable_flops_bf16) << "\n";
+  out << "achievable_flops_fp32 = " << toml_float_literal(c.achievable_flops_fp32) << "\n";
+  out << "achievable_bandwidth = " << toml_float_literal(c.achievable_bandwidth) << "\n";
+  out << "launch_overhead_s = " << toml_float_literal(c.launch_overhead_s) << "\n";
+  out << "memory_bytes = " << toml_float_literal(c.memory_bytes) << "\n";
   for (const OpMeasurement& m : profile.measurements) {
     out << "\n[[measurements]]\n";
     out << "kind = \"" << to_string(m.shape.kind) << "\"\n";
@@ -396,8 +382,8 @@ std::string to_toml(const DeviceProfile& profile) {
       out << (d ? ", " : "") << m.shape.dims[static_cast<size_t>(d)];
     }
     out << "]\n";
-    out << "median_s = " << toml_float(m.median_s) << "\n";
-    out << "spread = " << toml_float(m.spread) << "\n";
+    out << "median_s = " << toml_float_literal(m.median_s) << "\n";
+    out << "spread = " << toml_float_literal(m.spread) << "\n";
     out << "repeats = " << m.repeats << "\n";
   }
   out << detail::kernel_to_toml(profile.kernel);    // [kernel] (kernel_model/)
@@ -406,28 +392,7 @@ std::string to_toml(const DeviceProfile& profile) {
 }
 
 void save_profile_atomically(const DeviceProfile& profile, const std::string& path) {
-  const std::string text = to_toml(profile);
-  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) {
-      throw FileError("profile file '" + path +
-                      "': cannot write (directory missing or not writable)");
-    }
-    out << text;
-    out.flush();
-    if (!out) {
-      out.close();
-      std::remove(temporary.c_str());
-      throw FileError("profile file '" + path + "': write failed (disk full?)");
-    }
-  }
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  if (error) {
-    std::remove(temporary.c_str());
-    throw FileError("profile file '" + path + "': cannot replace (" + error.message() + ")");
-  }
+  write_file_atomically(path, to_toml(profile), "profile file");
 }
 
 std::vector<std::string> embedded_profile_names() {

@@ -12,11 +12,12 @@ namespace modar::detail {
 class StepAccumulator final : public OpConsumer {
  public:
   StepAccumulator(const TimingModel& timing, TimeEstimate& time, int64_t accumulation,
-                  AttentionKernel kernel = AttentionKernel::flash)
+                  AttentionKernel kernel = AttentionKernel::flash, bool attention_dropout = false)
       : timing_(timing),
         time_(time),
         accumulation_(static_cast<double>(accumulation)),
-        kernel_(kernel) {}
+        kernel_(kernel),
+        attention_dropout_(attention_dropout) {}
 
   // Defined here so that the lowering inlines it at every emission site.
   void take(const OpRecord& op) override {
@@ -24,7 +25,8 @@ class StepAccumulator final : public OpConsumer {
     TimingModel::Source source = TimingModel::Source::roofline;
     const double one_s = kernel_ == AttentionKernel::flash
                              ? timing_.op_time_s(op, &source)
-                             : attention_kernel_time_s(op, timing_, kernel_, &source);
+                             : attention_kernel_time_s(op, timing_, kernel_,
+                                                       attention_dropout_, &source);
     const double multiplicity = static_cast<double>(op.multiplicity);
     const bool per_step = op.shape.kind == OpKind::optimizer_update;
     const double copies = per_step ? multiplicity : multiplicity * accumulation_;
@@ -62,6 +64,7 @@ class StepAccumulator final : public OpConsumer {
   TimeEstimate& time_;
   const double accumulation_;
   const AttentionKernel kernel_;
+  const bool attention_dropout_;
 };
 
 }  // namespace modar::detail

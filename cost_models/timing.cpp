@@ -1,4 +1,4 @@
-// Op time prediction from a device profile (SPEC section 3).
+// Op time prediction from a device profile (docs/cost_model.md).
 //
 // Roofline: max(executed FLOPs / ceiling, bytes / bandwidth) + launch overhead,
 // with the profile's resolved rates (kernel_rates(): [kernel] efficiencies x

@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <string>
 
-#include "modar/config.hpp"
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/text.hpp"
 
 namespace modar::detail {
 
@@ -35,11 +35,7 @@ inline std::string toml_node_text(const toml::node& node) {
     return std::to_string(v->get());
   }
   if (const auto* v = node.as_floating_point()) {
-    std::string text = format_number(v->get());
-    if (text.find_first_of(".eEn") == std::string::npos) {
-      text += ".0";  // show 2.0 as written, not as the integer 2
-    }
-    return text;
+    return toml_float_literal(v->get());  // 2.0 as written, not as the integer 2
   }
   if (const auto* v = node.as_boolean()) {
     return v->get() ? "true" : "false";

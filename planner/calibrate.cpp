@@ -23,10 +23,11 @@
 #include <tuple>
 #include <vector>
 
+#include "modar/base/errors.hpp"
+#include "modar/base/interrupt.hpp"
+#include "modar/base/json.hpp"
+#include "modar/base/text.hpp"
 #include "modar/cost_model.hpp"
-#include "modar/errors.hpp"
-#include "modar/json.hpp"
-#include "planner_text.hpp"
 
 namespace modar {
 namespace {

@@ -14,8 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "modar/base/errors.hpp"
+#include "modar/base/text.hpp"
 #include "modar/calibrate.hpp"
-#include "modar/errors.hpp"
 
 namespace modar {
 namespace {

@@ -14,9 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "modar/base/errors.hpp"
+#include "modar/base/files.hpp"
+#include "modar/base/text.hpp"
 #include "modar/calibrate.hpp"
-#include "modar/errors.hpp"
-#include "planner_text.hpp"
 
 namespace modar {
 namespace {

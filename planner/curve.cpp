@@ -1,9 +1,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/text.hpp"
 #include "planner_internal.hpp"
-#include "planner_text.hpp"
 
 namespace modar::detail {
 

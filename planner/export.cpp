@@ -6,7 +6,8 @@
 // version is cited in docs/export.md); each modar key maps to the argument
 // that makes Megatron-LM build what modar planned: RMSNorm, RoPE and no
 // biases (Megatron's defaults are LayerNorm, learned positions and biases),
-// no dropout (Megatron's default is 0.1), the planned pipeline split.
+// the planned dropout (modar's default none, Megatron's 0.1), vocabulary
+// padding, context and expert tensor parallelism, the planned pipeline split.
 // What Megatron-LM cannot express is written as comments, never dropped.
 #include "modar/export.hpp"
 
@@ -20,8 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "modar/base/errors.hpp"
+#include "modar/base/text.hpp"
 #include "modar/cost_model.hpp"
-#include "modar/errors.hpp"
 #include "modar/parallel.hpp"
 #include "modar/profile.hpp"
 
@@ -43,10 +45,15 @@ std::string integer_text(int64_t value) {
   return std::to_string(value);
 }
 
+// A dropout probability as Megatron-LM's defaults are written ("0.0", "0.1").
+std::string format_dropout(double probability) {
+  return probability == 0.0 ? "0.0" : format_number(probability);
+}
+
 // Sequences per optimizer step and the data-parallel size (expert
 // parallelism is carved out of the data-parallel group).
 int64_t data_parallel(const Config& c) {
-  return c.device.count / (c.parallel.tensor * c.parallel.pipeline);
+  return std::max<int64_t>(1, c.parallel.data(c.device.count));
 }
 int64_t global_batch(const Config& c) {
   return c.train.global_batch > 0 ? c.train.global_batch : c.train.micro_batch * data_parallel(c);
@@ -147,9 +154,10 @@ void model_arguments(const Config& config, LaunchArguments& out) {
   a.push_back({"--seq-length", integer_text(m.seq_len), ""});
   a.push_back({"--max-position-embeddings", integer_text(m.seq_len),
                "RoPE: the longest position the run uses"});
-  a.push_back({"--vocab-size", integer_text(m.vocab_size),
-               "Megatron-LM pads the vocabulary to a multiple of --make-vocab-size-divisible-by "
-               "x TP (default 128); modar plans it unpadded"});
+  a.push_back({"--vocab-size", integer_text(m.vocab_size), ""});
+  a.push_back({"--make-vocab-size-divisible-by", integer_text(m.make_vocab_size_divisible_by),
+               "the vocabulary padded to a multiple of this x TP = " +
+                   integer_text(m.padded_vocab(config.parallel.tensor))});
   a.push_back({"--position-embedding-type", "rope", ""});
   a.push_back({"--normalization", "RMSNorm", ""});
   a.push_back({"--norm-epsilon", format_number(m.norm_eps), ""});
@@ -174,9 +182,9 @@ void model_arguments(const Config& config, LaunchArguments& out) {
                        "the whole Q and K projections (OLMoE)"
                      : ""});
   }
-  a.push_back(
-      {"--attention-dropout", "0.0", "modar plans no dropout (Megatron-LM's default is 0.1)"});
-  a.push_back({"--hidden-dropout", "0.0", ""});
+  a.push_back({"--attention-dropout", format_dropout(config.train.attention_dropout),
+               config.train.attention_dropout > 0.0 ? "" : "Megatron-LM's default is 0.1"});
+  a.push_back({"--hidden-dropout", format_dropout(config.train.hidden_dropout), ""});
   out.groups.push_back(std::move(group));
 }
 
@@ -231,7 +239,16 @@ void moe_arguments(const Config& config, LaunchArguments& out) {
   }
   a.push_back({"--moe-layer-freq", moe_layer_pattern(config), ""});
   a.push_back({"--moe-grouped-gemm", "", ""});
-  a.push_back({"--moe-token-dispatcher-type", "alltoall", ""});
+  a.push_back({"--moe-token-dispatcher-type", to_string(e.token_dispatcher), ""});
+  // Where the routing weights multiply (moe.router_weights): Megatron-Core
+  // weights the experts' activation by default, or their input.
+  if (e.router_weights == RouterWeights::input) {
+    a.push_back({"--moe-apply-probs-on-input", "", ""});
+  } else if (e.router_weights == RouterWeights::output) {
+    out.not_expressible.push_back(
+        "moe.router_weights = \"output\": Megatron-Core weights the experts' activation (or "
+        "their input); it has no argument that keeps the expert output for the weights");
+  }
   a.push_back({"--moe-router-load-balancing-type", "aux_loss", ""});
   a.push_back({"--moe-aux-loss-coeff", format_number(e.aux_loss_coef), ""});
   if (e.z_loss_coef > 0.0) {
@@ -257,11 +274,11 @@ void parallel_arguments(const Config& config, LaunchArguments& out) {
     a.push_back({"--sequence-parallel", "", ""});
   }
   pipeline_arguments(config, a);
-  a.push_back({"--context-parallel-size", "1", ""});
+  a.push_back({"--context-parallel-size", integer_text(p.context), ""});
   if (config.moe.enabled()) {
     a.push_back({"--expert-model-parallel-size", integer_text(p.expert), ""});
-    a.push_back({"--expert-tensor-parallel-size", integer_text(p.tensor),
-                 "modar splits the experts over the tensor group"});
+    a.push_back({"--expert-tensor-parallel-size", integer_text(p.resolved_expert_tensor()),
+                 p.expert_tensor > 0 ? "" : "parallel.expert_tensor = 0: the tensor size"});
   }
   if (p.zero == 3) {
     a.push_back({"--use-megatron-fsdp", "",
@@ -298,7 +315,12 @@ void training_arguments(const Config& config, LaunchArguments& out) {
   } else if (t.dtype == DType::fp16) {
     a.push_back({"--fp16", "", ""});
   }
-  if (t.recompute == Recompute::full) {
+  if (t.recompute_granularity == RecomputeGranularity::selective) {
+    // Megatron's own granularity and modules (train.recompute_granularity).
+    a.push_back({"--recompute-granularity", "selective", ""});
+    a.push_back({"--recompute-modules", t.recompute_modules, ""});
+  } else if (t.recompute == Recompute::full ||
+             t.recompute_granularity == RecomputeGranularity::full) {
     a.push_back({"--recompute-granularity", "full", ""});
     a.push_back({"--recompute-method", "uniform", ""});
     a.push_back({"--recompute-num-layers", "1", ""});
@@ -355,7 +377,10 @@ LaunchArguments megatron_arguments(const Config& config, const std::string& sour
   const int64_t gpus = config.device.count;
   out.header.push_back(
       "world size " + std::to_string(gpus) + " GPUs = tensor " +
-      std::to_string(config.parallel.tensor) + " x pipeline " +
+      std::to_string(config.parallel.tensor) +
+      (config.parallel.context > 1 ? " x context " + std::to_string(config.parallel.context)
+                                   : std::string()) +
+      " x pipeline " +
       std::to_string(config.parallel.pipeline) + " x data " +
       std::to_string(data_parallel(config)) +
       (config.parallel.expert > 1
@@ -554,6 +579,8 @@ struct MegatronReader {
   int64_t layers_per_virtual = 0;
   int64_t expert_tensor = 0;
   std::string layer_freq;
+  bool recompute_selective = false;  // --recompute-granularity selective
+  std::string recompute_modules;     // --recompute-modules (default core_attn)
 
   [[noreturn]] static void bad(const std::string& flag, const std::string& value,
                                const std::string& allowed) {
@@ -687,6 +714,8 @@ const std::vector<FlagRule>& megatron_flag_rules() {
       integer_flag<&Config::model, &M::seq_len>("--seq-length"),
       integer_flag<&Config::model, &M::vocab_size>("--vocab-size"),
       integer_flag<&Config::model, &M::vocab_size>("--padded-vocab-size"),
+      integer_flag<&Config::model, &M::make_vocab_size_divisible_by>(
+          "--make-vocab-size-divisible-by"),
       real_flag<&Config::model, &M::norm_eps>("--norm-epsilon"),
       {"--swiglu", [](MegatronReader& r, const std::string&,
                       const Values&) { r.config.model.mlp = MlpKind::swiglu; }},
@@ -733,7 +762,19 @@ const std::vector<FlagRule>& megatron_flag_rules() {
                               const Values& v) { r.layer_freq = MegatronReader::one(f, v); }},
       // (modar models grouped GEMMs, the all-to-all and padded capacity already)
       read_only("--moe-grouped-gemm"),
-      read_only("--moe-token-dispatcher-type"),
+      {"--moe-token-dispatcher-type",
+       [](MegatronReader& r, const std::string& f, const Values& v) {
+         const std::string kind = MegatronReader::one(f, v);
+         if (kind != "alltoall" && kind != "allgather") {
+           MegatronReader::bad(f, kind, "modar models alltoall and allgather");
+         }
+         r.config.moe.token_dispatcher =
+             kind == "alltoall" ? TokenDispatcher::alltoall : TokenDispatcher::allgather;
+       }},
+      {"--moe-apply-probs-on-input",
+       [](MegatronReader& r, const std::string&, const Values&) {
+         r.config.moe.router_weights = RouterWeights::input;
+       }},
       read_only("--moe-router-load-balancing-type"),
       read_only("--moe-pad-expert-input-to-capacity"),
       read_only("--moe-permute-fusion"),
@@ -750,12 +791,7 @@ const std::vector<FlagRule>& megatron_flag_rules() {
        [](MegatronReader& r, const std::string& f, const Values& v) {
          r.expert_tensor = MegatronReader::integer(f, v);
        }},
-      {"--context-parallel-size",
-       [](MegatronReader&, const std::string& f, const Values& v) {
-         if (MegatronReader::integer(f, v) != 1) {
-           MegatronReader::bad(f, v.front(), "modar plans context parallel size 1 only");
-         }
-       }},
+      integer_flag<&Config::parallel, &P::context>("--context-parallel-size"),
       {"--sequence-parallel", [](MegatronReader& r, const std::string&,
                                  const Values&) { r.config.parallel.sequence_parallel = true; }},
       {"--use-distributed-optimizer",
@@ -792,19 +828,33 @@ const std::vector<FlagRule>& megatron_flag_rules() {
                     const Values&) { r.config.train.dtype = DType::bf16; }},
       {"--fp16", [](MegatronReader& r, const std::string&,
                     const Values&) { r.config.train.dtype = DType::fp16; }},
+      // Full recompute is modar's train.recompute = "full" (the same plan);
+      // selective is Megatron's own (train.recompute_granularity, with
+      // --recompute-modules or its default core_attn: finish()).
       {"--recompute-granularity",
        [](MegatronReader& r, const std::string& f, const Values& v) {
          const std::string g = MegatronReader::one(f, v);
          if (g != "full" && g != "selective") {
            MegatronReader::bad(f, g, "must be full or selective");
          }
-         r.config.train.recompute = g == "full" ? Recompute::full : Recompute::selective;
+         r.recompute_selective = g == "selective";
+         r.config.train.recompute = g == "full" ? Recompute::full : Recompute::none;
        }},
       {"--recompute-activations",
        [](MegatronReader& r, const std::string&, const Values&) {
-         r.config.train.recompute = Recompute::selective;
+         r.recompute_selective = true;
        }},
-      noted<kPerLayer>("--recompute-modules"),
+      {"--recompute-modules",
+       [](MegatronReader& r, const std::string& f, const Values& v) {
+         if (v.empty()) {
+           MegatronReader::bad(f, "", "names the modules to recompute");
+         }
+         std::string modules;
+         for (const std::string& name : v) {
+           modules += (modules.empty() ? "" : " ") + name;
+         }
+         r.recompute_modules = modules;
+       }},
       noted<kPerLayer>("--recompute-method"),
       noted<kPerLayer>("--recompute-num-layers"),
       {"--attention-backend",
@@ -817,18 +867,8 @@ const std::vector<FlagRule>& megatron_flag_rules() {
        [](MegatronReader& r, const std::string&, const Values&) {
          r.config.train.grad_accumulation = GradAccumulation::unfused;
        }},
-      {"--attention-dropout",
-       [](MegatronReader& r, const std::string& f, const Values& v) {
-         if (MegatronReader::real(f, v) != 0.0) {
-           r.notes.push_back(f + " " + v.front() + ": dropout is not modelled");
-         }
-       }},
-      {"--hidden-dropout",
-       [](MegatronReader& r, const std::string& f, const Values& v) {
-         if (MegatronReader::real(f, v) != 0.0) {
-           r.notes.push_back(f + " " + v.front() + ": dropout is not modelled");
-         }
-       }},
+      real_flag<&Config::train, &T::attention_dropout>("--attention-dropout"),
+      real_flag<&Config::train, &T::hidden_dropout>("--hidden-dropout"),
   };
   return rules;
 }
@@ -869,11 +909,24 @@ void MegatronReader::finish() {
   if (p.virtual_stages > 1) {
     p.schedule = PipelineSchedule::interleaved;
   }
-  if (expert_tensor > 0 && expert_tensor != p.tensor) {
-    bad("--expert-tensor-parallel-size", std::to_string(expert_tensor),
-        "modar splits the experts over the tensor group: must equal "
-        "--tensor-model-parallel-size = " +
-            std::to_string(p.tensor));
+  // An expert tensor size equal to the tensor size is modar's default (0).
+  p.expert_tensor = expert_tensor > 0 && expert_tensor != p.tensor ? expert_tensor : 0;
+  TrainConfig& t = config.train;
+  if (recompute_selective) {
+    t.recompute_granularity = RecomputeGranularity::selective;
+    t.recompute_modules = recompute_modules.empty() ? "core_attn" : recompute_modules;
+  } else if (!recompute_modules.empty()) {
+    notes.push_back("--recompute-modules without --recompute-granularity selective: not used");
+  }
+  // Megatron-LM's defaults where the command line gives none.
+  if (!seen.count("--make-vocab-size-divisible-by") && !seen.count("--padded-vocab-size")) {
+    m.make_vocab_size_divisible_by = 128;
+  }
+  if (!seen.count("--attention-dropout")) {
+    t.attention_dropout = 0.1;
+  }
+  if (!seen.count("--hidden-dropout")) {
+    t.hidden_dropout = 0.1;
   }
   if (config.moe.experts > 0 && !layer_freq.empty()) {
     apply_layer_freq();
@@ -881,10 +934,11 @@ void MegatronReader::finish() {
   if (world_size > 0) {
     config.device.count = world_size * nodes;
   } else {
-    config.device.count = p.tensor * p.pipeline;
+    config.device.count = p.tensor * p.context * p.pipeline;
     notes.push_back("device.count = " + std::to_string(config.device.count) +
-                    ": the world size is the launcher's, not an argument (tensor x pipeline, "
-                    "data-parallel size 1, taken); set yours with --set device.count=N");
+                    ": the world size is the launcher's, not an argument (tensor x context x "
+                    "pipeline, data-parallel size 1, taken); set yours with --set "
+                    "device.count=N");
   }
 }
 

@@ -4,25 +4,36 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <deque>
 #include <memory>
 #include <vector>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/interrupt.hpp"
 #include "modar/parallel.hpp"
 
 namespace modar {
 
 std::string layout_summary(const Config& c) {
   const ParallelConfig& p = c.parallel;
-  std::string out = "TP " + std::to_string(p.tensor) + (p.sequence_parallel ? " (SP)" : "") +
-                    " x PP " + std::to_string(p.pipeline);
+  std::string out = "TP " + std::to_string(p.tensor) + (p.sequence_parallel ? " (SP)" : "");
+  if (p.context > 1) {
+    out += " x CP " + std::to_string(p.context);
+  }
+  out += " x PP " + std::to_string(p.pipeline);
   if (p.virtual_stages > 1) {
     out += " (v " + std::to_string(p.virtual_stages) + ")";
   }
-  out += " x DP " + std::to_string(std::max<int64_t>(1, p.data(c.device.count))) + ", ZeRO " +
-         std::to_string(p.zero) + ", mb " + std::to_string(c.train.micro_batch) + ", recompute " +
-         to_string(c.train.recompute);
+  out += " x DP " + std::to_string(std::max<int64_t>(1, p.data(c.device.count)));
+  if (p.expert > 1 || p.resolved_expert_tensor() != p.tensor) {
+    out += ", EP " + std::to_string(p.expert);
+    if (p.resolved_expert_tensor() != p.tensor) {
+      out += " (expert TP " + std::to_string(p.resolved_expert_tensor()) + ")";
+    }
+  }
+  out += ", ZeRO " + std::to_string(p.zero) + ", mb " + std::to_string(c.train.micro_batch) +
+         ", recompute " + to_string(c.train.recompute);
   return out;
 }
 
@@ -38,18 +49,21 @@ std::vector<int64_t> divisors_up_to(int64_t n, int64_t limit) {
   return out;
 }
 
+// "1, 2 or 4": the micro-batches a search tries, for its messages.
+std::string micro_batch_list(const std::vector<int64_t>& sizes) {
+  std::string text;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    text += (i == 0 ? "" : i + 1 == sizes.size() ? " or " : ", ") + std::to_string(sizes[i]);
+  }
+  return text;
+}
+
 // One point of the layout space before the recompute choice.
 struct Candidate {
   int64_t t = 1, p = 1, v = 1, mb = 1, zero = 0;
+  bool sp = false;
+  int64_t cp = 1, ep = 1, etp = 0;  // etp 0: the tensor size
 };
-
-// The recompute modes tried per layout, cheapest first (the user's alone when fixed).
-std::vector<Recompute> recomputes(const LayoutSearchOptions& options) {
-  if (options.recompute) {
-    return {*options.recompute};
-  }
-  return {Recompute::none, Recompute::selective, Recompute::full};
-}
 
 // The layout space of one shape, in search order: model-parallel size t x p
 // ascending, then v, micro-batch and ZeRO stage.
@@ -58,6 +72,12 @@ struct LayoutSpace {
   int64_t per_node = 8;
   int64_t global = 1;  // sequences per optimizer step
   std::vector<Candidate> candidates;
+  std::vector<std::string> skipped;  // sizes left out, and why (once each)
+  void skip(const std::string& why) {
+    if (std::find(skipped.begin(), skipped.end(), why) == skipped.end()) {
+      skipped.push_back(why);
+    }
+  }
 };
 
 LayoutSpace layout_space(const Config& config, const TimingModel& timing,
@@ -73,35 +93,87 @@ LayoutSpace layout_space(const Config& config, const TimingModel& timing,
   const int64_t global = layout_global_batch(config, options);
   space.global = global;
 
-  std::vector<std::pair<int64_t, int64_t>> sizes;  // (t, p) by t x p ascending
-  for (int64_t t : divisors_up_to(options.gpus, space.per_node)) {
-    if (m.n_heads % t != 0 || m.resolved_kv_heads() % t != 0 || m.resolved_d_ff() % t != 0 ||
-        m.seq_len % t != 0) {
+  const LayoutDimensions& dims = options.dimensions;
+  const MoeConfig& e = config.moe;
+  // (t, c, p) by the model-parallel size t x p ascending (CP, like DP, holds
+  // a share of the tokens; the planner's early stop counts t x p).
+  struct Sizes {
+    int64_t t, cp, p;
+  };
+  std::vector<Sizes> sizes;
+  for (int64_t t : divisors_up_to(options.gpus, options.gpus)) {
+    if (t > space.per_node) {
+      space.skip("TP " + std::to_string(t) + ": more than the " + std::to_string(space.per_node) +
+                 " GPUs of a node");
       continue;
     }
-    for (int64_t p : divisors_up_to(options.gpus / t, m.n_layers)) {
-      sizes.emplace_back(t, p);
+    if (m.n_heads % t != 0 || m.resolved_kv_heads() % t != 0 || m.resolved_d_ff() % t != 0 ||
+        m.seq_len % t != 0) {
+      space.skip("TP " + std::to_string(t) +
+                 ": does not divide the heads, KV heads, d_ff and seq_len");
+      continue;
     }
-  }
-  std::stable_sort(sizes.begin(), sizes.end(), [](const auto& a, const auto& b) {
-    return a.first * a.second < b.first * b.second;
-  });
-  for (const auto& [t, p] : sizes) {
-    const int64_t dp = options.gpus / (t * p);
-    for (int64_t v : {int64_t{1}, int64_t{2}}) {
-      if (v == 2 && (p == 1 || m.n_layers < 2 * p)) {
+    for (int64_t cp : divisors_up_to(options.gpus / t, dims.context ? options.gpus : 1)) {
+      if (cp > 1 && (m.seq_len % (2 * cp * t) != 0 ||
+                     config.train.attention_kernel != AttentionKernel::flash)) {
         continue;
       }
-      for (int64_t mb : options.micro_batch > 0 ? std::vector<int64_t>{options.micro_batch}
-                                                 : std::vector<int64_t>{1, 2, 4}) {
-        if (global % (mb * dp) != 0) {
-          continue;
-        }
-        for (int64_t zero : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{3}}) {
-          if ((dp == 1) != (zero == 0)) {
+      for (int64_t p : divisors_up_to(options.gpus / (t * cp), m.n_layers)) {
+        sizes.push_back({t, cp, p});
+      }
+    }
+  }
+  std::stable_sort(sizes.begin(), sizes.end(),
+                   [](const Sizes& a, const Sizes& b) { return a.t * a.p < b.t * b.p; });
+  for (const Sizes& size : sizes) {
+    const int64_t t = size.t, cp = size.cp, p = size.p;
+    const int64_t dp = options.gpus / (t * cp * p);
+    // Expert layouts (Megatron-Core's folding of the stage's t x cp x dp
+    // ranks): EP dividing the experts, expert TP = t or 1.
+    std::vector<std::pair<int64_t, int64_t>> experts{{1, 0}};
+    if (dims.expert && e.enabled()) {
+      experts.clear();
+      for (int64_t ep : divisors_up_to(e.experts, e.experts)) {
+        for (int64_t etp : t > 1 ? std::vector<int64_t>{t, 1} : std::vector<int64_t>{1}) {
+          if ((t * cp * dp) % (ep * etp) != 0 || e.resolved_expert_ffn(m) % etp != 0) {
             continue;
           }
-          space.candidates.push_back({t, p, v, mb, zero});
+          experts.emplace_back(ep, etp == t ? 0 : etp);
+        }
+      }
+    }
+    for (bool sp : {true, false}) {
+      if ((t == 1 && sp) || (t > 1 && !sp && !dims.tensor_without_sequence)) {
+        continue;  // SP needs t > 1; TP without SP only when asked
+      }
+      for (const auto& [ep, etp] : experts) {
+        if (etp > 0 && t > 1 && !sp) {
+          continue;  // expert TP apart from TP needs SP (Megatron-Core)
+        }
+        for (int64_t v : dims.virtual_stages) {
+          if (v > 1 && (p == 1 || m.n_layers < v * p)) {
+            continue;
+          }
+          for (int64_t mb : dims.micro_batches) {
+            if (global % (mb * dp) != 0) {
+              space.skip("micro-batch " + std::to_string(mb) + " x data " + std::to_string(dp) +
+                         " does not divide the global batch " + std::to_string(global));
+              continue;
+            }
+            for (int64_t zero : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{3}}) {
+              const bool sharded = dp * cp > 1;
+              if ((!sharded && zero > 0) ||
+                  (sharded && zero == 0 && !dims.zero_zero_with_data)) {
+                continue;
+              }
+              Candidate c{t, p, v, mb, zero};
+              c.sp = sp && t > 1;
+              c.cp = cp;
+              c.ep = ep;
+              c.etp = etp;
+              space.candidates.push_back(c);
+            }
+          }
         }
       }
     }
@@ -109,8 +181,7 @@ LayoutSpace layout_space(const Config& config, const TimingModel& timing,
   if (space.candidates.empty()) {
     throw ConfigError("train.global_batch = " + std::to_string(global) + ": no layout of " +
                       std::to_string(options.gpus) + " GPUs splits it into micro-batches of " +
-                      (options.micro_batch > 0 ? std::to_string(options.micro_batch)
-                                               : std::string("1, 2 or 4")) +
+                      micro_batch_list(dims.micro_batches) +
                       " sequences per data-parallel rank; allowed: a multiple of "
                       "train.micro_batch x the data-parallel size");
   }
@@ -125,7 +196,10 @@ Config layout_config(const Config& config, const LayoutSpace& space, const Candi
   c.cluster.nodes = 0;
   c.parallel = ParallelConfig{};
   c.parallel.tensor = l.t;
-  c.parallel.sequence_parallel = l.t > 1;
+  c.parallel.sequence_parallel = l.sp;
+  c.parallel.context = l.cp;
+  c.parallel.expert = l.ep;
+  c.parallel.expert_tensor = l.etp;
   c.parallel.pipeline = l.p;
   c.parallel.schedule = l.v > 1 ? PipelineSchedule::interleaved : PipelineSchedule::one_f_one_b;
   c.parallel.virtual_stages = l.v;
@@ -133,6 +207,7 @@ Config layout_config(const Config& config, const LayoutSpace& space, const Candi
   c.train.micro_batch = l.mb;
   c.train.global_batch = space.global;
   c.train.recompute = recompute;
+  c.train.recompute_granularity = RecomputeGranularity::none;  // modar's recompute is searched
   return c;
 }
 
@@ -150,21 +225,20 @@ class LayoutEstimator {
     const Estimate* single = nullptr;
     for (const Single& entry : singles_) {
       if (entry.mb == c.train.micro_batch && entry.recompute == c.train.recompute &&
-          entry.dp == dp) {
+          entry.dp == dp && entry.tensor == c.parallel.tensor) {
         single = &entry.estimate;
         break;
       }
     }
     if (single == nullptr) {
-      singles_.push_back({c.train.micro_batch, c.train.recompute, dp, Estimate{}});
+      singles_.push_back({c.train.micro_batch, c.train.recompute, dp, c.parallel.tensor,
+                          Estimate{}});
       estimate_into(c, timing_, StepKind::train, scratch_, singles_.back().estimate);
       single = &singles_.back().estimate;
     }
     const RankCompute* compute = nullptr;
     for (const RankCompute& entry : computes_) {
-      if (entry.tensor == c.parallel.tensor &&
-          entry.sequence_parallel == c.parallel.sequence_parallel &&
-          entry.micro_batch == c.train.micro_batch && entry.recompute == c.train.recompute) {
+      if (entry.matches(c)) {
         compute = &entry;
         break;
       }
@@ -180,10 +254,14 @@ class LayoutEstimator {
   int64_t timed() const { return timed_; }
 
  private:
+  // The single-device estimate (FLOPs per token and per step): the same for
+  // every layout of one micro-batch, recompute, data-parallel size (the
+  // step's micro-batches) and tensor size (the padded vocabulary).
   struct Single {
     int64_t mb;
     Recompute recompute;
     int64_t dp;
+    int64_t tensor;
     Estimate estimate;
   };
   const TimingModel& timing_;
@@ -246,7 +324,7 @@ LayoutSearchResult search_layout(const Config& config, const TimingModel& timing
     if (first_fit_size > 0 && l.t * l.p > 4 * first_fit_size) {
       break;
     }
-    for (Recompute recompute : recomputes(options)) {
+    for (Recompute recompute : options.dimensions.recomputes) {
       const Config c = layout_config(config, space, l, recompute);
       ++evaluated;
       if (!cluster_memory_bound(c, profile).may_fit()) {
@@ -280,7 +358,7 @@ LayoutSearchResult search_layout(const Config& config, const TimingModel& timing
   LayoutSearchResult least;
   double least_memory = INFINITY;
   for (const Candidate& l : space.candidates) {
-    for (Recompute recompute : recomputes(options)) {
+    for (Recompute recompute : options.dimensions.recomputes) {
       const Config c = layout_config(config, space, l, recompute);
       ++evaluated;
       std::shared_ptr<ClusterEstimate> cluster;
@@ -308,7 +386,7 @@ LayoutFeasibility layout_fits(const Config& config, const TimingModel& timing,
   // afterwards, in search order.
   std::vector<Config> undecided;
   for (const Candidate& l : space.candidates) {
-    for (Recompute recompute : recomputes(options)) {
+    for (Recompute recompute : options.dimensions.recomputes) {
       Config c = layout_config(config, space, l, recompute);
       const ClusterMemoryBound bound = cluster_memory_bound(c, profile);
       ++out.screened;
@@ -331,6 +409,111 @@ LayoutFeasibility layout_fits(const Config& config, const TimingModel& timing,
       return out;
     }
   }
+  return out;
+}
+
+LayoutDimensions layout_ranking_dimensions() {
+  LayoutDimensions dims;
+  dims.tensor_without_sequence = true;
+  dims.context = true;
+  dims.expert = true;
+  dims.zero_zero_with_data = true;
+  dims.micro_batches = {1, 2, 4, 8};
+  dims.virtual_stages = {1, 2, 4};
+  return dims;
+}
+
+namespace {
+
+// What keeps a layout from fitting: the peak over the device memory and the
+// largest part of it.
+std::string binding_constraint(const MemoryBreakdown& m) {
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  const std::pair<const char*, double> parts[] = {
+      {"activations", m.activations}, {"optimizer states", m.optimizer},
+      {"gradients", m.gradients},     {"weights", m.weights},
+      {"workspace", m.workspace},     {"router buffers", m.router_buffers},
+      {"depth bank", m.dar_bank}};
+  const auto* largest = std::max_element(
+      std::begin(parts), std::end(parts),
+      [](const auto& a, const auto& b) { return a.second < b.second; });
+  char text[256];
+  std::snprintf(text, sizeof text,
+                "memory: %.2f GiB per device > %.2f GiB (+%.2f GiB); largest part %s %.1f GiB",
+                m.peak / kGiB, m.capacity / kGiB, (m.peak - m.capacity) / kGiB, largest->first,
+                largest->second / kGiB);
+  return text;
+}
+
+}  // namespace
+
+LayoutRanking rank_layouts(const Config& config, const TimingModel& timing,
+                           const LayoutSearchOptions& options) {
+  if (options.gpus < 1) {
+    throw ConfigError("gpus = " + std::to_string(options.gpus) + ": must be >= 1");
+  }
+  if (options.global_batch < 0) {
+    throw ConfigError("global_batch = " + std::to_string(options.global_batch) +
+                      ": must be >= 0 (0: train.global_batch, else ~4M tokens)");
+  }
+  const LayoutSpace space = layout_space(config, timing, options);
+  const DeviceProfile& profile = timing.profile();
+  LayoutRanking out;
+  out.gpus = space.gpus;
+  out.gpus_per_node = space.per_node;
+  out.global_batch = space.global;
+  out.global_batch_source =
+      options.global_batch > 0
+          ? "requested"
+          : (config.train.global_batch > 0
+                 ? "train.global_batch"
+                 : "default: 2^22 / seq_len sequences rounded up to a power of two (~4M tokens)");
+  out.tokens_per_step = static_cast<double>(space.global) * static_cast<double>(config.model.seq_len);
+  out.device_memory_bytes = profile.ceilings.memory_bytes;
+  out.profile_name = profile.name;
+  out.skipped = space.skipped;
+  LayoutEstimator estimator(timing);
+  const double peak_flops = profile.ceilings.peak_flops(config.train.dtype) *
+                            static_cast<double>(space.gpus);
+  for (const Candidate& l : space.candidates) {
+    for (Recompute recompute : options.dimensions.recomputes) {
+      throw_if_interrupted("layout ranking");
+      const Config c = layout_config(config, space, l, recompute);
+      ++out.considered;
+      try {
+        validate(c);
+      } catch (const ConfigError& e) {
+        // A combination the configuration rules refuse (reported once).
+        out.skipped.push_back(layout_summary(c) + ": " + e.what());
+        continue;
+      }
+      std::shared_ptr<ClusterEstimate> cluster;
+      const Estimate& single = estimator.estimate(c, &cluster);
+      RankedLayout row;
+      row.config = c;
+      row.summary = layout_summary(c);
+      row.memory = cluster->stages[static_cast<size_t>(cluster->busiest_stage)].memory;
+      row.fits = row.memory.fits;
+      row.step_s = cluster->step_s;
+      row.tokens_per_s = row.step_s > 0 ? single.flops.tokens_per_step / row.step_s : 0.0;
+      row.mfu = row.step_s > 0 && peak_flops > 0
+                    ? single.flops.train_per_step / (row.step_s * peak_flops)
+                    : 0.0;
+      row.compute_s = cluster->compute_s;
+      row.exposed_comm_s = cluster->exposed_comm_s;
+      row.bubble_s = cluster->bubble_s;
+      if (!row.fits) {
+        row.binding = binding_constraint(row.memory);
+      }
+      (row.fits ? out.fitting : out.not_fitting).push_back(std::move(row));
+    }
+  }
+  std::stable_sort(out.fitting.begin(), out.fitting.end(),
+                   [](const RankedLayout& a, const RankedLayout& b) { return a.step_s < b.step_s; });
+  std::stable_sort(out.not_fitting.begin(), out.not_fitting.end(),
+                   [](const RankedLayout& a, const RankedLayout& b) {
+                     return a.memory.peak < b.memory.peak;
+                   });
   return out;
 }
 

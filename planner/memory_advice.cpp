@@ -9,7 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/text.hpp"
 #include "modar/layout_search.hpp"
 #include "modar/planner.hpp"
 #include "optimal_internal.hpp"
@@ -23,7 +24,7 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr int64_t kMaxAdvisedGpus = 16384;
 
 std::string gib(double bytes) {
-  return detail::fixed(bytes / kGiB, 1) + " GiB";
+  return format_fixed(bytes / kGiB, 1) + " GiB";
 }
 
 // The peak per device of `config` (nullopt: the change is not a valid

@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/text.hpp"
 #include "modar/planner.hpp"
 #include "optimal_internal.hpp"
 #include "optimal_search.hpp"
 #include "planner_internal.hpp"
-#include "planner_text.hpp"
 
 namespace modar {
 
@@ -27,16 +27,14 @@ namespace {
 using detail::ArchSpace;
 using detail::Argmin;
 using detail::Evaluator;
-using detail::fixed;
 using detail::Point;
-using detail::sci;
 
 // A budget whose compute-optimal dense model lies outside the shape search's
 // sizes is an error naming the budget range that would work.
 void check_budget_in_search_range(const OptimalSettings& settings, double centre_flops) {
   const PlannerRun& run = settings.run;
   const detail::SearchRange range =
-      detail::search_range(run.base, run.shapes, run.fit.params, 1.0, centre_flops);
+      detail::search_range(run.base, run.shapes, run.fit.params, LossScale{}, centre_flops);
   if (!range.too_small() && !range.too_large()) {
     return;
   }
@@ -48,24 +46,24 @@ void check_budget_in_search_range(const OptimalSettings& settings, double centre
                                            : "gpu_hours = " + format_number(*settings.gpu_hours);
   const auto budget_text = [&](double flops) {
     if (flops_decide) {
-      return sci(flops, 2) + " FLOPs";
+      return format_sci(flops, 1) + " FLOPs";
     }
     const double gpu_hours =
         flops / (3600.0 * run.profile.ceilings.peak_flops_bf16 * detail::kGridCentreMfu);
-    return settings.days ? sci(gpu_hours / 24.0 / double(run.gpus), 2) + " days on " +
+    return settings.days ? format_sci(gpu_hours / 24.0 / double(run.gpus), 1) + " days on " +
                                std::to_string(run.gpus) + " GPUs"
-                         : sci(gpu_hours, 2) + " GPU-hours";
+                         : format_sci(gpu_hours, 1) + " GPU-hours";
   };
   if (range.too_small()) {
     throw ConfigError(
-        what + ": too small for any shape: the compute-optimal N_f is " + sci(range.n_opt) +
+        what + ": too small for any shape: the compute-optimal N_f is " + format_sci(range.n_opt, 2) +
         " but the smallest shape (" + std::to_string(run.shapes.min_layers) + " layers, d_model " +
-        std::to_string(run.shapes.d_model_multiple) + "+) has N_f " + sci(range.smallest) +
+        std::to_string(run.shapes.d_model_multiple) + "+) has N_f " + format_sci(range.smallest, 2) +
         "; allowed: a budget of at least ~" + budget_text(range.min_flops));
   }
   throw ConfigError(what + ": too large for the shape search: the compute-optimal N_f " +
-                    sci(range.n_opt) + " exceeds the largest shape's (" +
-                    std::to_string(run.shapes.max_layers) + " layers) " + sci(range.largest) +
+                    format_sci(range.n_opt, 2) + " exceeds the largest shape's (" +
+                    std::to_string(run.shapes.max_layers) + " layers) " + format_sci(range.largest, 2) +
                     "; allowed: a budget of at most ~" + budget_text(range.max_flops));
 }
 
@@ -92,7 +90,7 @@ struct Solve {
             ? "the tighter of C = 3 F_fwd D and the wall-clock budget"
             : (settings.flops ? "C = 3 F_fwd D (D = C / F_train per token)"
                               : "the wall-clock budget (D = hours x tokens/s)");
-    return std::string("argmin of predicted loss (eps ") + fixed(prior.eps, 4) + ", fit " +
+    return std::string("argmin of predicted loss (eps ") + format_fixed(prior.eps, 4) + ", fit " +
            result.fit.name + ") under " + budget_text + " over every shape of the search space (" +
            detail::space_text(run().shapes) + ")" + (fits ? " that fits in " + memory_text : "") +
            "; losses within " + format_number(100 * kLossTieRelative) +
@@ -108,7 +106,7 @@ struct Solve {
                        "device memory, not the loss, picked this shape: the loss argmin " +
                            std::to_string(best.candidate.shape.n_layers) + " x " +
                            std::to_string(best.candidate.shape.d_model) + " (loss " +
-                           fixed(space.loss(best, eps), 4) + ") does not fit");
+                           format_fixed(space.loss(best, eps), 4) + ") does not fit");
     }
   }
 
@@ -127,7 +125,7 @@ void solve_baseline(Solve& solve) {
   const Config& base = solve.run().base;
   const Config arch_base = detail::arch_config(base, make_arch("baseline"));
   const EfficiencyPrior prior = solve.prior_of(arch_base);
-  ArchSpace space(arch_base, solve.run().shapes, solve.evaluator);
+  ArchSpace space(arch_base, solve.run().shapes, solve.evaluator, prior);
   const Argmin argmin = detail::isoflop_argmin(space, prior.eps, solve.centre_flops);
   if (argmin.index < 0) {
     throw ConfigError("no shape in the search space (" + detail::space_text(solve.run().shapes) +
@@ -137,8 +135,8 @@ void solve_baseline(Solve& solve) {
   const double tokens = solve.evaluator.tokens_for(space.arch_base(), point);
   const double step_tokens = double(solve.run().global_batch) * double(base.model.seq_len);
   if (tokens < step_tokens) {
-    throw ConfigError("budget too small: the optimal baseline gets " + sci(tokens) +
-                      " tokens, less than one optimizer step (" + sci(step_tokens) + " tokens)");
+    throw ConfigError("budget too small: the optimal baseline gets " + format_sci(tokens, 2) +
+                      " tokens, less than one optimizer step (" + format_sci(step_tokens, 2) + " tokens)");
   }
   Recommendation rec =
       detail::make_recommendation("baseline", "isoflop_optimal",
@@ -215,12 +213,12 @@ void solve_parity(Solve& solve, const ArchSpec& arch, ArchSpace& space,
   const std::string selection =
       "fastest step (cost model on profile " + solve.run().profile.name +
       ") among shapes that fit in " + solve.memory_text + " whose predicted loss (eps " +
-      fixed(prior.eps, 4) + ") <= the optimal baseline's " + fixed(baseline_loss, 4) +
+      format_fixed(prior.eps, 4) + ") <= the optimal baseline's " + format_fixed(baseline_loss, 4) +
       (restricted
            ? ", restricted to the prior's support (" +
                  (prior.measured_size_min > 0
                       ? std::string(prior.size_measure == "non_embedding" ? "non-vocab " : "") +
-                            "parameters >= " + sci(prior.measured_size_min, 2) +
+                            "parameters >= " + format_sci(prior.measured_size_min, 1) +
                             ", the smallest model it was measured at; "
                       : std::string()) +
                  "tokens per parameter in " + format_number(kFitTokensPerParamMin) + ".." +
@@ -240,12 +238,12 @@ void solve_parity(Solve& solve, const ArchSpec& arch, ArchSpace& space,
   if (prior.measured_size_min > 0 &&
       detail::prior_size(prior, rec.params) < prior.measured_size_min * (1 - 1e-9)) {
     detail::add_flag(rec, "parity_smaller_than_measured",
-                     "smaller (" + sci(detail::prior_size(prior, rec.params)) +
+                     "smaller (" + format_sci(detail::prior_size(prior, rec.params), 2) +
                          ") than any model the prior was measured at (" +
-                         sci(prior.measured_size_min, 2) + ")");
+                         format_sci(prior.measured_size_min, 1) + ")");
   }
   if (parity_high < 0) {
-    solve.result.notes.push_back(arch.name + " parity-fastest: at eps " + fixed(prior.eps_high, 4) +
+    solve.result.notes.push_back(arch.name + " parity-fastest: at eps " + format_fixed(prior.eps_high, 4) +
                                  " (the prior's pessimistic end) no shape reaches the baseline's "
                                  "loss; its range's high end is null");
   }
@@ -263,7 +261,7 @@ void solve_architecture(Solve& solve, const ArchSpec& arch) {
     solve.note_no_fit(solve.baseline);
     return;
   }
-  ArchSpace space(arch_base, solve.run().shapes, solve.evaluator);
+  ArchSpace space(arch_base, solve.run().shapes, solve.evaluator, prior);
   if (!prior.known) {
     solve.reporter.set_stage(arch.name + ": the baseline's FLOPs per token");
     solve_unknown_prior(solve, arch, space, prior);
@@ -296,7 +294,7 @@ SameShapeComparison same_shape_as_baseline(Solve& solve, const ArchSpec& arch) {
   const Recommendation& baseline = solve.baseline;
   const Config arch_base = detail::arch_config(solve.run().base, arch);
   const EfficiencyPrior prior = solve.prior_of(arch_base);
-  ArchSpace one(arch_base, solve.run().shapes, solve.evaluator);
+  ArchSpace one(arch_base, solve.run().shapes, solve.evaluator, prior);
   Point point;
   const ParamAndFlopCounts counts = count_params_and_flops(with_shape(arch_base, baseline.shape));
   point.candidate.shape = baseline.shape;

@@ -1,7 +1,7 @@
 // The pieces `modar optimal` assembles a result from (planner/optimal_trust.cpp):
 // a recommendation built from a chosen point of the search, its ratios and
 // eps ranges against the optimal baseline, the flags and notes that say how
-// far to trust it, and the short number formats of the planner's text.
+// far to trust it.
 // Not a public header.
 #pragma once
 
@@ -11,10 +11,6 @@
 #include "optimal_search.hpp"
 
 namespace modar::detail {
-
-// "%.*f" and "%.*e" with `digits` significant digits (sci).
-std::string fixed(double value, int digits);
-std::string sci(double value, int digits = 3);
 
 // The recommendation of `point` (its estimate, tokens, loss at the prior and
 // at both ends of the prior's range).

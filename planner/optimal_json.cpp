@@ -1,9 +1,10 @@
 // `modar optimal --json`: the result of optimal() as one JSON document (the
 // document Python's OptimalResult.to_dict() holds).
+#include "modar/base/json.hpp"
+#include "modar/base/text.hpp"
 #include "modar/estimate_json.hpp"
 #include "modar/layout_search.hpp"
 #include "modar/planner.hpp"
-#include "planner_text.hpp"
 
 namespace modar {
 
@@ -128,8 +129,9 @@ std::string to_json(const OptimalResult& result) {
   json.field("beta", result.fit.params.beta);
   json.end_object();
   json.field("loss_model",
-             "L = E + eps * A / N_f^alpha + B / D^beta; N_f = FLOP-active "
-             "parameters; D = tokens; C = F_train_per_token * D = 3 F_fwd D");
+             "L = E + eps * A / N_f^alpha + B / D^beta (MoD: E + eps * (A / N_f^alpha + "
+             "B / D^beta)); N_f = FLOP-active parameters; D = tokens; C = F_train_per_token * "
+             "D = 3 F_fwd D");
   json.key("eps").begin_object();
   for (const EfficiencyPrior& prior : result.priors) {
     if (prior.known) {

@@ -115,16 +115,17 @@ LayoutSearchOptions Evaluator::layout_options() const {
   options.gpus_per_node = run_.gpus_per_node;
   options.global_batch = run_.global_batch;
   if (run_.micro_batch_fixed) {
-    options.micro_batch = run_.base.train.micro_batch;
+    options.dimensions.micro_batches = {run_.base.train.micro_batch};
   }
   if (run_.recompute_fixed) {
-    options.recompute = run_.base.train.recompute;
+    options.dimensions.recomputes = {run_.base.train.recompute};
   }
   return options;
 }
 
-ArchSpace::ArchSpace(const Config& arch_base, const ShapeSearchOptions& options, Evaluator& evaluator)
-    : arch_base_(arch_base), options_(options), evaluator_(evaluator) {
+ArchSpace::ArchSpace(const Config& arch_base, const ShapeSearchOptions& options, Evaluator& evaluator,
+                     const EfficiencyPrior& prior)
+    : arch_base_(arch_base), options_(options), evaluator_(evaluator), prior_(prior) {
   smallest_ = smallest_shape_n_f(arch_base, options);
   largest_ = largest_shape_n_f(arch_base, options);
 }
@@ -187,21 +188,21 @@ std::vector<int> ArchSpace::by_n_f() const {
 
 double ArchSpace::loss(Point& point, double eps) {
   const ParamCounts& p = point.candidate.params;
-  return predicted_loss(evaluator_.law(), eps, p.flop_active,
+  return predicted_loss(evaluator_.law(), scale(eps), p.flop_active,
                         evaluator_.tokens_for(arch_base_, point));
 }
 
-std::optional<std::pair<double, double>> bound_interval(const LossFitParams& law, double eps,
+std::optional<std::pair<double, double>> bound_interval(const LossFitParams& law, LossScale scale,
                                                         double bound_flops, double loss) {
   if (!std::isfinite(bound_flops)) {
     return std::make_pair(0.0, INFINITY);
   }
   const auto g = [&](double x) {
     const double n = std::exp(x);
-    return law.E + eps * law.A * std::exp(-law.alpha * x) +
-           law.B * std::pow(bound_flops / (6.0 * n), -law.beta);
+    return law.E + scale.params * law.A * std::exp(-law.alpha * x) +
+           scale.data * law.B * std::pow(bound_flops / (6.0 * n), -law.beta);
   };
-  const double centre = std::log(closed_form_optimum(law, bound_flops, eps).n_opt);
+  const double centre = std::log(closed_form_optimum(law, bound_flops, scale).n_opt);
   if (g(centre) > loss) {
     return std::nullopt;
   }
@@ -251,7 +252,7 @@ Argmin isoflop_argmin(ArchSpace& space, double eps, double centre_flops) {
   Evaluator& evaluator = space.evaluator();
   const LossFitParams& law = evaluator.law();
   const double bound_flops = evaluator.token_bound_flops();
-  const double centre = closed_form_optimum(law, centre_flops, eps).n_opt;
+  const double centre = closed_form_optimum(law, centre_flops, space.scale(eps)).n_opt;
   space.cover(centre / 3.0, centre * 2.0);
   Argmin result;
   for (;;) {
@@ -291,7 +292,7 @@ Argmin isoflop_argmin(ArchSpace& space, double eps, double centre_flops) {
       }
     } else {
       const double target = losses[static_cast<size_t>(reference)] * (1.0 + kLossTieRelative);
-      if (const auto interval = bound_interval(law, eps, bound_flops, target)) {
+      if (const auto interval = bound_interval(law, space.scale(eps), bound_flops, target)) {
         space.cover(interval->first, interval->second);
       }
     }
@@ -318,9 +319,9 @@ Argmin isoflop_argmin(ArchSpace& space, double eps, double centre_flops) {
 }
 
 SearchRange search_range(const Config& arch_base, const ShapeSearchOptions& shapes,
-                         const LossFitParams& law, double eps, double flops) {
+                         const LossFitParams& law, LossScale scale, double flops) {
   SearchRange range;
-  const ClosedFormOptimum optimum = closed_form_optimum(law, flops, eps);
+  const ClosedFormOptimum optimum = closed_form_optimum(law, flops, scale);
   range.n_opt = optimum.n_opt;
   range.smallest = smallest_shape_n_f(arch_base, shapes);
   range.largest = largest_shape_n_f(arch_base, shapes);
@@ -340,8 +341,8 @@ int fastest_at_parity(ArchSpace& space, double eps, double target_loss,
   Evaluator& evaluator = space.evaluator();
   if (!evaluator.bound_holds()) {
     space.cover_everything();
-  } else if (const auto interval =
-                 bound_interval(evaluator.law(), eps, evaluator.token_bound_flops(), target_loss)) {
+  } else if (const auto interval = bound_interval(evaluator.law(), space.scale(eps),
+                                                  evaluator.token_bound_flops(), target_loss)) {
     space.cover(interval->first, interval->second);
   } else {
     return -1;

@@ -9,7 +9,7 @@
 // curve.  It is found without evaluating the whole space: every shape has
 // D <= C_bound / (6 N_f) (F_train = 3 (2 N_f + attention) >= 6 N_f, and under
 // a wall-clock budget a step never beats the device's peak FLOP rate), so
-//     L(shape) >= g(N_f) = E + eps A / N_f^alpha + B (C_bound / (6 N_f))^-beta,
+//     L(shape) >= g(N_f) = E + s_p A / N_f^alpha + s_d B (C_bound / (6 N_f))^-beta,
 // a convex function of log N_f.  Once some shape reaches loss L, no shape
 // with g(N_f) > L can beat it; the search enumerates every shape in the N_f
 // interval where g <= L (widening until the interval is covered), so its
@@ -119,7 +119,10 @@ class Evaluator {
 // sorted by N_f, with its lazily computed tokens / memory / time.
 class ArchSpace {
  public:
-  ArchSpace(const Config& arch_base, const ShapeSearchOptions& options, Evaluator& evaluator);
+  // `prior` says where an eps acts (loss_scale: the parameter term, or MoD's
+  // whole reducible loss).
+  ArchSpace(const Config& arch_base, const ShapeSearchOptions& options, Evaluator& evaluator,
+            const EfficiencyPrior& prior);
 
   // Make sure every shape with N_f in [low, high] is in points().  Points are
   // appended, never reordered: indices into points() stay valid.
@@ -127,6 +130,8 @@ class ArchSpace {
   void cover_everything() { cover(0.0, INFINITY); }
   bool complete() const { return covered_ && low_ <= smallest_ && high_ >= largest_; }
 
+  // The prior's eps (or an end of its range) where the prior acts.
+  LossScale scale(double eps) const { return loss_scale(prior_, eps); }
   double loss(Point& point, double eps);
   // After Evaluator::set_budget: what the points' budget bought is stale.
   void forget_tokens();
@@ -143,16 +148,17 @@ class ArchSpace {
   Config arch_base_;
   ShapeSearchOptions options_;
   Evaluator& evaluator_;
+  EfficiencyPrior prior_;
   std::vector<Point> points_;
   double smallest_ = 0.0, largest_ = 0.0;
   double low_ = 0.0, high_ = 0.0;
   bool covered_ = false;
 };
 
-// The N_f interval where g(N_f) = E + eps A N^-alpha + B (C/(6N))^-beta <= L
+// The N_f interval where g(N_f) = E + s_p A N^-alpha + s_d B (C/(6N))^-beta <= L
 // (g is convex in log N with its minimum at the closed form); nullopt when
 // empty.
-std::optional<std::pair<double, double>> bound_interval(const LossFitParams& law, double eps,
+std::optional<std::pair<double, double>> bound_interval(const LossFitParams& law, LossScale scale,
                                                         double bound_flops, double loss);
 
 struct Argmin {
@@ -166,7 +172,7 @@ struct Argmin {
 // that fits in memory (over all shapes when none fits).
 Argmin isoflop_argmin(ArchSpace& space, double eps, double centre_flops);
 
-// Where a budget's compute-optimal N_f (the closed form at eps) lies
+// Where a budget's compute-optimal N_f (the closed form at `scale`) lies
 // against the shapes of an architecture: outside them no shape answers.
 struct SearchRange {
   double n_opt = 0.0;     // the closed form's N_f* at the budget
@@ -178,7 +184,7 @@ struct SearchRange {
   bool too_large() const { return n_opt > largest; }
 };
 SearchRange search_range(const Config& arch_base, const ShapeSearchOptions& shapes,
-                         const LossFitParams& law, double eps, double flops);
+                         const LossFitParams& law, LossScale scale, double flops);
 
 // Size of a candidate in the prior's measure.
 double prior_size(const EfficiencyPrior& prior, const ParamCounts& params);

@@ -4,14 +4,11 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "modar/base/text.hpp"
 #include "modar/planner.hpp"
 #include "optimal_internal.hpp"
-#include "planner_text.hpp"
 
 namespace modar {
-
-using detail::fixed;
-using detail::sci;
 
 namespace {
 
@@ -27,11 +24,8 @@ std::string range_text(const ValueRange& range, Format format) {
   return end(range.low) + ".." + end(range.high);
 }
 
-std::string short_sci(double value) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.2g", value);
-  return buffer;
-}
+// "%.2g": the eps ranges of the table.
+std::string short_sci(double value) { return format_general(value, 2); }
 
 using TableRows = std::vector<std::pair<std::string, std::vector<std::string>>>;
 
@@ -41,7 +35,7 @@ std::string table_header(const OptimalResult& result) {
   std::string out;
   out += "budget: ";
   if (settings.flops) {
-    out += sci(*settings.flops) + " training FLOPs";
+    out += format_sci(*settings.flops, 2) + " training FLOPs";
   }
   if (settings.gpu_hours) {
     out +=
@@ -52,7 +46,9 @@ std::string table_header(const OptimalResult& result) {
   }
   out += " on " + std::to_string(settings.run.gpus) + " x " + result.profile_name + "\n";
   const LossFitParams& p = result.fit.params;
-  out += "loss model: L = E + eps*A/N_f^alpha + B/D^beta, fit '" + result.fit.name + "' (E " +
+  out += "loss model: L = E + eps*A/N_f^alpha + B/D^beta (MoD: E + eps*(A/N_f^alpha + "
+         "B/D^beta)), fit '" +
+         result.fit.name + "' (E " +
          format_number(p.E) + ", A " + format_number(p.A) + ", B " + format_number(p.B) +
          ", alpha " + format_number(p.alpha) + ", beta " + format_number(p.beta) + ")\n\n";
   return out;
@@ -82,10 +78,10 @@ TableRows recommendation_rows(const OptimalResult& result) {
            std::to_string(r.shape.d_head);
   });
   add("d_ff", [](const Recommendation& r) { return std::to_string(r.shape.d_ff); });
-  add("aspect d/L", [](const Recommendation& r) { return fixed(r.shape.aspect_ratio(), 1); });
+  add("aspect d/L", [](const Recommendation& r) { return format_fixed(r.shape.aspect_ratio(), 1); });
   add("MoD c / every", [](const Recommendation& r) {
     return r.config.mod.enabled()
-               ? fixed(r.config.mod.capacity, 3) + " / " + std::to_string(r.config.mod.every)
+               ? format_fixed(r.config.mod.capacity, 3) + " / " + std::to_string(r.config.mod.every)
                : std::string("-");
   });
   add("DAR K / n", [](const Recommendation& r) {
@@ -98,28 +94,28 @@ TableRows recommendation_rows(const OptimalResult& result) {
     add("experts E x width, top-k",
         [](const Recommendation& r) { return experts_summary(r.config); });
   }
-  add("params total", [](const Recommendation& r) { return sci(r.params.total); });
-  add("params FLOP-active N_f", [](const Recommendation& r) { return sci(r.params.flop_active); });
+  add("params total", [](const Recommendation& r) { return format_sci(r.params.total, 2); });
+  add("params FLOP-active N_f", [](const Recommendation& r) { return format_sci(r.params.flop_active, 2); });
   add("  range (eps)",
       [](const Recommendation& r) { return range_text(r.n_flop_active_range, short_sci); });
-  add("tokens D", [](const Recommendation& r) { return sci(r.tokens); });
+  add("tokens D", [](const Recommendation& r) { return format_sci(r.tokens, 2); });
   add("  range (eps)",
       [](const Recommendation& r) { return range_text(r.tokens_range, short_sci); });
   add("tokens / N_f",
-      [](const Recommendation& r) { return fixed(r.tokens / r.params.flop_active, 1); });
-  add("fwd FLOPs / token", [](const Recommendation& r) { return sci(r.flops.forward_per_token); });
-  add("training FLOPs", [](const Recommendation& r) { return sci(r.train_flops_total); });
+      [](const Recommendation& r) { return format_fixed(r.tokens / r.params.flop_active, 1); });
+  add("fwd FLOPs / token", [](const Recommendation& r) { return format_sci(r.flops.forward_per_token, 2); });
+  add("training FLOPs", [](const Recommendation& r) { return format_sci(r.train_flops_total, 2); });
   add("eps", [](const Recommendation& r) {
-    return r.prior.known ? fixed(r.prior.eps, 4) : std::string("unknown");
+    return r.prior.known ? format_fixed(r.prior.eps, 4) : std::string("unknown");
   });
   add("  range", [](const Recommendation& r) {
-    return r.prior.known ? range_text(r.eps_range, [](double v) { return fixed(v, 3); })
+    return r.prior.known ? range_text(r.eps_range, [](double v) { return format_fixed(v, 3); })
                          : std::string("-");
   });
   add("predicted loss",
-      [](const Recommendation& r) { return r.loss ? fixed(*r.loss, 4) : std::string("unknown"); });
+      [](const Recommendation& r) { return r.loss ? format_fixed(*r.loss, 4) : std::string("unknown"); });
   add("  range (eps)", [](const Recommendation& r) {
-    return r.loss_range ? range_text(*r.loss_range, [](double v) { return fixed(v, 3); })
+    return r.loss_range ? range_text(*r.loss_range, [](double v) { return format_fixed(v, 3); })
                         : std::string("-");
   });
   if (gpus > 1) {
@@ -141,26 +137,26 @@ TableRows recommendation_rows(const OptimalResult& result) {
     });
   }
   add("peak memory / device", [](const Recommendation& r) {
-    return fixed(r.memory.peak / (1024.0 * 1024.0 * 1024.0), 1) + " GiB" +
+    return format_fixed(r.memory.peak / (1024.0 * 1024.0 * 1024.0), 1) + " GiB" +
            (r.memory.fits ? "" : " NO FIT (see note)");
   });
   add("step time", [](const Recommendation& r) {
-    return fixed(r.time.step_s * 1e3, 1) + " ms" + (r.time.extrapolated ? "*" : "");
+    return format_fixed(r.time.step_s * 1e3, 1) + " ms" + (r.time.extrapolated ? "*" : "");
   });
-  add("tokens / s", [](const Recommendation& r) { return sci(r.time.tokens_per_s); });
-  add("MFU", [](const Recommendation& r) { return fixed(100 * r.time.mfu, 1) + "%"; });
-  add("wall-clock", [](const Recommendation& r) { return fixed(r.train_hours, 1) + " h"; });
-  add("  days", [](const Recommendation& r) { return fixed(r.train_hours / 24.0, 2); });
-  add("GPU-hours", [gpus](const Recommendation& r) { return sci(r.train_hours * double(gpus)); });
+  add("tokens / s", [](const Recommendation& r) { return format_sci(r.time.tokens_per_s, 2); });
+  add("MFU", [](const Recommendation& r) { return format_fixed(100 * r.time.mfu, 1) + "%"; });
+  add("wall-clock", [](const Recommendation& r) { return format_fixed(r.train_hours, 1) + " h"; });
+  add("  days", [](const Recommendation& r) { return format_fixed(r.train_hours / 24.0, 2); });
+  add("GPU-hours", [gpus](const Recommendation& r) { return format_sci(r.train_hours * double(gpus), 2); });
   add("x params (vs baseline)",
-      [](const Recommendation& r) { return fixed(r.ratio_params_total, 2); });
+      [](const Recommendation& r) { return format_fixed(r.ratio_params_total, 2); });
   add("x fwd FLOPs / token",
-      [](const Recommendation& r) { return fixed(r.ratio_forward_flops, 2); });
+      [](const Recommendation& r) { return format_fixed(r.ratio_forward_flops, 2); });
   add("x wall-clock to train",
-      [](const Recommendation& r) { return fixed(r.ratio_train_hours, 2); });
-  add("x time per step", [](const Recommendation& r) { return fixed(r.ratio_step_time, 2); });
+      [](const Recommendation& r) { return format_fixed(r.ratio_train_hours, 2); });
+  add("x time per step", [](const Recommendation& r) { return format_fixed(r.ratio_step_time, 2); });
   add("  range (eps)", [](const Recommendation& r) {
-    return range_text(r.step_time_ratio_range, [](double v) { return fixed(v, 2); });
+    return range_text(r.step_time_ratio_range, [](double v) { return format_fixed(v, 2); });
   });
   return rows;
 }
@@ -236,18 +232,18 @@ std::string table_footer(const OptimalResult& result, const std::vector<std::str
            " x " + std::to_string(recs.front().shape.d_model) + ", same FLOP budget):\n";
     for (const SameShapeComparison& same : result.same_shape) {
       out += "  " + same.arch + ": loss " +
-             (same.loss ? fixed(same.loss->value, 4) + " (" +
-                              range_text(*same.loss, [](double v) { return fixed(v, 4); }) + ")"
+             (same.loss ? format_fixed(same.loss->value, 4) + " (" +
+                              range_text(*same.loss, [](double v) { return format_fixed(v, 4); }) + ")"
                         : std::string("unknown")) +
-             " vs baseline " + fixed(same.baseline_loss, 4) + ", x fwd FLOPs/token " +
-             fixed(same.ratio_forward_flops, 2) + ", x step time " +
-             fixed(same.ratio_step_time, 2) + (same.fits ? "" : " (NO FIT)") + "\n";
+             " vs baseline " + format_fixed(same.baseline_loss, 4) + ", x fwd FLOPs/token " +
+             format_fixed(same.ratio_forward_flops, 2) + ", x step time " +
+             format_fixed(same.ratio_step_time, 2) + (same.fits ? "" : " (NO FIT)") + "\n";
     }
   }
   out += "\npriors:\n";
   for (const EfficiencyPrior& prior : result.priors) {
     out += "  " + prior.key + ": " +
-           (prior.known ? "eps = " + fixed(prior.eps, 4) : std::string("unknown")) + " -- " +
+           (prior.known ? "eps = " + format_fixed(prior.eps, 4) : std::string("unknown")) + " -- " +
            prior.source + "\n";
     if (prior.key != "baseline") {
       std::string indented = "    ";

@@ -5,23 +5,11 @@
 #include <cmath>
 #include <cstdio>
 
+#include "modar/base/text.hpp"
 #include "modar/layout_search.hpp"
 #include "optimal_internal.hpp"
-#include "planner_text.hpp"
 
 namespace modar::detail {
-
-std::string fixed(double value, int digits) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.*f", digits, value);
-  return buffer;
-}
-
-std::string sci(double value, int digits) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.*e", digits - 1, value);
-  return buffer;
-}
 
 Recommendation make_recommendation(const std::string& arch, const std::string& role,
                                    const std::string& selection, ArchSpace& space, Point& point,
@@ -119,15 +107,15 @@ void flag_trust(Recommendation& rec) {
   const double tokens_per_param = rec.tokens / rec.params.flop_active;
   if (tokens_per_param < kFitTokensPerParamMin || tokens_per_param > kFitTokensPerParamMax) {
     add_flag(rec, "tokens_per_param_outside_fit",
-             fixed(tokens_per_param, 0) + " tokens per FLOP-active parameter, outside the " +
+             format_fixed(tokens_per_param, 0) + " tokens per FLOP-active parameter, outside the " +
                  format_number(kFitTokensPerParamMin) + ".." +
                  format_number(kFitTokensPerParamMax) +
                  " band the fits were made on: the loss law is extrapolated");
   }
   if (prior.known && prior.points == 1) {
     add_flag(rec, "prior_single_point",
-             "eps " + fixed(prior.eps, 4) + " rests on a single published point; range " +
-                 fixed(prior.eps_low, 4) + ".." + fixed(prior.eps_high, 4));
+             "eps " + format_fixed(prior.eps, 4) + " rests on a single published point; range " +
+                 format_fixed(prior.eps_low, 4) + ".." + format_fixed(prior.eps_high, 4));
   }
   if (prior.known && prior.measured_size_max > 0) {
     const double size = prior_size(prior, rec.params);
@@ -135,9 +123,9 @@ void flag_trust(Recommendation& rec) {
         prior.size_measure == "non_embedding" ? "non-vocab parameters" : "parameters";
     if (size < prior.measured_size_min * (1 - 1e-9) || size > prior.measured_size_max * (1 + 1e-9)) {
       add_flag(rec, "prior_outside_measured_sizes",
-               sci(size) + " " + measure + ", outside the " + sci(prior.measured_size_min, 2) +
+               format_sci(size, 2) + " " + measure + ", outside the " + format_sci(prior.measured_size_min, 1) +
                    (prior.measured_size_max > prior.measured_size_min
-                        ? ".." + sci(prior.measured_size_max, 2)
+                        ? ".." + format_sci(prior.measured_size_max, 1)
                         : std::string()) +
                    " the prior was measured at");
     }
@@ -146,15 +134,15 @@ void flag_trust(Recommendation& rec) {
       (rec.train_flops_total < prior.measured_budget_min * (1 - 1e-9) ||
        rec.train_flops_total > prior.measured_budget_max * (1 + 1e-9))) {
     add_flag(rec, "prior_outside_measured_budgets",
-             "training FLOPs " + sci(rec.train_flops_total, 2) + ", outside the " +
-                 sci(prior.measured_budget_min, 2) + ".." + sci(prior.measured_budget_max, 2) +
+             "training FLOPs " + format_sci(rec.train_flops_total, 1) + ", outside the " +
+                 format_sci(prior.measured_budget_min, 1) + ".." + format_sci(prior.measured_budget_max, 1) +
                  " budgets the prior was measured at");
   }
   if (prior.known && prior.measured_tokens_per_param > 0 &&
       (tokens_per_param > prior.measured_tokens_per_param * kPriorTokensPerParamFactor ||
        tokens_per_param < prior.measured_tokens_per_param / kPriorTokensPerParamFactor)) {
     add_flag(rec, "prior_outside_measured_tokens_per_param",
-             fixed(tokens_per_param, 0) + " tokens per parameter; the prior was measured at " +
+             format_fixed(tokens_per_param, 0) + " tokens per parameter; the prior was measured at " +
                  format_number(prior.measured_tokens_per_param));
   }
   if (rec.time.extrapolated) {
@@ -165,15 +153,15 @@ void flag_trust(Recommendation& rec) {
   }
   if (rec.time.mfu_beyond_published) {
     add_flag(rec, "mfu_beyond_published",
-             "MFU " + fixed(100.0 * rec.time.mfu, 1) +
+             "MFU " + format_fixed(100.0 * rec.time.mfu, 1) +
                  "% is above the best published for this device class (" +
-                 fixed(100.0 * rec.time.published_mfu, 1) + "%: " + rec.time.published_mfu_source +
+                 format_fixed(100.0 * rec.time.published_mfu, 1) + "%: " + rec.time.published_mfu_source +
                  "): the predicted speed is optimistic");
   }
   if (!rec.memory.fits) {
     add_flag(rec, "no_fit",
-             "peak " + fixed(rec.memory.peak / (1024.0 * 1024.0 * 1024.0), 1) + " GiB > " +
-                 fixed(rec.memory.capacity / (1024.0 * 1024.0 * 1024.0), 1) +
+             "peak " + format_fixed(rec.memory.peak / (1024.0 * 1024.0 * 1024.0), 1) + " GiB > " +
+                 format_fixed(rec.memory.capacity / (1024.0 * 1024.0 * 1024.0), 1) +
                  " GiB device memory: no shape of the search space fits; not recommended");
   }
 }
@@ -200,8 +188,8 @@ void append_fit_notes(OptimalResult& result, const LossFitParams& law, double ce
     }
     const double ratio = rec.params.flop_active / dense.n_opt;
     std::string note = "loss-optimal baseline (closed form, scaling law alone): N_f " +
-                       sci(dense.n_opt) + ", D " + sci(dense.tokens_opt) + "; recommended: N_f " +
-                       sci(rec.params.flop_active) + " (" + fixed(ratio, 2) + "x)";
+                       format_sci(dense.n_opt, 2) + ", D " + format_sci(dense.tokens_opt, 2) + "; recommended: N_f " +
+                       format_sci(rec.params.flop_active, 2) + " (" + format_fixed(ratio, 2) + "x)";
     if (!rec.memory.fits) {
       note += "; it does NOT fit " + gpus + ": device memory binds (see the advice above)";
     } else if (ratio < 0.8) {
@@ -220,11 +208,11 @@ void append_fit_notes(OptimalResult& result, const LossFitParams& law, double ce
 std::string memory_text(const PlannerRun& run) {
   const double gib = run.profile.ceilings.memory_bytes / (1024.0 * 1024.0 * 1024.0);
   if (run.gpus == 1) {
-    return "device memory (" + fixed(gib, 1) + " GiB, micro-batch " +
+    return "device memory (" + format_fixed(gib, 1) + " GiB, micro-batch " +
            std::to_string(run.base.train.micro_batch) + ", recompute " +
            to_string(run.base.train.recompute) + ")";
   }
-  return "device memory (" + fixed(gib, 1) + " GiB per GPU; micro-batch " +
+  return "device memory (" + format_fixed(gib, 1) + " GiB per GPU; micro-batch " +
          (run.micro_batch_fixed ? std::to_string(run.base.train.micro_batch)
                                 : std::string("1, 2 or 4")) +
          ", recompute " +

@@ -1,4 +1,5 @@
-// Architecture efficiency priors eps in L = E + eps A / N_f^alpha + B / D^beta.
+// Architecture efficiency priors eps in L = E + eps A / N_f^alpha + B / D^beta
+// (MoD: L = E + eps (A / N_f^alpha + B / D^beta)).
 //
 // Each published prior is DERIVED under the active fit from numbers the papers
 // report, and the derivation is returned as text (printed by the CLI, copied
@@ -6,10 +7,14 @@
 //
 //  * MoD, capacity 12.5 %, every 2 (Raposo et al. 2024, section 4.1, figure 4):
 //    isoFLOP minima baseline -> MoD read off the figure: 6e18 3.13 -> 3.09,
-//    2e19 2.86 -> 2.83, 1e20 2.59 -> 2.56.  Under C = 6 N D the minimum of
-//    eps A / N^alpha + B / D^beta over N scales as eps^(beta/(alpha+beta)), so
-//    eps_i = ((L_mod - E) / (L_base - E))^((alpha+beta)/beta); the prior is the
-//    geometric mean over the three budgets.
+//    2e19 2.86 -> 2.83, 1e20 2.59 -> 2.56.  The paper finds the optimal MoD
+//    uses the optimal baseline's forward FLOPs per token; N_f counts forward
+//    FLOPs per token (capacity-weighted), so the prior acts on the WHOLE
+//    reducible loss, L = E + eps (A / N_f^alpha + B / D^beta): a common
+//    factor does not move the argmin over N_f under C = 6 N_f D, and scales
+//    the minimum's reducible loss by eps exactly, so
+//    eps_i = (L_mod - E) / (L_base - E); the prior is the geometric mean over
+//    the three budgets (docs/planner.md "Where the MoD prior acts").
 //  * DAR, two streams (DAR paper, "Other model sizes", table 3 text): validation
 //    loss -2.03 %, -2.22 %, -5.12 % at 0.1B, 0.3B, 0.5B non-vocabulary
 //    parameters trained on 20 tokens per parameter.  With the fit's baseline
@@ -24,26 +29,20 @@
 #include <string>
 #include <vector>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/text.hpp"
 #include "modar/planner.hpp"
-#include "planner_text.hpp"
 
 namespace modar {
 
 namespace {
-
-std::string fixed(double value, int digits) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.*f", digits, value);
-  return buffer;
-}
 
 struct IsoflopMinimum {
   double budget_flops;
   double baseline_loss;
   double mod_loss;
 };
-// MoD paper figure 4 (left), minima read off the plot (SPEC section 4).
+// MoD paper figure 4 (left), minima read off the plot (docs/planner.md).
 constexpr IsoflopMinimum kModFigure4[] = {
     {6e18, 3.13, 3.09}, {2e19, 2.86, 2.83}, {1e20, 2.59, 2.56}};
 
@@ -57,7 +56,7 @@ constexpr DarReduction kDarTable3[] = {
     {1e8, 0.0203, "Block DAR"}, {3e8, 0.0222, "Block DAR"}, {5e8, 0.0512, "Full DAR"}};
 
 // Precision of the published numbers.  MoD: losses read off figure 4 to
-// about +-0.01 (SPEC section 4); DAR: percentages printed to 0.01 %, i.e.
+// about +-0.01 (docs/planner.md); DAR: percentages printed to 0.01 %, i.e.
 // +-0.005 percentage points.
 constexpr double kModReadingHalfWidth = 0.01;
 constexpr double kDarPrintHalfWidth = 0.00005;
@@ -91,9 +90,9 @@ std::optional<double> mod_eps(double E, double exponent, std::string* text) {
     const double eps_i = std::pow(reducible_mod / reducible_base, exponent);
     log_sum += std::log(eps_i);
     if (text != nullptr) {
-      *text += "  C = " + format_number(m.budget_flops) + ": ((" + fixed(m.mod_loss, 2) +
-               " - E) / (" + fixed(m.baseline_loss, 2) + " - E))^" + fixed(exponent, 4) + " = " +
-               fixed(eps_i, 4) + "\n";
+      *text += "  C = " + format_number(m.budget_flops) + ": (" + format_fixed(m.mod_loss, 2) +
+               " - E) / (" + format_fixed(m.baseline_loss, 2) +
+               " - E) = " + format_fixed(eps_i, 4) + "\n";
     }
   }
   return std::exp(log_sum / 3.0);
@@ -106,10 +105,14 @@ EfficiencyPrior mod_prior(const LossFit& fit) {
   prior.source =
       "Raposo et al. 2024 (Mixture-of-Depths, arXiv 2404.02258) section 4.1, figure 4: isoFLOP "
       "minima for MoD capacity 12.5%, every 2";
-  const double exponent = (p.alpha + p.beta) / p.beta;
+  prior.acts_on = PriorTerm::reducible;
+  // eps multiplies both reducible terms: the isoFLOP argmin stays at the
+  // baseline's N_f and its reducible loss scales by eps (exponent 1).
+  const double exponent = 1.0;
   std::string text = "fit " + fit.name + ": E = " + format_number(p.E) +
-                     ", (alpha+beta)/beta = " + fixed(exponent, 4) + "\n";
-  text += "eps_i = ((L_mod - E) / (L_base - E))^((alpha+beta)/beta)\n";
+                     "; L = E + eps (A / N_f^alpha + B / D^beta): the optimum keeps the "
+                     "baseline's N_f (forward FLOPs per token) and its reducible loss x eps\n";
+  text += "eps_i = (L_mod - E) / (L_base - E)\n";
   const std::optional<double> eps = mod_eps(p.E, exponent, &text);
   if (!eps) {
     prior.known = false;
@@ -118,7 +121,7 @@ EfficiencyPrior mod_prior(const LossFit& fit) {
   }
   prior.eps = *eps;
   prior.known = true;
-  text += "eps_mod = geometric mean = " + fixed(prior.eps, 4);
+  text += "eps_mod = geometric mean = " + format_fixed(prior.eps, 4);
   prior.derivation = text;
   prior.points = 3;
   prior.size_measure = "params_total";
@@ -148,10 +151,10 @@ EfficiencyPrior mod_prior(const LossFit& fit) {
   prior.eps_low = std::min(reading_low, point_low);
   prior.eps_high = std::max(reading_high, point_high);
   std::string interval = "figure readings +-" + format_number(h) +
-                         " each (independent, uniform): 95% range " + fixed(reading_low, 4) +
-                         " .. " + fixed(reading_high, 4) + "\n";
-  interval += "spread of the three budgets' eps_i: " + fixed(point_low, 4) + " .. " +
-              fixed(point_high, 4) + "\n";
+                         " each (independent, uniform): 95% range " + format_fixed(reading_low, 4) +
+                         " .. " + format_fixed(reading_high, 4) + "\n";
+  interval += "spread of the three budgets' eps_i: " + format_fixed(point_low, 4) + " .. " +
+              format_fixed(point_high, 4) + "\n";
   // (3) The fit's E (the one constant whose standard error means something
   // alone: A, alpha and B, beta are strongly correlated in every published fit).
   if (fit.standard_errors && fit.standard_errors->E > 0) {
@@ -163,12 +166,12 @@ EfficiencyPrior mod_prior(const LossFit& fit) {
       const double hi = std::max(*up, *down);
       prior.eps_low = std::min(prior.eps_low, lo);
       prior.eps_high = std::max(prior.eps_high, hi);
-      interval += "fit E +- 1.96 SE (" + format_number(se) + "): " + fixed(lo, 4) + " .. " +
-                  fixed(hi, 4) + "\n";
+      interval += "fit E +- 1.96 SE (" + format_number(se) + "): " + format_fixed(lo, 4) + " .. " +
+                  format_fixed(hi, 4) + "\n";
     }
   }
-  interval += "eps_mod range (envelope) = " + fixed(prior.eps_low, 4) + " .. " +
-              fixed(prior.eps_high, 4);
+  interval += "eps_mod range (envelope) = " + format_fixed(prior.eps_low, 4) + " .. " +
+              format_fixed(prior.eps_high, 4);
   prior.interval = interval;
   return prior;
 }
@@ -209,10 +212,11 @@ EfficiencyPrior dar_prior(const LossFit& fit, bool full) {
     const double parameter_term = p.A / std::pow(n, p.alpha);
     const double eps_i = 1.0 - r.relative_loss_drop * baseline / parameter_term;
     const bool selected = (full == (std::string(r.variant) == "Full DAR"));
-    text += "  N = " + format_number(n) + " (" + r.variant + "): L_b = " + fixed(baseline, 4) +
-            ", A/N^alpha = " + fixed(parameter_term, 4) +
-            ", p = " + fixed(100 * r.relative_loss_drop, 2) + "% -> eps = " + fixed(eps_i, 4) +
-            (selected ? "  [used]" : "") + "\n";
+    text += "  N = " + format_number(n) + " (" + r.variant +
+            "): L_b = " + format_fixed(baseline, 4) +
+            ", A/N^alpha = " + format_fixed(parameter_term, 4) +
+            ", p = " + format_fixed(100 * r.relative_loss_drop, 2) +
+            "% -> eps = " + format_fixed(eps_i, 4) + (selected ? "  [used]" : "") + "\n";
     all_low = std::min(all_low, eps_i);
     all_high = std::max(all_high, eps_i);
     if (selected) {
@@ -239,7 +243,8 @@ EfficiencyPrior dar_prior(const LossFit& fit, bool full) {
   prior.known = true;
   prior.eps = std::exp(log_sum / used);
   text += std::string(full ? "eps_dar_full" : "eps_dar (Block)") +
-          (used > 1 ? " = geometric mean of the used points = " : " = ") + fixed(prior.eps, 4);
+          (used > 1 ? " = geometric mean of the used points = " : " = ") +
+          format_fixed(prior.eps, 4);
   prior.derivation = text;
   prior.points = used;
   prior.size_measure = "non_embedding";
@@ -247,20 +252,22 @@ EfficiencyPrior dar_prior(const LossFit& fit, bool full) {
   prior.measured_size_max = size_max;
   prior.measured_tokens_per_param = 20.0;
 
-  std::string interval = "percentages printed to 0.01% (+-0.005 points): " + fixed(print_low, 4) +
-                         " .. " + fixed(print_high, 4) + "\n";
+  std::string interval =
+      "percentages printed to 0.01% (+-0.005 points): " + format_fixed(print_low, 4) + " .. " +
+      format_fixed(print_high, 4) + "\n";
   prior.eps_low = print_low;
   prior.eps_high = print_high;
   if (used > 1) {
-    interval += "spread of the used points: " + fixed(used_low, 4) + " .. " + fixed(used_high, 4) +
-                "\n";
+    interval += "spread of the used points: " + format_fixed(used_low, 4) + " .. " +
+                format_fixed(used_high, 4) + "\n";
     prior.eps_low = std::min(prior.eps_low, used_low);
     prior.eps_high = std::max(prior.eps_high, used_high);
   } else {
     // One point has no spread of its own: take the spread of all the paper's
     // DAR points (its gains vary that much between sizes and variants).
     interval += "single point: no spread of its own; the paper's three DAR points span " +
-                fixed(all_low, 4) + " .. " + fixed(all_high, 4) + ", taken as the range\n";
+                format_fixed(all_low, 4) + " .. " + format_fixed(all_high, 4) +
+                ", taken as the range\n";
     prior.eps_low = std::min(prior.eps_low, all_low);
     prior.eps_high = std::max(prior.eps_high, all_high);
   }
@@ -279,12 +286,13 @@ EfficiencyPrior dar_prior(const LossFit& fit, bool full) {
     const double hi = std::max(up, down);
     prior.eps_low = std::min(prior.eps_low, lo);
     prior.eps_high = std::max(prior.eps_high, hi);
-    interval += "fit E +- 1.96 SE (" + format_number(se) + "): " + fixed(lo, 4) + " .. " +
-                fixed(hi, 4) + "\n";
+    interval += "fit E +- 1.96 SE (" + format_number(se) + "): " + format_fixed(lo, 4) + " .. " +
+                format_fixed(hi, 4) + "\n";
   }
-  interval += std::string(full ? "eps_dar_full" : "eps_dar (Block)") + " range (envelope) = " +
-              fixed(prior.eps_low, 4) + " .. " + fixed(prior.eps_high, 4) + "; measured at " +
-              sci2(size_min) + (size_max > size_min ? " .. " + sci2(size_max) : "") +
+  interval += std::string(full ? "eps_dar_full" : "eps_dar (Block)") +
+              " range (envelope) = " + format_fixed(prior.eps_low, 4) + " .. " +
+              format_fixed(prior.eps_high, 4) + "; measured at " + sci2(size_min) +
+              (size_max > size_min ? " .. " + sci2(size_max) : "") +
               " non-vocab params, 20 tokens/param";
   prior.interval = interval;
   return prior;
@@ -292,7 +300,7 @@ EfficiencyPrior dar_prior(const LossFit& fit, bool full) {
 
 // ---- experts: MoD paper section 4.3, figure 7 (docs/moe.md) -----------------
 // Normalised loss at equal normalised FLOPs per FFN (baseline 1.0 at 1.0),
-// read from the plot: MoE ~0.978, MoDE ~0.957 (SPEC 1.3).  Reading precision
+// read from the plot: MoE ~0.978, MoDE ~0.957 (docs/model.md experts).  Reading precision
 // assumed +-0.003 (a third of the plot's minor gridline spacing of 0.01).
 // The figure gives ratios, not losses: the ratio is applied to the MoD
 // paper's own isoFLOP baseline minima (figure 4: 3.13, 2.86, 2.59 at 6e18,
@@ -322,10 +330,10 @@ std::optional<double> figure7_eps(const LossFitParams& p, double ratio, double e
       *high = std::max(*high, eps_i);
     }
     if (text != nullptr) {
-      *text += "  L_b = " + fixed(m.baseline_loss, 2) + " (C = " + format_number(m.budget_flops) +
-               "): ((" + fixed(ratio, 3) + " x " + fixed(m.baseline_loss, 2) + " - E) / (" +
-               fixed(m.baseline_loss, 2) + " - E))^" + fixed(exponent, 4) + " = " +
-               fixed(eps_i, 4) + "\n";
+      *text += "  L_b = " + format_fixed(m.baseline_loss, 2) +
+               " (C = " + format_number(m.budget_flops) + "): ((" + format_fixed(ratio, 3) + " x " +
+               format_fixed(m.baseline_loss, 2) + " - E) / (" + format_fixed(m.baseline_loss, 2) +
+               " - E))^" + format_fixed(exponent, 4) + " = " + format_fixed(eps_i, 4) + "\n";
     }
   }
   return std::exp(log_sum / 3.0);
@@ -343,8 +351,8 @@ EfficiencyPrior figure7_prior(const LossFit& fit, const std::string& key, bool m
                  (mode ? "MoDE ~0.957" : "MoE ~0.978") + " (+-0.003)";
   const double exponent = (p.alpha + p.beta) / p.beta;
   std::string text = "fit " + fit.name + ": E = " + format_number(p.E) +
-                     ", (alpha+beta)/beta = " + fixed(exponent, 4) + "\n";
-  text += "r = " + fixed(ratio, 3) +
+                     ", (alpha+beta)/beta = " + format_fixed(exponent, 4) + "\n";
+  text += "r = " + format_fixed(ratio, 3) +
           " (figure 7 reading); absolute baseline losses assumed = the MoD paper's figure 4 "
           "isoFLOP minima\n";
   text += "eps_i = ((r L_b - E) / (L_b - E))^((alpha+beta)/beta)\n";
@@ -356,7 +364,7 @@ EfficiencyPrior figure7_prior(const LossFit& fit, const std::string& key, bool m
   }
   prior.known = true;
   prior.eps = *eps;
-  text += "eps_" + key + " = geometric mean = " + fixed(prior.eps, 4);
+  text += "eps_" + key + " = geometric mean = " + format_fixed(prior.eps, 4);
   prior.derivation = text;
   prior.points = 1;
   prior.size_measure = "params_total";
@@ -373,12 +381,12 @@ EfficiencyPrior figure7_prior(const LossFit& fit, const std::string& key, bool m
       figure7_eps(p, ratio + kFigure7ReadingHalfWidth, exponent, nullptr, nullptr, nullptr);
   prior.eps_low = std::min(point_low, down ? *down : prior.eps);
   prior.eps_high = std::max(point_high, up ? *up : prior.eps);
-  std::string interval = "reading " + fixed(ratio, 3) + " +- " +
-                         fixed(kFigure7ReadingHalfWidth, 3) + ": " +
-                         fixed(down ? *down : prior.eps, 4) + " .. " +
-                         fixed(up ? *up : prior.eps, 4) + "\n";
-  interval += "spread over the assumed baseline losses: " + fixed(point_low, 4) + " .. " +
-              fixed(point_high, 4) + "\n";
+  std::string interval = "reading " + format_fixed(ratio, 3) + " +- " +
+                         format_fixed(kFigure7ReadingHalfWidth, 3) + ": " +
+                         format_fixed(down ? *down : prior.eps, 4) + " .. " +
+                         format_fixed(up ? *up : prior.eps, 4) + "\n";
+  interval += "spread over the assumed baseline losses: " + format_fixed(point_low, 4) + " .. " +
+              format_fixed(point_high, 4) + "\n";
   if (fit.standard_errors && fit.standard_errors->E > 0) {
     const double se = fit.standard_errors->E;
     LossFitParams q = p;
@@ -392,12 +400,12 @@ EfficiencyPrior figure7_prior(const LossFit& fit, const std::string& key, bool m
       hi = std::max(*e_up, *e_down);
       prior.eps_low = std::min(prior.eps_low, lo);
       prior.eps_high = std::max(prior.eps_high, hi);
-      interval += "fit E +- 1.96 SE (" + format_number(se) + "): " + fixed(lo, 4) + " .. " +
-                  fixed(hi, 4) + "\n";
+      interval += "fit E +- 1.96 SE (" + format_number(se) + "): " + format_fixed(lo, 4) + " .. " +
+                  format_fixed(hi, 4) + "\n";
     }
   }
-  interval += "eps_" + key + " range (envelope) = " + fixed(prior.eps_low, 4) + " .. " +
-              fixed(prior.eps_high, 4);
+  interval += "eps_" + key + " range (envelope) = " + format_fixed(prior.eps_low, 4) + " .. " +
+              format_fixed(prior.eps_high, 4);
   prior.interval = interval;
   return prior;
 }
@@ -439,6 +447,10 @@ std::string arch_key(const Config& config) {
 
 }  // namespace
 
+LossScale loss_scale(const EfficiencyPrior& prior, double eps) {
+  return LossScale{eps, prior.acts_on == PriorTerm::reducible ? eps : 1.0};
+}
+
 void check_eps_key(const std::string& arch) {
   static const char* const kKeys[] = {"baseline",        "mod",
                                       "dar",             "mod+dar",
@@ -461,7 +473,7 @@ void check_eps_override(const std::string& arch, double eps) {
     throw ConfigError("eps[" + shown_value(arch) + "] = " + format_number(eps) +
                       ": an efficiency prior must be in [" + format_number(kEpsMin) + ", " +
                       format_number(kEpsMax) +
-                      "] (1 = the dense baseline; the published priors lie in 0.68 .. 0.96; "
+                      "] (1 = the dense baseline; the published priors lie in 0.68 .. 0.98; "
                       "docs/planner.md \"Architecture priors\")");
   }
 }
@@ -507,6 +519,8 @@ EfficiencyPrior efficiency_prior(const Config& config, const LossFit& fit,
     prior.source = "eps override";
     prior.derivation = "given by the user: eps_" + key + " = " + format_number(it->second);
     prior.eps_low = prior.eps_high = prior.eps;
+    prior.acts_on = key.rfind("mod", 0) == 0 && key.rfind("mode-", 0) != 0 ? PriorTerm::reducible
+                                                                           : PriorTerm::parameters;
     prior.interval = "exact (given by the user)";
     return prior;
   }

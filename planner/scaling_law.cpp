@@ -1,6 +1,7 @@
-// Parametric loss model L(N_f, D) = E + eps A / N_f^alpha + B / D^beta: the
+// Parametric loss model L(N_f, D) = E + s_p A / N_f^alpha + s_d B / D^beta (an
+// architecture's prior eps in s_p, or in both for MoD: planner/priors.cpp): the
 // built-in fits, fit files, and the closed-form compute-optimal allocation
-// (Hoffmann et al. 2022 eq. 4; SPEC section 4).
+// (Hoffmann et al. 2022 eq. 4; docs/planner.md).
 #include <toml++/toml.h>
 
 #include <cmath>
@@ -8,9 +9,10 @@
 #include <string>
 
 #include "../cost_models/toml_text.hpp"
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/files.hpp"
+#include "modar/base/text.hpp"
 #include "modar/planner.hpp"
-#include "planner_text.hpp"
 
 namespace modar {
 
@@ -132,11 +134,11 @@ std::string to_toml(const LossFit& fit) {
   out += "name = " + toml_quote(fit.name) + "\n";
   out += "source = " + toml_quote(fit.source) + "\n";
   const auto write = [&](const LossFitParams& p) {
-    out += "E = " + format_toml_float(p.E) + "\n";
-    out += "A = " + format_toml_float(p.A) + "\n";
-    out += "B = " + format_toml_float(p.B) + "\n";
-    out += "alpha = " + format_toml_float(p.alpha) + "\n";
-    out += "beta = " + format_toml_float(p.beta) + "\n";
+    out += "E = " + toml_float_literal(p.E) + "\n";
+    out += "A = " + toml_float_literal(p.A) + "\n";
+    out += "B = " + toml_float_literal(p.B) + "\n";
+    out += "alpha = " + toml_float_literal(p.alpha) + "\n";
+    out += "beta = " + toml_float_literal(p.beta) + "\n";
   };
   write(fit.params);
   if (fit.standard_errors) {
@@ -147,22 +149,32 @@ std::string to_toml(const LossFit& fit) {
 }
 
 void save_fit_atomically(const LossFit& fit, const std::string& path) {
-  write_file_atomically(path, to_toml(fit));
+  write_file_atomically(path, to_toml(fit), "fit file");
+}
+
+double predicted_loss(const LossFitParams& fit, LossScale scale, double n_flop_active,
+                      double tokens) {
+  return fit.E + scale.params * fit.A / std::pow(n_flop_active, fit.alpha) +
+         scale.data * fit.B / std::pow(tokens, fit.beta);
 }
 
 double predicted_loss(const LossFitParams& fit, double eps, double n_flop_active, double tokens) {
-  return fit.E + eps * fit.A / std::pow(n_flop_active, fit.alpha) +
-         fit.B / std::pow(tokens, fit.beta);
+  return predicted_loss(fit, LossScale{eps, 1.0}, n_flop_active, tokens);
+}
+
+ClosedFormOptimum closed_form_optimum(const LossFitParams& fit, double train_flops,
+                                      LossScale scale) {
+  const double sum = fit.alpha + fit.beta;
+  ClosedFormOptimum out;
+  out.G = std::pow(fit.alpha * scale.params * fit.A / (fit.beta * scale.data * fit.B), 1.0 / sum);
+  out.n_opt = out.G * std::pow(train_flops / 6.0, fit.beta / sum);
+  out.tokens_opt = std::pow(train_flops / 6.0, fit.alpha / sum) / out.G;
+  out.loss = predicted_loss(fit, scale, out.n_opt, out.tokens_opt);
+  return out;
 }
 
 ClosedFormOptimum closed_form_optimum(const LossFitParams& fit, double train_flops, double eps) {
-  const double sum = fit.alpha + fit.beta;
-  ClosedFormOptimum out;
-  out.G = std::pow(fit.alpha * eps * fit.A / (fit.beta * fit.B), 1.0 / sum);
-  out.n_opt = out.G * std::pow(train_flops / 6.0, fit.beta / sum);
-  out.tokens_opt = std::pow(train_flops / 6.0, fit.alpha / sum) / out.G;
-  out.loss = predicted_loss(fit, eps, out.n_opt, out.tokens_opt);
-  return out;
+  return closed_form_optimum(fit, train_flops, LossScale{eps, 1.0});
 }
 
 ClosedFormOptimum closed_form_optimum(const ClosedFormRequest& request) {

@@ -3,7 +3,7 @@
 // count_params (for MoD it depends on capacity and routing frequency, so the
 // actual count is used, never a formula of our own).
 //
-// Rules (SPEC section 4): d_model a multiple of 128; d_head 64 below d_model
+// Rules (docs/planner.md): d_model a multiple of 128; d_head 64 below d_model
 // 2048, else 128; KV heads from the GQA group; d_ff the MLP kind's default;
 // aspect ratio d_model / n_layers within [aspect_min, aspect_max].  Among
 // shapes equally close to the target (within depth_tolerance) the deepest
@@ -11,9 +11,10 @@
 #include <algorithm>
 #include <cmath>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/interrupt.hpp"
+#include "modar/base/text.hpp"
 #include "modar/planner.hpp"
-#include "planner_text.hpp"
 
 namespace modar {
 

@@ -15,13 +15,14 @@
 #include <string>
 #include <vector>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/json.hpp"
+#include "modar/base/text.hpp"
 #include "modar/layout_search.hpp"
 #include "modar/planner.hpp"
 #include "optimal_internal.hpp"
 #include "optimal_search.hpp"
 #include "planner_internal.hpp"
-#include "planner_text.hpp"
 
 namespace modar {
 
@@ -213,11 +214,11 @@ std::string empty_curve_note(double budget, const VariantSpace& variant,
   if (variant.arch.dar.enabled()) {
     what += ", block_layers " + std::to_string(variant.arch.dar.block_layers);
   }
-  return what + "): no row: the compute-optimal N_f " + detail::sci(range.n_opt) + " lies " +
-         (range.too_small() ? "below the smallest shape's " + detail::sci(range.smallest)
-                            : "above the largest shape's " + detail::sci(range.largest)) +
-         "; allowed: budgets of about " + detail::sci(range.min_flops, 2) + " .. " +
-         detail::sci(range.max_flops, 2) + " FLOPs";
+  return what + "): no row: the compute-optimal N_f " + format_sci(range.n_opt, 2) + " lies " +
+         (range.too_small() ? "below the smallest shape's " + format_sci(range.smallest, 2)
+                            : "above the largest shape's " + format_sci(range.largest, 2)) +
+         "; allowed: budgets of about " + format_sci(range.min_flops, 1) + " .. " +
+         format_sci(range.max_flops, 1) + " FLOPs";
 }
 
 }  // namespace
@@ -236,14 +237,16 @@ SweepSummary sweep(const SweepRequest& request, const std::function<void(const S
   for (const ArchSpec& arch : settings.variants) {
     VariantSpace variant{arch, detail::arch_config(run.base, arch), {}, nullptr};
     variant.prior = efficiency_prior(variant.arch_base, run.fit, run.eps);
-    variant.space = std::make_unique<ArchSpace>(variant.arch_base, run.shapes, evaluator);
+    variant.space =
+        std::make_unique<ArchSpace>(variant.arch_base, run.shapes, evaluator, variant.prior);
     unknown_prior = unknown_prior || !variant.prior.known;
     variants.push_back(std::move(variant));
   }
   // The unknown-prior rule matches the optimal baseline's FLOPs per token.
   const Config baseline_base = detail::arch_config(run.base, make_arch("baseline"));
-  const double baseline_eps = efficiency_prior(baseline_base, run.fit, run.eps).eps;
-  ArchSpace baseline_space(baseline_base, run.shapes, evaluator);
+  const EfficiencyPrior baseline_prior = efficiency_prior(baseline_base, run.fit, run.eps);
+  const double baseline_eps = baseline_prior.eps;
+  ArchSpace baseline_space(baseline_base, run.shapes, evaluator, baseline_prior);
 
   SweepSummary summary;
   for (const double budget : settings.flops) {
@@ -252,7 +255,8 @@ SweepSummary sweep(const SweepRequest& request, const std::function<void(const S
     std::optional<ShapeCandidate> baseline;  // the optimal baseline at this budget
     if (unknown_prior) {
       const detail::SearchRange range =
-          detail::search_range(baseline_base, run.shapes, law, baseline_eps, budget);
+          detail::search_range(baseline_base, run.shapes, law, baseline_space.scale(baseline_eps),
+                               budget);
       if (!range.too_small() && !range.too_large()) {
         const int index = detail::isoflop_argmin(baseline_space, baseline_eps, budget).index;
         if (index >= 0) {
@@ -266,7 +270,7 @@ SweepSummary sweep(const SweepRequest& request, const std::function<void(const S
       reporter.set_stage("flops " + format_number(budget) + ", " + variant.arch.name);
       const double eps = variant.prior.known ? variant.prior.eps : 1.0;
       const detail::SearchRange range =
-          detail::search_range(variant.arch_base, run.shapes, law, eps, budget);
+          detail::search_range(variant.arch_base, run.shapes, law, space.scale(eps), budget);
       int recommended = -1;
       if (!range.too_small() && !range.too_large()) {
         if (variant.prior.known) {

@@ -1,6 +1,8 @@
 // Shared CLI helpers (see cli_util.hpp).
 #include "cli_util.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -9,10 +11,11 @@
 #include <cstdio>
 #include <memory>
 
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/interrupt.hpp"
+#include "modar/base/text.hpp"
 #include "modar/export.hpp"
 
 namespace modar::cli {
@@ -446,93 +449,6 @@ std::string Table::render() const {
     }
   }
   return out;
-}
-
-std::string format_sci(double value, int digits) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof(buffer), "%.*e", digits, value);
-  return buffer;
-}
-
-std::string format_fixed(double value, int decimals) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof(buffer), "%.*f", decimals, value);
-  return buffer;
-}
-
-namespace {
-
-std::string three_significant(double value) {
-  char buffer[64];
-  const double magnitude = std::fabs(value);
-  const int decimals = magnitude >= 100 ? 0 : (magnitude >= 10 ? 1 : 2);
-  std::snprintf(buffer, sizeof(buffer), "%.*f", decimals, value);
-  return buffer;
-}
-
-}  // namespace
-
-std::string format_count(double value) {
-  if (!std::isfinite(value)) {
-    return format_number(value);
-  }
-  static const struct {
-    double scale;
-    const char* suffix;
-  } kUnits[] = {{1e15, " P"}, {1e12, " T"}, {1e9, " G"}, {1e6, " M"}, {1e3, " k"}};
-  for (const auto& unit : kUnits) {
-    if (std::fabs(value) >= unit.scale) {
-      return three_significant(value / unit.scale) + unit.suffix;
-    }
-  }
-  return three_significant(value);
-}
-
-std::string format_bytes(double bytes) {
-  if (!std::isfinite(bytes)) {
-    return format_number(bytes);
-  }
-  static const struct {
-    double scale;
-    const char* suffix;
-  } kUnits[] = {
-      {1099511627776.0, " TiB"}, {1073741824.0, " GiB"}, {1048576.0, " MiB"}, {1024.0, " KiB"}};
-  for (const auto& unit : kUnits) {
-    if (std::fabs(bytes) >= unit.scale) {
-      return three_significant(bytes / unit.scale) + unit.suffix;
-    }
-  }
-  return three_significant(bytes) + " B";
-}
-
-std::string format_seconds(double seconds) {
-  if (!std::isfinite(seconds)) {
-    return format_number(seconds);
-  }
-  const double magnitude = std::fabs(seconds);
-  if (magnitude >= 86400.0 * 2) {
-    return three_significant(seconds / 86400.0) + " d";
-  }
-  if (magnitude >= 3600.0 * 2) {
-    return three_significant(seconds / 3600.0) + " h";
-  }
-  if (magnitude >= 1.0 || magnitude == 0.0) {
-    return three_significant(seconds) + " s";
-  }
-  if (magnitude >= 1e-3) {
-    return three_significant(seconds * 1e3) + " ms";
-  }
-  if (magnitude >= 1e-6) {
-    return three_significant(seconds * 1e6) + " us";
-  }
-  return three_significant(seconds * 1e9) + " ns";
-}
-
-std::string format_percent(double fraction) {
-  if (!std::isfinite(fraction)) {
-    return format_number(fraction);
-  }
-  return format_fixed(fraction * 100.0, std::fabs(fraction) < 0.001 ? 3 : 1) + "%";
 }
 
 }  // namespace modar::cli

@@ -1,5 +1,6 @@
 // Helpers shared by the `modar` subcommands: flag parsing with clear errors,
-// strict number parsing, --set overrides, and table / unit formatting.
+// strict number parsing, --set overrides, and tables (number and unit
+// formatting: modar/base/text.hpp).
 //
 // Every parse error is a modar::ConfigError whose message names the flag, the
 // value and what is allowed; main() prints it on one line with exit code 2.
@@ -18,9 +19,10 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/base/run_control.hpp"
+#include "modar/base/text.hpp"
 #include "modar/config.hpp"
-#include "modar/errors.hpp"
 
 namespace modar::cli {
 
@@ -78,10 +80,10 @@ size_t parse_choice(const std::string& flag, const std::string& text,
                     const std::vector<std::string>& choices);
 
 // Config keys and request fields a command's flags set: the library names
-// them in its errors, never flags; the CLI names the flag the user typed
-// instead.  A dotted config key is replaced wherever it appears; a request
-// field (no dot) where the library writes it as a field: "gpus = 0",
-// "gpus: ...", "eps[mod] = 1e-300" (-> "--eps mod=1e-300").
+// them in its errors, never flags (docs/hardening.md); the CLI names the flag
+// the user typed instead.  A dotted config key is replaced wherever it
+// appears; a request field (no dot) where the library writes it as a field:
+// "gpus = 0", "gpus: ...", "eps[mod] = 1e-300" (-> "--eps mod=1e-300").
 struct FlagKey {
   const char* flag;  // "--gpus"
   const char* key;   // "device.count" or "gpus"
@@ -155,13 +157,5 @@ class Table {
   std::vector<std::string> header_;
   std::vector<std::vector<std::string>> rows_;  // an empty row is a rule
 };
-
-// Human-readable units.
-std::string format_sci(double value, int digits = 4);  // "9.0739e+09"
-std::string format_count(double value);                // "1.31 B", "350 M", "12.3 k"
-std::string format_bytes(double bytes);                // "1.50 GiB"
-std::string format_seconds(double seconds);            // "12.3 ms"
-std::string format_percent(double fraction);           // "12.3%"
-std::string format_fixed(double value, int decimals);  // "0.125"
 
 }  // namespace modar::cli

@@ -8,8 +8,8 @@
 
 #include "cli_util.hpp"
 #include "commands.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/calibrate.hpp"
-#include "modar/errors.hpp"
 #include "modar/profile.hpp"
 
 namespace modar::cli {

@@ -6,8 +6,9 @@
 
 #include "cli_util.hpp"
 #include "commands.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/text.hpp"
 #include "modar/cost_model.hpp"
-#include "modar/errors.hpp"
 #include "modar/parallel.hpp"
 #include "modar/planner.hpp"
 
@@ -37,8 +38,12 @@ std::string model_line(const Config& c) {
          ", heads " + std::to_string(m.n_heads) + " (kv " + std::to_string(m.resolved_kv_heads()) +
          ", d_head " + std::to_string(m.resolved_d_head()) + "), d_ff " +
          std::to_string(m.resolved_d_ff()) + " " + to_string(m.mlp) + ", vocab " +
-         std::to_string(m.vocab_size) + (m.tie_embeddings ? " (tied)" : " (untied head)") +
-         ", seq_len " + std::to_string(m.seq_len) + (m.qkv_bias ? ", QKV bias" : "") +
+         std::to_string(m.vocab_size) +
+         (m.padded_vocab(c.parallel.tensor) != m.vocab_size
+              ? " (padded to " + std::to_string(m.padded_vocab(c.parallel.tensor)) + ")"
+              : std::string()) +
+         (m.tie_embeddings ? " (tied)" : " (untied head)") + ", seq_len " +
+         std::to_string(m.seq_len) + (m.qkv_bias ? ", QKV bias" : "") +
          (m.qk_norm != QkNorm::none ? std::string(", QK-norm ") + to_string(m.qk_norm) : "");
 }
 
@@ -68,15 +73,26 @@ std::string dar_line(const Config& c, const LayerCounts& counts) {
 std::string cluster_report(const ClusterEstimate& c, bool list_ops) {
   std::string out;
   out += "parallel    tensor " + std::to_string(c.tensor) +
-         (c.sequence_parallel ? " (+SP)" : "") + " x pipeline " + std::to_string(c.pipeline);
+         (c.sequence_parallel ? " (+SP)" : "") +
+         (c.context > 1 ? " x context " + std::to_string(c.context) : std::string()) +
+         " x pipeline " + std::to_string(c.pipeline);
   if (c.virtual_stages > 1) {
     out += " (interleaved, v " + std::to_string(c.virtual_stages) + ")";
   }
-  out += " x data " + std::to_string(c.data) + ", ZeRO " + std::to_string(c.zero) +
+  out += " x data " + std::to_string(c.data);
+  if (c.expert > 1 || c.expert_tensor != c.tensor) {
+    // Megatron-Core's folding of the expert layers (docs/cluster.md).
+    out += " (experts: expert " + std::to_string(c.expert) + " x expert tensor " +
+           std::to_string(c.expert_tensor) + " x expert data " + std::to_string(c.expert_data) +
+           ")";
+  }
+  out += ", ZeRO " + std::to_string(c.zero) +
          ", micro-batch " + std::to_string(c.micro_batch) + " x " +
          std::to_string(c.micro_batches) + " per pipeline, " + std::to_string(c.nodes) +
          " node(s) of " + std::to_string(c.gpus_per_node) + " GPUs (tensor " +
-         to_string(c.tensor_level) + ", pipeline " + to_string(c.pipeline_level) + ", data " +
+         to_string(c.tensor_level) +
+         (c.context > 1 ? std::string(", context ") + to_string(c.context_level) : std::string()) +
+         ", pipeline " + to_string(c.pipeline_level) + ", data " +
          to_string(c.data_level) + ")\n";
   Table split({"step time part", "seconds", "share"});
   auto row = [&](const char* name, double seconds) {
@@ -85,7 +101,7 @@ std::string cluster_report(const ClusterEstimate& c, bool list_ops) {
   };
   const double stage_comm = c.exposed_comm_s - c.grad_reduce_exposed_s - c.param_gather_exposed_s;
   row("compute (m x slowest stage)", c.compute_s);
-  row("exposed comm (TP, PP, ZeRO-3)", stage_comm);
+  row("exposed comm (TP, CP, EP, PP, ZeRO-3)", stage_comm);
   row("pipeline bubble", c.bubble_s);
   row("exposed gradient reduction", c.grad_reduce_exposed_s);
   row("exposed parameter gather", c.param_gather_exposed_s);
@@ -180,6 +196,10 @@ std::string moe_line(const Config& config) {
   out += format_number(moe.load_imbalance);
   out += ", expert parallel ";
   out += std::to_string(config.parallel.expert);
+  out += ", expert tensor ";
+  out += std::to_string(config.parallel.resolved_expert_tensor());
+  out += ", expert data ";
+  out += std::to_string(std::max<int64_t>(1, config.parallel.expert_data(config.device.count)));
   return out;
 }
 
@@ -201,7 +221,7 @@ std::string report(const Config& config, const DeviceProfile& profile, StepKind 
                             : config.train.micro_batch * config.device.count) +
          " sequences (" + std::to_string(e.time.accumulation_steps) +
          " micro-batch(es) per step per device), " + to_string(config.train.dtype) + ", " +
-         to_string(config.train.optimizer) + ", recompute " + to_string(config.train.recompute) +
+         to_string(config.train.optimizer) + ", recompute " + recompute_text(config.train) +
          ", " + std::to_string(config.device.count) + " device(s)\n\n";
 
   out += "parameters  total " + format_count(e.params.total) + " (" + format_sci(e.params.total) +

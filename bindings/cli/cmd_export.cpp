@@ -8,7 +8,9 @@
 
 #include "cli_util.hpp"
 #include "commands.hpp"
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/files.hpp"
+#include "modar/base/text.hpp"
 #include "modar/export.hpp"
 #include "modar/hf_config.hpp"
 #include "modar/planner.hpp"

@@ -6,7 +6,8 @@
 
 #include "cli_util.hpp"
 #include "commands.hpp"
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/text.hpp"
 #include "modar/planner.hpp"
 
 namespace modar::cli {

@@ -9,7 +9,8 @@
 
 #include "cli_util.hpp"
 #include "commands.hpp"
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/interrupt.hpp"
 #include "modar/profile.hpp"
 #include "modar/runtime/backend.hpp"
 #include "modar/runtime/comm.hpp"

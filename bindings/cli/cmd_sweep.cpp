@@ -6,7 +6,8 @@
 
 #include "cli_util.hpp"
 #include "commands.hpp"
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/files.hpp"
 #include "modar/planner.hpp"
 #include "planner_cli.hpp"
 
@@ -123,7 +124,7 @@ int cmd_sweep(const Args& args) {
                  name_typed_flags(summary.notes[i], parsed, planner_flag_keys()).c_str());
   }
   if (output) {
-    save_text_atomically(*output, buffer);
+    write_file_atomically(*output, buffer, "sweep output");
   } else {
     std::fputs(buffer.c_str(), stdout);
   }

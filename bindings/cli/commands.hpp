@@ -19,6 +19,7 @@ int cmd_fit(const Args& args);
 int cmd_calibrate(const Args& args);
 int cmd_profile(const Args& args);
 int cmd_validate(const Args& args);
+int cmd_layout(const Args& args);
 int cmd_export(const Args& args);
 
 }  // namespace modar::cli

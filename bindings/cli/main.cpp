@@ -11,8 +11,10 @@
 
 #include "cli_util.hpp"
 #include "commands.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/interrupt.hpp"
+#include "modar/base/text.hpp"
 #include "modar/config.hpp"
-#include "modar/errors.hpp"
 
 namespace {
 
@@ -28,6 +30,8 @@ struct Command {
 constexpr Command kCommands[] = {
     {"estimate", "CONFIG", "FLOPs, parameters, memory and step time of one configuration",
      modar::cli::cmd_estimate},
+    {"layout", "CONFIG", "every parallel layout of the model on N GPUs, ranked by step time",
+     modar::cli::cmd_layout},
     {"optimal", "", "isoFLOP- / wall-clock-optimal model and configuration for a budget",
      modar::cli::cmd_optimal},
     {"sweep", "", "the isoFLOP curves behind optimal, as CSV or JSON lines", modar::cli::cmd_sweep},

@@ -3,7 +3,8 @@
 
 #include <cmath>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/text.hpp"
 #include "modar/parallel.hpp"
 #include "modar/profile.hpp"
 

@@ -16,8 +16,10 @@
 
 #include "bindings.hpp"
 #include "config_access.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/files.hpp"
+#include "modar/base/text.hpp"
 #include "modar/config.hpp"
-#include "modar/errors.hpp"
 #include "modar/export.hpp"
 #include "modar/hf_config.hpp"
 

@@ -12,7 +12,7 @@
 #include <cstring>
 
 #include "bindings.hpp"
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 
 namespace modar::python {
 

@@ -13,14 +13,14 @@
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <memory>
-#include <atomic>
-#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -30,8 +30,8 @@
 
 #include "bindings.hpp"
 #include "config_access.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/cost_model.hpp"
-#include "modar/errors.hpp"
 #include "modar/profile.hpp"
 
 namespace modar::python {

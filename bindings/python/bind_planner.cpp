@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "bindings.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/calibrate.hpp"
-#include "modar/errors.hpp"
 #include "modar/planner.hpp"
 #include "progress.hpp"
 

@@ -18,7 +18,8 @@
 #include <vector>
 
 #include "bindings.hpp"
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/interrupt.hpp"
 #include "modar/runtime/backend.hpp"
 #include "modar/runtime/profiler.hpp"
 #include "modar/runtime/validate.hpp"

@@ -17,6 +17,7 @@ void bind_errors(py::module_& m);
 void bind_config(py::module_& m);
 void bind_estimate(py::module_& m);
 void bind_planner(py::module_& m);
+void bind_layout(py::module_& m);
 void bind_runtime(py::module_& m);
 
 }  // namespace modar::python

@@ -9,5 +9,6 @@ PYBIND11_MODULE(_core, m) {
   modar::python::bind_config(m);
   modar::python::bind_estimate(m);
   modar::python::bind_planner(m);
+  modar::python::bind_layout(m);
   modar::python::bind_runtime(m);
 }

@@ -11,8 +11,9 @@
 
 #include "../toml_text.hpp"
 #include "kernel_params_internal.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/text.hpp"
 #include "modar/cost_model.hpp"
-#include "modar/errors.hpp"
 
 namespace modar {
 

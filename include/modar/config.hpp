@@ -5,7 +5,7 @@
 // Parsing and validation live in cost_models/config.cpp; the planner, the
 // runtime, the CLI and the Python bindings all read the same structs.
 //
-// Conventions fixed by ../shared/design/SPEC.md section 1:
+// Conventions fixed by docs/model.md:
 //  * a value of 0 for n_kv_heads / d_head / d_ff means "the default"
 //    (n_heads, d_model / n_heads, 4d for GELU or 8d/3 rounded up to a multiple
 //    of 64 for SwiGLU); use the resolved_*() accessors, never the raw field.
@@ -36,6 +36,12 @@ struct ModelConfig {
   int64_t d_ff = 0;        // 0 = default for the MLP kind
   MlpKind mlp = MlpKind::gelu;
   int64_t vocab_size = 50304;
+  // Megatron-LM's --make-vocab-size-divisible-by: the embedding and the head
+  // hold the vocabulary padded up to a multiple of this x the tensor size
+  // (Megatron-LM's default is 128; modar's 1 keeps the vocabulary as given
+  // on one device and pads to a multiple of the tensor size, as a vocab-
+  // parallel embedding must).
+  int64_t make_vocab_size_divisible_by = 1;
   bool tie_embeddings = false;
   int64_t seq_len = 2048;
   double norm_eps = 1e-6;
@@ -45,6 +51,12 @@ struct ModelConfig {
   // Three matrices (gate, up, down) instead of two.
   bool gated_mlp() const { return mlp != MlpKind::gelu; }
   int64_t resolved_kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
+  // The vocabulary the embedding and head hold under tensor size `tensor`:
+  // vocab_size rounded up to a multiple of make_vocab_size_divisible_by x tensor.
+  int64_t padded_vocab(int64_t tensor) const {
+    const int64_t multiple = make_vocab_size_divisible_by * tensor;
+    return multiple > 1 ? (vocab_size + multiple - 1) / multiple * multiple : vocab_size;
+  }
   int64_t resolved_d_head() const { return d_head > 0 ? d_head : d_model / n_heads; }
   int64_t resolved_d_ff() const {
     if (d_ff > 0)
@@ -92,7 +104,7 @@ struct DarConfig {
   }
 };
 
-// ---- [moe]: experts and MoDE (SPEC section 1.3; docs/moe.md) ----------------
+// ---- [moe]: experts and MoDE (docs/model.md experts; docs/moe.md) ----------------
 //  * experts = E routed experts (0 = dense FFN everywhere), each an FFN of the
 //    model's MLP kind and width expert_ffn (0 = model.d_ff resolved);
 //    shared_experts see every token, each of width shared_expert_ffn (0 = the
@@ -129,6 +141,8 @@ struct MoeConfig {
   double load_imbalance = 1.0;  // >= 1, cost model only
   MoeMode mode = MoeMode::none;
   int64_t null_experts = 0;     // Z; integrated only
+  RouterWeights router_weights = RouterWeights::activation;
+  TokenDispatcher token_dispatcher = TokenDispatcher::alltoall;
 
   bool enabled() const { return experts > 0; }
   bool is_moe_layer(int64_t layer) const {
@@ -162,8 +176,21 @@ struct TrainConfig {
   DType dtype = DType::bf16;
   Optimizer optimizer = Optimizer::adamw;
   Recompute recompute = Recompute::none;
+  RecomputeGranularity recompute_granularity = RecomputeGranularity::none;  // Megatron-LM's
+  // Megatron-LM's --recompute-modules (with recompute_granularity =
+  // "selective"): names separated by spaces or commas from core_attn,
+  // layernorm, mlp, moe_act, moe, shared_experts.
+  std::string recompute_modules = "core_attn";
   AttentionKernel attention_kernel = AttentionKernel::flash;  // docs/cluster.md
   GradAccumulation grad_accumulation = GradAccumulation::fused;  // docs/cluster.md
+  // Dropout probabilities (Megatron-LM --hidden-dropout, --attention-dropout;
+  // Megatron-LM's default is 0.1 each, current LLM recipes use 0): > 0 saves
+  // a 1-byte mask per element at each site and costs its passes
+  // (docs/cluster.md "Dropout").  Hidden: the embedding output and each
+  // layer's two branch outputs; attention: the softmax probabilities (a mask
+  // only with the unfused kernel; FlashAttention regenerates it).
+  double hidden_dropout = 0.0;
+  double attention_dropout = 0.0;
 };
 
 // The default device profile: "h200-measured" when a measured H200 profile is
@@ -186,6 +213,7 @@ struct DeviceConfig {
 struct ParallelConfig {
   int64_t tensor = 1;               // TP size t (Megatron column/row-parallel layers)
   bool sequence_parallel = false;   // SP over the tensor group (Korthikanti et al. 2022)
+  int64_t context = 1;              // context parallelism CP c (ring attention, docs/cluster.md)
   int64_t pipeline = 1;             // PP size p
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   int64_t virtual_stages = 1;       // v (interleaved 1F1B); 1 for one_f_one_b
@@ -193,16 +221,24 @@ struct ParallelConfig {
   bool overlap_grad_reduce = true;  // DP gradient reduction overlapped with the backward
   bool overlap_param_gather = true; // ZeRO parameter all-gathers overlapped with compute
   int64_t expert = 1;               // expert parallelism EP (needs moe.experts % EP == 0)
+  int64_t expert_tensor = 0;        // expert tensor parallelism ETP; 0 = the tensor size
   bool balance_stages = true;       // pipeline stages balanced by predicted time
   bool dar_bank_cache = true;       // DAR/AttnRes: receiving stages cache earlier blocks
-  // data-parallel size: device.count / (tensor x pipeline).  Expert
-  // parallelism is carved out of the data-parallel group (Megatron-Core):
-  // the EP ranks hold different experts and different data; EP divides DP.
-  int64_t data(int64_t devices) const { return devices / (tensor * pipeline); }
+  // data-parallel size: device.count / (tensor x context x pipeline).
+  int64_t data(int64_t devices) const { return devices / (tensor * context * pipeline); }
+  int64_t resolved_expert_tensor() const { return expert_tensor > 0 ? expert_tensor : tensor; }
+  // Megatron-Core folds the expert layers' groups over the same ranks as the
+  // dense layers' tensor x context x data (parallel_state: world size
+  // divisible by expert_tensor x expert x pipeline): expert_tensor x expert x
+  // expert_data = tensor x context x data ranks per pipeline stage.
+  // Expert-data-parallel size:
+  int64_t expert_data(int64_t devices) const {
+    return tensor * context * data(devices) / (resolved_expert_tensor() * expert);
+  }
   bool is_default() const {
-    return tensor == 1 && !sequence_parallel && pipeline == 1 &&
+    return tensor == 1 && !sequence_parallel && context == 1 && pipeline == 1 &&
            schedule == PipelineSchedule::one_f_one_b && virtual_stages == 1 && zero == 0 &&
-           expert == 1;
+           expert == 1 && expert_tensor == 0;
   }
 };
 
@@ -282,36 +318,12 @@ class ConfigKey {
 };
 
 // enum <-> string (to_string, dtype_bytes): config_enums.hpp.
+// What a configuration recomputes, in words: "none", "selective" (modar's),
+// "full", "megatron selective (core_attn)", "megatron full".
+std::string recompute_text(const TrainConfig& train);
 
 // Parse an enum from its name; throws ConfigError naming `field`, the value and
 // the allowed names.  Used by the TOML reader, --set and CLI flags.
 AttentionFlops parse_attention_flops(const std::string& text, const std::string& field);
-
-// Shared by the config reader and the CLI for "did you mean" suggestions:
-// Levenshtein distance, and the candidate nearest to `word` ("" when none is
-// close enough to be a plausible typo).
-int64_t edit_distance(const std::string& a, const std::string& b);
-std::string nearest_name(const std::string& word, const std::vector<std::string>& candidates);
-
-// A double as the shortest text that reads back to the same value ("0.125",
-// "1e+20", "nan"): used in every error message and in TOML output.
-std::string format_number(double value);
-// Strict text -> number used by every boundary (TOML --set values, CLI flags):
-// the whole text must be consumed; reals must be finite.  Return false on
-// anything else, so the caller can name the field in its error.
-bool parse_integer_text(const std::string& text, int64_t* out);
-bool parse_finite_number_text(const std::string& text, double* out);
-
-// A user-supplied value as it may appear inside a one-line error message:
-// control characters escaped (\n, \t, \x00, ...) and anything past
-// `max_chars` characters cut to "...(N characters)", so no error is ever
-// multi-line or a megabyte long.  Every echoed value goes through this.
-std::string shown_value(const std::string& text, size_t max_chars = 60);
-
-// The whole of a user-named input file (config, profile, runs CSV): it must
-// be a regular file (not a directory, device or FIFO) of at most `max_bytes`
-// bytes; anything else is a modar::FileError naming `what` and the path.
-std::string read_input_file(const std::string& path, const std::string& what,
-                            uint64_t max_bytes);
 
 }  // namespace modar

@@ -24,9 +24,26 @@ enum class RouterScale { linear, sigmoid };  // g(r) = r  |  g(r) = sigmoid(r)
 enum class CausalRouter { none, aux_loss, predictor };
 enum class DarVariant { none, attnres, dar, selfkv, fixedkv, crossv };
 enum class MoeMode { none, staged, integrated };  // MoDE (docs/moe.md)
+// Where an expert's routing weight (gate) multiplies (docs/moe.md "Routing
+// weights"): activation = inside the expert's activation before its down
+// projection (Megatron-Core's TEGroupedMLP, weighted SwiGLU; nothing more
+// saved than the weight); output = on the expert's output in the combine
+// (GShard; modar's reference runtime: the output is saved for the weight's
+// gradient); input = on the expert's input (Megatron-Core
+// moe_apply_probs_on_input, top-1 only: the unscaled input is saved too).
+enum class RouterWeights { activation, output, input };
+// How tokens reach their experts under expert parallelism: alltoall (the
+// rank's slots, Megatron-Core's default) or allgather (every token of the
+// expert-tensor x expert group gathered, each rank keeps its experts').
+enum class TokenDispatcher { alltoall, allgather };
 enum class DType { fp32, bf16, fp16, fp64 };
 enum class Optimizer { adamw };
 enum class Recompute { none, selective, full };
+// Megatron-LM's --recompute-granularity (train.recompute_granularity), beside
+// modar's own train.recompute: selective re-runs train.recompute_modules
+// (Megatron's default "core_attn" only), full every layer (uniform, one layer
+// per checkpoint).  docs/cluster.md "Recompute".
+enum class RecomputeGranularity { none, selective, full };
 enum class AttentionFlops { causal, full, flash };  // counting conventions (docs/cost_model.md)
 // The attention kernel a training step runs (time and memory, not counting):
 // flash = FlashAttention (default); unfused = scores materialised in HBM
@@ -50,10 +67,13 @@ const char* to_string(MoeMode v);
 const char* to_string(DType v);
 const char* to_string(Optimizer v);
 const char* to_string(Recompute v);
+const char* to_string(RecomputeGranularity v);
 const char* to_string(AttentionFlops v);
 const char* to_string(PipelineSchedule v);
 const char* to_string(AttentionKernel v);
 const char* to_string(GradAccumulation v);
+const char* to_string(RouterWeights v);
+const char* to_string(TokenDispatcher v);
 int64_t dtype_bytes(DType v);
 
 }  // namespace modar

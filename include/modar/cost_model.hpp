@@ -58,7 +58,7 @@ struct ParamCounts {
   double total = 0;
   double non_embedding = 0;
   double flop_active = 0;  // N_f: forward FLOPs per token without attention / 2
-  // Experts (SPEC 1.3): the routed experts' parameters (all experts of all MoE
+  // Experts (docs/model.md experts): the routed experts' parameters (all experts of all MoE
   // layers, inside total), and the parameters one token touches (total less
   // the experts it is not routed to: top_k of E, times E / (E + Z) for
   // integrated MoDE's null experts).  Dense: experts = 0, active = total.

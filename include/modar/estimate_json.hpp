@@ -31,13 +31,17 @@ void write_memory_parts_json(JsonWriter& json, const MemoryBreakdown& memory,
 struct ParallelLayoutJson {
   int64_t tensor = 1;
   bool sequence_parallel = false;
+  int64_t context = 1;
   int64_t pipeline = 1;
   int64_t virtual_stages = 1;
   int64_t data = 1;
   int64_t zero = 0;
   int64_t micro_batch = 1;
+  int64_t expert = 1;         // EP
+  int64_t expert_tensor = 1;  // the resolved expert tensor size
+  int64_t expert_data = 1;    // expert-data-parallel size (Megatron-Core's folding)
 };
-// The layout of a configuration (data = device.count / (tensor x pipeline x expert), at least 1).
+// The layout of a configuration (data = device.count / (tensor x pipeline), at least 1).
 ParallelLayoutJson parallel_layout_json(const Config& config);
 // The layout a cluster estimate resolved.
 ParallelLayoutJson parallel_layout_json(const ClusterEstimate& cluster);

@@ -11,6 +11,22 @@
 
 namespace modar {
 
+// The dimensions a search varies beyond TP (with SP), PP, interleaving, ZeRO
+// 1-3 (0 on one replica), micro-batch and recompute.  The planner's default;
+// `modar layout` widens it (layout_ranking_dimensions()).
+struct LayoutDimensions {
+  bool tensor_without_sequence = false;  // also TP > 1 without sequence parallelism
+  bool context = false;                  // context parallelism (seq_len % 2 c t == 0, flash)
+  bool expert = true;                    // EP x expert TP (t or 1) for models with experts
+  bool zero_zero_with_data = false;      // ZeRO 0 also with data parallelism
+  std::vector<int64_t> micro_batches = {1, 2, 4};
+  std::vector<int64_t> virtual_stages = {1, 2};
+  // Tried per layout in this order; the search keeps the first that fits.
+  // One entry when the user fixed train.recompute (the planner's
+  // --recompute) or train.micro_batch (micro_batches = {it}).
+  std::vector<Recompute> recomputes = {Recompute::none, Recompute::selective, Recompute::full};
+};
+
 struct LayoutSearchOptions {
   int64_t gpus = 1;
   int64_t gpus_per_node = 0;  // 0: the profile's network (8 without one)
@@ -18,11 +34,7 @@ struct LayoutSearchOptions {
   // is 0 the sequences of ~4M tokens (GPT-3's 3.2M rounded up to a power of
   // two), at least one per data-parallel rank.
   int64_t global_batch = 0;
-  // Fixed by the user instead of searched: the micro-batch (0: search 1, 2,
-  // 4) and the recompute mode (nullopt: the least of none, selective, full
-  // that fits).
-  int64_t micro_batch = 0;
-  std::optional<Recompute> recompute;
+  LayoutDimensions dimensions;
 };
 
 struct LayoutSearchResult {
@@ -36,10 +48,13 @@ struct LayoutSearchResult {
 
 // Searches TP (dividing heads, KV heads and d_ff; <= GPUs per node), PP
 // (dividing GPUs / TP, <= layers), interleaving (v in {1, 2}), ZeRO (0 on one
-// replica; 1, 2 or 3 otherwise), micro-batch in {1, 2, 4} and recompute (none,
-// then selective, then full: the first that fits) for the fastest step whose
-// peak memory per device fits.  Model-parallel sizes t x p are visited from
-// the smallest; the search stops two doublings past the first size that fits.
+// replica; 1, 2 or 3 otherwise), micro-batch in {1, 2, 4}, for models with
+// experts EP (dividing the experts, folded as Megatron-Core does) with expert
+// TP = t or 1, and recompute (none, then selective, then full: the first
+// that fits) for the fastest step whose peak memory per device fits
+// (options.dimensions widens the space).  Model-parallel sizes t x p are
+// visited from the smallest; the search stops two doublings past the first
+// size that fits.
 // `config` must be valid on its own (any [parallel] in it is replaced).
 // Layouts whose memory screen (cluster_memory_bound) rules them out are not
 // timed; the lowered rank compute is shared by layouts with the same tensor
@@ -66,5 +81,55 @@ int64_t layout_global_batch(const Config& config, const LayoutSearchOptions& opt
 
 // The one-line layout text of a configuration.
 std::string layout_summary(const Config& config);
+
+// ---- `modar layout`: every layout of one model and global batch, ranked ------
+
+// The space `modar layout` ranks: the planner's plus TP without SP, context
+// parallelism, ZeRO 0 with data parallelism, micro-batch 8 and interleaving
+// v = 4.
+LayoutDimensions layout_ranking_dimensions();
+
+struct RankedLayout {
+  Config config;        // the model with this layout, micro-batch and recompute
+  std::string summary;  // layout_summary()
+  bool fits = false;
+  double step_s = 0.0;
+  double tokens_per_s = 0.0;
+  double mfu = 0.0;                // model FLOPs / (step x peak x GPUs)
+  double compute_s = 0.0;          // m x the slowest stage's compute
+  double exposed_comm_s = 0.0;     // communication on the critical path
+  double bubble_s = 0.0;           // pipeline bubble
+  MemoryBreakdown memory;          // per device, busiest stage
+  std::string binding;             // not fitting: what exceeds the device memory, by how much
+};
+
+struct LayoutRanking {
+  int64_t gpus = 1;
+  int64_t gpus_per_node = 8;
+  int64_t global_batch = 0;         // sequences per step, the same for every layout
+  std::string global_batch_source;  // "--global-batch", "train.global_batch" or the default's rule
+  double tokens_per_step = 0.0;
+  double device_memory_bytes = 0.0;
+  std::string profile_name;
+  std::vector<RankedLayout> fitting;      // fastest step first
+  std::vector<RankedLayout> not_fitting;  // least memory per device first
+  int64_t considered = 0;  // layouts of the space (every recompute choice counted)
+  // Sizes of the space that cannot run this global batch or model, once each
+  // ("micro-batch 4 x data 8 = 32 does not divide the global batch 48", ...).
+  std::vector<std::string> skipped;
+};
+
+// Every valid layout of `config`'s model on options.gpus devices (the space
+// of options.dimensions; layout_ranking_dimensions() for `modar layout`),
+// each estimated in full with recompute none, selective and full, at one
+// global batch (layout_global_batch()).  Library errors name request fields
+// ("gpus", "global_batch").
+LayoutRanking rank_layouts(const Config& config, const TimingModel& timing,
+                           const LayoutSearchOptions& options);
+// The JSON document `modar layout --json` prints (every layout).
+std::string to_json(const LayoutRanking& ranking);
+// The text table: the `top` fastest layouts that fit, then up to `top` that
+// do not with their binding constraint.
+std::string to_table(const LayoutRanking& ranking, size_t top);
 
 }  // namespace modar

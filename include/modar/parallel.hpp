@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "modar/config.hpp"
@@ -87,11 +88,14 @@ struct StageSummary {
 struct ClusterEstimate {
   // layout
   int64_t tensor = 1, pipeline = 1, virtual_stages = 1, data = 1, zero = 0;
+  int64_t expert = 1, expert_tensor = 1, expert_data = 1;  // the expert layers' folding
   bool sequence_parallel = false;
   int64_t micro_batch = 1;
   int64_t micro_batches = 1;  // m: micro-batches per pipeline per step
   int64_t gpus_per_node = 8, nodes = 1;
-  NetLevel tensor_level = NetLevel::intra_node, pipeline_level = NetLevel::intra_node,
+  int64_t context = 1;  // CP: ring attention over c ranks holding s / c tokens each
+  NetLevel tensor_level = NetLevel::intra_node, context_level = NetLevel::intra_node,
+           pipeline_level = NetLevel::intra_node,
            data_level = NetLevel::intra_node;
   std::vector<StageSummary> stages;
   std::vector<CommRecord> comm;
@@ -120,19 +124,39 @@ bool cluster_engaged(const Config& config);
 
 // The lowered compute of one tensor-parallel rank per micro-batch (the costly
 // part of estimate_cluster: two lowerings of the shard).  It depends on the
-// model, the tensor size and SP, the micro-batch, recompute, dtype and
-// attention kernel only, so a layout search reuses it across pipeline,
+// model, the tensor size and SP, the expert layout (EP, expert tensor size),
+// the micro-batch, recompute, dtype and attention kernel only, so a layout search reuses it across pipeline,
 // data-parallel and ZeRO choices.
 struct RankCompute {
   int64_t tensor = 1;
   bool sequence_parallel = false;
   int64_t micro_batch = 1;
   Recompute recompute = Recompute::none;
+  RecomputeGranularity recompute_granularity = RecomputeGranularity::none;
+  std::string recompute_modules;
+  int64_t expert = 1, expert_tensor = 1;  // EP and the resolved expert tensor size
+  int64_t context = 1;                    // CP
+  // Lowered for a configuration of this tensor size, SP, micro-batch,
+  // recompute and expert layout (the shape is the caller's to keep).
+  bool matches(const Config& config) const {
+    return tensor == config.parallel.tensor &&
+           sequence_parallel == config.parallel.sequence_parallel &&
+           micro_batch == config.train.micro_batch && recompute == config.train.recompute &&
+           recompute_granularity == config.train.recompute_granularity &&
+           recompute_modules == config.train.recompute_modules &&
+           expert == config.parallel.expert &&
+           expert_tensor == config.parallel.resolved_expert_tensor() &&
+           context == config.parallel.context;
+  }
   double first_s = 0.0;            // embedding (+ the DAR bank init): the first stage
   double last_s = 0.0;             // final norm, head, loss (+ DAR output read): the last stage
   double full_layer_s = 0.0;       // one full layer, forward + backward (+ recompute)
   double routed_layer_s = 0.0;     // one MoD-routed layer
   double all_depth_reads_s = 0.0;  // every AttnRes / DAR op of the step
+  // The core attention of one full / MoD-routed layer, forward and backward
+  // (context parallelism hides its ring exchange behind them).
+  double full_attention_forward_s = 0.0, full_attention_backward_s = 0.0;
+  double routed_attention_forward_s = 0.0, routed_attention_backward_s = 0.0;
   // Memo of estimate_cluster's time-balanced chunk sizes: they depend on this
   // compute, the tensor group's collectives (GPUs per node) and the chunk
   // count only, so layouts differing in data parallelism or ZeRO share them.

@@ -1,5 +1,5 @@
 // modar/planner.hpp: scaling laws, architecture priors, shape search and the
-// isoFLOP- / wall-clock-optimal recommendations (SPEC section 4).
+// isoFLOP- / wall-clock-optimal recommendations (docs/planner.md).
 //
 // The planner never counts a FLOP, a parameter, a byte or a second itself: every
 // such number comes from cost_model.hpp (count_params, count_flops,
@@ -55,12 +55,14 @@ std::string to_toml(const LossFit& fit);
 void save_fit_atomically(const LossFit& fit, const std::string& path);
 
 // An efficiency prior outside [kEpsMin, kEpsMax] is refused (docs/planner.md
-// "Architecture priors"): eps scales the parameter term A / N_f^alpha, and
-// under the built-in fits an eps below 0.25 moves the compute-optimal model
-// to 50x or more the dense optimum's tokens per parameter (about 1000 at 1e20
-// FLOPs, twice the band the fits were made on), while above 1.5 an
+// "Architecture priors"): eps scales the parameter term A / N_f^alpha (MoD's
+// the whole reducible loss).  Under the built-in fits a parameter-term eps
+// below 0.25 moves the compute-optimal model to 50x or more the dense
+// optimum's tokens per parameter (about 1000 at 1e20 FLOPs, twice the band
+// the fits were made on), and a reducible-loss eps below 0.25 claims a
+// quarter of the dense model's reducible loss at equal compute; above 1.5 an
 // architecture would need 3x the dense model's parameters for its loss.  The
-// published priors and their ranges lie in 0.68 .. 0.96.
+// published priors and their ranges lie in 0.68 .. 0.98.
 constexpr double kEpsMin = 0.25;
 constexpr double kEpsMax = 1.5;
 // Budgets: finite and within these (beyond them no shape exists and
@@ -74,7 +76,18 @@ constexpr double kMaxDays = 36525.0;  // a century of wall-clock
 // E + eps * A / N_f^alpha + B / D^beta.
 double predicted_loss(const LossFitParams& fit, double eps, double n_flop_active, double tokens);
 
-// Hoffmann eq. 4 under C = 6 N D (SPEC 4): G = (alpha eps A / (beta B))^(1/(alpha+beta)),
+// Multipliers of the two reducible terms: E + params A / N_f^alpha + data B / D^beta.
+// A prior acting on the parameter term only is {eps, 1}; one acting on the
+// whole reducible loss (MoD: docs/planner.md "Where the MoD prior acts") is
+// {eps, eps}.
+struct LossScale {
+  double params = 1.0;
+  double data = 1.0;
+};
+double predicted_loss(const LossFitParams& fit, LossScale scale, double n_flop_active,
+                      double tokens);
+
+// Hoffmann eq. 4 under C = 6 N D (docs/planner.md): G = (alpha eps A / (beta B))^(1/(alpha+beta)),
 // N* = G (C/6)^(beta/(alpha+beta)), D* = (C/6)^(alpha/(alpha+beta)) / G.
 struct ClosedFormOptimum {
   double G = 0.0;
@@ -84,9 +97,13 @@ struct ClosedFormOptimum {
 };
 ClosedFormOptimum closed_form_optimum(const LossFitParams& fit, double train_flops,
                                       double eps = 1.0);
+// The same with both terms scaled: G = (alpha s_p A / (beta s_d B))^(1/(alpha+beta)).
+ClosedFormOptimum closed_form_optimum(const LossFitParams& fit, double train_flops,
+                                      LossScale scale);
 // The same for what a user asked (Python's modar.closed_form_optimum): flops
-// required, fit default "epoch", eps default 1; flops and eps checked as the
-// planner's requests check them (kMaxTrainFlops, [kEpsMin, kEpsMax]).
+// required, fit default "epoch", eps default 1 on the parameter term; flops
+// and eps checked as the planner's requests check them (kMaxTrainFlops,
+// [kEpsMin, kEpsMax]).
 struct ClosedFormRequest {
   std::optional<double> flops;
   std::optional<std::string> fit;
@@ -99,9 +116,16 @@ ClosedFormOptimum closed_form_optimum(const ClosedFormRequest& request);
 // eps for one architecture configuration under one fit.  known = false means no
 // published prior exists: the planner then reports FLOPs, memory and time and
 // marks the loss unknown (JSON null) instead of guessing.
+// Where a prior's eps multiplies the loss: the parameter term only (DAR,
+// experts: eps A / N_f^alpha) or the whole reducible loss (MoD: eps (A /
+// N_f^alpha + B / D^beta), the routed model behaving as the baseline of equal
+// forward FLOPs per token with its reducible loss scaled; docs/planner.md).
+enum class PriorTerm { parameters, reducible };
+
 struct EfficiencyPrior {
   bool known = false;
   double eps = 1.0;
+  PriorTerm acts_on = PriorTerm::parameters;
   std::string key;         // "baseline", "mod", "dar", "mod+dar"
   std::string source;      // paper and figure / table, or "--eps override"
   std::string derivation;  // the arithmetic, one step per line
@@ -123,6 +147,9 @@ struct EfficiencyPrior {
   double measured_budget_max = 0.0;
   double measured_tokens_per_param = 0.0;
 };
+
+// `eps` placed where `prior` acts (its eps, eps_low or eps_high).
+LossScale loss_scale(const EfficiencyPrior& prior, double eps);
 
 // eps overrides: "mod=0.94,dar=0.97" -> {"mod": 0.94, "dar": 0.97}.  Keys are
 // architecture names (baseline, mod, dar, mod+dar, attnres, moe, mode-staged,

@@ -1,7 +1,7 @@
 // Planner speed: process CPU time of optimal() (four architectures, full shape
 // search, one budget) at several budgets, and the sweep rate in candidates per
 // second with and without per-candidate memory / step-time estimates.
-// Prints a table; no assertions (SPEC: speed is shown by programs, not tests).
+// Prints a table; no assertions (speed is shown by programs, not tests).
 #include <cstdio>
 #include <ctime>
 #include <string>

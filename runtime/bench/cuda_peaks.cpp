@@ -15,7 +15,7 @@
 // Rows: cuBLASLt bf16 GEMM (fp32 accumulation) and fp32 GEMM at large square
 // sizes (FLOP/s), a device-to-device copy (bytes read + written per second),
 // then our kernels at representative shapes with their achieved rate and the
-// fraction of the matching ceiling.  Timing rules (SPEC 3, METHOD.md): random
+// fraction of the matching ceiling.  Timing rules (docs/profiler.md): random
 // data (never zeros), warm-up, CUDA events around each repetition, median and
 // p10/p90 spread; inputs that fit in L2 are rotated over enough copies to
 // exceed twice the L2 size.
@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/backend.hpp"
 #include "modar/runtime/cuda_backend.hpp"
 #include "modar/runtime/layers.hpp"

@@ -12,7 +12,10 @@
 #include <ctime>
 #include <sstream>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/files.hpp"
+#include "modar/base/interrupt.hpp"
+#include "modar/base/text.hpp"
 #include "modar/runtime/comm_engine.hpp"
 #include "modar/runtime/host_facts.hpp"
 #include "modar/runtime/profiler.hpp"
@@ -24,13 +27,6 @@ namespace {
 constexpr int64_t kKiB = 1024;
 constexpr int64_t kMiB = 1024 * kKiB;
 constexpr int64_t kGiB = 1024 * kMiB;
-
-std::string number_text(double value, int digits = 4) {
-  std::ostringstream out;
-  out.precision(digits);
-  out << value;
-  return out.str();
-}
 
 // Powers of two up to `ranks`, and `ranks` itself.
 std::vector<int> default_group_sizes(int ranks) {
@@ -232,7 +228,7 @@ CommProfileOptions resolve_comm_profile_options(const CommProfileOptions& reques
          "must be in [min_bytes = " + std::to_string(o.min_bytes) + ", 64 GiB]");
   }
   if (!(o.size_factor >= 1.1 && o.size_factor <= 1024.0)) {
-    fail("size_factor", number_text(o.size_factor), "must be in [1.1, 1024]");
+    fail("size_factor", format_general(o.size_factor, 4), "must be in [1.1, 1024]");
   }
   if (o.warmup < 0 || o.warmup > 1000) {
     fail("warmup", std::to_string(o.warmup), "must be in [0, 1000]");
@@ -243,16 +239,16 @@ CommProfileOptions resolve_comm_profile_options(const CommProfileOptions& reques
          "must satisfy 1 <= min_repeats <= max_repeats <= 100000");
   }
   if (!(o.budget_s > 0.0 && o.budget_s <= 3600.0)) {
-    fail("budget_s", number_text(o.budget_s), "must be in (0, 3600] seconds");
+    fail("budget_s", format_general(o.budget_s, 4), "must be in (0, 3600] seconds");
   }
   if (!(o.sample_s > 0.0 && o.sample_s <= 10.0)) {
-    fail("sample_s", number_text(o.sample_s), "must be in (0, 10] seconds");
+    fail("sample_s", format_general(o.sample_s, 4), "must be in (0, 10] seconds");
   }
   if (o.arrival == CommArrival::cold && gpu) {
     fail("arrival", "cold", "the cpu backend only (a GPU collective is timed hot, back to back)");
   }
   if (!(o.compute_before_s > 0.0 && o.compute_before_s <= 1.0)) {
-    fail("compute_before_s", number_text(o.compute_before_s), "must be in (0, 1] seconds");
+    fail("compute_before_s", format_general(o.compute_before_s, 4), "must be in (0, 1] seconds");
   }
   if (o.dtype == ScalarType::i32) {
     fail("dtype", "i32", "must be fp64, fp32 or bf16");
@@ -547,7 +543,7 @@ CommProfileResult run_comm_profile(Backend& backend, Communicator& world,
       o.arrival == CommArrival::cold
           ? "samples of one call each, timed from the group's last arrival to the end (the max "
             "over its ranks), the table's time their MEAN (the spread from the median)"
-          : "samples of ~" + number_text(o.sample_s * 1e3) +
+          : "samples of ~" + format_general(o.sample_s * 1e3, 4) +
                 " ms of back-to-back calls, the max over the group's ranks per sample, the "
                 "median of the samples";
   p["network_how"] =
@@ -556,12 +552,12 @@ CommProfileResult run_comm_profile(Backend& backend, Communicator& world,
       "one rank per node); " +
       std::to_string(o.warmup) + " warm-up calls, " + sampling + ", " +
       std::to_string(o.min_repeats) + ".." + std::to_string(o.max_repeats) + " samples within " +
-      number_text(o.budget_s) + " s per point; sizes " + std::to_string(o.min_bytes) + ".." +
-      std::to_string(o.max_bytes) + " B by x" + number_text(o.size_factor);
+      format_general(o.budget_s, 4) + " s per point; sizes " + std::to_string(o.min_bytes) + ".." +
+      std::to_string(o.max_bytes) + " B by x" + format_general(o.size_factor, 4);
   p["network_arrival"] =
       o.arrival == CommArrival::cold
           ? "cold: before each timed call every rank of the group spins " +
-                number_text(o.compute_before_s * 1e3) +
+                format_general(o.compute_before_s * 1e3, 4) +
                 " ms of its thread CPU time (a step's compute), then calls; the time runs from "
                 "the last rank's arrival (latest steady-clock start) to each rank's end, max over "
                 "ranks: modar validate --parallel's transfer"
@@ -569,17 +565,16 @@ CommProfileResult run_comm_profile(Backend& backend, Communicator& world,
   p["network_date"] = utc_now();
   // A shared machine's load is part of what was measured (oversubscribed
   // ranks wait for a core): /proc/loadavg at the end of the run.
-  const std::string load = trim_text(read_text_or_empty("/proc/loadavg"));
-  if (!load.empty()) {
-    p["network_load_average"] = load.substr(0, load.find(' ', load.find(' ', load.find(' ') + 1) + 1)) +
-                                " (1, 5, 15 min, /proc/loadavg at the end of the run)";
+  const std::string load = load_average();
+  if (load != "unknown") {
+    p["network_load_average"] = load + " (1, 5, 15 min, /proc/loadavg at the end of the run)";
   }
   p["network_points"] = std::to_string(result.measurements.size());
   double worst_spread = 0.0;
   for (const CommMeasurement& m : result.measurements) {
     worst_spread = std::max(worst_spread, m.spread());
   }
-  p["network_worst_spread"] = number_text(worst_spread, 3);
+  p["network_worst_spread"] = format_general(worst_spread, 3);
   if (backend.device() == DeviceKind::cpu && result.ranks_per_node > host.logical_cpus &&
       host.logical_cpus > 0) {
     p["network_oversubscribed"] =

@@ -27,9 +27,10 @@
 #include <thread>
 #include <utility>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/json.hpp"
+#include "modar/base/text.hpp"
 #include "modar/profile_io.hpp"
-#include "modar/json.hpp"
 #include "profiler_internal.hpp"
 
 #if defined(_OPENMP)
@@ -135,10 +136,7 @@ int64_t op_working_set_bytes(const OpShape& shape, Pass pass) {
 namespace {
 
 std::string gib(int64_t bytes) {
-  std::ostringstream out;
-  out.precision(3);
-  out << static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0) << " GiB";
-  return out.str();
+  return format_general(static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0), 3) + " GiB";
 }
 
 double now_s() {
@@ -300,13 +298,6 @@ std::string utc_now() {
   return buffer;
 }
 
-std::string number_text(double value) {
-  std::ostringstream out;
-  out.precision(4);
-  out << value;
-  return out.str();
-}
-
 }  // namespace
 
 std::map<std::string, std::string> build_provenance() {
@@ -466,7 +457,7 @@ CeilingReport measure_ceilings(Backend& backend, Clock clock, DeviceKind device,
     } else {
       c.peak_flops_bf16 = c.achievable_flops_bf16 = rate;
     }
-    how << "GEMM " << n << "^3 " << to_string(type) << ": " << number_text(rate / 1e9)
+    how << "GEMM " << n << "^3 " << to_string(type) << ": " << format_general(rate / 1e9, 4)
         << " GFLOP/s; ";
   }
   // Bandwidth: a device copy well past the cache (bytes read + bytes written).
@@ -486,8 +477,8 @@ CeilingReport measure_ceilings(Backend& backend, Clock clock, DeviceKind device,
     const double seconds = time_call(
         backend, clock, [&] { backend.copy(src.view(), dst.view()); }, 1.0);
     c.memory_bandwidth = c.achievable_bandwidth = 2.0 * static_cast<double>(copy_bytes) / seconds;
-    how << "copy of " << (copy_bytes >> 20) << " MiB: " << number_text(c.memory_bandwidth / 1e9)
-        << " GB/s (read + write); ";
+    how << "copy of " << (copy_bytes >> 20)
+        << " MiB: " << format_general(c.memory_bandwidth / 1e9, 4) << " GB/s (read + write); ";
   }
   // Launch / dispatch overhead: a 16-element add, back to back.
   stop_if_asked();
@@ -691,8 +682,8 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
   }
   p["clock"] = to_string(timing.clock);
   p["timing"] = "median of >= " + std::to_string(timing.min_repeats) +
-                " samples (each >= " + number_text(timing.min_sample_s) +
-                " s of back-to-back calls) after warm-up; " + number_text(timing.budget_s) +
+                " samples (each >= " + format_general(timing.min_sample_s, 4) +
+                " s of back-to-back calls) after warm-up; " + format_general(timing.budget_s, 4) +
                 " s budget per shape; inputs random, rotated over copies exceeding the rotation "
                 "size; spread = (p90 - p10) / median";
   p["load_average_at_start"] = trim_text(read_text_or_empty("/proc/loadavg"));
@@ -807,7 +798,7 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
     }
   }
   p["skipped_count"] = std::to_string(skipped);
-  p["duration_s"] = number_text(now_s() - start_s) + " (grid, this invocation)";
+  p["duration_s"] = format_general(now_s() - start_s, 4) + " (grid, this invocation)";
   p["status"] = "complete";
   p["measurement_count"] = std::to_string(profile.measurements.size());
   save_profile_atomically(profile, options.out_path);
@@ -849,7 +840,7 @@ ProfileOptions resolve_profile_options(const ProfileRequest& request, DeviceKind
   options.timing.budget_s = request.budget_s.value_or(request.quick ? 0.08 : 0.25);
   // A shape's budget beyond an hour is no profile anyone waits for.
   if (!(options.timing.budget_s > 0.0) || !(options.timing.budget_s <= 3600.0)) {
-    throw ConfigError("budget_s = " + number_text(options.timing.budget_s) +
+    throw ConfigError("budget_s = " + format_general(options.timing.budget_s, 4) +
                       ": must be in (0, 3600] seconds per shape");
   }
   // Byte counts: positive and at most `most` (2^40 = 1 TiB of caches or

@@ -41,7 +41,7 @@
 #include <string>
 #include <vector>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/profiler.hpp"
 #include "profiler_internal.hpp"
 

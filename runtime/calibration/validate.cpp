@@ -10,8 +10,9 @@
 #include <memory>
 #include <sstream>
 
-#include "modar/errors.hpp"
-#include "modar/json.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/files.hpp"
+#include "modar/base/json.hpp"
 #include "modar/runtime/model.hpp"
 #include "modar/runtime/profiler.hpp"
 #include "validate_internal.hpp"
@@ -38,13 +39,6 @@ Config small_config(int64_t d, int64_t layers, int64_t heads, int64_t seq, int64
   c.device.count = 1;
   c.dar.block_layers = std::min<int64_t>(c.dar.block_layers, layers);
   return c;
-}
-
-std::string load_average() {
-  std::ifstream in("/proc/loadavg");
-  std::string a, b, c;
-  in >> a >> b >> c;
-  return a.empty() ? std::string("unknown") : a + " " + b + " " + c;
 }
 
 double now_s() {

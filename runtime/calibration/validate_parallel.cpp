@@ -17,9 +17,10 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "modar/base/errors.hpp"
+#include "modar/base/files.hpp"
+#include "modar/base/json.hpp"
 #include "modar/cost_model.hpp"
-#include "modar/errors.hpp"
-#include "modar/json.hpp"
 #include "modar/parallel.hpp"
 #include "modar/runtime/forwarding_communicator.hpp"
 #include "modar/runtime/host_facts.hpp"
@@ -40,13 +41,6 @@ double cpu_now_s() {
   timespec now{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
   return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
-}
-
-std::string load_average() {
-  std::ifstream in("/proc/loadavg");
-  std::string a, b, c;
-  in >> a >> b >> c;
-  return a.empty() ? std::string("unknown") : a + " " + b + " " + c;
 }
 
 // ---- the timing decorator -------------------------------------------------------

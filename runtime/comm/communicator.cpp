@@ -7,7 +7,7 @@
 #include <mutex>
 #include <string>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/backend.hpp"
 #include "modar/runtime/comm.hpp"
 #include "modar/runtime/comm_engine.hpp"

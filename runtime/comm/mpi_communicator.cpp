@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/comm.hpp"
 #include "modar/runtime/comm_engine.hpp"
 

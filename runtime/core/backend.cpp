@@ -7,7 +7,7 @@
 #include <map>
 #include <utility>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 
 namespace modar::runtime {
 

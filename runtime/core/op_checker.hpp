@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/op_args.hpp"
 
 namespace modar::runtime::detail {

@@ -14,7 +14,7 @@
 #include <variant>
 #include <vector>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/op_args.hpp"
 #include "op_checker.hpp"
 

@@ -95,7 +95,7 @@ OpSample rmsnorm_backward(const SampleSizes& s) {
 OpSample rope_forward(const SampleSizes& s) {
   OpSample r;
   const Shape shape{s.batch, s.rows, s.heads, s.head_dim};
-  const int x = add(r, in(shape)), positions = add(r, index({s.batch, s.rows}, 64));
+  const int x = add(r, in(shape)), positions = add(r, index({s.batch, s.rows}, s.max_position));
   const int y = add(r, out(shape));
   r.calls = [=](const Views& v) {
     return Calls{RopeForwardArgs{.x = v[x], .positions = v[positions], .out = v[y]}};
@@ -107,7 +107,7 @@ OpSample rope_forward(const SampleSizes& s) {
 OpSample rope_backward(const SampleSizes& s) {
   OpSample r;
   const Shape shape{s.batch, s.rows, s.heads, s.head_dim};
-  const int dout = add(r, in(shape)), positions = add(r, index({s.batch, s.rows}, 64));
+  const int dout = add(r, in(shape)), positions = add(r, index({s.batch, s.rows}, s.max_position));
   const int dx = add(r, acc(shape));
   r.calls = [=](const Views& v) {
     return Calls{RopeBackwardArgs{.dout = v[dout], .positions = v[positions], .dx = v[dx]}};
@@ -211,11 +211,13 @@ OpSample topk(const SampleSizes& s) {
   return r;
 }
 
-// Row 0 keeps all `rows` positions, the other rows one.
+// Row 0 keeps all `rows` positions, row 1 none, the others one.
 OpSample topk_ragged(const SampleSizes& s) {
   OpSample r;
   std::vector<double> counts(static_cast<size_t>(s.batch), 1.0);
   counts[0] = static_cast<double>(s.rows);
+  if (s.batch > 1)
+    counts[1] = 0.0;
   const int logits = add(r, in({s.batch, 2 * s.rows}, kStats));
   const int count = add(r, given({s.batch}, counts));
   const int indices = add(r, index_out({s.batch, s.rows}));
@@ -247,7 +249,7 @@ OpSample topk_mask(const SampleSizes& s) {
 OpSample gather_rows_forward(const SampleSizes& s) {
   OpSample r;
   const int x = add(r, in({s.batch, 2 * s.rows, s.width}));
-  const int indices = add(r, sorted({s.batch, s.rows}));
+  const int indices = add(r, sorted({s.batch, s.rows}, s.ragged));
   const int y = add(r, out({s.batch, s.rows, s.width}));
   r.calls = [=](const Views& v) {
     return Calls{GatherRowsForwardArgs{.x = v[x], .indices = v[indices], .out = v[y]}};
@@ -259,7 +261,7 @@ OpSample gather_rows_forward(const SampleSizes& s) {
 OpSample gather_rows_backward(const SampleSizes& s) {
   OpSample r;
   const int dout = add(r, in({s.batch, s.rows, s.width}));
-  const int indices = add(r, sorted({s.batch, s.rows}));
+  const int indices = add(r, sorted({s.batch, s.rows}, s.ragged));
   const int dx = add(r, acc({s.batch, 2 * s.rows, s.width}));
   r.calls = [=](const Views& v) {
     return Calls{GatherRowsBackwardArgs{.dout = v[dout], .indices = v[indices], .dx = v[dx]}};
@@ -271,7 +273,7 @@ OpSample gather_rows_backward(const SampleSizes& s) {
 OpSample scatter_add_scaled_forward(const SampleSizes& s) {
   OpSample r;
   const int x = add(r, in({s.batch, 2 * s.rows, s.width}));
-  const int indices = add(r, sorted({s.batch, s.rows}));
+  const int indices = add(r, sorted({s.batch, s.rows}, s.ragged));
   const int logits = add(r, in({s.batch, 2 * s.rows}, kStats));
   const int delta = add(r, in({s.batch, s.rows, s.width}));
   r.calls = [=, gate = s.gate](const Views& v) {
@@ -288,7 +290,7 @@ OpSample scatter_add_scaled_forward(const SampleSizes& s) {
 OpSample scatter_add_scaled_backward(const SampleSizes& s) {
   OpSample r;
   const int dx = add(r, in({s.batch, 2 * s.rows, s.width}));
-  const int indices = add(r, sorted({s.batch, s.rows}));
+  const int indices = add(r, sorted({s.batch, s.rows}, s.ragged));
   const int logits = add(r, in({s.batch, 2 * s.rows}, kStats));
   const int delta = add(r, in({s.batch, s.rows, s.width}));
   const int ddelta = add(r, acc({s.batch, s.rows, s.width}));
@@ -392,7 +394,15 @@ struct CrossEntropyTensors {
 CrossEntropyTensors cross_entropy_tensors(OpSample& r, const SampleSizes& s) {
   CrossEntropyTensors t{};
   t.logits = add(r, in({s.rows, s.vocab}));
-  t.targets = add(r, index({s.rows}, s.vocab));
+  if (s.ragged) {
+    std::vector<double> targets(static_cast<size_t>(s.rows));
+    for (int64_t i = 0; i < s.rows; ++i)
+      targets[static_cast<size_t>(i)] =
+          i % 5 == 3 ? -1.0 : static_cast<double>((7919 * i) % s.vocab);
+    t.targets = add(r, given({s.rows}, std::move(targets)));
+  } else {
+    t.targets = add(r, index({s.rows}, s.vocab));
+  }
   t.loss = add(r, out({1}, kStats));
   t.lse = add(r, out({s.rows}, kStats));
   return t;

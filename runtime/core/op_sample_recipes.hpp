@@ -34,8 +34,12 @@ inline SampleTensor out(Shape shape, SampleRole role = SampleRole::data) {
 inline SampleTensor index(Shape shape, int64_t limit) {
   return SampleTensor{std::move(shape), SampleRole::index, SampleUse::input, limit, {}};
 }
-inline SampleTensor sorted(Shape shape) {
-  return SampleTensor{std::move(shape), SampleRole::sorted, SampleUse::input, 0, {}};
+inline SampleTensor sorted(Shape shape, bool ragged) {
+  return SampleTensor{std::move(shape),
+                      ragged ? SampleRole::sorted_ragged : SampleRole::sorted,
+                      SampleUse::input,
+                      0,
+                      {}};
 }
 inline SampleTensor given(Shape shape, std::vector<double> values) {
   return SampleTensor{std::move(shape), SampleRole::given, SampleUse::input, 0, std::move(values)};

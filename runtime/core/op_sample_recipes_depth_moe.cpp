@@ -132,12 +132,19 @@ OpSample depth_read_merge_backward(const SampleSizes& s) {
 
 // ---- the DAR head: n = streams, `rows` tokens --------------------------------------
 
+// The head's outputs: alpha and beta (n each) and the transport's logits (one
+// for n = 2, n x n for Sinkhorn's n > 2).
+int64_t coefficient_outputs(const SampleSizes& s) {
+  const int64_t n = s.streams;
+  return 2 * n + (s.transport ? (n == 2 ? 1 : n * n) : 0);
+}
+
 struct CoefficientTensors {
   int retrieved, weight, bias, scale, alpha, beta, transport, z_rstd;  // transport -1: none
 };
 CoefficientTensors coefficient_tensors(OpSample& r, const SampleSizes& s) {
   const int64_t n = s.streams;
-  const int64_t outputs = 2 * n + (s.transport ? 1 : 0);
+  const int64_t outputs = coefficient_outputs(s);
   CoefficientTensors t{};
   t.retrieved = add(r, in({n, s.rows, s.width}));
   t.weight = add(r, in({n * s.width, outputs}, SampleRole::stats_small));
@@ -173,7 +180,7 @@ OpSample dar_coefficients_forward(const SampleSizes& s) {
 OpSample dar_coefficients_backward(const SampleSizes& s) {
   OpSample r;
   const int64_t n = s.streams;
-  const int64_t outputs = 2 * n + (s.transport ? 1 : 0);
+  const int64_t outputs = coefficient_outputs(s);
   const CoefficientTensors t = coefficient_tensors(r, s);
   const int dalpha = add(r, in({s.rows, n}, kStats)), dbeta = add(r, in({s.rows, n}, kStats));
   const int dtransport = s.transport ? add(r, in({s.rows, n, n}, kStats)) : -1;

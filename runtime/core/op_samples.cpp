@@ -46,7 +46,7 @@ double sample_value(const SampleTensor& tensor, SampleFill fill, int64_t i, int6
                     FillRng& rng) {
   const bool output = tensor.use != SampleUse::input;
   const bool integer = tensor.role == SampleRole::index || tensor.role == SampleRole::sorted ||
-                       tensor.role == SampleRole::given;
+                       tensor.role == SampleRole::sorted_ragged || tensor.role == SampleRole::given;
   if (output && fill != SampleFill::timing) {
     if (fill == SampleFill::poisoned && tensor.use == SampleUse::written)
       return integer ? kIndexPoison : std::numeric_limits<double>::quiet_NaN();
@@ -65,6 +65,10 @@ double sample_value(const SampleTensor& tensor, SampleFill fill, int64_t i, int6
       return output ? 0.0
                     : static_cast<double>(
                           rng.next() % static_cast<uint64_t>(std::max<int64_t>(tensor.limit, 1)));
+    case SampleRole::sorted_ragged:
+      if ((i / width) % 2 == 1 && i % width >= width - width / 3)
+        return -1.0;
+      [[fallthrough]];
     case SampleRole::sorted:
       return static_cast<double>(2 * (i % width) + static_cast<int64_t>(rng.next() & 1ULL));
     case SampleRole::given:
@@ -130,6 +134,7 @@ bool sample_dtype(SampleRole role, ScalarType data, ScalarType* dtype) {
       return true;
     case SampleRole::index:
     case SampleRole::sorted:
+    case SampleRole::sorted_ragged:
     case SampleRole::given:
       *dtype = ScalarType::i32;
       return true;
@@ -153,7 +158,9 @@ void fill_sample_tensor(Backend& backend, const TensorView& view, const SampleTe
   const int64_t count = view.numel();
   const int64_t element_bytes = scalar_bytes(view.dtype);
   // Index-like values depend on the flat position: no repeated blocks.
-  const bool positional = tensor.role == SampleRole::sorted || tensor.role == SampleRole::given;
+  const bool positional = tensor.role == SampleRole::sorted ||
+                          tensor.role == SampleRole::sorted_ragged ||
+                          tensor.role == SampleRole::given;
   const int64_t block = positional ? count : std::min(count, kFillBlockElements);
   const int64_t width = view.rank > 0 ? view.dim(-1) : 1;
   std::vector<unsigned char> host(static_cast<size_t>(block * element_bytes));

@@ -4,7 +4,7 @@
 #include <sstream>
 #include <utility>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/backend.hpp"
 
 namespace modar::runtime {

@@ -11,7 +11,7 @@
 #include <variant>
 
 #include "cpu_common.hpp"
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/host_facts.hpp"
 
 namespace modar::runtime {

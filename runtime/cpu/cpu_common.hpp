@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/tensor.hpp"
 
 // Loops over independent rows / tokens run on OpenMP threads when the work is

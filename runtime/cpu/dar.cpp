@@ -1,5 +1,5 @@
 // runtime/cpu/dar.cpp: the DAR coefficient head, the read mix and the
-// transport / gated write (SPEC 1.2; dar_math.md 3.2, 5.3).  modar's
+// transport / gated write (docs/model.md AttnRes/DAR; docs/dar_math.md 3.2, 5.3).  modar's
 // parameterisation (mHC-style; the paper's exact equations are not public).
 //
 // Coefficient head, per token t (retrieved R [n, T, d], D = n d):

@@ -1,4 +1,4 @@
-// runtime/cpu/depth_read.cpp: AttnRes / DAR depth reads (dar_math.md 1.4, 5.1, 5.2).
+// runtime/cpu/depth_read.cpp: AttnRes / DAR depth reads (docs/dar_math.md 1.4, 5.1, 5.2).
 //
 // Prefix read (phase 1), per query q and token t over sources r = 0..R-1:
 //   k_hat_r = keys[r, t] * key_rstd[r, t]            (unweighted RMSNorm; gamma

@@ -1,4 +1,4 @@
-// runtime/cpu/routing.cpp: the Mixture-of-Depths routing ops (SPEC 1.1).
+// runtime/cpu/routing.cpp: the Mixture-of-Depths routing ops (docs/model.md MoD).
 //
 //   router      logits[i] = x[i] . w_r          x [rows, d], w_r [d], logits [rows]
 //   topk        per sequence exactly k positions with the largest logits; ties

@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <string>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 
 namespace modar::gpu {
 

@@ -48,7 +48,7 @@
 #include "gather_scatter.cuh"
 #include "gemm.hpp"
 #include "loss.cuh"
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/backend.hpp"
 #include "modar/runtime/grouped_gemm_split.hpp"
 #include "modar/runtime/host_facts.hpp"

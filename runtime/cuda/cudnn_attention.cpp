@@ -19,7 +19,7 @@
 #include "attention_epilogue.cuh"
 #include "caching_allocator.hpp"
 #include "check.hpp"
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/cuda_backend.hpp"
 
 #if MODAR_HAVE_CUDNN_FRONTEND

@@ -1,5 +1,5 @@
 // runtime/cuda/dar.cu: DAR coefficient heads, stream mix, transport and gated
-// write (SPEC 1.2, dar_math 3.2, 5.3).
+// write (docs/model.md AttnRes/DAR, docs/dar_math.md 3.2, 5.3).
 //
 // Coefficients, per token t (n streams, o = outputs):
 //   z = [R_0; ...; R_{n-1}] * rstd_z,  rstd_z = (mean over n*d of R^2 + eps)^(-1/2)

@@ -1,13 +1,13 @@
-// runtime/cuda/depth_read.cu: AttnRes / DAR depth reads (dar_math 4, 5.1, 5.2, 6).
+// runtime/cuda/depth_read.cu: AttnRes / DAR depth reads (docs/dar_math.md 4, 5.1, 5.2, 6).
 //
 // Prefix read, per query q and token t over sources r (no 1/sqrt(d)):
 //   s_r = q' . key[r, t] * rstd[r, t],  lse = log sum_r exp(s_r),
 //   out[q, t] = sum_r exp(s_r - lse) value[r, t]
-// Backward (dar_math 5.1), with a_r = exp(s_r - lse), k^_r = key[r, t] rstd_r:
+// Backward (docs/dar_math.md 5.1), with a_r = exp(s_r - lse), k^_r = key[r, t] rstd_r:
 //   dp_r = <value_r, dout>,  Delta = <out, dout>,  ds_r = a_r (dp_r - Delta + dlse)
 //   dvalue_r += a_r dout;  dkey_r += ds_r rstd_r (q' - s_r k^_r / d);  dq' += sum ds_r k^_r
 // (the key term includes the path through rstd, so rstd is never differentiated).
-// Merge (dar_math 5.2): s_P = q' . k_P rstd_P, p = sigmoid(s_P - lse),
+// Merge (docs/dar_math.md 5.2): s_P = q' . k_P rstd_P, p = sigmoid(s_P - lse),
 //   out = o + p (v_P - o);  backward: do += (1 - p) dout, dv_P += p dout,
 //   g = <dout, v_P - o>, ds_P = p (1 - p) g, dlse -= ds_P, key path as above.
 //

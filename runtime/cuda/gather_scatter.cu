@@ -1,5 +1,5 @@
 // runtime/cuda/gather_scatter.cu: MoD gather of routed rows and the scaled
-// scatter-add of the block's delta into the residual (SPEC 1.1 steps 3 and 5).
+// scatter-add of the block's delta into the residual (docs/model.md MoD steps 3 and 5).
 //
 // Layout: x [batch, seq_len, d], packed rows [batch, k, d], indices [batch, k]
 // (ascending original positions, -1 = unused slot of a ragged selection).

@@ -1,9 +1,9 @@
 // runtime/cuda/topk.cu: MoD router logits and the per-sequence exact top-k.
 //
-// Math (SPEC 1.1): r_i = x_i . w_r; per sequence select EXACTLY k positions with
+// Math (docs/model.md MoD): r_i = x_i . w_r; per sequence select EXACTLY k positions with
 // the largest r, ties toward the lower position, output ascending.
 //
-// Top-k, one block per sequence (runtime_notes 2.1):
+// Top-k, one block per sequence:
 //  1. key(i) = order-preserving uint32 of r_i (sign bit flipped for positives,
 //     all bits flipped for negatives; -0 is first canonicalised to +0 and NaN
 //     to -inf, so the order equals the CPU backend's comparison).  Rows of up to kCachedKeysMax

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <utility>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/layers.hpp"
 
 namespace modar::runtime {
@@ -249,7 +249,7 @@ DepthOptions DepthOptions::from(const Config& config) {
   options.total_branches = 2 * config.model.n_layers;
   options.norm_eps = config.model.norm_eps;
   // S = 2K branches per block; Full AttnRes (K = 1) makes EVERY branch its own
-  // source (SPEC 1.2), Full DAR (K = 1) is one layer (two branches) per block.
+  // source (docs/model.md AttnRes/DAR), Full DAR (K = 1) is one layer (two branches) per block.
   if (config.dar.variant == DarVariant::attnres && config.dar.block_layers == 1) {
     options.branches_per_block = 1;
   } else {

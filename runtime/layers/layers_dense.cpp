@@ -12,7 +12,7 @@
 // residual stream is updated in place afterwards).
 #include <cmath>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/layers.hpp"
 
 namespace modar::runtime {

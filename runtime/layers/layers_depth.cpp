@@ -1,5 +1,5 @@
-// AttnRes (n = 1) and DAR (n >= 2) depth residuals, two-phase (SPEC 1.2,
-// dar_math.md sections 1.4, 3.2, 4.2, 5).
+// AttnRes (n = 1) and DAR (n >= 2) depth residuals, two-phase (docs/model.md AttnRes/DAR,
+// docs/dar_math.md sections 1.4, 3.2, 4.2, 5).
 //
 // History bank, stream-major: bank[j][r] = H_r[j]  ([n][N+1][T][d]), with the
 // key statistic rstd(H_r[j]) cached when the entry is written.  H_0[j] = the
@@ -17,7 +17,7 @@
 // alpha_out (a coefficient head without transport; its beta is unused).
 //
 // modar's DAR coefficient parameterisation is its own reconstruction (the DAR
-// paper's equations are not public; SPEC 1.2 follows mHC).  Initialisation:
+// paper's equations are not public; docs/model.md AttnRes/DAR follows mHC).  Initialisation:
 // queries w = 0 (uniform depth weights), key norms gamma = 1, W ~ N(0, 0.02^2),
 // scale = 1, alpha bias 0 (alpha = 1/2), transport bias rho_bias (rho = 0.98:
 // near identity; n > 2: diagonal Sinkhorn logits = rho_bias, others 0) and
@@ -34,7 +34,7 @@
 // inverting M, which is singular at rho = 1/2).
 #include <cmath>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/layers.hpp"
 
 namespace modar::runtime {
@@ -247,7 +247,7 @@ void DepthResidual::write(const Context& ctx, int64_t branch, const TensorView& 
   const int64_t n = options_.streams, block = block_of(branch), i = position_in_block(branch);
   BranchState& state = *branch_states_[static_cast<size_t>(branch)];
   // The backward reads neither h (f_l keeps its own copy of its input) nor R
-  // (recomputed from the phase-1 outputs and P^{i-1}, dar_math 5.5).
+  // (recomputed from the phase-1 outputs and P^{i-1}, docs/dar_math.md 5.5).
   state.h.reset();
   state.retrieved.reset();
   const TensorView y = reshape(y_in, {tokens_, d_});
@@ -283,7 +283,7 @@ void DepthResidual::write(const Context& ctx, int64_t branch, const TensorView& 
     partial_.reset();
     partial_rstd_.reset();
     // Nothing of the block is kept: its phase-1 outputs (o-bar, lse) are
-    // recomputed from the bank in backward (dar_math 5.5).
+    // recomputed from the bank in backward (docs/dar_math.md 5.5).
     block_states_[static_cast<size_t>(block)].reset();
   } else if (branch == segment_end_ - 1) {
     // A pipeline segment ends inside the block: P goes to the next stage,

@@ -1,4 +1,4 @@
-// The Mixture-of-Depths routed layer (SPEC 1.1, MoD paper section 3).
+// The Mixture-of-Depths routed layer (docs/model.md MoD, MoD paper section 3).
 //
 // Training, per sequence of s tokens with k = clamp(round(c s), 1, s):
 //   r = x w_r                         router logits [b, s] (statistics dtype)
@@ -18,7 +18,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/layers.hpp"
 
 namespace modar::runtime {

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 
 namespace modar::runtime {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <utility>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/parallel_steps.hpp"
 
 namespace modar::runtime {

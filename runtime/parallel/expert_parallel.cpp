@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <string>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/parallel_steps.hpp"
 
 namespace modar::runtime {

@@ -13,7 +13,7 @@
 #include <algorithm>
 #include <string>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/parallel_steps.hpp"
 #include "pipeline_internal.hpp"
 #include "pipeline_schedule.hpp"

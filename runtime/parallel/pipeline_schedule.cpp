@@ -9,7 +9,7 @@
 #include <string>
 #include <tuple>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 
 namespace modar::runtime::pipeline {
 

@@ -13,7 +13,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/parallel_steps.hpp"
 
 namespace modar::runtime {

@@ -23,8 +23,8 @@
 #include <string>
 
 #include "fuzz_util.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/calibrate.hpp"
-#include "modar/errors.hpp"
 
 namespace {
 

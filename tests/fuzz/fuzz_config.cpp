@@ -9,16 +9,17 @@
 //    "internal error" of the CLI), no sanitizer report, no hang;
 //  * a config that is accepted round-trips: to_toml() parses back to the same
 //    values and the same text.
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 
 #include "fuzz_util.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/config.hpp"
-#include "modar/errors.hpp"
 
 namespace {
 

@@ -9,16 +9,17 @@
 //  * only modar::FileError / modar::ConfigError escape, no sanitizer report;
 //  * an accepted file has at least 5 runs, each with N, D and loss positive
 //    and finite (what fit_runs() requires), at increasing 1-based lines.
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 
 #include "fuzz_util.hpp"
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/planner.hpp"
 
 namespace {

@@ -12,8 +12,8 @@
 #include <string>
 
 #include "fuzz_util.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/config.hpp"
-#include "modar/errors.hpp"
 #include "modar/hf_config.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

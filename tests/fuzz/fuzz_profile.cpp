@@ -14,9 +14,9 @@
 #include <string>
 
 #include "fuzz_util.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/config.hpp"
 #include "modar/cost_model.hpp"
-#include "modar/errors.hpp"
 #include "modar/profile.hpp"
 
 namespace {

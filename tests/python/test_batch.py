@@ -52,7 +52,7 @@ def test_batch_rows_equal_cli_documents(tmp_path):
 
 
 def test_batch_columns_match_the_narayanan_formula():
-    # SPEC section 2: training FLOPs per token 72 L d^2 (1 + s/(6d) + V/(12 L d)),
+    # docs/cost_model.md counting: training FLOPs per token 72 L d^2 (1 + s/(6d) + V/(12 L d)),
     # full attention convention, GELU 4d, untied head, no recompute.
     base = modar.Config(d_model=1024, n_heads=16, seq_len=2048, vocab_size=50304,
                         mlp="gelu", tie_embeddings=False, attention_flops="full")
@@ -221,7 +221,7 @@ def test_single_estimate_reads_the_structs_lazily():
 
 
 def test_batch_moe_columns_follow_the_spec_definition():
-    # SPEC 1.3: a token touches top_k of the E routed experts, so the active
+    # docs/model.md experts: a token touches top_k of the E routed experts, so the active
     # parameters are the total less (1 - top_k / E) of the routed experts'.
     # Routed expert parameters by hand: GELU expert 2 d d_e weights per expert
     # (expert_ffn defaults to d_ff = 4 d), E experts in every MoE layer.

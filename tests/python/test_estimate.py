@@ -47,7 +47,7 @@ def test_estimate_with_overrides_equals_cli_json(config_path):
 
 
 def test_training_flops_match_narayanan_formula():
-    # SPEC section 2 fixture: 72 L d^2 (1 + s/(6d) + V/(12 L d)) = 9.0739e9 per token
+    # docs/cost_model.md counting fixture: 72 L d^2 (1 + s/(6d) + V/(12 L d)) = 9.0739e9 per token
     # (full attention convention, GELU 4d, untied head, no recompute).
     d, layers, s, vocab = 2048, 24, 2048, 50304
     config = modar.Config(d_model=d, n_layers=layers, n_heads=16, seq_len=s, vocab_size=vocab,
@@ -82,7 +82,7 @@ def test_load_profile_and_round_trip(tmp_path):
     assert {"h200", "cpu-generic"} <= set(modar.profile_names())
     h200 = modar.load_profile("h200")
     ceilings = h200.to_dict()["ceilings"]
-    assert ceilings["peak_flops_bf16"] == pytest.approx(989e12)  # datasheet, SPEC section 3
+    assert ceilings["peak_flops_bf16"] == pytest.approx(989e12)  # datasheet, docs/cost_model.md
     assert ceilings["memory_bandwidth"] == pytest.approx(4.8e12)
     saved = h200.save(tmp_path / "copy.toml")
     again = modar.load_profile(saved)

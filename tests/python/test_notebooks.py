@@ -14,7 +14,7 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "examples" / "notebooks"
-EPOCH = dict(E=1.8172, A=482.01, B=2085.43, alpha=0.3478, beta=0.3658)  # SPEC section 4
+EPOCH = dict(E=1.8172, A=482.01, B=2085.43, alpha=0.3478, beta=0.3658)  # docs/planner.md
 
 
 def closed_form(flops: float) -> tuple[float, float, float]:
@@ -48,7 +48,7 @@ def test_optimal_size(tmp_path):
     key, _ = execute("optimal_size.ipynb", tmp_path)
     n_star, d_star, loss_star = closed_form(key["budget_flops"])
     assert key["closed_form_n"] == pytest.approx(n_star, rel=1e-9)
-    assert key["closed_form_n"] == pytest.approx(8.53e8, rel=0.005)  # SPEC fixture at 1e20
+    assert key["closed_form_n"] == pytest.approx(8.53e8, rel=0.005)  # docs/planner.md fixture at 1e20
     assert key["closed_form_tokens"] == pytest.approx(1.95e10, rel=0.005)
     # the planner also pays attention FLOPs: never below the closed form, close to it
     assert loss_star <= key["baseline_loss"] <= loss_star * 1.02

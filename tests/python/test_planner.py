@@ -13,7 +13,7 @@ import pytest
 import modar
 from conftest import run_cli, run_cli_json
 
-# Epoch AI's fit (Besiroglu et al. 2024), SPEC section 4, typed in from the paper.
+# Epoch AI's fit (Besiroglu et al. 2024), docs/planner.md, typed in from the paper.
 EPOCH = dict(E=1.8172, A=482.01, B=2085.43, alpha=0.3478, beta=0.3658)
 
 

@@ -16,6 +16,7 @@ from ._calibrate import CalibrationResult, calibrate, calibration_parameters
 from ._config import Config, MegatronArgsWarning
 from ._hf import HfImportWarning
 from ._estimate import EstimateResult, estimate, estimate_batch
+from ._layout import LayoutResult, layout
 from ._core import BackendError, ConfigError, FileError, ShapeError
 from ._planner import (
     FitResult,
@@ -41,6 +42,7 @@ __all__ = [
     "FileError",
     "FitResult",
     "HfImportWarning",
+    "LayoutResult",
     "MegatronArgsWarning",
     "OptimalResult",
     "Profile",
@@ -54,6 +56,7 @@ __all__ = [
     "estimate",
     "estimate_batch",
     "fit",
+    "layout",
     "load_profile",
     "optimal",
     "profile",

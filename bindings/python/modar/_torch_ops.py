@@ -136,7 +136,7 @@ def _value_stream(variant: int, j: int, n: int) -> int:
 
 def depth_read(bank_keys: torch.Tensor, key_rstd: torch.Tensor, bank_values: torch.Tensor,
                queries: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """AttnRes / DAR depth read over R sources (dar_math section 5.1), in
+    """AttnRes / DAR depth read over R sources (docs/dar_math.md section 5.1), in
     PyTorch: for every token t and query q, softmax over the sources r of
     q . (k_r[t] rstd_r[t]) (no 1/sqrt(d)), then the weighted sum of the values.
     bank_* [R, T, d], key_rstd [R, T], queries [Q, d] -> out [Q, T, d], lse [Q, T]."""

@@ -21,7 +21,7 @@
 #include <functional>
 #include <string>
 
-#include "modar/errors.hpp"
+#include "modar/base/interrupt.hpp"
 
 namespace modar {
 

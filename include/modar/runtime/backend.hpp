@@ -37,7 +37,7 @@
 //   Ragged selections (predictor mode) use a PADDED layout [b, k_max]: unused
 //   index slots hold -1; gather writes zero rows for them, scatter skips them,
 //   and attention takes the per-sequence counts as valid_lengths.
-// Depth reads (AttnRes / DAR, dar_math.md 1.4, 4, 5):
+// Depth reads (AttnRes / DAR, docs/dar_math.md 1.4, 4, 5):
 //   * the history bank is best laid out stream-major, bank[n][entries][T][d],
 //     so that stream j's completed prefix select(bank, j) sliced to [0, b) is a
 //     contiguous [b][T][d] tensor;
@@ -45,7 +45,7 @@
 //     block at once (keys = stream kappa(j), values = stream nu(j)); n calls
 //     per block.  Source rstd is an input (computed once when the entry is
 //     written, with rmsnorm_forward and an empty `out`); the backward returns the
-//     FULL key gradient including the path through rstd (dar_math 5.1), so rstd
+//     FULL key gradient including the path through rstd (docs/dar_math.md 5.1), so rstd
 //     itself is never differentiated separately;
 //   * depth_read_merge: the closed-form partial merge for one (branch, stream);
 //   * dar_coefficients: z = RMSNorm_unweighted([R_0..R_{n-1}]) per token,

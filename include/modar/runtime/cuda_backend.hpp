@@ -3,7 +3,7 @@
 // i.e. when the target modar_runtime_cuda exists; the core never includes it:
 // the CUDA backend registers itself, see backend.hpp).
 //
-// The profiler records these as provenance of a measured GPU profile (SPEC 3:
+// The profiler records these as provenance of a measured GPU profile (docs/cost_model.md:
 // device name, driver, clocks, CUDA and cuBLAS versions).  No CUDA header is
 // included here: plain C++ types only.
 #pragma once

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <string>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/op_args.hpp"
 #include "modar/runtime/tensor.hpp"
 

@@ -1,6 +1,6 @@
 // modar/runtime/layers.hpp: the reference runtime's layers, built ONLY on the
 // Backend interface (backend.hpp), so the same code runs on the CPU (Eigen)
-// and CUDA backends.  Maths: ../shared/design/SPEC.md section 1 and dar_math.md.
+// and CUDA backends.  Maths: docs/model.md and docs/dar_math.md.
 //
 // Pieces (each with forward and backward; backward ACCUMULATES into the
 // parameter gradients, like every backend op):
@@ -19,7 +19,7 @@
 //        out = x + delta.
 //    delta is formed first and added once, so the MoD routed layer with unit
 //    gate and capacity 1 reproduces this layer bit for bit (see RoutedLayer).
-//  * RoutedLayer  the MoD block (SPEC 1.1): r = w_r . x, per-sequence top-k
+//  * RoutedLayer  the MoD block (docs/model.md MoD): r = w_r . x, per-sequence top-k
 //    (ascending, ties to the lower position), gather, the layer's branches on
 //    the k tokens with RoPE at their ORIGINAL positions, delta = a + m (never
 //    X~ again), scatter x_i += g(r_i) delta_i.  Router gradient through g(r).
@@ -392,7 +392,7 @@ struct RoutingOptions {
   RouterScale gate = RouterScale::linear;
   // g(r) = 1 exactly, the router receives no gradient.  Not a training mode:
   // it exists so that capacity 1 can be checked against the dense layer bit
-  // for bit (SPEC 1.1 "c = 1 with every = 1 reproduces the dense model").
+  // for bit (docs/model.md MoD "c = 1 with every = 1 reproduces the dense model").
   bool unit_gate = false;
   CausalRouter causal = CausalRouter::none;
   int64_t predictor_hidden = 256;
@@ -485,7 +485,7 @@ class RoutedLayer {
 
 // ---- AttnRes / DAR --------------------------------------------------------------
 
-// kappa / nu of SPEC 1.2 (n = 1: both the identity).
+// kappa / nu of docs/model.md AttnRes/DAR (n = 1: both the identity).
 struct StreamRoles {
   std::vector<int> key_stream;    // kappa(j)
   std::vector<int> value_stream;  // nu(j)

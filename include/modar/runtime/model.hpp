@@ -1,5 +1,5 @@
 // modar/runtime/model.hpp: a whole small model's training step, built from the
-// same modar::Config the planner reads (SPEC section 1):
+// same modar::Config the planner reads (docs/model.md):
 //
 //   tokens -> embedding -> L layers -> final RMSNorm -> LM head (tied or untied)
 //          -> cross-entropy;  backward;  AdamW.

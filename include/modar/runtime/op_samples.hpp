@@ -40,6 +40,7 @@ enum class SampleRole : uint8_t {
   fp32,            // fp32 whatever the data dtype, U(-1, 1)
   index,           // i32 uniform in [0, limit)
   sorted,          // i32 rows of ascending distinct positions 2 j + {0, 1}
+  sorted_ragged,   // as sorted, the last third of every odd row unused (-1)
   given,           // i32 the listed values
 };
 
@@ -73,16 +74,20 @@ struct SampleSizes {
   int64_t kv_heads = 1;
   int64_t head_dim = 8;
   bool causal = true;
-  int64_t candidates = 0;   // top-k: scores per sequence (0: 2 x rows); rows = k
-  int64_t vocab = 16;       // cross-entropy classes
-  int64_t table_rows = 32;  // embedding table rows
+  int64_t max_position = 64;  // RoPE positions in [0, max_position)
+  int64_t candidates = 0;     // top-k: scores per sequence (0: 2 x rows); rows = k
+  int64_t vocab = 16;         // cross-entropy classes
+  int64_t table_rows = 32;    // embedding table rows
   // Depth reads and DAR.
-  int64_t sources = 3;     // prefix read: stored blocks
-  int64_t queries = 2;     // prefix read: queries of the call
-  int64_t streams = 2;     // DAR streams n
-  bool transport = true;   // DAR with the transport matrix (2 n + 1 coefficient outputs)
-  bool rstd_only = false;  // rmsnorm_forward: the rstd only (no weight, no output)
+  int64_t sources = 3;                      // prefix read: stored blocks
+  int64_t queries = 2;                      // prefix read: queries of the call
+  int64_t streams = 2;                      // DAR streams n
+  bool transport = true;                    // DAR with the transport matrix
+  bool rstd_only = false;                   // rmsnorm_forward: the rstd only (no weight, no output)
   RouterScale gate = RouterScale::sigmoid;  // scatter_add_scaled_forward's gate
+  // Ragged inputs: cross-entropy rows ignored (target -1, every fifth row),
+  // routed-row slots unused (-1, the last third of every odd sequence).
+  bool ragged = false;
   // Mixture of Experts.
   int64_t experts = 8;        // router columns
   int64_t local_experts = 6;  // the dispatch's experts (the others are another rank's)

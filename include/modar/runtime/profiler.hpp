@@ -3,9 +3,9 @@
 // The profiler executes every op kind of the shared vocabulary (ops.hpp) on a
 // Backend over a grid of OpShapes, forward and backward, and records the
 // median time with its spread.  cost_models (TimingModel) interpolates those
-// times in log-space to predict a configuration's step time (SPEC section 3).
+// times in log-space to predict a configuration's step time (docs/cost_model.md).
 //
-// Timing rules (SPEC 3, runtime_notes 2.6, CUTLASS / llm.c / ggml practice):
+// Timing rules (docs/profiler.md, CUTLASS / llm.c / ggml practice):
 //  * inputs are random (uniform in [-1, 1], positive where the op needs it,
 //    valid indices), never zeros;
 //  * untimed warm-up calls first (allocation, first-touch, clocks);
@@ -36,7 +36,7 @@
 #include <string>
 #include <vector>
 
-#include "modar/errors.hpp"
+#include "modar/base/interrupt.hpp"
 #include "modar/ops.hpp"
 #include "modar/profile.hpp"
 #include "modar/runtime/backend.hpp"
@@ -142,7 +142,7 @@ int max_cpu_threads();
 
 // Thrown by run_profile / run_validation when their should_stop() hook says
 // so (Ctrl-C; the checkpoint keeps every point measured so far): the one
-// Interrupted of modar/errors.hpp, which every long call throws.
+// Interrupted of modar/base/interrupt.hpp, which every long call throws.
 using modar::Interrupted;
 
 // ---- a whole run -------------------------------------------------------------------

@@ -189,8 +189,8 @@ TEST(CliHardening, OneNumberGrammar) {
 TEST(CliHardening, MeaninglessEpsIsRefusedWithItsRange) {
   expect_bad_input("optimal --flops 1e20 --eps mod=1e-300",
                    {"--eps mod=1e-300", "must be in [0.25, 1.5]"});
-  expect_bad_input("optimal --flops 1e20 --arch baseline,mod --eps mod=1e-6",
-                   {"--eps mod=1e-06", "must be in [0.25, 1.5]"});
+  expect_bad_input("optimal --flops 1e20 --arch baseline,dar --eps dar=1e-6",
+                   {"--eps dar=1e-06", "must be in [0.25, 1.5]"});
   for (const char* eps : {"0.25", "1.5"}) {
     const Result ok = run(std::string("optimal --flops 1e20 --arch baseline,mod --eps mod=") + eps);
     EXPECT_EQ(ok.exit_code, 0) << eps << ": " << ok.err;

@@ -10,6 +10,7 @@
 
 #include "../common/cli_run.hpp"
 #include "../common/hf_configs.hpp"
+#include "modar/base/json.hpp"
 
 namespace {
 

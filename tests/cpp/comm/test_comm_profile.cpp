@@ -8,7 +8,7 @@
 #include <cmath>
 #include <string>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/parallel.hpp"
 #include "modar/profile.hpp"
 #include "modar/runtime/backend.hpp"

@@ -1,5 +1,5 @@
 // Hand counts shared by the cost-model and planner tests: written from the
-// design documents (dar_math.md), never from modar's output.
+// design documents (docs/dar_math.md), never from modar's output.
 #pragma once
 
 #include <algorithm>
@@ -7,7 +7,7 @@
 
 namespace modar {
 
-// dar_math.md 4.3, written out term by term (n streams, m = 1 transport
+// docs/dar_math.md 4.3, written out term by term (n streams, m = 1 transport
 // output for n = 2, m_i = 0 for the first branch of a block).
 inline double dar_extra_flops_per_token(double d, int64_t L, int64_t K, double n, bool attnres) {
   const int64_t N = (L + K - 1) / K;

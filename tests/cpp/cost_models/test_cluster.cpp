@@ -10,8 +10,8 @@
 #include <functional>
 #include <random>
 
+#include "modar/base/errors.hpp"
 #include "modar/cost_model.hpp"
-#include "modar/errors.hpp"
 #include "modar/parallel.hpp"
 
 namespace modar {
@@ -172,15 +172,16 @@ TEST(Cluster, ParallelConfigValidation) {
   EXPECT_EQ(error_of({"parallel.tensor=3", "device.count=3"}),
             "parallel.tensor = 3: must divide model.n_heads = 4");
   EXPECT_EQ(error_of({"parallel.tensor=2"}),
-            "device.count = 1: must be a multiple of parallel.tensor * parallel.pipeline = 2");
+            "device.count = 1: must be a multiple of parallel.tensor * parallel.context * "
+            "parallel.pipeline = 2");
   EXPECT_EQ(error_of({"parallel.expert=2"}),
             "parallel.expert = 2: must be 1 without experts (set moe.experts > 0 for expert "
             "parallelism)");
   EXPECT_EQ(error_of({"parallel.zero=4", "device.count=2"}),
             "parallel.zero = 4: must be 0, 1, 2 or 3 (3 = FSDP full shard)");
   EXPECT_EQ(error_of({"parallel.zero=1"}),
-            "parallel.zero = 1: needs a data-parallel size >= 2 (device.count / "
-            "(parallel.tensor * parallel.pipeline))");
+            "parallel.zero = 1: needs data-parallel size x parallel.context >= 2 (device.count "
+            "/ (parallel.tensor * parallel.pipeline))");
   EXPECT_EQ(error_of({"parallel.virtual_stages=2", "parallel.pipeline=2", "device.count=2"}),
             "parallel.virtual_stages = 2: must be 1 with parallel.schedule = \"1f1b\" (use "
             "\"interleaved\")");
@@ -201,7 +202,7 @@ TEST(Cluster, ParallelConfigValidation) {
             "(ceil(device.count / gpus_per_node))");
   EXPECT_EQ(error_of({"parallel.tensor=2", "device.count=4", "train.global_batch=6"}),
             "train.global_batch = 6: must be a multiple of train.micro_batch * data-parallel "
-            "size (device.count / (parallel.tensor * parallel.pipeline)) = 4");
+            "size (device.count / (parallel.tensor * parallel.context * parallel.pipeline)) = 4");
   EXPECT_EQ(error_of({"parallel.tensor=2", "parallel.pipeline=2", "device.count=8",
                       "parallel.zero=3", "parallel.schedule=interleaved",
                       "parallel.virtual_stages=2", "train.global_batch=16"}),
@@ -657,12 +658,15 @@ TEST(Cluster, UnfusedGradientAccumulationByHand) {
 // train.attention_kernel = unfused (Megatron-LM 2021 CoreAttention), by hand
 // for one device without recompute: per layer and micro-batch the two
 // batched GEMMs run the whole s x s square (4 s^2 d_h FLOPs per head forward,
-// twice that backward) at the GEMM ceiling, plus the score traffic: forward
-// 6 passes of 2 B and the 1-byte dropout mask written, backward 9 passes and
-// the mask read; 3 launches each.
+// twice that backward) at the GEMM ceiling, plus the score traffic: with
+// attention dropout (the 2021 code's 0.1) forward 6 passes of 2 B and the
+// 1-byte dropout mask written, backward 9 passes and the mask read; 3
+// launches each.  (Without dropout 4 and 7 passes, no mask, 2 launches:
+// test_megatron_core.cpp.)
 TEST(Cluster, UnfusedAttentionByHand) {
   Config c = small();  // b 2, heads 4, s 128, d_h 64, 8 layers, one micro-batch
   c.train.attention_kernel = AttentionKernel::unfused;
+  c.train.attention_dropout = 0.1;
   const Estimate e = estimate(c, a100());
   const DeviceCeilings& ceilings = a100().ceilings;
   const double scores = 2.0 * 4.0 * 128.0 * 128.0;

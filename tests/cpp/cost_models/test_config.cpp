@@ -3,8 +3,9 @@
 
 #include <fstream>
 
+#include "modar/base/errors.hpp"
+#include "modar/base/text.hpp"
 #include "modar/config.hpp"
-#include "modar/errors.hpp"
 
 namespace modar {
 namespace {
@@ -147,13 +148,6 @@ TEST(Config, MissingFileAndOverridesAfterTheFile) {
   const Config c = load_config_file(path, {"mod.capacity=0.25", "mod.every=2"});
   EXPECT_EQ(c.mod.capacity, 0.25);
   EXPECT_EQ(c.mod.every, 2);
-}
-
-TEST(Config, EditDistanceAndNearestName) {
-  EXPECT_EQ(edit_distance("kitten", "sitting"), 3);
-  EXPECT_EQ(edit_distance("", "abc"), 3);
-  EXPECT_EQ(nearest_name("--jsn", {"--json", "--set"}), "--json");
-  EXPECT_EQ(nearest_name("completely-different", {"--json", "--set"}), "");
 }
 
 TEST(Config, EnumNamesAndDefaults) {

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <string>
 
+#include "modar/base/errors.hpp"
 #include "modar/config.hpp"
-#include "modar/errors.hpp"
 
 namespace modar {
 namespace {

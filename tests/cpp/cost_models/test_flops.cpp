@@ -1,6 +1,6 @@
-// FLOP counts against independently derived formulas (SPEC section 2,
-// planner_anchors 2.1-2.3, dar_math 4.3).  Every expected value below is
-// written from the papers' formulas, not from modar's output.
+// FLOP counts against independently derived formulas (docs/cost_model.md counting,
+// Hoffmann et al. 2022 App. F, Megatron-LM's FLOP count, docs/dar_math.md 4.3).
+// Every expected value below is written from the papers' formulas, not from modar's output.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -37,7 +37,7 @@ TEST(Flops, NarayananFixtureUnderFullAttention) {
   const double expected = 72.0 * L * d * d * (1.0 + s / (6.0 * d) + V / (12.0 * L * d));
   const FlopCounts flops = count_flops(c);
   expect_relative(flops.train_per_token, expected);
-  EXPECT_NEAR(flops.train_per_token, 9.0739e9, 0.00005e9);  // the SPEC's printed value
+  EXPECT_NEAR(flops.train_per_token, 9.0739e9, 0.00005e9);  // Narayanan et al.'s printed value
   // Forward is a third of training; backward twice forward.
   expect_relative(flops.forward_per_token, expected / 3.0);
   expect_relative(flops.backward_per_token, 2.0 * expected / 3.0);
@@ -48,7 +48,7 @@ TEST(Flops, NarayananFixtureUnderFullAttention) {
 TEST(Flops, CausalAndFlashConventions) {
   Config c = fixture();
   const double L = 24, d = 2048, s = 2048, V = 50304;
-  // Megatron (planner_anchors 2.3): per token forward 24 L d^2 + L (QK^T + AV
+  // Megatron-LM (num_floating_point_operations): per token forward 24 L d^2 + L (QK^T + AV
   // over half the square: 2 * 2 * s/2 * d) + 2 V d.
   const double causal_forward = 24.0 * L * d * d + 2.0 * L * s * d + 2.0 * V * d;
   c.attention_flops = AttentionFlops::causal;
@@ -210,7 +210,7 @@ TEST(Flops, DarAndAttnResExtrasFollowDarMath43) {
 }
 
 TEST(Flops, DarMathWorkedExample) {
-  // dar_math 4.3 example: d = 2048, L = 16, K = 2: AttnRes ~ 1.6 MFLOP and
+  // docs/dar_math.md 4.3 example: d = 2048, L = 16, K = 2: AttnRes ~ 1.6 MFLOP and
   // DAR ~ 6.1 MFLOP extra per token (the table's rounded approximations).
   Config c;
   c.model.d_model = 2048;
@@ -259,7 +259,7 @@ namespace {
 
 TEST(Flops, ModPlusDarIsModPlusTheDepthReadExtras) {
   // With MoD + DAR the depth-read ops run on all T tokens (docs/cost_model.md),
-  // so the combined count is the MoD count plus the dar_math 4.3 extras.
+  // so the combined count is the MoD count plus the docs/dar_math.md 4.3 extras.
   Config mod;
   mod.model.d_model = 256;
   mod.model.n_layers = 6;

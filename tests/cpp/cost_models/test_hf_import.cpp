@@ -12,9 +12,10 @@
 #include <string>
 
 #include "../common/hf_configs.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/text.hpp"
 #include "modar/config.hpp"
 #include "modar/cost_model.hpp"
-#include "modar/errors.hpp"
 #include "modar/hf_config.hpp"
 
 namespace modar {

@@ -8,8 +8,8 @@
 #include <cmath>
 #include <string>
 
+#include "modar/base/errors.hpp"
 #include "modar/cost_model.hpp"
-#include "modar/errors.hpp"
 #include "modar/parallel.hpp"
 
 namespace modar {

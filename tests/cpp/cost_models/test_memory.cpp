@@ -1,6 +1,6 @@
 // Memory items of small configurations, computed by hand from the formulas of
 // docs/cost_model.md (Megatron's 18 bytes / parameter family, Korthikanti's
-// activation inventory with FlashAttention, dar_math 4.4 for the bank).
+// activation inventory with FlashAttention, docs/dar_math.md 4.4 for the bank).
 #include <gtest/gtest.h>
 
 #include "modar/cost_model.hpp"
@@ -92,7 +92,7 @@ TEST(Memory, RoutedLayersSaveOnlyTheirTokens) {
 }
 
 TEST(Memory, DarBankMatchesDarMath44) {
-  // dar_math 4.4 example, bf16, d = 2048, T = 4096 (one sequence), L = 16, K = 2:
+  // docs/dar_math.md 4.4 example, bf16, d = 2048, T = 4096 (one sequence), L = 16, K = 2:
   // bank (N+1) n T d x 2 bytes = 151 MB (AttnRes), 302 MB (DAR); Full DAR 570 MB.
   Config c;
   c.model.d_model = 2048;
@@ -141,7 +141,7 @@ TEST(Memory, DepthResidualSavesPartialsAndOutputsAndHoldsBankGradient) {
   dar.dar.variant = DarVariant::dar;  // n = 2
   dar.dar.block_layers = 1;
   const MemoryBreakdown m = estimate_memory(dar, p);
-  // Saved on top of the plain residual (dar_math 5.5): P^{i-1} + fp32 rstd at
+  // Saved on top of the plain residual (docs/dar_math.md 5.5): P^{i-1} + fp32 rstd at
   // the 2 branches with i >= 1: 2 x n 2 x T 64 x (64 x 4 + 4) = 66560; each
   // branch's y: 4 x 64 x 64 x 4 = 65536.
   EXPECT_EQ(m.activations - base.activations, 66560 + 65536.0);

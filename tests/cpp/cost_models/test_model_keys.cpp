@@ -4,8 +4,8 @@
 // d_head = 64, SwiGLU width 1408, V = 1000, s = 128).
 #include <gtest/gtest.h>
 
+#include "modar/base/errors.hpp"
 #include "modar/cost_model.hpp"
-#include "modar/errors.hpp"
 #include "modar/profile.hpp"
 
 namespace modar {

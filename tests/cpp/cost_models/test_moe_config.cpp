@@ -1,11 +1,11 @@
 // The [moe] section: parsing, defaults, round trip, validation messages, and
-// the layer / capacity rules of SPEC section 1.3 (hand-derived values).
+// the layer / capacity rules of docs/model.md experts (hand-derived values).
 #include <gtest/gtest.h>
 
 #include <functional>
 
+#include "modar/base/errors.hpp"
 #include "modar/config.hpp"
-#include "modar/errors.hpp"
 
 namespace modar {
 namespace {
@@ -159,9 +159,10 @@ TEST(MoeConfig, ErrorsNameTheKeyTheValueAndWhatIsAllowed) {
   EXPECT_EQ(with({"moe.experts=6", "parallel.expert=4", "device.count=4"}),
             "ConfigError: parallel.expert = 4: must divide moe.experts = 6");
   EXPECT_EQ(with({"moe.experts=8", "parallel.expert=4", "device.count=2"}),
-            "ConfigError: parallel.expert = 4: must divide the data-parallel size device.count / "
-            "(parallel.tensor * parallel.pipeline) = 2 (expert parallelism is carved out of data "
-            "parallelism)");
+            "ConfigError: parallel.expert = 4: parallel.expert x parallel.expert_tensor = 4 x 1 "
+            "must divide the ranks of a pipeline stage, parallel.tensor x parallel.context x "
+            "data-parallel size = device.count / parallel.pipeline = 2 (Megatron-Core folds the "
+            "expert groups over the tensor, context and data-parallel ranks)");
   // Slots x widths stay far from 64-bit overflow (the lowering multiplies them).
   EXPECT_EQ(with({"moe.experts=65536", "moe.expert_ffn=16777216", "moe.shared_experts=64",
                   "moe.capacity_factor=1024", "train.micro_batch=64"})

@@ -1,4 +1,4 @@
-// Experts in the cost model (SPEC 1.3): parameters total vs active, FLOPs of
+// Experts in the cost model (docs/model.md experts): parameters total vs active, FLOPs of
 // the router, routed experts (top-k, capacity slots, null experts), shared
 // experts, MoDE staged, expert-parallel shards and the grouped GEMM's time.
 // Every expected value is written from the shapes by hand, not from modar's
@@ -245,6 +245,7 @@ TEST(MoeCounts, ExpertStatesAreInTheSingleDeviceMemory) {
   Config moe = base();
   moe.moe.experts = 8;
   moe.moe.top_k = 2;
+  moe.moe.router_weights = RouterWeights::output;  // modar's runtime: an int32 permutation map
   const DeviceProfile h200 = load_profile("h200");
   const MemoryBreakdown a = estimate_memory(dense, h200);
   const MemoryBreakdown b = estimate_memory(moe, h200);

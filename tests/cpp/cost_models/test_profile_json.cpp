@@ -1,4 +1,4 @@
-// Device profiles (embedded, parse, atomic save) and the JSON writer.
+// Device profiles (embedded, parse, atomic save).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "modar/base/errors.hpp"
+#include "modar/base/json.hpp"
 #include "modar/config.hpp"
-#include "modar/errors.hpp"
-#include "modar/json.hpp"
 #include "modar/profile.hpp"
 
 namespace modar {
@@ -22,9 +22,9 @@ TEST(Profile, EmbeddedProfilesLoadFromAnyDirectory) {
   ASSERT_EQ(::chdir(here.c_str()), 0);
   EXPECT_EQ(h200.name, "h200");
   EXPECT_FALSE(h200.measured);
-  EXPECT_EQ(h200.ceilings.peak_flops_bf16, 989e12);  // SPEC section 3 datasheet
+  EXPECT_EQ(h200.ceilings.peak_flops_bf16, 989e12);  // datasheet, profiles/README.md
   EXPECT_EQ(h200.ceilings.memory_bandwidth, 4.8e12);
-  EXPECT_EQ(h200.ceilings.achievable_flops_bf16, 790e12);  // SPEC's spot measurement
+  EXPECT_EQ(h200.ceilings.achievable_flops_bf16, 790e12);  // spot measurement, profiles/README.md
   EXPECT_EQ(h200.ceilings.achievable_bandwidth, 4.3e12);
   EXPECT_FALSE(h200.provenance.at("source").empty());
   const DeviceProfile cpu = load_profile("cpu-generic");
@@ -95,34 +95,7 @@ TEST(Profile, BadProfilesNameTheField) {
   EXPECT_THROW(parse_profile_toml("name = ", "p.toml"), FileError);
 }
 
-TEST(Json, WriterProducesExactText) {
-  JsonWriter json(0);
-  json.begin_object()
-      .field("a", 1.5)
-      .field("b", int64_t{3})
-      .field("s", "q\"uote\n")
-      .field("t", true)
-      .field("nan", std::nan(""))
-      .key("list")
-      .begin_array()
-      .value(1e20)
-      .value(0.1)
-      .null()
-      .end_array()
-      .key("empty")
-      .begin_object()
-      .end_object()
-      .end_object();
-  EXPECT_EQ(json.str(),
-            "{\"a\":1.5,\"b\":3,\"s\":\"q\\\"uote\\n\",\"t\":true,\"nan\":null,"
-            "\"list\":[1e+20,0.1,null],\"empty\":{}}");
-  JsonWriter bad;
-  bad.begin_object();
-  EXPECT_THROW(bad.value(1.0), std::logic_error);
-  EXPECT_THROW(bad.str(), std::logic_error);
-}
-
-// SPEC 3 / issue 5: a measured H200 profile replaces the datasheet one as the
+// docs/cost_model.md / issue 5: a measured H200 profile replaces the datasheet one as the
 // default once it ships; until then the default is the datasheet "h200".
 TEST(Profile, DefaultIsMeasuredH200WhenEmbedded) {
   const auto names = embedded_profile_names();

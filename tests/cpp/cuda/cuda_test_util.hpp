@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/backend.hpp"
 
 namespace modar::runtime::cuda_testing {

@@ -1,8 +1,9 @@
-// MoD routing on the GPU: router logits (fwd / bwd), the exact per-sequence
-// top-k (ties toward the lower position, ascending, exactly k; ragged counts
-// of predictor mode), the top-k mask, gather and the scaled scatter-add.
-// Top-k indices must EQUAL the CPU backend's (the contract is deterministic);
-// the float ops use the FlashAttention rule.
+// MoD's top-k on the GPU against its contract: the exact per-sequence top-k
+// (ties toward the lower position, ascending, exactly k; signed zeros, NaN,
+// infinities; ragged counts of predictor mode) and the top-k mask.  Top-k
+// indices must EQUAL the CPU backend's (the contract is deterministic).  The
+// router and the routed rows' gather / scatter run through the op harness
+// (tests/cpp/runtime/test_op_harness.cpp, ragged slots included).
 #include <algorithm>
 #include <numeric>
 
@@ -115,71 +116,6 @@ TEST(CudaTopk, MaskMarksSelectedPositions) {
   expect_matches_cpu(
       "topk_mask", Precision::bf16, {index("idx", {b, k}, indices), out_data("mask", {b, s})},
       [](Backend& be, const std::vector<TensorView>& v) { be.topk_mask(v[0], v[1]); });
-}
-
-TEST(CudaRouter, ForwardBackwardMatchCpu) {
-  MODAR_REQUIRE_CUDA();
-  const int64_t b = 3, s = 40, d = 200;
-  for (const Precision p : {Precision::fp32, Precision::bf16}) {
-    expect_matches_cpu(
-        "router forward", p,
-        {data("x", {b, s, d}, random_values(b * s * d, 1)), data("w", {d}, random_values(d, 2)),
-         out_stat("logits", {b * s})},
-        [](Backend& be, const std::vector<TensorView>& v) { be.router_forward(v[0], v[1], v[2]); });
-    expect_matches_cpu(
-        "router backward", p,
-        {stat("dlogits", {b * s}, random_values(b * s, 3)),
-         data("x", {b, s, d}, random_values(b * s * d, 1)), data("w", {d}, random_values(d, 2)),
-         grad_data("dx", {b, s, d}, random_values(b * s * d, 4)),
-         grad_data("dw", {d}, random_values(d, 5))},
-        [](Backend& be, const std::vector<TensorView>& v) {
-          be.router_backward(v[0], v[1], v[2], v[3], v[4]);
-        });
-  }
-}
-
-TEST(CudaGatherScatter, ForwardBackwardWithRaggedSlots) {
-  MODAR_REQUIRE_CUDA();
-  const int64_t b = 3, s = 20, k = 6, d = 96;
-  // Ascending distinct positions per sequence, -1 for unused slots (ragged).
-  const std::vector<double> indices = {0,  2,  5,  11, 12, 19, 3, 4,  7,
-                                       -1, -1, -1, 1,  6,  8,  9, 15, -1};
-  for (const Precision p : {Precision::fp32, Precision::bf16}) {
-    expect_matches_cpu("gather forward", p,
-                       {data("x", {b, s, d}, random_values(b * s * d, 1)),
-                        index("idx", {b, k}, indices), out_data("out", {b, k, d})},
-                       [](Backend& be, const std::vector<TensorView>& v) {
-                         be.gather_rows_forward(v[0], v[1], v[2]);
-                       });
-    expect_matches_cpu(
-        "gather backward", p,
-        {data("dout", {b, k, d}, random_values(b * k * d, 2)), index("idx", {b, k}, indices),
-         grad_data("dx", {b, s, d}, random_values(b * s * d, 3))},
-        [](Backend& be, const std::vector<TensorView>& v) {
-          be.gather_rows_backward(v[0], v[1], v[2]);
-        });
-    for (const RouterScale gate : {RouterScale::linear, RouterScale::sigmoid}) {
-      const std::string name = gate == RouterScale::linear ? "linear" : "sigmoid";
-      expect_matches_cpu(
-          "scatter_add_scaled forward " + name, p,
-          {grad_data("x", {b, s, d}, random_values(b * s * d, 4)), index("idx", {b, k}, indices),
-           stat("r", {b, s}, random_values(b * s, 5, -2.0, 2.0)),
-           data("delta", {b, k, d}, random_values(b * k * d, 6))},
-          [gate](Backend& be, const std::vector<TensorView>& v) {
-            be.scatter_add_scaled_forward(v[0], v[1], v[2], v[3], gate);
-          });
-      expect_matches_cpu(
-          "scatter_add_scaled backward " + name, p,
-          {data("dx", {b, s, d}, random_values(b * s * d, 7)), index("idx", {b, k}, indices),
-           stat("r", {b, s}, random_values(b * s, 5, -2.0, 2.0)),
-           data("delta", {b, k, d}, random_values(b * k * d, 6)),
-           grad_data("ddelta", {b, k, d}, random_values(b * k * d, 8)),
-           grad_stat("dr", {b, s}, random_values(b * s, 9))},
-          [gate](Backend& be, const std::vector<TensorView>& v) {
-            be.scatter_add_scaled_backward(v[0], v[1], v[2], v[3], gate, v[4], v[5]);
-          });
-    }
-  }
 }
 
 }  // namespace

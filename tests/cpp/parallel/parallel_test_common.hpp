@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/forwarding_communicator.hpp"
 #include "modar/runtime/host_facts.hpp"
 #include "modar/runtime/parallel_steps.hpp"
@@ -298,8 +298,8 @@ class CountingCommunicator final : public ForwardingCommunicator {
 // the gradient of the same entries (d B each: the rstd is a function of its
 // entry, not an input).
 //
-// Full AttnRes (K = 1) makes every BRANCH its own entry (SPEC 1.2,
-// dar_math 1.2): 1 + 2 l entries after layer l, where the planner's
+// Full AttnRes (K = 1) makes every BRANCH its own entry (docs/model.md AttnRes/DAR,
+// docs/dar_math.md 1.2): 1 + 2 l entries after layer l, where the planner's
 // bank_entries_at counts 1 + l (an undercount in the planner, reported).
 struct BankShape {
   int64_t streams = 1;

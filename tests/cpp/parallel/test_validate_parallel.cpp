@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/profile.hpp"
 #include "modar/runtime/host_facts.hpp"
 #include "modar/runtime/parallel_steps.hpp"

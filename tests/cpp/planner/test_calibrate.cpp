@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "../common/cli_run.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/calibrate.hpp"
-#include "modar/errors.hpp"
 #include "modar/profile.hpp"
 
 namespace {

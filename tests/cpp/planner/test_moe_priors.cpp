@@ -4,7 +4,7 @@
 // with the Epoch fit (E 1.8172, alpha 0.3478, beta 0.3658).
 #include <gtest/gtest.h>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/planner.hpp"
 
 namespace {

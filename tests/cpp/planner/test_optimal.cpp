@@ -9,8 +9,8 @@
 #include <stdexcept>
 
 #include "../common/dar_hand_count.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/cost_model.hpp"
-#include "modar/errors.hpp"
 #include "modar/planner.hpp"
 #include "optimal_test_util.hpp"
 
@@ -54,16 +54,19 @@ TEST(Optimal, ReproducesModPaperFindings) {
     const auto& baseline = find(result, "baseline", "isoflop_optimal");
     const auto& mod = find(result, "mod", "isoflop_optimal");
     const auto& parity = find(result, "mod", "parity_fastest");
-    // (1) more parameters (paper: roughly 1.5-2x; the whole-space argmin gives
-    // 1.26x at 6e18 and 1.46-1.48x at 2e19 / 1e20, printed side by side with
-    // the paper by examples/mod_paper_findings.sh) ...
+    // (1) more parameters (paper, figure 4: roughly 1.5-2x; printed side by
+    // side with the paper by examples/mod_paper_findings.sh) ...
     const double params_ratio = mod.params.total / baseline.params.total;
     EXPECT_GT(params_ratio, 1.2) << flops;
     EXPECT_LT(params_ratio, 2.1) << flops;
-    // ... at about the same forward FLOPs per token (0.8-1.05x).
+    // ... at about the same forward FLOPs per token (the paper: "as many
+    // FLOPs per forward pass as the isoFLOP optimal baseline"; figure 6 puts
+    // the MoD minimum anywhere in 0.8-1.0x, a flat valley).  The closed form
+    // puts it at exactly 1.0x (test_priors.cpp); the discrete shape grid
+    // moves the argmin by up to one grid step (~10 % in N_f at these sizes).
     const double flops_ratio = mod.flops.forward_per_token / baseline.flops.forward_per_token;
-    EXPECT_GE(flops_ratio, 0.8) << flops;
-    EXPECT_LE(flops_ratio, 1.05) << flops;
+    EXPECT_GE(flops_ratio, 0.9) << flops;
+    EXPECT_LE(flops_ratio, 1.1) << flops;
     // ... and a lower predicted loss (paper: 3.13 -> 3.09 at 6e18).
     EXPECT_LT(*mod.loss, *baseline.loss);
     // (2) a smaller MoD matches the optimal baseline's loss and steps faster.
@@ -150,7 +153,7 @@ TEST(Optimal, WallClockBudgetUsesStepTime) {
     EXPECT_NEAR(rec.train_hours, 25.0, 1e-6);
   }
   // DAR costs time: at the same shape it gets fewer tokens per hour, by at
-  // least what its extra work needs (hand counts from dar_math.md 4.2-4.3).
+  // least what its extra work needs (hand counts from docs/dar_math.md 4.2-4.3).
   const auto& dar = find(result, "dar", "isoflop_optimal");
   const modar::Config& c = dar.config;
   ASSERT_EQ(c.dar.variant, modar::DarVariant::dar);
@@ -163,13 +166,13 @@ TEST(Optimal, WallClockBudgetUsesStepTime) {
   const modar::DeviceProfile profile = modar::load_profile("h200");
   const modar::Estimate with_dar = modar::estimate(c, profile);
   const modar::Estimate without = modar::estimate(dense, profile);
-  // FLOPs: the depth-read ops add exactly the dar_math 4.3 count per token.
+  // FLOPs: the depth-read ops add exactly the docs/dar_math.md 4.3 count per token.
   const double extra_flops = modar::dar_extra_flops_per_token(d, L, K, double(n), false);
   EXPECT_NEAR(dar.flops.forward_dar_per_token / extra_flops, 1.0, 1e-9);
   EXPECT_NEAR((with_dar.flops.forward_per_token - without.flops.forward_per_token) / extra_flops,
               1.0, 1e-9);
   // Time: phase 1 of block b loads each of the b earlier bank entries (n x d
-  // elements per token, bf16) once (dar_math 4.2), so the forward of one
+  // elements per token, bf16) once (docs/dar_math.md 4.2), so the forward of one
   // micro-batch of T tokens reads at least n d T x 2 bytes x N (N + 1) / 2;
   // at the device's peak bandwidth that is a floor on the step-time overhead.
   const int64_t N = (L + K - 1) / K;

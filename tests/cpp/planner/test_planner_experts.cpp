@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/planner.hpp"
 #include "optimal_test_util.hpp"
 

@@ -8,7 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
+#include "modar/base/interrupt.hpp"
 #include "modar/planner.hpp"
 
 namespace {

@@ -1,5 +1,5 @@
-// Loss model, built-in fits, closed forms (SPEC section 4 fixtures) and fit
-// files.  Expected numbers come from the papers / SPEC or were worked by hand
+// Loss model, built-in fits, closed forms (docs/planner.md fixture) and fit
+// files.  Expected numbers come from the papers / docs/planner.md or were worked by hand
 // from the published constants (noted beside each).
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 #include <fstream>
 #include <string>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/planner.hpp"
 
 namespace {
@@ -20,7 +20,7 @@ void expect_rel(double actual, double expected, double tolerance) {
 
 TEST(ClosedForm, EpochFixturesFromSpec) {
   const modar::LossFit epoch = modar::load_fit("epoch");
-  // SPEC section 4: C = 6e18 -> N* = 2.02e8, D* = 4.96e9; 1e20 -> 8.53e8,
+  // docs/planner.md: C = 6e18 -> N* = 2.02e8, D* = 4.96e9; 1e20 -> 8.53e8,
   // 1.95e10; 5.76e23 -> 7.22e10, 1.33e12 (three significant figures).
   const struct {
     double flops, n, d;
@@ -41,7 +41,7 @@ TEST(ClosedForm, HoffmannRoundedByHand) {
   // G = (0.34*406.4 / (0.28*410.7))^(1/0.62) = 1.20157^1.6129 = 1.3447;
   // N*(1e19) = 1.3447 * (1e19/6)^(0.28/0.62) = 1.3447 * 1.6951e8 = 2.2795e8;
   // D*(1e19) = (1e19/6)^(0.34/0.62) / 1.3447 = 9.8307e9 / 1.3447 = 7.311e9 (32 tokens/param).
-  // planner_anchors.md 2.6 table: 1e21 -> 1.82e9 (50), 1e23 -> 1.46e10 (78),
+  // the same closed form, worked by hand: 1e21 -> 1.82e9 (50), 1e23 -> 1.46e10 (78),
   // 5.76e23 -> 3.22e10 (93).
   const modar::LossFit hoffmann = modar::load_fit("hoffmann");
   const auto at_1e19 = modar::closed_form_optimum(hoffmann.params, 1e19);
@@ -82,7 +82,7 @@ TEST(ClosedForm, IsTheMinimumAlongTheIsoflopCurve) {
 }
 
 TEST(ClosedForm, EpsScalesTheOptimalSize) {
-  // With A -> eps A, G scales by eps^(1/(alpha+beta)) (SPEC: ~0.92 for MoD).
+  // With A -> eps A, G scales by eps^(1/(alpha+beta)) (docs/planner.md: ~0.92 for MoD).
   const modar::LossFitParams p = modar::load_fit("epoch").params;
   const auto dense = modar::closed_form_optimum(p, 1e20, 1.0);
   const auto mod = modar::closed_form_optimum(p, 1e20, 0.9372);

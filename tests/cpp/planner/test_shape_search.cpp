@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/planner.hpp"
 
 namespace {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/backend.hpp"
 #include "modar/runtime/layers.hpp"
 #include "modar/runtime/model.hpp"

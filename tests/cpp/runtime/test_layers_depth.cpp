@@ -1,8 +1,8 @@
 // AttnRes / DAR depth residual: the two-phase schedule (prefix read once per
 // block + closed-form merge of the partial, bank of block-local states) equals
 // a naive host implementation that takes a plain softmax over ALL sources
-// (completed entries + the partial) for every branch, written here from SPEC
-// 1.2 / dar_math 3.2 and 4 alone.  Branches are host functions
+// (completed entries + the partial) for every branch, written here from
+// docs/model.md / docs/dar_math.md 3.2 and 4 alone.  Branches are host functions
 // y = tanh(c_l (.) h), so the whole schedule is exercised, blocks, partials,
 // coefficient heads, transport, gated writes and the output read included.
 #include "test_layers_common.hpp"
@@ -294,7 +294,7 @@ TEST(StreamRoles, MatchSpecTable) {
 }
 
 // At initialisation the queries are zero: every read is a uniform average of
-// its sources (dar_math 6.5), e.g. branch 1 of block 0 reads (emb + y_0) / 2.
+// its sources (docs/dar_math.md 6.5), e.g. branch 1 of block 0 reads (emb + y_0) / 2.
 TEST(DepthResidual, ZeroQueriesGiveUniformDepthWeights) {
   const Context ctx = fp64_context();
   DepthOptions options;

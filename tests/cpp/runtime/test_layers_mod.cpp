@@ -1,4 +1,4 @@
-// MoD routed layer (SPEC 1.1): finite-difference gradients for g = r and
+// MoD routed layer (docs/model.md MoD): finite-difference gradients for g = r and
 // g = sigmoid(r), the auxiliary BCE loss and the predictor; k = 1 and k = s;
 // capacity 1 == the dense layer bit for bit; deterministic top-k under ties;
 // decode (router / predictor, KV cache of routed tokens only) == a full forward
@@ -85,7 +85,7 @@ INSTANTIATE_TEST_SUITE_P(
                       RoutedCase{"ks", 1.0, RouterScale::sigmoid, CausalRouter::aux_loss}),
     [](const ::testing::TestParamInfo<RoutedCase>& info) { return std::string(info.param.name); });
 
-// SPEC 1.1: capacity 1 reproduces the dense layer.  With g(r) = 1 (unit gate)
+// docs/model.md MoD: capacity 1 reproduces the dense layer.  With g(r) = 1 (unit gate)
 // the routed layer is EXACTLY the dense layer: same output and the same
 // gradients, bit for bit (gather of all s tokens is a copy, RoPE uses the same
 // positions, and the scatter adds 1 * delta like the dense layer adds delta).

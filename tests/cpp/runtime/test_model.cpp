@@ -1,5 +1,5 @@
 // Whole-model training step: finite-difference gradients (fp64) for every
-// layer / residual type, the identities of SPEC 1.1 / 1.2 at model level, a
+// layer / residual type, the identities of docs/model.md MoD / 1.2 at model level, a
 // training sanity run and the peak-memory report.
 #include "test_model_common.hpp"
 
@@ -128,7 +128,7 @@ INSTANTIATE_TEST_SUITE_P(Architectures, ModelGradients,
                                                      }}),
                          model_case_name);
 
-// SPEC 1.1: MoD at capacity 1, every layer routed, with g(r) = 1, reproduces
+// docs/model.md MoD: MoD at capacity 1, every layer routed, with g(r) = 1, reproduces
 // the dense model exactly (loss, logits and every shared gradient, bit for bit).
 TEST(ModelIdentity, ModCapacityOneEveryOneIsTheDenseModel) {
   Config dense_config = tiny_config();
@@ -151,7 +151,7 @@ TEST(ModelIdentity, ModCapacityOneEveryOneIsTheDenseModel) {
   expect_identical_steps(dense, a, routed, b);
 }
 
-// SPEC 1.2: DAR reduces to AttnRes when the streams carry the same thing.
+// docs/model.md AttnRes/DAR: DAR reduces to AttnRes when the streams carry the same thing.
 // With alpha = 1/2, beta = 1 (coefficient weights 0, biases 0) and the same
 // query per stream, both streams stay identical (M is doubly stochastic), each
 // retrieved state is the AttnRes read and h = R/2 + R/2: for every variant,

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "modar/errors.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/runtime/backend.hpp"
 #include "modar/runtime/forwarding_backend.hpp"
 #include "modar/runtime/profiler.hpp"

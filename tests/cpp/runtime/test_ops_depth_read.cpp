@@ -1,6 +1,6 @@
 // Depth reads (AttnRes / DAR): prefix read vs a naive softmax over sources,
 // the two-phase form (prefix + closed-form merge) vs a one-shot softmax that
-// includes the partial, and finite-difference gradients (dar_math 5.1, 5.2).
+// includes the partial, and finite-difference gradients (docs/dar_math.md 5.1, 5.2).
 #include "test_ops_util.hpp"
 
 namespace modar::runtime::testing {
@@ -86,7 +86,7 @@ TEST(OpsDepthRead, PrefixMatchesNaiveSoftmaxOverSources) {
 }
 
 TEST(OpsDepthRead, ZeroQueriesGiveUniformWeights) {
-  // dar_math 6.5: zero-initialised queries read the plain mean of the sources.
+  // docs/dar_math.md 6.5: zero-initialised queries read the plain mean of the sources.
   const int64_t sources = 3, tokens = 2, d = 4;
   const auto keys = random_values(sources * tokens * d, 4);
   const auto values = random_values(sources * tokens * d, 5);

@@ -19,8 +19,8 @@
 #include <thread>
 #include <utility>
 
+#include "modar/base/errors.hpp"
 #include "modar/cost_model.hpp"
-#include "modar/errors.hpp"
 #include "modar/runtime/backend.hpp"
 #include "modar/runtime/forwarding_backend.hpp"
 #include "modar/runtime/profiler.hpp"

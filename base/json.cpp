@@ -1,5 +1,5 @@
-// The JSON writer of modar/json.hpp.
-#include "modar/json.hpp"
+// The JSON writer of modar/base/json.hpp.
+#include "modar/base/json.hpp"
 
 #include <charconv>
 #include <cmath>
@@ -193,6 +193,15 @@ const std::string& JsonWriter::str() const {
     throw std::logic_error("JsonWriter: document has unclosed objects or arrays");
   }
   return out_;
+}
+
+void json_optional(JsonWriter& json, std::string_view key, const std::optional<double>& value) {
+  json.key(key);
+  if (value) {
+    json.value(*value);
+  } else {
+    json.null();
+  }
 }
 
 }  // namespace modar

@@ -1,8 +1,8 @@
-// The process-wide Ctrl-C flag of modar/errors.hpp.
+// The process-wide Ctrl-C flag of modar/base/interrupt.hpp.
+#include "modar/base/interrupt.hpp"
+
 #include <atomic>
 #include <string>
-
-#include "modar/errors.hpp"
 
 namespace modar {
 namespace {

@@ -1,4 +1,4 @@
-// modar/json.hpp: a tiny JSON writer used by every CLI command (--json) and by
+// modar/base/json.hpp: a tiny JSON writer used by every CLI command (--json) and by
 // the Python bindings (which json.loads this text, so `.to_dict()` equals the
 // CLI's --json output byte for byte in meaning).
 //
@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -67,5 +68,7 @@ class JsonWriter {
 std::string json_quote(std::string_view text);
 // Shortest round-trip text of a double; "null" for NaN / inf.
 std::string json_number(double number);
+// `"key": value`, or `"key": null` when the value is absent.
+void json_optional(JsonWriter& json, std::string_view key, const std::optional<double>& value);
 
 }  // namespace modar

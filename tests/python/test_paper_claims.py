@@ -1,0 +1,60 @@
+"""examples/paper_claims.py: every claim of the two papers that modar meets
+today keeps being met.  Each bound below is the paper's own statement (the
+criterion the script prints), not modar's current value."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, _cli
+
+# The claims that hold at the defaults (examples/paper_claims.py prints all of
+# them, including the ones that do not hold and the ones not modelled).
+HOLDS_TODAY = {
+    "mod.optimum_forward_flops.6e18": (0.93, 1.07),
+    "mod.optimum_forward_flops.1e20": (0.93, 1.07),
+    "mod.optimum_params.6e18": (1.0, None),
+    "mod.optimum_params.2e19": (1.0, None),
+    "mod.optimum_params.1e20": (1.0, None),
+    "mod.optimum_loss_gain.6e18": (0.0, 1.55),
+    "mod.optimum_loss_gain.2e19": (0.0, 1.55),
+    "mod.optimum_loss_gain.1e20": (0.0, 1.55),
+    "mod.parity_forward_flops.6e18": (None, 0.5),
+    "mod.parity_forward_flops.2e19": (None, 0.5),
+    "mod.parity_forward_flops.1e20": (None, 0.5),
+    "mod.same_size_wallclock.6e18": (0.9, 1.1),
+    "mod.same_size_wallclock.2e19": (0.9, 1.1),
+    "mod.same_size_wallclock.1e20": (0.9, 1.1),
+    "mod.baseline_size.6e18": (176e6, 264e6),
+}
+
+
+@pytest.fixture(scope="module")
+def claims() -> dict:
+    script = REPO / "examples" / "paper_claims.py"
+    out = subprocess.run([sys.executable, str(script), "--modar", _cli(), "--json"],
+                         capture_output=True, text=True, check=True, timeout=600).stdout
+    return {row["id"]: row for row in json.loads(out)["claims"]}
+
+
+def test_every_claim_that_holds_today_still_holds(claims):
+    for key, (low, high) in HOLDS_TODAY.items():
+        row = claims[key]
+        assert row["holds"] is True, (key, row)
+        if low is not None:
+            assert row["modar"] > low, (key, row["modar"])
+        if high is not None:
+            assert row["modar"] <= high, (key, row["modar"])
+
+
+def test_same_size_loss_and_unmodelled_claims_are_reported(claims):
+    for budget in ("6e18", "2e19", "1e20"):
+        assert claims[f"mod.same_size_loss.{budget}"]["holds"] is True
+    assert claims["mod.aux_loss_penalty"]["holds"] is None
+    for row in claims.values():
+        assert row["holds"] in (True, False, None)
+        assert row["criterion"] and row["paper"]
