@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "modar/base/errors.hpp"
+#include "modar/base/text.hpp"
 #include "modar/calibrate.hpp"
+#include "modar/layout_search.hpp"
 #include "modar/planner.hpp"
 #include "modar/runtime/backend.hpp"
 #include "modar/runtime/comm_profile.hpp"
@@ -238,6 +240,30 @@ void calibrate_rows(std::vector<Row>& rows) {
   }
 }
 
+void layout_rows(std::vector<Row>& rows) {
+  const auto add = [&](const std::string& field, const std::string& value,
+                       const std::function<void(modar::LayoutRequest&)>& set) {
+    rows.push_back({"layout", field, value, [set] {
+                      modar::LayoutRequest r;
+                      r.gpus = 8;
+                      set(r);
+                      modar::resolve_layout(r);
+                    }});
+  };
+  for (const int64_t v : {int64_t{0}, int64_t{-8}, int64_t{1} << 25}) {
+    add("gpus", std::to_string(v), [v](auto& r) { r.gpus = v; });
+  }
+  for (const int64_t v : {int64_t{0}, int64_t{-1}, int64_t{2000}}) {
+    add("gpus_per_node", std::to_string(v), [v](auto& r) { r.gpus_per_node = v; });
+  }
+  for (const int64_t v : {int64_t{0}, int64_t{-16}, int64_t{1} << 41}) {
+    add("global_batch", std::to_string(v), [v](auto& r) { r.global_batch = v; });
+  }
+  for (const int64_t v : {int64_t{0}, int64_t{-1}, int64_t{100001}}) {
+    add("top", std::to_string(v), [v](auto& r) { r.top = v; });
+  }
+}
+
 TEST(RequestFields, EveryMeaninglessNumberIsRefusedNamingItsField) {
   std::vector<Row> rows;
   optimal_rows(rows);
@@ -247,6 +273,7 @@ TEST(RequestFields, EveryMeaninglessNumberIsRefusedNamingItsField) {
   validate_rows(rows);
   comm_profile_rows(rows);
   calibrate_rows(rows);
+  layout_rows(rows);
   ASSERT_GT(rows.size(), 100u);
   for (const Row& row : rows) {
     const std::string where = row.request + " " + row.field + " = " + row.value;
@@ -271,6 +298,19 @@ TEST(RequestFields, TheDefaultsResolve) {
   EXPECT_NO_THROW(modar::resolve_sweep(sweep));
   EXPECT_NO_THROW(modar::resolve_fit_options(modar::FitRequest{}));
   EXPECT_NO_THROW(modar::closed_form_optimum(modar::ClosedFormRequest{1e20, {}, {}}));
+  modar::LayoutRequest layout;
+  layout.gpus = 8;
+  const modar::LayoutSettings settings = modar::resolve_layout(layout);
+  EXPECT_EQ(settings.options.gpus, 8);
+  EXPECT_EQ(settings.top, 20u);
+  EXPECT_EQ(settings.options.global_batch, 0);  // 0: the config's, else ~4M tokens
+  // gpus has no default: an empty layout request is refused naming it.
+  try {
+    modar::resolve_layout(modar::LayoutRequest{});
+    ADD_FAILURE() << "an empty layout request was accepted";
+  } catch (const modar::ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("gpus: missing", 0), 0u) << e.what();
+  }
 }
 
 }  // namespace
