@@ -137,7 +137,7 @@ py::tuple calibrate_documents(const std::string& csv_path, const std::string& cs
                               const std::string& profile_ref, const py::dict& said,
                               py::object progress) {
   const CalibrateRequest request = calibrate_request(said);
-  PythonRunControl control(py::none());
+  PythonRunControl control{py::none()};
   CalibrationResult result = control.run([&] {
     const DeviceProfile base = load_profile(profile_ref);
     const std::vector<CalibrationRun> runs =

@@ -707,6 +707,15 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
 
   stop_if_asked();
   if (options.measure_ceilings && !(resumed && p.count("ceilings_how") > 0)) {
+    if (!resumed) {
+      // A first checkpoint before the ceilings (seconds on a loaded machine):
+      // a Ctrl-C during them keeps OUT.partial too, with placeholder ceilings
+      // and no ceilings_how, so that a resume measures them.
+      DeviceCeilings& c = profile.ceilings;
+      c.peak_flops_fp32 = c.peak_flops_bf16 = c.memory_bandwidth = 1.0;
+      c.memory_bytes = memory_bytes > 0 ? memory_bytes : 1.0;
+      checkpoint_now();
+    }
     if (options.progress != nullptr) {
       std::fprintf(options.progress, "modar profile: measuring ceilings (GEMM, copy, dispatch)\n");
     }

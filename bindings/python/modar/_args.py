@@ -102,7 +102,8 @@ def one_line_type_errors(func: F) -> F:
     """Public call wrapper: a string argument that is not valid text is a
     ValueError naming the argument, and a TypeError from pybind11 argument
     matching becomes one line naming the call's parameters and their types."""
-    where = f"modar.{func.__qualname__.replace('.__init__', '')}"
+    # "Config.__init__" -> "Config"; a function defined inside another keeps its own name.
+    where = f"modar.{func.__qualname__.replace('.__init__', '').rsplit('<locals>.', 1)[-1]}"
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
