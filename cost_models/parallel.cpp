@@ -865,18 +865,12 @@ double dar_prefix_s(const ClusterContext& c, int64_t block) {
          c.timing.op_time_s(shape, Pass::backward, &source);
 }
 
-// The layers of each of the p v chunks: balanced by time (memoised in
-// `compute`), or equal counts.
-std::vector<int64_t> pipeline_chunks(const ClusterContext& c, const RankCompute& compute,
-                                     const LayerComm& comm) {
-  if (!c.par.balance_stages || c.chunks <= 1) {
-    return equal_chunks(c.L, c.chunks);
-  }
-  for (const RankCompute::Split& split : compute.balanced_splits) {
-    if (split.chunks == c.chunks && split.gpus_per_node == c.gpus_per_node) {
-      return split.sizes;
-    }
-  }
+// Each layer's time per micro-batch on the critical path: its compute and
+// exposed tensor / context / expert communication, a DAR block's prefix read
+// on the block's first layer, and the model's ends on the first and last
+// layer (what the pipeline partition balances).
+std::vector<double> layer_costs(const ClusterContext& c, const RankCompute& compute,
+                                const LayerComm& comm) {
   std::vector<double> partition_cost(static_cast<size_t>(c.L));
   for (int64_t l = 0; l < c.L; ++l) {
     const bool routed = c.config.mod.is_routed(l);
@@ -892,8 +886,26 @@ std::vector<int64_t> pipeline_chunks(const ClusterContext& c, const RankCompute&
   }
   partition_cost.front() += compute.first_s + comm.tp_ends_s / 2.0;
   partition_cost.back() += compute.last_s + comm.tp_ends_s / 2.0;
-  std::vector<int64_t> sizes = balanced_partition(partition_cost, c.chunks);
-  compute.balanced_splits.push_back({c.chunks, c.gpus_per_node, sizes});
+  return partition_cost;
+}
+
+// The layers of each of the p v chunks: balanced by time (memoised in
+// `compute`: the layer costs depend on the pipeline size through the expert
+// groups' placement, so p keys the memo with the chunk count), or equal
+// counts.
+std::vector<int64_t> pipeline_chunks(const ClusterContext& c, const RankCompute& compute,
+                                     const LayerComm& comm) {
+  if (!c.par.balance_stages || c.chunks <= 1) {
+    return equal_chunks(c.L, c.chunks);
+  }
+  for (const RankCompute::Split& split : compute.balanced_splits) {
+    if (split.chunks == c.chunks && split.pipeline == c.p &&
+        split.gpus_per_node == c.gpus_per_node) {
+      return split.sizes;
+    }
+  }
+  std::vector<int64_t> sizes = balanced_partition(layer_costs(c, compute, comm), c.chunks);
+  compute.balanced_splits.push_back({c.chunks, c.p, c.gpus_per_node, sizes});
   return sizes;
 }
 
@@ -1284,6 +1296,31 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
   out.step_s = ideal + out.bubble_s + parts.grad_exposed + parts.gather_exposed + parts.optimizer +
                out.step_overhead_s;
   return out;
+}
+
+double cluster_step_lower_bound(const Config& config, const TimingModel& timing,
+                                const RankCompute& compute) {
+  if (!compute.matches(config)) {
+    throw std::logic_error(
+        "cluster_step_lower_bound: the rank compute was lowered for another layout");
+  }
+  const ClusterContext c(config, timing);
+  const LayerComm comm = layer_comm(c, compute);
+  // The slowest stage holds at least the average share of the layers' time
+  // (and every stage its host time per micro-batch); the step adds the
+  // bubble of that and the host time per step.  What it leaves out (pipeline
+  // sends, gradient accumulation, ZeRO-3 gathers, the data-parallel reduce
+  // and the optimizer) is never negative.
+  double per_micro_batch = 0.0;
+  for (const double cost : layer_costs(c, compute, comm)) {
+    per_micro_batch += cost;
+  }
+  const double slowest =
+      per_micro_batch / static_cast<double>(c.p) + c.kernel.micro_batch_overhead_s;
+  const double ideal = c.m * slowest;
+  const double bubble =
+      c.p > 1 ? ideal * static_cast<double>(c.p - 1) / (static_cast<double>(c.v) * c.m) : 0.0;
+  return ideal + bubble + c.kernel.step_overhead_s;
 }
 
 bool ClusterMemoryBound::may_fit() const {

@@ -65,6 +65,10 @@ struct Candidate {
   int64_t cp = 1, ep = 1, etp = 0;  // etp 0: the tensor size
 };
 
+// Relative margin on a step-time lower bound (its sums run in another order
+// than the estimate's).
+constexpr double kBoundSlack = 1e-9;
+
 // The layout space of one shape, in search order: model-parallel size t x p
 // ascending, then v, micro-batch and ZeRO stage.
 struct LayoutSpace {
@@ -219,6 +223,14 @@ class LayoutEstimator {
  public:
   explicit LayoutEstimator(const TimingModel& timing) : timing_(timing) {}
 
+  // A lower bound on the step time of `c`'s layout under any recompute
+  // choice (cluster_step_lower_bound of the layout with recompute none).
+  double step_lower_bound(const Config& c) {
+    Config lightest = c;
+    lightest.train.recompute = Recompute::none;
+    return cluster_step_lower_bound(lightest, timing_, compute_for(lightest));
+  }
+
   // The single-device estimate of `c` and its cluster estimate.
   const Estimate& estimate(const Config& c, std::shared_ptr<ClusterEstimate>* cluster) {
     const int64_t dp = c.parallel.data(c.device.count);
@@ -236,24 +248,26 @@ class LayoutEstimator {
       estimate_into(c, timing_, StepKind::train, scratch_, singles_.back().estimate);
       single = &singles_.back().estimate;
     }
-    const RankCompute* compute = nullptr;
-    for (const RankCompute& entry : computes_) {
-      if (entry.matches(c)) {
-        compute = &entry;
-        break;
-      }
-    }
-    if (compute == nullptr) {
-      computes_.push_back(rank_compute(c, timing_));
-      compute = &computes_.back();
-    }
-    *cluster = std::make_shared<ClusterEstimate>(estimate_cluster(c, timing_, *single, *compute));
+    *cluster =
+        std::make_shared<ClusterEstimate>(estimate_cluster(c, timing_, *single, compute_for(c)));
     ++timed_;
     return *single;
   }
   int64_t timed() const { return timed_; }
 
  private:
+  // The rank's lowered compute for `c` (tensor size, SP, micro-batch,
+  // recompute, context and expert layout), lowered once.
+  const RankCompute& compute_for(const Config& c) {
+    for (const RankCompute& entry : computes_) {
+      if (entry.matches(c)) {
+        return entry;
+      }
+    }
+    computes_.push_back(rank_compute(c, timing_));
+    return computes_.back();
+  }
+
   // The single-device estimate (FLOPs per token and per step): the same for
   // every layout of one micro-batch, recompute, data-parallel size (the
   // step's micro-batches) and tensor size (the padded vocabulary).
@@ -319,10 +333,19 @@ LayoutSearchResult search_layout(const Config& config, const TimingModel& timing
 
   // The fastest layout that fits: per candidate the least recompute that fits
   // (more recompute is only slower).  A layout the memory screen rules out is
-  // not timed: it would not fit.
+  // not timed: it would not fit.  Once one fits, a candidate whose step-time
+  // lower bound (any recompute) cannot beat the fastest is skipped whole: it
+  // could not be chosen, fitting or not (options.prune).
   for (const Candidate& l : space.candidates) {
     if (first_fit_size > 0 && l.t * l.p > 4 * first_fit_size) {
       break;
+    }
+    if (options.prune && std::isfinite(best_step)) {
+      const Config lightest = layout_config(config, space, l, Recompute::none);
+      if (estimator.step_lower_bound(lightest) * (1.0 - kBoundSlack) >= best_step) {
+        ++evaluated;
+        continue;
+      }
     }
     for (Recompute recompute : options.dimensions.recomputes) {
       const Config c = layout_config(config, space, l, recompute);

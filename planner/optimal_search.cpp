@@ -8,16 +8,45 @@
 #include <numeric>
 #include <utility>
 
+#include "modar/kernel_model.hpp"
 #include "planner_internal.hpp"
 
 namespace modar::detail {
 
-Evaluator::Evaluator(const PlannerRun& run, const Budget& budget)
-    : run_(run), budget_(budget), timing_(run.profile) {
-  const DeviceCeilings& c = run.profile.ceilings;
-  peak_rate_ = std::max({c.peak_flops_bf16, c.peak_flops_fp32, c.achievable_flops_bf16,
-                         c.achievable_flops_fp32});
+namespace {
+
+// The highest rate at which the profile's time model runs any op of a
+// training step, in FLOP/s (model FLOPs / time never above it, so a step of
+// F model FLOPs per device takes at least F / ceiling).  A datasheet profile
+// times GEMMs with the kernel model's tiles (no tile faster than
+// kernel.gemm_efficiency x peak), attention with the flash model at its
+// head-dimension asymptote (the shape space's heads are at most 128 wide;
+// masks and short sequences only slow it) and everything else by the
+// roofline at those rates.  A measured profile's grids are not bounded by
+// construction: the largest datasheet ceiling, and the planner checks every
+// step it costs against the bound (Evaluator::bound_holds).
+double model_flop_rate_ceiling(const DeviceProfile& profile) {
+  const DeviceCeilings& c = profile.ceilings;
+  if (!profile.measurements.empty()) {
+    return std::max({c.peak_flops_bf16, c.peak_flops_fp32, c.achievable_flops_bf16,
+                     c.achievable_flops_fp32});
+  }
+  const KernelRates rates = kernel_rates(profile);
+  AttentionShape widest;
+  widest.d_head = 128;
+  widest.s_q = widest.s_k = int64_t{1} << 40;  // the sequence factor's limit, 1
+  widest.causal = false;
+  const double attention_factor =
+      std::max({1.0, flash_attention_shape_factor(widest, Pass::forward),
+                flash_attention_shape_factor(widest, Pass::backward)});
+  return std::max({rates.gemm_flops, rates.fp32_flops, rates.attention_flops * attention_factor});
 }
+
+}  // namespace
+
+Evaluator::Evaluator(const PlannerRun& run, const Budget& budget)
+    : run_(run), budget_(budget), timing_(run.profile),
+      peak_rate_(model_flop_rate_ceiling(run.profile)) {}
 
 const Estimate& Evaluator::cost_of(const Config& arch_base, Point& point) {
   if (!point.estimate) {
@@ -257,21 +286,43 @@ Argmin isoflop_argmin(ArchSpace& space, double eps, double centre_flops) {
   Argmin result;
   for (;;) {
     std::vector<Point>& points = space.points();
+    // Points in the order of their loss bound (free to compute); a point's
+    // loss is computed (under a wall-clock budget: its layout search) only
+    // while its bound could still tie the best fitting loss found, which
+    // every later point's bound exceeds.  Losses left at infinity are
+    // provably above the tie limit.  Under a FLOP budget the bound is the
+    // loss.
+    std::vector<double> bounds(points.size());
+    for (size_t i = 0; i < points.size(); ++i) {
+      bounds[i] = space.loss_bound(points[i], eps);
+    }
     std::vector<int> order(points.size());
     std::iota(order.begin(), order.end(), 0);
-    std::vector<double> losses(points.size());
-    for (size_t i = 0; i < points.size(); ++i) {
-      losses[i] = space.loss(points[i], eps);
-    }
     std::sort(order.begin(), order.end(), [&](int l, int r) {
-      return losses[static_cast<size_t>(l)] < losses[static_cast<size_t>(r)];
+      return bounds[static_cast<size_t>(l)] < bounds[static_cast<size_t>(r)];
     });
+    std::vector<double> losses(points.size(), INFINITY);
     int best_fit = -1;
+    int unconstrained = -1;
+    bool pruned = false;
     for (const int i : order) {
-      if (evaluator.fits(space.arch_base(), points[static_cast<size_t>(i)])) {
-        best_fit = i;
+      const size_t at = static_cast<size_t>(i);
+      if (best_fit >= 0 && evaluator.bound_holds() &&
+          bounds[at] > losses[static_cast<size_t>(best_fit)] * (1.0 + kLossTieRelative)) {
+        pruned = true;
         break;
       }
+      losses[at] = space.loss(points[at], eps);
+      if (unconstrained < 0 || losses[at] < losses[static_cast<size_t>(unconstrained)]) {
+        unconstrained = i;
+      }
+      if ((best_fit < 0 || losses[at] < losses[static_cast<size_t>(best_fit)]) &&
+          evaluator.fits(space.arch_base(), points[at])) {
+        best_fit = i;
+      }
+    }
+    if (pruned && !evaluator.bound_holds()) {
+      continue;  // a costed step beat the rate ceiling: walk again without the bound
     }
     if (best_fit < 0 && !space.complete()) {
       // Nothing in the window fits: a fitting shape may lie anywhere (the
@@ -279,7 +330,7 @@ Argmin isoflop_argmin(ArchSpace& space, double eps, double centre_flops) {
       space.cover_everything();
       continue;
     }
-    result.unconstrained = order.empty() ? -1 : order.front();
+    result.unconstrained = unconstrained;
     result.fits = best_fit >= 0;
     const int reference = result.fits ? best_fit : result.unconstrained;
     const size_t before = points.size();
@@ -348,21 +399,44 @@ int fastest_at_parity(ArchSpace& space, double eps, double target_loss,
     return -1;
   }
   std::vector<Point>& points = space.points();
+  const bool bounded = evaluator.bound_holds();
+  // Whether the point may be the answer: its loss reaches the target, it
+  // fits, and (`supported`) lies in the prior's sizes and the fit's band.
+  const auto qualifies = [&](Point& point) {
+    if (space.loss(point, eps) > target_loss * (1.0 + 1e-12) ||
+        !evaluator.fits(space.arch_base(), point)) {
+      return false;
+    }
+    if (!supported) {
+      return true;
+    }
+    const double tokens_per_param =
+        evaluator.tokens_for(space.arch_base(), point) / point.candidate.params.flop_active;
+    return !(prior.measured_size_min > 0 &&
+             prior_size(prior, point.candidate.params) < prior.measured_size_min) &&
+           tokens_per_param <= kFitTokensPerParamMax && tokens_per_param >= kFitTokensPerParamMin;
+  };
+  // Under a FLOP budget every test is cheap: the queue holds the qualifying
+  // points.  Under a wall-clock budget a point's loss, memory and tokens
+  // come from its layout search, so the queue holds every point the bounds
+  // (loss from below, tokens from above) do not rule out, and each is
+  // tested when reached: the points costed are those stepping no slower
+  // than the step-time bound of the fastest qualifying one.
+  const bool wall_clock = evaluator.wall_clock();
   std::vector<std::pair<double, int>> queue;  // (step-time lower bound, index)
   for (size_t i = 0; i < points.size(); ++i) {
     Point& point = points[i];
-    if (space.loss(point, eps) > target_loss * (1.0 + 1e-12) ||
-        !evaluator.fits(space.arch_base(), point)) {
-      continue;
-    }
-    if (supported) {
-      const double tokens_per_param =
-          evaluator.tokens_for(space.arch_base(), point) / point.candidate.params.flop_active;
-      if ((prior.measured_size_min > 0 &&
-           prior_size(prior, point.candidate.params) < prior.measured_size_min) ||
-          tokens_per_param > kFitTokensPerParamMax || tokens_per_param < kFitTokensPerParamMin) {
+    if (wall_clock && bounded) {
+      const double tokens_per_param_bound =
+          evaluator.tokens_bound(point) / point.candidate.params.flop_active;
+      if (space.loss_bound(point, eps) > target_loss * (1.0 + 1e-12) ||
+          (supported && ((prior.measured_size_min > 0 && prior_size(prior, point.candidate.params) <
+                                                             prior.measured_size_min) ||
+                         tokens_per_param_bound < kFitTokensPerParamMin))) {
         continue;
       }
+    } else if (!qualifies(point)) {
+      continue;
     }
     queue.emplace_back(evaluator.step_time_lower_bound(space.arch_base(), point),
                        static_cast<int>(i));
@@ -376,10 +450,14 @@ int fastest_at_parity(ArchSpace& space, double eps, double target_loss,
     }
     Point& point = points[static_cast<size_t>(i)];
     const Estimate& est = evaluator.cost_of(space.arch_base(), point);
-    if (est.memory.fits && est.time.step_s < fastest_s) {
+    if (est.memory.fits && est.time.step_s < fastest_s && (!wall_clock || qualifies(point))) {
       fastest_s = est.time.step_s;
       fastest = i;
     }
+  }
+  if (bounded && !evaluator.bound_holds()) {
+    // A costed step beat the rate ceiling the bounds assumed: again without them.
+    return fastest_at_parity(space, eps, target_loss, prior, supported);
   }
   return fastest;
 }

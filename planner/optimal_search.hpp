@@ -78,9 +78,17 @@ class Evaluator {
   bool fits(const Config& arch_base, Point& point);
   // Tokens the budget buys for this configuration.
   double tokens_for(const Config& arch_base, Point& point);
-  // FLOPs C_bound with D <= C_bound / (6 N_f) for every shape.
+  // FLOPs C_bound with D <= C_bound / (6 N_f) for every shape (and D <=
+  // C_bound / its training FLOPs per token: tokens_bound()).
   double token_bound_flops() const;
-  // Step time can be no shorter than the step's model FLOPs at peak rate.
+  // A bound on tokens_for(point) from above without costing it: its training
+  // FLOPs per token at the budget's FLOP bound (a wall-clock step never runs
+  // faster than the rate ceiling); equal to it for a FLOP budget.
+  double tokens_bound(const Point& point) const {
+    return token_bound_flops() / point.candidate.train_flops_per_token;
+  }
+  // Step time can be no shorter than the step's model FLOPs at the rate
+  // ceiling (model_flop_rate_ceiling).
   double step_time_lower_bound(const Config& arch_base, const Point& point) const;
   LayoutSearchOptions layout_options() const;
 
@@ -107,7 +115,7 @@ class Evaluator {
   const TimingModel timing_;  // the profile pre-indexed once for every point
   OpList scratch_;
   RunReporter* reporter_ = nullptr;
-  double peak_rate_ = 0.0;
+  double peak_rate_ = 0.0;  // model_flop_rate_ceiling()
   bool bound_holds_ = true;
   int64_t cost_evaluations_ = 0;
   int64_t layouts_evaluated_ = 0;
@@ -133,6 +141,13 @@ class ArchSpace {
   // The prior's eps (or an end of its range) where the prior acts.
   LossScale scale(double eps) const { return loss_scale(prior_, eps); }
   double loss(Point& point, double eps);
+  // A bound on loss(point, eps) from below without costing the point (its
+  // tokens at Evaluator::tokens_bound; the loss falls with tokens); equal to
+  // it for a FLOP budget.
+  double loss_bound(const Point& point, double eps) const {
+    return predicted_loss(evaluator_.law(), scale(eps), point.candidate.params.flop_active,
+                          evaluator_.tokens_bound(point));
+  }
   // After Evaluator::set_budget: what the points' budget bought is stale.
   void forget_tokens();
   // Indices of points() in order of N_f.

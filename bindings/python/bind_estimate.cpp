@@ -166,9 +166,9 @@ EstimateHandle estimate_one(const Config& config, const std::string& step_name,
                             const ProfileHandle* profile) {
   const StepKind step = parse_step(step_name);
   validate_checked(config);
-  EstimateHandle handle{config, profile != nullptr ? profile->entry
-                                                   : profile_cache().get(config.device.profile),
-                        step, Estimate{}};
+  EstimateHandle handle{
+      config, profile != nullptr ? profile->entry : profile_cache().get(config.device.profile),
+      step, Estimate{}};
   thread_local OpList scratch;
   estimate_into(handle.config, *handle.profile->timing, step, scratch, handle.estimate);
   apply_parallel_model(handle.config, *handle.profile->timing, step, handle.estimate);
@@ -341,7 +341,8 @@ Column make_column(const std::string& dotted_key, const py::handle& values, size
     column.texts.reserve(list.size());
     for (const py::handle item : list) {
       if (!PyUnicode_Check(item.ptr())) {
-        throw ConfigError("column " + dotted_key + ": value " + shown(py::repr(item).cast<std::string>()) +
+        throw ConfigError("column " + dotted_key + ": value " +
+                          shown(py::repr(item).cast<std::string>()) +
                           " is not a string; allowed: one dtype per column (integers, "
                           "numbers, booleans or strings)");
       }
@@ -419,9 +420,168 @@ struct Cancelled : std::exception {
   const char* what() const noexcept override { return "cancelled"; }
 };
 
-}  // namespace
+// The C++ hot path alone (what cost_models/bench measures), for the Python
+// benchmark's reference row: estimate_into over the configs, repeated for
+// `seconds` of this thread's CPU time; (evaluated, cpu s, wall s, checksum).
+std::tuple<int64_t, double, double, double> time_estimate_loop(const std::vector<Config>& configs,
+                                                               const ProfileHandle& profile,
+                                                               const std::string& step_name,
+                                                               double seconds) {
+  const StepKind step = parse_step(step_name);
+  if (configs.empty() || !(seconds > 0.0) || seconds > 600.0) {
+    throw ConfigError("time_estimate_into: needs configs and seconds in (0, 600]");
+  }
+  for (const Config& c : configs) {
+    validate_checked(c);
+  }
+  const auto cpu_now = []() {
+    timespec t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+  };
+  OpList scratch;
+  Estimate out;
+  double checksum = 0.0;
+  int64_t evaluated = 0;
+  const auto wall_start = std::chrono::steady_clock::now();
+  const double cpu_start = cpu_now();
+  double cpu = 0.0;
+  while (cpu < seconds) {
+    for (const Config& c : configs) {
+      estimate_into(c, *profile.entry->timing, step, scratch, out);
+      checksum += out.time.step_s;
+    }
+    evaluated += static_cast<int64_t>(configs.size());
+    cpu = cpu_now() - cpu_start;
+  }
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  return std::make_tuple(evaluated, cpu, wall, checksum);
+}
 
-void bind_estimate(py::module_& m) {
+// estimate_batch: many estimates in one call, the GIL released between the
+// copies out of Python and the output arrays (see the binding's docstring).
+py::tuple estimate_batch_rows(const Config& base, const py::object& configs,
+                              const std::vector<std::string>& keys,
+                              const std::vector<py::object>& values, int64_t rows_arg,
+                              const std::string& step_name, const ProfileHandle* profile,
+                              bool raise_errors, int threads, const py::object& check_signals) {
+  const StepKind step = parse_step(step_name);
+  if (keys.size() != values.size()) {
+    throw ConfigError("estimate_batch: keys and values differ in length");
+  }
+  if (threads < 1 || threads > 1024) {
+    throw ConfigError("threads = " + std::to_string(threads) + ": allowed: 1 to 1024");
+  }
+  // Inputs copied out of Python objects while the GIL is held.
+  std::vector<py::object> keep_alive;
+  std::vector<const Config*> config_list;
+  std::vector<Column> columns;
+  size_t rows = 0;
+  if (!configs.is_none()) {
+    for (const py::handle item : configs) {
+      keep_alive.push_back(py::reinterpret_borrow<py::object>(item));
+      config_list.push_back(&item.cast<const Config&>());
+    }
+    rows = config_list.size();
+  } else {
+    if (rows_arg < 0) {
+      throw ConfigError("rows = " + std::to_string(rows_arg) + ": allowed: >= 0");
+    }
+    rows = static_cast<size_t>(rows_arg);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      columns.push_back(make_column(keys[i], values[i], rows));
+    }
+  }
+  py::array_t<double> reals({static_cast<py::ssize_t>(kRealCount), static_cast<py::ssize_t>(rows)});
+  py::array_t<int64_t> ints({static_cast<py::ssize_t>(kIntCount), static_cast<py::ssize_t>(rows)});
+  py::array_t<bool> bools({static_cast<py::ssize_t>(kBoolCount), static_cast<py::ssize_t>(rows)});
+  BatchInput in;
+  in.base = &base;
+  in.configs = configs.is_none() ? nullptr : &config_list;
+  in.columns = &columns;
+  in.step = step;
+  in.fixed_profile = profile != nullptr ? profile->entry : nullptr;
+  in.out = Outputs{reals.mutable_data(), ints.mutable_data(), bools.mutable_data(), rows};
+  in.stop_at_first = raise_errors;
+
+  const size_t workers =
+      std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(threads), rows / 1024 + 1));
+  std::vector<std::vector<RowError>> errors(workers);
+  // Ctrl-C: between chunks the calling thread takes the GIL and runs
+  // Python's signal handlers (KeyboardInterrupt unwinds the loop).
+  auto last_check = std::chrono::steady_clock::now();
+  std::function<void()> poll = [&]() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_check < std::chrono::milliseconds(50)) {
+      return;
+    }
+    last_check = now;
+    py::gil_scoped_acquire acquire;
+    if (!check_signals.is_none()) {
+      check_signals();
+    }
+    if (PyErr_CheckSignals() != 0) {
+      throw py::error_already_set();
+    }
+  };
+  std::atomic<bool> cancelled{false};
+  {
+    py::gil_scoped_release release;
+    const size_t per = (rows + workers - 1) / workers;
+    std::vector<std::thread> pool;
+    std::vector<std::exception_ptr> failures(workers);
+    for (size_t w = 1; w < workers; ++w) {
+      pool.emplace_back([&, w]() {
+        try {
+          const size_t begin = std::min(rows, w * per);
+          const size_t end = std::min(rows, begin + per);
+          const std::function<void()> stop = [&]() {
+            if (cancelled.load(std::memory_order_relaxed)) {
+              throw Cancelled();
+            }
+          };
+          run_rows(in, begin, end, &errors[w], stop);
+        } catch (...) {
+          failures[w] = std::current_exception();
+        }
+      });
+    }
+    try {
+      run_rows(in, 0, std::min(rows, per), &errors[0], poll);
+    } catch (...) {
+      failures[0] = std::current_exception();
+      cancelled = true;
+    }
+    for (std::thread& t : pool) {
+      t.join();
+    }
+    for (const std::exception_ptr& failure : failures) {
+      if (failure) {
+        std::rethrow_exception(failure);  // the caller's own first (KeyboardInterrupt)
+      }
+    }
+  }
+  std::vector<RowError> all;
+  for (const auto& list : errors) {
+    all.insert(all.end(), list.begin(), list.end());
+  }
+  std::sort(all.begin(), all.end(),
+            [](const RowError& a, const RowError& b) { return a.row < b.row; });
+  if (raise_errors && !all.empty()) {
+    throw ConfigError("row " + std::to_string(all.front().row) + ": " + all.front().message);
+  }
+  py::list error_rows;
+  py::list error_messages;
+  for (const RowError& e : all) {
+    error_rows.append(e.row);
+    error_messages.append(py::str(e.message));
+  }
+  return py::make_tuple(reals, ints, bools, error_rows, error_messages);
+}
+
+// The profile objects and functions: loading, the cache, TOML round trips.
+void bind_profiles(py::module_& m) {
   py::class_<DeviceProfile>(m, "DeviceProfile", "A loaded device profile (opaque; see to_toml)")
       .def_readonly("name", &DeviceProfile::name)
       .def_readonly("backend", &DeviceProfile::backend)
@@ -446,8 +606,9 @@ void bind_estimate(py::module_& m) {
 
   py::class_<ProfileHandle>(m, "ProfileHandle",
                             "A profile pre-indexed for estimates (cached by name / path + mtime)")
-      .def(py::init([](const DeviceProfile& profile) { return ProfileHandle{make_entry(profile)}; }),
-           py::arg("profile"))
+      .def(
+          py::init([](const DeviceProfile& profile) { return ProfileHandle{make_entry(profile)}; }),
+          py::arg("profile"))
       .def_property_readonly("name", [](const ProfileHandle& h) { return h.entry->profile.name; });
   m.def(
       "cached_profile",
@@ -457,9 +618,16 @@ void bind_estimate(py::module_& m) {
       "inode, modification time and size (an edited file is read again).");
   m.def("clear_profile_cache", []() { profile_cache().clear(); });
   m.def("profile_cache_size", []() { return profile_cache().size(); });
+}
+
+}  // namespace
+
+void bind_estimate(py::module_& m) {
+  bind_profiles(m);
 
   py::class_<EstimateHandle>(m, "EstimateHandle", "One estimate, as the C++ structs")
-      .def_property_readonly("step_s", [](const EstimateHandle& h) { return h.estimate.time.step_s; })
+      .def_property_readonly("step_s",
+                             [](const EstimateHandle& h) { return h.estimate.time.step_s; })
       .def_property_readonly("tokens_per_s",
                              [](const EstimateHandle& h) { return h.estimate.time.tokens_per_s; })
       .def_property_readonly("mfu", [](const EstimateHandle& h) { return h.estimate.time.mfu; })
@@ -468,8 +636,9 @@ void bind_estimate(py::module_& m) {
       .def_property_readonly("fits", [](const EstimateHandle& h) { return h.estimate.memory.fits; })
       .def_property_readonly("params_total",
                              [](const EstimateHandle& h) { return h.estimate.params.total; })
-      .def_property_readonly("train_flops_per_token",
-                             [](const EstimateHandle& h) { return h.estimate.flops.train_per_token; })
+      .def_property_readonly(
+          "train_flops_per_token",
+          [](const EstimateHandle& h) { return h.estimate.flops.train_per_token; })
       .def(
           "to_json",
           [](const EstimateHandle& h) {
@@ -497,47 +666,10 @@ void bind_estimate(py::module_& m) {
       py::call_guard<py::gil_scoped_release>(),
       "The `modar estimate --json` document, computed without any cache.");
 
-  m.def(
-      "time_estimate_into",
-      [](const std::vector<Config>& configs, const ProfileHandle& profile,
-         const std::string& step_name, double seconds) {
-        // The C++ hot path alone (what cost_models/bench measures), for the
-        // Python benchmark's reference row: estimate_into over the configs,
-        // repeated for `seconds` of this thread's CPU time.
-        const StepKind step = parse_step(step_name);
-        if (configs.empty() || !(seconds > 0.0) || seconds > 600.0) {
-          throw ConfigError("time_estimate_into: needs configs and seconds in (0, 600]");
-        }
-        for (const Config& c : configs) {
-          validate_checked(c);
-        }
-        const auto cpu_now = []() {
-          timespec t{};
-          clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-          return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-        };
-        OpList scratch;
-        Estimate out;
-        double checksum = 0.0;
-        int64_t evaluated = 0;
-        const auto wall_start = std::chrono::steady_clock::now();
-        const double cpu_start = cpu_now();
-        double cpu = 0.0;
-        while (cpu < seconds) {
-          for (const Config& c : configs) {
-            estimate_into(c, *profile.entry->timing, step, scratch, out);
-            checksum += out.time.step_s;
-          }
-          evaluated += static_cast<int64_t>(configs.size());
-          cpu = cpu_now() - cpu_start;
-        }
-        const double wall =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-        return std::make_tuple(evaluated, cpu, wall, checksum);  // cast once the GIL is back
-      },
-      py::arg("configs"), py::arg("profile"), py::arg("step") = "train", py::arg("seconds") = 1.0,
-      py::call_guard<py::gil_scoped_release>(),
-      "(configs evaluated, thread CPU s, wall s, checksum) of a C++ loop over estimate_into.");
+  m.def("time_estimate_into", &time_estimate_loop, py::arg("configs"), py::arg("profile"),
+        py::arg("step") = "train", py::arg("seconds") = 1.0,
+        py::call_guard<py::gil_scoped_release>(),
+        "(configs evaluated, thread CPU s, wall s, checksum) of a C++ loop over estimate_into.");
 
   m.def(
       "batch_columns",
@@ -549,132 +681,14 @@ void bind_estimate(py::module_& m) {
       },
       "The output columns of estimate_batch, in order.");
 
-  m.def(
-      "estimate_batch",
-      [](const Config& base, py::object configs, const std::vector<std::string>& keys,
-         const std::vector<py::object>& values, int64_t rows_arg, const std::string& step_name,
-         const ProfileHandle* profile, bool raise_errors, int threads,
-         py::object check_signals) -> py::tuple {
-        const StepKind step = parse_step(step_name);
-        if (keys.size() != values.size()) {
-          throw ConfigError("estimate_batch: keys and values differ in length");
-        }
-        if (threads < 1 || threads > 1024) {
-          throw ConfigError("threads = " + std::to_string(threads) + ": allowed: 1 to 1024");
-        }
-        // Inputs copied out of Python objects while the GIL is held.
-        std::vector<py::object> keep_alive;
-        std::vector<const Config*> config_list;
-        std::vector<Column> columns;
-        size_t rows = 0;
-        if (!configs.is_none()) {
-          for (const py::handle item : configs) {
-            keep_alive.push_back(py::reinterpret_borrow<py::object>(item));
-            config_list.push_back(&item.cast<const Config&>());
-          }
-          rows = config_list.size();
-        } else {
-          if (rows_arg < 0) {
-            throw ConfigError("rows = " + std::to_string(rows_arg) + ": allowed: >= 0");
-          }
-          rows = static_cast<size_t>(rows_arg);
-          for (size_t i = 0; i < keys.size(); ++i) {
-            columns.push_back(make_column(keys[i], values[i], rows));
-          }
-        }
-        py::array_t<double> reals({static_cast<py::ssize_t>(kRealCount), static_cast<py::ssize_t>(rows)});
-        py::array_t<int64_t> ints({static_cast<py::ssize_t>(kIntCount), static_cast<py::ssize_t>(rows)});
-        py::array_t<bool> bools({static_cast<py::ssize_t>(kBoolCount), static_cast<py::ssize_t>(rows)});
-        BatchInput in;
-        in.base = &base;
-        in.configs = configs.is_none() ? nullptr : &config_list;
-        in.columns = &columns;
-        in.step = step;
-        in.fixed_profile = profile != nullptr ? profile->entry : nullptr;
-        in.out = Outputs{reals.mutable_data(), ints.mutable_data(), bools.mutable_data(), rows};
-        in.stop_at_first = raise_errors;
-
-        const size_t workers = std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(threads),
-                                                                     rows / 1024 + 1));
-        std::vector<std::vector<RowError>> errors(workers);
-        // Ctrl-C: between chunks the calling thread takes the GIL and runs
-        // Python's signal handlers (KeyboardInterrupt unwinds the loop).
-        auto last_check = std::chrono::steady_clock::now();
-        std::function<void()> poll = [&]() {
-          const auto now = std::chrono::steady_clock::now();
-          if (now - last_check < std::chrono::milliseconds(50)) {
-            return;
-          }
-          last_check = now;
-          py::gil_scoped_acquire acquire;
-          if (!check_signals.is_none()) {
-            check_signals();
-          }
-          if (PyErr_CheckSignals() != 0) {
-            throw py::error_already_set();
-          }
-        };
-        std::atomic<bool> cancelled{false};
-        {
-          py::gil_scoped_release release;
-          const size_t per = (rows + workers - 1) / workers;
-          std::vector<std::thread> pool;
-          std::vector<std::exception_ptr> failures(workers);
-          for (size_t w = 1; w < workers; ++w) {
-            pool.emplace_back([&, w]() {
-              try {
-                const size_t begin = std::min(rows, w * per);
-                const size_t end = std::min(rows, begin + per);
-                const std::function<void()> stop = [&]() {
-                  if (cancelled.load(std::memory_order_relaxed)) {
-                    throw Cancelled();
-                  }
-                };
-                run_rows(in, begin, end, &errors[w], stop);
-              } catch (...) {
-                failures[w] = std::current_exception();
-              }
-            });
-          }
-          try {
-            run_rows(in, 0, std::min(rows, per), &errors[0], poll);
-          } catch (...) {
-            failures[0] = std::current_exception();
-            cancelled = true;
-          }
-          for (std::thread& t : pool) {
-            t.join();
-          }
-          for (const std::exception_ptr& failure : failures) {
-            if (failure) {
-              std::rethrow_exception(failure);  // the caller's own first (KeyboardInterrupt)
-            }
-          }
-        }
-        std::vector<RowError> all;
-        for (const auto& list : errors) {
-          all.insert(all.end(), list.begin(), list.end());
-        }
-        std::sort(all.begin(), all.end(),
-                  [](const RowError& a, const RowError& b) { return a.row < b.row; });
-        if (raise_errors && !all.empty()) {
-          throw ConfigError("row " + std::to_string(all.front().row) + ": " + all.front().message);
-        }
-        py::list error_rows;
-        py::list error_messages;
-        for (const RowError& e : all) {
-          error_rows.append(e.row);
-          error_messages.append(py::str(e.message));
-        }
-        return py::make_tuple(reals, ints, bools, error_rows, error_messages);
-      },
-      py::arg("base"), py::arg("configs"), py::arg("keys"), py::arg("values"), py::arg("rows"),
-      py::arg("step") = "train", py::arg("profile") = nullptr, py::arg("raise_errors") = true,
-      py::arg("threads") = 1, py::arg("check_signals") = py::none(),
-      "Many estimates in one call, the GIL released: either `configs` (a list of Config) or "
-      "`base` with columns of overrides (keys[i] -> values[i], one value per row).  Returns "
-      "(reals[col, row], ints[col, row], bools[col, row], failed rows, their messages); the "
-      "columns are batch_columns().");
+  m.def("estimate_batch", &estimate_batch_rows, py::arg("base"), py::arg("configs"),
+        py::arg("keys"), py::arg("values"), py::arg("rows"), py::arg("step") = "train",
+        py::arg("profile") = nullptr, py::arg("raise_errors") = true, py::arg("threads") = 1,
+        py::arg("check_signals") = py::none(),
+        "Many estimates in one call, the GIL released: either `configs` (a list of Config) or "
+        "`base` with columns of overrides (keys[i] -> values[i], one value per row).  Returns "
+        "(reals[col, row], ints[col, row], bools[col, row], failed rows, their messages); the "
+        "columns are batch_columns().");
 }
 
 }  // namespace modar::python

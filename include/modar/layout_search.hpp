@@ -37,6 +37,11 @@ struct LayoutSearchOptions {
   // two), at least one per data-parallel rank.
   int64_t global_batch = 0;
   LayoutDimensions dimensions;
+  // search_layout: skip the layouts whose step-time lower bound
+  // (cluster_step_lower_bound) cannot beat the fastest found; the answer is
+  // the same either way (false: time every layout, the reference the tests
+  // compare against).
+  bool prune = true;
 };
 
 struct LayoutSearchResult {

@@ -161,7 +161,7 @@ struct RankCompute {
   // compute, the tensor group's collectives (GPUs per node) and the chunk
   // count only, so layouts differing in data parallelism or ZeRO share them.
   struct Split {
-    int64_t chunks = 0, gpus_per_node = 0;
+    int64_t chunks = 0, pipeline = 0, gpus_per_node = 0;
     std::vector<int64_t> sizes;
   };
   mutable std::vector<Split> balanced_splits;
@@ -177,6 +177,15 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
 // recompute; anything else throws std::logic_error).
 ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing,
                                  const Estimate& base, const RankCompute& compute);
+// A lower bound on estimate_cluster(config, ...).step_s, without the
+// pipeline partition or the memory: m micro-batches of the average stage's
+// layer time (the slowest stage is no faster), the bubble of that and the
+// host time; everything left out is a non-negative addition.  The layout
+// search skips layouts whose bound cannot beat the fastest found.  More
+// recompute only adds ops and forward passes, so a layout's bound with
+// recompute none bounds it under every recompute choice.
+double cluster_step_lower_bound(const Config& config, const TimingModel& timing,
+                                const RankCompute& compute);
 
 // Per-device memory of a layout WITHOUT lowering or timing the step (the
 // layout search's feasibility screen; docs/cluster.md "Memory screen").  The

@@ -1,6 +1,7 @@
 // Planner speed: process CPU time of optimal() (four architectures, full shape
-// search, one budget) at several budgets, and the sweep rate in candidates per
-// second with and without per-candidate memory / step-time estimates.
+// search, one budget) at several budgets, the sweep rate in candidates per
+// second with and without per-candidate memory / step-time estimates, and the
+// wall-clock budgets the docs run on clusters.
 // Prints a table; no assertions (speed is shown by programs, not tests).
 #include <cstdio>
 #include <ctime>
@@ -80,6 +81,33 @@ int main() {
                 static_cast<long long>(result.layouts_evaluated),
                 static_cast<long long>(result.layouts_timed),
                 double(result.layouts_evaluated) / elapsed);
+  }
+
+  // The wall-clock budgets the docs run (docs/cluster.md, docs/planner.md):
+  // `modar optimal --gpu-hours H --gpus N --profile P`, default architectures.
+  std::printf("\nmodar optimal --gpu-hours H --gpus N --profile P (default architectures)\n");
+  std::printf("%-10s %6s %-16s %10s %12s %8s %10s %10s\n", "GPU-hours", "GPUs", "profile",
+              "CPU s", "candidates", "timed", "layouts", "l. timed");
+  struct WallClock {
+    double gpu_hours;
+    int64_t gpus;
+    const char* profile;
+  };
+  for (const WallClock& run : {WallClock{2e5, 512, "h100-80gb-dgx"},
+                               WallClock{86016, 256, "a100-80gb-dgx"}}) {
+    modar::OptimalRequest request;
+    request.gpu_hours = run.gpu_hours;
+    request.gpus = run.gpus;
+    request.profile = run.profile;
+    const double start = cpu_seconds();
+    const modar::OptimalResult result = modar::optimal(request);
+    const double elapsed = cpu_seconds() - start;
+    std::printf("%-10.6g %6lld %-16s %10.3f %12lld %8lld %10lld %10lld\n", run.gpu_hours,
+                static_cast<long long>(run.gpus), run.profile, elapsed,
+                static_cast<long long>(result.candidates_evaluated),
+                static_cast<long long>(result.cost_evaluations),
+                static_cast<long long>(result.layouts_evaluated),
+                static_cast<long long>(result.layouts_timed));
   }
   return 0;
 }

@@ -268,26 +268,21 @@ int main(int argc, char** argv) {
     const int warmup = 3;
 
     // ---- ceilings ---------------------------------------------------------------
-    const int64_t n_bf16 = quick ? 4096 : 8192;
-    {
-      Tensor a = random_tensor(gpu, {n_bf16, n_bf16}, ScalarType::bf16, 1);
-      Tensor b = random_tensor(gpu, {n_bf16, n_bf16}, ScalarType::bf16, 2);
-      Tensor c = make_tensor(gpu, {n_bf16, n_bf16}, ScalarType::bf16);
+    // One n^3 GEMM of `type` (inputs from seeds `seed`, `seed` + 1): its row,
+    // and the FLOP/s it reached (the ceiling).
+    auto gemm_ceiling = [&](ScalarType type, int64_t n, uint64_t seed, const char* name) {
+      Tensor a = random_tensor(gpu, {n, n}, type, seed);
+      Tensor b = random_tensor(gpu, {n, n}, type, seed + 1);
+      Tensor c = make_tensor(gpu, {n, n}, type);
       const Timing t = time_it(gpu, warmup, reps, [&](int) { gpu.gemm(a, false, b, false, c); });
-      rows.push_back({"gemm bf16 (cuBLASLt)", std::to_string(n_bf16) + "^3", t,
-                      2.0 * std::pow(static_cast<double>(n_bf16), 3), false, 0.0});
-    }
-    const double peak_bf16 = rows.back().work / rows.back().timing.median_s;
-    const int64_t n_fp32 = quick ? 2048 : 4096;
-    {
-      Tensor a = random_tensor(gpu, {n_fp32, n_fp32}, ScalarType::fp32, 3);
-      Tensor b = random_tensor(gpu, {n_fp32, n_fp32}, ScalarType::fp32, 4);
-      Tensor c = make_tensor(gpu, {n_fp32, n_fp32}, ScalarType::fp32);
-      const Timing t = time_it(gpu, warmup, reps, [&](int) { gpu.gemm(a, false, b, false, c); });
-      rows.push_back({"gemm fp32 (cuBLASLt)", std::to_string(n_fp32) + "^3", t,
-                      2.0 * std::pow(static_cast<double>(n_fp32), 3), false, 0.0});
-    }
-    const double peak_fp32 = rows.back().work / rows.back().timing.median_s;
+      rows.push_back({name, std::to_string(n) + "^3", t, 2.0 * std::pow(static_cast<double>(n), 3),
+                      false, 0.0});
+      return rows.back().work / rows.back().timing.median_s;
+    };
+    const double peak_bf16 =
+        gemm_ceiling(ScalarType::bf16, quick ? 4096 : 8192, 1, "gemm bf16 (cuBLASLt)");
+    const double peak_fp32 =
+        gemm_ceiling(ScalarType::fp32, quick ? 2048 : 4096, 3, "gemm fp32 (cuBLASLt)");
     const int64_t copy_elements =
         (quick ? int64_t{1} << 26 : int64_t{1} << 28);  // 256 MiB / 1 GiB fp32
     {

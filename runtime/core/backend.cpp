@@ -80,6 +80,22 @@ std::unique_ptr<Backend> make_backend(const std::string& name) {
 
 // ---- host helpers ---------------------------------------------------------------
 
+namespace {
+
+// Element i of a host staging buffer of T (unaligned bytes: memcpy).
+template <class T>
+T load_element(const std::vector<unsigned char>& staging, size_t i) {
+  T value;
+  std::memcpy(&value, staging.data() + i * sizeof(T), sizeof(T));
+  return value;
+}
+template <class T>
+void store_element(std::vector<unsigned char>& staging, size_t i, T value) {
+  std::memcpy(staging.data() + i * sizeof(T), &value, sizeof(T));
+}
+
+}  // namespace
+
 Tensor make_tensor(Backend& backend, const std::vector<int64_t>& shape, ScalarType dtype) {
   return Tensor(backend, shape, dtype);
 }
@@ -99,26 +115,18 @@ void upload(Backend& backend, const std::vector<double>& values, const TensorVie
   std::vector<unsigned char> staging(static_cast<size_t>(dst.bytes()));
   for (size_t i = 0; i < values.size(); ++i) {
     switch (dst.dtype) {
-      case ScalarType::fp64: {
-        const double value = values[i];
-        std::memcpy(staging.data() + i * 8, &value, 8);
+      case ScalarType::fp64:
+        store_element<double>(staging, i, values[i]);
         break;
-      }
-      case ScalarType::fp32: {
-        const float value = static_cast<float>(values[i]);
-        std::memcpy(staging.data() + i * 4, &value, 4);
+      case ScalarType::fp32:
+        store_element<float>(staging, i, static_cast<float>(values[i]));
         break;
-      }
-      case ScalarType::bf16: {
-        const uint16_t value = float_to_bf16(static_cast<float>(values[i]));
-        std::memcpy(staging.data() + i * 2, &value, 2);
+      case ScalarType::bf16:
+        store_element<uint16_t>(staging, i, float_to_bf16(static_cast<float>(values[i])));
         break;
-      }
-      case ScalarType::i32: {
-        const int32_t value = static_cast<int32_t>(std::lround(values[i]));
-        std::memcpy(staging.data() + i * 4, &value, 4);
+      case ScalarType::i32:
+        store_element<int32_t>(staging, i, static_cast<int32_t>(std::lround(values[i])));
         break;
-      }
     }
   }
   backend.copy_from_host(staging.data(), dst);
@@ -130,30 +138,18 @@ std::vector<double> download(Backend& backend, const TensorView& src) {
   std::vector<double> values(static_cast<size_t>(src.numel()));
   for (size_t i = 0; i < values.size(); ++i) {
     switch (src.dtype) {
-      case ScalarType::fp64: {
-        double value;
-        std::memcpy(&value, staging.data() + i * 8, 8);
-        values[i] = value;
+      case ScalarType::fp64:
+        values[i] = load_element<double>(staging, i);
         break;
-      }
-      case ScalarType::fp32: {
-        float value;
-        std::memcpy(&value, staging.data() + i * 4, 4);
-        values[i] = value;
+      case ScalarType::fp32:
+        values[i] = load_element<float>(staging, i);
         break;
-      }
-      case ScalarType::bf16: {
-        uint16_t value;
-        std::memcpy(&value, staging.data() + i * 2, 2);
-        values[i] = bf16_to_float(value);
+      case ScalarType::bf16:
+        values[i] = bf16_to_float(load_element<uint16_t>(staging, i));
         break;
-      }
-      case ScalarType::i32: {
-        int32_t value;
-        std::memcpy(&value, staging.data() + i * 4, 4);
-        values[i] = value;
+      case ScalarType::i32:
+        values[i] = load_element<int32_t>(staging, i);
         break;
-      }
     }
   }
   return values;

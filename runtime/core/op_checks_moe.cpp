@@ -42,34 +42,70 @@ void check_permute_tensors(const MoeChecker& c, const TensorView& x, const Tenso
             "rows " + rows.describe() + " must have the dtype of x " + x.describe());
 }
 
+// gates [T, k] stats: one per (row, choice) of `pairs` [T, k] (indices or slots).
+void check_gates(const MoeChecker& c, const TensorView& gates, const TensorView& pairs) {
+  c.stats("gates", gates);
+  c.shape("gates", gates, {pairs.dim(0), pairs.dim(1)});
+}
+
+// The router's gates: check_gates, in the dtype of its scores (`scores_name`).
+void check_router_gates(const MoeChecker& c, const TensorView& gates, const TensorView& indices,
+                        const char* scores_name, const TensorView& scores) {
+  check_gates(c, gates, indices);
+  c.require(gates.dtype == scores.dtype, "gates " + gates.describe() + " must have the dtype of " +
+                                             scores_name + " " + scores.describe());
+}
+
+// moe_topk: the rows and choices of the router's scores [T, E], k of indices [T, k].
+OpGeometry topk_geometry(const TensorView& scores, const TensorView& indices) {
+  return OpGeometry::of(
+      scores.dtype,
+      MoeTopkDims{.rows = scores.dim(0), .choices = scores.dim(1), .k = indices.dim(1)});
+}
+
+// permute: the slots of the permuted rows [R, d], d and the token rows of x.
+OpGeometry permute_geometry(const TensorView& x, const TensorView& rows) {
+  return OpGeometry::of(x.dtype,
+                        PermuteDims{.slots = rows.dim(0), .width = x.dim(-1), .rows = x.rows()});
+}
+
+// unpermute: the slots of y [R, d], d, the token rows of `tokens`, k of slots [T, k].
+OpGeometry unpermute_geometry(const TensorView& y, const TensorView& tokens,
+                              const TensorView& slots) {
+  return OpGeometry::of(
+      y.dtype,
+      UnpermuteDims{
+          .slots = y.dim(0), .width = y.dim(-1), .rows = tokens.rows(), .k = slots.dim(1)});
+}
+
+// expert_gemm: G groups, M rows, n, k, imbalance (permille; balanced here),
+// ragged_inner (the weight gradient: the rows are the inner dimension).
+OpGeometry expert_gemm_geometry(ScalarType dtype, int64_t groups, int64_t rows, int64_t n,
+                                int64_t k, bool ragged_inner) {
+  return OpGeometry::of(dtype, ExpertGemmDims{.groups = groups,
+                                              .rows = rows,
+                                              .n = n,
+                                              .k = k,
+                                              .imbalance_permille = 1000,
+                                              .ragged_inner = ragged_inner ? 1 : 0});
+}
+
 }  // namespace
 
 OpGeometry check(DeviceKind device, const MoeRouteForwardArgs& call) {
   MoeChecker c("moe_route_forward", device);
   check_route_tensors(c, call.logits, call.probs, call.indices);
-  c.stats("gates", call.gates);
-  c.shape("gates", call.gates, {call.indices.dim(0), call.indices.dim(1)});
-  c.require(call.gates.dtype == call.logits.dtype, "gates " + call.gates.describe() +
-                                                       " must have the dtype of logits " +
-                                                       call.logits.describe());
-  return OpGeometry::of(call.logits.dtype, MoeTopkDims{.rows = call.logits.dim(0),
-                                                       .choices = call.logits.dim(1),
-                                                       .k = call.indices.dim(1)});
+  check_router_gates(c, call.gates, call.indices, "logits", call.logits);
+  return topk_geometry(call.logits, call.indices);
 }
 
 OpGeometry check(DeviceKind device, const MoeRouteBackwardArgs& call) {
   MoeChecker c("moe_route_backward", device);
   check_route_tensors(c, call.probs, call.probs, call.indices);
-  c.stats("gates", call.gates);
-  c.shape("gates", call.gates, {call.indices.dim(0), call.indices.dim(1)});
-  c.require(call.gates.dtype == call.probs.dtype, "gates " + call.gates.describe() +
-                                                      " must have the dtype of probs " +
-                                                      call.probs.describe());
+  check_router_gates(c, call.gates, call.indices, "probs", call.probs);
   c.like("dgates", call.dgates, "gates", call.gates);
   c.like("dlogits", call.dlogits, "probs", call.probs);
-  return OpGeometry::of(call.probs.dtype, MoeTopkDims{.rows = call.probs.dim(0),
-                                                      .choices = call.probs.dim(1),
-                                                      .k = call.indices.dim(1)});
+  return topk_geometry(call.probs, call.indices);
 }
 
 OpGeometry check(DeviceKind device, const MoeAuxLossForwardArgs& call) {
@@ -78,18 +114,14 @@ OpGeometry check(DeviceKind device, const MoeAuxLossForwardArgs& call) {
   c.shape("loss", call.loss, {2});
   c.require(call.loss.dtype == call.logits.dtype,
             "loss " + call.loss.describe() + " must have the dtype of logits");
-  return OpGeometry::of(call.logits.dtype, MoeTopkDims{.rows = call.logits.dim(0),
-                                                       .choices = call.logits.dim(1),
-                                                       .k = call.indices.dim(1)});
+  return topk_geometry(call.logits, call.indices);
 }
 
 OpGeometry check(DeviceKind device, const MoeAuxLossBackwardArgs& call) {
   MoeChecker c("moe_aux_loss_backward", device);
   check_route_tensors(c, call.logits, call.probs, call.indices);
   c.like("dlogits", call.dlogits, "logits", call.logits);
-  return OpGeometry::of(call.logits.dtype, MoeTopkDims{.rows = call.logits.dim(0),
-                                                       .choices = call.logits.dim(1),
-                                                       .k = call.indices.dim(1)});
+  return topk_geometry(call.logits, call.indices);
 }
 
 OpGeometry check(DeviceKind device, const MoeDispatchArgs& call) {
@@ -114,42 +146,30 @@ OpGeometry check(DeviceKind device, const MoePermuteForwardArgs& call) {
   MoeChecker c("moe_permute_forward", device);
   check_permute_tensors(c, call.x, call.slots, call.out);
   // permute: slots, d, rows.
-  return OpGeometry::of(
-      call.x.dtype,
-      PermuteDims{.slots = call.out.dim(0), .width = call.x.dim(-1), .rows = call.x.rows()});
+  return permute_geometry(call.x, call.out);
 }
 
 OpGeometry check(DeviceKind device, const MoePermuteBackwardArgs& call) {
   MoeChecker c("moe_permute_backward", device);
   check_permute_tensors(c, call.dx, call.slots, call.dout);
-  return OpGeometry::of(
-      call.dx.dtype,
-      PermuteDims{.slots = call.dout.dim(0), .width = call.dx.dim(-1), .rows = call.dx.rows()});
+  return permute_geometry(call.dx, call.dout);
 }
 
 OpGeometry check(DeviceKind device, const MoeUnpermuteForwardArgs& call) {
   MoeChecker c("moe_unpermute_forward", device);
   check_permute_tensors(c, call.out, call.slots, call.y);
-  c.stats("gates", call.gates);
-  c.shape("gates", call.gates, {call.slots.dim(0), call.slots.dim(1)});
+  check_gates(c, call.gates, call.slots);
   // unpermute: slots, d, rows, k.
-  return OpGeometry::of(call.y.dtype, UnpermuteDims{.slots = call.y.dim(0),
-                                                    .width = call.y.dim(-1),
-                                                    .rows = call.out.rows(),
-                                                    .k = call.slots.dim(1)});
+  return unpermute_geometry(call.y, call.out, call.slots);
 }
 
 OpGeometry check(DeviceKind device, const MoeUnpermuteBackwardArgs& call) {
   MoeChecker c("moe_unpermute_backward", device);
   check_permute_tensors(c, call.dout, call.slots, call.y);
-  c.stats("gates", call.gates);
-  c.shape("gates", call.gates, {call.slots.dim(0), call.slots.dim(1)});
+  check_gates(c, call.gates, call.slots);
   c.optional_like("dy", call.dy, "y", call.y);
   c.optional_like("dgates", call.dgates, "gates", call.gates);
-  return OpGeometry::of(call.y.dtype, UnpermuteDims{.slots = call.y.dim(0),
-                                                    .width = call.y.dim(-1),
-                                                    .rows = call.dout.rows(),
-                                                    .k = call.slots.dim(1)});
+  return unpermute_geometry(call.y, call.dout, call.slots);
 }
 
 OpGeometry check(DeviceKind device, const GroupedGemmArgs& call) {
@@ -178,26 +198,15 @@ OpGeometry check(DeviceKind device, const GroupedGemmArgs& call) {
                             dims_text(call.transpose_b ? std::vector<int64_t>{experts, -1, k}
                                                        : std::vector<int64_t>{experts, k, -1}));
     c.shape("c", call.c, {rows, n});
-    // expert_gemm: G, M, n, k, imbalance (permille; balanced here), ragged_inner.
-    return OpGeometry::of(call.a.dtype, ExpertGemmDims{.groups = experts,
-                                                       .rows = rows,
-                                                       .n = n,
-                                                       .k = k,
-                                                       .imbalance_permille = 1000,
-                                                       .ragged_inner = 0});
+    return expert_gemm_geometry(call.a.dtype, experts, rows, n, k, false);
   }
   // Weight gradient: c [E, K, N] = a_e^T b_e with a [R, K], b [R, N].
   c.require(!call.transpose_b, "transpose_a with transpose_b is not a grouped GEMM form");
   c.shape("b", call.b, {rows, -1});
   const int64_t n = call.b.dim(1);
   c.shape("c", call.c, {experts, k, n});
-  // expert_gemm ragged_inner: C_g[n', k'] = A_g[m_g, n']^T B_g[m_g, k'].
-  return OpGeometry::of(call.a.dtype, ExpertGemmDims{.groups = experts,
-                                                     .rows = rows,
-                                                     .n = k,
-                                                     .k = n,
-                                                     .imbalance_permille = 1000,
-                                                     .ragged_inner = 1});
+  // ragged_inner: C_g[n', k'] = A_g[m_g, n']^T B_g[m_g, k'].
+  return expert_gemm_geometry(call.a.dtype, experts, rows, k, n, true);
 }
 
 }  // namespace modar::runtime

@@ -9,42 +9,42 @@
 
 namespace modar::runtime {
 
-const char* to_string(ScalarType type) {
-  switch (type) {
-    case ScalarType::fp64:
-      return "fp64";
-    case ScalarType::fp32:
-      return "fp32";
-    case ScalarType::bf16:
-      return "bf16";
-    case ScalarType::i32:
-      return "i32";
+namespace {
+
+// One row per element type: its name and its bytes.
+struct ScalarTraits {
+  ScalarType type;
+  const char* name;
+  int64_t bytes;
+};
+constexpr ScalarTraits kScalarTraits[] = {{ScalarType::fp64, "fp64", 8},
+                                          {ScalarType::fp32, "fp32", 4},
+                                          {ScalarType::bf16, "bf16", 2},
+                                          {ScalarType::i32, "i32", 4}};
+
+// nullptr for a value outside the enum.
+const ScalarTraits* traits_of(ScalarType type) {
+  for (const ScalarTraits& row : kScalarTraits) {
+    if (row.type == type)
+      return &row;
   }
-  return "?";
+  return nullptr;
+}
+
+}  // namespace
+
+const char* to_string(ScalarType type) {
+  const ScalarTraits* traits = traits_of(type);
+  return traits != nullptr ? traits->name : "?";
 }
 
 const char* to_string(DeviceKind device) {
-  switch (device) {
-    case DeviceKind::cpu:
-      return "cpu";
-    case DeviceKind::cuda:
-      return "cuda";
-  }
-  return "?";
+  return device == DeviceKind::cpu ? "cpu" : device == DeviceKind::cuda ? "cuda" : "?";
 }
 
 int64_t scalar_bytes(ScalarType type) {
-  switch (type) {
-    case ScalarType::fp64:
-      return 8;
-    case ScalarType::fp32:
-      return 4;
-    case ScalarType::bf16:
-      return 2;
-    case ScalarType::i32:
-      return 4;
-  }
-  return 0;
+  const ScalarTraits* traits = traits_of(type);
+  return traits != nullptr ? traits->bytes : 0;
 }
 
 bool is_floating(ScalarType type) {

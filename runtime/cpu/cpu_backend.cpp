@@ -106,32 +106,24 @@ void CpuBackend::run_op(const CopyArgs& call) {
 
 void CpuBackend::run_op(const FillArgs& call) {
   const int64_t count = call.dst.numel();
+  auto fill_with = [&](auto value) {
+    auto* p = call.dst.ptr<decltype(value)>();
+    for (int64_t i = 0; i < count; ++i)
+      p[i] = value;
+  };
   switch (call.dst.dtype) {
-    case ScalarType::fp64: {
-      double* p = call.dst.ptr<double>();
-      for (int64_t i = 0; i < count; ++i)
-        p[i] = call.value;
+    case ScalarType::fp64:
+      fill_with(call.value);
       break;
-    }
-    case ScalarType::fp32: {
-      float* p = call.dst.ptr<float>();
-      for (int64_t i = 0; i < count; ++i)
-        p[i] = static_cast<float>(call.value);
+    case ScalarType::fp32:
+      fill_with(static_cast<float>(call.value));
       break;
-    }
-    case ScalarType::bf16: {
-      uint16_t* p = call.dst.ptr<uint16_t>();
-      const uint16_t bits = float_to_bf16(static_cast<float>(call.value));
-      for (int64_t i = 0; i < count; ++i)
-        p[i] = bits;
+    case ScalarType::bf16:
+      fill_with(float_to_bf16(static_cast<float>(call.value)));
       break;
-    }
-    case ScalarType::i32: {
-      int32_t* p = call.dst.ptr<int32_t>();
-      for (int64_t i = 0; i < count; ++i)
-        p[i] = static_cast<int32_t>(call.value);
+    case ScalarType::i32:
+      fill_with(static_cast<int32_t>(call.value));
       break;
-    }
   }
 }
 

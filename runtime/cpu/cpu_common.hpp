@@ -187,6 +187,22 @@ inline C sigmoid(C x) {
   return C(1) / (C(1) + std::exp(-x));
 }
 
+// One row of d: dst[c] += factor * src[c].
+template <class C>
+inline void add_scaled_row(C* dst, C factor, const C* src, int64_t d) {
+  for (int64_t c = 0; c < d; ++c)
+    dst[c] += factor * src[c];
+}
+
+// One row of d: sum_c a[c] b[c], summed in c order.
+template <class C>
+inline C dot_row(const C* a, const C* b, int64_t d) {
+  C sum = 0;
+  for (int64_t c = 0; c < d; ++c)
+    sum += a[c] * b[c];
+  return sum;
+}
+
 // Throws ShapeError unless every index is in [lowest, upper) (data check).
 void check_index_range(const char* op, const char* name, const TensorView& indices, int64_t lowest,
                        int64_t upper);

@@ -47,25 +47,23 @@ void sinkhorn(const C* logits, int64_t n, int iterations, C* result,
     a[static_cast<size_t>(i)] = std::exp(logits[i] - max_logit);
   if (history)
     history->push_back(a);
+  // One normalisation: every row (line u = row i, element v = column j) or
+  // every column (u = j, v = i) divided by its sum, summed in v order.
+  auto normalize_lines = [&](bool rows) {
+    const int64_t u_stride = rows ? n : 1, v_stride = rows ? 1 : n;
+    for (int64_t u = 0; u < n; ++u) {
+      C sum = 0;
+      for (int64_t v = 0; v < n; ++v)
+        sum += a[static_cast<size_t>(u * u_stride + v * v_stride)];
+      for (int64_t v = 0; v < n; ++v)
+        a[static_cast<size_t>(u * u_stride + v * v_stride)] /= sum;
+    }
+    if (history)
+      history->push_back(a);
+  };
   for (int it = 0; it < iterations; ++it) {
-    for (int64_t i = 0; i < n; ++i) {
-      C sum = 0;
-      for (int64_t j = 0; j < n; ++j)
-        sum += a[static_cast<size_t>(i * n + j)];
-      for (int64_t j = 0; j < n; ++j)
-        a[static_cast<size_t>(i * n + j)] /= sum;
-    }
-    if (history)
-      history->push_back(a);
-    for (int64_t j = 0; j < n; ++j) {
-      C sum = 0;
-      for (int64_t i = 0; i < n; ++i)
-        sum += a[static_cast<size_t>(i * n + j)];
-      for (int64_t i = 0; i < n; ++i)
-        a[static_cast<size_t>(i * n + j)] /= sum;
-    }
-    if (history)
-      history->push_back(a);
+    normalize_lines(true);
+    normalize_lines(false);
   }
   std::copy(a.begin(), a.end(), result);
 }
@@ -280,12 +278,8 @@ void CpuBackend::run_op(const DarMixForwardArgs& call) {
       C* dst = out_w.data() + t * d;
       for (int64_t c = 0; c < d; ++c)
         dst[c] = 0;
-      for (int64_t j = 0; j < n; ++j) {
-        const C* row = r_in.data() + (j * tokens + t) * d;
-        const C weight = a[t * n + j];
-        for (int64_t c = 0; c < d; ++c)
-          dst[c] += weight * row[c];
-      }
+      for (int64_t j = 0; j < n; ++j)
+        add_scaled_row(dst, a[t * n + j], r_in.data() + (j * tokens + t) * d, d);
     }
     out_w.commit();
   });
@@ -305,17 +299,10 @@ void CpuBackend::run_op(const DarMixBackwardArgs& call) {
       const C* grad = g_in.data() + t * d;
       for (int64_t j = 0; j < n; ++j) {
         const int64_t row = (j * tokens + t) * d;
-        if (dr_acc.data()) {
-          const C weight = a[t * n + j];
-          for (int64_t c = 0; c < d; ++c)
-            dr_acc.data()[row + c] += weight * grad[c];
-        }
-        if (da) {
-          C sum = 0;
-          for (int64_t c = 0; c < d; ++c)
-            sum += r_in.data()[row + c] * grad[c];
-          da[t * n + j] += sum;
-        }
+        if (dr_acc.data())
+          add_scaled_row(dr_acc.data() + row, a[t * n + j], grad, d);
+        if (da)
+          da[t * n + j] += dot_row(r_in.data() + row, grad, d);
       }
     }
     dr_acc.commit();
@@ -337,19 +324,11 @@ void CpuBackend::run_op(const DarWriteForwardArgs& call) {
         for (int64_t c = 0; c < d; ++c)
           dst[c] = 0;
         if (m) {
-          for (int64_t k = 0; k < n; ++k) {
-            const C factor = m[(t * n + j) * n + k];
-            const C* src = p_in.data() + (k * tokens + t) * d;
-            for (int64_t c = 0; c < d; ++c)
-              dst[c] += factor * src[c];
-          }
+          for (int64_t k = 0; k < n; ++k)
+            add_scaled_row(dst, m[(t * n + j) * n + k], p_in.data() + (k * tokens + t) * d, d);
         }
-        if (bt) {
-          const C gate = bt[t * n + j];
-          const C* src = y_in.data() + t * d;
-          for (int64_t c = 0; c < d; ++c)
-            dst[c] += gate * src[c];
-        }
+        if (bt)
+          add_scaled_row(dst, bt[t * n + j], y_in.data() + t * d, d);
       }
     }
     out_w.commit();
@@ -373,35 +352,18 @@ void CpuBackend::run_op(const DarWriteBackwardArgs& call) {
         const C* grad = g_in.data() + (j * tokens + t) * d;
         if (m) {
           for (int64_t k = 0; k < n; ++k) {
-            const C* src = p_in.data() + (k * tokens + t) * d;
-            if (dp_acc.data()) {
-              const C factor = m[(t * n + j) * n + k];
-              C* dst = dp_acc.data() + (k * tokens + t) * d;
-              for (int64_t c = 0; c < d; ++c)
-                dst[c] += factor * grad[c];
-            }
-            if (dm) {
-              C sum = 0;
-              for (int64_t c = 0; c < d; ++c)
-                sum += grad[c] * src[c];
-              dm[(t * n + j) * n + k] += sum;
-            }
+            const int64_t row = (k * tokens + t) * d;
+            if (dp_acc.data())
+              add_scaled_row(dp_acc.data() + row, m[(t * n + j) * n + k], grad, d);
+            if (dm)
+              dm[(t * n + j) * n + k] += dot_row(grad, p_in.data() + row, d);
           }
         }
         if (bt) {
-          const C* src = y_in.data() + t * d;
-          if (db) {
-            C sum = 0;
-            for (int64_t c = 0; c < d; ++c)
-              sum += grad[c] * src[c];
-            db[t * n + j] += sum;
-          }
-          if (dy_acc.data()) {
-            const C gate = bt[t * n + j];
-            C* dst = dy_acc.data() + t * d;
-            for (int64_t c = 0; c < d; ++c)
-              dst[c] += gate * grad[c];
-          }
+          if (db)
+            db[t * n + j] += dot_row(grad, y_in.data() + t * d, d);
+          if (dy_acc.data())
+            add_scaled_row(dy_acc.data() + t * d, bt[t * n + j], grad, d);
         }
       }
     }

@@ -313,19 +313,10 @@ void CpuBackend::run_op(const MoeUnpermuteBackwardArgs& call) {
         const int64_t slot = slots[t * k + j];
         if (slot < 0)
           continue;
-        if (dy.data() != nullptr) {
-          const C g = gates[t * k + j];
-          C* dst = dy.data() + slot * d;
-          for (int64_t c = 0; c < d; ++c)
-            dst[c] += g * g_out[c];
-        }
-        if (dgates.data() != nullptr) {
-          const C* src = y.data() + slot * d;
-          C inner = 0;
-          for (int64_t c = 0; c < d; ++c)
-            inner += g_out[c] * src[c];
-          dgates[t * k + j] += inner;
-        }
+        if (dy.data() != nullptr)
+          add_scaled_row(dy.data() + slot * d, gates[t * k + j], g_out, d);
+        if (dgates.data() != nullptr)
+          dgates[t * k + j] += dot_row(g_out, y.data() + slot * d, d);
       }
     }
     dy.commit();

@@ -234,18 +234,11 @@ void CpuBackend::run_op(const ScatterAddScaledBackwardArgs& call) {
         const C logit = r[i * seq + p];
         const C* grad_row = g.data() + (i * seq + p) * d;
         const C* delta_row = delta_in.data() + (i * k + j) * d;
-        if (ddelta_acc.data()) {
-          const C factor = gate_value(logit, call.gate);
-          C* dst = ddelta_acc.data() + (i * k + j) * d;
-          for (int64_t c = 0; c < d; ++c)
-            dst[c] += factor * grad_row[c];
-        }
-        if (dr) {
-          C dot = 0;
-          for (int64_t c = 0; c < d; ++c)
-            dot += grad_row[c] * delta_row[c];
-          dr[i * seq + p] += gate_derivative(logit, call.gate) * dot;
-        }
+        if (ddelta_acc.data())
+          add_scaled_row(ddelta_acc.data() + (i * k + j) * d, gate_value(logit, call.gate),
+                         grad_row, d);
+        if (dr)
+          dr[i * seq + p] += gate_derivative(logit, call.gate) * dot_row(grad_row, delta_row, d);
       }
     }
     ddelta_acc.commit();

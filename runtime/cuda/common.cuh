@@ -17,6 +17,7 @@
 
 #include <cstdint>
 
+#include "check.hpp"
 #include "launch.hpp"
 
 namespace modar::gpu {
@@ -37,6 +38,15 @@ inline unsigned grid_stride_blocks(int64_t count, int threads) {
   const int64_t blocks = ceil_div(count, threads);
   const int64_t cap = grid_stride_block_cap(threads);
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks < cap ? blocks : cap));
+}
+
+// Launches a kernel templated on the storage type `type` names: calls
+// launch(T{}) with T = float or __nv_bfloat16 (the lambda launches
+// kernel<decltype(tag)>), then checks the launch.
+template <class Launch>
+void launch_typed(Elem type, Launch&& launch) {
+  type == Elem::fp32 ? launch(float{}) : launch(__nv_bfloat16{});
+  MODAR_CUDA_CHECK_LAUNCH();
 }
 
 __device__ __forceinline__ float load_float(const float* p) {

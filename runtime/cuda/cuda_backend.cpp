@@ -333,25 +333,22 @@ class CudaBackend final : public Backend {
         call.x.rows(), d, elem("router_backward", call.x), stream_);
   }
 
-  void run_op(const TopkArgs& call) {
+  // topk and topk_ragged (counts: the ragged rows' valid lengths, or empty).
+  void run_topk(const char* op, const TensorView& logits, const TensorView& counts,
+                const TensorView& indices) {
     gpu::TopkParams p;
-    p.logits = stats("topk", call.logits);
-    p.indices = call.indices.ptr<int32_t>();
-    p.batch = call.logits.shape[0];
-    p.seq_len = call.logits.shape[1];
-    p.k_max = call.indices.shape[1];
+    p.logits = stats(op, logits);
+    if (!counts.empty())
+      p.counts = counts.ptr<int32_t>();
+    p.indices = indices.ptr<int32_t>();
+    p.batch = logits.shape[0];
+    p.seq_len = logits.shape[1];
+    p.k_max = indices.shape[1];
     gpu::launch_topk(p, stream_);
   }
-
+  void run_op(const TopkArgs& call) { run_topk("topk", call.logits, TensorView{}, call.indices); }
   void run_op(const TopkRaggedArgs& call) {
-    gpu::TopkParams p;
-    p.logits = stats("topk_ragged", call.logits);
-    p.counts = call.counts.ptr<int32_t>();
-    p.indices = call.indices.ptr<int32_t>();
-    p.batch = call.logits.shape[0];
-    p.seq_len = call.logits.shape[1];
-    p.k_max = call.indices.shape[1];
-    gpu::launch_topk(p, stream_);
+    run_topk("topk_ragged", call.logits, call.counts, call.indices);
   }
 
   void run_op(const TopkMaskArgs& call) {

@@ -504,12 +504,9 @@ void launch_dar_coefficients_forward(const DarCoefficientLaunchParams& p, cudaSt
   if (p.tokens == 0)
     return;
   const unsigned blocks = one_block_per_row("dar_coefficients_forward", "tokens", p.tokens);
-  if (p.type == Elem::fp32) {
-    coefficients_forward_kernel<float><<<blocks, kRowThreads, 0, stream>>>(p);
-  } else {
-    coefficients_forward_kernel<__nv_bfloat16><<<blocks, kRowThreads, 0, stream>>>(p);
-  }
-  MODAR_CUDA_CHECK_LAUNCH();
+  launch_typed(p.type, [&](auto tag) {
+    coefficients_forward_kernel<decltype(tag)><<<blocks, kRowThreads, 0, stream>>>(p);
+  });
 }
 
 void launch_dar_coefficients_backward(const DarCoefficientLaunchParams& p, cudaStream_t stream) {
@@ -521,12 +518,9 @@ void launch_dar_coefficients_backward(const DarCoefficientLaunchParams& p, cudaS
   if (p.tokens == 0)
     return;
   const unsigned blocks = one_block_per_row("dar_coefficients_backward", "tokens", p.tokens);
-  if (p.type == Elem::fp32) {
-    coefficients_backward_kernel<float><<<blocks, kRowThreads, 0, stream>>>(p);
-  } else {
-    coefficients_backward_kernel<__nv_bfloat16><<<blocks, kRowThreads, 0, stream>>>(p);
-  }
-  MODAR_CUDA_CHECK_LAUNCH();
+  launch_typed(p.type, [&](auto tag) {
+    coefficients_backward_kernel<decltype(tag)><<<blocks, kRowThreads, 0, stream>>>(p);
+  });
   if (p.dbias != nullptr) {
     column_sum_kernel<<<static_cast<unsigned>(ceil_div(p.outputs, kRowThreads)), kRowThreads, 0,
                         stream>>>(p.token_dc, p.tokens, p.outputs, p.dbias);
@@ -538,12 +532,9 @@ void launch_dar_coefficients_backward(const DarCoefficientLaunchParams& p, cudaS
   }
   if (p.dweight != nullptr) {
     const dim3 grid(static_cast<unsigned>(ceil_div(p.streams * p.d, kRowThreads)), kReduceSplits);
-    if (p.type == Elem::fp32) {
-      coefficients_dweight_partial_kernel<float><<<grid, kRowThreads, 0, stream>>>(p);
-    } else {
-      coefficients_dweight_partial_kernel<__nv_bfloat16><<<grid, kRowThreads, 0, stream>>>(p);
-    }
-    MODAR_CUDA_CHECK_LAUNCH();
+    launch_typed(p.type, [&](auto tag) {
+      coefficients_dweight_partial_kernel<decltype(tag)><<<grid, kRowThreads, 0, stream>>>(p);
+    });
     launch_reduce_partials(p.partial, kReduceSplits, p.streams * p.d * p.outputs, p.dweight,
                            Elem::fp32, stream);
   }
@@ -553,14 +544,10 @@ void launch_dar_mix_forward(const DarMixParams& p, cudaStream_t stream) {
   check_streams("dar_mix_forward", p.streams);
   if (p.tokens * p.d == 0)
     return;
-  if (p.type == Elem::fp32) {
-    mix_forward_kernel<float>
+  launch_typed(p.type, [&](auto tag) {
+    mix_forward_kernel<decltype(tag)>
         <<<grid_stride_blocks(p.tokens * p.d, kRowThreads), kRowThreads, 0, stream>>>(p);
-  } else {
-    mix_forward_kernel<__nv_bfloat16>
-        <<<grid_stride_blocks(p.tokens * p.d, kRowThreads), kRowThreads, 0, stream>>>(p);
-  }
-  MODAR_CUDA_CHECK_LAUNCH();
+  });
 }
 
 void launch_dar_mix_backward(const DarMixParams& p, cudaStream_t stream) {
@@ -568,12 +555,9 @@ void launch_dar_mix_backward(const DarMixParams& p, cudaStream_t stream) {
   if (p.tokens == 0 || (p.dretrieved == nullptr && p.dalpha == nullptr))
     return;
   const unsigned blocks = one_block_per_row("dar_mix_backward", "tokens", p.tokens);
-  if (p.type == Elem::fp32) {
-    mix_backward_kernel<float><<<blocks, kRowThreads, 0, stream>>>(p);
-  } else {
-    mix_backward_kernel<__nv_bfloat16><<<blocks, kRowThreads, 0, stream>>>(p);
-  }
-  MODAR_CUDA_CHECK_LAUNCH();
+  launch_typed(p.type, [&](auto tag) {
+    mix_backward_kernel<decltype(tag)><<<blocks, kRowThreads, 0, stream>>>(p);
+  });
 }
 
 void launch_dar_write_forward(const DarWriteParams& p, cudaStream_t stream) {
@@ -585,14 +569,10 @@ void launch_dar_write_forward(const DarWriteParams& p, cudaStream_t stream) {
   const int64_t total = p.streams * p.tokens * p.d;
   if (total == 0)
     return;
-  if (p.type == Elem::fp32) {
-    write_forward_kernel<float>
+  launch_typed(p.type, [&](auto tag) {
+    write_forward_kernel<decltype(tag)>
         <<<grid_stride_blocks(total, kRowThreads), kRowThreads, 0, stream>>>(p);
-  } else {
-    write_forward_kernel<__nv_bfloat16>
-        <<<grid_stride_blocks(total, kRowThreads), kRowThreads, 0, stream>>>(p);
-  }
-  MODAR_CUDA_CHECK_LAUNCH();
+  });
 }
 
 void launch_dar_write_backward(const DarWriteParams& p, cudaStream_t stream) {
@@ -604,12 +584,9 @@ void launch_dar_write_backward(const DarWriteParams& p, cudaStream_t stream) {
   if (p.tokens == 0)
     return;
   const unsigned blocks = one_block_per_row("dar_write_backward", "tokens", p.tokens);
-  if (p.type == Elem::fp32) {
-    write_backward_kernel<float><<<blocks, kRowThreads, 0, stream>>>(p);
-  } else {
-    write_backward_kernel<__nv_bfloat16><<<blocks, kRowThreads, 0, stream>>>(p);
-  }
-  MODAR_CUDA_CHECK_LAUNCH();
+  launch_typed(p.type, [&](auto tag) {
+    write_backward_kernel<decltype(tag)><<<blocks, kRowThreads, 0, stream>>>(p);
+  });
 }
 
 }  // namespace modar::gpu

@@ -86,6 +86,23 @@ __global__ void __launch_bounds__(kRowThreads) prefix_forward_kernel(DepthReadPr
   }
 }
 
+// Adds one element's key and value gradients at `at`: once, summed, when the
+// keys and values are one tensor (`shared`), else into each one given.
+template <typename T>
+__device__ __forceinline__ void add_key_value_grad(T* dkeys, T* dvalues, bool shared, int64_t at,
+                                                   float dkey, float dvalue) {
+  if (shared) {
+    store_float(dkeys + at, load_float(dkeys + at) + dkey + dvalue);
+  } else {
+    if (dvalues != nullptr) {
+      store_float(dvalues + at, load_float(dvalues + at) + dvalue);
+    }
+    if (dkeys != nullptr) {
+      store_float(dkeys + at, load_float(dkeys + at) + dkey);
+    }
+  }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads) prefix_backward_kernel(DepthReadPrefixParams p) {
   __shared__ float scratch[32];
@@ -164,16 +181,7 @@ __global__ void __launch_bounds__(kRowThreads) prefix_backward_kernel(DepthReadP
             dq_partial[q * p.d + c] += ds * key_hat;
           }
         }
-        if (shared_grad) {
-          store_float(dkeys + row + c, load_float(dkeys + row + c) + dkey + dvalue);
-        } else {
-          if (dvalues != nullptr) {
-            store_float(dvalues + row + c, load_float(dvalues + row + c) + dvalue);
-          }
-          if (dkeys != nullptr) {
-            store_float(dkeys + row + c, load_float(dkeys + row + c) + dkey);
-          }
-        }
+        add_key_value_grad(dkeys, dvalues, shared_grad, row + c, dkey, dvalue);
       }
     }
     __syncthreads();  // source_stats is rewritten for the next token
@@ -249,16 +257,7 @@ __global__ void __launch_bounds__(kRowThreads) merge_backward_kernel(DepthReadMe
         const float key_hat = load_float(keys + row + c) * rstd;
         const float dvalue = weight * dout_c;
         const float dkey = ds * rstd * (p.query[c] - score * key_hat * inv_d);
-        if (shared_grad) {
-          store_float(dkeys + row + c, load_float(dkeys + row + c) + dkey + dvalue);
-        } else {
-          if (dvalues != nullptr) {
-            store_float(dvalues + row + c, load_float(dvalues + row + c) + dvalue);
-          }
-          if (dkeys != nullptr) {
-            store_float(dkeys + row + c, load_float(dkeys + row + c) + dkey);
-          }
-        }
+        add_key_value_grad(dkeys, dvalues, shared_grad, row + c, dkey, dvalue);
         dq_acc[u] += ds * key_hat;
       }
     }
@@ -297,12 +296,9 @@ void launch_depth_read_prefix_forward(const DepthReadPrefixParams& p, cudaStream
   }
   const dim3 grid(one_block_per_row("depth_read_prefix_forward", "tokens", p.tokens),
                   static_cast<unsigned>(p.queries_count));
-  if (p.type == Elem::fp32) {
-    prefix_forward_kernel<float><<<grid, kRowThreads, 0, stream>>>(p);
-  } else {
-    prefix_forward_kernel<__nv_bfloat16><<<grid, kRowThreads, 0, stream>>>(p);
-  }
-  MODAR_CUDA_CHECK_LAUNCH();
+  launch_typed(p.type, [&](auto tag) {
+    prefix_forward_kernel<decltype(tag)><<<grid, kRowThreads, 0, stream>>>(p);
+  });
 }
 
 void launch_depth_read_prefix_backward(const DepthReadPrefixParams& p, cudaStream_t stream) {
@@ -327,12 +323,9 @@ void launch_depth_read_prefix_backward(const DepthReadPrefixParams& p, cudaStrea
   }
   const int blocks = token_blocks(p.tokens);
   const size_t shared_bytes = sizeof(float) * 3 * static_cast<size_t>(p.sources * p.queries_count);
-  if (p.type == Elem::fp32) {
-    prefix_backward_kernel<float><<<blocks, kRowThreads, shared_bytes, stream>>>(params);
-  } else {
-    prefix_backward_kernel<__nv_bfloat16><<<blocks, kRowThreads, shared_bytes, stream>>>(params);
-  }
-  MODAR_CUDA_CHECK_LAUNCH();
+  launch_typed(p.type, [&](auto tag) {
+    prefix_backward_kernel<decltype(tag)><<<blocks, kRowThreads, shared_bytes, stream>>>(params);
+  });
   if (p.dqueries != nullptr) {
     launch_reduce_partials(p.partial, blocks, p.queries_count * p.d, p.dqueries, Elem::fp32,
                            stream);
@@ -345,12 +338,9 @@ void launch_depth_read_merge_forward(const DepthReadMergeParams& p, cudaStream_t
     return;
   }
   const unsigned blocks = one_block_per_row("depth_read_merge_forward", "tokens", p.tokens);
-  if (p.type == Elem::fp32) {
-    merge_forward_kernel<float><<<blocks, kRowThreads, 0, stream>>>(p);
-  } else {
-    merge_forward_kernel<__nv_bfloat16><<<blocks, kRowThreads, 0, stream>>>(p);
-  }
-  MODAR_CUDA_CHECK_LAUNCH();
+  launch_typed(p.type, [&](auto tag) {
+    merge_forward_kernel<decltype(tag)><<<blocks, kRowThreads, 0, stream>>>(p);
+  });
 }
 
 void launch_depth_read_merge_backward(const DepthReadMergeParams& p, cudaStream_t stream) {
@@ -365,12 +355,9 @@ void launch_depth_read_merge_backward(const DepthReadMergeParams& p, cudaStream_
     params.partial = nullptr;
   }
   const int blocks = token_blocks(p.tokens);
-  if (p.type == Elem::fp32) {
-    merge_backward_kernel<float><<<blocks, kRowThreads, 0, stream>>>(params);
-  } else {
-    merge_backward_kernel<__nv_bfloat16><<<blocks, kRowThreads, 0, stream>>>(params);
-  }
-  MODAR_CUDA_CHECK_LAUNCH();
+  launch_typed(p.type, [&](auto tag) {
+    merge_backward_kernel<decltype(tag)><<<blocks, kRowThreads, 0, stream>>>(params);
+  });
   if (p.dquery != nullptr) {
     launch_reduce_partials(p.partial, blocks, p.d, p.dquery, Elem::fp32, stream);
   }

@@ -135,12 +135,9 @@ void launch_cross_entropy_forward(const CrossEntropyParams& p, cudaStream_t stre
     return;
   }
   const unsigned blocks = one_block_per_row("cross_entropy_forward", "rows", p.rows);
-  if (p.type == Elem::fp32) {
-    cross_entropy_rows_kernel<float><<<blocks, kRowThreads, 0, stream>>>(p);
-  } else {
-    cross_entropy_rows_kernel<__nv_bfloat16><<<blocks, kRowThreads, 0, stream>>>(p);
-  }
-  MODAR_CUDA_CHECK_LAUNCH();
+  launch_typed(p.type, [&](auto tag) {
+    cross_entropy_rows_kernel<decltype(tag)><<<blocks, kRowThreads, 0, stream>>>(p);
+  });
   if (p.loss != nullptr) {
     cross_entropy_mean_kernel<<<1, kReduceThreads, 0, stream>>>(p.row_scratch, p.targets, p.rows,
                                                                 p.vocab, p.loss);
@@ -157,12 +154,9 @@ void launch_cross_entropy_backward(const CrossEntropyParams& p, cudaStream_t str
   count_targets_kernel<<<1, kReduceThreads, 0, stream>>>(p.targets, p.rows, p.vocab,
                                                          p.count_scratch);
   MODAR_CUDA_CHECK_LAUNCH();
-  if (p.type == Elem::fp32) {
-    cross_entropy_backward_kernel<float><<<blocks, kRowThreads, 0, stream>>>(p);
-  } else {
-    cross_entropy_backward_kernel<__nv_bfloat16><<<blocks, kRowThreads, 0, stream>>>(p);
-  }
-  MODAR_CUDA_CHECK_LAUNCH();
+  launch_typed(p.type, [&](auto tag) {
+    cross_entropy_backward_kernel<decltype(tag)><<<blocks, kRowThreads, 0, stream>>>(p);
+  });
 }
 
 void launch_bce_with_logits_forward(const float* logits, const float* targets, float* loss,

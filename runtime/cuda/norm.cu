@@ -120,12 +120,9 @@ void launch_rmsnorm_forward(const RmsNormParams& params, cudaStream_t stream) {
     return;
   }
   const unsigned blocks = one_block_per_row("rmsnorm_forward", "rows", params.rows);
-  if (params.type == Elem::fp32) {
-    rmsnorm_forward_kernel<float><<<blocks, kRowThreads, 0, stream>>>(params);
-  } else {
-    rmsnorm_forward_kernel<__nv_bfloat16><<<blocks, kRowThreads, 0, stream>>>(params);
-  }
-  MODAR_CUDA_CHECK_LAUNCH();
+  launch_typed(params.type, [&](auto tag) {
+    rmsnorm_forward_kernel<decltype(tag)><<<blocks, kRowThreads, 0, stream>>>(params);
+  });
 }
 
 void launch_rmsnorm_backward(const RmsNormBackwardParams& params, cudaStream_t stream) {
@@ -139,21 +136,15 @@ void launch_rmsnorm_backward(const RmsNormBackwardParams& params, cudaStream_t s
   }
   if (params.dx != nullptr) {
     const unsigned blocks = one_block_per_row("rmsnorm_backward", "rows", params.rows);
-    if (params.type == Elem::fp32) {
-      rmsnorm_dx_kernel<float><<<blocks, kRowThreads, 0, stream>>>(params);
-    } else {
-      rmsnorm_dx_kernel<__nv_bfloat16><<<blocks, kRowThreads, 0, stream>>>(params);
-    }
-    MODAR_CUDA_CHECK_LAUNCH();
+    launch_typed(params.type, [&](auto tag) {
+      rmsnorm_dx_kernel<decltype(tag)><<<blocks, kRowThreads, 0, stream>>>(params);
+    });
   }
   if (params.dweight != nullptr) {
     const dim3 grid(static_cast<unsigned>(ceil_div(params.d, kRowThreads)), kReduceSplits);
-    if (params.type == Elem::fp32) {
-      rmsnorm_dweight_partial_kernel<float><<<grid, kRowThreads, 0, stream>>>(params);
-    } else {
-      rmsnorm_dweight_partial_kernel<__nv_bfloat16><<<grid, kRowThreads, 0, stream>>>(params);
-    }
-    MODAR_CUDA_CHECK_LAUNCH();
+    launch_typed(params.type, [&](auto tag) {
+      rmsnorm_dweight_partial_kernel<decltype(tag)><<<grid, kRowThreads, 0, stream>>>(params);
+    });
     launch_reduce_partials(params.partial, kReduceSplits, params.d, params.dweight,
                            params.dweight_type, stream);
   }

@@ -40,6 +40,32 @@ TensorView merge_heads(const TensorView& t) {
   return reshape(t, shape);
 }
 
+// The attention branch's first half at `positions`: u = RMSNorm(x) g (with
+// its rstd), q = rope(u Wq), k = rope(u Wk), v = u Wv ([.., heads, d_h]).
+struct QkvProjection {
+  Buffer rstd, u, q, k, v;
+};
+QkvProjection project_qkv(const Context& ctx, const TensorView& x, const TensorView& positions,
+                          const BranchShape& shape, const Parameter& norm, const Parameter& wq,
+                          const Parameter& wk, const Parameter& wv) {
+  Backend& be = ctx.backend;
+  QkvProjection p;
+  p.rstd = ctx.make({x.rows()}, ctx.stats());
+  p.u = ctx.make(x.shape_vector());
+  be.rmsnorm_forward(x, norm.value, p.u, p.rstd, shape.norm_eps);
+  p.q = ctx.make(heads_shape(x, shape.n_heads, shape.d_head));
+  p.k = ctx.make(heads_shape(x, shape.n_kv_heads, shape.d_head));
+  p.v = ctx.make(heads_shape(x, shape.n_kv_heads, shape.d_head));
+  be.gemm(p.u, false, wq.value, false, merge_heads(p.q));
+  be.gemm(p.u, false, wk.value, false, merge_heads(p.k));
+  be.gemm(p.u, false, wv.value, false, merge_heads(p.v));
+  RopeParams rope;
+  rope.theta_base = shape.rope_theta;
+  be.rope_forward(p.q, positions, p.q, rope);
+  be.rope_forward(p.k, positions, p.k, rope);
+  return p;
+}
+
 }  // namespace
 
 // ---- attention branch --------------------------------------------------------------
@@ -67,20 +93,8 @@ Buffer AttentionBranch::forward(const Context& ctx, const TensorView& x,
                                 const TensorView& positions, const TensorView& valid_lengths,
                                 Saved* saved) const {
   Backend& be = ctx.backend;
-  const int64_t heads = shape_.n_heads, kv_heads = shape_.n_kv_heads, d_head = shape_.d_head;
-  Buffer rstd = ctx.make({x.rows()}, ctx.stats());
-  Buffer u = ctx.make(x.shape_vector());
-  be.rmsnorm_forward(x, norm_->value, u, rstd, shape_.norm_eps);
-  Buffer q = ctx.make(heads_shape(x, heads, d_head));
-  Buffer k = ctx.make(heads_shape(x, kv_heads, d_head));
-  Buffer v = ctx.make(heads_shape(x, kv_heads, d_head));
-  be.gemm(u, false, wq_->value, false, merge_heads(q));
-  be.gemm(u, false, wk_->value, false, merge_heads(k));
-  be.gemm(u, false, wv_->value, false, merge_heads(v));
-  RopeParams rope;
-  rope.theta_base = shape_.rope_theta;
-  be.rope_forward(q, positions, q, rope);
-  be.rope_forward(k, positions, k, rope);
+  const int64_t heads = shape_.n_heads, d_head = shape_.d_head;
+  auto [rstd, u, q, k, v] = project_qkv(ctx, x, positions, shape_, *norm_, *wq_, *wk_, *wv_);
   Buffer o = ctx.make(heads_shape(x, heads, d_head));
   Buffer lse = ctx.make({x.dim(0), heads, x.dim(1)}, ctx.stats());
   be.attention_forward(q, k, v, valid_lengths, o, lse, AttentionParams{});
@@ -153,19 +167,10 @@ Buffer AttentionBranch::decode(const Context& ctx, const TensorView& x, int32_t 
                      ")");
   }
   Buffer pos = ctx.indices({1, 1}, {position});
-  Buffer rstd = ctx.make({1}, ctx.stats());
-  Buffer u = ctx.make(x.shape_vector());
-  be.rmsnorm_forward(x, norm_->value, u, rstd, shape_.norm_eps);
-  Buffer q = ctx.make({1, 1, heads, d_head});
-  Buffer k = ctx.make({1, 1, kv_heads, d_head});
-  Buffer v = ctx.make({1, 1, kv_heads, d_head});
-  be.gemm(u, false, wq_->value, false, merge_heads(q));
-  be.gemm(u, false, wk_->value, false, merge_heads(k));
-  be.gemm(u, false, wv_->value, false, merge_heads(v));
-  RopeParams rope;
-  rope.theta_base = shape_.rope_theta;
-  be.rope_forward(q, pos, q, rope);
-  be.rope_forward(k, pos, k, rope);
+  const QkvProjection qkv = project_qkv(ctx, x, pos, shape_, *norm_, *wq_, *wk_, *wv_);
+  const Buffer& q = qkv.q;
+  const Buffer& k = qkv.k;
+  const Buffer& v = qkv.v;
   const TensorView k_rows = reshape(k, {kv_heads, d_head});
   const TensorView v_rows = reshape(v, {kv_heads, d_head});
   for (int64_t g = 0; g < kv_heads; ++g) {

@@ -146,8 +146,12 @@ void DepthResidual::begin(const Context& ctx, const TensorView& embedding, int64
     be.rmsnorm_forward(emb, TensorView{}, TensorView{}, select(bank_rstd_stream(j), 0),
                        options_.norm_eps);
   }
+  start_step(ctx);
+}
+
+void DepthResidual::start_step(const Context& ctx) {
   folded_query_ = ctx.make(query_->value.view().shape_vector(), ctx.stats());
-  be.mul_forward(query_->value, key_norm_->value, folded_query_);
+  ctx.backend.mul_forward(query_->value, key_norm_->value, folded_query_);
   block_states_.clear();
   block_states_.resize(static_cast<size_t>(blocks()));
   branch_states_.clear();
@@ -594,24 +598,26 @@ void DepthResidual::begin_received(const Context& ctx, int64_t tokens) {
   tokens_ = tokens;
   bank_ = ctx.zeros({options_.streams, entries(), tokens, d_});
   bank_rstd_ = ctx.zeros({options_.streams, entries(), tokens}, ctx.stats());
-  folded_query_ = ctx.make(query_->value.view().shape_vector(), ctx.stats());
-  ctx.backend.mul_forward(query_->value, key_norm_->value, folded_query_);
-  block_states_.clear();
-  block_states_.resize(static_cast<size_t>(blocks()));
-  branch_states_.clear();
-  branch_states_.resize(static_cast<size_t>(options_.total_branches));
-  partial_.reset();
-  partial_rstd_.reset();
-  output_state_.reset();
+  start_step(ctx);
 }
 
 namespace {
 
-void check_boundary(int64_t from, int64_t complete, const char* what) {
+// What the boundary after `end_branch` carries from entry `from` on, for
+// each of the n streams: `count` complete entries, and the cut block's
+// partial P when `cut`.
+struct BoundarySpan {
+  int64_t n = 0, count = 0;
+  bool cut = false;
+};
+BoundarySpan boundary_span(const DepthResidual& depth, int64_t streams, int64_t end_branch,
+                           int64_t from, const char* what) {
+  const int64_t complete = depth.complete_entries(end_branch);
   if (from < 0 || from > complete) {
     throw ShapeError(std::string("depth residual ") + what + ": entries from " +
                      std::to_string(from) + " of " + std::to_string(complete));
   }
+  return {streams, complete - from, depth.cuts_block(end_branch)};
 }
 
 }  // namespace
@@ -620,9 +626,8 @@ DepthResidual::BoundaryBuffers DepthResidual::pack_boundary(const Context& ctx,
                                                             int64_t end_branch,
                                                             int64_t from) const {
   Backend& be = ctx.backend;
-  const int64_t n = options_.streams, complete = complete_entries(end_branch);
-  check_boundary(from, complete, "boundary");
-  const int64_t count = complete - from, k = count + (cuts_block(end_branch) ? 1 : 0);
+  const auto [n, count, cut] = boundary_span(*this, options_.streams, end_branch, from, "boundary");
+  const int64_t k = count + (cut ? 1 : 0);
   BoundaryBuffers out;
   out.values = ctx.make({n, k, tokens_, d_});
   out.stats = ctx.make({n, k, tokens_}, ctx.stats());
@@ -642,10 +647,7 @@ DepthResidual::BoundaryBuffers DepthResidual::pack_boundary(const Context& ctx,
 void DepthResidual::unpack_boundary(const Context& ctx, int64_t end_branch, int64_t from,
                                     const BoundaryBuffers& in) {
   Backend& be = ctx.backend;
-  const int64_t n = options_.streams, complete = complete_entries(end_branch);
-  check_boundary(from, complete, "boundary");
-  const int64_t count = complete - from;
-  const bool cut = cuts_block(end_branch);
+  const auto [n, count, cut] = boundary_span(*this, options_.streams, end_branch, from, "boundary");
   if (cut) {
     partial_ = ctx.make({n, tokens_, d_});
     partial_rstd_ = ctx.make({n, tokens_}, ctx.stats());
@@ -676,10 +678,8 @@ void DepthResidual::begin_backward_received(const Context& ctx) {
 Buffer DepthResidual::pack_boundary_gradient(const Context& ctx, int64_t end_branch,
                                              int64_t from) {
   Backend& be = ctx.backend;
-  const int64_t n = options_.streams, complete = complete_entries(end_branch);
-  check_boundary(from, complete, "boundary gradient");
-  const int64_t count = complete - from;
-  const bool cut = cuts_block(end_branch);
+  const auto [n, count, cut] =
+      boundary_span(*this, options_.streams, end_branch, from, "boundary gradient");
   if (cut && dpartial_.empty()) {
     throw ShapeError("depth residual: no gradient of the received P to send back");
   }
@@ -701,10 +701,8 @@ Buffer DepthResidual::pack_boundary_gradient(const Context& ctx, int64_t end_bra
 void DepthResidual::unpack_boundary_gradient(const Context& ctx, int64_t end_branch, int64_t from,
                                              const TensorView& dvalues) {
   Backend& be = ctx.backend;
-  const int64_t n = options_.streams, complete = complete_entries(end_branch);
-  check_boundary(from, complete, "boundary gradient");
-  const int64_t count = complete - from;
-  const bool cut = cuts_block(end_branch);
+  const auto [n, count, cut] =
+      boundary_span(*this, options_.streams, end_branch, from, "boundary gradient");
   if (dbank_.empty()) {
     throw ShapeError("depth residual: a bank gradient arrived before begin_backward_received");
   }

@@ -25,13 +25,11 @@ namespace modar::runtime {
 namespace {
 
 MoeConfig to_config(const MoeOptions& options) {
-  MoeConfig config;
-  config.experts = options.experts;
-  config.top_k = options.top_k;
-  config.capacity_factor = options.capacity_factor;
-  config.null_experts = options.null_experts;
-  config.mode = options.null_experts > 0 ? MoeMode::integrated : MoeMode::none;
-  return config;
+  return {.experts = options.experts,
+          .top_k = options.top_k,
+          .capacity_factor = options.capacity_factor,
+          .mode = options.null_experts > 0 ? MoeMode::integrated : MoeMode::none,
+          .null_experts = options.null_experts};
 }
 
 }  // namespace

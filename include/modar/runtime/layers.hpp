@@ -593,6 +593,9 @@ class DepthResidual {
   int64_t first_branch(int64_t block) const { return block * options_.branches_per_block; }
   int64_t block_size(int64_t block) const;
   void start_block(const Context& ctx, int64_t block);
+  // The step's start once the bank is allocated (begin, begin_received): the
+  // folded queries, and no block, branch, partial or output state.
+  void start_step(const Context& ctx);
   // Phase 1 of `block` (o-bar, lse per stream) from the bank into `state`:
   // once in forward, once more in backward (nothing of it is kept between).
   void prefix_forward(const Context& ctx, int64_t block, BlockState& state);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "comm_test_values.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/runtime/backend.hpp"
 #include "modar/runtime/comm.hpp"
@@ -26,23 +27,9 @@ Communicator& world() {
   return *communicator;
 }
 
-// The value rank r holds at index i (exact in fp32 and i32; < 2^20).
-double value(int r, int64_t i) {
-  return (r + 1) * 1000.0 + static_cast<double>(i % 997) - 3.0 * (i % 5);
-}
-
 template <class T>
 TensorView view(std::vector<T>& data, ScalarType type) {
   return make_view(data.data(), type, DeviceKind::cpu, {static_cast<int64_t>(data.size())});
-}
-
-template <class T>
-std::vector<T> filled(int r, int64_t n) {
-  std::vector<T> data(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    data[static_cast<size_t>(i)] = static_cast<T>(value(r, i));
-  }
-  return data;
 }
 
 TEST(CommWorld, SizeAndRankAgreeWithTheLauncher) {

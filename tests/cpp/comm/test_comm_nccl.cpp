@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "comm_test_values.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/runtime/backend.hpp"
 #include "modar/runtime/comm.hpp"
@@ -43,19 +44,6 @@ Gpu& gpu() {
   if (!gpu().comm) {                                      \
     GTEST_SKIP() << "no NCCL communicator: " << gpu().reason; \
   }
-
-double value(int r, int64_t i) {
-  return (r + 1) * 1000.0 + static_cast<double>(i % 997) - 3.0 * (i % 5);
-}
-
-template <class T>
-std::vector<T> filled(int r, int64_t n) {
-  std::vector<T> data(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    data[static_cast<size_t>(i)] = static_cast<T>(value(r, i));
-  }
-  return data;
-}
 
 template <class T>
 Tensor upload(const std::vector<T>& host, ScalarType type) {

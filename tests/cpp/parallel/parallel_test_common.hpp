@@ -12,11 +12,13 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "../common/tiny_model.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/runtime/forwarding_communicator.hpp"
 #include "modar/runtime/host_facts.hpp"
@@ -33,17 +35,35 @@ constexpr double kRelative = 1e-12;
 constexpr int kSteps = 2;
 constexpr int64_t kBatch = 8;  // global batch (divisible by every dp x microbatches used)
 
+// d 16, 4 layers, 2 heads over 1 KV head, d_ff 24, V 13, s 6, untied head.
 inline Config tiny_config() {
-  Config config;
-  config.model.d_model = 16;
-  config.model.n_layers = 4;
-  config.model.n_heads = 2;
-  config.model.n_kv_heads = 1;
-  config.model.d_ff = 24;
-  config.model.vocab_size = 13;
-  config.model.seq_len = 6;
-  config.model.tie_embeddings = false;
-  return config;
+  return tiny_model(4);
+}
+
+// The group sizes among {1, 2, 4} that divide the world (the layouts a run
+// of this many ranks can hold).
+inline std::vector<int64_t> sizes_dividing_world() {
+  std::vector<int64_t> sizes;
+  for (const int64_t size : {int64_t{1}, int64_t{2}, int64_t{4}}) {
+    if (g_world->size() % size == 0) {
+      sizes.push_back(size);
+    }
+  }
+  return sizes;
+}
+
+// `make` throws a ConfigError whose message names each of `fields` (with the
+// value: "parallel.tensor = 2").
+template <typename Make>
+void expect_config_error(Make&& make, std::initializer_list<const char*> fields) {
+  try {
+    make();
+    ADD_FAILURE() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    for (const char* field : fields) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  }
 }
 
 struct Family {
@@ -56,48 +76,23 @@ inline std::vector<Family> common_families() {
   return {
       {"dense", [](Config&) {}},
       {"dense_tied", [](Config& c) { c.model.tie_embeddings = true; }},
-      {"mod",
-       [](Config& c) {
-         c.mod.every = 2;
-         c.mod.capacity = 0.5;
-         c.mod.causal_router = CausalRouter::aux_loss;
-       }},
-      {"mod_predictor",
-       [](Config& c) {
-         c.mod.every = 1;
-         c.mod.capacity = 0.34;
-         c.mod.router_scale = RouterScale::sigmoid;
-         c.mod.causal_router = CausalRouter::predictor;
-         c.mod.predictor_hidden = 8;
-       }},
-      {"dar",
-       [](Config& c) {
-         c.dar.variant = DarVariant::dar;
-         c.dar.block_layers = 1;
-       }},
-      {"attnres",
-       [](Config& c) {
-         c.dar.variant = DarVariant::attnres;
-         c.dar.block_layers = 2;
-       }},
+      {"mod", set_mod({.capacity = 0.5, .every = 2, .causal_router = CausalRouter::aux_loss})},
+      {"mod_predictor", set_mod({.capacity = 0.34,
+                                 .every = 1,
+                                 .router_scale = RouterScale::sigmoid,
+                                 .causal_router = CausalRouter::predictor,
+                                 .predictor_hidden = 8})},
+      {"dar", set_dar({.variant = DarVariant::dar, .block_layers = 1})},
+      {"attnres", set_dar({.variant = DarVariant::attnres, .block_layers = 2})},
       {"mod_dar",
-       [](Config& c) {
-         c.mod.every = 2;
-         c.mod.capacity = 0.5;
-         c.mod.causal_router = CausalRouter::aux_loss;
-         c.dar.variant = DarVariant::dar;
-         c.dar.block_layers = 2;
-       }},
+       set_mod_dar({.capacity = 0.5, .every = 2, .causal_router = CausalRouter::aux_loss},
+                   {.variant = DarVariant::dar, .block_layers = 2})},
   };
 }
 
 inline ModelOptions fp64_options() {
-  ModelOptions options;
-  options.dtype = ScalarType::fp64;
-  options.seed = 8;
-  options.adamw.learning_rate = 1e-3;
-  options.adamw.weight_decay = 0.1;
-  return options;
+  return {
+      .dtype = ScalarType::fp64, .seed = 8, .adamw = {.learning_rate = 1e-3, .weight_decay = 0.1}};
 }
 
 // Deterministic tokens / targets of the global batch: rows [begin, begin + count).
@@ -203,16 +198,40 @@ inline void expect_close(double got, double want, const std::string& what) {
       << what << ": " << got << " vs " << want;
 }
 
+inline void expect_losses(const StepResult& got, const StepResult& want, const std::string& what) {
+  expect_close(got.loss, want.loss, what + " loss");
+  expect_close(got.lm_loss, want.lm_loss, what + " lm_loss");
+  expect_close(got.router_aux, want.router_aux, what + " router_aux");
+  expect_close(got.predictor, want.predictor, what + " predictor");
+}
+
+// kSteps training steps of `trainer` on this rank's batch, each step's
+// losses against the single-process reference's.
+template <typename Trainer>
+void expect_reference_steps(Trainer& trainer, const RankBatch& batch, const Reference& ref,
+                            const std::string& what) {
+  for (int s = 0; s < kSteps; ++s) {
+    const StepResult got = trainer.train_step(batch.tokens, batch.targets);
+    expect_losses(got, ref.steps[static_cast<size_t>(s)], what + " step " + std::to_string(s));
+  }
+}
+
+// The largest |entry| of a tensor: the scale its elements are compared at.
+inline double max_abs(const std::vector<double>& values) {
+  double scale = 0.0;
+  for (double v : values) {
+    scale = std::max(scale, std::abs(v));
+  }
+  return scale;
+}
+
 // Every element of a parameter to 1e-12 relative to the parameter's largest
 // entry (an element near zero is the difference p - lr u of two O(scale)
 // numbers, so its own relative error is not meaningful).
 inline void expect_values(const std::vector<double>& got, const std::vector<double>& want,
                           const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
-  double scale = 0.0;
-  for (double w : want) {
-    scale = std::max(scale, std::abs(w));
-  }
+  const double scale = max_abs(want);
   int64_t bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     if (std::abs(got[i] - want[i]) > kRelative * scale) {
@@ -229,10 +248,7 @@ inline void expect_values(const std::vector<double>& got, const std::vector<doub
 inline void expect_gradient(const std::vector<double>& got, const std::vector<double>& want,
                             const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
-  double scale = 0.0;
-  for (double w : want) {
-    scale = std::max(scale, std::abs(w));
-  }
+  const double scale = max_abs(want);
   // (A reference gradient that is exactly zero, e.g. the depth key norm's at
   // zero queries, must be exactly zero here too: scale 0 allows no error.)
   for (size_t i = 0; i < got.size(); ++i) {
@@ -359,13 +375,6 @@ inline std::vector<std::pair<int, int64_t>> expected_sends(const Config& config,
   }
   std::sort(out.begin(), out.end());
   return out;
-}
-
-inline void expect_losses(const StepResult& got, const StepResult& want, const std::string& what) {
-  expect_close(got.loss, want.loss, what + " loss");
-  expect_close(got.lm_loss, want.lm_loss, what + " lm_loss");
-  expect_close(got.router_aux, want.router_aux, what + " router_aux");
-  expect_close(got.predictor, want.predictor, what + " predictor");
 }
 
 }  // namespace

@@ -17,48 +17,21 @@ namespace {
 
 std::vector<Family> families() {
   return {
-      {"attnres_block",
-       [](Config& c) {
-         c.dar.variant = DarVariant::attnres;
-         c.dar.block_layers = 2;
-       }},
-      {"attnres_full",
-       [](Config& c) {
-         c.dar.variant = DarVariant::attnres;
-         c.dar.block_layers = 1;
-       }},
-      {"dar_full",
-       [](Config& c) {
-         c.dar.variant = DarVariant::dar;
-         c.dar.block_layers = 1;
-       }},
-      {"dar_block",
-       [](Config& c) {
-         c.dar.variant = DarVariant::dar;
-         c.dar.block_layers = 2;
-       }},
-      {"selfkv_n3",  // n > 2: Sinkhorn transport, own-stream keys and values
-       [](Config& c) {
-         c.dar.variant = DarVariant::selfkv;
-         c.dar.streams = 3;
-         c.dar.block_layers = 2;
-       }},
+      {"attnres_block", set_dar({.variant = DarVariant::attnres, .block_layers = 2})},
+      {"attnres_full", set_dar({.variant = DarVariant::attnres, .block_layers = 1})},
+      {"dar_full", set_dar({.variant = DarVariant::dar, .block_layers = 1})},
+      {"dar_block", set_dar({.variant = DarVariant::dar, .block_layers = 2})},
+      // n > 2: Sinkhorn transport, own-stream keys and values
+      {"selfkv_n3", set_dar({.variant = DarVariant::selfkv, .block_layers = 2, .streams = 3})},
       {"mod_dar",
-       [](Config& c) {
-         c.mod.every = 2;
-         c.mod.capacity = 0.5;
-         c.mod.causal_router = CausalRouter::aux_loss;
-         c.dar.variant = DarVariant::dar;
-         c.dar.block_layers = 2;
-       }},
+       set_mod_dar({.capacity = 0.5, .every = 2, .causal_router = CausalRouter::aux_loss},
+                   {.variant = DarVariant::dar, .block_layers = 2})},
   };
 }
 
 // fp64_options() with AdamW in its near-linear regime:
 ModelOptions depth_options() {
-  ModelOptions options;
-  options.dtype = ScalarType::fp64;
-  options.seed = 8;
+  ModelOptions options = fp64_options();
   // AdamW in its near-linear regime (epsilon = 1 >> |g|: the update is about
   // lr m, like momentum SGD), so that a parameter's error is its gradients'
   // error.  With epsilon = 1e-8, AdamW divides every element by its own
@@ -72,7 +45,6 @@ ModelOptions depth_options() {
   // gradients are checked to 1e-12 of their largest entry as they are.
   options.adamw.learning_rate = 0.1;
   options.adamw.epsilon = 1.0;
-  options.adamw.weight_decay = 0.1;
   return options;
 }
 
@@ -96,26 +68,20 @@ void check_pipeline(const Family& family, int64_t stages, int64_t virtual_stages
                            " on " + std::to_string(world) + " ranks";
   SCOPED_TRACE(what);
   const Reference ref = depth_reference(config);
-  ParallelConfig layout;
-  layout.pipeline = stages;
-  layout.zero = zero;
-  ProcessGroups groups = make_process_groups(*g_world, layout);
+  ProcessGroups groups = make_process_groups(*g_world, {.pipeline = stages, .zero = zero});
   auto counting = std::make_unique<CountingCommunicator>(std::move(groups.pipeline));
   CountingCommunicator* counter = counting.get();
   groups.pipeline = std::move(counting);
   const int64_t rows = kBatch / dp;
-  ParallelTrainerOptions options;
-  options.microbatches = microbatches;
-  options.zero_stage = zero;
-  options.virtual_stages = virtual_stages;
-  options.dar_bank_cache = cache;
-  ParallelTrainer trainer(*g_backend, config, depth_options(), groups, options);
+  ParallelTrainer trainer(*g_backend, config, depth_options(), groups,
+                          {.microbatches = microbatches,
+                           .virtual_stages = virtual_stages,
+                           .zero_stage = zero,
+                           .dar_bank_cache = cache});
   const RankBatch batch = rank_batch(config, groups, distinct_ids);
-  const Buffer& tokens = batch.tokens;
-  const Buffer& targets = batch.targets;
   for (int s = 0; s < kSteps; ++s) {
     counter->sends.clear();
-    const StepResult got = trainer.train_step(tokens, targets);
+    const StepResult got = trainer.train_step(batch.tokens, batch.targets);
     const StepResult& want = ref.steps[static_cast<size_t>(s)];
     const std::string step = " step " + std::to_string(s);
     expect_close(got.loss, want.loss, "loss" + step);
@@ -150,12 +116,8 @@ void check_pipeline(const Family& family, int64_t stages, int64_t virtual_stages
 }
 
 TEST(PipelineDepth, BankAcrossStagesEqualsTheSingleProcessStep) {
-  const int64_t world = g_world->size();
   for (const Family& family : families()) {
-    for (int64_t stages : {int64_t{1}, int64_t{2}, int64_t{4}}) {
-      if (world % stages != 0) {
-        continue;
-      }
+    for (const int64_t stages : sizes_dividing_world()) {
       for (int64_t v : {int64_t{1}, int64_t{2}}) {
         if (stages * v > tiny_config().model.n_layers || (v > 1 && stages < 2)) {
           continue;
@@ -198,18 +160,12 @@ TEST(PipelineDepth, HandCountOfTheCachedBankBytes) {
 TEST(PipelineDepth, VirtualStagesWithoutAPipelineAreRefusedNamingTheField) {
   Config config = tiny_config();
   config.dar.variant = DarVariant::dar;
-  ParallelConfig layout;
-  layout.pipeline = 1;
-  ProcessGroups groups = make_process_groups(*g_world, layout);
-  ParallelTrainerOptions options;
-  options.virtual_stages = 2;
-  try {
-    ParallelTrainer trainer(*g_backend, config, depth_options(), groups, options);
-    ADD_FAILURE() << "expected ConfigError";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("parallel.virtual_stages = 2"), std::string::npos)
-        << e.what();
-  }
+  ProcessGroups groups = make_process_groups(*g_world, {.pipeline = 1});
+  expect_config_error(
+      [&] {
+        ParallelTrainer trainer(*g_backend, config, depth_options(), groups, {.virtual_stages = 2});
+      },
+      {"parallel.virtual_stages = 2"});
 }
 
 }  // namespace

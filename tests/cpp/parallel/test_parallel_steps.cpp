@@ -65,19 +65,12 @@ void check_data_parallel(const Family& family, int64_t zero) {
   const std::string what = family.name + " zero " + std::to_string(zero) + " on " +
                            std::to_string(g_world->size()) + " ranks";
   const Reference ref = serial_reference(config);
-  ParallelConfig layout;  // tensor = pipeline = 1: every rank a data-parallel rank
-  layout.zero = zero;
-  ProcessGroups groups = make_process_groups(*g_world, layout);
-  const int64_t dp = groups.shape.data, rows = kBatch / dp, seq = config.model.seq_len;
-  const int64_t vocab = config.model.vocab_size;
+  // tensor = pipeline = 1: every rank a data-parallel rank
+  ProcessGroups groups = make_process_groups(*g_world, {.zero = zero});
+  const int64_t dp = groups.shape.data;
   Model model(*g_backend, config, fp64_options());
   DataParallelTrainer trainer(model, *groups.data, zero);
-  Buffer tokens = model.make_tokens(ids(vocab, seq, groups.at.data * rows, rows, 0), rows, seq);
-  Buffer targets = model.make_tokens(ids(vocab, seq, groups.at.data * rows, rows, 1), rows, seq);
-  for (int s = 0; s < kSteps; ++s) {
-    const StepResult got = trainer.train_step(tokens, targets);
-    expect_losses(got, ref.steps[static_cast<size_t>(s)], what + " step " + std::to_string(s));
-  }
+  expect_reference_steps(trainer, rank_batch(config, groups), ref, what);
   const auto& params = model.parameters().all();
   ASSERT_EQ(params.size(), ref.names.size());
   std::vector<double> flat_grad;  // global-mean gradient, flattened in parameter order
@@ -108,11 +101,7 @@ void check_data_parallel(const Family& family, int64_t zero) {
     for (double& v : got) {
       v /= static_cast<double>(dp);
     }
-    double scale = 0.0;
-    for (double w : want) {
-      scale = std::max(scale, std::abs(w));
-    }
-    if (scale > 0.0) {
+    if (max_abs(want) > 0.0) {
       expect_gradient(got, want, what + " shard gradient");
     }
   }
@@ -165,22 +154,11 @@ void check_pipeline(const Family& family, int64_t stages, int64_t microbatches, 
                            std::to_string(microbatches) + " zero " + std::to_string(zero) + " on " +
                            std::to_string(g_world->size()) + " ranks";
   const Reference ref = serial_reference(config);
-  ParallelConfig layout;
-  layout.pipeline = stages;
-  layout.zero = zero;
-  ProcessGroups groups = make_process_groups(*g_world, layout);
+  ProcessGroups groups = make_process_groups(*g_world, {.pipeline = stages, .zero = zero});
   const int64_t dp = groups.shape.data;
-  ParallelTrainerOptions options;
-  options.microbatches = microbatches;
-  options.zero_stage = zero;
-  ParallelTrainer trainer(*g_backend, config, fp64_options(), groups, options);
-  const RankBatch batch = rank_batch(config, groups);
-  const Buffer& tokens = batch.tokens;
-  const Buffer& targets = batch.targets;
-  for (int s = 0; s < kSteps; ++s) {
-    const StepResult got = trainer.train_step(tokens, targets);
-    expect_losses(got, ref.steps[static_cast<size_t>(s)], what + " step " + std::to_string(s));
-  }
+  ParallelTrainer trainer(*g_backend, config, fp64_options(), groups,
+                          {.microbatches = microbatches, .zero_stage = zero});
+  expect_reference_steps(trainer, rank_batch(config, groups), ref, what);
   for (const auto& p : trainer.parameters().all()) {
     const size_t i = index_of(ref, p->name);
     expect_values(download(*g_backend, p->value), ref.values[i], what + " " + p->name);
@@ -220,10 +198,7 @@ TEST(Pipeline, OneFOneBEqualsTheSingleProcessStep) {
         family.name.find("attnres") != std::string::npos) {
       continue;  // AttnRes / DAR pipeline stages: tests/cpp/parallel/test_parallel_depth.cpp
     }
-    for (int64_t stages : {int64_t{1}, int64_t{2}, int64_t{4}}) {
-      if (world % stages != 0) {
-        continue;
-      }
+    for (const int64_t stages : sizes_dividing_world()) {
       const int64_t dp = world / stages;
       for (int64_t micro : {int64_t{1}, int64_t{2}, int64_t{4}}) {
         if ((kBatch / dp) % micro != 0) {
@@ -253,23 +228,12 @@ void check_tensor(const Family& family, int64_t t, bool sp, int64_t zero) {
   // The reference's full shapes, for the independent slicing.
   Model shapes(*g_backend, config, fp64_options());
   const Reference ref = serial_reference(config, distinct_ids);
-  ParallelConfig layout;
-  layout.tensor = t;
-  layout.sequence_parallel = sp;
-  layout.zero = zero;
-  ProcessGroups groups = make_process_groups(*g_world, layout);
+  ProcessGroups groups =
+      make_process_groups(*g_world, {.tensor = t, .sequence_parallel = sp, .zero = zero});
   const int64_t dp = groups.shape.data;
-  ParallelTrainerOptions options;
-  options.sequence_parallel = sp;
-  options.zero_stage = zero;
-  ParallelTrainer trainer(*g_backend, config, fp64_options(), groups, options);
-  const RankBatch batch = rank_batch(config, groups, distinct_ids);
-  const Buffer& tokens = batch.tokens;
-  const Buffer& targets = batch.targets;
-  for (int s = 0; s < kSteps; ++s) {
-    const StepResult got = trainer.train_step(tokens, targets);
-    expect_losses(got, ref.steps[static_cast<size_t>(s)], what + " step " + std::to_string(s));
-  }
+  ParallelTrainer trainer(*g_backend, config, fp64_options(), groups,
+                          {.sequence_parallel = sp, .zero_stage = zero});
+  expect_reference_steps(trainer, rank_batch(config, groups, distinct_ids), ref, what);
   ASSERT_EQ(trainer.parameters().all().size(), ref.names.size());
   // The vocabulary is split where t > 1 divides V (V = 13 here: never).
   const bool vocab_split = t > 1 && config.model.vocab_size % t == 0;
@@ -296,10 +260,7 @@ void check_tensor(const Family& family, int64_t t, bool sp, int64_t zero) {
 TEST(TensorParallel, MegatronLayersEqualTheSingleProcessStep) {
   const int64_t world = g_world->size();
   for (const Family& family : families()) {
-    for (int64_t t : {int64_t{1}, int64_t{2}, int64_t{4}}) {
-      if (world % t != 0) {
-        continue;
-      }
+    for (const int64_t t : sizes_dividing_world()) {
       for (bool sp : {false, true}) {
         check_tensor(family, t, sp, world / t > 1 ? 2 : 0);
       }
@@ -312,16 +273,13 @@ TEST(TensorParallel, AShardOfKvHeadsThatDoesNotDivideIsRefusedNamingTheFields) {
     GTEST_SKIP() << "needs >= 2 ranks (mpirun)";
   }
   Config config = tiny_config();  // n_kv_heads = 1
-  ParallelConfig layout;
-  layout.tensor = 2;
-  ProcessGroups groups = make_process_groups(*g_world, layout);
-  try {
-    ParallelTrainer trainer(*g_backend, config, fp64_options(), groups, ParallelTrainerOptions{});
-    ADD_FAILURE() << "expected ConfigError";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("model.n_kv_heads = 1"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("parallel.tensor = 2"), std::string::npos) << e.what();
-  }
+  ProcessGroups groups = make_process_groups(*g_world, {.tensor = 2});
+  expect_config_error(
+      [&] {
+        ParallelTrainer trainer(*g_backend, config, fp64_options(), groups,
+                                ParallelTrainerOptions{});
+      },
+      {"model.n_kv_heads = 1", "parallel.tensor = 2"});
 }
 
 }  // namespace

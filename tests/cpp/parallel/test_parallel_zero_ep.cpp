@@ -41,19 +41,11 @@ void check_zero3(const Family& family) {
   family.edit(config);
   const std::string what = family.name + " zero 3 on " + std::to_string(g_world->size()) + " ranks";
   const Reference ref = serial_reference(config);
-  ParallelConfig layout;
-  layout.zero = 3;
-  ProcessGroups groups = make_process_groups(*g_world, layout);
-  const int64_t dp = groups.shape.data, rows = kBatch / dp, seq = config.model.seq_len;
-  const int64_t vocab = config.model.vocab_size;
+  ProcessGroups groups = make_process_groups(*g_world, {.zero = 3});
+  const int64_t dp = groups.shape.data;
   Model model(*g_backend, config, fp64_options());
   DataParallelTrainer trainer(model, *groups.data, 3);
-  Buffer tokens = model.make_tokens(ids(vocab, seq, groups.at.data * rows, rows, 0), rows, seq);
-  Buffer targets = model.make_tokens(ids(vocab, seq, groups.at.data * rows, rows, 1), rows, seq);
-  for (int s = 0; s < kSteps; ++s) {
-    const StepResult got = trainer.train_step(tokens, targets);
-    expect_losses(got, ref.steps[static_cast<size_t>(s)], what + " step " + std::to_string(s));
-  }
+  expect_reference_steps(trainer, rank_batch(config, groups), ref, what);
   const auto& params = model.parameters().all();
   ASSERT_EQ(params.size(), ref.names.size());
   // Between steps no value, gradient or moment of the model is held.
@@ -211,12 +203,8 @@ TEST(Zero3, LowPrecisionValuesWithAMasterCopyAreRefusedNamingTheField) {
   options.dtype = ScalarType::bf16;
   Model model(*g_backend, config, options);
   auto self = make_self_communicator(*g_backend);
-  try {
-    Zero3Optimizer zero3(model, *self, options.adamw);
-    ADD_FAILURE() << "expected ConfigError";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("train.dtype = bf16"), std::string::npos) << e.what();
-  }
+  expect_config_error([&] { Zero3Optimizer zero3(model, *self, options.adamw); },
+                      {"train.dtype = bf16"});
 }
 
 // ---- expert parallelism ----------------------------------------------------------------------
@@ -409,24 +397,15 @@ TEST(ExpertParallel, AllToAllBytesMatchThePlannersCount) {
 TEST(ExpertParallel, AnExpertGroupThatDoesNotDivideIsRefusedNamingTheField) {
   Config config = tiny_config();
   moe_families()[0].edit(config);
-  ParallelConfig layout;
-  ProcessGroups groups = make_process_groups(*g_world, layout);
+  ProcessGroups groups = make_process_groups(*g_world, ParallelConfig{});
   Model model(*g_backend, config, fp64_options());
-  try {
-    ExpertParallelTrainer trainer(model, *groups.data, 3);
-    ADD_FAILURE() << "expected ConfigError";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("parallel.expert = 3"), std::string::npos) << e.what();
-  }
+  expect_config_error([&] { ExpertParallelTrainer trainer(model, *groups.data, 3); },
+                      {"parallel.expert = 3"});
   if (g_world->size() >= 2) {
     config.moe.experts = 3;
     Model three(*g_backend, config, fp64_options());
-    try {
-      ExpertParallelTrainer trainer(three, *groups.data, 2);
-      ADD_FAILURE() << "expected ConfigError";
-    } catch (const ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find("moe.experts = 3"), std::string::npos) << e.what();
-    }
+    expect_config_error([&] { ExpertParallelTrainer trainer(three, *groups.data, 2); },
+                        {"moe.experts = 3"});
   }
 }
 

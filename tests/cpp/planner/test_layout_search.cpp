@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "modar/cost_model.hpp"
+#include "modar/base/errors.hpp"
 #include "modar/layout_search.hpp"
 #include "modar/parallel.hpp"
 #include "modar/planner.hpp"
@@ -173,6 +174,123 @@ TEST(LayoutSearch, MemoryScreenNeverRejectsWhatTheFullModelAccepts) {
   EXPECT_GT(exact, 100);
   EXPECT_GT(bounded, 100);
   EXPECT_EQ(checked, exact + bounded);
+}
+
+// The step-time lower bound the search prunes with, against the full
+// cluster estimate on a grid of shapes (dense, odd layer count, MoD, DAR,
+// MoE with EP) and layouts: never above the step of the layout, nor of the
+// same layout with more recompute.
+TEST(LayoutSearch, StepLowerBoundNeverExceedsTheStep) {
+  std::vector<Config> shapes = screen_shapes();
+  Config moe = shapes.front();
+  moe.moe.experts = 8;
+  moe.moe.top_k = 2;
+  moe.moe.expert_ffn = 1024;
+  shapes.push_back(moe);
+  const DeviceProfile a100 = load_profile("a100-80gb-dgx");
+  const TimingModel timing(a100);
+  int64_t checked = 0, one_stage = 0, tight = 0;
+  for (const Config& shape : shapes) {
+    for (int64_t t : {1, 2}) {
+      for (int64_t p : {1, 2, 4}) {
+        for (int64_t v : {1, 2}) {
+          if (v == 2 && (p == 1 || shape.model.n_layers < 2 * p)) {
+            continue;
+          }
+          for (int64_t ep : {1, 2}) {
+            if (ep > 1 && !shape.moe.enabled()) {
+              continue;
+            }
+            Config c = shape;
+            c.device.count = 8;
+            c.cluster.gpus_per_node = 4;  // some groups cross nodes
+            c.parallel.tensor = t;
+            c.parallel.sequence_parallel = t > 1;
+            c.parallel.pipeline = p;
+            c.parallel.virtual_stages = v;
+            c.parallel.schedule =
+                v > 1 ? PipelineSchedule::interleaved : PipelineSchedule::one_f_one_b;
+            c.parallel.expert = ep;
+            c.parallel.zero = t * p < 8 ? 1 : 0;  // ZeRO needs two data-parallel ranks
+            c.train.global_batch = 64;
+            c.train.recompute = Recompute::none;
+            try {
+              validate(c);
+            } catch (const ConfigError&) {
+              continue;  // an expert group the stage's ranks cannot fold
+            }
+            const double bound = cluster_step_lower_bound(c, timing, rank_compute(c, timing));
+            for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+              c.train.recompute = r;
+              const Estimate e = estimate(c, a100);
+              ASSERT_NE(e.cluster, nullptr);
+              SCOPED_TRACE("t " + std::to_string(t) + " p " + std::to_string(p) + " v " +
+                           std::to_string(v) + " ep " + std::to_string(ep) + " recompute " +
+                           to_string(r) + " L " + std::to_string(shape.model.n_layers));
+              EXPECT_LE(bound, e.cluster->step_s * (1.0 + 1e-12));
+              ++checked;
+              if (r == Recompute::none && p == 1) {
+                // One stage: what the bound leaves out is the data-parallel
+                // tail and the optimizer only (a quarter of these small
+                // steps at most), so the bound is not a trivial one.
+                ++one_stage;
+                tight += bound > 0.6 * e.cluster->step_s ? 1 : 0;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 180);
+  EXPECT_GT(one_stage, 10);
+  EXPECT_EQ(tight, one_stage);
+}
+
+// The pruned search returns exactly the unpruned one's layout and step (the
+// bound only skips what could not win), over shapes, device memories and
+// GPU counts, with expert parallelism and the ranking's wider space.
+TEST(LayoutSearch, PrunedSearchEqualsTimingEveryLayout) {
+  std::vector<Config> shapes = screen_shapes();
+  Config moe = shapes.front();
+  moe.moe.experts = 8;
+  moe.moe.top_k = 2;
+  moe.moe.expert_ffn = 1024;
+  shapes.push_back(moe);
+  int64_t compared = 0, skipped = 0;
+  for (const Config& shape : shapes) {
+    for (const double capacity : {0.6e9, 1.2e9, 80e9}) {
+      for (int64_t gpus : {4, 8}) {
+        for (const bool wide : {false, true}) {
+          DeviceProfile profile = load_profile("a100-80gb-dgx");
+          profile.ceilings.memory_bytes = capacity;
+          const TimingModel timing(profile);
+          LayoutSearchOptions options;
+          options.gpus = gpus;
+          options.global_batch = 32;
+          if (wide) {
+            options.dimensions = layout_ranking_dimensions();
+          }
+          options.prune = false;
+          const LayoutSearchResult every = search_layout(shape, timing, options);
+          options.prune = true;
+          const LayoutSearchResult pruned = search_layout(shape, timing, options);
+          SCOPED_TRACE("capacity " + std::to_string(capacity) + " gpus " +
+                       std::to_string(gpus) + " L " + std::to_string(shape.model.n_layers) +
+                       (wide ? " wide" : ""));
+          EXPECT_EQ(pruned.fits, every.fits);
+          EXPECT_EQ(pruned.summary, every.summary);
+          EXPECT_EQ(config_values(pruned.config), config_values(every.config));
+          EXPECT_EQ(pruned.estimate.time.step_s, every.estimate.time.step_s);
+          EXPECT_LE(pruned.timed, every.timed);
+          skipped += every.timed - pruned.timed;
+          ++compared;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, 72);
+  EXPECT_GT(skipped, 0);  // the bound does prune
 }
 
 // layout_fits() answers exactly what search_layout() finds, over shapes and

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "modar/layout_search.hpp"
 #include "modar/planner.hpp"
 #include "optimal_test_util.hpp"
 
@@ -146,6 +147,95 @@ TEST(OptimalTrust, BruteForceArgminWhenMemoryDecides) {
   // shapes that fit lies far from it (the whole space must be scored).
   request.base.train.micro_batch = 64;
   expect_argmin(request, "baseline");
+}
+
+// Under a wall-clock budget on a cluster the planner costs a shape (its
+// layout search) only while a bound on its loss (tokens at the profile's
+// rate ceiling) could still tie the best.  Here every shape of a small space
+// is costed with its layout search and the tie rule applied by hand: the
+// recommendation is the same shape with the same loss and step.
+TEST(OptimalTrust, WallClockArgminEqualsCostingEveryShape) {
+  const double gpu_hours = 50.0;
+  const int64_t gpus = 16;
+  const std::string profile_name = "h100-80gb-dgx";
+  modar::OptimalRequest request;
+  request.gpu_hours = gpu_hours;
+  request.gpus = gpus;
+  request.profile = profile_name;
+  request.shapes.max_d_model = 2048;
+  request.shapes.max_layers = 40;
+  request.arch = {"baseline", "dar"};
+  const modar::OptimalResult result = modar::optimal(request);
+  const modar::DeviceProfile profile = modar::load_profile(profile_name);
+  const modar::TimingModel timing(profile);
+  const modar::LossFitParams law = modar::load_fit("epoch").params;  // the default fit
+  modar::LayoutSearchOptions layouts;
+  layouts.gpus = gpus;
+  int64_t space_shapes = 0;
+  for (const std::string arch : {"baseline", "dar"}) {
+    const modar::Recommendation& rec = find(result, arch, "isoflop_optimal");
+    modar::Config arch_base = request.base;
+    arch_base.device.count = gpus;
+    arch_base.device.profile = profile_name;
+    const modar::ArchSpec spec = modar::make_arch(arch);
+    arch_base.mod = spec.mod;
+    arch_base.dar = spec.dar;
+    struct Costed {
+      int64_t layers = 0, d_model = 0;
+      double loss = 0.0, step_s = 0.0;
+      bool fits = false;
+    };
+    std::vector<Costed> all;
+    const modar::ShapeSearchOptions& options = request.shapes;
+    for (int64_t layers = std::max(options.min_layers, arch_base.dar.enabled()
+                                                           ? arch_base.dar.block_layers
+                                                           : int64_t{1});
+         layers <= options.max_layers; ++layers) {
+      for (int64_t d = options.d_model_multiple; d <= options.max_d_model;
+           d += options.d_model_multiple) {
+        const double aspect = double(d) / double(layers);
+        if (aspect < options.aspect_min || aspect > options.aspect_max) {
+          continue;
+        }
+        const modar::Config config = modar::with_shape(
+            arch_base, modar::make_shape(layers, d, arch_base.model, options));
+        const modar::LayoutSearchResult layout = modar::search_layout(config, timing, layouts);
+        const double tokens = gpu_hours / double(gpus) * 3600.0 *
+                              layout.estimate.time.tokens_per_s;
+        const double n = modar::count_params(config).flop_active;
+        const double loss = law.E + rec.prior.eps * law.A / std::pow(n, law.alpha) +
+                            law.B / std::pow(tokens, law.beta);
+        all.push_back({layers, d, loss, layout.estimate.time.step_s, layout.fits});
+      }
+    }
+    ASSERT_GT(all.size(), 200u) << arch;
+    double best_fit = INFINITY;
+    for (const Costed& c : all) {
+      best_fit = c.fits ? std::min(best_fit, c.loss) : best_fit;
+    }
+    ASSERT_TRUE(std::isfinite(best_fit)) << arch;
+    // The documented tie rule: the deepest fitting shape within
+    // kLossTieRelative of the best, then the lowest loss.
+    const Costed* expected = nullptr;
+    for (const Costed& c : all) {
+      if (!c.fits || c.loss > best_fit * (1.0 + modar::kLossTieRelative)) {
+        continue;
+      }
+      if (expected == nullptr || c.layers > expected->layers ||
+          (c.layers == expected->layers && c.loss < expected->loss)) {
+        expected = &c;
+      }
+    }
+    ASSERT_NE(expected, nullptr);
+    EXPECT_EQ(rec.shape.n_layers, expected->layers) << arch;
+    EXPECT_EQ(rec.shape.d_model, expected->d_model) << arch;
+    ASSERT_TRUE(rec.loss.has_value());
+    EXPECT_NEAR(*rec.loss, expected->loss, 1e-12) << arch;
+    EXPECT_EQ(rec.time.step_s, expected->step_s) << arch;
+    space_shapes += static_cast<int64_t>(all.size());
+  }
+  // The bound did its work: fewer shapes costed than the spaces hold.
+  EXPECT_LT(result.cost_evaluations, space_shapes);
 }
 
 TEST(OptimalTrust, ClosedFormAgreementAtTheDefaultSequenceLength) {

@@ -23,14 +23,14 @@ TEST(DarMemorySplit, ModelMatchesTheRuntimesMeasuredExtraPeak) {
   double predicted[3] = {0, 0, 0};
   for (int variant = 0; variant < 3; ++variant) {
     Config c;
-    c.model.n_layers = 4;
-    c.model.d_model = 128;
-    c.model.n_heads = 2;
-    c.model.n_kv_heads = 2;
-    c.model.d_head = 64;
-    c.model.d_ff = 512;
-    c.model.seq_len = 64;
-    c.model.vocab_size = 256;
+    c.model = {.d_model = 128,
+               .n_layers = 4,
+               .n_heads = 2,
+               .n_kv_heads = 2,
+               .d_head = 64,
+               .d_ff = 512,
+               .vocab_size = 256,
+               .seq_len = 64};
     c.train.micro_batch = 2;
     c.train.dtype = DType::fp32;
     c.device.profile = "cpu-generic";

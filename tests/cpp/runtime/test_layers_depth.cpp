@@ -183,6 +183,39 @@ TEST_P(DepthTwoPhase, EqualsNaiveSoftmaxOverAllSources) {
   const std::vector<double> engine_out = download(ctx.backend, depth.read_output(ctx));
 
   // ---- naive, per token ----
+  // Read l (a branch's input, or the output at l = branches) of one token:
+  // every stream j's read over the bank's entries (and the open block's
+  // partial sum, if any) with query (j, l), mixed as h = sum_j alpha_j R_j
+  // (n = 1: the one read, AttnRes).
+  struct NaiveRead {
+    std::vector<double> h;
+    NaiveDepth::Coefficients coef;  // n >= 2
+  };
+  auto read_and_mix = [&](const std::vector<Matrix>& bank, const Matrix* partial, int64_t l) {
+    std::vector<std::vector<double>> retrieved;
+    for (int64_t j = 0; j < n; ++j) {
+      std::vector<const std::vector<double>*> keys, values;
+      for (const auto& entry : bank) {
+        keys.push_back(&entry[naive.roles.key_stream[j]]);
+        values.push_back(&entry[naive.roles.value_stream[j]]);
+      }
+      if (partial != nullptr) {
+        keys.push_back(&(*partial)[naive.roles.key_stream[j]]);
+        values.push_back(&(*partial)[naive.roles.value_stream[j]]);
+      }
+      retrieved.push_back(NaiveDepth::read(keys, values, naive.query(j, l)));
+    }
+    NaiveRead out{std::vector<double>(static_cast<size_t>(d), 0.0), {}};
+    if (n == 1) {
+      out.h = retrieved[0];
+      return out;
+    }
+    out.coef = naive.coefficients(l, retrieved, partial != nullptr);
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t c = 0; c < d; ++c)
+        out.h[c] += out.coef.alpha[j] * retrieved[j][c];
+    return out;
+  };
   for (int64_t t = 0; t < tokens; ++t) {
     const std::vector<double> e(embedding.begin() + t * d, embedding.begin() + (t + 1) * d);
     std::vector<Matrix> bank = {Matrix(static_cast<size_t>(n), e)};  // bank[r][j] = d-vector
@@ -190,29 +223,9 @@ TEST_P(DepthTwoPhase, EqualsNaiveSoftmaxOverAllSources) {
     for (int64_t l = 0; l < branches; ++l) {
       const int64_t i = l % dc.per_block;
       const int64_t block_len = std::min<int64_t>(dc.per_block, branches - (l - i));
-      std::vector<std::vector<double>> retrieved;
-      for (int64_t j = 0; j < n; ++j) {
-        std::vector<const std::vector<double>*> keys, values;
-        for (const auto& entry : bank) {
-          keys.push_back(&entry[naive.roles.key_stream[j]]);
-          values.push_back(&entry[naive.roles.value_stream[j]]);
-        }
-        if (i > 0) {
-          keys.push_back(&partial[naive.roles.key_stream[j]]);
-          values.push_back(&partial[naive.roles.value_stream[j]]);
-        }
-        retrieved.push_back(NaiveDepth::read(keys, values, naive.query(j, l)));
-      }
-      std::vector<double> h(static_cast<size_t>(d), 0.0);
-      NaiveDepth::Coefficients coef;
-      if (n == 1) {
-        h = retrieved[0];
-      } else {
-        coef = naive.coefficients(l, retrieved, i > 0);
-        for (int64_t j = 0; j < n; ++j)
-          for (int64_t c = 0; c < d; ++c)
-            h[c] += coef.alpha[j] * retrieved[j][c];
-      }
+      const NaiveRead read = read_and_mix(bank, i > 0 ? &partial : nullptr, l);
+      const std::vector<double>& h = read.h;
+      const NaiveDepth::Coefficients& coef = read.coef;
       for (int64_t c = 0; c < d; ++c) {
         EXPECT_NEAR(engine_inputs[l][t * d + c], h[c], 1e-12)
             << "branch " << l << " token " << t << " feature " << c;
@@ -238,24 +251,7 @@ TEST_P(DepthTwoPhase, EqualsNaiveSoftmaxOverAllSources) {
         bank.push_back(partial);
     }
     // output read
-    std::vector<std::vector<double>> retrieved;
-    for (int64_t j = 0; j < n; ++j) {
-      std::vector<const std::vector<double>*> keys, values;
-      for (const auto& entry : bank) {
-        keys.push_back(&entry[naive.roles.key_stream[j]]);
-        values.push_back(&entry[naive.roles.value_stream[j]]);
-      }
-      retrieved.push_back(NaiveDepth::read(keys, values, naive.query(j, branches)));
-    }
-    std::vector<double> h(static_cast<size_t>(d), 0.0);
-    if (n == 1) {
-      h = retrieved[0];
-    } else {
-      const auto coef = naive.coefficients(branches, retrieved, false);
-      for (int64_t j = 0; j < n; ++j)
-        for (int64_t c = 0; c < d; ++c)
-          h[c] += coef.alpha[j] * retrieved[j][c];
-    }
+    const std::vector<double> h = read_and_mix(bank, nullptr, branches).h;
     for (int64_t c = 0; c < d; ++c) {
       EXPECT_NEAR(engine_out[t * d + c], h[c], 1e-12) << "output token " << t;
     }

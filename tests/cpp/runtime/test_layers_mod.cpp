@@ -23,12 +23,11 @@ TEST_P(RoutedLayerGradients, MatchFiniteDifferences) {
   const RoutedCase& c = GetParam();
   const Context ctx = fp64_context();
   const BranchShape shape = small_shape();
-  RoutingOptions routing;
-  routing.capacity = c.capacity;
-  routing.gate = c.gate;
-  routing.causal = c.causal;
-  routing.predictor_hidden = 8;
-  routing.aux_loss_weight = 0.7;
+  RoutingOptions routing{.capacity = c.capacity,
+                         .gate = c.gate,
+                         .causal = c.causal,
+                         .predictor_hidden = 8,
+                         .aux_loss_weight = 0.7};
   ParameterSet params;
   Rng rng(21);
   RoutedLayer layer(params, ctx, "layer", shape, routing, rng, 0.02);
@@ -85,6 +84,19 @@ INSTANTIATE_TEST_SUITE_P(
                       RoutedCase{"ks", 1.0, RouterScale::sigmoid, CausalRouter::aux_loss}),
     [](const ::testing::TestParamInfo<RoutedCase>& info) { return std::string(info.param.name); });
 
+// A routed layer (capacity 1) and a dense layer of the same shape, each
+// built from its own Rng(4) (the identities below then copy one's parameters
+// onto the other).
+struct RoutedAndDense {
+  ParameterSet routed_params, dense_params;
+  Rng rng_a{4}, rng_b{4};
+  RoutedLayer routed;
+  TransformerLayer dense;
+  RoutedAndDense(const Context& ctx, const BranchShape& shape, const RoutingOptions& routing)
+      : routed(routed_params, ctx, "layer", shape, routing, rng_a, 0.02),
+        dense(dense_params, ctx, "layer", shape, rng_b, 0.02) {}
+};
+
 // docs/model.md MoD: capacity 1 reproduces the dense layer.  With g(r) = 1 (unit gate)
 // the routed layer is EXACTLY the dense layer: same output and the same
 // gradients, bit for bit (gather of all s tokens is a copy, RoPE uses the same
@@ -92,13 +104,8 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(RoutedLayer, CapacityOneWithUnitGateIsTheDenseLayerExactly) {
   const Context ctx = fp64_context();
   const BranchShape shape = small_shape(MlpKind::swiglu, 2);
-  RoutingOptions routing;
-  routing.capacity = 1.0;
-  routing.unit_gate = true;
-  ParameterSet routed_params, dense_params;
-  Rng rng_a(4), rng_b(4);
-  RoutedLayer routed(routed_params, ctx, "layer", shape, routing, rng_a, 0.02);
-  TransformerLayer dense(dense_params, ctx, "layer", shape, rng_b, 0.02);
+  RoutedAndDense layers(ctx, shape, {.capacity = 1.0, .unit_gate = true});
+  auto& [routed_params, dense_params, rng_a, rng_b, routed, dense] = layers;
   randomize_parameters(dense_params, 9);
   copy_parameters(dense_params, routed_params);
   const int64_t d = shape.d_model;
@@ -131,12 +138,8 @@ TEST(RoutedLayer, CapacityOneWithUnitGateIsTheDenseLayerExactly) {
 TEST(RoutedLayer, CapacityOneWithLinearGateScalesTheDenseDeltaByR) {
   const Context ctx = fp64_context();
   const BranchShape shape = small_shape();
-  RoutingOptions routing;
-  routing.capacity = 1.0;
-  ParameterSet routed_params, dense_params;
-  Rng rng_a(4), rng_b(4);
-  RoutedLayer routed(routed_params, ctx, "layer", shape, routing, rng_a, 0.02);
-  TransformerLayer dense(dense_params, ctx, "layer", shape, rng_b, 0.02);
+  RoutedAndDense layers(ctx, shape, {.capacity = 1.0});
+  auto& [routed_params, dense_params, rng_a, rng_b, routed, dense] = layers;
   randomize_parameters(routed_params, 9);
   copy_parameters(routed_params, dense_params);
   const int64_t d = shape.d_model;
@@ -216,11 +219,8 @@ class RoutedDecode : public ::testing::TestWithParam<CausalRouter> {};
 TEST_P(RoutedDecode, MatchesFullForwardOnRoutedTokens) {
   const Context ctx = fp64_context();
   const BranchShape shape = small_shape(MlpKind::gelu, 2);
-  RoutingOptions routing;
-  routing.capacity = 0.5;
-  routing.gate = RouterScale::sigmoid;
-  routing.causal = GetParam();
-  routing.predictor_hidden = 8;
+  RoutingOptions routing{
+      .capacity = 0.5, .gate = RouterScale::sigmoid, .causal = GetParam(), .predictor_hidden = 8};
   ParameterSet params;
   Rng rng(12);
   RoutedLayer layer(params, ctx, "layer", shape, routing, rng, 0.02);

@@ -46,10 +46,7 @@ TEST_P(MoeOneExpert, EqualsTheDenseLayerBitForBit) {
   ParameterSet dense_params, moe_params;
   Rng rng_a(3), rng_b(3);
   TransformerLayer dense(dense_params, ctx, "layer", shape, rng_a, 0.02);
-  MoeOptions moe;
-  moe.experts = 1;
-  moe.top_k = 1;
-  moe.aux_loss_coef = 0.01;
+  MoeOptions moe{.experts = 1, .top_k = 1, .aux_loss_coef = 0.01};
   moe.capacity_factor = 1.0;  // capacity ceil(1 * T * 1 / 1) = T: nothing dropped
   TransformerLayer sparse(moe_params, ctx, "layer", shape, rng_b, 0.02, &moe);
   randomize_parameters(dense_params, 40);
@@ -106,10 +103,7 @@ INSTANTIATE_TEST_SUITE_P(MlpAndDtype, MoeOneExpert,
 TEST(MoeFfnLayer, TokensRoutedToANullExpertSkipTheFfn) {
   const Context ctx = fp64_context();
   const BranchShape shape = small_shape();
-  MoeOptions moe;
-  moe.experts = 2;
-  moe.null_experts = 1;
-  moe.top_k = 1;
+  MoeOptions moe{.experts = 2, .top_k = 1, .null_experts = 1};
   ParameterSet params;
   Rng rng(5);
   MoeFfn ffn(params, ctx, "layer", shape, moe, rng, 0.02);
@@ -222,17 +216,16 @@ TEST_P(MoeFfnGradients, MatchFiniteDifferences) {
   const FfnCase& c = GetParam();
   const Context ctx = fp64_context();
   BranchShape shape = small_shape(c.mlp);
-  MoeOptions moe;
-  moe.experts = c.experts;
-  moe.null_experts = c.null_experts;
-  moe.top_k = c.top_k;
-  moe.shared_experts = c.shared;
-  moe.shared_expert_ffn = c.shared_ffn;
-  moe.expert_ffn = 10;
-  moe.capacity_factor = c.capacity_factor;
-  moe.renormalize = c.renormalize;
-  moe.aux_loss_coef = 0.3;
-  moe.z_loss_coef = 0.05;
+  MoeOptions moe{.experts = c.experts,
+                 .top_k = c.top_k,
+                 .expert_ffn = 10,
+                 .shared_experts = c.shared,
+                 .shared_expert_ffn = c.shared_ffn,
+                 .capacity_factor = c.capacity_factor,
+                 .aux_loss_coef = 0.3,
+                 .z_loss_coef = 0.05,
+                 .null_experts = c.null_experts,
+                 .renormalize = c.renormalize};
   ParameterSet params;
   Rng rng(13);
   MoeFfn ffn(params, ctx, "layer", shape, moe, rng, 0.02);
@@ -279,12 +272,8 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(MoeLayers, TransformerAndStagedModeGradients) {
   const Context ctx = fp64_context();
   const BranchShape shape = small_shape(MlpKind::swiglu);
-  MoeOptions moe;
-  moe.experts = 3;
-  moe.top_k = 2;
-  moe.expert_ffn = 8;
-  moe.aux_loss_coef = 0.2;
-  moe.z_loss_coef = 0.1;
+  MoeOptions moe{
+      .experts = 3, .top_k = 2, .expert_ffn = 8, .aux_loss_coef = 0.2, .z_loss_coef = 0.1};
   const int64_t b = 2, s = 6, d = shape.d_model;
   for (const bool staged : {false, true}) {
     SCOPED_TRACE(staged ? "staged MoDE" : "MoE layer");
@@ -347,12 +336,8 @@ TEST(MoeLayers, TransformerAndStagedModeGradients) {
 TEST(MoeFfnLayer, SharedExpertsOfTheirOwnWidth) {
   const Context ctx = fp64_context();
   const BranchShape shape = small_shape(MlpKind::gelu);
-  MoeOptions moe;
-  moe.experts = 3;
-  moe.top_k = 1;
-  moe.expert_ffn = 10;
-  moe.shared_experts = 2;
-  moe.shared_expert_ffn = 6;
+  MoeOptions moe{
+      .experts = 3, .top_k = 1, .expert_ffn = 10, .shared_experts = 2, .shared_expert_ffn = 6};
   ParameterSet params;
   Rng rng(3);
   MoeFfn ffn(params, ctx, "layer", shape, moe, rng, 0.02);

@@ -14,13 +14,11 @@ class ModelGradients : public ::testing::TestWithParam<ModelCase> {};
 TEST_P(ModelGradients, MatchFiniteDifferences) {
   Config config = tiny_config();
   GetParam().edit(config);
-  ModelOptions options;
-  options.dtype = ScalarType::fp64;
-  options.seed = 5;
+  ModelOptions options = fp64_model_options(5);
   options.router_aux_loss_weight = 0.5;
   Model model(cpu_backend(), config, options);
   randomize_parameters(model.parameters(), 61, 0.25);
-  Buffer tokens = model.make_tokens(token_ids(kBatch * kSeq, 13, 0), kBatch, kSeq);
+  Buffer tokens = tiny_tokens(model, 0);
   std::vector<int32_t> target_ids = token_ids(kBatch * kSeq, 13, 1);
   target_ids[3] = -1;  // an ignored position
   Buffer targets = model.make_tokens(target_ids, kBatch, kSeq);
@@ -50,83 +48,37 @@ TEST_P(ModelGradients, MatchFiniteDifferences) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, ModelGradients,
-                         ::testing::Values(ModelCase{"dense_gelu", [](Config&) {}},
-                                           ModelCase{"dense_swiglu_tied",
-                                                     [](Config& c) {
-                                                       c.model.mlp = MlpKind::swiglu;
-                                                       c.model.tie_embeddings = true;
-                                                     }},
-                                           ModelCase{"mod_linear_every2",
-                                                     [](Config& c) {
-                                                       c.mod.every = 2;
-                                                       c.mod.capacity = 0.5;
-                                                     }},
-                                           ModelCase{"mod_sigmoid_aux_every1",
-                                                     [](Config& c) {
-                                                       c.mod.every = 1;
-                                                       c.mod.capacity = 0.34;
-                                                       c.mod.router_scale = RouterScale::sigmoid;
-                                                       c.mod.causal_router = CausalRouter::aux_loss;
-                                                     }},
-                                           ModelCase{"mod_predictor",
-                                                     [](Config& c) {
-                                                       c.mod.every = 2;
-                                                       c.mod.capacity = 0.5;
-                                                       c.mod.causal_router =
-                                                           CausalRouter::predictor;
-                                                       c.mod.predictor_hidden = 8;
-                                                     }},
-                                           ModelCase{"attnres_block",
-                                                     [](Config& c) {
-                                                       c.dar.variant = DarVariant::attnres;
-                                                       c.dar.block_layers = 2;
-                                                     }},
-                                           ModelCase{"attnres_full",
-                                                     [](Config& c) {
-                                                       c.dar.variant = DarVariant::attnres;
-                                                       c.dar.block_layers = 1;
-                                                     }},
-                                           ModelCase{"dar_block",
-                                                     [](Config& c) {
-                                                       c.dar.variant = DarVariant::dar;
-                                                       c.dar.block_layers = 2;
-                                                     }},
-                                           ModelCase{"dar_full",
-                                                     [](Config& c) {
-                                                       c.dar.variant = DarVariant::dar;
-                                                       c.dar.block_layers = 1;
-                                                     }},
-                                           ModelCase{"selfkv",
-                                                     [](Config& c) {
-                                                       c.dar.variant = DarVariant::selfkv;
-                                                       c.dar.block_layers = 2;
-                                                     }},
-                                           ModelCase{"fixedkv",
-                                                     [](Config& c) {
-                                                       c.dar.variant = DarVariant::fixedkv;
-                                                       c.dar.block_layers = 2;
-                                                     }},
-                                           ModelCase{"crossv",
-                                                     [](Config& c) {
-                                                       c.dar.variant = DarVariant::crossv;
-                                                       c.dar.block_layers = 2;
-                                                     }},
-                                           ModelCase{"dar_n3",
-                                                     [](Config& c) {
-                                                       c.dar.variant = DarVariant::dar;
-                                                       c.dar.streams = 3;
-                                                       c.dar.block_layers = 2;
-                                                     }},
-                                           ModelCase{"mod_in_dar",
-                                                     [](Config& c) {
-                                                       c.dar.variant = DarVariant::dar;
-                                                       c.dar.block_layers = 2;
-                                                       c.mod.every = 2;
-                                                       c.mod.capacity = 0.5;
-                                                       c.mod.causal_router = CausalRouter::aux_loss;
-                                                     }}),
-                         model_case_name);
+INSTANTIATE_TEST_SUITE_P(
+    Architectures, ModelGradients,
+    ::testing::Values(
+        ModelCase{"dense_gelu", [](Config&) {}},
+        ModelCase{"dense_swiglu_tied",
+                  [](Config& c) {
+                    c.model.mlp = MlpKind::swiglu;
+                    c.model.tie_embeddings = true;
+                  }},
+        ModelCase{"mod_linear_every2", set_mod({.capacity = 0.5, .every = 2})},
+        ModelCase{"mod_sigmoid_aux_every1", set_mod({.capacity = 0.34,
+                                                     .every = 1,
+                                                     .router_scale = RouterScale::sigmoid,
+                                                     .causal_router = CausalRouter::aux_loss})},
+        ModelCase{"mod_predictor", set_mod({.capacity = 0.5,
+                                            .every = 2,
+                                            .causal_router = CausalRouter::predictor,
+                                            .predictor_hidden = 8})},
+        ModelCase{"attnres_block", set_dar({.variant = DarVariant::attnres, .block_layers = 2})},
+        ModelCase{"attnres_full", set_dar({.variant = DarVariant::attnres, .block_layers = 1})},
+        ModelCase{"dar_block", set_dar({.variant = DarVariant::dar, .block_layers = 2})},
+        ModelCase{"dar_full", set_dar({.variant = DarVariant::dar, .block_layers = 1})},
+        ModelCase{"selfkv", set_dar({.variant = DarVariant::selfkv, .block_layers = 2})},
+        ModelCase{"fixedkv", set_dar({.variant = DarVariant::fixedkv, .block_layers = 2})},
+        ModelCase{"crossv", set_dar({.variant = DarVariant::crossv, .block_layers = 2})},
+        ModelCase{"dar_n3", set_dar({.variant = DarVariant::dar, .block_layers = 2, .streams = 3})},
+        ModelCase{
+            "mod_in_dar",
+            set_mod_dar({.capacity = 0.5, .every = 2, .causal_router = CausalRouter::aux_loss},
+                        {.variant = DarVariant::dar, .block_layers = 2})}),
+    model_case_name);
 
 // docs/model.md MoD: MoD at capacity 1, every layer routed, with g(r) = 1, reproduces
 // the dense model exactly (loss, logits and every shared gradient, bit for bit).
@@ -135,8 +87,7 @@ TEST(ModelIdentity, ModCapacityOneEveryOneIsTheDenseModel) {
   Config mod_config = dense_config;
   mod_config.mod.every = 1;
   mod_config.mod.capacity = 1.0;
-  ModelOptions options;
-  options.dtype = ScalarType::fp64;
+  const ModelOptions options = fp64_model_options();
   ModelOptions mod_options = options;
   mod_options.unit_router_gate = true;
   Model dense(cpu_backend(), dense_config, options);
@@ -144,8 +95,8 @@ TEST(ModelIdentity, ModCapacityOneEveryOneIsTheDenseModel) {
   EXPECT_EQ(routed.routed_layers(), 3);
   randomize_parameters(dense.parameters(), 8, 0.25);
   copy_parameters(dense.parameters(), routed.parameters());
-  Buffer tokens = dense.make_tokens(token_ids(kBatch * kSeq, 13, 0), kBatch, kSeq);
-  Buffer targets = dense.make_tokens(token_ids(kBatch * kSeq, 13, 2), kBatch, kSeq);
+  Buffer tokens = tiny_tokens(dense, 0);
+  Buffer targets = tiny_tokens(dense, 2);
   const StepResult a = dense.forward_backward(tokens, targets);
   const StepResult b = routed.forward_backward(tokens, targets);
   expect_identical_steps(dense, a, routed, b);
@@ -165,8 +116,7 @@ TEST_P(DarEqualsAttnRes, WithIdenticalStreamsAndUnitCoefficients) {
   Config dar_config = attn_config;
   dar_config.dar.variant = GetParam();
   dar_config.dar.streams = 2;
-  ModelOptions options;
-  options.dtype = ScalarType::fp64;
+  const ModelOptions options = fp64_model_options();
   Model attn(cpu_backend(), attn_config, options);
   Model dar(cpu_backend(), dar_config, options);
   randomize_parameters(attn.parameters(), 19, 0.25);
@@ -192,8 +142,8 @@ TEST_P(DarEqualsAttnRes, WithIdenticalStreamsAndUnitCoefficients) {
       upload(cpu_backend(), v, p->value);
     }
   }
-  Buffer tokens = attn.make_tokens(token_ids(kBatch * kSeq, 13, 0), kBatch, kSeq);
-  Buffer targets = attn.make_tokens(token_ids(kBatch * kSeq, 13, 1), kBatch, kSeq);
+  Buffer tokens = tiny_tokens(attn, 0);
+  Buffer targets = tiny_tokens(attn, 1);
   const StepResult a = attn.evaluate(tokens, targets);
   const StepResult b = dar.evaluate(tokens, targets);
   EXPECT_NEAR(a.loss, b.loss, 1e-12);
@@ -211,11 +161,10 @@ INSTANTIATE_TEST_SUITE_P(Variants, DarEqualsAttnRes,
 TEST(ModelInit, DarStreamsAreNotSymmetricAtInit) {
   Config config = tiny_config();
   config.dar.variant = DarVariant::dar;
-  ModelOptions options;
-  options.dtype = ScalarType::fp64;
+  const ModelOptions options = fp64_model_options();
   Model model(cpu_backend(), config, options);
-  Buffer tokens = model.make_tokens(token_ids(kBatch * kSeq, 13, 0), kBatch, kSeq);
-  Buffer targets = model.make_tokens(token_ids(kBatch * kSeq, 13, 1), kBatch, kSeq);
+  Buffer tokens = tiny_tokens(model, 0);
+  Buffer targets = tiny_tokens(model, 1);
   model.forward_backward(tokens, targets);
   const std::vector<double> g =
       download(cpu_backend(), model.parameters().find("depth.query")->grad);
@@ -251,11 +200,7 @@ class ModelTraining : public ::testing::TestWithParam<ModelCase> {};
 
 TEST_P(ModelTraining, ReducesLossOnAFixedSequence) {
   Config config;
-  config.model.d_model = 32;
-  config.model.n_layers = 2;
-  config.model.n_heads = 4;
-  config.model.vocab_size = 16;
-  config.model.seq_len = 16;
+  config.model = {.d_model = 32, .n_layers = 2, .n_heads = 4, .vocab_size = 16, .seq_len = 16};
   GetParam().edit(config);
   ModelOptions options;
   options.adamw.learning_rate = 1e-2;
@@ -275,20 +220,12 @@ TEST_P(ModelTraining, ReducesLossOnAFixedSequence) {
   EXPECT_LT(last, 0.5 * first);
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, ModelTraining,
-                         ::testing::Values(ModelCase{"dense", [](Config&) {}},
-                                           ModelCase{"mod",
-                                                     [](Config& c) {
-                                                       c.mod.every = 2;
-                                                       c.mod.offset = 1;
-                                                       c.mod.capacity = 0.5;
-                                                     }},
-                                           ModelCase{"dar",
-                                                     [](Config& c) {
-                                                       c.dar.variant = DarVariant::dar;
-                                                       c.dar.block_layers = 1;
-                                                     }}),
-                         model_case_name);
+INSTANTIATE_TEST_SUITE_P(
+    Architectures, ModelTraining,
+    ::testing::Values(ModelCase{"dense", [](Config&) {}},
+                      ModelCase{"mod", set_mod({.capacity = 0.5, .every = 2, .offset = 1})},
+                      ModelCase{"dar", set_dar({.variant = DarVariant::dar, .block_layers = 1})}),
+    model_case_name);
 
 // The peak covers parameters + gradients + both AdamW moments (4 copies of the
 // parameters in fp32) plus at least the logits of the step; a forward-only
@@ -296,8 +233,8 @@ INSTANTIATE_TEST_SUITE_P(Architectures, ModelTraining,
 TEST(ModelMemory, PeakBytesCoverStateAndActivations) {
   Config config = tiny_config();
   Model model(cpu_backend(), config);
-  Buffer tokens = model.make_tokens(token_ids(kBatch * kSeq, 13, 0), kBatch, kSeq);
-  Buffer targets = model.make_tokens(token_ids(kBatch * kSeq, 13, 1), kBatch, kSeq);
+  Buffer tokens = tiny_tokens(model, 0);
+  Buffer targets = tiny_tokens(model, 1);
   const int64_t state_bytes = 4 * 4 * model.parameters().count();
   const int64_t logits_bytes = 4 * kBatch * kSeq * config.model.vocab_size;
   const StepResult train = model.train_step(tokens, targets);
@@ -312,7 +249,7 @@ TEST(ModelMemory, EvaluateReleasesTheDepthBank) {
   Config config = tiny_config();
   config.dar.variant = DarVariant::dar;
   Model model(cpu_backend(), config);
-  Buffer tokens = model.make_tokens(token_ids(kBatch * kSeq, 13, 0), kBatch, kSeq);
+  Buffer tokens = tiny_tokens(model, 0);
   const int64_t state_bytes = 4 * 4 * model.parameters().count();
   const int64_t logits_bytes = 4 * kBatch * kSeq * config.model.vocab_size;
   model.train_step(tokens, tokens);
@@ -336,12 +273,6 @@ TEST(ModelMemory, MeasureTrainingStepUsesTheConfig) {
   EXPECT_THROW(measure_training_step(cpu_backend(), config, 0), ShapeError);
 }
 
-}  // namespace
-}  // namespace modar::runtime::layer_tests
-
-namespace modar::runtime::layer_tests {
-namespace {
-
 // Bad configurations are typed errors naming the field, not crashes.
 TEST(ModelConfigErrors, AreConfigErrorsNamingTheField) {
   Config config = tiny_config();
@@ -362,16 +293,10 @@ TEST(ModelConfigErrors, AreConfigErrorsNamingTheField) {
   EXPECT_THROW(Model(cpu_backend(), config), ConfigError);
   config = tiny_config();
   Model model(cpu_backend(), config);
-  Buffer tokens = model.make_tokens(token_ids(kBatch * kSeq, 13, 0), kBatch, kSeq);
+  Buffer tokens = tiny_tokens(model, 0);
   Buffer wrong = model.make_tokens(token_ids(kSeq, 13, 0), 1, kSeq);
   EXPECT_THROW(model.forward_backward(tokens, wrong), ShapeError);
 }
-
-}  // namespace
-}  // namespace modar::runtime::layer_tests
-
-namespace modar::runtime::layer_tests {
-namespace {
 
 // Decoding token by token with KV caches reproduces the full forward's logits
 // at every position (dense model: GQA, SwiGLU, tied head).
@@ -379,8 +304,7 @@ TEST(ModelDecode, DenseDecodeMatchesFullForward) {
   Config config = tiny_config();
   config.model.mlp = MlpKind::swiglu;
   config.model.tie_embeddings = true;
-  ModelOptions options;
-  options.dtype = ScalarType::fp64;
+  const ModelOptions options = fp64_model_options();
   Model model(cpu_backend(), config, options);
   randomize_parameters(model.parameters(), 23, 0.25);
   const std::vector<int32_t> ids = token_ids(kSeq, 13, 1);
@@ -410,8 +334,7 @@ TEST(ModelDecode, RoutedLayersCacheExactlyThePredictedTokens) {
   config.mod.capacity = 0.5;
   config.mod.causal_router = CausalRouter::predictor;
   config.mod.predictor_hidden = 8;
-  ModelOptions options;
-  options.dtype = ScalarType::fp64;
+  const ModelOptions options = fp64_model_options();
   Model model(cpu_backend(), config, options);
   randomize_parameters(model.parameters(), 29, 0.5);
   for (const auto& p : model.parameters().all()) {

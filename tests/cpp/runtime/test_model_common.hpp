@@ -7,23 +7,16 @@
 #include <string>
 #include <vector>
 
+#include "../common/tiny_model.hpp"
 #include "test_layers_common.hpp"
 
 namespace modar::runtime::layer_tests {
 
-constexpr int64_t kModelBatch = 2, kModelSeq = 6, kModelVocab = 13;
+constexpr int64_t kModelBatch = 2, kModelSeq = kTinySeq, kModelVocab = kTinyVocab;
 
 // d 16, 3 layers, 2 heads over 1 KV head, d_ff 24, V 13, s 6.
 inline Config tiny_model_config() {
-  Config config;
-  config.model.d_model = 16;
-  config.model.n_layers = 3;
-  config.model.n_heads = 2;
-  config.model.n_kv_heads = 1;
-  config.model.d_ff = 24;
-  config.model.vocab_size = kModelVocab;
-  config.model.seq_len = kModelSeq;
-  return config;
+  return tiny_model(3);
 }
 
 // Deterministic ids (7 i + 3 + shift i^2) mod vocab; shifts give other sequences.
@@ -33,6 +26,24 @@ inline std::vector<int32_t> token_ids(int64_t count, int32_t vocab, int32_t shif
     ids[static_cast<size_t>(i)] = static_cast<int32_t>((7 * i + 3 + shift * i * i) % vocab);
   }
   return ids;
+}
+
+// The tiny model's [kModelBatch, kModelSeq] tokens: token_ids with shift `shift`.
+inline Buffer tiny_tokens(Model& model, int32_t shift) {
+  return model.make_tokens(token_ids(kModelBatch * kModelSeq, kModelVocab, shift), kModelBatch,
+                           kModelSeq);
+}
+
+// Activations and weights in `dtype`, seed `seed`; fp64 for the gradient
+// and identity checks.
+inline ModelOptions model_options(ScalarType dtype, uint64_t seed = 1) {
+  ModelOptions options;
+  options.dtype = dtype;
+  options.seed = seed;
+  return options;
+}
+inline ModelOptions fp64_model_options(uint64_t seed = 1) {
+  return model_options(ScalarType::fp64, seed);
 }
 
 // A named edit of the tiny config, for INSTANTIATE_TEST_SUITE_P.

@@ -8,8 +8,6 @@
 namespace modar::runtime::layer_tests {
 namespace {
 
-constexpr int64_t kBatch = kModelBatch, kSeq = kModelSeq;
-
 Config moe_config() {
   Config config = tiny_model_config();
   config.moe.experts = 3;
@@ -21,16 +19,14 @@ Config moe_config() {
   return config;
 }
 
-std::vector<int32_t> ids(int32_t shift) { return token_ids(kBatch * kSeq, kModelVocab, shift); }
-
 struct Step {
   StepResult result;
   std::vector<double> logits;
 };
 
 Step run_step(Model& model) {
-  Buffer tokens = model.make_tokens(ids(0), kBatch, kSeq);
-  Buffer targets = model.make_tokens(ids(1), kBatch, kSeq);
+  Buffer tokens = tiny_tokens(model, 0);
+  Buffer targets = tiny_tokens(model, 1);
   Step step;
   step.result = model.forward_backward(tokens, targets);
   step.logits = model.last_logits();
@@ -46,8 +42,7 @@ TEST(MoeModel, OneExpertTop1EqualsTheDenseModelBitForBit) {
   moe.moe.expert_ffn = 0;  // = model.d_ff
   moe.moe.z_loss_coef = 0.0;
   validate(moe);
-  ModelOptions options;
-  options.dtype = ScalarType::fp32;
+  const ModelOptions options = model_options(ScalarType::fp32);
   Model dense(cpu_backend(), dense_config, options);
   Model sparse(cpu_backend(), moe, options);
   copy_parameters(dense.parameters(), sparse.parameters());
@@ -80,8 +75,7 @@ TEST(MoeModel, IntegratedModeWithoutNullExpertsEqualsMoe) {
   integrated.moe.mode = MoeMode::integrated;
   integrated.moe.null_experts = 0;
   validate(integrated);
-  ModelOptions options;
-  options.dtype = ScalarType::fp32;
+  const ModelOptions options = model_options(ScalarType::fp32);
   Model a(cpu_backend(), moe, options);
   Model b(cpu_backend(), integrated, options);
   const Step sa = run_step(a);
@@ -101,13 +95,11 @@ TEST_P(MoeModelGradients, MatchFiniteDifferences) {
   Config config = moe_config();
   GetParam().edit(config);
   validate(config);
-  ModelOptions options;
-  options.dtype = ScalarType::fp64;
-  options.seed = 7;
+  const ModelOptions options = fp64_model_options(7);
   Model model(cpu_backend(), config, options);
   randomize_parameters(model.parameters(), 91, 0.25);
-  Buffer tokens = model.make_tokens(ids(0), kBatch, kSeq);
-  Buffer targets = model.make_tokens(ids(1), kBatch, kSeq);
+  Buffer tokens = tiny_tokens(model, 0);
+  Buffer targets = tiny_tokens(model, 1);
   const StepResult step = model.forward_backward(tokens, targets);
   const StepResult eval = model.evaluate(tokens, targets);
   EXPECT_DOUBLE_EQ(step.loss, eval.loss);
@@ -120,28 +112,23 @@ INSTANTIATE_TEST_SUITE_P(
     Architectures, MoeModelGradients,
     ::testing::Values(ModelCase{"moe", [](Config&) {}},
                       ModelCase{"moe_shared_capacity_swiglu",
-                                   [](Config& c) {
-                                     c.model.mlp = MlpKind::swiglu;
-                                     c.moe.shared_experts = 1;
-                                     c.moe.capacity_factor = 0.75;
-                                   }},
+                                [](Config& c) {
+                                  c.model.mlp = MlpKind::swiglu;
+                                  c.moe.shared_experts = 1;
+                                  c.moe.capacity_factor = 0.75;
+                                }},
                       ModelCase{"mode_staged",
-                                   [](Config& c) {
-                                     c.moe.mode = MoeMode::staged;
-                                     c.mod.every = 2;
-                                     c.mod.offset = 1;
-                                     c.mod.capacity = 0.5;
-                                   }},
+                                [](Config& c) {
+                                  c.moe.mode = MoeMode::staged;
+                                  set_mod({.capacity = 0.5, .every = 2, .offset = 1})(c);
+                                }},
                       ModelCase{"mode_integrated",
-                                   [](Config& c) {
-                                     c.moe.mode = MoeMode::integrated;
-                                     c.moe.null_experts = 2;
-                                   }},
+                                [](Config& c) {
+                                  c.moe.mode = MoeMode::integrated;
+                                  c.moe.null_experts = 2;
+                                }},
                       ModelCase{"moe_dar",
-                                   [](Config& c) {
-                                     c.dar.variant = DarVariant::dar;
-                                     c.dar.block_layers = 2;
-                                   }}),
+                                set_dar({.variant = DarVariant::dar, .block_layers = 2})}),
     model_case_name);
 
 }  // namespace

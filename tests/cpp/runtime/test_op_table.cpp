@@ -17,20 +17,15 @@
 #include "modar/runtime/backend.hpp"
 #include "modar/runtime/forwarding_backend.hpp"
 #include "modar/runtime/profiler.hpp"
+#include "test_ops_util.hpp"
 
 namespace modar::runtime {
 namespace {
 
-// One CPU backend shared by the forwarding test doubles below.
-Backend* cpu_backend_storage() {
-  static std::unique_ptr<Backend> backend = make_cpu_backend();
-  return backend.get();
-}
-
 // Counts the ops executed through it (by OpId), forwarding them to the CPU.
 class CountingBackend final : public ForwardingBackend {
  public:
-  CountingBackend() : ForwardingBackend(*cpu_backend_storage()) {}
+  CountingBackend() : ForwardingBackend(testing::cpu()) {}
   std::array<int64_t, kOpCount> counts{};
 
  protected:
@@ -64,7 +59,7 @@ TEST(OpTable, RowsAreInOpIdOrderWithUniqueNames) {
 
 // check() returns the resolved geometry: a GEMM's m, n, k, batch by hand.
 TEST(OpTable, CheckResolvesTheGemmGeometry) {
-  Backend& cpu = *cpu_backend_storage();
+  Backend& cpu = testing::cpu();
   // Batched, op(A) = A^T: A [3, 5, 4] -> op(A) [4, 5]; B [3, 5, 6]... k = 5.
   Tensor a(cpu, {3, 5, 4}, ScalarType::fp32), b(cpu, {3, 5, 6}, ScalarType::fp32),
       c(cpu, {3, 4, 6}, ScalarType::fp32);

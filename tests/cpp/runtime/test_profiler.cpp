@@ -24,6 +24,7 @@
 #include "modar/runtime/backend.hpp"
 #include "modar/runtime/forwarding_backend.hpp"
 #include "modar/runtime/profiler.hpp"
+#include "test_ops_util.hpp"
 
 namespace modar::runtime {
 namespace {
@@ -379,17 +380,11 @@ TEST(ProfilerRun, ResumeRefusesAForeignOrDamagedCheckpoint) {
   fs::remove(partial_path(out));
 }
 
-// One CPU backend shared by the forwarding test double below.
-Backend* cpu_backend_storage() {
-  static std::unique_ptr<Backend> backend = make_cpu_backend();
-  return backend.get();
-}
-
 // A point whose op throws anything (here a std::runtime_error, not a
 // ShapeError) is recorded as skipped with the reason; the run goes on.
 class FailingBackend final : public ForwardingBackend {
  public:
-  FailingBackend() : ForwardingBackend(*cpu_backend_storage()) {}
+  FailingBackend() : ForwardingBackend(testing::cpu()) {}
 
  protected:
   void execute(const OpArgs& call, const OpGeometry&) override {

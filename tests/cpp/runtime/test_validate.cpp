@@ -81,19 +81,21 @@ DeviceProfile tiny_profile(Backend& backend) {
   return run_profile(backend, options);
 }
 
+// One dense GELU layer of width d over seq tokens, V = 64, micro-batch 2, fp32.
+Config tiny_dense(int64_t d, int64_t seq) {
+  Config c;
+  c.model = {.d_model = d, .n_layers = 1, .n_heads = 2, .vocab_size = 64, .seq_len = seq};
+  c.dar.block_layers = 1;
+  c.train.micro_batch = 2;
+  c.train.dtype = DType::fp32;
+  return c;
+}
+
 TEST(ValidateRun, TraceCountsGemmFlopsAndErrorsAreConsistent) {
   auto backend = make_cpu_backend();
   const DeviceProfile profile = tiny_profile(*backend);
   // One dense GELU layer, d = 32, T = b s = 2 x 16, V = 64, untied head.
-  Config c;
-  c.model.d_model = 32;
-  c.model.n_layers = 1;
-  c.model.n_heads = 2;
-  c.model.seq_len = 16;
-  c.model.vocab_size = 64;
-  c.dar.block_layers = 1;
-  c.train.micro_batch = 2;
-  c.train.dtype = DType::fp32;
+  Config c = tiny_dense(32, 16);
   ValidationOptions options;
   options.rounds = 3;
   options.warmup_steps = 1;
@@ -130,19 +132,6 @@ TEST(ValidateRun, TraceCountsGemmFlopsAndErrorsAreConsistent) {
     EXPECT_NE(json.find(key), std::string::npos) << key;
   }
   EXPECT_NE(validation_text(report).find("tiny-dense"), std::string::npos);
-}
-
-Config tiny_dense(int64_t d, int64_t seq) {
-  Config c;
-  c.model.d_model = d;
-  c.model.n_layers = 1;
-  c.model.n_heads = 2;
-  c.model.seq_len = seq;
-  c.model.vocab_size = 64;
-  c.dar.block_layers = 1;
-  c.train.micro_batch = 2;
-  c.train.dtype = DType::fp32;
-  return c;
 }
 
 // The report's median and max |error| over an odd and an even number of
