@@ -96,6 +96,9 @@ const char* to_string(DarVariant v) {
   }
   return "unknown";
 }
+const char* to_string(DarKernel v) {
+  return v == DarKernel::fused ? "fused" : "prefix";
+}
 const char* to_string(MoeMode v) {
   switch (v) {
     case MoeMode::none:
@@ -161,6 +164,17 @@ const char* to_string(AttentionKernel v) {
 }
 const char* to_string(GradAccumulation v) {
   return v == GradAccumulation::fused ? "fused" : "unfused";
+}
+const char* to_string(TpCommOverlap v) {
+  switch (v) {
+    case TpCommOverlap::none:
+      return "none";
+    case TpCommOverlap::backward:
+      return "backward";
+    case TpCommOverlap::full:
+      return "full";
+  }
+  return "backward";
 }
 const char* to_string(RouterWeights v) {
   switch (v) {
@@ -339,6 +353,7 @@ const std::vector<KeySpec>& key_specs() {
           "dar.variant", {"none", "attnres", "dar", "selfkv", "fixedkv", "crossv"}),
       integer_key<&Config::dar, &DarConfig::block_layers>("dar.block_layers"),
       integer_key<&Config::dar, &DarConfig::streams>("dar.streams"),
+      choice_key<&Config::dar, &DarConfig::kernel>("dar.kernel", {"fused", "prefix"}),
       // [moe]: experts and MoDE (docs/model.md experts, docs/moe.md).
       integer_key<&Config::moe, &MoeConfig::experts>("moe.experts"),
       integer_key<&Config::moe, &MoeConfig::top_k>("moe.top_k"),
@@ -355,7 +370,7 @@ const std::vector<KeySpec>& key_specs() {
       choice_key<&Config::moe, &MoeConfig::mode>("moe.mode", {"none", "staged", "integrated"}),
       integer_key<&Config::moe, &MoeConfig::null_experts>("moe.null_experts"),
       choice_key<&Config::moe, &MoeConfig::router_weights>("moe.router_weights",
-                                                            {"activation", "output", "input"}),
+                                                           {"activation", "output", "input"}),
       choice_key<&Config::moe, &MoeConfig::token_dispatcher>("moe.token_dispatcher",
                                                              {"alltoall", "allgather"}),
       // [train]
@@ -404,6 +419,8 @@ const std::vector<KeySpec>& key_specs() {
           "parallel.overlap_grad_reduce"),
       boolean_key<&Config::parallel, &ParallelConfig::overlap_param_gather>(
           "parallel.overlap_param_gather"),
+      choice_key<&Config::parallel, &ParallelConfig::tp_comm_overlap>("parallel.tp_comm_overlap",
+                                                                      {"none", "backward", "full"}),
       integer_key<&Config::parallel, &ParallelConfig::expert>("parallel.expert"),
       integer_key<&Config::parallel, &ParallelConfig::expert_tensor>("parallel.expert_tensor"),
       boolean_key<&Config::parallel, &ParallelConfig::balance_stages>("parallel.balance_stages"),

@@ -19,7 +19,7 @@ struct FlopAccumulator {
     if (!is_counted_kind(op.shape.kind)) {
       return;
     }
-    const double total = op.flops * static_cast<double>(op.multiplicity);
+    const double total = op.flops * static_cast<double>(op.multiplicity) * op.weight;
     switch (op.pass) {
       case Pass::forward:
         forward += total;
@@ -85,6 +85,12 @@ void lower_streaming(const Config& config, StepKind step, double total_params,
 FlopCounts flop_counts_from_ops(const Config& config, StepKind step, const OpList& ops);
 // N_f from the lowered forward ops.
 double flop_active_from_ops(const Config& config, StepKind step, const OpList& ops);
+// What the DAR paper's prefix kernels keep for the backward beyond modar's
+// fused model (dar.kernel = prefix; 0 otherwise), for `tokens` tokens of one
+// micro-batch over the whole model: fp32 logits and shifted scores of every
+// (query, source) pair and stream, and the retrieved state of every query
+// (docs/moe.md "The DAR paper's implementation").
+double dar_prefix_retained_bytes(const Config& config, double tokens);
 MemoryBreakdown memory_from_params(const Config& config, double total_params,
                                    double device_memory_bytes, StepKind step);
 // What the backward re-runs (recompute.cpp; docs/cluster.md "Recompute"):

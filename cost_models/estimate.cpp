@@ -47,7 +47,8 @@ std::string conventions_text(const Config& config, const DeviceProfile& profile,
   } else {
     text +=
         "; decode: one new token per sequence over a KV cache of seq_len tokens (routed "
-        "layers: k tokens; expected routed fraction = capacity)";
+        "layers: k cached tokens; expected work over the routed count ~ Binomial(batch, "
+        "capacity), r = 0 skips the block)";
   }
   text += "; time: ";
   const bool kernel_model = profile.kernel.sm_count > 0;
@@ -142,8 +143,13 @@ void estimate_into(const Config& config, const TimingModel& timing, StepKind ste
   time.micro_batch_overhead_s = kernel.micro_batch_overhead_s;
   time.micro_batch_s += time.micro_batch_overhead_s;
   time.step_overhead_s = step == StepKind::train ? kernel.step_overhead_s : 0.0;
+  // The gradient norm and clipping pass over the main gradients (once per step).
+  time.grad_norm_s =
+      step == StepKind::train
+          ? detail::grad_norm_time_s(out.params.total, config, timing.rates())
+          : 0.0;
   time.step_s = static_cast<double>(accumulation) * time.micro_batch_s + time.optimizer_s +
-                time.step_overhead_s;
+                time.grad_norm_s + time.step_overhead_s;
   const double devices = static_cast<double>(config.device.count);
   const double peak = profile.ceilings.peak_flops(config.train.dtype) * devices;
   if (time.step_s > 0.0) {
@@ -207,6 +213,7 @@ void apply_cluster(const Config& config, const TimingModel& timing, Estimate& ou
   TimeEstimate& time = out.time;
   time.micro_batch_s = slowest.compute_s + slowest.exposed_comm_s;
   time.optimizer_s = cluster->optimizer_s;
+  time.grad_norm_s = cluster->grad_norm_s;
   time.step_overhead_s = cluster->step_overhead_s;
   time.accumulation_steps = cluster->micro_batches;
   time.step_s = cluster->step_s;

@@ -39,6 +39,7 @@ void write_memory_parts_json(JsonWriter& json, const MemoryBreakdown& memory,
   part("optimizer", memory.optimizer);
   part("activations", memory.activations);
   part("dar_bank", memory.dar_bank);
+  part("dar_retained", memory.dar_retained);
 }
 
 ParallelLayoutJson parallel_layout_json(const Config& config) {
@@ -154,6 +155,7 @@ std::string estimate_to_json(const Config& config, const DeviceProfile& profile,
   write_time_rates_json(json, e.time);
   json.field("micro_batch_s", e.time.micro_batch_s);
   json.field("optimizer_s", e.time.optimizer_s);
+  json.field("grad_norm_s", e.time.grad_norm_s);
   json.field("step_overhead_s", e.time.step_overhead_s);
   json.field("micro_batch_overhead_s", e.time.micro_batch_overhead_s);
   json.field("accumulation_steps", e.time.accumulation_steps);
@@ -205,6 +207,7 @@ std::string estimate_to_json(const Config& config, const DeviceProfile& profile,
     json.field("grad_reduce_exposed_s", c.grad_reduce_exposed_s);
     json.field("param_gather_exposed_s", c.param_gather_exposed_s);
     json.field("optimizer_s", c.optimizer_s);
+    json.field("grad_norm_s", c.grad_norm_s);
     json.field("step_overhead_s", c.step_overhead_s);
     json.field("slowest_stage", c.slowest_stage);
     json.field("busiest_stage", c.busiest_stage);

@@ -31,9 +31,11 @@
 //               its k rows and scatters g(r) * y back.
 // Decode step: one new token per sequence (rows = micro_batch), attention of
 //               that token over a KV cache of seq_len tokens (routed layers:
-//               over their k cached routed tokens).  A routed layer processes
-//               round(capacity * micro_batch) rows (at least 1): the expected
-//               routed count under the causal router's threshold.
+//               over their k cached routed tokens).  A routed layer's
+//               branches are lowered once per possible routed count r = 1..B,
+//               each op weighted by P(r) under Binomial(B, capacity) (the
+//               causal router's decisions; r = 0 skips the block): the step's
+//               work is its expectation (docs/cost_model.md "Decode").
 #include <algorithm>
 #include <cmath>
 
@@ -406,6 +408,7 @@ class Lowerer {
     op.shape = OpShape::of(dims, dtype_);
     op.pass = pass;
     op.multiplicity = multiplicity;
+    op.weight = weight_;
     const OpCost cost =
         op_cost(dims, CostInputs{pass == Pass::backward, convention_, bytes_per_element_, dtype_});
     op.flops = cost.flops;
@@ -527,20 +530,68 @@ class Lowerer {
     }
   }
 
-  // Rows a routed layer's branches process, sequences, and the attention
-  // square: training k per sequence; decode the expected routed new tokens.
+  // One depth read over `read.sources` bank entries (docs/dar_math.md 4.2).
+  // With dar.kernel = prefix, the DAR paper's implementation (docs/moe.md
+  // "The DAR paper's implementation"), a training read first packs the
+  // normalised key views (an unweighted RMSNorm of the raw entries with
+  // their cached rstd) and the values (a row copy) of its sources for every
+  // stream; the backward rebuilds both packs from the raw entries
+  // (dar.reconstruct_*, not kept from the forward) and folds the packed
+  // gradients back into the bank gradient (dar.pack_*.bwd).
+  void depth_read(const DepthReadPrefixDims& read, int64_t multiplicity, const char* label,
+                  const char* backward_label) {
+    if (train_ && config_.dar.kernel == DarKernel::prefix) {
+      const int64_t rows = read.sources * read.streams * read.tokens;
+      const RmsnormDims keys{.rows = rows, .width = read.width};
+      const GatherDims values{.rows = rows, .width = read.width};
+      forward(keys, multiplicity, "dar.pack_keys", Recomputed::never, "dar.pack_keys.bwd");
+      forward(values, multiplicity, "dar.pack_values", Recomputed::never, nullptr);
+      push(recompute_, keys, Pass::recompute, multiplicity, "dar.reconstruct_keys");
+      push(recompute_, values, Pass::recompute, multiplicity, "dar.reconstruct_values");
+      push(backward_, ScatterAddDims{.rows = rows, .width = read.width}, Pass::backward,
+           multiplicity, "dar.pack_values.bwd");
+    }
+    forward(read, multiplicity, label, Recomputed::never, backward_label);
+  }
+
   int64_t tokens() const {
     return train_ ? config_.train.micro_batch * config_.model.seq_len : config_.train.micro_batch;
   }
-  int64_t routed_rows() const {
+  // Calls emit(rows, probability) for each number of rows a routed layer's
+  // branches may process.  Training: k per sequence, always.  Decode
+  // (docs/cost_model.md "Decode"): each of the B new tokens enters a routed
+  // block on its own causal decision (predictor, or the router's
+  // aux-loss-trained sigmoid), routed with probability c (both are trained to
+  // reproduce the top-k choice, c of the tokens), so the count is
+  // Binomial(B, c).  r = 0 skips the block outright: none of its weights are
+  // read.  Probabilities below 1e-12 are dropped (at most B x 1e-12 of the
+  // mass).  No allocation: the lowering stays allocation-free.
+  template <class Emit>
+  void for_each_routed_count(Emit&& emit) const {
+    const int64_t b = config_.train.micro_batch;
+    const double c = config_.mod.capacity;
     if (train_) {
-      return config_.train.micro_batch * counts_.routed_tokens_per_sequence;
+      emit(b * counts_.routed_tokens_per_sequence, 1.0);
+      return;
     }
-    const int64_t expected =
-        std::llround(config_.mod.capacity * static_cast<double>(config_.train.micro_batch));
-    return std::clamp<int64_t>(expected, 1, config_.train.micro_batch);
+    if (c >= 1.0) {
+      emit(b, 1.0);
+      return;
+    }
+    for (int64_t r = 1; r <= b; ++r) {
+      const double log_p = std::lgamma(double(b) + 1) - std::lgamma(double(r) + 1) -
+                           std::lgamma(double(b - r) + 1) + double(r) * std::log(c) +
+                           double(b - r) * std::log1p(-c);
+      const double p = std::exp(log_p);
+      if (p >= 1e-12) {
+        emit(r, p);
+      }
+    }
   }
-  void attention_for(bool routed, int64_t multiplicity) {
+  // Sequences, rows and the attention square of one branch: training the full
+  // sequence or k per sequence; decode one new token per sequence attending
+  // to the cache (routed layers: the k cached routed tokens).
+  void attention_for(bool routed, int64_t routed_rows, int64_t multiplicity) {
     const int64_t b = config_.train.micro_batch;
     const int64_t s = config_.model.seq_len;
     const int64_t k = counts_.routed_tokens_per_sequence;
@@ -550,11 +601,21 @@ class Lowerer {
       const int64_t keys = (routed ? k : s) * view_.context;
       attention_branch(routed ? b * k : b * s, b, routed ? k : s, keys, true, multiplicity);
     } else {
-      // Decode: each routed row is one sequence's new token attending to the cache.
-      const int64_t rows = routed ? routed_rows() : b;
+      const int64_t rows = routed ? routed_rows : b;
       attention_branch(rows, rows, 1, routed ? k : s, false, multiplicity);
     }
   }
+  // Ops emitted inside this scope run with expected weight `weight`.
+  class WeightScope {
+   public:
+    WeightScope(Lowerer& lowerer, double weight) : lowerer_(lowerer) { lowerer_.weight_ = weight; }
+    ~WeightScope() { lowerer_.weight_ = 1.0; }
+    WeightScope(const WeightScope&) = delete;
+    WeightScope& operator=(const WeightScope&) = delete;
+
+   private:
+    Lowerer& lowerer_;
+  };
 
   const Config& config_;
   const detail::ShardView view_;
@@ -568,6 +629,7 @@ class Lowerer {
   OpList& backward_;
   Stream* stream_;
   LayerCounts counts_;
+  double weight_ = 1.0;  // OpRecord::weight of the ops being emitted
 };
 
 template <class Stream>
@@ -775,22 +837,24 @@ void Lowerer<Stream>::layers_plain() {
   const int64_t full = counts_.full_layers;
   const int64_t routed = counts_.routed_layers;
   // Full layers.
-  attention_for(false, full);
+  attention_for(false, 0, full);
   residual_add(T, full);
   ffn_branches(T, full, counts_.moe_full_layers);
   residual_add(T, full);
   layer_dropout(T, 2 * full);
   // Routed layers: router on all tokens, branches on the routed rows only.
   if (routed > 0) {
-    const int64_t R = routed_rows();
     router(T, routed);
-    routed_gather(R, routed, "mod.gather");
-    attention_for(true, routed);
-    residual_add(R, routed);  // X~ + a, the MLP branch's input
-    ffn_branches(R, routed, counts_.moe_routed_layers);
-    residual_add(R, routed);  // delta = a + m
-    layer_dropout(R, 2 * routed);
-    routed_scatter(R, routed, "mod.scatter_add");
+    for_each_routed_count([&](int64_t R, double probability) {
+      const WeightScope scope(*this, probability);
+      routed_gather(R, routed, "mod.gather");
+      attention_for(true, R, routed);
+      residual_add(R, routed);  // X~ + a, the MLP branch's input
+      ffn_branches(R, routed, counts_.moe_routed_layers);
+      residual_add(R, routed);  // delta = a + m
+      layer_dropout(R, 2 * routed);
+      routed_scatter(R, routed, "mod.scatter_add");
+    });
   }
 }
 
@@ -843,37 +907,37 @@ void Lowerer<Stream>::layers_with_depth_reads() {
   const int64_t half = complete_blocks / 2;
   if (complete_blocks % 2 == 1) {
     // Odd F: the mean (F+1)/2 is a whole number of sources.
-    forward(DepthReadPrefixDims{.tokens = T,
-                                .sources = (complete_blocks + 1) / 2,
-                                .queries = queries,
-                                .width = width,
-                                .streams = n,
-                                .variant = variant},
-            complete_blocks, "dar.prefix", Recomputed::never, "dar.prefix.bwd");
+    depth_read(DepthReadPrefixDims{.tokens = T,
+                                   .sources = (complete_blocks + 1) / 2,
+                                   .queries = queries,
+                                   .width = width,
+                                   .streams = n,
+                                   .variant = variant},
+               complete_blocks, "dar.prefix", "dar.prefix.bwd");
   } else if (half > 0) {
-    forward(DepthReadPrefixDims{.tokens = T,
-                                .sources = half,
-                                .queries = queries,
-                                .width = width,
-                                .streams = n,
-                                .variant = variant},
-            half, "dar.prefix", Recomputed::never, "dar.prefix.bwd");
-    forward(DepthReadPrefixDims{.tokens = T,
-                                .sources = half + 1,
-                                .queries = queries,
-                                .width = width,
-                                .streams = n,
-                                .variant = variant},
-            half, "dar.prefix", Recomputed::never, "dar.prefix.bwd");
+    depth_read(DepthReadPrefixDims{.tokens = T,
+                                   .sources = half,
+                                   .queries = queries,
+                                   .width = width,
+                                   .streams = n,
+                                   .variant = variant},
+               half, "dar.prefix", "dar.prefix.bwd");
+    depth_read(DepthReadPrefixDims{.tokens = T,
+                                   .sources = half + 1,
+                                   .queries = queries,
+                                   .width = width,
+                                   .streams = n,
+                                   .variant = variant},
+               half, "dar.prefix", "dar.prefix.bwd");
   }
   if (complete_blocks < N) {
-    forward(DepthReadPrefixDims{.tokens = T,
-                                .sources = N,
-                                .queries = 2 * last_block_layers * n,
-                                .width = width,
-                                .streams = n,
-                                .variant = variant},
-            1, "dar.prefix", Recomputed::never, "dar.prefix.bwd");
+    depth_read(DepthReadPrefixDims{.tokens = T,
+                                   .sources = N,
+                                   .queries = 2 * last_block_layers * n,
+                                   .width = width,
+                                   .streams = n,
+                                   .variant = variant},
+               1, "dar.prefix", "dar.prefix.bwd");
   }
   // Per-branch ops by class: N first, 2L - 2N middle, N last branches.
   const int64_t branches = 2 * layers;
@@ -889,29 +953,31 @@ void Lowerer<Stream>::layers_with_depth_reads() {
           "dar.write_block_end", Recomputed::layer, "dar.write_block_end.bwd");
 
   // The branches themselves (the residual adds are replaced by the writes).
-  attention_for(false, full);
+  attention_for(false, 0, full);
   ffn_branches(T, full, counts_.moe_full_layers);
   layer_dropout(T, 2 * full);
   if (routed > 0) {
-    const int64_t R = routed_rows();
     router(T, routed);  // on the attention branch's input h (all tokens)
-    routed_gather(R, routed, "mod.gather");
-    attention_for(true, routed);
-    routed_scatter(R, routed, "mod.scatter_add");
-    routed_gather(R, routed, "mod.gather");
-    ffn_branches(R, routed, counts_.moe_routed_layers);
-    routed_scatter(R, routed, "mod.scatter_add");
-    layer_dropout(R, 2 * routed);
+    for_each_routed_count([&](int64_t R, double probability) {
+      const WeightScope scope(*this, probability);
+      routed_gather(R, routed, "mod.gather");
+      attention_for(true, R, routed);
+      routed_scatter(R, routed, "mod.scatter_add");
+      routed_gather(R, routed, "mod.gather");
+      ffn_branches(R, routed, counts_.moe_routed_layers);
+      routed_scatter(R, routed, "mod.scatter_add");
+      layer_dropout(R, 2 * routed);
+    });
   }
 
   // Output read over H_0..H_N (one query per stream), then the streams' mean.
-  forward(DepthReadPrefixDims{.tokens = T,
-                              .sources = N + 1,
-                              .queries = n,
-                              .width = width,
-                              .streams = n,
-                              .variant = variant},
-          1, "dar.output_read", Recomputed::never, "dar.output_read.bwd");
+  depth_read(DepthReadPrefixDims{.tokens = T,
+                                 .sources = N + 1,
+                                 .queries = n,
+                                 .width = width,
+                                 .streams = n,
+                                 .variant = variant},
+             1, "dar.output_read", "dar.output_read.bwd");
   if (n >= 2) {
     forward(ElementwiseDims{.elements = T * width, .inputs = n, .outputs = 1}, 1, "dar.output_mean",
             Recomputed::never, "dar.output_mean.bwd");

@@ -28,6 +28,13 @@
 //                for DAR alpha, beta and the coefficient-head rstd (2n + 1), plus
 //                the transport parameters m at the 2L - N branches with i >= 1
 //                (docs/dar_math.md 4.4, 5.5).
+//   dar_retained dar.kernel = prefix (the DAR paper's prefix kernels, docs/moe.md):
+//                fp32 logits and shifted scores (2 x 4 B per query-source pair and
+//                stream) and the retrieved state of each of the 2L + 1 reads' n
+//                queries (n T d B each), kept instead of recomputed; its block
+//                backward holds the rebuilt packed keys and values of <= N
+//                sources and their gradients (4 N n T d B) and no recomputed
+//                retrieved states (workspace).
 //   workspace    the largest transient alive while every saved activation is:
 //                max(head: T V (B + 4) logits and fp32 loss gradient,
 //                    one layer's backward: 2 B T d residual gradients + the widest
@@ -111,6 +118,33 @@ double layer_saved_bytes(const Config& config, double rows, double sequence_len,
                      : 4.0 * b * heads * sequence_len;
   }
   return replicated * share.tokens + split / share.tensor;
+}
+
+double dar_prefix_retained_bytes(const Config& config, double tokens) {
+  if (!config.dar.enabled() || config.dar.kernel != DarKernel::prefix) {
+    return 0.0;
+  }
+  const LayerCounts counts = layer_counts(config);
+  const int64_t layers = config.model.n_layers;
+  const int64_t K = config.dar.block_layers;
+  const int64_t N = counts.dar_blocks;
+  const double n = static_cast<double>(counts.dar_streams);
+  const double B = static_cast<double>(dtype_bytes(config.train.dtype));
+  const double width = static_cast<double>(config.model.d_model);
+  // (query, source) pairs per stream: block b's phase-1 read has 2 K_b
+  // queries over b sources (H_0..H_{b-1}); every branch at block position
+  // i >= 2 merges one partial; the output read has one query over N + 1.
+  double pairs = 0.0;
+  for (int64_t b = 1; b <= N; ++b) {
+    const int64_t block_layers = std::min<int64_t>(K, layers - (b - 1) * K);
+    pairs += 2.0 * static_cast<double>(block_layers * b);
+  }
+  pairs += static_cast<double>(2 * layers - N) + static_cast<double>(N + 1);
+  // Logits and shifted scores (fp32) per pair and stream; the retrieved
+  // state (activation dtype) of each phase-1 query and of the output read.
+  const double logits = 2.0 * 4.0 * pairs * n * tokens;
+  const double retrieved = static_cast<double>(2 * layers + 1) * n * tokens * width * B;
+  return logits + retrieved;
 }
 
 MemoryBreakdown memory_from_params(const Config& config, double total_params,
@@ -230,6 +264,13 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
       dar_transient = (blocks + 1.0) * n * T * width * B +
                       branches_per_block * n * T * (2.0 * width * B + 4.0) +
                       4.0 * n * T * width * B;
+      if (config.dar.kernel == DarKernel::prefix) {
+        // The paper's prefix kernels keep the retrieved states (no recompute:
+        // S n T d fewer), rebuild the packed keys and values of the block's
+        // sources (at most N entries) and hold their gradients: 4 N n T d.
+        mem.dar_retained = dar_prefix_retained_bytes(config, T);
+        dar_transient += 4.0 * blocks * n * T * width * B - branches_per_block * n * T * width * B;
+      }
     }
 
     const double head_workspace = T * vocab * (B + 4.0);
@@ -248,7 +289,7 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
     mem.workspace = std::max(head_workspace, layer_workspace);
   }
   mem.peak = mem.weights + mem.gradients + mem.optimizer + mem.activations + mem.router_buffers +
-             mem.dar_bank + mem.kv_cache + mem.workspace;
+             mem.dar_bank + mem.dar_retained + mem.kv_cache + mem.workspace;
   mem.fits = device_memory_bytes <= 0.0 || mem.peak <= device_memory_bytes;
   return mem;
 }

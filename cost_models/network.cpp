@@ -7,7 +7,7 @@
 //   name = "NVLink 3 / NVSwitch"
 //   bus_bandwidth = 230e9                # bytes/s per GPU: achieved NCCL busbw
 //   link_bandwidth = 300e9               # bytes/s per GPU per direction (datasheet)
-//   latency_s = 8e-6                     # per algorithm step
+//   latency_s = 3.4e-6                   # ring Simple step latency (NCCL's model)
 //   [[network.intra_node.collectives]]   # optional measured table (nccl-tests)
 //   kind = "all_reduce"
 //   ranks = 8
@@ -79,6 +79,8 @@ double collective_bus_factor(Collective kind, int64_t ranks) {
 
 namespace {
 
+// Latency steps of the plain formula: a tree-like ceil(log2 p), twice for
+// all-reduce, one for send / recv.
 double latency_steps(Collective kind, int64_t ranks) {
   if (kind == Collective::send_recv) {
     return 1.0;
@@ -115,7 +117,6 @@ double collective_time_s(const NetworkProfile& network, Collective kind, double 
     return 0.0;
   }
   const NetworkLevel& net = level == NetLevel::intra_node ? network.intra_node : network.inter_node;
-  const double factor = collective_bus_factor(kind, ranks);
   const double nics =
       level == NetLevel::inter_node ? static_cast<double>(std::max<int64_t>(1, members_per_node))
                                     : 1.0;
@@ -141,6 +142,7 @@ double collective_time_s(const NetworkProfile& network, Collective kind, double 
   }
   if (nearest != nullptr) {
     // Same bus bandwidth at another group size: rescale by the bus factor.
+    const double factor = collective_bus_factor(kind, ranks);
     const double table_factor = collective_bus_factor(kind, nearest->ranks);
     return (table_factor > 0.0 ? nearest_time_s * factor / table_factor : nearest_time_s) / nics;
   }
@@ -153,27 +155,35 @@ double collective_time_s(const NetworkProfile& network, Collective kind, double 
   } else {
     bandwidth *= efficiency.intra_node;
   }
-  return net.latency_s * latency_steps(kind, ranks) + factor * bytes / bandwidth;
+  if (!efficiency.nccl_protocols) {
+    return net.latency_s * latency_steps(kind, ranks) +
+           collective_bus_factor(kind, ranks) * bytes / bandwidth;
+  }
+  // NCCL's own cost model over the nodes the group spans (collective_model.cpp).
+  const int64_t per_node = std::max<int64_t>(1, members_per_node);
+  const int64_t nodes = level == NetLevel::inter_node ? (ranks + per_node - 1) / per_node : 1;
+  return nccl_collective_time_s(kind, bytes, ranks, nodes, bandwidth, network.intra_node.latency_s,
+                                network.inter_node.latency_s);
 }
 
 const NetworkProfile& network_or_default(const DeviceProfile& profile) {
   if (profile.network.present) {
     return profile.network;
   }
-  // No [network]: an HGX-class node (NVLink 4 busbw ~360 GB/s, one 400 Gb/s
-  // NIC per GPU at ~40 GB/s busbw); see docs/cluster.md.
+  // No [network]: an HGX-class node (NVLink 4 busbw ~370 GB/s, one 400 Gb/s
+  // NIC per GPU at ~40 GB/s busbw; NCCL's step latencies); see docs/cluster.md.
   static const NetworkProfile fallback = [] {
     NetworkProfile n;
     n.present = false;
     n.gpus_per_node = 8;
     n.intra_node.name = "NVLink (default, not measured)";
-    n.intra_node.bus_bandwidth = 360e9;
+    n.intra_node.bus_bandwidth = 370e9;
     n.intra_node.link_bandwidth = 450e9;
-    n.intra_node.latency_s = 8e-6;
+    n.intra_node.latency_s = 3.4e-6;
     n.inter_node.name = "400 Gb/s InfiniBand (default, not measured)";
     n.inter_node.bus_bandwidth = 40e9;
     n.inter_node.link_bandwidth = 50e9;
-    n.inter_node.latency_s = 15e-6;
+    n.inter_node.latency_s = 9.6e-6;
     return n;
   }();
   return fallback;

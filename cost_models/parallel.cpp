@@ -19,13 +19,16 @@
 // the whole sequence (b s x 4 bytes) per routed layer.  Pipeline: one send of
 // the activation (b s d B / t: Megatron's scatter/gather optimisation) per
 // boundary forward and one back, plus the AttnRes / DAR history bank.
-// Data parallel: one all-reduce of the fp32 gradients (ZeRO >= 1:
+// Data parallel: one all-reduce of the main gradients (fp32; fp16 for fp16
+// training, as Megatron keeps them; ZeRO >= 1:
 // reduce-scatter, then an all-gather of the updated bf16 weights; ZeRO 3:
 // all-gathers of each layer's weights forward and backward per micro-batch).
 #include "modar/parallel.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 
@@ -45,6 +48,51 @@ bool starts_with(const char* text, const char* prefix) {
   return std::strncmp(text, prefix, std::strlen(prefix)) == 0;
 }
 
+// Where an op record's time goes, from its label (Buckets::take).
+struct LabelPlace {
+  enum Part : uint8_t { layers, first, last, prefix };
+  Part part = layers;
+  bool token_wise = false;  // token-wise on full d_model rows: sharded by tokens under SP
+  bool depth = false;       // a DAR depth op ("dar.")
+};
+
+LabelPlace label_place(const char* label) {
+  LabelPlace place;
+  place.token_wise = starts_with(label, "attn.norm") || starts_with(label, "mlp.norm") ||
+                     starts_with(label, "residual.") || starts_with(label, "final.norm") ||
+                     starts_with(label, "dar.") || starts_with(label, "mod.router") ||
+                     starts_with(label, "moe.router") || starts_with(label, "moe.topk") ||
+                     starts_with(label, "dropout.") || starts_with(label, "embedding.dropout");
+  if (starts_with(label, "embedding") || starts_with(label, "dar.bank_init")) {
+    place.part = LabelPlace::first;
+  } else if (starts_with(label, "final.norm") || starts_with(label, "head") ||
+             starts_with(label, "loss.") || starts_with(label, "dar.output")) {
+    place.part = LabelPlace::last;
+  } else if (starts_with(label, "dar.prefix")) {
+    place.part = LabelPlace::prefix;
+  }
+  place.depth = starts_with(label, "dar.");
+  return place;
+}
+
+// label_place() memoised by the label's address (labels are static strings,
+// ops.hpp; a slot holds one address, so a collision only recomputes): the
+// layout search lowers the same few dozen labels millions of times.
+LabelPlace cached_label_place(const char* label) {
+  struct Slot {
+    const char* label = nullptr;
+    LabelPlace place;
+  };
+  constexpr size_t kSlots = 512;
+  thread_local std::array<Slot, kSlots> slots{};
+  Slot& slot = slots[(reinterpret_cast<uintptr_t>(label) >> 3) & (kSlots - 1)];
+  if (slot.label != label) {
+    slot.place = label_place(label);
+    slot.label = label;
+  }
+  return slot.place;
+}
+
 // Time of one micro-batch's ops by where they run.
 struct Buckets final : detail::OpConsumer {
   Buckets(const TimingModel& timing, double token_share, AttentionKernel kernel,
@@ -56,33 +104,34 @@ struct Buckets final : detail::OpConsumer {
     }
     TimingModel::Source source = TimingModel::Source::roofline;
     double seconds = detail::attention_kernel_time_s(op, timing_, kernel_, dropout_, &source) *
-                     static_cast<double>(op.multiplicity);
+                     static_cast<double>(op.multiplicity) * op.weight;
     const char* label = op.label;
-    // Token-wise ops on full d_model rows: sharded by tokens under SP.
-    const bool token_wise = starts_with(label, "attn.norm") || starts_with(label, "mlp.norm") ||
-                            starts_with(label, "residual.") || starts_with(label, "final.norm") ||
-                            starts_with(label, "dar.") || starts_with(label, "mod.router") ||
-                            starts_with(label, "moe.router") || starts_with(label, "moe.topk") ||
-                            starts_with(label, "dropout.") ||
-                            starts_with(label, "embedding.dropout");
-    if (token_wise) {
+    const LabelPlace place = cached_label_place(label);
+    if (place.token_wise) {
       seconds *= share_;
     }
-    if (starts_with(label, "embedding") || starts_with(label, "dar.bank_init")) {
-      first += seconds;
-    } else if (starts_with(label, "final.norm") || starts_with(label, "head") ||
-               starts_with(label, "loss.") || starts_with(label, "dar.output")) {
-      last += seconds;
-    } else if (starts_with(label, "dar.prefix")) {
-      prefix += seconds;  // replaced by per-block times in estimate_cluster
-    } else {
-      layers += seconds;
-      if (starts_with(label, "dar.")) {
-        depth_reads += seconds;
-      }
+    switch (place.part) {
+      case LabelPlace::first:
+        first += seconds;
+        break;
+      case LabelPlace::last:
+        last += seconds;
+        break;
+      case LabelPlace::prefix:
+        prefix += seconds;  // replaced by per-block times in estimate_cluster
+        break;
+      case LabelPlace::layers:
+        layers += seconds;
+        if (place.depth) {
+          depth_reads += seconds;
+        }
+        break;
     }
-    if (starts_with(label, "dar.")) {
+    if (place.depth) {
       all_depth_reads += seconds;
+    }
+    if (op.shape.kind == OpKind::gemm && op.pass != Pass::recompute) {
+      add_linear_gemm(label, seconds);
     }
     if (op.shape.kind == OpKind::attention) {
       (op.pass == Pass::backward ? attention_backward : attention_forward) +=
@@ -91,8 +140,35 @@ struct Buckets final : detail::OpConsumer {
   }
   double first = 0, last = 0, prefix = 0, layers = 0, depth_reads = 0, all_depth_reads = 0;
   double attention_forward = 0, attention_backward = 0;  // the core attention ops
+  RankCompute::LinearGemms forward, dgrad, wgrad;
 
  private:
+  // The tensor-parallel linears' GEMMs by pass ("attn.qkv", "attn.qkv.dgrad",
+  // "attn.qkv.wgrad", ...; SwiGLU's fused gate and up count as up).
+  void add_linear_gemm(const char* label, double seconds) {
+    static const struct {
+      const char* name;
+      double RankCompute::LinearGemms::*field;
+    } kLinears[] = {{"attn.qkv", &RankCompute::LinearGemms::qkv},
+                    {"attn.out", &RankCompute::LinearGemms::out},
+                    {"mlp.up", &RankCompute::LinearGemms::up},
+                    {"mlp.gate_up", &RankCompute::LinearGemms::up},
+                    {"mlp.down", &RankCompute::LinearGemms::down}};
+    for (const auto& linear : kLinears) {
+      const size_t n = std::strlen(linear.name);
+      if (std::strncmp(label, linear.name, n) != 0) {
+        continue;
+      }
+      const char* suffix = label + n;
+      if (*suffix == '\0') {
+        forward.*linear.field += seconds;
+      } else if (std::strcmp(suffix, ".dgrad") == 0) {
+        dgrad.*linear.field += seconds;
+      } else if (std::strcmp(suffix, ".wgrad") == 0) {
+        wgrad.*linear.field += seconds;
+      }
+    }
+  }
   const TimingModel& timing_;
   double share_;
   AttentionKernel kernel_;
@@ -446,6 +522,9 @@ class StageMemoryModel {
       // The bank this stage holds per micro-batch in flight: every entry up to
       // the end of its last chunk (received or produced here).
       mem.dar_bank = bank_entries_at(end_layer) * entry_bytes_ * token_share * in_flight;
+      // The prefix kernels' retained outputs, spread evenly over the layers.
+      mem.dar_retained = detail::dar_prefix_retained_bytes(config_, T) * token_share *
+                         static_cast<double>(layers) / static_cast<double>(L_) * in_flight;
     }
     // Transients: the head's logits (last stage), one layer's backward, and
     // under ZeRO 3 two gathered layers (current + prefetch).
@@ -478,8 +557,8 @@ class StageMemoryModel {
                                         gathered);
     }
     mem.workspace = std::max(head_ws, layer_ws);
-    mem.peak = mem.weights + mem.gradients + mem.optimizer + mem.activations +
-               mem.router_buffers + mem.dar_bank + mem.workspace;
+    mem.peak = mem.weights + mem.gradients + mem.optimizer + mem.activations + mem.router_buffers +
+               mem.dar_bank + mem.dar_retained + mem.workspace;
     mem.fits = mem.capacity <= 0.0 || mem.peak <= mem.capacity;
     return mem;
   }
@@ -548,6 +627,8 @@ RankCompute rank_compute(const Config& config, const TimingModel& timing) {
   const double layers = static_cast<double>(L);
   double full_layer_s = real.layers / layers;
   double routed_layer_s = full_layer_s;
+  const Buckets* full_layers = &real;
+  Buckets plain(timing, token_share, config.train.attention_kernel, attention_dropout);
   out.full_attention_forward_s = real.attention_forward / layers;
   out.full_attention_backward_s = real.attention_backward / layers;
   out.routed_attention_forward_s = out.full_attention_forward_s;
@@ -555,8 +636,8 @@ RankCompute rank_compute(const Config& config, const TimingModel& timing) {
   if (counts.routed_layers > 0) {
     Config dense = shard;
     dense.mod.every = 0;
-    Buckets plain(timing, token_share, config.train.attention_kernel, attention_dropout);
     detail::lower_streaming(dense, StepKind::train, shard_params, view, plain);
+    full_layers = &plain;
     full_layer_s = plain.layers / layers;
     const double full = static_cast<double>(counts.full_layers);
     const double routed = static_cast<double>(counts.routed_layers);
@@ -573,6 +654,15 @@ RankCompute rank_compute(const Config& config, const TimingModel& timing) {
   out.full_layer_s = full_layer_s;
   out.routed_layer_s = routed_layer_s;
   out.all_depth_reads_s = real.all_depth_reads;
+  // The linears of a full layer (the dense lowering's, per layer).
+  const auto per_layer = [&](RankCompute::LinearGemms gemms) {
+    const double layers = static_cast<double>(L);
+    return RankCompute::LinearGemms{gemms.qkv / layers, gemms.out / layers, gemms.up / layers,
+                                    gemms.down / layers};
+  };
+  out.forward_gemms = per_layer(full_layers->forward);
+  out.dgrad_gemms = per_layer(full_layers->dgrad);
+  out.wgrad_gemms = per_layer(full_layers->wgrad);
   return out;
 }
 
@@ -586,8 +676,8 @@ struct ClusterContext {
         timing(timing_in),
         network(network_or_default(timing_in.profile())),
         kernel(timing_in.rates().params),
-        efficiency{kernel.collective_efficiency_intra_node,
-                   kernel.collective_efficiency_inter_node},
+        efficiency{kernel.collective_efficiency_intra_node, kernel.collective_efficiency_inter_node,
+                   timing_in.shape_aware()},
         par(config_in.parallel),
         counts(layer_counts(config_in)),
         plan(detail::recompute_plan(config_in)),
@@ -751,8 +841,69 @@ struct LayerComm {
   int64_t score_group = 1;
   NetLevel score_level = NetLevel::intra_node;
   double tp_full_s = 0, tp_routed_s = 0, ep_full_s = 0, ep_routed_s = 0, tp_ends_s = 0;
+  // Tensor-parallel time hidden behind GEMMs (parallel.tp_comm_overlap), per
+  // layer and micro-batch, and the exposed share of each pass's collectives
+  // (full layers: the records of `estimate --ops`).
+  double tp_full_hidden_s = 0, tp_routed_hidden_s = 0;
+  double tp_forward_exposed = 1.0, tp_backward_exposed = 1.0;
   RingTime ring_full, ring_routed;
 };
+
+// One layer's tensor-parallel collectives per micro-batch: 2 per forward pass
+// and 2 in backward (SP: all-gather + reduce-scatter in place of each
+// all-reduce), each exposed but for what parallel.tp_comm_overlap hides
+// behind the GEMM it runs beside (Megatron-LM / Transformer Engine; docs/
+// cluster.md "Overlap").  `gemm_scale` scales the full layer's GEMM times to
+// this layer's rows (MoD-routed layers: k of s).
+struct TpLayerTime {
+  double exposed_s = 0, total_s = 0, forward_exposed = 1.0, backward_exposed = 1.0;
+};
+
+TpLayerTime tp_layer_time(const ClusterContext& c, const RankCompute& compute, double bytes,
+                          double gemm_scale) {
+  TpLayerTime out;
+  if (c.t <= 1) {
+    return out;
+  }
+  const NetLevel level = c.placement.tensor;
+  const TpCommOverlap overlap = c.par.tp_comm_overlap;
+  const RankCompute::LinearGemms& fwd = compute.forward_gemms;
+  const RankCompute::LinearGemms& dgrad = compute.dgrad_gemms;
+  const RankCompute::LinearGemms& wgrad = compute.wgrad_gemms;
+  const auto exposed = [&](double comm_s, double gemm_s) {
+    return std::max(0.0, comm_s - gemm_s * gemm_scale);
+  };
+  double forward = 0, backward = 0, pass_total = 0;
+  if (!c.sp) {
+    // All-reduces after the row-parallel out and down (forward, nothing to
+    // hide behind) and of the column-parallel qkv and up inputs' gradients
+    // (backward, beside their weight-gradient GEMMs).
+    const double ar = c.comm(Collective::all_reduce, bytes, c.t, level, c.tp_per_node);
+    pass_total = 2.0 * ar;
+    forward = pass_total;
+    backward = overlap == TpCommOverlap::none ? pass_total
+                                              : exposed(ar, wgrad.qkv) + exposed(ar, wgrad.up);
+  } else {
+    const double ag = c.comm(Collective::all_gather, bytes, c.t, level, c.tp_per_node);
+    const double rs = c.comm(Collective::reduce_scatter, bytes, c.t, level, c.tp_per_node);
+    pass_total = 2.0 * (ag + rs);
+    forward = pass_total;
+    backward = overlap == TpCommOverlap::none
+                   ? pass_total
+                   : 2.0 * ag + exposed(rs, wgrad.qkv) + exposed(rs, wgrad.up);
+    if (overlap == TpCommOverlap::full) {
+      forward =
+          exposed(ag, fwd.qkv) + exposed(ag, fwd.up) + exposed(rs, fwd.out) + exposed(rs, fwd.down);
+      backward = exposed(ag, dgrad.out) + exposed(ag, dgrad.down) + exposed(rs, wgrad.qkv) +
+                 exposed(rs, wgrad.up);
+    }
+  }
+  out.total_s = (c.fwd_passes + 1.0) * pass_total;
+  out.exposed_s = c.fwd_passes * forward + backward;
+  out.forward_exposed = pass_total > 0 ? forward / pass_total : 1.0;
+  out.backward_exposed = pass_total > 0 ? backward / pass_total : 1.0;
+  return out;
+}
 
 LayerComm layer_comm(const ClusterContext& c, const RankCompute& compute) {
   LayerComm out;
@@ -760,20 +911,6 @@ LayerComm layer_comm(const ClusterContext& c, const RankCompute& compute) {
   const NetLevel level = c.placement.tensor;
   out.full_rows_bytes = c.T * c.d * c.B;
   out.routed_rows_bytes = c.b * c.k * c.d * c.B;
-  // Tensor parallelism: per layer 2 collectives per forward pass and 2 in
-  // backward (SP: all-gather + reduce-scatter in place of each all-reduce).
-  const auto tp_time = [&](double bytes) {
-    if (t <= 1) {
-      return 0.0;
-    }
-    if (c.sp) {
-      return (c.fwd_passes + 1.0) * 2.0 *
-             (c.comm(Collective::all_gather, bytes, t, level, c.tp_per_node) +
-              c.comm(Collective::reduce_scatter, bytes, t, level, c.tp_per_node));
-    }
-    return (c.fwd_passes + 1.0) * 2.0 *
-           c.comm(Collective::all_reduce, bytes, t, level, c.tp_per_node);
-  };
   // MoD's per-sequence top-k needs the router scores of the whole sequence:
   // an all-gather of b s fp32 scores per routed layer over the ranks holding
   // parts of it (the tensor group under SP, times the context group).
@@ -821,18 +958,23 @@ LayerComm layer_comm(const ClusterContext& c, const RankCompute& compute) {
     }
     return seconds;
   };
-  const double tp_full_layer_s = tp_time(out.full_rows_bytes);
-  const double tp_routed_layer_s = tp_time(out.routed_rows_bytes);
-  out.ep_full_s = moe_comm_s(c.T, tp_full_layer_s);
-  out.ep_routed_s = moe_comm_s(c.b * c.k, tp_routed_layer_s);
-  // Per layer on the critical path: the tensor collectives and the ring's
-  // exposed part.
+  const TpLayerTime full = tp_layer_time(c, compute, out.full_rows_bytes, 1.0);
+  const TpLayerTime routed =
+      tp_layer_time(c, compute, out.routed_rows_bytes, c.s > 0 ? c.k / c.s : 1.0);
+  out.ep_full_s = moe_comm_s(c.T, full.exposed_s);
+  out.ep_routed_s = moe_comm_s(c.b * c.k, routed.exposed_s);
+  // Per layer on the critical path: the tensor collectives (less what
+  // parallel.tp_comm_overlap hides) and the ring's exposed part.
   out.ring_full =
       ring_time(c, c.T, compute.full_attention_forward_s, compute.full_attention_backward_s);
   out.ring_routed = ring_time(c, c.b * c.k, compute.routed_attention_forward_s,
                               compute.routed_attention_backward_s);
-  out.tp_full_s = tp_full_layer_s + out.ring_full.exposed;
-  out.tp_routed_s = tp_routed_layer_s + score_gather_s + out.ring_routed.exposed;
+  out.tp_full_s = full.exposed_s + out.ring_full.exposed;
+  out.tp_routed_s = routed.exposed_s + score_gather_s + out.ring_routed.exposed;
+  out.tp_full_hidden_s = full.total_s - full.exposed_s;
+  out.tp_routed_hidden_s = routed.total_s - routed.exposed_s;
+  out.tp_forward_exposed = full.forward_exposed;
+  out.tp_backward_exposed = full.backward_exposed;
   // Embedding (vocab-parallel lookup: all-reduce forward) and head (input
   // gradient all-reduce backward); SP: all-gather / reduce-scatter instead.
   if (t > 1) {
@@ -861,8 +1003,37 @@ double dar_prefix_s(const ClusterContext& c, int64_t block) {
                                       .variant = static_cast<int64_t>(c.config.dar.variant)},
                   c.config.train.dtype);
   TimingModel::Source source = TimingModel::Source::roofline;
-  return c.timing.op_time_s(shape, Pass::forward, &source) +
-         c.timing.op_time_s(shape, Pass::backward, &source);
+  double seconds = c.timing.op_time_s(shape, Pass::forward, &source) +
+                   c.timing.op_time_s(shape, Pass::backward, &source);
+  if (c.config.dar.kernel == DarKernel::prefix) {
+    // The packs of the paper's prefix kernels (lowering.cpp depth_read):
+    // forward, rebuilt in the backward, and their gradients folded back.
+    const int64_t rows = block * c.n_streams * tokens;
+    const DType dtype = c.config.train.dtype;
+    const OpShape keys = OpShape::of(RmsnormDims{.rows = rows, .width = model.d_model}, dtype);
+    const OpShape values = OpShape::of(GatherDims{.rows = rows, .width = model.d_model}, dtype);
+    const OpShape values_grad =
+        OpShape::of(ScatterAddDims{.rows = rows, .width = model.d_model}, dtype);
+    seconds += 2.0 * c.timing.op_time_s(keys, Pass::forward, &source) +
+               c.timing.op_time_s(keys, Pass::backward, &source) +
+               2.0 * c.timing.op_time_s(values, Pass::forward, &source) +
+               c.timing.op_time_s(values_grad, Pass::backward, &source);
+  }
+  return seconds;
+}
+
+// dar_prefix_s() memoised in `compute` (the shape and the compute's layout
+// fix it; every layout sharing the compute reads the same blocks).
+double block_prefix_s(const ClusterContext& c, const RankCompute& compute, int64_t block) {
+  std::vector<double>& memo = compute.dar_prefix_block_s;
+  const size_t at = static_cast<size_t>(block - 1);
+  if (memo.size() <= at) {
+    memo.resize(at + 1, NAN);
+  }
+  if (std::isnan(memo[at])) {
+    memo[at] = dar_prefix_s(c, block);
+  }
+  return memo[at];
 }
 
 // Each layer's time per micro-batch on the critical path: its compute and
@@ -880,7 +1051,7 @@ std::vector<double> layer_costs(const ClusterContext& c, const RankCompute& comp
       cost += routed ? comm.ep_routed_s : comm.ep_full_s;
     }
     if (c.depth && l % c.K == 0) {
-      cost += dar_prefix_s(c, l / c.K + 1);
+      cost += block_prefix_s(c, compute, l / c.K + 1);
     }
     partition_cost[static_cast<size_t>(l)] = cost;
   }
@@ -900,12 +1071,12 @@ std::vector<int64_t> pipeline_chunks(const ClusterContext& c, const RankCompute&
   }
   for (const RankCompute::Split& split : compute.balanced_splits) {
     if (split.chunks == c.chunks && split.pipeline == c.p &&
-        split.gpus_per_node == c.gpus_per_node) {
+        split.gpus_per_node == c.gpus_per_node && split.tp_comm_overlap == c.par.tp_comm_overlap) {
       return split.sizes;
     }
   }
   std::vector<int64_t> sizes = balanced_partition(layer_costs(c, compute, comm), c.chunks);
-  compute.balanced_splits.push_back({c.chunks, c.p, c.gpus_per_node, sizes});
+  compute.balanced_splits.push_back({c.chunks, c.p, c.gpus_per_node, c.par.tp_comm_overlap, sizes});
   return sizes;
 }
 
@@ -933,6 +1104,7 @@ void assemble_stages(const ClusterContext& c, const RankCompute& compute, const 
       const bool routed = c.config.mod.is_routed(l);
       stage.compute_s += routed ? compute.routed_layer_s : compute.full_layer_s;
       stage.exposed_comm_s += routed ? comm.tp_routed_s : comm.tp_full_s;
+      out.overlapped_comm_s += c.m * (routed ? comm.tp_routed_hidden_s : comm.tp_full_hidden_s);
       if (c.config.moe.is_moe_layer(l)) {
         stage.exposed_comm_s += routed ? comm.ep_routed_s : comm.ep_full_s;
         stage.moe_layers_here += routed ? 0 : 1;
@@ -940,7 +1112,7 @@ void assemble_stages(const ClusterContext& c, const RankCompute& compute, const 
       }
       stage.routed_layers += routed ? 1 : 0;
       if (c.depth && l % c.K == 0) {
-        stage.compute_s += dar_prefix_s(c, l / c.K + 1);
+        stage.compute_s += block_prefix_s(c, compute, l / c.K + 1);
       }
     }
     stage.layers += size;
@@ -978,10 +1150,22 @@ void assemble_stages(const ClusterContext& c, const RankCompute& compute, const 
     stage.bank_send_bytes += bank_sent;
     // Forward send out of this chunk and the gradient coming back (same size).
     const double one = c.comm(Collective::send_recv, send, 2, c.placement.pipeline);
-    stage.exposed_comm_s += one;
-    out.stages[static_cast<size_t>((chunk + 1) % p)].exposed_comm_s += one;
+    // Megatron-LM's scatter / gather (Narayanan et al. 2021, section 4.1):
+    // without SP every tensor rank holds the whole activation, sends 1 / t of
+    // it, and the receiving tensor group all-gathers the t pieces over NVLink
+    // before using it (forward on the next stage, the gradient backward here).
+    const double gather = c.t > 1 && !c.sp
+                              ? c.comm(Collective::all_gather, send * static_cast<double>(c.t), c.t,
+                                       c.placement.tensor, c.tp_per_node)
+                              : 0.0;
+    stage.exposed_comm_s += one + gather;
+    out.stages[static_cast<size_t>((chunk + 1) % p)].exposed_comm_s += one + gather;
     out.comm.push_back({Collective::send_recv, "pp.activation", "pipeline", Pass::forward, 2,
                         c.placement.pipeline, send, 0.0, one, 1.0});
+    if (gather > 0.0) {
+      out.comm.push_back({Collective::all_gather, "pp.gather", "tensor", Pass::forward, c.t,
+                          c.placement.tensor, send * static_cast<double>(c.t), 0.0, gather, 1.0});
+    }
   }
   out.bank_send_bytes_uncached = uncached_bytes_total;
   out.bank_send_bytes_cached = cached_bytes_total;
@@ -1001,6 +1185,7 @@ void assemble_stages(const ClusterContext& c, const RankCompute& compute, const 
 struct StepParts {
   double slowest = 0.0;  // the slowest stage's time per micro-batch
   double grad_exposed = 0.0, gather_exposed = 0.0, optimizer = 0.0, overlapped = 0.0;
+  double grad_norm = 0.0;         // the slowest stage's norm pass + the norm's all-reduce
   double zero3_gather_one = 0.0;  // one layer's ZeRO-3 all-gather
 };
 
@@ -1016,7 +1201,9 @@ StepParts stage_data_parallel(const ClusterContext& c, const LayerComm& comm,
     parts.zero3_gather_one =
         c.comm(Collective::all_gather, memory.layer_param_bytes(), dp, data_level, c.dp_per_node);
   }
-  const double grad_bytes_per_param = StageMemoryModel::kGradBytesPerParam;
+  // The main gradients as reduced (memory keeps fp32: the fp16 path's copy
+  // into fp32 exists at the optimizer step).
+  const double grad_bytes_per_param = detail::main_grad_bytes_per_param(c.config);
   double worst_peak = -1.0;
   for (int64_t i = 0; i < c.p; ++i) {
     StageSummary& stage = out.stages[static_cast<size_t>(i)];
@@ -1113,6 +1300,11 @@ StepParts stage_data_parallel(const ClusterContext& c, const LayerComm& comm,
         c.config.train.dtype);
     TimingModel::Source source = TimingModel::Source::roofline;
     parts.optimizer = std::max(parts.optimizer, c.timing.op_time_s(update, Pass::forward, &source));
+    // The gradient norm over this rank's main gradients (ZeRO >= 1: its shard).
+    parts.grad_norm = std::max(
+        parts.grad_norm,
+        detail::grad_norm_time_s(stage.params / static_cast<double>(par.zero >= 1 ? dp : 1),
+                                 c.config, c.timing.rates()));
     // Memory per device on this stage.
     stage.memory = memory.memory(i, stage.layers, stage.routed_layers,
                                  stage.chunk_first_layer.back() + stage.chunk_layers.back(),
@@ -1193,19 +1385,20 @@ void add_comm_records(const ClusterContext& c, const LayerComm& comm,
       const double ag = c.comm(Collective::all_gather, bytes, t, tensor_level, c.tp_per_node);
       const double rs = c.comm(Collective::reduce_scatter, bytes, t, tensor_level, c.tp_per_node);
       out.comm.push_back({Collective::all_gather, label, "tensor", Pass::forward, t, tensor_level,
-                          bytes, per_pass * c.fwd_passes, ag, 1.0});
+                          bytes, per_pass * c.fwd_passes, ag, comm.tp_forward_exposed});
       out.comm.push_back({Collective::reduce_scatter, label, "tensor", Pass::forward, t,
-                          tensor_level, bytes, per_pass * c.fwd_passes, rs, 1.0});
+                          tensor_level, bytes, per_pass * c.fwd_passes, rs,
+                          comm.tp_forward_exposed});
       out.comm.push_back({Collective::all_gather, label, "tensor", Pass::backward, t, tensor_level,
-                          bytes, per_pass, ag, 1.0});
+                          bytes, per_pass, ag, comm.tp_backward_exposed});
       out.comm.push_back({Collective::reduce_scatter, label, "tensor", Pass::backward, t,
-                          tensor_level, bytes, per_pass, rs, 1.0});
+                          tensor_level, bytes, per_pass, rs, comm.tp_backward_exposed});
     } else {
       const double ar = c.comm(Collective::all_reduce, bytes, t, tensor_level, c.tp_per_node);
       out.comm.push_back({Collective::all_reduce, label, "tensor", Pass::forward, t, tensor_level,
-                          bytes, per_pass * c.fwd_passes, ar, 1.0});
+                          bytes, per_pass * c.fwd_passes, ar, comm.tp_forward_exposed});
       out.comm.push_back({Collective::all_reduce, label, "tensor", Pass::backward, t, tensor_level,
-                          bytes, per_pass, ar, 1.0});
+                          bytes, per_pass, ar, comm.tp_backward_exposed});
     }
   };
   if (t > 1) {
@@ -1247,10 +1440,10 @@ void add_comm_records(const ClusterContext& c, const LayerComm& comm,
                         2.0 * static_cast<double>(first.layers) * c.m, zero3_gather_one,
                         c.par.overlap_param_gather ? 0.0 : 1.0});
   }
-  // Pipeline sends are listed once per boundary; per step: forward and
-  // backward of m micro-batches.
+  // Pipeline sends (and their scatter / gather all-gathers) are listed once
+  // per boundary; per step: forward and backward of m micro-batches.
   for (CommRecord& record : out.comm) {
-    if (std::strcmp(record.group, "pipeline") == 0) {
+    if (std::strncmp(record.label, "pp.", 3) == 0) {
       record.count = 2.0 * c.m;
     }
   }
@@ -1290,11 +1483,18 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
   out.grad_reduce_exposed_s = parts.grad_exposed;
   out.param_gather_exposed_s = parts.gather_exposed;
   out.optimizer_s = parts.optimizer;
+  // The squared norms of every model-parallel rank (and, sharded, every
+  // data-parallel one) summed by one 4-byte all-reduce (latency-bound).
+  const int64_t norm_ranks = c.t * c.p * (c.par.zero >= 1 ? c.dp : 1);
+  const NetLevel norm_level =
+      norm_ranks <= c.gpus_per_node ? NetLevel::intra_node : NetLevel::inter_node;
+  out.grad_norm_s = parts.grad_norm + c.comm(Collective::all_reduce, 4.0, norm_ranks, norm_level,
+                                             std::min<int64_t>(norm_ranks, c.gpus_per_node));
   out.exposed_comm_s = c.m * slow.exposed_comm_s + parts.grad_exposed + parts.gather_exposed;
-  out.overlapped_comm_s = parts.overlapped;
+  out.overlapped_comm_s += parts.overlapped;
   out.step_overhead_s = c.kernel.step_overhead_s;
   out.step_s = ideal + out.bubble_s + parts.grad_exposed + parts.gather_exposed + parts.optimizer +
-               out.step_overhead_s;
+               out.grad_norm_s + out.step_overhead_s;
   return out;
 }
 

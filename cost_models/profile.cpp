@@ -239,6 +239,26 @@ DeviceProfile parse_profile_toml(const std::string& toml_text, const std::string
         }
         m.repeats = repeats->as_integer()->get();
       }
+      if (const toml::node* rounds = entry->get("rounds")) {
+        if (!rounds->is_integer() || rounds->as_integer()->get() < 0) {
+          fail_field(source_name, where + "rounds", "a value", "must be an integer >= 0");
+        }
+        m.rounds = rounds->as_integer()->get();
+      }
+      if (const toml::node* round_spread = entry->get("round_spread")) {
+        m.round_spread = read_number(*round_spread, source_name, where + "round_spread");
+        if (!(m.round_spread >= 0.0 && std::isfinite(m.round_spread))) {
+          fail_field(source_name, where + "round_spread", format_number(m.round_spread),
+                     "must be a finite number >= 0 ((max - min) / median of the rounds)");
+        }
+      }
+      if (const toml::node* drift = entry->get("drift")) {
+        if (!drift->is_boolean()) {
+          fail_field(source_name, where + "drift", detail::toml_node_text(*drift),
+                     "must be true or false");
+        }
+        m.drift = drift->as_boolean()->get();
+      }
       profile.measurements.push_back(m);
     }
   }
@@ -385,6 +405,13 @@ std::string to_toml(const DeviceProfile& profile) {
     out << "median_s = " << toml_float_literal(m.median_s) << "\n";
     out << "spread = " << toml_float_literal(m.spread) << "\n";
     out << "repeats = " << m.repeats << "\n";
+    if (m.rounds > 0) {
+      out << "rounds = " << m.rounds << "\n";
+      out << "round_spread = " << toml_float_literal(m.round_spread) << "\n";
+    }
+    if (m.drift) {
+      out << "drift = true\n";
+    }
   }
   out << detail::kernel_to_toml(profile.kernel);    // [kernel] (kernel_model/)
   out << detail::network_to_toml(profile.network);  // [network] (network.cpp)

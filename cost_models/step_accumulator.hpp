@@ -30,16 +30,16 @@ class StepAccumulator final : public OpConsumer {
     const double multiplicity = static_cast<double>(op.multiplicity);
     const bool per_step = op.shape.kind == OpKind::optimizer_update;
     const double copies = per_step ? multiplicity : multiplicity * accumulation_;
-    const double seconds = one_s * copies;
+    const double seconds = one_s * copies * op.weight;  // expected runs per step
     if (per_step) {
       time_.optimizer_s += seconds;
     } else {
-      time_.micro_batch_s += one_s * multiplicity;
+      time_.micro_batch_s += one_s * multiplicity * op.weight;
     }
     OpKindTime& bucket = time_.by_kind[static_cast<size_t>(op.shape.kind)];
     bucket.count += static_cast<int64_t>(copies);
-    bucket.flops += op.flops * copies;
-    bucket.bytes += op.bytes * copies;
+    bucket.flops += op.flops * copies * op.weight;
+    bucket.bytes += op.bytes * copies * op.weight;
     bucket.time_s += seconds;
     switch (source) {
       case TimingModel::Source::interpolated:

@@ -403,6 +403,12 @@ void write_provenance(const std::vector<CalibrationRun>& runs, CalibrationResult
   for (auto it = p.begin(); it != p.end();) {  // a re-calibration replaces the old record
     it = it->first.rfind("calibration", 0) == 0 ? p.erase(it) : std::next(it);
   }
+  // The base's own account of how it was made describes the base: say so.
+  const auto how = p.find("how");
+  if (how != p.end() && how->second.rfind("base profile '", 0) != 0) {
+    how->second = "base profile '" + result.base_name + "': " + how->second +
+                  "; then fitted to measured runs by modar calibrate (calibration_command)";
+  }
   p["calibration"] = "modar calibrate: " + std::to_string(runs.size()) + " runs fitted to the " +
                      "base profile '" + result.base_name + "' (docs/calibrate.md); " +
                      std::to_string(result.iterations) + " iterations" +

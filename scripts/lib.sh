@@ -60,3 +60,17 @@ modar_timed() {
     'BEGIN { printf "time: %-24s %7.1f s (exit %d)\n", n, b - a, rc }' >&2
   return "$rc"
 }
+
+# modar_configure_sanitize_build DIR: configure (once) the Clang build with
+# ASan + UBSan and the libFuzzer targets (CUDA, benchmarks and Python off) that
+# scripts/sanitize.sh and scripts/fuzz.sh build into DIR.
+modar_configure_sanitize_build() {
+  local dir=$1 launcher=()
+  [ -f "$dir/CMakeCache.txt" ] && return 0
+  if command -v ccache >/dev/null 2>&1; then
+    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  fi
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++ \
+    -DMODAR_CUDA=OFF -DMODAR_BENCHMARKS=OFF -DMODAR_PYTHON=OFF -DMODAR_FUZZ=ON \
+    "${launcher[@]}" >/dev/null
+}

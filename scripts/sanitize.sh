@@ -11,9 +11,11 @@
 #                and fuzz_replay.* replays every committed fuzz corpus);
 #   fuzz-<t>     each libFuzzer target for FUZZ_SECONDS (default 60) from its
 #                committed corpus tests/fuzz/corpus/<t>/ (seeds and regression
-#                inputs).  New inputs go to build-sanitize/fuzz/work-<t>/, a
-#                crash to build-sanitize/fuzz/crash-<t>/ and fails the job: keep
-#                it as tests/fuzz/corpus/<t>/regression-<what> with the fix.
+#                inputs), run by scripts/fuzz.sh, which prints each target's
+#                executions, executions per second and coverage.  New inputs go
+#                to build-sanitize/fuzz/work-<t>/, a crash to
+#                build-sanitize/fuzz/crash-<t>/ and fails the job: keep it as
+#                tests/fuzz/corpus/<t>/regression-<what> with the fix.
 # Each job prints its run time ("time: ...").
 set -euo pipefail
 {  # one block: bash reads it whole before running, so editing this file mid-run is safe
@@ -33,20 +35,12 @@ done
 SAN_DIR="${SAN_BUILD_DIR:-build-sanitize}"
 JOBS="${JOBS:-$(nproc)}"
 FUZZ_SECONDS="${FUZZ_SECONDS:-60}"
-FUZZ_TARGETS=(${FUZZ_TARGETS:-config fit_csv profile calibrate_csv hf_config})
+FUZZ_TARGETS=(${FUZZ_TARGETS:-$(sed -n 's/^set(MODAR_FUZZ_TARGETS \(.*\))$/\1/p' tests/fuzz/CMakeLists.txt)})
 
 modar_ensure_debian_packages "${MODAR_DEBIAN_PACKAGES[@]}" clang libclang-rt-dev llvm
 
 configure_and_build() {
-  if [ ! -f "$SAN_DIR/CMakeCache.txt" ]; then
-    local launcher=()
-    if command -v ccache >/dev/null 2>&1; then
-      launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-    fi
-    cmake -S . -B "$SAN_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++ \
-      -DMODAR_CUDA=OFF -DMODAR_BENCHMARKS=OFF -DMODAR_PYTHON=OFF -DMODAR_FUZZ=ON \
-      "${launcher[@]}" >/dev/null
-  fi
+  modar_configure_sanitize_build "$SAN_DIR"
   cmake --build "$SAN_DIR" -j "$JOBS"
 }
 
@@ -58,37 +52,14 @@ sanitized_tests() {
   (cd "$SAN_DIR" && ctest --output-on-failure -j "$JOBS" --timeout 900)
 }
 
-fuzz_one() {
-  local target=$1
-  local exe="$SAN_DIR/fuzz/modar_fuzz_$target"
-  local work="$SAN_DIR/fuzz/work-$target" crash="$SAN_DIR/fuzz/crash-$target"
-  local log="$SAN_DIR/fuzz/$target.log"
-  rm -rf "$work" "$crash"
-  mkdir -p "$work" "$crash"
-  # The first folder receives new inputs; the committed corpus is only read.
-  if "$exe" -max_total_time="$FUZZ_SECONDS" -timeout=25 -rss_limit_mb=2048 \
-       -dict="tests/fuzz/$target.dict" -artifact_prefix="$crash/" -print_final_stats=1 \
-       "$work" "tests/fuzz/corpus/$target" >"$log" 2>&1; then
-    echo "fuzz-$target: $(grep -E '^stat::number_of_executed_units' "$log" | awk '{print $2}') inputs" \
-      "in ${FUZZ_SECONDS} s, no crash; corpus $(ls "tests/fuzz/corpus/$target" | wc -l) committed +" \
-      "$(ls "$work" | wc -l) new; $(grep -Eo 'cov: [0-9]+' "$log" | tail -1)" >&2
-    return 0
-  fi
-  tail -n 60 "$log" >&2
-  echo "fuzz-$target: FAILED; the input is in $crash/ (log $log)." >&2
-  echo "  Keep it: cp $crash/<file> tests/fuzz/corpus/$target/regression-<what>, then fix the bug." >&2
-  return 1
-}
-
 status=0
 modar_timed "sanitize-build" configure_and_build
 if [ "$run_tests" = 1 ]; then
   modar_timed "asan-ubsan-tests" sanitized_tests || status=1
 fi
 if [ "$run_fuzz" = 1 ]; then
-  for target in "${FUZZ_TARGETS[@]}"; do
-    modar_timed "fuzz-$target" fuzz_one "$target" || status=1
-  done
+  SAN_BUILD_DIR="$SAN_DIR" FUZZ_SECONDS="$FUZZ_SECONDS" scripts/fuzz.sh --no-build \
+    "${FUZZ_TARGETS[@]}" || status=1
 fi
 exit $status
 exit

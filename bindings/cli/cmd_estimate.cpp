@@ -106,6 +106,10 @@ std::string cluster_report(const ClusterEstimate& c, bool list_ops) {
   row("exposed gradient reduction", c.grad_reduce_exposed_s);
   row("exposed parameter gather", c.param_gather_exposed_s);
   row("optimizer (sharded)", c.optimizer_s);
+  row("gradient norm", c.grad_norm_s);
+  if (c.step_overhead_s > 0) {
+    row("host time per step", c.step_overhead_s);
+  }
   split.add_rule();
   row("step", c.step_s);
   out += split.render();
@@ -292,6 +296,10 @@ std::string report(const Config& config, const DeviceProfile& profile, StepKind 
   memory.add_row(
       {"router buffers", format_bytes(mem.router_buffers), format_sci(mem.router_buffers, 3)});
   memory.add_row({"dar bank", format_bytes(mem.dar_bank), format_sci(mem.dar_bank, 3)});
+  if (mem.dar_retained > 0.0) {
+    memory.add_row({"dar retained (prefix kernels)", format_bytes(mem.dar_retained),
+                    format_sci(mem.dar_retained, 3)});
+  }
   memory.add_row({"kv cache", format_bytes(mem.kv_cache), format_sci(mem.kv_cache, 3)});
   memory.add_row(
       {"workspace (peak transient)", format_bytes(mem.workspace), format_sci(mem.workspace, 3)});
@@ -310,7 +318,12 @@ std::string report(const Config& config, const DeviceProfile& profile, StepKind 
   out += "time        step " + format_seconds(e.time.step_s);
   out += " (micro-batch " + format_seconds(e.time.micro_batch_s);
   out += " x " + std::to_string(e.time.accumulation_steps);
-  out += " + optimizer " + format_seconds(e.time.optimizer_s) + "), ";
+  out += " + optimizer " + format_seconds(e.time.optimizer_s);
+  out += " + grad norm " + format_seconds(e.time.grad_norm_s);
+  if (e.time.step_overhead_s > 0) {
+    out += " + host " + format_seconds(e.time.step_overhead_s);
+  }
+  out += "), ";
   out += format_count(e.time.tokens_per_s) + " tokens/s, MFU " + format_percent(e.time.mfu);
   if (e.time.hfu != e.time.mfu) {
     out += ", HFU " + format_percent(e.time.hfu);
@@ -337,11 +350,15 @@ std::string report(const Config& config, const DeviceProfile& profile, StepKind 
         }
         dims += std::to_string(op.shape.dims[static_cast<size_t>(d)]);
       }
+      // Decode MoD: the routed branches per possible routed count, with its probability.
+      const std::string copies =
+          op.weight == 1.0 ? std::to_string(op.multiplicity)
+                           : std::to_string(op.multiplicity) + " p" + format_sci(op.weight, 3);
       ops.add_row({std::to_string(i), to_string(op.pass), op.label, to_string(op.shape.kind), dims,
-                   std::to_string(op.multiplicity), format_sci(op.flops, 3),
-                   format_bytes(op.bytes)});
+                   copies, format_sci(op.flops, 3), format_bytes(op.bytes)});
     }
-    out += "lowered ops (one micro-batch; x = multiplicity)\n" + ops.render() + "\n";
+    out += "lowered ops (one micro-batch; x = multiplicity, p = expected runs per step)\n" +
+           ops.render() + "\n";
   }
   out += "conventions " + e.conventions + "\n";
   return out;

@@ -48,8 +48,18 @@ const std::vector<FlagSpec> kFlags = {
     {"--no-ceilings", false, false, "",
      "keep placeholder ceilings instead of measuring them (about 20 s on a CPU): for a quick "
      "look at a few --kinds; estimates then lean on the measured points only"},
+    {"--rounds", true, false, "N",
+     "interleaved rounds per point (default 3): each batch of points is timed N times over, "
+     "the point's time the median of all its samples, the rounds' spread recorded"},
+    {"--drift-tolerance", true, false, "FRACTION",
+     "how far the drift sentinel (a 256^3 GEMM timed before and after every batch) may move "
+     "before the batch is measured again, then marked (default 0.10; 0 = no sentinel)"},
+    {"--max-seconds", true, false, "S",
+     "bound the whole run to S seconds: the most expensive points that do not fit the "
+     "estimate are left out, measuring stops when S is spent; both are reported"},
     {"--dry-run", false, false, "",
-     "print the resolved settings (JSON: threads, clock, budget, points...) and exit"},
+     "print the resolved settings (JSON: threads, clock, budget, points, estimated duration, "
+     "the points within --max-seconds) and exit"},
     {"--quiet", false, false, "", "no progress lines on stderr"},
     // ---- --comm: the collectives instead of the ops (run under mpirun) ----
     {"--comm", false, false, "",
@@ -96,6 +106,8 @@ const std::vector<FlagKey> kProfileFlagKeys = {
     {"--gpu-memory-bytes", "device_memory_bytes"}, {"--max-point-bytes", "max_point_bytes"},
     {"--max-dim", "max_dim"},           {"--kinds", "kinds"},
     {"--dtype", "dtype"},               {"--clock", "clock"},
+    {"--rounds", "rounds"},             {"--drift-tolerance", "drift_tolerance"},
+    {"--max-seconds", "max_seconds"},
 };
 
 // An int flag that must fit an int (the library checks the range and names the field).
@@ -124,9 +136,10 @@ std::vector<std::string> split_list(const std::string& text) {
 
 // `modar profile --comm`: every rank runs it; rank 0 prints and writes.
 int cmd_profile_comm(const ParsedArgs& parsed) {
-  for (const char* op_only : {"--quick", "--resume", "--threads", "--rotate-bytes", "--gpu-l2-bytes",
-                              "--gpu-memory-bytes", "--max-point-bytes", "--clock", "--kinds",
-                              "--max-dim", "--no-ceilings"}) {
+  for (const char* op_only :
+       {"--quick", "--resume", "--threads", "--rotate-bytes", "--gpu-l2-bytes",
+        "--gpu-memory-bytes", "--max-point-bytes", "--clock", "--kinds", "--max-dim",
+        "--no-ceilings", "--rounds", "--drift-tolerance", "--max-seconds"}) {
     if (parsed.has(op_only)) {
       throw ConfigError(std::string(op_only) +
                         ": not used with --comm (it sets the op profiler; see modar profile --help)");
@@ -140,7 +153,7 @@ int cmd_profile_comm(const ParsedArgs& parsed) {
                       "profiles/cpu-comm.toml");
   }
   const std::string out_path = *parsed.value("--out");
-  runtime::CommProfileOptions request;
+  runtime::CommProfileRequest request;
   if (parsed.has("--collectives")) {
     for (const std::string& name : split_list(*parsed.value("--collectives"))) {
       Collective kind;
@@ -357,6 +370,15 @@ int cmd_profile(const Args& args) {
     request.max_dim = parse_int("--max-dim", *parsed.value("--max-dim"));
   }
   request.measure_ceilings = !parsed.has("--no-ceilings");
+  if (parsed.has("--rounds")) {
+    request.rounds = parse_int_flag(parsed, "--rounds");
+  }
+  if (parsed.has("--drift-tolerance")) {
+    request.drift_tolerance = parse_double("--drift-tolerance", *parsed.value("--drift-tolerance"));
+  }
+  if (parsed.has("--max-seconds")) {
+    request.max_seconds = parse_double("--max-seconds", *parsed.value("--max-seconds"));
+  }
 
   std::unique_ptr<runtime::Backend> backend;
   try {
@@ -368,7 +390,12 @@ int cmd_profile(const Args& args) {
     return runtime::resolve_profile_options(request, *backend);
   });
   if (parsed.has("--dry-run")) {
-    std::fputs(runtime::profile_settings_json(options).c_str(), stdout);
+    const runtime::ProfileDurationEstimate estimate = runtime::estimate_profile_duration(
+        *backend, options,
+        options.points.empty()
+            ? runtime::profile_grid(options.grid, backend->device(), options.dtype)
+            : options.points);
+    std::fputs(runtime::profile_settings_json(options, &estimate).c_str(), stdout);
     return 0;
   }
   options.progress = parsed.has("--quiet") ? nullptr : stderr;
@@ -376,10 +403,23 @@ int cmd_profile(const Args& args) {
   const InterruptScope ctrl_c;
   options.should_stop = [] { return interrupt_requested(); };
   const DeviceProfile profile = runtime::run_profile(*backend, options);
-  std::printf("wrote %s: %zu measurements (%s grid, %s, backend %s), skipped %s\n",
-              options.out_path.c_str(), profile.measurements.size(),
-              runtime::to_string(options.grid), to_string(options.dtype),
-              options.backend_name.c_str(), profile.provenance.at("skipped_count").c_str());
+  const auto recorded = [&profile](const char* key, const char* otherwise) {
+    const auto it = profile.provenance.find(key);
+    return it == profile.provenance.end() ? std::string(otherwise) : it->second;
+  };
+  std::printf(
+      "wrote %s: %zu measurements (%s grid, %s, backend %s), skipped %s, not measured "
+      "(max_seconds) %s\n",
+      options.out_path.c_str(), profile.measurements.size(), runtime::to_string(options.grid),
+      to_string(options.dtype), options.backend_name.c_str(),
+      profile.provenance.at("skipped_count").c_str(), recorded("unmeasured_count", "0").c_str());
+  std::printf(
+      "noise: %s rounds per point, round spread median %s; sentinel drift %s "
+      "(tolerance %s), %s batches measured again, %s points marked drift\n",
+      recorded("rounds", "1").c_str(), recorded("round_spread_median", "-").c_str(),
+      recorded("drift", "-").c_str(), recorded("drift_tolerance", "-").c_str(),
+      recorded("drift_remeasured_batches", "0").c_str(),
+      recorded("drift_marked_points", "0").c_str());
   std::printf("ceilings: %s\n", profile.provenance.at("ceilings_how").c_str());
   return 0;
 }

@@ -25,7 +25,15 @@ const std::vector<FlagSpec> kFlags = {
     {"--backend", true, false, "cpu|cuda", "the backend to run on (default cpu)"},
     {"--json", false, false, "", "print JSON (cases[], step_time, memory) instead of the table"},
     {"--quick", false, false, "", "fewer, smaller held-out configurations"},
-    {"--rounds", true, false, "N", "interleaved timing rounds per case (default 7)"},
+    {"--rounds", true, false, "N",
+     "interleaved timing rounds per case and repeat (default 5; --parallel: rounds, default 7)"},
+    {"--repeats", true, false, "N",
+     "independent repeats of the rounds (default 3): their medians give each case's run-to-run "
+     "spread, which with the profile's round spread is the error's noise floor"},
+    {"--refuse-under-load", false, false, "",
+     "refuse (exit 3) a comparison the host check fails: the drift sentinel away from the "
+     "profile's time or moving during the run, or other work saturating the CPUs; without it "
+     "such a run is flagged with a warning"},
     {"--threads", true, false, "N", "CPU threads (default: the profile's provenance.threads)"},
     {"--clock", true, false, "wall|cpu",
      "what a sample measures: wall time or process CPU time per thread (cpu backend only); "
@@ -65,7 +73,7 @@ std::vector<std::string> split_names(const std::string& text) {
 
 // `modar validate --parallel`: every rank runs it; rank 0 prints.
 int cmd_validate_parallel(const ParsedArgs& parsed, const std::string& backend_name) {
-  for (const char* single : {"--threads", "--clock"}) {
+  for (const char* single : {"--threads", "--clock", "--repeats", "--refuse-under-load"}) {
     if (parsed.has(single)) {
       throw ConfigError(std::string(single) +
                         ": not used with --parallel (one thread per rank; compute is timed by "
@@ -188,6 +196,10 @@ int cmd_validate(const Args& args) {
   if (parsed.has("--rounds")) {
     request.rounds = int_flag("--rounds");
   }
+  if (parsed.has("--repeats")) {
+    request.repeats = int_flag("--repeats");
+  }
+  request.refuse_under_load = parsed.has("--refuse-under-load");
   if (parsed.has("--threads")) {
     request.threads = int_flag("--threads");
   }
@@ -212,7 +224,13 @@ int cmd_validate(const Args& args) {
   // Ctrl-C: the run stops between cases / rounds, exit 130, nothing printed.
   const InterruptScope ctrl_c;
   options.should_stop = [] { return interrupt_requested(); };
-  const runtime::ValidationReport report = runtime::run_validation(*backend, profile, options);
+  runtime::ValidationReport report;
+  try {
+    report = runtime::run_validation(*backend, profile, options);
+  } catch (const runtime::HostBusyError& e) {
+    std::fprintf(stderr, "modar validate: %s\n", e.what());
+    return 3;
+  }
   const std::string text =
       parsed.has("--json") ? runtime::validation_json(report) : runtime::validation_text(report);
   std::fputs(text.c_str(), stdout);

@@ -193,6 +193,9 @@ runtime::ProfileRequest profile_request(const py::dict& said) {
     r.kinds = get("kinds").cast<std::vector<std::string>>();
   r.max_dim = said_integer<int64_t>(said, "max_dim");
   r.measure_ceilings = get("measure_ceilings").is_none() || get("measure_ceilings").cast<bool>();
+  r.rounds = said_integer<int>(said, "rounds");
+  r.drift_tolerance = get("drift_tolerance").cast<std::optional<double>>();
+  r.max_seconds = get("max_seconds").cast<std::optional<double>>();
   return r;
 }
 
@@ -201,8 +204,11 @@ runtime::ValidationRequest validation_request(const py::dict& said) {
   const auto get = [&said](const char* key) { return said_value(said, key); };
   r.backend = get("backend").is_none() ? "cpu" : get("backend").cast<std::string>();
   r.quick = !get("quick").is_none() && get("quick").cast<bool>();
-  r.rounds = get("rounds").cast<std::optional<int>>();
-  r.warmup_steps = get("warmup_steps").cast<std::optional<int>>();
+  r.rounds = said_integer<int>(said, "rounds");
+  r.repeats = said_integer<int>(said, "repeats");
+  r.refuse_under_load =
+      !get("refuse_under_load").is_none() && get("refuse_under_load").cast<bool>();
+  r.warmup_steps = said_integer<int>(said, "warmup_steps");
   r.threads = said_integer<int>(said, "threads");
   r.clock = clock_of(get("clock").cast<std::optional<std::string>>());
   return r;
@@ -219,7 +225,13 @@ void bind_runtime(py::module_& m) {
       [](const py::dict& said) {
         const runtime::ProfileRequest request = profile_request(said);
         const auto backend = backend_or_config_error(request.backend);
-        return runtime::profile_settings_json(runtime::resolve_profile_options(request, *backend));
+        const runtime::ProfileOptions options = runtime::resolve_profile_options(request, *backend);
+        const runtime::ProfileDurationEstimate estimate = runtime::estimate_profile_duration(
+            *backend, options,
+            options.points.empty()
+                ? runtime::profile_grid(options.grid, backend->device(), options.dtype)
+                : options.points);
+        return runtime::profile_settings_json(options, &estimate);
       },
       py::arg("request"),
       "The resolved settings of modar.profile(**request) as JSON (as `modar profile --dry-run`).");

@@ -3,8 +3,9 @@
 
 For every row of examples/cluster/megatron_table1.csv, runs
 `modar estimate examples/cluster/megatron_base.toml --set ... --json` with the
-row's model and layout on the embedded A100 profile (a100-80gb-dgx, not tuned
-to these rows) and prints predicted vs published TFLOP/s per GPU, counted by
+row's model and layout on the embedded A100 profile (a100-80gb-dgx: the
+datasheet profile a100-80gb-dgx-datasheet calibrated on the rows of
+megatron_table1_fit.csv, the HELD_OUT rows below left out) and prints predicted vs published TFLOP/s per GPU, counted by
 the paper's equation 3:  F = 96 B s l h^2 (1 + s / (6 h) + V / (16 l h)).
 
 Usage: examples/cluster/megatron_table1.py [path/to/modar] [--breakdown]
@@ -25,7 +26,8 @@ its config megatron_base.toml with the row's model and layout as overrides
 --breakdown also prints, per row, what each 2021 setting of the base config
 costs: the predicted TFLOP/s with that one setting switched to what modern
 stacks do (FlashAttention, wgrad-fused gradient accumulation, gradient
-reduce overlapped with the backward), everything else as published.
+reduce overlapped with the backward, the input-gradient all-reduce beside the
+weight-gradient GEMM), everything else as published.
 """
 import csv
 import json
@@ -67,6 +69,7 @@ MODERN = [
     ("attention", "train.attention_kernel=flash"),
     ("grad acc", "train.grad_accumulation=fused"),
     ("DP overlap", "parallel.overlap_grad_reduce=true"),
+    ("TP overlap", "parallel.tp_comm_overlap=backward"),
 ]
 
 

@@ -86,6 +86,7 @@ struct DarConfig {
   DarVariant variant = DarVariant::none;
   int64_t block_layers = 2;  // K; K = 1 is "Full" AttnRes / DAR
   int64_t streams = 2;       // n; forced to 1 for attnres
+  DarKernel kernel = DarKernel::fused;  // time and memory only (config_enums.hpp)
 
   bool enabled() const { return variant != DarVariant::none; }
   int64_t resolved_streams() const {
@@ -220,6 +221,7 @@ struct ParallelConfig {
   int64_t zero = 0;                 // ZeRO stage 0..3 over the data-parallel group (3 = FSDP)
   bool overlap_grad_reduce = true;  // DP gradient reduction overlapped with the backward
   bool overlap_param_gather = true; // ZeRO parameter all-gathers overlapped with compute
+  TpCommOverlap tp_comm_overlap = TpCommOverlap::backward;  // docs/cluster.md "Overlap"
   int64_t expert = 1;               // expert parallelism EP (needs moe.experts % EP == 0)
   int64_t expert_tensor = 0;        // expert tensor parallelism ETP; 0 = the tensor size
   bool balance_stages = true;       // pipeline stages balanced by predicted time

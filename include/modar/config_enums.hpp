@@ -23,6 +23,14 @@ enum class QkNorm { none, head, projection };
 enum class RouterScale { linear, sigmoid };  // g(r) = r  |  g(r) = sigmoid(r)
 enum class CausalRouter { none, aux_loss, predictor };
 enum class DarVariant { none, attnres, dar, selfkv, fixedkv, crossv };
+// How the depth reads are implemented (time and memory, not the maths;
+// docs/moe.md "The DAR paper's implementation"): fused = modar's kernels
+// (each read loads the raw bank once for keys and values, the backward
+// recomputes the retrieved states from the bank and the saved log-partition);
+// prefix = the DAR paper's Triton prefix-kernel family (packed normalised key
+// views and values, logits / shifted scores / retrieved states kept for the
+// backward, the packs rebuilt from the raw bank in the backward).
+enum class DarKernel { fused, prefix };
 enum class MoeMode { none, staged, integrated };  // MoDE (docs/moe.md)
 // Where an expert's routing weight (gate) multiplies (docs/moe.md "Routing
 // weights"): activation = inside the expert's activation before its down
@@ -55,6 +63,13 @@ enum class AttentionKernel { flash, unfused };
 // gradient that a separate kernel adds in (Megatron-LM 2021 DDP param hook,
 // main_grad.add_(grad)): a read-modify-write of the buffer per micro-batch.
 enum class GradAccumulation { fused, unfused };
+// What of the tensor-parallel collectives runs concurrently with GEMMs
+// (docs/cluster.md "Overlap"): none (Megatron-LM 2021), backward (the input-
+// gradient all-reduce / reduce-scatter of each column-parallel linear beside
+// its weight-gradient GEMM: Megatron-LM's default since 2022), full
+// (Transformer Engine's --tp-comm-overlap: every all-gather / reduce-scatter
+// beside the GEMM it feeds or follows; needs sequence parallelism).
+enum class TpCommOverlap { none, backward, full };
 enum class PipelineSchedule { one_f_one_b, interleaved };
 
 // enum <-> string, the names used in TOML / CLI / JSON.
@@ -63,6 +78,7 @@ const char* to_string(QkNorm v);
 const char* to_string(RouterScale v);
 const char* to_string(CausalRouter v);
 const char* to_string(DarVariant v);
+const char* to_string(DarKernel v);
 const char* to_string(MoeMode v);
 const char* to_string(DType v);
 const char* to_string(Optimizer v);
@@ -72,6 +88,7 @@ const char* to_string(AttentionFlops v);
 const char* to_string(PipelineSchedule v);
 const char* to_string(AttentionKernel v);
 const char* to_string(GradAccumulation v);
+const char* to_string(TpCommOverlap v);
 const char* to_string(RouterWeights v);
 const char* to_string(TokenDispatcher v);
 int64_t dtype_bytes(DType v);

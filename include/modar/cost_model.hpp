@@ -87,6 +87,10 @@ struct MemoryBreakdown {  // bytes per device
   double optimizer = 0;
   double activations = 0;  // saved for backward at the peak
   double dar_bank = 0;     // history bank + per-token fp32 statistics
+  // dar.kernel = prefix only: what the DAR paper's prefix kernels keep for the
+  // backward beyond the bank (fp32 logits and shifted scores, the retrieved
+  // states; docs/moe.md "The DAR paper's implementation").
+  double dar_retained = 0;
   double kv_cache = 0;     // decode only
   double router_buffers = 0;
   double workspace = 0;  // transient peak (logits, attention scratch)
@@ -112,6 +116,7 @@ struct TimeEstimate {
   bool calibrated = false;         // the profile had measurements for some op of the step
   double micro_batch_s = 0;        // forward + backward (+ recompute) of one micro-batch
   double optimizer_s = 0;          // the optimizer update (once per step)
+  double grad_norm_s = 0;          // gradient norm and clipping (once per step)
   // Host time (profile kernel.step_overhead_s, kernel.micro_batch_overhead_s):
   // once per step, and once per micro-batch (inside micro_batch_s).
   double step_overhead_s = 0;

@@ -381,11 +381,16 @@ constexpr decltype(auto) visit_dims(const OpShape& shape, F&& f) {
 
 // One op of a lowered step.  `multiplicity` identical copies (layers with the
 // same shape are counted, not repeated, so evaluation cost does not grow with
-// depth).  flops / bytes are per copy; the totals multiply.
+// depth).  flops / bytes are per copy; the totals multiply.  `weight` is the
+// expected number of times each copy runs per step: 1, except for decode's
+// MoD routed blocks, lowered once per possible number r of routed new tokens
+// with weight P(r routed) (docs/cost_model.md "Decode"); FLOPs, bytes and
+// time multiply by it.
 struct OpRecord {
   OpShape shape;
   Pass pass = Pass::forward;
   int64_t multiplicity = 1;
+  double weight = 1.0;
   double flops = 0.0;                 // counted FLOPs (1 FMA = 2), per the active conventions
   double bytes = 0.0;                 // minimum bytes moved (reads + writes)
   const char* label = "";             // static string, e.g. "attn.qkv", "mlp.up", "router"

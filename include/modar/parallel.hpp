@@ -36,22 +36,34 @@ double collective_bus_factor(Collective kind, int64_t ranks);
 // all-gather output, reduce-scatter input, one send) over `ranks` ranks at
 // `level`: a measured table of the level when one covers the size (log-log
 // interpolation; of the tables of this kind, the one measured at the group
-// size nearest `ranks`, rescaled to `ranks` by the bus factor), else
-// latency x steps + factor x bytes / bus_bandwidth, steps = ceil(log2 p)
-// (x2 for all-reduce; 1 for send/recv).  0 for ranks <= 1 or bytes <= 0.
+// size nearest `ranks`, rescaled to `ranks` by the bus factor), else NCCL's
+// own cost model (nccl_collective_time_s below: ring / tree, LL / LL128 /
+// Simple, latency per step and bus bandwidth).  0 for ranks <= 1 or bytes <= 0.
 // At the inter-node level a group with `members_per_node` ranks in each node
 // drives that many NICs at once (NCCL builds one ring per NIC), so its bus
 // bandwidth is members_per_node x the per-NIC figure, capped by the node's
-// intra-node bus bandwidth.
+// intra-node bus bandwidth, and it spans ceil(ranks / members_per_node) nodes.
 // `efficiency` scales each level's bus bandwidth on the formula path
 // (kernel.collective_efficiency_*; measured tables are taken as measured).
+// `nccl_protocols` picks the formula: NCCL's protocol model (GPU profiles:
+// kernel.sm_count set) or latency x ceil(log2 p) steps + factor x bytes /
+// bus bandwidth (other networks, e.g. MPI between CPU ranks).
 struct CollectiveEfficiency {
   double intra_node = 1.0;
   double inter_node = 1.0;
+  bool nccl_protocols = true;
 };
 double collective_time_s(const NetworkProfile& network, Collective kind, double bytes,
                          int64_t ranks, NetLevel level, int64_t members_per_node = 1,
                          const CollectiveEfficiency& efficiency = {});
+// The formula path of collective_time_s: NCCL's own cost model (ring and
+// tree, protocols LL / LL128 / Simple; cost_models/kernel_model/
+// collective_model.cpp, docs/kernel_model.md "Collectives") for a group of
+// `ranks` over `nodes` nodes at `bus_bandwidth` (bytes/s), with the ring
+// Simple step latency inside a node and between nodes.
+double nccl_collective_time_s(Collective kind, double bytes, int64_t ranks, int64_t nodes,
+                              double bus_bandwidth, double intra_step_latency_s,
+                              double inter_step_latency_s);
 // The network of a profile, or the documented default when the profile has
 // no [network] section (8 GPUs per node; see docs/cluster.md).
 const NetworkProfile& network_or_default(const DeviceProfile& profile);
@@ -107,6 +119,7 @@ struct ClusterEstimate {
   double grad_reduce_exposed_s = 0.0;  // DP gradient reduction not hidden by the backward
   double param_gather_exposed_s = 0.0; // ZeRO 1/2 parameter all-gather after the update
   double optimizer_s = 0.0;          // AdamW on the (sharded) states
+  double grad_norm_s = 0.0;  // gradient norm over the (sharded) main gradients + its all-reduce
   double step_overhead_s = 0.0;      // host time per step (kernel.step_overhead_s)
   double step_s = 0.0;
   int64_t slowest_stage = 0;
@@ -153,18 +166,31 @@ struct RankCompute {
   double full_layer_s = 0.0;       // one full layer, forward + backward (+ recompute)
   double routed_layer_s = 0.0;     // one MoD-routed layer
   double all_depth_reads_s = 0.0;  // every AttnRes / DAR op of the step
+  // Per full layer and micro-batch, the GEMM time of each tensor-parallel
+  // linear (column-parallel qkv and MLP up, row-parallel attention out and
+  // MLP down) by pass: what parallel.tp_comm_overlap lets a collective hide
+  // behind (docs/cluster.md "Overlap").
+  struct LinearGemms {
+    double qkv = 0.0, out = 0.0, up = 0.0, down = 0.0;
+  };
+  LinearGemms forward_gemms, dgrad_gemms, wgrad_gemms;
   // The core attention of one full / MoD-routed layer, forward and backward
   // (context parallelism hides its ring exchange behind them).
   double full_attention_forward_s = 0.0, full_attention_backward_s = 0.0;
   double routed_attention_forward_s = 0.0, routed_attention_backward_s = 0.0;
   // Memo of estimate_cluster's time-balanced chunk sizes: they depend on this
-  // compute, the tensor group's collectives (GPUs per node) and the chunk
-  // count only, so layouts differing in data parallelism or ZeRO share them.
+  // compute, the tensor group's collectives (GPUs per node, what
+  // parallel.tp_comm_overlap hides), the chunk count and the pipeline size
+  // only, so layouts differing in data parallelism or ZeRO share them.
   struct Split {
     int64_t chunks = 0, pipeline = 0, gpus_per_node = 0;
+    TpCommOverlap tp_comm_overlap = TpCommOverlap::backward;
     std::vector<int64_t> sizes;
   };
   mutable std::vector<Split> balanced_splits;
+  // Memo of each DAR block's prefix read, forward + backward (index block -
+  // 1; NaN until timed): it depends on this compute and the shape only.
+  mutable std::vector<double> dar_prefix_block_s;
 };
 RankCompute rank_compute(const Config& config, const TimingModel& timing);
 

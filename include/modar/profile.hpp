@@ -52,6 +52,13 @@ struct OpMeasurement {
   double median_s = 0.0;
   double spread = 0.0;  // (p90 - p10) / median
   int64_t repeats = 0;
+  // The profiler's interleaved rounds (docs/profiler.md, "Noise"): how many
+  // rounds timed the point, the (max - min) / median of the rounds' medians,
+  // and whether the drift sentinel saw the machine's speed change while it
+  // was measured (after re-measuring).  0 / false in profiles without rounds.
+  int64_t rounds = 0;
+  double round_spread = 0.0;
+  bool drift = false;
 };
 
 // ---- [network]: the interconnect of a multi-GPU system (cluster planning) ----

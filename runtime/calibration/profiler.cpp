@@ -30,6 +30,7 @@
 #include "modar/base/errors.hpp"
 #include "modar/base/json.hpp"
 #include "modar/base/text.hpp"
+#include "modar/cost_model.hpp"
 #include "modar/profile_io.hpp"
 #include "profiler_internal.hpp"
 
@@ -143,36 +144,46 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-}  // namespace
+// An op ready to be timed: its tensors allocated (every rotated copy), filled,
+// its untimed setup run.  measure_op prepares and times once; the profiler's
+// rounds keep a batch's prepared ops between rounds when they fit in memory.
+struct PreparedOp {
+  BenchSpec spec;
+  std::vector<std::vector<Tensor>> sets;
+  std::vector<profiler_detail::BenchCalls> copy_calls;  // per copy of the tensors
+  int64_t set_bytes = 0;
+  int64_t bytes() const { return set_bytes * static_cast<int64_t>(sets.size()); }
+};
 
-OpTiming measure_op(Backend& backend, const OpShape& shape, Pass pass,
-                    const TimingOptions& options) {
-  OpTiming result;
+// Fills `result` with the skip reason when the op cannot be prepared.
+std::unique_ptr<PreparedOp> prepare_op(Backend& backend, const OpShape& shape, Pass pass,
+                                       const TimingOptions& options, OpTiming& result) {
+  auto op = std::make_unique<PreparedOp>();
   result.measurement.shape = shape;
   result.measurement.pass = pass;
-  BenchSpec spec;
   try {
-    spec = profiler_detail::bench_spec(shape, pass);
+    op->spec = profiler_detail::bench_spec(shape, pass);
   } catch (const ShapeError& e) {
     result.skipped = true;
     result.skip_reason = e.what();
-    return result;
+    return nullptr;
   }
+  const BenchSpec& spec = op->spec;
   const std::vector<SampleTensor> tensors = profiler_detail::bench_tensors(spec);
   const int64_t set_bytes = profiler_detail::bench_bytes(spec);
-  result.working_set_bytes = set_bytes;
+  op->set_bytes = result.working_set_bytes = set_bytes;
   if (options.memory_limit_bytes > 0 && set_bytes > options.memory_limit_bytes) {
     result.skipped = true;
     result.skip_reason = "needs " + gib(set_bytes) +
                          " for one copy of its tensors; the memory limit is " +
                          gib(options.memory_limit_bytes);
-    return result;
+    return nullptr;
   }
   if (options.max_point_bytes > 0 && set_bytes > options.max_point_bytes) {
     result.skipped = true;
     result.skip_reason = "needs " + gib(set_bytes) + " for one copy of its tensors; this run " +
                          "is bounded to " + gib(options.max_point_bytes) + " per shape";
-    return result;
+    return nullptr;
   }
   int64_t copies = 1;
   if (options.rotation_bytes > set_bytes && set_bytes > 0) {
@@ -187,7 +198,7 @@ OpTiming measure_op(Backend& backend, const OpShape& shape, Pass pass,
 
   // Allocate every copy; fill copy 0 with random data and clone it (the copies
   // only have to live at different addresses).
-  std::vector<std::vector<Tensor>> sets;
+  std::vector<std::vector<Tensor>>& sets = op->sets;
   try {
     sets.resize(static_cast<size_t>(copies));
     for (auto& set : sets) {
@@ -203,11 +214,11 @@ OpTiming measure_op(Backend& backend, const OpShape& shape, Pass pass,
   } catch (const BackendError& e) {
     result.skipped = true;
     result.skip_reason = std::string("allocation failed: ") + e.what();
-    return result;
+    return nullptr;
   } catch (const std::bad_alloc&) {
     result.skipped = true;
     result.skip_reason = "allocation failed: out of memory (" + gib(set_bytes * copies) + ")";
-    return result;
+    return nullptr;
   }
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (!sets[0][i].view().empty()) {
@@ -215,7 +226,6 @@ OpTiming measure_op(Backend& backend, const OpShape& shape, Pass pass,
                          options.seed + 7919 * i);
     }
   }
-  std::vector<profiler_detail::BenchCalls> copy_calls;  // per copy of the tensors
   for (size_t c = 0; c < sets.size(); ++c) {
     if (c > 0) {
       for (size_t i = 0; i < tensors.size(); ++i) {
@@ -227,39 +237,51 @@ OpTiming measure_op(Backend& backend, const OpShape& shape, Pass pass,
     for (const Tensor& tensor : sets[c]) {
       set_views.push_back(tensor.view());
     }
-    copy_calls.push_back(profiler_detail::bench_calls(spec, set_views));
+    op->copy_calls.push_back(profiler_detail::bench_calls(spec, set_views));
   }
   try {
-    for (const auto& set : copy_calls) {
+    for (const auto& set : op->copy_calls) {
       for (const OpArgs& call : set.setup)
         backend.run(call);
     }
     backend.synchronize();
+  } catch (const ShapeError& e) {
+    result.skipped = true;
+    result.skip_reason = std::string("the backend rejected it: ") + e.what();
+    return nullptr;
+  }
+  return op;
+}
 
+// Warm-up, then the samples, per the timing rules; fills `result`.
+void time_prepared_op(Backend& backend, PreparedOp& op, const TimingOptions& options,
+                      OpTiming& result) {
+  try {
     const double start_s = now_s();
     auto timer = make_sample_timer(backend, options.clock);
     size_t next = 0;
     auto run_calls = [&](int64_t calls) {
       timer->start();
       for (int64_t i = 0; i < calls; ++i) {
-        for (const OpArgs& call : copy_calls[next].timed)
+        for (const OpArgs& call : op.copy_calls[next].timed)
           backend.run(call);
-        next = (next + 1) % copy_calls.size();
+        next = (next + 1) % op.copy_calls.size();
       }
       timer->stop();
       return timer->elapsed_s();
     };
+    const int64_t copies = static_cast<int64_t>(op.copy_calls.size());
     // Warm-up: at least two calls, then until the copies were all touched or a
-    // fifth of the budget is spent.
+    // fifth of the budget is spent.  (One call is warm-up enough when it alone
+    // outlasted the budget.)
     double warm_s = run_calls(1);
     int64_t warm_calls = 1;
-    while (warm_calls < 2 || (warm_calls < copies && now_s() - start_s < 0.2 * options.budget_s)) {
+    while ((warm_calls < 2 && now_s() - start_s < options.budget_s) ||
+           (warm_calls < copies && now_s() - start_s < 0.2 * options.budget_s)) {
       warm_s += run_calls(1);
       ++warm_calls;
     }
-    // The per-call estimate ignores the very first call (first touch, caches).
-    const double per_call_s =
-        std::max(1e-9, warm_calls > 1 ? (warm_s - 0.0) / static_cast<double>(warm_calls) : warm_s);
+    const double per_call_s = std::max(1e-9, warm_s / static_cast<double>(warm_calls));
     const int64_t inner =
         std::max<int64_t>(1, static_cast<int64_t>(std::ceil(options.min_sample_s / per_call_s)));
     const double remaining_s = std::max(0.0, options.budget_s - (now_s() - start_s));
@@ -273,15 +295,27 @@ OpTiming measure_op(Backend& backend, const OpShape& shape, Pass pass,
       samples.push_back(run_calls(inner) / static_cast<double>(inner));
     }
     result.stats = summarize_samples(samples);
+    result.samples_s = std::move(samples);
     result.inner_calls = inner;
   } catch (const ShapeError& e) {
     result.skipped = true;
     result.skip_reason = std::string("the backend rejected it: ") + e.what();
-    return result;
+    return;
   }
   result.measurement.median_s = result.stats.median_s;
   result.measurement.spread = result.stats.spread();
   result.measurement.repeats = result.stats.repeats;
+}
+
+}  // namespace
+
+OpTiming measure_op(Backend& backend, const OpShape& shape, Pass pass,
+                    const TimingOptions& options) {
+  OpTiming result;
+  std::unique_ptr<PreparedOp> op = prepare_op(backend, shape, pass, options, result);
+  if (op != nullptr) {
+    time_prepared_op(backend, *op, options, result);
+  }
   return result;
 }
 
@@ -554,128 +588,127 @@ bool point_done(const DeviceProfile& profile, const ProfilePoint& point) {
   return false;
 }
 
-}  // namespace
-
-DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
-  check_out_path(options.out_path);
-  // One writer per output: a second run on the same out_path is refused while
-  // this one holds OUT.lock (released by the OS if this process dies).
-  const OutputLock lock(options.out_path);
-  const DeviceKind device = backend.device();
-  const HostFacts host = read_host_facts();
-  set_cpu_threads(options.threads);
-  const auto stop_if_asked = [&] {
-    if (options.should_stop && options.should_stop()) {
-      throw Interrupted("interrupted (Ctrl-C) during the profile; the points measured so far are kept in " +
-                        partial_path(options.out_path) + " (continue with resume)");
-    }
-  };
-
-  TimingOptions timing = options.timing;
+// What a run needs from the machine: the timing options with the rotation
+// size and memory limit filled in, and the facts recorded in the provenance.
+struct MachineSetup {
+  TimingOptions timing;
   int64_t cache_bytes = 0;
   double memory_bytes = 0.0;
   std::string cache_source;
-  if (device == DeviceKind::cpu) {
-    cache_bytes = host.last_level_cache_bytes > 0 ? host.last_level_cache_bytes : int64_t{32} << 20;
-    cache_source = host.last_level_cache_bytes > 0 ? "last-level cache from sysfs"
-                                                   : "sysfs unreadable: assumed 32 MiB";
-    memory_bytes = static_cast<double>(host.memory_total_bytes);
-    if (timing.memory_limit_bytes == 0 && host.memory_available_bytes > 0) {
-      timing.memory_limit_bytes = host.memory_available_bytes / 2;
+};
+
+MachineSetup machine_setup(const Backend& backend, const ProfileOptions& options,
+                           const HostFacts& host) {
+  MachineSetup m;
+  m.timing = options.timing;
+  if (backend.device() == DeviceKind::cpu) {
+    m.cache_bytes =
+        host.last_level_cache_bytes > 0 ? host.last_level_cache_bytes : int64_t{32} << 20;
+    m.cache_source = host.last_level_cache_bytes > 0 ? "last-level cache from sysfs"
+                                                     : "sysfs unreadable: assumed 32 MiB";
+    m.memory_bytes = static_cast<double>(host.memory_total_bytes);
+    if (m.timing.memory_limit_bytes == 0 && host.memory_available_bytes > 0) {
+      m.timing.memory_limit_bytes = host.memory_available_bytes / 2;
     }
   } else {
     // The backend reports its own device (no device index is assumed here).
     const DeviceFacts facts = backend.facts();
     const int64_t reported_l2 = facts.cache_bytes, reported_memory = facts.memory_bytes;
-    cache_bytes = options.device_cache_bytes > 0 ? options.device_cache_bytes
-                  : reported_l2 > 0              ? reported_l2
-                                                 : kDefaultGpuL2Bytes;
-    cache_source = options.device_cache_bytes > 0 ? "L2 size given on the command line"
-                   : reported_l2 > 0              ? "L2 size reported by the device"
-                                                  : "L2 assumed 50 MiB (H100 / H200): not reported";
-    memory_bytes = static_cast<double>(options.device_memory_bytes > 0 ? options.device_memory_bytes
-                                       : reported_memory > 0           ? reported_memory
-                                                                       : kDefaultGpuMemoryBytes);
-    if (timing.memory_limit_bytes == 0) {
-      timing.memory_limit_bytes = static_cast<int64_t>(0.8 * memory_bytes);
+    m.cache_bytes = options.device_cache_bytes > 0 ? options.device_cache_bytes
+                    : reported_l2 > 0              ? reported_l2
+                                                   : kDefaultGpuL2Bytes;
+    m.cache_source = options.device_cache_bytes > 0 ? "L2 size given on the command line"
+                     : reported_l2 > 0              ? "L2 size reported by the device"
+                                       : "L2 assumed 50 MiB (H100 / H200): not reported";
+    m.memory_bytes =
+        static_cast<double>(options.device_memory_bytes > 0 ? options.device_memory_bytes
+                            : reported_memory > 0           ? reported_memory
+                                                            : kDefaultGpuMemoryBytes);
+    if (m.timing.memory_limit_bytes == 0) {
+      m.timing.memory_limit_bytes = static_cast<int64_t>(0.8 * m.memory_bytes);
     }
   }
-  if (timing.rotation_bytes == 0) {
-    timing.rotation_bytes = 2 * cache_bytes;
+  if (m.timing.rotation_bytes == 0) {
+    m.timing.rotation_bytes = 2 * m.cache_bytes;
   }
-  const std::vector<ProfilePoint> points =
-      options.points.empty() ? profile_grid(options.grid, device, options.dtype) : options.points;
+  return m;
+}
 
-  DeviceProfile profile;
-  const std::string checkpoint = partial_path(options.out_path);
-  bool resumed = false;
-  if (options.resume && std::filesystem::exists(checkpoint)) {
-    DeviceProfile previous;
-    try {
-      previous = parse_profile_toml(read_profile_file(checkpoint), checkpoint);
-    } catch (const std::invalid_argument& e) {
-      throw FileError(checkpoint + ": cannot resume from a damaged checkpoint (" + e.what() +
-                      "); delete it and run without resume");
-    } catch (const FileError& e) {
-      throw FileError(checkpoint + ": cannot resume from a damaged checkpoint (" + e.what() +
-                      "); delete it and run without resume");
-    }
-    const auto field = [&](const char* key) {
-      const auto it = previous.provenance.find(key);
-      return it == previous.provenance.end() ? std::string() : it->second;
-    };
-    if (previous.backend != options.backend_name) {
-      throw ConfigError(checkpoint + ": backend = \"" + previous.backend +
-                        "\": the checkpoint was measured on another backend than backend = " +
-                        options.backend_name + "; delete it or resume with the same backend");
-    }
-    if (field("grid") != to_string(options.grid) || field("dtype") != to_string(options.dtype)) {
-      throw ConfigError(checkpoint + ": grid = \"" + field("grid") + "\", dtype = \"" +
-                        field("dtype") + "\": the checkpoint is of another grid / dtype than " +
-                        "this run (" + to_string(options.grid) + ", " + to_string(options.dtype) +
-                        "); resume with the same settings or delete it");
-    }
-    // The old measurements were taken with the checkpoint's clock, threads and
-    // machine: mixing them with new ones under this run's labels would be wrong.
-    const std::string threads_now = std::to_string(device == DeviceKind::cpu ? cpu_threads() : 0);
-    const std::string device_now = device == DeviceKind::cpu
-                                       ? (host.cpu_model.empty() ? "unknown CPU" : host.cpu_model)
-                                       : backend.name();
-    const std::pair<const char*, std::string> same[] = {
-        {"clock", to_string(options.timing.clock)},
-        {"threads", threads_now},
-        {"device", device_now},
-    };
-    for (const auto& [key, now] : same) {
-      if (!field(key).empty() && field(key) != now) {
-        throw ConfigError(checkpoint + ": " + key + " = \"" + field(key) +
-                          "\": the checkpoint was measured with another " + key +
-                          " than this run (" + now +
-                          "); resume with the same settings on the same machine, or delete it");
-      }
-    }
-    profile = std::move(previous);
-    resumed = true;
-  } else {
-    profile.name = profile_name_from(options.out_path, options.backend_name);
-    profile.backend = options.backend_name;
-    profile.measured = true;
+std::string device_label(const Backend& backend, const HostFacts& host) {
+  if (backend.device() != DeviceKind::cpu) {
+    return backend.name();
   }
-  // Provenance of this run (a resumed run keeps the first run's start date).
+  return host.cpu_model.empty() ? "unknown CPU" : host.cpu_model;
+}
+
+// The checkpoint to continue from, after checking that it was measured with
+// this run's backend, grid, dtype, clock, threads and machine.
+DeviceProfile read_checkpoint(const Backend& backend, const ProfileOptions& options,
+                              const HostFacts& host) {
+  const std::string checkpoint = partial_path(options.out_path);
+  DeviceProfile previous;
+  try {
+    previous = parse_profile_toml(read_profile_file(checkpoint), checkpoint);
+  } catch (const std::invalid_argument& e) {
+    throw FileError(checkpoint + ": cannot resume from a damaged checkpoint (" + e.what() +
+                    "); delete it and run without resume");
+  } catch (const FileError& e) {
+    throw FileError(checkpoint + ": cannot resume from a damaged checkpoint (" + e.what() +
+                    "); delete it and run without resume");
+  }
+  const auto field = [&](const char* key) {
+    const auto it = previous.provenance.find(key);
+    return it == previous.provenance.end() ? std::string() : it->second;
+  };
+  if (previous.backend != options.backend_name) {
+    throw ConfigError(checkpoint + ": backend = \"" + previous.backend +
+                      "\": the checkpoint was measured on another backend than backend = " +
+                      options.backend_name + "; delete it or resume with the same backend");
+  }
+  if (field("grid") != to_string(options.grid) || field("dtype") != to_string(options.dtype)) {
+    throw ConfigError(checkpoint + ": grid = \"" + field("grid") + "\", dtype = \"" +
+                      field("dtype") + "\": the checkpoint is of another grid / dtype than " +
+                      "this run (" + to_string(options.grid) + ", " + to_string(options.dtype) +
+                      "); resume with the same settings or delete it");
+  }
+  // The old measurements were taken with the checkpoint's clock, threads and
+  // machine: mixing them with new ones under this run's labels would be wrong.
+  const std::string threads_now =
+      std::to_string(backend.device() == DeviceKind::cpu ? cpu_threads() : 0);
+  const std::pair<const char*, std::string> same[] = {
+      {"clock", to_string(options.timing.clock)},
+      {"threads", threads_now},
+      {"device", device_label(backend, host)},
+  };
+  for (const auto& [key, now] : same) {
+    if (!field(key).empty() && field(key) != now) {
+      throw ConfigError(checkpoint + ": " + key + " = \"" + field(key) +
+                        "\": the checkpoint was measured with another " + key + " than this run (" +
+                        now + "); resume with the same settings on the same machine, or delete it");
+    }
+  }
+  return previous;
+}
+
+// Provenance of this run (a resumed run keeps the first run's start date).
+void record_run_provenance(DeviceProfile& profile, const Backend& backend,
+                           const ProfileOptions& options, const MachineSetup& machine,
+                           const HostFacts& host, bool resumed) {
   std::map<std::string, std::string>& p = profile.provenance;
   for (const auto& [key, value] : build_provenance()) {
     p[key] = value;
   }
+  const bool cpu = backend.device() == DeviceKind::cpu;
+  const TimingOptions& timing = machine.timing;
   p["backend_device"] = backend.name();
-  p["device"] = device == DeviceKind::cpu
-                    ? (host.cpu_model.empty() ? "unknown CPU" : host.cpu_model)
-                    : backend.name();
+  p["device"] = device_label(backend, host);
   p["host_cpu"] = host.cpu_model;
-  p["threads"] = std::to_string(device == DeviceKind::cpu ? cpu_threads() : 0);
+  p["threads"] = std::to_string(cpu ? cpu_threads() : 0);
   p["logical_cpus"] = std::to_string(host.logical_cpus);
   p["grid"] = to_string(options.grid);
   p["dtype"] = to_string(options.dtype);
-  p["rotation_bytes"] = std::to_string(timing.rotation_bytes) + " (2 x " + cache_source + ")";
+  p["rotation_bytes"] =
+      std::to_string(timing.rotation_bytes) + " (2 x " + machine.cache_source + ")";
   p["memory_limit_bytes"] = std::to_string(timing.memory_limit_bytes);
   if (timing.max_point_bytes > 0) {
     p["max_point_bytes"] = std::to_string(timing.max_point_bytes) + " (bounded grid)";
@@ -686,111 +719,154 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
                 " s of back-to-back calls) after warm-up; " + format_general(timing.budget_s, 4) +
                 " s budget per shape; inputs random, rotated over copies exceeding the rotation "
                 "size; spread = (p90 - p10) / median";
+  p["rounds"] = std::to_string(options.rounds);
+  p["noise_how"] =
+      "points measured in batches of " + std::to_string(options.batch_points) + ", each batch in " +
+      std::to_string(options.rounds) +
+      " interleaved rounds (odd rounds in reverse order; budget / rounds per point and round); "
+      "time = median of all samples, round_spread = (max - min) / median of the rounds' "
+      "medians; " +
+      (options.drift_tolerance > 0.0
+           ? "the sentinel timed before and after each batch, which is measured again when "
+             "it moved by more than drift_tolerance and marked drift = true if it moved again"
+           : std::string("no drift sentinel (drift_tolerance = 0)"));
   p["load_average_at_start"] = trim_text(read_text_or_empty("/proc/loadavg"));
-  if (!resumed) {
-    p["date"] = utc_now();
-  } else {
-    p["resumed"] = utc_now();
-  }
-  if (device != DeviceKind::cpu) {
+  p[resumed ? "resumed" : "date"] = utc_now();
+  if (!cpu) {
     for (const auto& [key, value] : backend.facts().provenance) {
       p[key] = value;
     }
   }
   p["status"] = "partial";
   p.erase("measurement_count");
+}
 
-  auto checkpoint_now = [&] {
-    p["measurement_count"] = std::to_string(profile.measurements.size());
-    save_profile_atomically(profile, checkpoint);
-  };
+// What one grid point gathered over the rounds of its batch.
+struct PointRounds {
+  std::vector<double> samples_s;
+  std::vector<double> round_medians_s;
+  bool skipped = false;
+  std::string skip_reason;
+  int copies = 0;
+};
 
-  stop_if_asked();
-  if (options.measure_ceilings && !(resumed && p.count("ceilings_how") > 0)) {
-    if (!resumed) {
-      // A first checkpoint before the ceilings (seconds on a loaded machine):
-      // a Ctrl-C during them keeps OUT.partial too, with placeholder ceilings
-      // and no ceilings_how, so that a resume measures them.
-      DeviceCeilings& c = profile.ceilings;
-      c.peak_flops_fp32 = c.peak_flops_bf16 = c.memory_bandwidth = 1.0;
-      c.memory_bytes = memory_bytes > 0 ? memory_bytes : 1.0;
-      checkpoint_now();
-    }
-    if (options.progress != nullptr) {
-      std::fprintf(options.progress, "modar profile: measuring ceilings (GEMM, copy, dispatch)\n");
-    }
-    const CeilingReport report = measure_ceilings(backend, timing.clock, device, cache_bytes,
-                                                  timing.memory_limit_bytes, memory_bytes,
-                                                  stop_if_asked);
-    profile.ceilings = report.ceilings;
-    p["ceilings_how"] = report.how + "; peak = achievable = measured (no datasheet)";
-  } else if (!resumed) {
-    DeviceCeilings& c = profile.ceilings;
-    c.peak_flops_fp32 = c.peak_flops_bf16 = c.memory_bandwidth = 1.0;
-    c.memory_bytes = memory_bytes > 0 ? memory_bytes : 1.0;
-    p["ceilings_how"] = "not measured (placeholders)";
-  }
-  checkpoint_now();
-
-  int64_t skipped = 0;
-  for (auto it = p.begin(); it != p.end();) {
-    it = it->first.rfind("skipped.", 0) == 0 ? p.erase(it) : std::next(it);
-  }
-  size_t todo = 0;
-  for (const ProfilePoint& point : points) {
-    todo += point_done(profile, point) ? 0 : 1;
-  }
-  if (options.progress != nullptr) {
-    std::fprintf(options.progress,
-                 "modar profile: %zu shapes (%zu already measured%s), grid %s, %s\n", points.size(),
-                 points.size() - todo, resumed ? ", resumed" : "", to_string(options.grid),
-                 to_string(options.dtype));
-  }
-  const double start_s = now_s();
-  size_t done = 0;
-  size_t index = 0;
-  for (const ProfilePoint& point : points) {
-    ++index;
-    if (point_done(profile, point)) {
-      continue;
-    }
-    stop_if_asked();
-    // Whatever one point throws (a shape the backend rejects, an allocation or
-    // a device error) is recorded as a skip; it never aborts the run.
-    OpTiming timed;
-    try {
-      timed = measure_op(backend, point.shape, point.pass, timing);
-    } catch (const std::exception& e) {
-      timed = OpTiming{};
-      timed.skipped = true;
-      timed.skip_reason = std::string("failed: ") + e.what();
-    }
-    ++done;
-    if (timed.skipped) {
-      ++skipped;
-      char key[32];
-      std::snprintf(key, sizeof(key), "skipped.%04lld", static_cast<long long>(skipped));
-      p[key] = describe(point.shape, point.pass) + ": " + timed.skip_reason;
-    } else {
-      profile.measurements.push_back(timed.measurement);
-    }
-    checkpoint_now();
-    if (options.progress != nullptr) {
-      const double elapsed = now_s() - start_s;
-      const double eta = elapsed / static_cast<double>(done) * static_cast<double>(todo - done);
-      if (timed.skipped) {
-        std::fprintf(options.progress, "[%4zu/%zu] %s: skipped (%s)\n", index, points.size(),
-                     describe(point.shape, point.pass).c_str(), timed.skip_reason.c_str());
-      } else {
-        std::fprintf(options.progress, "[%4zu/%zu] %-52s %10s +-%4.1f%% x%-3d elapsed %s ETA %s\n",
-                     index, points.size(), describe(point.shape, point.pass).c_str(),
-                     format_time(timed.stats.median_s).c_str(), 50.0 * timed.stats.spread(),
-                     timed.copies, format_duration(elapsed).c_str(), format_duration(eta).c_str());
+// One attempt at a batch: `rounds` interleaved rounds, each timing every
+// point once with `round_timing` (odd rounds in reverse order, so no point is
+// always measured first or last).  A point's prepared tensors are kept for
+// its next round while the batch's kept tensors stay within `keep_bytes`
+// (else they are prepared again).  A point that is skipped in a round (its
+// op throws, it does not fit) is skipped for good.
+std::vector<PointRounds> measure_rounds(Backend& backend, const std::vector<ProfilePoint>& batch,
+                                        const TimingOptions& round_timing, int rounds,
+                                        int64_t keep_bytes,
+                                        const std::function<void()>& stop_if_asked) {
+  std::vector<PointRounds> out(batch.size());
+  std::vector<std::unique_ptr<PreparedOp>> kept(batch.size());
+  int64_t kept_bytes = 0;
+  for (int r = 0; r < rounds; ++r) {
+    for (size_t j = 0; j < batch.size(); ++j) {
+      const size_t i = r % 2 == 0 ? j : batch.size() - 1 - j;
+      if (out[i].skipped) {
+        continue;
       }
-      std::fflush(options.progress);
+      stop_if_asked();
+      // Whatever one point throws (a shape the backend rejects, an allocation
+      // or a device error) is recorded as a skip; it never aborts the run.
+      OpTiming timed;
+      try {
+        std::unique_ptr<PreparedOp> op = std::move(kept[i]);
+        if (op != nullptr) {
+          kept_bytes -= op->bytes();
+          timed.copies = static_cast<int>(op->sets.size());
+        } else {
+          op = prepare_op(backend, batch[i].shape, batch[i].pass, round_timing, timed);
+        }
+        if (op != nullptr) {
+          time_prepared_op(backend, *op, round_timing, timed);
+          if (r + 1 < rounds && kept_bytes + op->bytes() <= keep_bytes) {
+            kept_bytes += op->bytes();
+            kept[i] = std::move(op);
+          }
+        }
+      } catch (const std::exception& e) {
+        timed = OpTiming{};
+        timed.skipped = true;
+        timed.skip_reason = std::string("failed: ") + e.what();
+      }
+      if (timed.skipped) {
+        out[i].skipped = true;
+        out[i].skip_reason = timed.skip_reason;
+        continue;
+      }
+      out[i].round_medians_s.push_back(timed.stats.median_s);
+      out[i].samples_s.insert(out[i].samples_s.end(), timed.samples_s.begin(),
+                              timed.samples_s.end());
+      out[i].copies = timed.copies;
     }
   }
-  // The GEMM ceiling is the best rate any GEMM of the profile's dtype reached.
+  return out;
+}
+
+OpMeasurement pooled_measurement(const ProfilePoint& point, const PointRounds& measured,
+                                 bool drift) {
+  const TimingStats stats = summarize_samples(measured.samples_s);
+  OpMeasurement m;
+  m.shape = point.shape;
+  m.pass = point.pass;
+  m.median_s = stats.median_s;
+  m.spread = stats.spread();
+  m.repeats = stats.repeats;
+  m.rounds = static_cast<int64_t>(measured.round_medians_s.size());
+  const auto [low, high] =
+      std::minmax_element(measured.round_medians_s.begin(), measured.round_medians_s.end());
+  m.round_spread = stats.median_s > 0.0 ? (*high - *low) / stats.median_s : 0.0;
+  m.drift = drift;
+  return m;
+}
+
+// The sentinel's record over a run (and the runs it resumed).
+struct DriftLedger {
+  double reference_s = 0.0;
+  double min_s = 0.0, max_s = 0.0;
+  int64_t timings = 0, remeasured_batches = 0, marked_points = 0;
+  void saw(double seconds) {
+    min_s = timings == 0 ? seconds : std::min(min_s, seconds);
+    max_s = timings == 0 ? seconds : std::max(max_s, seconds);
+    ++timings;
+  }
+};
+
+void record_noise_provenance(DeviceProfile& profile, const DriftLedger& ledger,
+                             const DriftSentinel* sentinel, const ProfileOptions& options) {
+  std::map<std::string, std::string>& p = profile.provenance;
+  std::vector<double> round_spreads;
+  for (const OpMeasurement& m : profile.measurements) {
+    if (m.rounds > 1) {
+      round_spreads.push_back(m.round_spread);
+    }
+  }
+  if (!round_spreads.empty()) {
+    std::sort(round_spreads.begin(), round_spreads.end());
+    p["round_spread_median"] = format_general(summarize_samples(round_spreads).median_s, 4);
+    p["round_spread_p90"] = format_general(summarize_samples(round_spreads).p90_s, 4);
+  }
+  p["load_average_at_end"] = trim_text(read_text_or_empty("/proc/loadavg"));
+  if (sentinel == nullptr) {
+    return;
+  }
+  p["sentinel"] = sentinel->description();
+  p["sentinel_reference_s"] = format_general(ledger.reference_s, 4);
+  p["sentinel_min_s"] = format_general(ledger.min_s, 4);
+  p["sentinel_max_s"] = format_general(ledger.max_s, 4);
+  p["drift"] = format_general(
+      ledger.reference_s > 0.0 ? (ledger.max_s - ledger.min_s) / ledger.reference_s : 0.0, 4);
+  p["drift_tolerance"] = format_general(options.drift_tolerance, 4);
+  p["drift_remeasured_batches"] = std::to_string(ledger.remeasured_batches);
+  p["drift_marked_points"] = std::to_string(ledger.marked_points);
+}
+
+// The GEMM ceiling is the best rate any GEMM of the profile's dtype reached.
+void raise_gemm_ceilings(DeviceProfile& profile) {
   for (const OpMeasurement& m : profile.measurements) {
     if (m.shape.kind != OpKind::gemm || m.median_s <= 0.0) {
       continue;
@@ -806,14 +882,393 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
       c.achievable_flops_bf16 = c.peak_flops_bf16 = rate;
     }
   }
+}
+
+// Points of the run beyond options.max_seconds, recorded with the reason.
+void record_unmeasured(DeviceProfile& profile, const std::vector<ProfilePoint>& points,
+                       const std::string& reason) {
+  std::map<std::string, std::string>& p = profile.provenance;
+  int64_t count = static_cast<int64_t>(provenance_positive_number(profile, "unmeasured_count"));
+  for (const ProfilePoint& point : points) {
+    ++count;
+    char key[40];
+    std::snprintf(key, sizeof(key), "unmeasured.%04lld", static_cast<long long>(count));
+    p[key] = describe(point.shape, point.pass) + ": " + reason;
+  }
+  p["unmeasured_count"] = std::to_string(count);
+}
+
+// Everything measure_points needs from the run.
+struct PointsRun {
+  Backend& backend;
+  const ProfileOptions& options;
+  const TimingOptions& timing;
+  double run_start_s = 0.0;
+  DriftSentinel* sentinel = nullptr;  // null: no drift check
+  const std::function<void()>& stop_if_asked;
+  const std::function<void()>& checkpoint_now;
+};
+
+void print_point_progress(const ProfileOptions& options, size_t done, size_t todo,
+                          const std::string& name, const PointRounds& measured,
+                          const OpMeasurement* m, double run_start_s) {
+  const double elapsed = now_s() - run_start_s;
+  const double eta = elapsed / static_cast<double>(done) * static_cast<double>(todo - done);
+  if (m == nullptr) {
+    std::fprintf(options.progress, "[%4zu/%zu] %s: skipped (%s)\n", done, todo, name.c_str(),
+                 measured.skip_reason.c_str());
+    return;
+  }
+  std::fprintf(options.progress,
+               "[%4zu/%zu] %-52s %10s +-%4.1f%% rounds +-%4.1f%% x%-3d elapsed %s ETA %s%s\n", done,
+               todo, name.c_str(), format_time(m->median_s).c_str(), 50.0 * m->spread,
+               50.0 * m->round_spread, measured.copies, format_duration(elapsed).c_str(),
+               format_duration(eta).c_str(), m->drift ? " (drift)" : "");
+}
+
+// Measure `todo` in batches of interleaved rounds, the sentinel timed after
+// each batch (`before_s` = its last time), checkpointing after every batch;
+// stops at options.max_seconds (the rest recorded as unmeasured).  Returns
+// the points skipped.
+int64_t measure_points(const PointsRun& run, const std::vector<ProfilePoint>& todo,
+                       DeviceProfile& profile, DriftLedger& ledger, double before_s) {
+  const ProfileOptions& options = run.options;
+  Backend& backend = run.backend;
+  const TimingOptions& timing = run.timing;
+  DriftSentinel* sentinel = run.sentinel;
+  const double run_start_s = run.run_start_s;
+  const auto& stop_if_asked = run.stop_if_asked;
+  std::map<std::string, std::string>& p = profile.provenance;
+  int64_t skipped = 0;
+  TimingOptions round_timing = timing;
+  const int rounds = std::max(1, options.rounds);
+  if (rounds > 1) {
+    round_timing.budget_s = timing.budget_s / rounds;
+    round_timing.min_repeats = std::max(2, (timing.min_repeats + rounds - 1) / rounds);
+  }
+  const size_t batch_size = static_cast<size_t>(std::max(1, options.batch_points));
+  // A batch keeps its points' tensors between rounds up to a quarter of the
+  // memory limit (at most 1 GiB): a point of a few copies is then filled once.
+  const int64_t keep_bytes = std::min<int64_t>(int64_t{1} << 30, timing.memory_limit_bytes > 0
+                                                                     ? timing.memory_limit_bytes / 4
+                                                                     : int64_t{1} << 30);
+  size_t done = 0;
+  for (size_t first = 0; first < todo.size(); first += batch_size) {
+    if (options.max_seconds > 0.0 && now_s() - run_start_s >= options.max_seconds) {
+      const std::vector<ProfilePoint> rest(todo.begin() + static_cast<std::ptrdiff_t>(first),
+                                           todo.end());
+      record_unmeasured(profile, rest,
+                        "not measured: the run's time bound max_seconds = " +
+                            format_general(options.max_seconds, 4) + " s was spent");
+      break;
+    }
+    const std::vector<ProfilePoint> batch(
+        todo.begin() + static_cast<std::ptrdiff_t>(first),
+        todo.begin() + static_cast<std::ptrdiff_t>(std::min(todo.size(), first + batch_size)));
+    std::vector<PointRounds> measured;
+    bool drifted = false;
+    for (int attempt = 0;; ++attempt) {
+      measured = measure_rounds(backend, batch, round_timing, rounds, keep_bytes, stop_if_asked);
+      if (sentinel == nullptr) {
+        break;
+      }
+      const double after_s = sentinel->time_s();
+      ledger.saw(after_s);
+      const double drift = sentinel_drift(ledger.reference_s, before_s, after_s);
+      if (options.progress != nullptr && drift > options.drift_tolerance) {
+        std::fprintf(options.progress,
+                     "modar profile: the sentinel moved %.0f%% (reference %s, before %s, after "
+                     "%s): %s\n",
+                     100.0 * drift, format_time(ledger.reference_s).c_str(),
+                     format_time(before_s).c_str(), format_time(after_s).c_str(),
+                     attempt == 0 ? "measuring the batch again" : "its points are marked drift");
+      }
+      before_s = after_s;
+      const bool out_of_time =
+          options.max_seconds > 0.0 && now_s() - run_start_s >= options.max_seconds;
+      if (drift <= options.drift_tolerance) {
+        break;
+      }
+      if (attempt == 1 || out_of_time) {
+        drifted = true;
+        break;
+      }
+      ++ledger.remeasured_batches;
+    }
+    for (size_t i = 0; i < batch.size(); ++i) {
+      ++done;
+      const std::string name = describe(batch[i].shape, batch[i].pass);
+      if (measured[i].skipped) {
+        ++skipped;
+        char key[32];
+        std::snprintf(key, sizeof(key), "skipped.%04lld", static_cast<long long>(skipped));
+        p[key] = name + ": " + measured[i].skip_reason;
+      } else {
+        profile.measurements.push_back(pooled_measurement(batch[i], measured[i], drifted));
+        ledger.marked_points += drifted ? 1 : 0;
+      }
+      if (options.progress != nullptr) {
+        print_point_progress(options, done, todo.size(), name, measured[i],
+                             measured[i].skipped ? nullptr : &profile.measurements.back(),
+                             run_start_s);
+      }
+    }
+    if (options.progress != nullptr) {
+      std::fflush(options.progress);
+    }
+    run.checkpoint_now();
+  }
+  raise_gemm_ceilings(profile);
+  return skipped;
+}
+
+}  // namespace
+
+DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
+  check_out_path(options.out_path);
+  // One writer per output: a second run on the same out_path is refused while
+  // this one holds OUT.lock (released by the OS if this process dies).
+  const OutputLock lock(options.out_path);
+  const double run_start_s = now_s();
+  const DeviceKind device = backend.device();
+  const HostFacts host = read_host_facts();
+  set_cpu_threads(options.threads);
+  const auto stop_if_asked = [&] {
+    if (options.should_stop && options.should_stop()) {
+      throw Interrupted("profile interrupted; the points measured so far are kept in " +
+                        partial_path(options.out_path) + " (continue with resume)");
+    }
+  };
+  const MachineSetup machine = machine_setup(backend, options, host);
+  const TimingOptions& timing = machine.timing;
+  const std::vector<ProfilePoint> points =
+      options.points.empty() ? profile_grid(options.grid, device, options.dtype) : options.points;
+
+  DeviceProfile profile;
+  const std::string checkpoint = partial_path(options.out_path);
+  const bool resumed = options.resume && std::filesystem::exists(checkpoint);
+  if (resumed) {
+    profile = read_checkpoint(backend, options, host);
+  } else {
+    profile.name = profile_name_from(options.out_path, options.backend_name);
+    profile.backend = options.backend_name;
+    profile.measured = true;
+  }
+  record_run_provenance(profile, backend, options, machine, host, resumed);
+  std::map<std::string, std::string>& p = profile.provenance;
+  auto checkpoint_now = [&] {
+    p["measurement_count"] = std::to_string(profile.measurements.size());
+    save_profile_atomically(profile, checkpoint);
+  };
+
+  stop_if_asked();
+  if (options.measure_ceilings && !(resumed && p.count("ceilings_how") > 0)) {
+    if (!resumed) {
+      // A first checkpoint before the ceilings (seconds on a loaded machine):
+      // a Ctrl-C during them keeps OUT.partial too, with placeholder ceilings
+      // and no ceilings_how, so that a resume measures them.
+      DeviceCeilings& c = profile.ceilings;
+      c.peak_flops_fp32 = c.peak_flops_bf16 = c.memory_bandwidth = 1.0;
+      c.memory_bytes = machine.memory_bytes > 0 ? machine.memory_bytes : 1.0;
+      checkpoint_now();
+    }
+    if (options.progress != nullptr) {
+      std::fprintf(options.progress, "modar profile: measuring ceilings (GEMM, copy, dispatch)\n");
+    }
+    const CeilingReport report =
+        measure_ceilings(backend, timing.clock, device, machine.cache_bytes,
+                         timing.memory_limit_bytes, machine.memory_bytes, stop_if_asked);
+    profile.ceilings = report.ceilings;
+    p["ceilings_how"] = report.how + "; peak = achievable = measured (no datasheet)";
+  } else if (!resumed) {
+    DeviceCeilings& c = profile.ceilings;
+    c.peak_flops_fp32 = c.peak_flops_bf16 = c.memory_bandwidth = 1.0;
+    c.memory_bytes = machine.memory_bytes > 0 ? machine.memory_bytes : 1.0;
+    p["ceilings_how"] = "not measured (placeholders)";
+  }
+  checkpoint_now();
+
+  for (auto it = p.begin(); it != p.end();) {
+    const bool per_run = it->first.rfind("skipped.", 0) == 0 ||
+                         it->first.rfind("unmeasured.", 0) == 0 || it->first == "unmeasured_count";
+    it = per_run ? p.erase(it) : std::next(it);
+  }
+  std::vector<ProfilePoint> todo;
+  for (const ProfilePoint& point : points) {
+    if (!point_done(profile, point)) {
+      todo.push_back(point);
+    }
+  }
+  const size_t already_measured = points.size() - todo.size();
+  // The bound: the time left after the ceilings; the most expensive points
+  // that do not fit are left out (and reported) before measuring.
+  double estimated_s = 0.0;
+  if ((options.max_seconds > 0.0 || options.progress != nullptr) && !todo.empty()) {
+    ProfileOptions rest = options;
+    rest.measure_ceilings = false;
+    if (options.max_seconds > 0.0) {
+      rest.max_seconds = std::max(1e-3, options.max_seconds - (now_s() - run_start_s));
+    }
+    const ProfileDurationEstimate estimate = estimate_profile_duration(backend, rest, todo);
+    estimated_s = estimate.total_s;
+    p["estimated_duration_s"] = format_general(estimate.total_s, 4) + " (the points, after the ceilings)";
+    if (!estimate.left_out.empty()) {
+      record_unmeasured(
+          profile, estimate.left_out,
+          "left out to fit max_seconds = " + format_general(options.max_seconds, 4) +
+              " s (the most expensive points first: " + std::to_string(estimate.left_out.size()) +
+              " points, about " + format_duration(estimate.left_out_s) + " of measuring)");
+      todo = estimate.kept;
+    }
+  }
+  if (options.progress != nullptr) {
+    std::fprintf(options.progress,
+                 "modar profile: %zu shapes (%zu already measured%s), grid %s, %s, %d round%s; "
+                 "%zu to measure, estimated %s%s\n",
+                 points.size(), already_measured, resumed ? ", resumed" : "",
+                 to_string(options.grid), to_string(options.dtype), options.rounds,
+                 options.rounds == 1 ? "" : "s", todo.size(), format_duration(estimated_s).c_str(),
+                 p.count("unmeasured_count") > 0
+                     ? (" (" + p["unmeasured_count"] + " left out to fit max_seconds)").c_str()
+                     : "");
+  }
+
+  // The drift sentinel: its reference is the median of three timings at the
+  // start (a resumed run keeps the first run's, so a machine that changed
+  // speed in between shows as drift).
+  std::unique_ptr<DriftSentinel> sentinel;
+  DriftLedger ledger;
+  double before_s = 0.0;
+  if (options.drift_tolerance > 0.0) {
+    sentinel = std::make_unique<DriftSentinel>(backend, timing.clock);
+    ledger.reference_s = resumed ? provenance_positive_number(profile, "sentinel_reference_s") : 0.0;
+    ledger.remeasured_batches =
+        static_cast<int64_t>(provenance_positive_number(profile, "drift_remeasured_batches"));
+    ledger.marked_points = static_cast<int64_t>(provenance_positive_number(profile, "drift_marked_points"));
+    std::vector<double> first = {sentinel->time_s(), sentinel->time_s(), sentinel->time_s()};
+    for (const double t : first) {
+      ledger.saw(t);
+    }
+    if (ledger.reference_s <= 0.0) {
+      ledger.reference_s = summarize_samples(first).median_s;
+    }
+    before_s = first.back();
+  }
+
+  const std::function<void()> stop = stop_if_asked;
+  const std::function<void()> save = checkpoint_now;
+  const PointsRun run{backend, options, timing, run_start_s, sentinel.get(), stop, save};
+  const int64_t skipped = measure_points(run, todo, profile, ledger, before_s);
+  record_noise_provenance(profile, ledger, sentinel.get(), options);
   p["skipped_count"] = std::to_string(skipped);
-  p["duration_s"] = format_general(now_s() - start_s, 4) + " (grid, this invocation)";
+  p["duration_s"] = format_general(now_s() - run_start_s, 4) + " (this invocation)";
   p["status"] = "complete";
   p["measurement_count"] = std::to_string(profile.measurements.size());
   save_profile_atomically(profile, options.out_path);
   std::error_code ignored;
   std::filesystem::remove(checkpoint, ignored);
   return profile;
+}
+
+// ---- how long a run takes --------------------------------------------------------------
+
+namespace {
+
+// Estimated seconds to measure one point in `rounds` rounds of `round`.
+double estimated_point_s(const ProfilePoint& point, const TimingOptions& round, int rounds,
+                         double flops_per_s, double bytes_per_s) {
+  int64_t set_bytes = 0;
+  try {
+    set_bytes = op_working_set_bytes(point.shape, point.pass);
+  } catch (const std::exception&) {
+    return 0.0;  // skipped at once
+  }
+  if ((round.memory_limit_bytes > 0 && set_bytes > round.memory_limit_bytes) ||
+      (round.max_point_bytes > 0 && set_bytes > round.max_point_bytes)) {
+    return 0.0;
+  }
+  const OpCost cost = op_cost(point.shape, point.pass);
+  const double call_s =
+      std::max(cost.flops / flops_per_s, cost.bytes / bytes_per_s) + 2e-6;  // + dispatch
+  int64_t copies = 1;
+  if (round.rotation_bytes > set_bytes && set_bytes > 0) {
+    copies = std::min<int64_t>((round.rotation_bytes + set_bytes - 1) / set_bytes,
+                               std::max(1, round.max_copies));
+  }
+  // Filling copy 0 with random numbers and copying it: a few passes over the
+  // bytes, once (a batch keeps its tensors between rounds).
+  const double setup_s = 4.0 * static_cast<double>(copies * set_bytes) / bytes_per_s;
+  const double round_s =
+      std::max(round.budget_s, static_cast<double>(1 + round.min_repeats) * call_s);
+  return static_cast<double>(rounds) * round_s + setup_s;
+}
+
+}  // namespace
+
+ProfileDurationEstimate estimate_profile_duration(Backend& backend, const ProfileOptions& options,
+                                                  const std::vector<ProfilePoint>& points) {
+  ProfileDurationEstimate estimate;
+  const HostFacts host = read_host_facts();
+  const MachineSetup machine = machine_setup(backend, options, host);
+  // The rates: a 256^3 GEMM (the sentinel) and a copy of 64 MiB, timed now.
+  {
+    DriftSentinel gemm(backend, options.timing.clock);
+    const double n = backend.device() == DeviceKind::cpu ? 256.0 : 4096.0;
+    estimate.gemm_flops_per_s = 2.0 * n * n * n / gemm.time_s(0.02);
+    const int64_t elements = int64_t{16} << 20;
+    // (The values do not matter to a copy; time_call's untimed first call
+    // touches the pages.)
+    Tensor src(backend, {elements}, ScalarType::fp32), dst(backend, {elements}, ScalarType::fp32);
+    const double seconds = time_call(
+        backend, options.timing.clock, [&] { backend.copy(src.view(), dst.view()); }, 0.03);
+    estimate.bytes_per_s = 2.0 * 4.0 * static_cast<double>(elements) / seconds;
+  }
+  TimingOptions round = machine.timing;
+  const int rounds = std::max(1, options.rounds);
+  if (rounds > 1) {
+    round.budget_s = machine.timing.budget_s / rounds;
+    round.min_repeats = std::max(2, (machine.timing.min_repeats + rounds - 1) / rounds);
+  }
+  if (options.measure_ceilings) {
+    // Two square GEMMs (fp32, bf16 taken at half the rate), >= 4 calls or 1 s
+    // each; a 1 s copy; the 0.3 s dispatch loop.
+    const double n = backend.device() == DeviceKind::cpu ? 2048.0 : 16384.0;
+    const double gemm_s = 2.0 * n * n * n / estimate.gemm_flops_per_s;
+    estimate.ceilings_s = std::max(1.0, 4.0 * gemm_s) + std::max(1.0, 8.0 * gemm_s) + 1.3;
+  }
+  std::vector<double> cost_s(points.size());
+  double points_s = 0.0;
+  for (size_t i = 0; i < points.size(); ++i) {
+    cost_s[i] = estimated_point_s(points[i], round, rounds, estimate.gemm_flops_per_s,
+                                  estimate.bytes_per_s);
+    points_s += cost_s[i];
+  }
+  const size_t batches =
+      (points.size() + static_cast<size_t>(std::max(1, options.batch_points)) - 1) /
+      static_cast<size_t>(std::max(1, options.batch_points));
+  const double sentinel_s =
+      options.drift_tolerance > 0.0 ? 0.03 * static_cast<double>(batches + 3) : 0.0;
+  // Under a bound: leave out the most expensive points until the rest fits.
+  std::vector<bool> keep(points.size(), true);
+  if (options.max_seconds > 0.0) {
+    std::vector<size_t> order(points.size());
+    for (size_t i = 0; i < order.size(); ++i) {
+      order[i] = i;
+    }
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return cost_s[a] > cost_s[b]; });
+    const double room_s = options.max_seconds - estimate.ceilings_s - sentinel_s;
+    for (size_t i = 0; i < order.size() && points_s > room_s; ++i) {
+      keep[order[i]] = false;
+      points_s -= cost_s[order[i]];
+      estimate.left_out_s += cost_s[order[i]];
+    }
+  }
+  for (size_t i = 0; i < points.size(); ++i) {
+    (keep[i] ? estimate.kept : estimate.left_out).push_back(points[i]);
+  }
+  estimate.total_s = estimate.ceilings_s + sentinel_s + std::max(0.0, points_s);
+  return estimate;
 }
 
 // ---- settings ------------------------------------------------------------------------
@@ -845,6 +1300,25 @@ ProfileOptions resolve_profile_options(const ProfileRequest& request, DeviceKind
   options.timing.clock = request.clock.value_or(cpu ? Clock::cpu : Clock::wall);
   if (options.timing.clock == Clock::cpu && !cpu) {
     throw ConfigError("clock = cpu: only the cpu backend can be timed by CPU time; use wall");
+  }
+  // Noise: 3 interleaved rounds per point in batches of 32 (a few seconds of
+  // work each), the sentinel allowed to move 10 % (docs/profiler.md, "Noise").
+  options.rounds = request.rounds.value_or(3);
+  if (options.rounds < 1 || options.rounds > 20) {
+    throw ConfigError("rounds = " + std::to_string(options.rounds) +
+                      ": must be an integer in [1, 20] (interleaved rounds per point)");
+  }
+  options.batch_points = 32;
+  options.drift_tolerance = request.drift_tolerance.value_or(0.10);
+  if (!(options.drift_tolerance >= 0.0 && options.drift_tolerance <= 10.0)) {
+    throw ConfigError("drift_tolerance = " + format_general(options.drift_tolerance, 4) +
+                      ": must be in [0, 10] (a fraction: 0.1 = the sentinel may move 10 %; 0 = "
+                      "no sentinel)");
+  }
+  options.max_seconds = request.max_seconds.value_or(0.0);
+  if (request.max_seconds && !(options.max_seconds > 0.0 && options.max_seconds <= 1e7)) {
+    throw ConfigError("max_seconds = " + format_general(options.max_seconds, 4) +
+                      ": must be in (0, 1e7] seconds (the bound on the whole run)");
   }
   options.timing.budget_s = request.budget_s.value_or(request.quick ? 0.08 : 0.25);
   // A shape's budget beyond an hour is no profile anyone waits for.
@@ -912,7 +1386,8 @@ ProfileOptions resolve_profile_options(const ProfileRequest& request, DeviceKind
   return options;
 }
 
-std::string profile_settings_json(const ProfileOptions& options) {
+std::string profile_settings_json(const ProfileOptions& options,
+                                  const ProfileDurationEstimate* estimate) {
   JsonWriter json(2);
   json.begin_object();
   json.field("backend", options.backend_name);
@@ -935,6 +1410,15 @@ std::string profile_settings_json(const ProfileOptions& options) {
                          options.dtype)
           : options.points;
   json.field("points", static_cast<int64_t>(points.size()));
+  json.field("rounds", options.rounds);
+  json.field("batch_points", options.batch_points);
+  json.field("drift_tolerance", options.drift_tolerance);
+  json.field("max_seconds", options.max_seconds);
+  if (estimate != nullptr) {
+    json.field("estimated_duration_s", estimate->total_s);
+    json.field("points_within_bound", static_cast<int64_t>(estimate->kept.size()));
+    json.field("points_left_out", static_cast<int64_t>(estimate->left_out.size()));
+  }
   json.end_object();
   return json.str() + "\n";
 }

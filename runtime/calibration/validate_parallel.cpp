@@ -517,6 +517,258 @@ double median(std::vector<double> values) {
 
 }  // namespace
 
+namespace {
+
+// The cases to run: all of this world size's, or those named in options.only.
+std::vector<ParallelValidationCase> chosen_cases(int world_size,
+                                                 const ParallelValidationOptions& options) {
+  std::vector<ParallelValidationCase> cases = parallel_validation_cases(world_size, options.quick);
+  if (options.only.empty()) {
+    return cases;
+  }
+  std::vector<ParallelValidationCase> chosen;
+  for (const std::string& name : options.only) {
+    const auto it = std::find_if(cases.begin(), cases.end(),
+                                 [&](const ParallelValidationCase& c) { return c.name == name; });
+    if (it == cases.end()) {
+      std::string allowed;
+      for (const auto& c : cases) {
+        allowed += (allowed.empty() ? "" : ", ") + c.name;
+      }
+      throw ConfigError("cases: '" + name + "' is not a case on " + std::to_string(world_size) +
+                        " ranks" + (options.quick ? " with quick" : "") + "; allowed: " + allowed);
+    }
+    chosen.push_back(*it);
+  }
+  return chosen;
+}
+
+// Case i's trainer over the timed world's process groups, its rank's rows of
+// the global batch, warmed up.
+std::unique_ptr<LiveCase> build_live_case(Backend& backend, TimingCommunicator& timed,
+                                          const ParallelValidationCase& validation_case, size_t i,
+                                          const ParallelValidationOptions& options) {
+  auto lc = std::make_unique<LiveCase>();
+  lc->validation_case = validation_case;
+  const Config& config = validation_case.config;
+  Config model_config = config;
+  model_config.parallel = ParallelConfig{};
+  model_config.device.count = 1;
+  model_config.train.global_batch = 0;
+  ModelOptions model_options;
+  model_options.dtype = ScalarType::fp32;
+  model_options.seed = options.seed + i;
+  lc->groups = make_process_groups(timed, config.parallel);
+  const int64_t dp = lc->groups.shape.data;
+  const int64_t rows = kGlobalBatch / dp, seq = config.model.seq_len;
+  const int64_t vocab = config.model.vocab_size;
+  const Context ctx{backend, nullptr, ScalarType::fp32};
+  const int64_t first_row = lc->groups.at.data * rows;
+  lc->tokens = ctx.indices({rows, seq}, case_ids(vocab, seq, first_row, rows, 0, options.seed));
+  lc->targets = ctx.indices({rows, seq}, case_ids(vocab, seq, first_row, rows, 1, options.seed));
+  if (validation_case.trainer == "data") {
+    lc->model = std::make_unique<Model>(backend, model_config, model_options);
+    lc->data =
+        std::make_unique<DataParallelTrainer>(*lc->model, *lc->groups.data, config.parallel.zero);
+  } else {  // "tensor" or "pipeline": the composed trainer
+    ParallelTrainerOptions composed;
+    composed.microbatches =
+        validation_case.trainer == "pipeline" ? validation_case.microbatches : 1;
+    composed.sequence_parallel = config.parallel.sequence_parallel;
+    composed.zero_stage = config.parallel.zero;
+    lc->composed = std::make_unique<ParallelTrainer>(backend, model_config, model_options,
+                                                     lc->groups, composed);
+  }
+  for (int w = 0; w < options.warmup_steps; ++w) {
+    lc->step();
+  }
+  return lc;
+}
+
+// The busiest rank's communication of one replayed round, by the process
+// group its calls ran in (classified by which layout coordinate the members
+// vary in), plus any idle time after its last call.
+std::vector<std::pair<std::string, double>> comm_by_group(
+    const ParallelValidationCase& validation_case, int world_size,
+    const RankTimeline& critical_timeline, const ReplayedRank& critical_replay, size_t critical,
+    double step_s) {
+  const LayoutShape shape = layout_shape(validation_case.config.parallel, world_size);
+  std::map<std::string, double> by_group;
+  for (size_t i = 0; i < critical_timeline.calls.size(); ++i) {
+    const TimelineCall& call = critical_timeline.calls[i];
+    std::vector<int> members = call.members;
+    if (!call.collective) {
+      members = {static_cast<int>(critical)};
+      for (const int peer : {call.send_to, call.recv_from}) {
+        if (peer >= 0) {
+          members.push_back(peer);
+        }
+      }
+    }
+    bool tensor = false, stage = false, data = false;
+    const LayoutCoordinates first = layout_coordinates(shape, members.front());
+    for (const int m : members) {
+      const LayoutCoordinates at = layout_coordinates(shape, m);
+      tensor = tensor || at.tensor != first.tensor;
+      stage = stage || at.stage != first.stage;
+      data = data || at.data != first.data;
+    }
+    const int varying = (tensor ? 1 : 0) + (stage ? 1 : 0) + (data ? 1 : 0);
+    const std::string label = members.size() == 1 ? "self"
+                              : varying != 1      ? "world"
+                              : tensor            ? "tensor"
+                              : stage             ? "pipeline"
+                                                  : "data";
+    by_group[label] += critical_replay.call_comm_s[i];
+  }
+  if (step_s > critical_replay.end_s) {
+    by_group["idle at the end"] += step_s - critical_replay.end_s;
+  }
+  return {by_group.begin(), by_group.end()};
+}
+
+// The measured side of a case: every round replayed, the median round's
+// step, compute, transfer, wait and comm by group of its busiest rank.
+ParallelCaseResult measured_case(const LiveCase& lc, int world_size) {
+  ParallelCaseResult r;
+  r.validation_case = lc.validation_case;
+  r.rounds = static_cast<int64_t>(lc.rounds.size());
+  // Replay every round; keep the median one.
+  std::vector<std::vector<ReplayedRank>> replays;
+  std::vector<double> steps, wall_steps, wall_comms;
+  for (const auto& round : lc.rounds) {
+    std::vector<RankTimeline> timelines;
+    for (const RankRound& rr : round) {
+      timelines.push_back(rr.timeline);
+    }
+    replays.push_back(replay_timeline(timelines));
+    double end = 0.0, wall = 0.0, wall_comm = 0.0;
+    for (int k = 0; k < world_size; ++k) {
+      end = std::max(end, replays.back()[static_cast<size_t>(k)].end_s);
+      if (round[static_cast<size_t>(k)].wall_step_s > wall) {
+        wall = round[static_cast<size_t>(k)].wall_step_s;
+        wall_comm = round[static_cast<size_t>(k)].wall_in_calls_s;
+      }
+    }
+    steps.push_back(end);
+    wall_steps.push_back(wall);
+    wall_comms.push_back(wall_comm);
+  }
+  const double median_step = median(steps);
+  const auto median_round =
+      static_cast<size_t>(std::find(steps.begin(), steps.end(), median_step) - steps.begin());
+  const std::vector<ReplayedRank>& chosen = replays[median_round];
+  size_t critical = 0;  // the busiest rank
+  double step = 0.0;
+  for (size_t k = 0; k < chosen.size(); ++k) {
+    r.rank_compute_s.push_back(chosen[k].compute_s);
+    r.rank_comm_s.push_back(chosen[k].transfer_s + chosen[k].wait_s);
+    r.rank_end_s.push_back(chosen[k].end_s);
+    step = std::max(step, chosen[k].end_s);
+    if (chosen[k].compute_s > chosen[critical].compute_s) {
+      critical = k;
+    }
+  }
+  r.step_s = step;
+  r.busiest_rank = static_cast<int>(critical);
+  r.compute_s = chosen[critical].compute_s;
+  r.transfer_s = chosen[critical].transfer_s;
+  r.comm_s = r.step_s - r.compute_s;
+  r.wait_s = r.comm_s - r.transfer_s;
+  const RankTimeline& critical_timeline = lc.rounds[median_round][critical].timeline;
+  r.calls_per_step = static_cast<int64_t>(critical_timeline.calls.size());
+  r.comm_by_group_s = comm_by_group(lc.validation_case, world_size, critical_timeline,
+                                    chosen[critical], critical, step);
+  r.step_spread = summarize_samples(steps).spread();
+  r.wall_step_s = median(wall_steps);
+  r.wall_comm_s = median(wall_comms);
+  for (const RankRound& rr : lc.rounds.back()) {
+    r.rank_peak_bytes.push_back(rr.peak_bytes);
+  }
+  r.peak_bytes = *std::max_element(r.rank_peak_bytes.begin(), r.rank_peak_bytes.end());
+  return r;
+}
+
+// The predicted side of a case (the planner's cluster estimate) and the errors.
+void predict_case(ParallelCaseResult& r, const DeviceProfile& profile, int world_size) {
+  const Config& config = r.validation_case.config;
+  const Estimate estimate_result = estimate(config, profile, StepKind::train);
+  if (!estimate_result.cluster) {
+    throw std::logic_error("validate --parallel: the planner did not engage its cluster model");
+  }
+  const ClusterEstimate& cluster = *estimate_result.cluster;
+  r.predicted_step_s = estimate_result.time.step_s;
+  // The per-step work outside the micro-batches (optimizer, gradient norm,
+  // host time per step) is counted with the compute: the parts add to the step.
+  r.predicted_compute_s =
+      cluster.compute_s + cluster.optimizer_s + cluster.grad_norm_s + cluster.step_overhead_s;
+  r.predicted_bubble_s = cluster.bubble_s;
+  r.predicted_comm_s = cluster.exposed_comm_s + cluster.bubble_s;
+  std::map<std::string, double> by_group;
+  for (const CommRecord& record : cluster.comm) {
+    by_group[record.group] += record.count * record.time_s * record.exposed_fraction;
+  }
+  if (cluster.bubble_s > 0.0) {
+    by_group["pipeline bubble"] += cluster.bubble_s;
+  }
+  r.predicted_comm_by_group_s.assign(by_group.begin(), by_group.end());
+  const LayoutShape shape = layout_shape(config.parallel, world_size);
+  for (int k = 0; k < world_size; ++k) {
+    const int64_t stage = layout_coordinates(shape, k).stage;
+    r.rank_predicted_peak_bytes.push_back(cluster.stages[static_cast<size_t>(stage)].memory.peak);
+  }
+  r.predicted_peak_bytes = estimate_result.memory.peak;
+  r.step_error = error_of(r.predicted_step_s, r.step_s);
+  r.compute_error = error_of(r.predicted_compute_s, r.compute_s);
+  r.comm_error = error_of(r.predicted_comm_s, r.comm_s);
+  r.memory_error = error_of(r.predicted_peak_bytes, r.peak_bytes);
+}
+
+// The medians and maxima over the cases.
+void summarize_parallel_report(ParallelValidationReport& report) {
+  std::vector<double> step_errors, compute_errors, comm_errors, memory_errors;
+  for (const ParallelCaseResult& r : report.cases) {
+    step_errors.push_back(std::abs(r.step_error));
+    compute_errors.push_back(std::abs(r.compute_error));
+    comm_errors.push_back(std::abs(r.comm_error));
+    memory_errors.push_back(std::abs(r.memory_error));
+  }
+  const auto true_median = [](std::vector<double> v) {
+    return v.empty() ? 0.0 : summarize_samples(std::move(v)).median_s;
+  };
+  const auto max_of = [](const std::vector<double>& v) {
+    return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end());
+  };
+  report.step_median_abs_error = true_median(step_errors);
+  report.step_max_abs_error = max_of(step_errors);
+  report.compute_median_abs_error = true_median(compute_errors);
+  report.comm_median_abs_error = true_median(comm_errors);
+  report.memory_median_abs_error = true_median(memory_errors);
+  report.memory_max_abs_error = max_of(memory_errors);
+}
+
+std::string parallel_method_text(int world_size, int logical_cpus,
+                                 const ParallelValidationOptions& options) {
+  std::ostringstream method;
+  method << world_size << " ranks (" << logical_cpus
+         << " logical CPUs), one thread each; every case built and warmed up ("
+         << options.warmup_steps << " steps), then " << options.rounds
+         << " interleaved rounds of one step per case after a world barrier. Every communicator "
+            "call of the trainers goes through a timing decorator. compute = process CPU time "
+            "outside communicator calls; transfer = wall time of a call from its last "
+            "participant's arrival to its end; the step is replayed as if each rank had its own "
+            "core (a call completes at the latest arrival of its participants + its transfer), "
+            "wait = the replayed idle time in calls (imbalance, pipeline bubble); step = the "
+            "slowest rank's replayed end; compute = the busiest rank's (largest compute), comm = "
+            "step - compute = its transfer + wait; the round with the median step is reported. "
+            "wall = the raw oversubscribed wall step (not compared). "
+            "predicted = estimate() with the case's [parallel] layout (no overlap, stages by layer "
+            "count): compute = compute_s + optimizer_s, comm = exposed_comm_s + bubble_s";
+  return method.str();
+}
+
+}  // namespace
+
 ParallelValidationReport run_parallel_validation(Backend& backend, Communicator& world,
                                                  const DeviceProfile& profile,
                                                  const ParallelValidationOptions& options) {
@@ -528,33 +780,15 @@ ParallelValidationReport run_parallel_validation(Backend& backend, Communicator&
     throw ConfigError("parallel validation: " + std::to_string(world.size()) + " ranks: at most " +
                       std::to_string(kMaxWorld));
   }
-  // Compute is compared in CPU time: the profile must have been measured so.
+  // Compute is compared in process CPU time: a profile timed by the wall
+  // clock holds other times (every rank checks it before communicating).
   const auto clock = profile.provenance.find("clock");
   if (clock != profile.provenance.end() && clock->second != "cpu") {
     throw ConfigError(profile.name + ": provenance.clock = \"" + clock->second +
                       "\": the parallel validation compares CPU-time compute; allowed: a "
-                      "profile measured with clock = cpu");
+                      "profile measured with the cpu clock");
   }
-  std::vector<ParallelValidationCase> cases =
-      parallel_validation_cases(world.size(), options.quick);
-  if (!options.only.empty()) {
-    std::vector<ParallelValidationCase> chosen;
-    for (const std::string& name : options.only) {
-      const auto it = std::find_if(cases.begin(), cases.end(),
-                                   [&](const ParallelValidationCase& c) { return c.name == name; });
-      if (it == cases.end()) {
-        std::string allowed;
-        for (const auto& c : cases) {
-          allowed += (allowed.empty() ? "" : ", ") + c.name;
-        }
-        throw ConfigError("cases: '" + name + "' is not a case on " + std::to_string(world.size()) +
-                          " ranks" + (options.quick ? " with quick" : "") +
-                          "; allowed: " + allowed);
-      }
-      chosen.push_back(*it);
-    }
-    cases = std::move(chosen);
-  }
+  const std::vector<ParallelValidationCase> cases = chosen_cases(world.size(), options);
   set_cpu_threads(1);  // one thread per rank: its process CPU time is its work
   const bool lead = world.rank() == 0;
   std::FILE* progress = lead ? options.progress : nullptr;
@@ -583,45 +817,12 @@ ParallelValidationReport run_parallel_validation(Backend& backend, Communicator&
 
   std::vector<std::unique_ptr<LiveCase>> live;
   for (size_t i = 0; i < cases.size(); ++i) {
-    auto lc = std::make_unique<LiveCase>();
-    lc->validation_case = cases[i];
-    const Config& config = cases[i].config;
-    Config model_config = config;
-    model_config.parallel = ParallelConfig{};
-    model_config.device.count = 1;
-    model_config.train.global_batch = 0;
-    ModelOptions model_options;
-    model_options.dtype = ScalarType::fp32;
-    model_options.seed = options.seed + i;
-    lc->groups = make_process_groups(timed, config.parallel);
-    const int64_t dp = lc->groups.shape.data;
-    const int64_t rows = kGlobalBatch / dp, seq = config.model.seq_len;
-    const int64_t vocab = config.model.vocab_size;
-    const Context ctx{backend, nullptr, ScalarType::fp32};
-    const int64_t first_row = lc->groups.at.data * rows;
-    lc->tokens = ctx.indices({rows, seq}, case_ids(vocab, seq, first_row, rows, 0, options.seed));
-    lc->targets = ctx.indices({rows, seq}, case_ids(vocab, seq, first_row, rows, 1, options.seed));
-    if (cases[i].trainer == "data") {
-      lc->model = std::make_unique<Model>(backend, model_config, model_options);
-      lc->data =
-          std::make_unique<DataParallelTrainer>(*lc->model, *lc->groups.data, config.parallel.zero);
-    } else {  // "tensor" or "pipeline": the composed trainer
-      ParallelTrainerOptions composed;
-      composed.microbatches = cases[i].trainer == "pipeline" ? cases[i].microbatches : 1;
-      composed.sequence_parallel = config.parallel.sequence_parallel;
-      composed.zero_stage = config.parallel.zero;
-      lc->composed = std::make_unique<ParallelTrainer>(backend, model_config, model_options,
-                                                       lc->groups, composed);
-    }
-    for (int w = 0; w < options.warmup_steps; ++w) {
-      lc->step();
-    }
+    live.push_back(build_live_case(backend, timed, cases[i], i, options));
     stop_together_if_interrupted(world);
     if (progress != nullptr) {
       std::fprintf(progress, "modar validate --parallel: built %s (%zu/%zu)\n",
                    cases[i].name.c_str(), i + 1, cases.size());
     }
-    live.push_back(std::move(lc));
   }
 
   // Interleaved rounds: a world barrier (untimed), one recorded step, the
@@ -644,165 +845,13 @@ ParallelValidationReport run_parallel_validation(Backend& backend, Communicator&
   }
   report.load_average_after = load_average();
 
-  std::vector<double> step_errors, compute_errors, comm_errors, memory_errors;
-  for (auto& lc : live) {
-    ParallelCaseResult r;
-    r.validation_case = lc->validation_case;
-    r.rounds = static_cast<int64_t>(lc->rounds.size());
-    const int P = world.size();
-    // Replay every round; keep the median one.
-    std::vector<std::vector<ReplayedRank>> replays;
-    std::vector<double> steps, wall_steps, wall_comms;
-    for (const auto& round : lc->rounds) {
-      std::vector<RankTimeline> timelines;
-      for (const RankRound& rr : round) {
-        timelines.push_back(rr.timeline);
-      }
-      replays.push_back(replay_timeline(timelines));
-      double end = 0.0, wall = 0.0, wall_comm = 0.0;
-      for (int k = 0; k < P; ++k) {
-        end = std::max(end, replays.back()[static_cast<size_t>(k)].end_s);
-        if (round[static_cast<size_t>(k)].wall_step_s > wall) {
-          wall = round[static_cast<size_t>(k)].wall_step_s;
-          wall_comm = round[static_cast<size_t>(k)].wall_in_calls_s;
-        }
-      }
-      steps.push_back(end);
-      wall_steps.push_back(wall);
-      wall_comms.push_back(wall_comm);
-    }
-    const double median_step = median(steps);
-    const auto median_round =
-        static_cast<size_t>(std::find(steps.begin(), steps.end(), median_step) - steps.begin());
-    const std::vector<ReplayedRank>& chosen = replays[median_round];
-    size_t critical = 0;  // the busiest rank
-    double step = 0.0;
-    for (size_t k = 0; k < chosen.size(); ++k) {
-      r.rank_compute_s.push_back(chosen[k].compute_s);
-      r.rank_comm_s.push_back(chosen[k].transfer_s + chosen[k].wait_s);
-      r.rank_end_s.push_back(chosen[k].end_s);
-      step = std::max(step, chosen[k].end_s);
-      if (chosen[k].compute_s > chosen[critical].compute_s) {
-        critical = k;
-      }
-    }
-    r.step_s = step;
-    r.busiest_rank = static_cast<int>(critical);
-    r.compute_s = chosen[critical].compute_s;
-    r.transfer_s = chosen[critical].transfer_s;
-    r.comm_s = r.step_s - r.compute_s;
-    r.wait_s = r.comm_s - r.transfer_s;
-    const RankTimeline& critical_timeline = lc->rounds[median_round][critical].timeline;
-    r.calls_per_step = static_cast<int64_t>(critical_timeline.calls.size());
-    {
-      // Classify each call's group by which layout coordinate its members vary in.
-      const LayoutShape shape = layout_shape(lc->validation_case.config.parallel, P);
-      std::map<std::string, double> by_group;
-      for (size_t i = 0; i < critical_timeline.calls.size(); ++i) {
-        const TimelineCall& call = critical_timeline.calls[i];
-        std::vector<int> members = call.members;
-        if (!call.collective) {
-          members = {static_cast<int>(critical)};
-          for (const int peer : {call.send_to, call.recv_from}) {
-            if (peer >= 0) {
-              members.push_back(peer);
-            }
-          }
-        }
-        bool tensor = false, stage = false, data = false;
-        const LayoutCoordinates first = layout_coordinates(shape, members.front());
-        for (const int m : members) {
-          const LayoutCoordinates at = layout_coordinates(shape, m);
-          tensor = tensor || at.tensor != first.tensor;
-          stage = stage || at.stage != first.stage;
-          data = data || at.data != first.data;
-        }
-        const int varying = (tensor ? 1 : 0) + (stage ? 1 : 0) + (data ? 1 : 0);
-        const std::string label = members.size() == 1 ? "self"
-                                  : varying != 1      ? "world"
-                                  : tensor            ? "tensor"
-                                  : stage             ? "pipeline"
-                                                      : "data";
-        by_group[label] += chosen[critical].call_comm_s[i];
-      }
-      if (step > chosen[critical].end_s) {
-        by_group["idle at the end"] += step - chosen[critical].end_s;
-      }
-      r.comm_by_group_s.assign(by_group.begin(), by_group.end());
-    }
-    const TimingStats stats = summarize_samples(steps);
-    r.step_spread = stats.spread();
-    r.wall_step_s = median(wall_steps);
-    r.wall_comm_s = median(wall_comms);
-    for (const RankRound& rr : lc->rounds.back()) {
-      r.rank_peak_bytes.push_back(rr.peak_bytes);
-    }
-
-    const Config& config = lc->validation_case.config;
-    const Estimate estimate_result = estimate(config, profile, StepKind::train);
-    if (!estimate_result.cluster) {
-      throw std::logic_error("validate --parallel: the planner did not engage its cluster model");
-    }
-    const ClusterEstimate& cluster = *estimate_result.cluster;
-    r.predicted_step_s = estimate_result.time.step_s;
-    r.predicted_compute_s = cluster.compute_s + cluster.optimizer_s;
-    r.predicted_bubble_s = cluster.bubble_s;
-    r.predicted_comm_s = cluster.exposed_comm_s + cluster.bubble_s;
-    {
-      std::map<std::string, double> by_group;
-      for (const CommRecord& record : cluster.comm) {
-        by_group[record.group] += record.count * record.time_s * record.exposed_fraction;
-      }
-      if (cluster.bubble_s > 0.0) {
-        by_group["pipeline bubble"] += cluster.bubble_s;
-      }
-      r.predicted_comm_by_group_s.assign(by_group.begin(), by_group.end());
-    }
-    const LayoutShape shape = layout_shape(config.parallel, P);
-    for (int k = 0; k < P; ++k) {
-      const int64_t stage = layout_coordinates(shape, k).stage;
-      r.rank_predicted_peak_bytes.push_back(cluster.stages[static_cast<size_t>(stage)].memory.peak);
-    }
-    r.peak_bytes = *std::max_element(r.rank_peak_bytes.begin(), r.rank_peak_bytes.end());
-    r.predicted_peak_bytes = estimate_result.memory.peak;
-    r.step_error = error_of(r.predicted_step_s, r.step_s);
-    r.compute_error = error_of(r.predicted_compute_s, r.compute_s);
-    r.comm_error = error_of(r.predicted_comm_s, r.comm_s);
-    r.memory_error = error_of(r.predicted_peak_bytes, r.peak_bytes);
-    step_errors.push_back(std::abs(r.step_error));
-    compute_errors.push_back(std::abs(r.compute_error));
-    comm_errors.push_back(std::abs(r.comm_error));
-    memory_errors.push_back(std::abs(r.memory_error));
+  for (const auto& lc : live) {
+    ParallelCaseResult r = measured_case(*lc, world.size());
+    predict_case(r, profile, world.size());
     report.cases.push_back(std::move(r));
   }
-  const auto true_median = [](std::vector<double> v) {
-    return v.empty() ? 0.0 : summarize_samples(std::move(v)).median_s;
-  };
-  const auto max_of = [](const std::vector<double>& v) {
-    return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end());
-  };
-  report.step_median_abs_error = true_median(step_errors);
-  report.step_max_abs_error = max_of(step_errors);
-  report.compute_median_abs_error = true_median(compute_errors);
-  report.comm_median_abs_error = true_median(comm_errors);
-  report.memory_median_abs_error = true_median(memory_errors);
-  report.memory_max_abs_error = max_of(memory_errors);
-  std::ostringstream method;
-  method << world.size() << " ranks (" << report.logical_cpus
-         << " logical CPUs), one thread each; every case built and warmed up ("
-         << options.warmup_steps << " steps), then " << options.rounds
-         << " interleaved rounds of one step per case after a world barrier. Every communicator "
-            "call of the trainers goes through a timing decorator. compute = process CPU time "
-            "outside communicator calls; transfer = wall time of a call from its last "
-            "participant's arrival to its end; the step is replayed as if each rank had its own "
-            "core (a call completes at the latest arrival of its participants + its transfer), "
-            "wait = the replayed idle time in calls (imbalance, pipeline bubble); step = the "
-            "slowest rank's replayed end; compute = the busiest rank's (largest compute), comm = "
-            "step - compute = its transfer + wait; the round with the median step is reported. "
-            "wall = the raw oversubscribed wall step (not compared). "
-            "predicted = estimate() with the case's [parallel] layout (no overlap, stages by layer "
-            "count): compute = compute_s + optimizer_s, comm = exposed_comm_s + bubble_s";
-  report.method = method.str();
+  summarize_parallel_report(report);
+  report.method = parallel_method_text(world.size(), report.logical_cpus, options);
   live.clear();  // trainers hold the groups' communicators: before `timed`
   return report;
 }

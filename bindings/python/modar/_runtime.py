@@ -61,6 +61,9 @@ def profile(
     kinds: Sequence[str] | None = None,
     max_dim: int | None = None,
     measure_ceilings: bool = True,
+    rounds: int | None = None,
+    drift_tolerance: float | None = None,
+    max_seconds: float | None = None,
     dry_run: bool = False,
     progress: bool | Callable[[str], None] = True,
     device: str | None = None,
@@ -79,14 +82,23 @@ def profile(
     cores).  kinds: only these op kinds (e.g. ["gemm", "attention"]); max_dim:
     only grid points whose every dimension is <= max_dim.  measure_ceilings=False
     keeps placeholder ceilings (about 20 s saved on a CPU, as `--no-ceilings`).
-    dry_run: return the
-    resolved settings (a dict, as `modar profile --dry-run`) without measuring.
+    rounds: interleaved rounds per point (default 3); drift_tolerance: how far
+    the drift sentinel may move before a batch is measured again (default 0.10;
+    0 = none); max_seconds: bound on the whole run (the most expensive points
+    that do not fit are left out and reported).  dry_run: return the resolved
+    settings (a dict, as `modar profile --dry-run`, with the estimated
+    duration) without measuring.
     Releases the GIL; progress lines go to stderr (progress=True) or to a
     callable.  Ctrl-C stops the run between grid points and raises
     KeyboardInterrupt; OUT.partial keeps what was measured (resume=True)."""
     if kinds is not None:
         kinds = [kinds] if isinstance(kinds, str) else list(kinds)
     if backend == "torch":
+        for name, value in (("rounds", rounds), ("drift_tolerance", drift_tolerance),
+                            ("max_seconds", max_seconds)):
+            if value is not None:
+                raise ConfigError(f"{name} = {value!r}: not used with backend=\"torch\" (the "
+                                  "noise loop is the runtime profiler's)")
         return _profile_torch(out, device=device, quick=quick, dtype=dtype, threads=threads, clock=clock,
                               budget_s=budget_s, rotate_bytes=rotate_bytes, kinds=kinds,
                               max_dim=max_dim, comm_max_bytes=comm_max_bytes,
@@ -102,7 +114,9 @@ def profile(
                  dtype=dtype, threads=_typed("threads", threads, int), clock=clock,
                  budget_s=_typed("budget_s", budget_s, (int, float)),
                  rotate_bytes=_typed("rotate_bytes", rotate_bytes, int), kinds=kinds,
-                 max_dim=_typed("max_dim", max_dim, int),
+                 max_dim=_typed("max_dim", max_dim, int), rounds=_typed("rounds", rounds, int),
+                 drift_tolerance=_typed("drift_tolerance", drift_tolerance, (int, float)),
+                 max_seconds=_typed("max_seconds", max_seconds, (int, float)),
                  measure_ceilings=bool(measure_ceilings))
     if dry_run:
         return json.loads(_core.profile_settings(said))
@@ -178,6 +192,8 @@ def validate(
     backend: str = "cpu",
     quick: bool = False,
     rounds: int | None = None,
+    repeats: int | None = None,
+    refuse_under_load: bool = False,
     warmup_steps: int | None = None,
     threads: int | None = None,
     clock: str | None = None,
@@ -190,9 +206,13 @@ def validate(
     returned modar.Profile), as `modar validate --json`.
 
     Unset arguments take the library's defaults, the same as the CLI's: the
-    profile's recorded clock and (CPU) threads, 7 rounds, 2 warm-up steps.
-    dry_run: return the resolved settings (a dict, as `modar validate
-    --dry-run`).  Releases the GIL; Ctrl-C stops between cases / rounds."""
+    profile's recorded clock and (CPU) threads, 3 repeats of 5 interleaved
+    rounds, 2 warm-up steps.  Each case reports its run-to-run spread and the
+    error's noise floor; the host check (drift sentinel vs the profile,
+    other work on the CPUs) flags the result (doc["host"]["flags"]), or with
+    refuse_under_load=True raises RuntimeError instead.  dry_run: return the
+    resolved settings (a dict, as `modar validate --dry-run`).  Releases the
+    GIL; Ctrl-C stops between cases / rounds."""
     if isinstance(profile, Profile):
         cpp = profile._cpp
     elif isinstance(profile, (str, os.PathLike)):
@@ -200,6 +220,7 @@ def validate(
     else:
         raise TypeError(f"profile = {profile!r}: must be a profile path or a modar.Profile")
     said = _said(backend=backend, quick=bool(quick), rounds=_typed("rounds", rounds, int),
+                 repeats=_typed("repeats", repeats, int), refuse_under_load=bool(refuse_under_load),
                  warmup_steps=_typed("warmup_steps", warmup_steps, int),
                  threads=_typed("threads", threads, int), clock=clock)
     if dry_run:

@@ -50,6 +50,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,26 +64,48 @@ namespace modar::runtime {
 enum class CommArrival { automatic, hot, cold };  // automatic: cold on the CPU, hot on a GPU
 const char* to_string(CommArrival arrival);
 
-struct CommProfileOptions {
-  std::vector<Collective> kinds;  // empty: all five
-  std::vector<int> group_sizes;   // empty: 2, 4, 8, ... <= the level's ranks, and that count
-  int64_t min_bytes = 0;          // 0: 1 KiB
-  int64_t max_bytes = 0;          // 0: 16 MiB on the CPU, 1 GiB on a GPU
-  double size_factor = 0.0;       // 0: x4 on the CPU, x2 on a GPU
-  ScalarType dtype = ScalarType::fp32;
-  int warmup = 5;                 // untimed calls per point (nccl-tests -w 5)
-  int min_repeats = 5;
-  int max_repeats = 50;
-  double budget_s = 0.0;  // per point; 0: 0.2 s on the CPU (1 s cold), 0.1 s on a GPU
-  double sample_s = 0.0;  // one sample; 0: 2 ms on the CPU, 1 ms on a GPU (hot)
-  CommArrival arrival = CommArrival::automatic;  // cold: cpu backend only
-  double compute_before_s = 0.0;                 // cold: CPU time spun before each call; 0: 2 ms
-  FILE* progress = nullptr;       // one line per point (rank 0 only)
+// What a caller asks of `profile --comm`: every setting optional (unset =
+// the default for the backend and world, filled in by
+// resolve_comm_profile_options, the ONE owner of these defaults).
+struct CommProfileRequest {
+  std::vector<Collective> kinds;       // empty: all five
+  std::vector<int> group_sizes;        // empty: 2, 4, 8, ... <= the level's ranks, and that count
+  std::optional<int64_t> min_bytes;    // 1 KiB
+  std::optional<int64_t> max_bytes;    // 16 MiB on the CPU, 1 GiB on a GPU
+  std::optional<double> size_factor;   // x4 on the CPU, x2 on a GPU
+  std::optional<ScalarType> dtype;     // fp32
+  std::optional<int> warmup;           // 5 untimed calls per point (nccl-tests -w 5)
+  std::optional<int> min_repeats;      // 5
+  std::optional<int> max_repeats;      // 50
+  std::optional<double> budget_s;      // per point: 0.2 s on the CPU (1 s cold), 0.1 s on a GPU
+  std::optional<double> sample_s;      // one sample: 2 ms on the CPU, 1 ms on a GPU (hot)
+  std::optional<CommArrival> arrival;  // cold on the CPU, hot on a GPU; cold: cpu backend only
+  std::optional<double> compute_before_s;  // cold: CPU time spun before each call; 2 ms
+  FILE* progress = nullptr;                // one line per point (rank 0 only)
 };
 
-// What the options resolve to for this backend and world (the defaults above
-// filled in; ConfigError naming the field for a bad value).
-CommProfileOptions resolve_comm_profile_options(const CommProfileOptions& request,
+// The settings a run uses: a request resolved for one backend and world.
+struct CommProfileOptions {
+  std::vector<Collective> kinds;
+  std::vector<int> group_sizes;  // empty: 2, 4, 8, ... <= the level's ranks, and that count
+  int64_t min_bytes = 0;
+  int64_t max_bytes = 0;
+  double size_factor = 0.0;
+  ScalarType dtype = ScalarType::fp32;
+  int warmup = 0;
+  int min_repeats = 0;
+  int max_repeats = 0;
+  double budget_s = 0.0;
+  double sample_s = 0.0;
+  CommArrival arrival = CommArrival::cold;  // hot or cold (never automatic once resolved)
+  double compute_before_s = 0.0;
+  FILE* progress = nullptr;
+};
+
+// The request resolved for this backend's device and a world of world_size
+// ranks: the defaults above filled in, every field checked (ConfigError
+// "comm_profile.FIELD = VALUE: what is allowed").
+CommProfileOptions resolve_comm_profile_options(const CommProfileRequest& request,
                                                 DeviceKind device, int world_size);
 
 // The cold arrival's time of one call (comm_profile.hpp, above): member r
@@ -131,7 +154,7 @@ struct CommProfileResult {
 // Throws ConfigError when the world has one rank ("run under mpirun"),
 // Interrupted on Ctrl-C (every rank stops at the same point).
 CommProfileResult run_comm_profile(Backend& backend, Communicator& world,
-                                   const CommProfileOptions& options);
+                                   const CommProfileRequest& request);
 
 // `base` with its [network] replaced by the measured levels (the level not
 // measured is kept from base, or, without one, copied from the measured level

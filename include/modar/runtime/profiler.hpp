@@ -41,6 +41,7 @@
 #include "modar/profile.hpp"
 #include "modar/runtime/backend.hpp"
 #include "modar/runtime/host_facts.hpp"
+#include "modar/runtime/tensor.hpp"
 
 namespace modar::runtime {
 
@@ -117,6 +118,7 @@ struct OpTiming {
   std::string skip_reason;  // when skipped
   OpMeasurement measurement;
   TimingStats stats;
+  std::vector<double> samples_s;  // every sample (seconds per call), in order
   int copies = 0;           // rotated tensor sets
   int64_t inner_calls = 0;  // calls per sample
   int64_t working_set_bytes = 0;
@@ -125,6 +127,58 @@ struct OpTiming {
 // Execute `shape` in `pass` on `backend` per the timing rules above.
 OpTiming measure_op(Backend& backend, const OpShape& shape, Pass pass,
                     const TimingOptions& options);
+
+// ---- noise: the drift sentinel -------------------------------------------------------
+
+// A reference kernel timed again and again through a run: a square GEMM
+// (256^3 fp32 on the CPU, 4096^3 bf16 on a GPU) with the run's clock.  The
+// profiler times it before and after every batch of points, validate before
+// and after its repeats; the profile records its time so that a later run on
+// the same machine can tell whether the machine still runs at that speed.
+class DriftSentinel {
+ public:
+  DriftSentinel(Backend& backend, Clock clock);
+  DriftSentinel(const DriftSentinel&) = delete;
+  DriftSentinel& operator=(const DriftSentinel&) = delete;
+  // Median seconds per call over about budget_s (at least 5 samples).
+  double time_s(double budget_s = 0.03);
+  // "gemm 256x256x256 fp32, cpu clock"
+  std::string description() const;
+
+ private:
+  Backend& backend_;
+  Clock clock_;
+  int64_t n_ = 0;
+  ScalarType type_ = ScalarType::fp32;
+  Tensor a_, b_, out_;
+};
+
+// How far the sentinel moved over a batch: the largest relative change among
+// before vs the run's reference, after vs the reference, and after vs before
+// (|x / y - 1|, the larger time over the smaller, so that a slow-down and a
+// speed-up of the same factor count alike).  0 when any time is <= 0.
+double sentinel_drift(double reference_s, double before_s, double after_s);
+
+// The CPUs other work kept busy since construction: /proc/stat's busy time of
+// all CPUs (steal included: the hypervisor's other guests) minus this
+// process's CPU time, over the wall time, i.e. the average number of logical
+// CPUs that something else used while we measured.
+class HostLoadMeter {
+ public:
+  HostLoadMeter();
+  // -1 when /proc/stat cannot be read.
+  double other_busy_cpus() const;
+
+ private:
+  bool readable_ = false;
+  double busy_start_ = 0.0, total_start_ = 0.0;
+  double wall_start_s_ = 0.0, own_start_s_ = 0.0;
+};
+// "0.52 0.61 0.80" (/proc/loadavg), or "unknown".
+std::string load_average_text();
+// A profile's provenance value read as a number > 0 (sentinel_reference_s,
+// counts), or 0 when it is missing or not such a number.
+double provenance_positive_number(const DeviceProfile& profile, const char* key);
 
 // ---- the machine ----------------------------------------------------------------
 
@@ -162,6 +216,22 @@ struct ProfileOptions {
   std::vector<ProfilePoint> points;  // empty: profile_grid(grid, device, dtype)
   std::FILE* progress = nullptr;     // progress lines with an ETA (stderr in the CLI)
   bool measure_ceilings = true;
+  // Noise (docs/profiler.md, "Noise"): the points are measured in batches of
+  // batch_points; each batch in `rounds` interleaved rounds (round r times
+  // every point of the batch once with budget_s / rounds; odd rounds in
+  // reverse order), a point's time being the median of all its samples.  The
+  // drift sentinel is timed before and after each batch; when it moved by more
+  // than drift_tolerance (sentinel_drift) the batch is measured once more, and
+  // its points are marked (OpMeasurement::drift) if it moved again.
+  // drift_tolerance = 0: no sentinel.  The defaults here measure each point
+  // once; resolve_profile_options() applies the run's (3 rounds, 32, 0.10).
+  int rounds = 1;
+  int batch_points = 1;
+  double drift_tolerance = 0.0;
+  // Bound on the whole run in seconds (0: none): the points whose estimated
+  // cost does not fit are left out before measuring, and measuring stops when
+  // the time is spent; both are reported (provenance.unmeasured_*).
+  double max_seconds = 0.0;
   // Asked between grid points (and between ceilings): true stops the run
   // cleanly (checkpoint kept) by throwing Interrupted.
   std::function<bool()> should_stop;
@@ -185,6 +255,9 @@ struct ProfileRequest {
   std::optional<int64_t> device_cache_bytes;   // default: what the device reports
   std::optional<int64_t> device_memory_bytes;  // default: what the device reports
   std::optional<int64_t> max_point_bytes;      // default: unbounded (points larger are skipped)
+  std::optional<int> rounds;                   // default: 3 interleaved rounds per point
+  std::optional<double> drift_tolerance;       // default: 0.10 (the sentinel may move 10 %)
+  std::optional<double> max_seconds;           // default: no bound on the run
   std::vector<std::string> kinds;              // only these op kinds (empty: all)
   std::optional<int64_t> max_dim;              // only points whose every dim is <= max_dim (>= 1)
   bool measure_ceilings = true;
@@ -194,10 +267,30 @@ ProfileOptions resolve_profile_options(const ProfileRequest& request, const Back
 // PyTorch profile, `python -m modar profile --backend torch`): the same
 // defaults, checks and grid for its device.
 ProfileOptions resolve_profile_options(const ProfileRequest& request, DeviceKind device);
+// How long a run of `options` on `backend` should take, and which points fit
+// options.max_seconds.  Each point costs its rounds: per round the budget
+// share, or its warm-up plus minimum samples when one call outlasts that,
+// plus filling its rotated copies; a call's time is the larger of its FLOPs
+// at the rate of a 256^3 GEMM and its bytes at the rate of a large copy, both
+// timed here (about 0.1 s).  The ceilings and the sentinel are added.  Under
+// a bound, the most expensive points are left out until the rest fits.
+struct ProfileDurationEstimate {
+  double total_s = 0.0;                              // ceilings + sentinel + the points kept
+  double ceilings_s = 0.0;                           // 0 when the ceilings are not measured
+  double gemm_flops_per_s = 0.0, bytes_per_s = 0.0;  // the rates it used
+  std::vector<ProfilePoint> kept, left_out;          // left_out: beyond max_seconds
+  double left_out_s = 0.0;                           // what the left-out points would have cost
+};
+ProfileDurationEstimate estimate_profile_duration(Backend& backend, const ProfileOptions& options,
+                                                  const std::vector<ProfilePoint>& points);
+
 // The resolved settings as one JSON object (backend, out_path, grid, dtype,
-// threads, clock, budget_s, rotation_bytes, points, kinds): what
-// `modar profile --dry-run` and modar.profile(dry_run=True) show.
-std::string profile_settings_json(const ProfileOptions& options);
+// threads, clock, budget_s, rotation_bytes, rounds, drift_tolerance,
+// max_seconds, points, kinds; with an estimate, estimated_duration_s and the
+// points within the bound): what `modar profile --dry-run` and
+// modar.profile(dry_run=True) show.
+std::string profile_settings_json(const ProfileOptions& options,
+                                  const ProfileDurationEstimate* estimate = nullptr);
 
 // Path of the checkpoint of a run writing `out_path`.
 std::string partial_path(const std::string& out_path);

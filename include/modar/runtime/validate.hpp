@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -48,7 +49,17 @@ std::vector<ValidationCase> validation_cases(bool quick, DeviceKind device, DTyp
 struct ValidationOptions {
   bool quick = false;
   int warmup_steps = 2;
-  int rounds = 7;  // interleaved timing rounds (the median is taken)
+  int rounds = 7;  // interleaved timing rounds per repeat (the median is taken)
+  // Independent repeats of the rounds, one after the other: their medians
+  // give each case's run-to-run spread (resolve_validation_options: 3).
+  int repeats = 1;
+  // The host check (docs/profiler.md, "Noise"): the drift sentinel against
+  // the profile's recorded time and through the run, and the CPUs other work
+  // kept busy, before and during the run.  A check that fails flags the
+  // comparison (ValidationReport::host_flags); with refuse_under_load, it is
+  // refused instead (HostBusyError), before measuring when it fails before.
+  double sentinel_tolerance = 0.10;
+  bool refuse_under_load = false;
   uint64_t seed = 1;
   // The clock of the timing rounds; use the profile's (provenance.clock) so
   // measured and predicted times mean the same thing.
@@ -68,7 +79,9 @@ struct ValidationOptions {
 struct ValidationRequest {
   std::string backend = "cpu";
   bool quick = false;
-  std::optional<int> rounds;
+  bool refuse_under_load = false;
+  std::optional<int> rounds;   // default 5 per repeat
+  std::optional<int> repeats;  // default 3
   std::optional<int> warmup_steps;
   std::optional<int> threads;
   std::optional<Clock> clock;
@@ -94,11 +107,19 @@ struct ExecutedOps {
 
 struct CaseResult {
   ValidationCase validation_case;
-  double measured_step_s = 0.0;  // median over rounds
+  double measured_step_s = 0.0;  // median over every round of every repeat
   double measured_spread = 0.0;  // (p90 - p10) / median
   int64_t rounds = 0;
+  std::vector<double> repeat_step_s;  // each repeat's median
+  double run_to_run_spread = 0.0;     // (max - min) / median of repeat_step_s
   double predicted_step_s = 0.0;      // estimate(config, profile).time.step_s
   double step_error = 0.0;            // (predicted - measured) / measured
+  // The error's noise floor (a fraction): half the run-to-run spread plus
+  // half the profile's round spread, per op kind weighted by the kind's share
+  // of the predicted step.  An |error| at or below it is within the noise.
+  double predicted_noise = 0.0;  // the profile's part
+  double noise_floor = 0.0;
+  bool within_noise = false;
   double measured_peak_bytes = 0.0;   // Model::train_step peak
   double predicted_peak_bytes = 0.0;  // estimate().memory.peak
   double memory_error = 0.0;
@@ -117,16 +138,45 @@ struct ValidationReport {
   std::string profile_name;
   std::string backend;
   std::vector<CaseResult> cases;
+  // Step time: an error within its noise counts as its noise floor (never
+  // claimed smaller); the medians are over the cases.
   double step_median_abs_error = 0.0;
   double step_max_abs_error = 0.0;
+  double step_median_abs_error_raw = 0.0;  // the plain median of |error|
+  double step_median_noise_floor = 0.0;
+  std::vector<double> step_median_abs_error_by_repeat;  // each repeat's own median |error|
+  int64_t cases_within_noise = 0;
+  // The host: the sentinel now vs when the profile was measured, its drift
+  // through this run, the CPUs other work used; what failed, with advice.
+  double sentinel_s = 0.0, sentinel_profile_s = 0.0;  // 0: not recorded
+  double sentinel_drift = 0.0;
+  double other_busy_cpus_before = -1.0, other_busy_cpus_during = -1.0;
+  int logical_cpus = 0;
+  std::vector<std::string> host_flags;
   double memory_median_abs_error = 0.0;
   double memory_max_abs_error = 0.0;
   std::string load_average_before, load_average_after;  // /proc/loadavg
   std::string method;                                   // how noise was handled, in words
 };
 
+// Thrown by run_validation with refuse_under_load when the host check fails:
+// the reason and what to do (the CLI exits 3).
+class HostBusyError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 ValidationReport run_validation(Backend& backend, const DeviceProfile& profile,
                                 const ValidationOptions& options);
+
+// The noise floor of an error: half the run-to-run spread of the measured
+// time plus the profile's part (both fractions).
+double error_noise_floor(double run_to_run_spread, double predicted_noise);
+// The profile's noise in a prediction: sum over op kinds of (the kind's share
+// of the predicted time) x half the median round_spread of the profile's
+// measurements of that kind (0 for kinds measured without rounds).
+double predicted_noise(const DeviceProfile& profile,
+                       const std::array<double, kOpKindCount>& predicted_by_kind_s);
 
 // The machine-readable report (`modar validate --json`): cases[],
 // step_time.{median,max}_abs_error, memory.{median,max}_abs_error (fractions).

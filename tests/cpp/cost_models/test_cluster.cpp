@@ -10,6 +10,7 @@
 #include <functional>
 #include <random>
 
+#include "../common/roofline_profile.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/cost_model.hpp"
 #include "modar/parallel.hpp"
@@ -31,8 +32,10 @@ Config small() {
   return c;
 }
 
+// The by-hand tests below derive the plain roofline and collective formulas
+// of docs/cluster.md: the A100 on that path (common/roofline_profile.hpp).
 const DeviceProfile& a100() {
-  static const DeviceProfile profile = load_profile("a100-80gb-dgx");
+  static const DeviceProfile profile = a100_roofline_profile();
   return profile;
 }
 
@@ -52,7 +55,7 @@ void expect_relative(double actual, double expected, double tolerance = 1e-9) {
 }
 
 TEST(Cluster, ProfilesCarryTheirNetworks) {
-  const DeviceProfile& p = a100();
+  const DeviceProfile p = load_profile("a100-80gb-dgx");
   ASSERT_TRUE(p.network.present);
   EXPECT_EQ(p.network.gpus_per_node, 8);
   EXPECT_EQ(p.network.intra_node.bus_bandwidth, 232.5e9);
@@ -69,8 +72,12 @@ TEST(Cluster, ProfilesCarryTheirNetworks) {
   // Round trip through TOML keeps the network.
   const DeviceProfile again = parse_profile_toml(to_toml(p), "round trip");
   EXPECT_EQ(again.network.inter_node.bus_bandwidth, 21.5e9);
-  EXPECT_EQ(again.network.intra_node.latency_s, 2e-6);
+  EXPECT_EQ(again.network.intra_node.latency_s, 3.4e-6);  // NCCL's ring Simple NVLink step
 }
+
+// The plain formula (profiles without kernel.sm_count, e.g. MPI between CPU
+// ranks): latency x ceil(log2 p) steps (x2 all-reduce) + factor x bytes / busbw.
+constexpr CollectiveEfficiency kPlainFormula{1.0, 1.0, false};
 
 TEST(Cluster, CollectiveTimesByHand) {
   const NetworkProfile& net = a100().network;
@@ -79,19 +86,58 @@ TEST(Cluster, CollectiveTimesByHand) {
   EXPECT_DOUBLE_EQ(collective_bus_factor(Collective::send_recv, 2), 1.0);
   EXPECT_EQ(collective_time_s(net, Collective::all_reduce, 1e9, 1, NetLevel::intra_node), 0.0);
   // all-reduce of 1 GB over 8 NVSwitch ranks: 2 ceil(log2 8) = 6 latency steps.
-  expect_relative(collective_time_s(net, Collective::all_reduce, 1e9, 8, NetLevel::intra_node),
+  expect_relative(collective_time_s(net, Collective::all_reduce, 1e9, 8, NetLevel::intra_node, 1,
+                                    kPlainFormula),
                   6 * 2e-6 + 1.75 * 1e9 / 232.5e9);
   // reduce-scatter over 64 ranks across nodes, one rank per node: one NIC.
-  expect_relative(
-      collective_time_s(net, Collective::reduce_scatter, 4e8, 64, NetLevel::inter_node),
-      6 * 4e-6 + (63.0 / 64.0) * 4e8 / 21.5e9);
+  expect_relative(collective_time_s(net, Collective::reduce_scatter, 4e8, 64, NetLevel::inter_node,
+                                    1, kPlainFormula),
+                  6 * 4e-6 + (63.0 / 64.0) * 4e8 / 21.5e9);
   // 4 ranks per node drive 4 NICs; 16 per node would be capped by NVLink.
+  expect_relative(collective_time_s(net, Collective::all_gather, 4e8, 64, NetLevel::inter_node, 4,
+                                    kPlainFormula),
+                  6 * 4e-6 + (63.0 / 64.0) * 4e8 / (4 * 21.5e9));
+  expect_relative(collective_time_s(net, Collective::all_gather, 4e8, 64, NetLevel::inter_node, 16,
+                                    kPlainFormula),
+                  6 * 4e-6 + (63.0 / 64.0) * 4e8 / 232.5e9);
+}
+
+// A GPU profile's collectives follow NCCL's own cost model (docs/
+// kernel_model.md "Collectives": NVIDIA/nccl src/graph/tuning.cc), derived
+// here by hand from its table for the embedded A100 (busbw 232.5 GB/s NVLink,
+// 21.5 GB/s per HDR NIC, ring Simple steps 3.4 us / 9.6 us, so NCCL's own
+// step latencies unscaled): the fastest of ring / tree x LL / LL128 / Simple.
+TEST(Cluster, CollectivesFollowNcclsCostModel) {
+  const NetworkProfile& net = load_profile("a100-80gb-dgx-datasheet").network;
+  // 100 KB all-reduce on the 8 GPUs of a node: latency-bound, ring LL:
+  // 3.6 + 14 x 0.47 us, at a quarter of the bus bandwidth (the tree LL
+  // 4.4 + 2 x 7 x 0.52 us + 1e5 / (0.5 x 0.9 x 232.5e9 / 3.8) is slower).
+  const double small_s = (3.6 + 14 * 0.47) * 1e-6 + 1.75 * 1e5 / (232.5e9 / 4.0);
+  expect_relative(collective_time_s(net, Collective::all_reduce, 1e5, 8, NetLevel::intra_node),
+                  small_s);
+  EXPECT_NEAR(1.75 * 1e5 / small_s / 1e9, 13.27, 0.01);  // the busbw nccl-tests would print
+  // 1 GB: bandwidth-bound, ring Simple 8.4 + 14 x 3.4 us at the full busbw.
+  const double large_s = (8.4 + 14 * 3.4) * 1e-6 + 1.75 * 1e9 / 232.5e9;
+  expect_relative(collective_time_s(net, Collective::all_reduce, 1e9, 8, NetLevel::intra_node),
+                  large_s);
+  // 400 MB reduce-scatter over 64 nodes, one rank (NIC) each: ring Simple,
+  // 63 network steps of 9.6 us.
+  expect_relative(collective_time_s(net, Collective::reduce_scatter, 4e8, 64, NetLevel::inter_node),
+                  (8.4 + 63 * 9.6) * 1e-6 + (63.0 / 64.0) * 4e8 / 21.5e9);
+  // 100 MB all-reduce over 2 nodes of 8 (8 NICs: 172 GB/s): ring LL128
+  // (10 + 28 x 1.9 + 2 x 4.0 us, 0.92 busbw) beats ring Simple (whose
+  // latency NCCL raises x 1.9 across nodes) and both trees.
+  const double bus = 8 * 21.5e9;
+  const double ll128 = (10.0 + 28 * 1.9 + 2 * 4.0) * 1e-6 + (30.0 / 16.0) * 1e8 / (0.92 * bus);
+  const double simple = 1.9 * (8.4 + 28 * 3.4 + 2 * 9.6) * 1e-6 + (30.0 / 16.0) * 1e8 / bus;
+  ASSERT_LT(ll128, simple);
+  expect_relative(collective_time_s(net, Collective::all_reduce, 1e8, 16, NetLevel::inter_node, 8),
+                  ll128);
+  // collective efficiency scales the bus bandwidth the protocols share.
+  const CollectiveEfficiency half{0.5, 1.0};
   expect_relative(
-      collective_time_s(net, Collective::all_gather, 4e8, 64, NetLevel::inter_node, 4),
-      6 * 4e-6 + (63.0 / 64.0) * 4e8 / (4 * 21.5e9));
-  expect_relative(
-      collective_time_s(net, Collective::all_gather, 4e8, 64, NetLevel::inter_node, 16),
-      6 * 4e-6 + (63.0 / 64.0) * 4e8 / 232.5e9);
+      collective_time_s(net, Collective::all_reduce, 1e9, 8, NetLevel::intra_node, 1, half),
+      (8.4 + 14 * 3.4) * 1e-6 + 1.75 * 1e9 / (0.5 * 232.5e9));
 }
 
 TEST(Cluster, MeasuredTableReplacesTheFormulaInsideItsRange) {
@@ -111,9 +157,9 @@ TEST(Cluster, MeasuredTableReplacesTheFormulaInsideItsRange) {
                                     NetLevel::intra_node),
                   1e-3 * (2.0 * 1.0 / 2.0) / (2.0 * 7.0 / 8.0));
   // Outside the range: the formula.
-  expect_relative(
-      collective_time_s(p.network, Collective::all_reduce, 1e9, 8, NetLevel::intra_node),
-      6 * 2e-6 + 1.75 * 1e9 / 232.5e9);
+  expect_relative(collective_time_s(p.network, Collective::all_reduce, 1e9, 8, NetLevel::intra_node,
+                                    1, kPlainFormula),
+                  6 * 2e-6 + 1.75 * 1e9 / 232.5e9);
   // The table round-trips through TOML.
   const DeviceProfile again = parse_profile_toml(to_toml(p), "round trip");
   ASSERT_EQ(again.network.intra_node.tables.size(), 1u);
@@ -389,7 +435,8 @@ TEST(Cluster, PipelineTwoSendsAndBubble) {
   }
   expect_relative(k.bubble_s, (2.0 - 1.0) / 4.0 * (4.0 * slowest));
   expect_relative(k.step_s, 4.0 * slowest + k.bubble_s + k.grad_reduce_exposed_s +
-                                k.param_gather_exposed_s + k.optimizer_s);
+                                k.param_gather_exposed_s + k.optimizer_s + k.grad_norm_s +
+                                k.step_overhead_s);
   // Memory: stage 0 holds embedding + 4 layers' weights, 2 micro-batches in
   // flight (p - 0); stage 1 holds one.
   const double P_layer = (e.params.non_embedding - 256.0) / 8.0;
@@ -655,6 +702,74 @@ TEST(Cluster, UnfusedGradientAccumulationByHand) {
   }
 }
 
+// fp16 training keeps fp16 main gradients (Megatron's DDP: the gradient
+// buffer in the parameters' dtype unless --accumulate-allreduce-grads-in-fp32,
+// which only bf16 forces).  By hand on DP 2, fp16, 4 micro-batches, the
+// reduction not overlapped: the unfused accumulation moves 3 x 2 P bytes per
+// micro-batch (read main gradient and gradient, write main gradient); the
+// all-reduce moves 2 P (plain formula: bus factor 1 on 2 ranks at 232.5 GB/s
+// plus 2 latency steps of 2 us); the norm pass copies the fp16 gradients into
+// fp32, unscales them and reads them for the norm: (2 + 4) + 8 + 4 bytes per
+// parameter.  Memory keeps 4 P of gradients (the fp32 copy at the step).
+TEST(Cluster, Fp16MainGradientsByHand) {
+  const double bandwidth = 1.733e12;  // the profile's achievable_bandwidth
+  const double launch = a100().ceilings.launch_overhead_s;
+  Config c = small();
+  c.device.count = 2;
+  c.train.global_batch = 16;  // 4 micro-batches of 2 per device
+  c.train.dtype = DType::fp16;
+  c.parallel.overlap_grad_reduce = false;
+  const Estimate fused = estimate(c, a100());
+  c.train.grad_accumulation = GradAccumulation::unfused;
+  const Estimate unfused = estimate(c, a100());
+  const double P = fused.params.total;
+  const double accumulation = 4.0 * (6.0 * P / bandwidth + launch);
+  EXPECT_NEAR(unfused.time.step_s - fused.time.step_s, accumulation, 1e-6 * accumulation);
+  const CommRecord* ar =
+      find_comm(*fused.cluster, "dp.grad", Collective::all_reduce, Pass::backward);
+  ASSERT_NE(ar, nullptr);
+  expect_relative(ar->bytes, 2 * P);
+  expect_relative(ar->time_s, 2 * 2e-6 + 2 * P / 232.5e9);
+  expect_relative(fused.cluster->grad_reduce_exposed_s, ar->time_s);
+  expect_relative(fused.memory.gradients, 4 * P);
+  // The norm pass on one device (the cluster adds its 4-byte all-reduce).
+  Config one = small();
+  one.train.dtype = DType::fp16;
+  expect_relative(estimate(one, a100()).time.grad_norm_s, 18.0 * P / bandwidth + launch, 1e-12);
+}
+
+// Megatron-LM's pipeline scatter / gather (Narayanan et al. 2021, section
+// 4.1) under TP 2 without SP: each tensor rank sends half the b s d B
+// activation, and the receiving tensor group all-gathers the two halves: one
+// all-gather of b s d B = 2 x 128 x 256 x 2 bytes over 2 NVLink ranks per
+// send (plain formula: one latency step of 2 us + (1/2) x bytes / 232.5 GB/s),
+// forward and backward per micro-batch.  With SP the activation is already
+// sharded by tokens: no gather.
+TEST(Cluster, PipelineScatterGatherUnderTensorParallelism) {
+  Config c = small();
+  c.parallel.tensor = 2;
+  c.parallel.pipeline = 2;
+  c.device.count = 4;
+  c.train.global_batch = 8;  // m = 4 micro-batches of 2
+  c.parallel.balance_stages = false;
+  const Estimate e = estimate(c, a100());
+  const CommRecord* send =
+      find_comm(*e.cluster, "pp.activation", Collective::send_recv, Pass::forward);
+  const CommRecord* gather =
+      find_comm(*e.cluster, "pp.gather", Collective::all_gather, Pass::forward);
+  ASSERT_NE(send, nullptr);
+  ASSERT_NE(gather, nullptr);
+  const double activation = 2.0 * 128.0 * 256.0 * 2.0;
+  EXPECT_EQ(send->bytes, activation / 2.0);
+  EXPECT_EQ(gather->bytes, activation);
+  EXPECT_EQ(gather->ranks, 2);
+  EXPECT_EQ(gather->count, 2.0 * 4.0);
+  expect_relative(gather->time_s, 2e-6 + 0.5 * activation / 232.5e9);
+  c.parallel.sequence_parallel = true;
+  const Estimate sp = estimate(c, a100());
+  EXPECT_EQ(find_comm(*sp.cluster, "pp.gather", Collective::all_gather, Pass::forward), nullptr);
+}
+
 // train.attention_kernel = unfused (Megatron-LM 2021 CoreAttention), by hand
 // for one device without recompute: per layer and micro-batch the two
 // batched GEMMs run the whole s x s square (4 s^2 d_h FLOPs per head forward,
@@ -678,6 +793,64 @@ TEST(Cluster, UnfusedAttentionByHand) {
   const OpKindTime& attention = e.time.by_kind[static_cast<size_t>(OpKind::attention)];
   const double expected = 8.0 * (forward + backward);
   EXPECT_NEAR(attention.time_s, expected, 1e-9 * expected);
+}
+
+// parallel.tp_comm_overlap (docs/cluster.md "Overlap"): "none" exposes every
+// tensor-parallel all-reduce; "backward" hides each column-parallel linear's
+// input-gradient all-reduce behind its weight-gradient GEMM, so per layer at
+// most 2 backward all-reduces are hidden, the forward ones never; without
+// sequence parallelism "full" is "backward".  One pipeline stage: the step
+// shrinks by exactly the hidden time.
+TEST(Cluster, TensorParallelOverlapHidesOnlyTheBackwardAllReduces) {
+  Config c = small();
+  c.parallel.tensor = 2;
+  c.device.count = 2;
+  c.parallel.tp_comm_overlap = TpCommOverlap::none;
+  const Estimate none = estimate(c, a100());
+  EXPECT_EQ(none.cluster->overlapped_comm_s, 0.0);
+  c.parallel.tp_comm_overlap = TpCommOverlap::backward;
+  const Estimate backward = estimate(c, a100());
+  const ClusterEstimate& k = *backward.cluster;
+  const CommRecord* fwd = find_comm(k, "tp.layer", Collective::all_reduce, Pass::forward);
+  const CommRecord* bwd = find_comm(k, "tp.layer", Collective::all_reduce, Pass::backward);
+  ASSERT_NE(fwd, nullptr);
+  ASSERT_NE(bwd, nullptr);
+  EXPECT_EQ(fwd->exposed_fraction, 1.0);
+  EXPECT_LT(bwd->exposed_fraction, 1.0);
+  const double hidden = k.overlapped_comm_s;
+  EXPECT_GT(hidden, 0.0);
+  EXPECT_LE(hidden, 8.0 * 2.0 * bwd->time_s * (1.0 + 1e-12));  // 8 layers x 2 all-reduces
+  expect_relative(none.time.step_s - backward.time.step_s, hidden, 1e-9);
+  expect_relative(hidden, bwd->count * bwd->time_s * (1.0 - bwd->exposed_fraction), 1e-9);
+  c.parallel.tp_comm_overlap = TpCommOverlap::full;
+  EXPECT_EQ(estimate(c, a100()).time.step_s, backward.time.step_s);
+  // With SP, "full" also hides forward all-gathers / reduce-scatters.
+  c.parallel.sequence_parallel = true;
+  const double sp_full = estimate(c, a100()).time.step_s;
+  c.parallel.tp_comm_overlap = TpCommOverlap::backward;
+  const double sp_backward = estimate(c, a100()).time.step_s;
+  EXPECT_LT(sp_full, sp_backward);
+}
+
+// The gradient norm once per step (docs/kernel_model.md "Per-step costs"): a
+// read of the 4-byte fp32 main gradient per parameter at the memory-bound
+// rate, plus one launch; fp16 also unscales in place (+ 8 B read + write).
+TEST(Cluster, GradientNormByHand) {
+  Config c = small();
+  const double bandwidth = 1.733e12, launch = a100().ceilings.launch_overhead_s;
+  const Estimate e = estimate(c, a100());
+  const double P = e.params.total;
+  expect_relative(e.time.grad_norm_s, 4.0 * P / bandwidth + launch, 1e-12);
+  c.train.dtype = DType::fp16;
+  const Estimate half = estimate(c, a100());
+  // fp16: its fp16 main gradients copied into fp32 (2 + 4), unscaled (8), read (4).
+  expect_relative(half.time.grad_norm_s, 18.0 * P / bandwidth + launch, 1e-12);
+  expect_relative(half.time.step_s,
+                  half.time.accumulation_steps * half.time.micro_batch_s + half.time.optimizer_s +
+                      half.time.grad_norm_s + half.time.step_overhead_s,
+                  1e-12);
+  // Decode steps have none.
+  EXPECT_EQ(estimate(c, a100(), StepKind::decode).time.grad_norm_s, 0.0);
 }
 
 }  // namespace

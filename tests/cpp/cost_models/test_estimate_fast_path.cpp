@@ -109,7 +109,8 @@ TEST(EstimateFastPath, MatchesTheStraightforwardSumOverLoweredOps) {
       EXPECT_NEAR(fast.time.optimizer_s, optimizer_s, 1e-12 * optimizer_s);
       EXPECT_NEAR(fast.flops.forward_per_token, forward_flops / tokens, 1e-12 * forward_flops);
       EXPECT_NEAR(fast.flops.backward_per_token, backward_flops / tokens, 1e-12 * backward_flops);
-      EXPECT_EQ(fast.time.ops_interpolated + fast.time.ops_extrapolated + fast.time.ops_roofline,
+      EXPECT_EQ(fast.time.ops_interpolated + fast.time.ops_extrapolated + fast.time.ops_roofline +
+                    fast.time.ops_kernel_model,
                 records);
       // And estimate() (its own TimingModel) is the same computation, bit for bit.
       const Estimate convenience = estimate(config, *profile);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <string>
 
+#include "../common/roofline_profile.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/cost_model.hpp"
 #include "modar/parallel.hpp"
@@ -40,8 +41,9 @@ DeviceProfile plain_profile() {
 }
 
 TEST(KernelParams, DefaultsAreTheCeilingsTheyReplace) {
-  // a100-80gb-dgx: achievable 267.9 of 312 TFLOP/s, 1.733 of 2.039 TB/s.
-  const DeviceProfile a100 = load_profile("a100-80gb-dgx");
+  // A profile without [kernel] (the A100 with its pre-kernel-model ceilings):
+  // achievable 267.9 of 312 TFLOP/s, 1.733 of 2.039 TB/s.
+  const DeviceProfile a100 = a100_roofline_profile();
   EXPECT_DOUBLE_EQ(profile_parameter(a100, "kernel.gemm_efficiency"), 267.9 / 312.0);
   EXPECT_DOUBLE_EQ(profile_parameter(a100, "kernel.attention_efficiency"), 267.9 / 312.0);
   EXPECT_DOUBLE_EQ(profile_parameter(a100, "kernel.memory_efficiency"), 1.733 / 2.039);
@@ -57,6 +59,22 @@ TEST(KernelParams, DefaultsAreTheCeilingsTheyReplace) {
   const DeviceProfile plain = plain_profile();
   EXPECT_EQ(profile_parameter(plain, "kernel.gemm_efficiency"), 1.0);
   EXPECT_EQ(kernel_rates(plain).gemm_flops, 1e14);
+}
+
+// The A100's datasheet profile (the base the embedded a100-80gb-dgx is
+// calibrated from) has as [kernel] its documented derivation
+// (docs/kernel_model.md, profiles/a100-80gb-dgx-datasheet.toml provenance): the MAMF
+// 267.9 of 312 TFLOP/s and FlashAttention-2's 73% of peak, each at the
+// sustained 1305 of 1410 MHz; 85% of HBM bandwidth; 108 SMs.
+TEST(KernelParams, EmbeddedA100IsItsDocumentedDerivation) {
+  const DeviceProfile a100 = load_profile("a100-80gb-dgx-datasheet");
+  const double sustained = 1305.0 / 1410.0;
+  EXPECT_NEAR(profile_parameter(a100, "kernel.gemm_efficiency"), 267.9 / 312.0 * sustained, 5e-4);
+  EXPECT_NEAR(profile_parameter(a100, "kernel.attention_efficiency"), 0.73 * sustained, 5e-4);
+  EXPECT_EQ(profile_parameter(a100, "kernel.memory_efficiency"), 0.85);
+  EXPECT_EQ(a100.kernel.sm_count, 108);
+  EXPECT_EQ(a100.kernel.device_class, "a100");
+  EXPECT_EQ(a100.ceilings.achievable_flops_bf16, 0.0);  // replaced by the kernel model
 }
 
 TEST(KernelParams, EachEfficiencyScalesTheTimeItNames) {
@@ -126,16 +144,16 @@ TEST(KernelParams, HostOverheadsAddPerStepAndPerMicroBatch) {
 }
 
 TEST(KernelParams, CollectiveEfficiencyScalesTheBusBandwidth) {
-  const DeviceProfile a100 = load_profile("a100-80gb-dgx");
+  const DeviceProfile a100 = a100_roofline_profile();
   const NetworkProfile& net = a100.network;
   // All-reduce of 64 MB on 8 GPUs: 2 x 3 latency steps + 2 (7/8) n / (e busbw).
   const double bytes = 64e6;
-  const CollectiveEfficiency half{0.5, 1.0};
+  const CollectiveEfficiency half{0.5, 1.0, false};  // the plain formula
   EXPECT_DOUBLE_EQ(
       collective_time_s(net, Collective::all_reduce, bytes, 8, NetLevel::intra_node, 1, half),
       6.0 * net.intra_node.latency_s + 1.75 * bytes / (0.5 * net.intra_node.bus_bandwidth));
   // Between nodes with 8 NICs per node, capped by the (scaled) NVLink figure.
-  const CollectiveEfficiency both{0.5, 0.8};
+  const CollectiveEfficiency both{0.5, 0.8, false};
   EXPECT_DOUBLE_EQ(
       collective_time_s(net, Collective::all_gather, bytes, 16, NetLevel::inter_node, 8, both),
       4.0 * net.inter_node.latency_s + (15.0 / 16.0) * bytes /

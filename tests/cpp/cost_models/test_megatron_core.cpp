@@ -379,7 +379,8 @@ TEST(MegatronCore, DropoutPassesByHand) {
   const DeviceCeilings& c = p.ceilings;
   expect_relative(estimate(unfused_on, p).time.by_kind[attention].time_s -
                       estimate(unfused_off, p).time.by_kind[attention].time_s,
-                  2.0 * (2.0 * (2.0 * B + 1.0) * scores / c.roofline_bandwidth() +
+                  // the profile's memory-bound rate: kernel.memory_efficiency 0.85 of 3.35 TB/s
+                  2.0 * (2.0 * (2.0 * B + 1.0) * scores / (0.85 * c.memory_bandwidth) +
                          2.0 * c.launch_overhead_s),
                   1e-6);
   // FlashAttention regenerates its mask: no memory for it.

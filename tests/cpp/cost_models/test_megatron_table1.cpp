@@ -3,11 +3,14 @@
 // published layouts (examples/cluster/megatron_table1.csv, base config
 // examples/cluster/megatron_base.toml; the same rows and settings as
 // examples/cluster/megatron_table1.py).  Throughput per GPU is counted by the
-// paper's equation 3, F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).  The bounds
-// are what modar reaches without tuning to these rows, with the base
-// config's 2021 settings (unfused attention, unfused gradient accumulation,
-// gradient reduce after the backward; docs/cluster.md): median |error| 9.99 %,
-// max 15.5 % (targets 10 % and 20 %); the test fails if either grows.
+// paper's equation 3, F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).  The
+// embedded a100-80gb-dgx is the datasheet profile calibrated on seven of the
+// rows (docs/calibrate.md; 3.6B, 76.1B and 529.6B held out, chosen before the
+// fit), with the base config's 2021 settings (unfused attention, unfused
+// gradient accumulation, fp16 main gradients, gradient reduce after the
+// backward, synchronous tensor-parallel all-reduces; docs/cluster.md): median
+// |error| 3.2 %, max 7.9 % (the target: 4 % and 8 %); the test fails
+// if either grows past it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -82,8 +85,8 @@ TEST(MegatronTable1, PredictedThroughputWithinBounds) {
   std::sort(sorted.begin(), sorted.end());
   const double median = 0.5 * (sorted[4] + sorted[5]);
   const double worst = sorted.back();
-  EXPECT_LE(median, 0.10);
-  EXPECT_LE(worst, 0.16);
+  EXPECT_LE(median, 0.04);
+  EXPECT_LE(worst, 0.08) << "median " << median;
 }
 
 }  // namespace

@@ -24,8 +24,10 @@ TEST(Profile, EmbeddedProfilesLoadFromAnyDirectory) {
   EXPECT_FALSE(h200.measured);
   EXPECT_EQ(h200.ceilings.peak_flops_bf16, 989e12);  // datasheet, profiles/README.md
   EXPECT_EQ(h200.ceilings.memory_bandwidth, 4.8e12);
-  EXPECT_EQ(h200.ceilings.achievable_flops_bf16, 790e12);  // spot measurement, profiles/README.md
-  EXPECT_EQ(h200.ceilings.achievable_bandwidth, 4.3e12);
+  // The GPU kernel model replaces the achievable ceilings (docs/kernel_model.md).
+  EXPECT_EQ(h200.ceilings.achievable_flops_bf16, 0.0);
+  EXPECT_EQ(h200.kernel.sm_count, 132);
+  EXPECT_NEAR(h200.kernel.memory_efficiency, 4.3 / 4.8, 1e-3);  // the 4.3 TB/s device copy
   EXPECT_FALSE(h200.provenance.at("source").empty());
   const DeviceProfile cpu = load_profile("cpu-generic");
   EXPECT_EQ(cpu.backend, "cpu");

@@ -121,12 +121,18 @@ TEST(Timing, EstimateSumsOpsIntoStepTimeAndMfu) {
   for (const OpKindTime& kind : e.time.by_kind) {
     sum += kind.time_s;
   }
-  EXPECT_NEAR(sum / e.time.step_s, 1.0, 1e-12);
-  EXPECT_NEAR(e.time.step_s, 4 * e.time.micro_batch_s + e.time.optimizer_s, 1e-15);
+  // The ops, plus the per-step gradient norm and host time named apart.
+  EXPECT_NEAR((sum + e.time.grad_norm_s + e.time.step_overhead_s) / e.time.step_s, 1.0, 1e-12);
+  EXPECT_GT(e.time.grad_norm_s, 0.0);
+  EXPECT_NEAR(
+      e.time.step_s,
+      4 * e.time.micro_batch_s + e.time.optimizer_s + e.time.grad_norm_s + e.time.step_overhead_s,
+      1e-15);
   EXPECT_NEAR(e.time.tokens_per_s, 16.0 * 512.0 / e.time.step_s, 1e-6);
   EXPECT_NEAR(e.time.mfu, e.flops.train_per_step / (e.time.step_s * 989e12), 1e-12);
   EXPECT_GT(e.time.mfu, 0.0);
-  EXPECT_LT(e.time.mfu, 790.0 / 989.0);  // cannot beat the achievable ceiling
+  // Cannot beat the largest GEMMs' rate (kernel.gemm_efficiency, MSMF 755 / 989).
+  EXPECT_LT(e.time.mfu, 755.0 / 989.0);
   EXPECT_FALSE(e.time.calibrated);
   EXPECT_NE(e.conventions.find("causal"), std::string::npos);
 }

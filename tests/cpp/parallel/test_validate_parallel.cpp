@@ -171,6 +171,23 @@ TEST(ParallelValidateCases, RankCountsOtherThanTwoOrFourAreRefusedByName) {
   }
 }
 
+// The clock check lives in the library: a wall-clock profile is refused on
+// every rank, before any case or communication, naming the field.
+TEST(ParallelValidateRun, AWallClockProfileIsRefusedByItsField) {
+  DeviceProfile profile =
+      load_measured_profile(std::string(MODAR_SOURCE_DIR) + "/profiles/cpu-comm.toml", "cpu");
+  profile.provenance["clock"] = "wall";
+  try {
+    run_parallel_validation(*g_backend, *g_world, profile, ParallelValidationOptions{});
+    ADD_FAILURE() << "a wall-clock profile was accepted";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("provenance.clock = \"wall\""), std::string::npos) << what;
+    EXPECT_NE(what.find("allowed: a profile measured with the cpu clock"), std::string::npos)
+        << what;
+  }
+}
+
 // ---- under mpirun -------------------------------------------------------------
 
 TEST(ParallelValidateRun, PartsAddUpToTheStep) {

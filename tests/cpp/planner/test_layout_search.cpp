@@ -105,6 +105,17 @@ std::vector<Config> screen_shapes() {
   return {dense, odd, mod, dar, both};
 }
 
+// screen_shapes() and a MoE one (8 experts, top-2; expert parallelism).
+std::vector<Config> screen_shapes_with_moe() {
+  std::vector<Config> shapes = screen_shapes();
+  Config moe = shapes.front();
+  moe.moe.experts = 8;
+  moe.moe.top_k = 2;
+  moe.moe.expert_ffn = 1024;
+  shapes.push_back(moe);
+  return shapes;
+}
+
 // The memory screen against the full cluster model on a grid of shapes and
 // layouts: exact where it says so, never above the full peak elsewhere, and
 // never rejecting a layout the full model accepts (capacity = its peak).
@@ -181,12 +192,7 @@ TEST(LayoutSearch, MemoryScreenNeverRejectsWhatTheFullModelAccepts) {
 // MoE with EP) and layouts: never above the step of the layout, nor of the
 // same layout with more recompute.
 TEST(LayoutSearch, StepLowerBoundNeverExceedsTheStep) {
-  std::vector<Config> shapes = screen_shapes();
-  Config moe = shapes.front();
-  moe.moe.experts = 8;
-  moe.moe.top_k = 2;
-  moe.moe.expert_ffn = 1024;
-  shapes.push_back(moe);
+  const std::vector<Config> shapes = screen_shapes_with_moe();
   const DeviceProfile a100 = load_profile("a100-80gb-dgx");
   const TimingModel timing(a100);
   int64_t checked = 0, one_stage = 0, tight = 0;
@@ -251,12 +257,7 @@ TEST(LayoutSearch, StepLowerBoundNeverExceedsTheStep) {
 // bound only skips what could not win), over shapes, device memories and
 // GPU counts, with expert parallelism and the ranking's wider space.
 TEST(LayoutSearch, PrunedSearchEqualsTimingEveryLayout) {
-  std::vector<Config> shapes = screen_shapes();
-  Config moe = shapes.front();
-  moe.moe.experts = 8;
-  moe.moe.top_k = 2;
-  moe.moe.expert_ffn = 1024;
-  shapes.push_back(moe);
+  const std::vector<Config> shapes = screen_shapes_with_moe();
   int64_t compared = 0, skipped = 0;
   for (const Config& shape : shapes) {
     for (const double capacity : {0.6e9, 1.2e9, 80e9}) {

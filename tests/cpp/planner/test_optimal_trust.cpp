@@ -31,12 +31,10 @@ struct Brute {
 // Every shape the documented search space allows (docs/planner.md "Shape
 // search"): layers min..max (at least `every` for MoD, K for DAR), d_model a
 // multiple of 128 up to max_d_model with aspect d/L in [aspect_min,
-// aspect_max]; D = C / F_train; the loss law written out here.
-std::vector<Brute> brute_force(const modar::Config& arch_base,
-                               const modar::ShapeSearchOptions& options, double flops, double eps,
-                               const modar::LossFitParams& law,
-                               const modar::DeviceProfile& profile) {
-  std::vector<Brute> all;
+// aspect_max]; visit(layers, d_model, the config at that shape).
+template <class Visit>
+void for_each_space_shape(const modar::Config& arch_base, const modar::ShapeSearchOptions& options,
+                          Visit visit) {
   int64_t first = options.min_layers;
   if (arch_base.mod.enabled()) {
     first = std::max(first, arch_base.mod.every);
@@ -51,19 +49,31 @@ std::vector<Brute> brute_force(const modar::Config& arch_base,
       if (aspect < options.aspect_min || aspect > options.aspect_max) {
         continue;
       }
-      const modar::Config config = modar::with_shape(
-          arch_base, modar::make_shape(layers, d, arch_base.model, options));
-      const modar::ParamAndFlopCounts counts = modar::count_params_and_flops(config);
-      const double tokens = flops / counts.flops.train_per_token;
-      const double n = counts.params.flop_active;
-      // docs/planner.md: a MoD prior scales both reducible terms, others the
-      // parameter term only.
-      const double eps_data = arch_base.mod.enabled() ? eps : 1.0;
-      const double loss = law.E + eps * law.A / std::pow(n, law.alpha) +
-                          eps_data * law.B / std::pow(tokens, law.beta);
-      all.push_back({layers, d, loss, false});
+      visit(layers, d,
+            modar::with_shape(arch_base, modar::make_shape(layers, d, arch_base.model, options)));
     }
   }
+}
+
+// The loss of every shape of the space (for_each_space_shape): D = C / F_train;
+// the loss law written out here.
+std::vector<Brute> brute_force(const modar::Config& arch_base,
+                               const modar::ShapeSearchOptions& options, double flops, double eps,
+                               const modar::LossFitParams& law,
+                               const modar::DeviceProfile& profile) {
+  std::vector<Brute> all;
+  for_each_space_shape(
+      arch_base, options, [&](int64_t layers, int64_t d, const modar::Config& config) {
+        const modar::ParamAndFlopCounts counts = modar::count_params_and_flops(config);
+        const double tokens = flops / counts.flops.train_per_token;
+        const double n = counts.params.flop_active;
+        // docs/planner.md: a MoD prior scales both reducible terms, others the
+        // parameter term only.
+        const double eps_data = arch_base.mod.enabled() ? eps : 1.0;
+        const double loss = law.E + eps * law.A / std::pow(n, law.alpha) +
+                            eps_data * law.B / std::pow(tokens, law.beta);
+        all.push_back({layers, d, loss, false});
+      });
   // Memory only where it can matter: in loss order until the first that fits.
   std::sort(all.begin(), all.end(), [](const Brute& l, const Brute& r) { return l.loss < r.loss; });
   for (Brute& b : all) {
@@ -90,8 +100,7 @@ void expect_argmin(const modar::OptimalRequest& request, const std::string& arch
       brute_force(arch_base, request.shapes, *request.flops, rec.prior.eps,
                   modar::load_fit(request.fit.value_or("epoch")).params, profile);
   ASSERT_FALSE(all.empty());
-  const auto best_fit =
-      std::find_if(all.begin(), all.end(), [](const Brute& b) { return b.fits; });
+  const auto best_fit = std::find_if(all.begin(), all.end(), [](const Brute& b) { return b.fits; });
   ASSERT_NE(best_fit, all.end());
   // The documented tie rule: within kLossTieRelative of the minimum, the
   // deepest fitting shape; among equally deep ones the lowest loss.
@@ -116,9 +125,9 @@ void expect_argmin(const modar::OptimalRequest& request, const std::string& arch
   EXPECT_NEAR(*rec.loss, expected->loss, 1e-12);
   EXPECT_LE(*rec.loss, best_fit->loss * (1.0 + modar::kLossTieRelative));
   // "memory decided" exactly when the unconstrained argmin does not fit.
-  EXPECT_EQ(has_flag(rec, "memory_decided"), !all.front().fits &&
-                                                  all.front().loss < best_fit->loss *
-                                                                         (1.0 - modar::kLossTieRelative))
+  EXPECT_EQ(
+      has_flag(rec, "memory_decided"),
+      !all.front().fits && all.front().loss < best_fit->loss * (1.0 - modar::kLossTieRelative))
       << arch;
 }
 
@@ -186,28 +195,16 @@ TEST(OptimalTrust, WallClockArgminEqualsCostingEveryShape) {
       bool fits = false;
     };
     std::vector<Costed> all;
-    const modar::ShapeSearchOptions& options = request.shapes;
-    for (int64_t layers = std::max(options.min_layers, arch_base.dar.enabled()
-                                                           ? arch_base.dar.block_layers
-                                                           : int64_t{1});
-         layers <= options.max_layers; ++layers) {
-      for (int64_t d = options.d_model_multiple; d <= options.max_d_model;
-           d += options.d_model_multiple) {
-        const double aspect = double(d) / double(layers);
-        if (aspect < options.aspect_min || aspect > options.aspect_max) {
-          continue;
-        }
-        const modar::Config config = modar::with_shape(
-            arch_base, modar::make_shape(layers, d, arch_base.model, options));
-        const modar::LayoutSearchResult layout = modar::search_layout(config, timing, layouts);
-        const double tokens = gpu_hours / double(gpus) * 3600.0 *
-                              layout.estimate.time.tokens_per_s;
-        const double n = modar::count_params(config).flop_active;
-        const double loss = law.E + rec.prior.eps * law.A / std::pow(n, law.alpha) +
-                            law.B / std::pow(tokens, law.beta);
-        all.push_back({layers, d, loss, layout.estimate.time.step_s, layout.fits});
-      }
-    }
+    for_each_space_shape(
+        arch_base, request.shapes, [&](int64_t layers, int64_t d, const modar::Config& config) {
+          const modar::LayoutSearchResult layout = modar::search_layout(config, timing, layouts);
+          const double tokens =
+              gpu_hours / double(gpus) * 3600.0 * layout.estimate.time.tokens_per_s;
+          const double n = modar::count_params(config).flop_active;
+          const double loss = law.E + rec.prior.eps * law.A / std::pow(n, law.alpha) +
+                              law.B / std::pow(tokens, law.beta);
+          all.push_back({layers, d, loss, layout.estimate.time.step_s, layout.fits});
+        });
     ASSERT_GT(all.size(), 200u) << arch;
     double best_fit = INFINITY;
     for (const Costed& c : all) {
@@ -263,9 +260,9 @@ TEST(OptimalTrust, ClosedFormAgreementAtTheDefaultSequenceLength) {
     const double rho = rec.flops.forward_attention_per_token / (2.0 * rec.params.flop_active);
     const auto edge_n_f = [&](int64_t layers) {
       const int64_t d = static_cast<int64_t>(request.shapes.aspect_max) * layers;
-      return modar::count_params(modar::with_shape(request.base,
-                                                   modar::make_shape(layers, d, request.base.model,
-                                                                     request.shapes)))
+      return modar::count_params(
+                 modar::with_shape(request.base, modar::make_shape(layers, d, request.base.model,
+                                                                   request.shapes)))
           .flop_active;
     };
     const int64_t layers = rec.shape.n_layers;
@@ -280,9 +277,10 @@ TEST(OptimalTrust, ClosedFormAgreementAtTheDefaultSequenceLength) {
     EXPECT_NEAR(d_ratio, 1.0, step) << flops << " rho " << rho << " step " << step;
     // Without the (1 + rho) correction the agreement is worse than that at
     // 6e18 (the README's old "within 2 %" held only at seq 64).
-    std::printf("C %.0e: N_f / N*_6ND = %.3f, D / D*_6ND = %.3f, rho %.3f, (1+rho)^-a %.3f, step %.3f\n",
-                flops, rec.params.flop_active / closed.n_opt, rec.tokens / closed.tokens_opt, rho,
-                std::pow(1.0 + rho, -a), step);
+    std::printf(
+        "C %.0e: N_f / N*_6ND = %.3f, D / D*_6ND = %.3f, rho %.3f, (1+rho)^-a %.3f, step %.3f\n",
+        flops, rec.params.flop_active / closed.n_opt, rec.tokens / closed.tokens_opt, rho,
+        std::pow(1.0 + rho, -a), step);
     // C = 3 F_fwd D = 6 N_f D (1 + rho): the convention itself.
     EXPECT_NEAR(6.0 * rec.params.flop_active * rec.tokens * (1.0 + rho) / flops, 1.0, 1e-9);
   }
@@ -388,8 +386,8 @@ TEST(OptimalTrust, TokensPerParameterOutsideTheFitIsFlagged) {
   const modar::Recommendation& parity = find(result, "dar", "parity_fastest");
   EXPECT_LE(parity.tokens / parity.params.flop_active, modar::kFitTokensPerParamMax);
   EXPECT_FALSE(has_flag(parity, "tokens_per_param_outside_fit"));
-  EXPECT_FALSE(has_flag(find(result, "baseline", "isoflop_optimal"),
-                        "tokens_per_param_outside_fit"));
+  EXPECT_FALSE(
+      has_flag(find(result, "baseline", "isoflop_optimal"), "tokens_per_param_outside_fit"));
 }
 
 const std::string* no_fit_note(const modar::OptimalResult& result) {

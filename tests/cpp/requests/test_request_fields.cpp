@@ -208,9 +208,9 @@ void validate_rows(std::vector<Row>& rows) {
 
 void comm_profile_rows(std::vector<Row>& rows) {
   const auto add = [&](const std::string& field, const std::string& value,
-                       const std::function<void(modar::runtime::CommProfileOptions&)>& set) {
+                       const std::function<void(modar::runtime::CommProfileRequest&)>& set) {
     rows.push_back({"profile --comm", field, value, [set] {
-                      modar::runtime::CommProfileOptions r;
+                      modar::runtime::CommProfileRequest r;
                       set(r);
                       modar::runtime::resolve_comm_profile_options(
                           r, modar::runtime::DeviceKind::cpu, 2);

@@ -75,9 +75,14 @@ class ProfilerCli : public testing::Test {
 };
 
 TEST_F(ProfilerCli, BadFlagsExitTwoWithOneLine) {
-  for (const char* args : {"profile --backend cpu", "profile --backend tpu --out x.toml",
-                           "profile --backend cpu --out x.toml --clock sundial",
-                           "validate --backend cpu", "validate --profile x.toml --rounds 0"}) {
+  for (const char* args :
+       {"profile --backend cpu", "profile --backend tpu --out x.toml",
+        "profile --backend cpu --out x.toml --clock sundial", "validate --backend cpu",
+        "validate --profile x.toml --rounds 0", "profile --backend cpu --out x.toml --rounds 0",
+        "profile --backend cpu --out x.toml --drift-tolerance -1",
+        "profile --backend cpu --out x.toml --max-seconds 0",
+        "profile --backend cpu --out x.toml --max-seconds soon",
+        "validate --profile x.toml --repeats 0"}) {
     const Result r = run(args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
     EXPECT_EQ(lines(r.err), 1) << args << ": " << r.err;
@@ -129,6 +134,42 @@ TEST_F(ProfilerCli, OutputAndSettingsAreCheckedUpFront) {
   r = run("profile --backend cpu --quick --threads 4294967297 --out " + dir + "/x.toml");
   EXPECT_EQ(r.exit_code, 2) << r.err;
   std::filesystem::remove_all(dir);
+}
+
+// --dry-run estimates the run and shows what --max-seconds leaves out.
+TEST_F(ProfilerCli, DryRunEstimatesTheDurationAndTheBound) {
+  const std::string out =
+      testing::TempDir() + "/modar_profiler_cli_bound_" + std::to_string(::getpid()) + ".toml";
+  const auto dry_run = [&out](const std::string& flags) {
+    const std::string command = std::string(MODAR_CLI_PATH) +
+                                " profile --backend cpu --quick --kinds gemm --out " + out + " " +
+                                flags + " --dry-run";
+    std::FILE* pipe = ::popen(command.c_str(), "r");
+    std::string json;
+    char buffer[4096];
+    while (pipe != nullptr && std::fgets(buffer, sizeof(buffer), pipe) != nullptr) {
+      json += buffer;
+    }
+    EXPECT_EQ(pipe == nullptr ? -1 : ::pclose(pipe), 0) << json;
+    return json;
+  };
+  const auto number = [](const std::string& json, const std::string& key) {
+    const size_t at = json.find("\"" + key + "\": ");
+    return at == std::string::npos ? -1.0 : std::stod(json.substr(at + key.size() + 4));
+  };
+  const std::string all = dry_run("");
+  const double estimate_s = number(all, "estimated_duration_s");
+  ASSERT_GT(estimate_s, 0.0) << all;
+  EXPECT_DOUBLE_EQ(number(all, "points_left_out"), 0.0) << all;
+  EXPECT_DOUBLE_EQ(number(all, "rounds"), 3.0) << all;
+  // A bound below the ceilings' own estimate (two 2048^3 GEMMs, a copy, the
+  // dispatch loop: more than 3 s) leaves every point out.  (Which points a
+  // feasible bound keeps: ProfilerNoise.MaxSecondsLeavesOutTheMostExpensivePoints.)
+  const std::string none = dry_run("--max-seconds 1");
+  EXPECT_DOUBLE_EQ(number(none, "points_within_bound"), 0.0) << none;
+  EXPECT_DOUBLE_EQ(number(none, "points_left_out"), number(none, "points")) << none;
+  EXPECT_DOUBLE_EQ(number(none, "max_seconds"), 1.0) << none;
+  EXPECT_FALSE(std::filesystem::exists(out));
 }
 
 TEST_F(ProfilerCli, ValidateThreadsAreBounded) {

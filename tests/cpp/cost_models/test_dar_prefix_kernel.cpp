@@ -1,0 +1,95 @@
+// dar.kernel = "prefix", the DAR paper's implementation of the depth reads
+// (docs/moe.md "The DAR paper's implementation"): the same maths as the fused
+// kernels (counted FLOPs unchanged), plus packing of the normalised key views
+// and values before each read, their reconstruction in the backward, and the
+// retained logits, shifted scores and retrieved states.  Counts by hand for a
+// tiny Block DAR (L = 4, K = 2: N = 2 blocks of S = 4 branches, n = 2).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "modar/cost_model.hpp"
+#include "modar/profile.hpp"
+
+namespace modar {
+namespace {
+
+Config tiny_dar(DarKernel kernel) {
+  Config c;
+  c.model.d_model = 64;
+  c.model.n_layers = 4;
+  c.model.n_heads = 4;
+  c.model.vocab_size = 128;
+  c.model.seq_len = 32;
+  c.train.micro_batch = 2;  // T = 64 tokens
+  c.dar.variant = DarVariant::dar;
+  c.dar.block_layers = 2;
+  c.dar.streams = 2;
+  c.dar.kernel = kernel;
+  return c;
+}
+
+// Sum of rows x multiplicity of the ops labelled `label` in pass `pass`.
+double rows_of(const Config& c, const std::string& label, Pass pass) {
+  double rows = 0.0;
+  for (const OpRecord& op : lower(c)) {
+    if (label == op.label && op.pass == pass) {
+      rows += static_cast<double>(op.shape.dims[0] * op.multiplicity);
+    }
+  }
+  return rows;
+}
+
+TEST(DarPrefixKernel, PacksEverySourceOfEveryReadForEachStream) {
+  // Sources read: block 1 reads H_0 (1), block 2 reads H_0, H_1 (2), the
+  // output read H_0..H_2 (3): 6 entries, each n = 2 streams x T = 64 rows.
+  const double rows = 6.0 * 2.0 * 64.0;
+  const Config prefix = tiny_dar(DarKernel::prefix);
+  EXPECT_EQ(rows_of(prefix, "dar.pack_keys", Pass::forward), rows);
+  EXPECT_EQ(rows_of(prefix, "dar.pack_values", Pass::forward), rows);
+  EXPECT_EQ(rows_of(prefix, "dar.reconstruct_keys", Pass::recompute), rows);
+  EXPECT_EQ(rows_of(prefix, "dar.reconstruct_values", Pass::recompute), rows);
+  EXPECT_EQ(rows_of(prefix, "dar.pack_keys.bwd", Pass::backward), rows);
+  EXPECT_EQ(rows_of(prefix, "dar.pack_values.bwd", Pass::backward), rows);
+  const Config fused = tiny_dar(DarKernel::fused);
+  EXPECT_EQ(rows_of(fused, "dar.pack_keys", Pass::forward), 0.0);
+  EXPECT_EQ(rows_of(fused, "dar.reconstruct_keys", Pass::recompute), 0.0);
+}
+
+TEST(DarPrefixKernel, SameMathsMoreTrafficAndTime) {
+  const DeviceProfile h200 = load_profile("h200");
+  const Estimate fused = estimate(tiny_dar(DarKernel::fused), h200);
+  const Estimate prefix = estimate(tiny_dar(DarKernel::prefix), h200);
+  EXPECT_EQ(prefix.flops.forward_per_token, fused.flops.forward_per_token);
+  EXPECT_EQ(prefix.flops.backward_per_token, fused.flops.backward_per_token);
+  EXPECT_GT(prefix.time.step_s, fused.time.step_s);
+}
+
+TEST(DarPrefixKernel, RetainedLogitsScoresAndRetrievedStatesByHand) {
+  // (query, source) pairs per stream: block 1 has 2K = 4 queries over 1
+  // source, block 2 4 over 2; 2L - N = 6 branches merge one partial; the
+  // output read has 1 query over N + 1 = 3.  4 + 8 + 6 + 3 = 21.
+  // Logits + shifted scores: 2 x 4 bytes x 21 pairs x n 2 x T 64 = 21504.
+  // Retrieved states: (2L + 1) = 9 reads x n 2 x T 64 x d 64 x 2 bytes
+  // (bf16) = 147456.
+  const DeviceProfile h200 = load_profile("h200");
+  const MemoryBreakdown prefix = estimate_memory(tiny_dar(DarKernel::prefix), h200);
+  EXPECT_EQ(prefix.dar_retained, 21504.0 + 147456.0);
+  const MemoryBreakdown fused = estimate_memory(tiny_dar(DarKernel::fused), h200);
+  EXPECT_EQ(fused.dar_retained, 0.0);
+  // Nothing else saved changes; the peak carries the retained outputs.
+  EXPECT_EQ(prefix.activations, fused.activations);
+  EXPECT_EQ(prefix.dar_bank, fused.dar_bank);
+  EXPECT_GT(prefix.peak, fused.peak);
+}
+
+TEST(DarPrefixKernel, ConfigKeyRoundTripsAndRejectsUnknownNames) {
+  Config c = tiny_dar(DarKernel::fused);
+  apply_override(c, "dar.kernel=prefix");
+  EXPECT_EQ(c.dar.kernel, DarKernel::prefix);
+  EXPECT_STREQ(to_string(c.dar.kernel), "prefix");
+  EXPECT_THROW(apply_override(c, "dar.kernel=triton"), std::exception);
+}
+
+}  // namespace
+}  // namespace modar
