@@ -702,91 +702,62 @@ TEST(Cluster, UnfusedGradientAccumulationByHand) {
   }
 }
 
-// fp16 training keeps fp16 main gradients (Megatron's DDP: the gradient
-// buffer in the parameters' dtype unless --accumulate-allreduce-grads-in-fp32,
-// which only bf16 forces).  By hand on DP 2, fp16, 4 micro-batches, the
-// reduction not overlapped: the unfused accumulation moves 3 x 2 P bytes per
-// micro-batch (read main gradient and gradient, write main gradient); the
-// all-reduce moves 2 P (plain formula: bus factor 1 on 2 ranks at 232.5 GB/s
-// plus 2 latency steps of 2 us); the norm pass copies the fp16 gradients into
-// fp32, unscales them and reads them for the norm: (2 + 4) + 8 + 4 bytes per
-// parameter.  Memory keeps 4 P of gradients (the fp32 copy at the step).
-TEST(Cluster, Fp16MainGradientsByHand) {
+// The main gradients by hand on DP 2, 4 micro-batches, the reduction not
+// overlapped, for a dtype and train.grad_reduce_in_fp32: the unfused
+// accumulation moves `accumulation` bytes per parameter per micro-batch; the
+// all-reduce moves `reduced` x P (plain formula: bus factor 1 on 2 ranks at
+// 232.5 GB/s plus 2 latency steps of 2 us); the norm pass on one device (the
+// cluster adds its 4-byte all-reduce) moves `norm` bytes per parameter.
+// Memory keeps 4 P of gradients (the fp32 copy at the step).
+void expect_main_gradients_by_hand(DType dtype, GradReduceInFp32 setting, double accumulation,
+                                   double reduced, double norm) {
   const double bandwidth = 1.733e12;  // the profile's achievable_bandwidth
   const double launch = a100().ceilings.launch_overhead_s;
-  Config c = small();
+  Config one = small();
+  one.train.dtype = dtype;
+  one.train.grad_reduce_in_fp32 = setting;
+  Config c = one;
   c.device.count = 2;
   c.train.global_batch = 16;  // 4 micro-batches of 2 per device
-  c.train.dtype = DType::fp16;
   c.parallel.overlap_grad_reduce = false;
   const Estimate fused = estimate(c, a100());
   c.train.grad_accumulation = GradAccumulation::unfused;
   const Estimate unfused = estimate(c, a100());
   const double P = fused.params.total;
-  const double accumulation = 4.0 * (6.0 * P / bandwidth + launch);
-  EXPECT_NEAR(unfused.time.step_s - fused.time.step_s, accumulation, 1e-6 * accumulation);
+  const double accumulation_s = 4.0 * (accumulation * P / bandwidth + launch);
+  EXPECT_NEAR(unfused.time.step_s - fused.time.step_s, accumulation_s, 1e-6 * accumulation_s);
   const CommRecord* ar =
       find_comm(*fused.cluster, "dp.grad", Collective::all_reduce, Pass::backward);
   ASSERT_NE(ar, nullptr);
-  expect_relative(ar->bytes, 2 * P);
-  expect_relative(ar->time_s, 2 * 2e-6 + 2 * P / 232.5e9);
+  expect_relative(ar->bytes, reduced * P);
+  expect_relative(ar->time_s, 2 * 2e-6 + reduced * P / 232.5e9);
   expect_relative(fused.cluster->grad_reduce_exposed_s, ar->time_s);
   expect_relative(fused.memory.gradients, 4 * P);
-  // The norm pass on one device (the cluster adds its 4-byte all-reduce).
-  Config one = small();
-  one.train.dtype = DType::fp16;
-  expect_relative(estimate(one, a100()).time.grad_norm_s, 18.0 * P / bandwidth + launch, 1e-12);
+  expect_relative(estimate(one, a100()).time.grad_norm_s, norm * P / bandwidth + launch, 1e-12);
 }
 
-// train.grad_reduce_in_fp32 set against the dtype's default, same setting as
-// above: fp16 with fp32 main gradients (--accumulate-allreduce-grads-in-fp32)
-// accumulates 4 + 2 + 4 = 10 bytes per parameter per micro-batch, all-reduces
-// 4 P, and its norm pass unscales (8) and reads (4) without a copy: 12 bytes.
-// bf16 with bf16 main gradients (--grad-reduce-in-bf16) all-reduces 2 P and
-// its norm pass copies them into fp32 (2 + 4) and reads them (4): 10 bytes.
-TEST(Cluster, GradReduceInFp32ByHand) {
-  const double bandwidth = 1.733e12;  // the profile's achievable_bandwidth
-  const double launch = a100().ceilings.launch_overhead_s;
-  Config c = small();
-  c.device.count = 2;
-  c.train.global_batch = 16;  // 4 micro-batches of 2 per device
-  c.train.dtype = DType::fp16;
-  c.train.grad_reduce_in_fp32 = GradReduceInFp32::fp32;
-  c.parallel.overlap_grad_reduce = false;
-  const Estimate fused = estimate(c, a100());
-  c.train.grad_accumulation = GradAccumulation::unfused;
-  const Estimate unfused = estimate(c, a100());
-  const double P = fused.params.total;
-  const double accumulation = 4.0 * (10.0 * P / bandwidth + launch);
-  EXPECT_NEAR(unfused.time.step_s - fused.time.step_s, accumulation, 1e-6 * accumulation);
-  const CommRecord* ar =
-      find_comm(*fused.cluster, "dp.grad", Collective::all_reduce, Pass::backward);
-  ASSERT_NE(ar, nullptr);
-  expect_relative(ar->bytes, 4 * P);
-  expect_relative(ar->time_s, 2 * 2e-6 + 4 * P / 232.5e9);
-  Config one = small();
-  one.train.dtype = DType::fp16;
-  one.train.grad_reduce_in_fp32 = GradReduceInFp32::fp32;
-  expect_relative(estimate(one, a100()).time.grad_norm_s, 12.0 * P / bandwidth + launch, 1e-12);
+// fp16 training keeps fp16 main gradients at "auto" (Megatron's DDP: the
+// gradient buffer in the parameters' dtype unless
+// --accumulate-allreduce-grads-in-fp32, which only bf16 forces): the unfused
+// accumulation reads main gradient and gradient and writes the main gradient,
+// 3 x 2 bytes; the all-reduce moves 2 P; the norm pass copies the fp16
+// gradients into fp32, unscales them and reads them: (2 + 4) + 8 + 4 bytes.
+TEST(Cluster, Fp16MainGradientsByHand) {
+  expect_main_gradients_by_hand(DType::fp16, GradReduceInFp32::by_dtype, 6.0, 2.0, 18.0);
+}
 
-  Config bf16 = small();
-  bf16.device.count = 2;
-  bf16.train.global_batch = 16;
-  bf16.train.grad_reduce_in_fp32 = GradReduceInFp32::param_dtype;
-  bf16.parallel.overlap_grad_reduce = false;
-  const Estimate half = estimate(bf16, a100());
-  const CommRecord* half_ar =
-      find_comm(*half.cluster, "dp.grad", Collective::all_reduce, Pass::backward);
-  ASSERT_NE(half_ar, nullptr);
-  expect_relative(half_ar->bytes, 2 * P);
-  Config bf16_one = small();
-  bf16_one.train.grad_reduce_in_fp32 = GradReduceInFp32::param_dtype;
-  expect_relative(estimate(bf16_one, a100()).time.grad_norm_s, 10.0 * P / bandwidth + launch,
-                  1e-12);
-  // fp32 training keeps fp32 main gradients whatever the setting.
-  Config fp32 = bf16_one;
-  fp32.train.dtype = DType::fp32;
-  expect_relative(estimate(fp32, a100()).time.grad_norm_s, 4.0 * P / bandwidth + launch, 1e-12);
+// train.grad_reduce_in_fp32 set against the dtype's default: fp16 with fp32
+// main gradients (--accumulate-allreduce-grads-in-fp32) accumulates
+// 4 + 2 + 4 = 10 bytes, all-reduces 4 P, and its norm pass unscales (8) and
+// reads (4) without a copy: 12 bytes.  bf16 with bf16 main gradients
+// (--grad-reduce-in-bf16) accumulates 3 x 2 bytes, all-reduces 2 P, and its
+// norm pass copies them into fp32 (2 + 4) and reads them (4): 10 bytes.
+// fp32 training keeps fp32 main gradients whatever the setting: 12 bytes
+// accumulated (4 + 4 + 4), 4 P reduced, the norm reads 4.
+TEST(Cluster, GradReduceInFp32ByHand) {
+  expect_main_gradients_by_hand(DType::fp16, GradReduceInFp32::fp32, 10.0, 4.0, 12.0);
+  expect_main_gradients_by_hand(DType::bf16, GradReduceInFp32::param_dtype, 6.0, 2.0, 10.0);
+  expect_main_gradients_by_hand(DType::fp32, GradReduceInFp32::param_dtype, 12.0, 4.0, 4.0);
 }
 
 // Megatron-LM's pipeline scatter / gather (Narayanan et al. 2021, section
