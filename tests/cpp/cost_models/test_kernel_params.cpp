@@ -116,11 +116,7 @@ TEST(KernelParams, EachEfficiencyScalesTheTimeItNames) {
 
 TEST(KernelParams, HostOverheadsAddPerStepAndPerMicroBatch) {
   Config config;
-  config.model.d_model = 512;
-  config.model.n_layers = 4;
-  config.model.n_heads = 8;
-  config.model.seq_len = 256;
-  config.model.vocab_size = 1024;
+  config.model = {.d_model = 512, .n_layers = 4, .n_heads = 8, .vocab_size = 1024, .seq_len = 256};
   config.train.micro_batch = 2;
   config.train.global_batch = 8;  // 4 micro-batches per step
   const DeviceProfile base = plain_profile();

@@ -108,10 +108,7 @@ TEST(Timing, RooflineByHand) {
 
 TEST(Timing, EstimateSumsOpsIntoStepTimeAndMfu) {
   Config c;
-  c.model.d_model = 1024;
-  c.model.n_layers = 4;
-  c.model.n_heads = 8;
-  c.model.seq_len = 512;
+  c.model = {.d_model = 1024, .n_layers = 4, .n_heads = 8, .seq_len = 512};
   c.train.micro_batch = 4;
   c.train.global_batch = 16;  // 4 accumulation steps on one device
   const DeviceProfile p = load_profile("h200");
