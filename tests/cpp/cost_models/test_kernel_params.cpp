@@ -32,11 +32,11 @@ std::string error_of(const std::string& kernel_section) {
 DeviceProfile plain_profile() {
   DeviceProfile p;
   p.name = "plain";
-  p.ceilings.peak_flops_bf16 = 1e14;
-  p.ceilings.peak_flops_fp32 = 1e13;
-  p.ceilings.memory_bandwidth = 1e12;
-  p.ceilings.memory_bytes = 8e10;
-  p.ceilings.launch_overhead_s = 0.0;
+  p.ceilings = {.peak_flops_bf16 = 1e14,
+                .peak_flops_fp32 = 1e13,
+                .memory_bandwidth = 1e12,
+                .launch_overhead_s = 0.0,
+                .memory_bytes = 8e10};
   return p;
 }
 
