@@ -43,6 +43,10 @@ GIB = 2.0**30
 MICRO_BATCHES = (1, 2, 4, 8)
 # The paper's residual peak implied by "3.1 GiB (4.57 %)": 3.1 / 0.0457 - 10.7.
 PAPER_RESIDUAL_PEAK_GIB = 3.1 / 0.0457 - 10.7
+# The paper's increments read as (stream-independent) + n x (per stream):
+# AttnRes (n = 1) 7.7 = s + r, DAR (n = 2) 10.7 = s + 2 r.
+PAPER_PER_STREAM_GIB = PAPER["dar"][1] - PAPER["attnres"][1]
+PAPER_STREAM_INDEPENDENT_GIB = 2.0 * PAPER["attnres"][1] - PAPER["dar"][1]
 VARIANTS = (("paper_implementation", "prefix"), ("fused", "fused"))
 
 
@@ -75,6 +79,23 @@ def table(modar, block_layers, micro_batch, extra, kernel):
         row["peak_memory_delta_gib"] = row["peak_memory_gib"] - base["peak_memory_gib"]
         out[arch] = row
     return out
+
+
+def stream_decomposition(modar, block_layers, micro_batch, extra, kernel, entry):
+    """modar's peak-memory increment split as the paper's is read: per stream
+    (DAR n = 3 minus n = 2) and the rest of DAR's increment at n = 2 (terms
+    independent of n: the branch outputs y of the gated write), beside the
+    paper's s + n r reading; AttnRes (n = 1) is modar's per-stream terms only."""
+    sets = ["dar.variant=dar", "dar.streams=3", "dar.block_layers=" + str(block_layers),
+            "dar.kernel=" + kernel, "train.micro_batch=" + str(micro_batch)]
+    three = estimate(modar, sets + extra)
+    per_stream = three["peak_memory_gib"] - entry["dar"]["peak_memory_gib"]
+    return {"modar_per_stream_gib": per_stream,
+            "modar_dar_stream_independent_gib":
+                entry["dar"]["peak_memory_delta_gib"] - 2.0 * per_stream,
+            "modar_attnres_gib": entry["attnres"]["peak_memory_delta_gib"],
+            "paper_per_stream_gib": PAPER_PER_STREAM_GIB,
+            "paper_stream_independent_gib": PAPER_STREAM_INDEPENDENT_GIB}
 
 
 def params_with_d_wide_predictor(d, layers, block_layers, streams=2):
@@ -134,6 +155,9 @@ def main():
     if args.json:
         chosen = {name: table(args.modar, args.block_layers, args.micro_batch, args.set, kernel)
                   for name, kernel in VARIANTS}
+        for name, kernel in VARIANTS:
+            chosen[name]["stream_decomposition"] = stream_decomposition(
+                args.modar, args.block_layers, args.micro_batch, args.set, kernel, chosen[name])
         params = chosen["fused"]["dar"]["params_total"] - chosen["fused"]["attnres"]["params_total"]
         print(json.dumps({"config": os.path.relpath(CONFIG), "block_layers": args.block_layers,
                           "assumed_shape": ASSUMED_SHAPE,
@@ -158,6 +182,16 @@ def main():
                  "shifted scores / retrieved states, reconstruction)" if kernel == "prefix"
                  else "fused depth-read kernels (dar.kernel = fused, modar's default)")
         print_table(title, entries)
+        at = [entry for entry in entries if entry["micro_batch"] == args.micro_batch]
+        if at:
+            parts = stream_decomposition(args.modar, args.block_layers, args.micro_batch,
+                                         args.set, kernel, at[0])
+            print(f"  increments as s + n r at micro-batch {args.micro_batch}: modar per stream "
+                  f"r {parts['modar_per_stream_gib']:.2f} GiB (DAR n = 3 minus n = 2), "
+                  f"AttnRes {parts['modar_attnres_gib']:.2f}, DAR's n-independent rest "
+                  f"{parts['modar_dar_stream_independent_gib']:.2f} (branch outputs y); "
+                  f"paper r {PAPER_PER_STREAM_GIB:.1f}, s {PAPER_STREAM_INDEPENDENT_GIB:.1f} GiB "
+                  "(s: in AttnRes and DAR alike, unexplained, docs/moe.md)")
         fused = entries
     params = fused[0]["dar"]["params_total"] - fused[0]["attnres"]["params_total"]
     print(f"\nDAR over AttnRes parameters: paper 0.363M; modar {params / 1e6:.3f}M (coefficient "
