@@ -1514,13 +1514,12 @@ double cluster_step_lower_bound(const Config& config, const TimingModel& timing,
   // `compute` (layouts differing in ZeRO, micro-batch count or interleaving
   // share it).
   double per_micro_batch = 0.0;
-  const auto memo =
-      std::find_if(compute.layer_cost_sums.begin(), compute.layer_cost_sums.end(),
-                   [&c](const RankCompute::LayerCostSum& s) {
-                     return s.pipeline == c.p && s.data == c.dp &&
-                            s.gpus_per_node == c.gpus_per_node &&
-                            s.tp_comm_overlap == c.par.tp_comm_overlap;
-                   });
+  const auto memo = std::find_if(compute.layer_cost_sums.begin(), compute.layer_cost_sums.end(),
+                                 [&c](const RankCompute::LayerCostSum& s) {
+                                   return s.pipeline == c.p && s.data == c.dp &&
+                                          s.gpus_per_node == c.gpus_per_node &&
+                                          s.tp_comm_overlap == c.par.tp_comm_overlap;
+                                 });
   if (memo != compute.layer_cost_sums.end()) {
     per_micro_batch = memo->seconds;
   } else {
