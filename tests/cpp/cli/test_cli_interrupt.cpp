@@ -184,6 +184,19 @@ TEST(CliInterrupt, OptimalStopsAndPrintsNothing) {
   std::remove(out.c_str());
 }
 
+TEST(CliInterrupt, ExportFromOptimalStopsAndPrintsNothing) {
+  // `export --from-optimal` runs optimal first: the same progress and Ctrl-C.
+  const std::string out = temp_path("export.txt");
+  const Interrupted r = interrupt_when_ready(
+      cli() + " export --from-optimal --gpu-hours 1e7 --gpus 4096 --profile h100-80gb-dgx " +
+          "--arch baseline,mod,dar,mod+dar,moe,mode-staged,mode-integrated --pick baseline > " +
+          out,
+      "modar optimal: ");
+  expect_interrupted(r, "export --from-optimal");
+  EXPECT_EQ(modar_test::slurp(out), "");
+  std::remove(out.c_str());
+}
+
 TEST(CliInterrupt, LayoutStopsAndPrintsNothing) {
   // 103,536 layouts of a small MoE model (EP and expert TP multiply the
   // space) on 16,384 GPUs: over 2 s of CPU, past the first progress line.
