@@ -324,8 +324,8 @@ std::optional<std::pair<double, double>> bound_interval(const LossFitParams& law
   }
   const auto g = [&](double x) {
     const double n = std::exp(x);
-    return law.E + scale.params * law.A * std::exp(-law.alpha * x) +
-           scale.data * law.B * std::pow(bound_flops / (6.0 * n), -law.beta);
+    return scale.total * (law.E + scale.params * law.A * std::exp(-law.alpha * x) +
+                          scale.data * law.B * std::pow(bound_flops / (6.0 * n), -law.beta));
   };
   const double centre = std::log(closed_form_optimum(law, bound_flops, scale).n_opt);
   if (g(centre) > loss) {
@@ -877,7 +877,11 @@ OptimalResult optimal(const OptimalRequest& request) {
   Config base = request.base;
   base.device.count = request.gpus;
   base.device.profile = request.profile;
+  // MoD is set per architecture; how it samples causally stays the user's.
+  const ModConfig routing = base.mod;
   base.mod = ModConfig{};
+  base.mod.causal_router = routing.causal_router;
+  base.mod.predictor_hidden = routing.predictor_hidden;
   base.dar = DarConfig{};
   base.moe = MoeConfig{};
   validate(base);

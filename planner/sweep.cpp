@@ -48,7 +48,11 @@ int64_t sweep(const SweepRequest& request, const std::function<void(const SweepR
   Config base = request.base;
   base.device.count = request.gpus;
   base.device.profile = request.profile;
+  // MoD is set per architecture; how it samples causally stays the user's.
+  const ModConfig routing = base.mod;
   base.mod = ModConfig{};
+  base.mod.causal_router = routing.causal_router;
+  base.mod.predictor_hidden = routing.predictor_hidden;
   base.dar = DarConfig{};
   base.moe = MoeConfig{};
   validate(base);
