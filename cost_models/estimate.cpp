@@ -224,20 +224,24 @@ void apply_cluster(const Config& config, const TimingModel& timing, Estimate& ou
   time.hfu =
       time.step_s > 0 && peak > 0 ? out.flops.hardware_per_step / (time.step_s * peak) : 0.0;
   flag_published_mfu(timing.profile(), time);
-  const std::string single = ", one stream, no communication";
-  const size_t at = out.conventions.find(single);
-  if (at != std::string::npos) {
-    out.conventions.erase(at, single.size());
-  }
-  out.conventions +=
-      "; cluster: tensor x pipeline x data = " + std::to_string(cluster->tensor) + " x " +
-      std::to_string(cluster->pipeline) + " x " + std::to_string(cluster->data) +
-      ", memory per device of the busiest stage, step = m x slowest stage + bubble (p-1)/(v m) "
-      "+ unhidden gradient reduction + sharded optimizer (docs/cluster.md)";
+  out.conventions = cluster_conventions(out.conventions, *cluster);
   out.cluster = std::move(cluster);
 }
 
 }  // namespace
+
+std::string cluster_conventions(const std::string& single_device, const ClusterEstimate& cluster) {
+  std::string text = single_device;
+  const std::string single = ", one stream, no communication";
+  const size_t at = text.find(single);
+  if (at != std::string::npos) {
+    text.erase(at, single.size());
+  }
+  return text + "; cluster: tensor x pipeline x data = " + std::to_string(cluster.tensor) + " x " +
+         std::to_string(cluster.pipeline) + " x " + std::to_string(cluster.data) +
+         ", memory per device of the busiest stage, step = m x slowest stage + bubble (p-1)/(v m) "
+         "+ unhidden gradient reduction + sharded optimizer (docs/cluster.md)";
+}
 
 void apply_parallel_model(const Config& config, const TimingModel& timing, StepKind step,
                           Estimate& out) {

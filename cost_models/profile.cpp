@@ -479,8 +479,23 @@ DeviceProfile load_profile(const std::string& name_or_path) {
       message += (i ? ", " : "") + names[i];
     }
     message += ", or a path to a profile .toml file";
-    const std::string suggestion = nearest_name(name_or_path, names);
-    if (!suggestion.empty()) {
+    // "h100" means the H100 profiles (h100-80gb-dgx), not the one typo away
+    // (h200): names that start with what was typed come first.
+    std::vector<std::string> started;
+    for (const std::string& name : names) {
+      if (!name_or_path.empty() && name.rfind(name_or_path, 0) == 0) {
+        started.push_back(name);
+      }
+    }
+    const std::string suggestion =
+        started.size() == 1 ? started.front() : nearest_name(name_or_path, names);
+    if (started.size() > 1) {
+      message += " (did you mean one of";
+      for (const std::string& name : started) {
+        message += " '" + name + "'";
+      }
+      message += "?)";
+    } else if (!suggestion.empty()) {
       message += " (did you mean '" + suggestion + "'?)";
     }
     throw ConfigError(message);

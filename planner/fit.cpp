@@ -93,7 +93,7 @@ double gradient_tolerance(size_t runs) {
 }
 
 Minimum bfgs(Vec5 x, const std::vector<LogRun>& runs, const std::vector<int>& sample,
-             double delta) {
+             double delta, RunReporter& reporter) {
   Vec5 g;
   double f = objective(x, runs, sample, delta, &g);
   Mat5 h = Mat5::Identity();
@@ -101,7 +101,7 @@ Minimum bfgs(Vec5 x, const std::vector<LogRun>& runs, const std::vector<int>& sa
   const double tolerance = gradient_tolerance(sample.size());
   for (int iteration = 0; iteration < 2000; ++iteration) {
     if (sample.size() > 300) {
-      throw_if_interrupted("the fit");
+      reporter.check();  // a large fit's single BFGS run can take seconds
     }
     if (g.lpNorm<Eigen::Infinity>() < tolerance) {
       converged = true;
@@ -223,6 +223,11 @@ constexpr size_t kRefineRuns = 20000;
 // from the optimum and rescales the deviation by sqrt(m / n) (m-out-of-n
 // bootstrap, Bickel, Goetze & van Zwet 1997).
 constexpr size_t kBootstrapRuns = 2000;
+// The grid of BFGS starts (alpha x beta x e x a x b, below) and how many of
+// its best minima a large fit refines.
+constexpr int64_t kGridStarts = 3 * 3 * 3 * 5 * 5;
+constexpr int64_t kRefineMinima = 4;
+constexpr int64_t kMaxBootstrapSamples = 100000;
 
 // `count` distinct indices of [0, n) drawn with `rng`, sorted.
 std::vector<int> random_subsample(size_t n, size_t count, std::mt19937_64& rng) {
@@ -360,27 +365,55 @@ std::vector<RunRecord> runs_from_law(const LossFitParams& law, int64_t count, do
   return runs;
 }
 
-FitResult fit_runs(const std::vector<RunRecord>& input, const FitOptions& options) {
+FitOptions resolve_fit_options(const FitRequest& request) {
+  FitOptions options;
+  if (request.huber_delta) {
+    options.huber_delta = *request.huber_delta;
+  }
+  if (!(options.huber_delta > 0) || !std::isfinite(options.huber_delta)) {
+    throw ConfigError("huber_delta = " + format_number(options.huber_delta) +
+                      ": must be a finite number > 0");
+  }
+  if (request.bootstrap_samples) {
+    if (*request.bootstrap_samples < 0 || *request.bootstrap_samples > kMaxBootstrapSamples) {
+      throw ConfigError("bootstrap_samples = " + std::to_string(*request.bootstrap_samples) +
+                        ": must be an integer in [0, " + std::to_string(kMaxBootstrapSamples) +
+                        "]");
+    }
+    options.bootstrap_samples = static_cast<int>(*request.bootstrap_samples);
+  }
+  if (request.seed) {
+    if (*request.seed < 0) {
+      throw ConfigError("seed = " + std::to_string(*request.seed) + ": must be an integer >= 0");
+    }
+    options.seed = static_cast<uint64_t>(*request.seed);
+  }
+  return options;
+}
+
+FitResult fit_runs(const std::vector<RunRecord>& input, const FitRequest& request,
+                   const RunControl& control) {
+  return fit_runs(input, resolve_fit_options(request), control);
+}
+
+FitResult fit_runs(const std::vector<RunRecord>& input, const FitOptions& options,
+                   const RunControl& control) {
   if (input.size() < 5) {
     throw ConfigError("fit: " + std::to_string(input.size()) +
                       " runs; a fit of 5 parameters needs at least 5 runs");
   }
-  if (!(options.huber_delta > 0) || !std::isfinite(options.huber_delta)) {
-    throw ConfigError("fit: huber_delta = " + format_number(options.huber_delta) +
-                      ": must be a finite number > 0");
-  }
-  if (options.bootstrap_samples < 0 || options.bootstrap_samples > 100000) {
-    throw ConfigError("fit: bootstrap_samples = " + std::to_string(options.bootstrap_samples) +
-                      ": must be in [0, 100000]");
-  }
+  // A FitOptions built by hand gets the request's checks.
+  resolve_fit_options(FitRequest{options.huber_delta, options.bootstrap_samples, std::nullopt});
   if (input.size() > size_t{100000000}) {
     throw ConfigError("fit: " + std::to_string(input.size()) + " runs: must be <= 1e8");
   }
-  const auto report = [&](const std::string& message) {
-    if (options.progress) {
-      options.progress(message);
-    }
-  };
+  // Units of work: the grid's BFGS starts, the refinements, the bootstrap.
+  const bool large = input.size() > kGridRuns;
+  const bool huge = input.size() > kRefineRuns;
+  RunReporter reporter(control, "fit", "BFGS fits",
+                       kGridStarts + (large ? kRefineMinima + (huge ? 1 : 0) : 0) +
+                           options.bootstrap_samples);
+  const auto report = [&](const std::string& stage) { reporter.set_stage(stage); };
   std::vector<LogRun> runs;
   runs.reserve(input.size());
   for (const RunRecord& r : input) {
@@ -395,13 +428,13 @@ FitResult fit_runs(const std::vector<RunRecord>& input, const FitOptions& option
   for (size_t i = 0; i < runs.size(); ++i) {
     all[i] = static_cast<int>(i);
   }
-  const bool large = runs.size() > kGridRuns;
   // The grid of starts runs on all runs, or (large fits) on a random subsample.
   std::mt19937_64 subsample_rng(options.seed ^ 0x9e3779b97f4a7c15ULL);
   const std::vector<int> grid_sample =
       large ? random_subsample(runs.size(), kGridRuns, subsample_rng) : all;
   if (large) {
-    report("fitting " + std::to_string(runs.size()) + " runs: 675 BFGS starts on a random " +
+    report("fitting " + std::to_string(runs.size()) + " runs: " + std::to_string(kGridStarts) +
+           " BFGS starts on a random " +
            std::to_string(kGridRuns) + "-run subsample");
   }
 
@@ -413,11 +446,11 @@ FitResult fit_runs(const std::vector<RunRecord>& input, const FitOptions& option
       for (const double e : {-1.0, 0.0, 1.0}) {
         for (const double a : {0.0, 5.0, 10.0, 15.0, 20.0}) {
           for (const double b : {0.0, 5.0, 10.0, 15.0, 20.0}) {
-            throw_if_interrupted("the fit");
             Vec5 x;
             x << a, b, e, alpha, beta;
-            minima.push_back(bfgs(x, runs, grid_sample, options.huber_delta));
+            minima.push_back(bfgs(x, runs, grid_sample, options.huber_delta, reporter));
             ++starts;
+            reporter.advance();
           }
         }
       }
@@ -427,21 +460,21 @@ FitResult fit_runs(const std::vector<RunRecord>& input, const FitOptions& option
             [](const Minimum& l, const Minimum& r) { return l.value < r.value; });
   if (large) {
     // Refine the best few subsample minima on more runs, then the best on all.
-    constexpr size_t kRefine = 4;
-    const bool huge = runs.size() > kRefineRuns;
     const std::vector<int> refine_sample =
         huge ? random_subsample(runs.size(), kRefineRuns, subsample_rng) : all;
-    report("refining the best " + std::to_string(kRefine) + " minima on " +
+    report("refining the best " + std::to_string(kRefineMinima) + " minima on " +
            std::to_string(refine_sample.size()) + " runs");
     std::vector<Minimum> refined;
-    for (size_t i = 0; i < std::min(kRefine, minima.size()); ++i) {
-      refined.push_back(bfgs(minima[i].x, runs, refine_sample, options.huber_delta));
+    for (size_t i = 0; i < std::min(static_cast<size_t>(kRefineMinima), minima.size()); ++i) {
+      refined.push_back(bfgs(minima[i].x, runs, refine_sample, options.huber_delta, reporter));
+      reporter.advance();
     }
     std::sort(refined.begin(), refined.end(),
               [](const Minimum& l, const Minimum& r) { return l.value < r.value; });
     if (huge) {
       report("refining the best minimum on all " + std::to_string(runs.size()) + " runs");
-      refined.front() = bfgs(refined.front().x, runs, all, options.huber_delta);
+      refined.front() = bfgs(refined.front().x, runs, all, options.huber_delta, reporter);
+      reporter.advance();
     }
     minima = std::move(refined);
   }
@@ -473,17 +506,16 @@ FitResult fit_runs(const std::vector<RunRecord>& input, const FitOptions& option
   // et al.); large fits (whose minima were refined on many runs) from the best.
   const size_t warm_starts = large ? 1 : std::min<size_t>(4, minima.size());
   for (int s = 0; s < options.bootstrap_samples; ++s) {
-    throw_if_interrupted("the fit's bootstrap");
-    if (large && options.bootstrap_samples >= 10 && s % (options.bootstrap_samples / 10) == 0) {
-      report("bootstrap " + std::to_string(s) + " / " + std::to_string(options.bootstrap_samples));
+    if (s == 0) {
+      report("bootstrap");
     }
     std::vector<int> sample(resample_size);
     for (int& index : sample) {
       index = pick(rng);
     }
-    Minimum refit = bfgs(best.x, runs, sample, options.huber_delta);
+    Minimum refit = bfgs(best.x, runs, sample, options.huber_delta, reporter);
     for (size_t w = 1; w < warm_starts; ++w) {
-      const Minimum other = bfgs(minima[w].x, runs, sample, options.huber_delta);
+      const Minimum other = bfgs(minima[w].x, runs, sample, options.huber_delta, reporter);
       if (other.value < refit.value) {
         refit = other;
       }
@@ -495,6 +527,7 @@ FitResult fit_runs(const std::vector<RunRecord>& input, const FitOptions& option
     samples[2].push_back(q.B);
     samples[3].push_back(q.alpha);
     samples[4].push_back(q.beta);
+    reporter.advance();
   }
   result.bootstrap_samples = options.bootstrap_samples;
   result.E = summarise(p.E, samples[0]);
@@ -537,6 +570,7 @@ FitResult fit_runs(const std::vector<RunRecord>& input, const FitOptions& option
                       "; the runs do not determine L(N, D) = E + A/N^alpha + B/D^beta (need "
                       "several distinct N and D, with the loss falling as both grow)");
   }
+  reporter.finish();
   return result;
 }
 

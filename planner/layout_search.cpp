@@ -49,6 +49,15 @@ std::vector<int64_t> divisors_up_to(int64_t n, int64_t limit) {
   return out;
 }
 
+// "1, 2 or 4": the micro-batches a search tries, for its messages.
+std::string micro_batch_list(const std::vector<int64_t>& sizes) {
+  std::string text;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    text += (i == 0 ? "" : i + 1 == sizes.size() ? " or " : ", ") + std::to_string(sizes[i]);
+  }
+  return text;
+}
+
 // One point of the layout space before the recompute choice.
 struct Candidate {
   int64_t t = 1, p = 1, v = 1, mb = 1, zero = 0;
@@ -56,7 +65,6 @@ struct Candidate {
   int64_t cp = 1, ep = 1, etp = 0;  // etp 0: the tensor size
 };
 
-constexpr Recompute kRecomputes[] = {Recompute::none, Recompute::selective, Recompute::full};
 // Relative margin on a step-time lower bound (its sums run in another order
 // than the estimate's).
 constexpr double kBoundSlack = 1e-9;
@@ -79,7 +87,7 @@ struct LayoutSpace {
 LayoutSpace layout_space(const Config& config, const TimingModel& timing,
                          const LayoutSearchOptions& options) {
   if (options.gpus < 1) {
-    throw ConfigError("--gpus " + std::to_string(options.gpus) + ": must be >= 1");
+    throw ConfigError("gpus = " + std::to_string(options.gpus) + ": must be >= 1");
   }
   LayoutSpace space;
   space.gpus = options.gpus;
@@ -173,6 +181,13 @@ LayoutSpace layout_space(const Config& config, const TimingModel& timing,
         }
       }
     }
+  }
+  if (space.candidates.empty()) {
+    throw ConfigError("train.global_batch = " + std::to_string(global) + ": no layout of " +
+                      std::to_string(options.gpus) + " GPUs splits it into micro-batches of " +
+                      micro_batch_list(dims.micro_batches) +
+                      " sequences per data-parallel rank; allowed: a multiple of "
+                      "train.micro_batch x the data-parallel size");
   }
   return space;
 }
@@ -287,6 +302,7 @@ void fill(LayoutSearchResult& out, const Config& c, const Estimate& single,
   time.mfu = out.estimate.flops.train_per_step / (time.step_s * peak_flops);
   time.hfu = out.estimate.flops.hardware_per_step / (time.step_s * peak_flops);
   flag_published_mfu(timing.profile(), time);
+  out.estimate.conventions = cluster_conventions(single.conventions, *cluster);
   out.estimate.cluster = cluster;
   out.fits = busiest.memory.fits;
 }
@@ -331,7 +347,7 @@ LayoutSearchResult search_layout(const Config& config, const TimingModel& timing
         continue;
       }
     }
-    for (Recompute recompute : kRecomputes) {
+    for (Recompute recompute : options.dimensions.recomputes) {
       const Config c = layout_config(config, space, l, recompute);
       ++evaluated;
       if (!cluster_memory_bound(c, profile).may_fit()) {
@@ -365,7 +381,7 @@ LayoutSearchResult search_layout(const Config& config, const TimingModel& timing
   LayoutSearchResult least;
   double least_memory = INFINITY;
   for (const Candidate& l : space.candidates) {
-    for (Recompute recompute : kRecomputes) {
+    for (Recompute recompute : options.dimensions.recomputes) {
       const Config c = layout_config(config, space, l, recompute);
       ++evaluated;
       std::shared_ptr<ClusterEstimate> cluster;
@@ -393,7 +409,7 @@ LayoutFeasibility layout_fits(const Config& config, const TimingModel& timing,
   // afterwards, in search order.
   std::vector<Config> undecided;
   for (const Candidate& l : space.candidates) {
-    for (Recompute recompute : kRecomputes) {
+    for (Recompute recompute : options.dimensions.recomputes) {
       Config c = layout_config(config, space, l, recompute);
       const ClusterMemoryBound bound = cluster_memory_bound(c, profile);
       ++out.screened;
@@ -483,7 +499,7 @@ LayoutRanking rank_layouts(const Config& config, const TimingModel& timing,
   const double peak_flops = profile.ceilings.peak_flops(config.train.dtype) *
                             static_cast<double>(space.gpus);
   for (const Candidate& l : space.candidates) {
-    for (Recompute recompute : kRecomputes) {
+    for (Recompute recompute : options.dimensions.recomputes) {
       throw_if_interrupted("layout ranking");
       const Config c = layout_config(config, space, l, recompute);
       ++out.considered;

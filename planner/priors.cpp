@@ -523,6 +523,33 @@ LossScale loss_scale(const EfficiencyPrior& prior, double eps) {
                    1.0 + prior.loss_penalty};
 }
 
+void check_eps_key(const std::string& arch) {
+  static const char* const kKeys[] = {"baseline",        "mod",
+                                      "dar",             "mod+dar",
+                                      "attnres",         "mod+attnres",
+                                      "moe",             "moe+dar",
+                                      "mode-staged",     "mode-staged+dar",
+                                      "mode-integrated", "mode-integrated+dar"};
+  for (const char* allowed : kKeys) {
+    if (arch == allowed) {
+      return;
+    }
+  }
+  throw ConfigError("eps[" + shown_value(arch) +
+                    "]: unknown architecture; allowed: baseline, mod, dar, mod+dar, attnres, "
+                    "mod+attnres, moe, mode-staged, mode-integrated (each also +dar)");
+}
+
+void check_eps_override(const std::string& arch, double eps) {
+  if (!std::isfinite(eps) || eps < kEpsMin || eps > kEpsMax) {
+    throw ConfigError("eps[" + shown_value(arch) + "] = " + format_number(eps) +
+                      ": an efficiency prior must be in [" + format_number(kEpsMin) + ", " +
+                      format_number(kEpsMax) +
+                      "] (1 = the dense baseline; the published priors lie in 0.68 .. 0.98; "
+                      "docs/planner.md \"Architecture priors\")");
+  }
+}
+
 EpsOverrides parse_eps_overrides(const std::string& text) {
   EpsOverrides overrides;
   if (trim(text).empty()) {
@@ -531,32 +558,19 @@ EpsOverrides parse_eps_overrides(const std::string& text) {
   for (const std::string& piece : split_trimmed(text, ',')) {
     const auto equals = piece.find('=');
     if (equals == std::string::npos) {
-      throw ConfigError("--eps " + shown_value(text) + ": '" + shown_value(piece) +
+      throw ConfigError("eps = \"" + shown_value(text) + "\": '" + shown_value(piece) +
                         "' is not ARCH=VALUE; allowed: e.g. mod=0.94,dar=0.97");
     }
     const std::string key = trim(piece.substr(0, equals));
     const std::string value_text = trim(piece.substr(equals + 1));
-    static const char* const kKeys[] = {"baseline",    "mod",
-                                        "dar",         "mod+dar",
-                                        "attnres",     "mod+attnres",
-                                        "moe",         "moe+dar",
-                                        "mode-staged", "mode-staged+dar",
-                                        "mode-integrated", "mode-integrated+dar"};
-    bool known = false;
-    for (const char* allowed : kKeys) {
-      known = known || key == allowed;
-    }
-    if (!known) {
-      throw ConfigError("--eps " + shown_value(key) +
-                        "=...: unknown architecture; allowed: baseline, mod, "
-                        "dar, mod+dar, attnres, mod+attnres, moe, mode-staged, "
-                        "mode-integrated (each also +dar)");
-    }
+    check_eps_key(key);
     double value = 0.0;  // the one number grammar of every modar input (no hex, inf, nan)
-    if (!parse_finite_number_text(value_text, &value) || value <= 0 || value > 2) {
-      throw ConfigError("--eps " + key + "=" + shown_value(value_text) +
-                        ": must be a number in (0, 2]");
+    if (!parse_finite_number_text(value_text, &value)) {
+      throw ConfigError("eps[" + key + "] = " + shown_value(value_text) +
+                        ": must be a number in [" + format_number(kEpsMin) + ", " +
+                        format_number(kEpsMax) + "]");
     }
+    check_eps_override(key, value);
     overrides[key] = value;
   }
   return overrides;
@@ -578,14 +592,14 @@ EfficiencyPrior published_prior(const Config& config, const LossFit& fit,
     prior.key = key;
     prior.known = true;
     prior.eps = it->second;
-    prior.source = "--eps override";
-    prior.derivation = "given on the command line: eps_" + key + " = " + format_number(it->second);
+    prior.source = "eps override";
+    prior.derivation = "given by the user: eps_" + key + " = " + format_number(it->second);
     prior.eps_low = prior.eps_high = prior.eps;
     const bool experts = key.rfind("moe", 0) == 0 || key.rfind("mode-", 0) == 0;
     prior.acts_on = experts                     ? PriorTerm::data
                     : key.rfind("mod", 0) == 0 ? PriorTerm::reducible
                                                : PriorTerm::parameters;
-    prior.interval = "exact (given on the command line)";
+    prior.interval = "exact (given by the user)";
     return prior;
   }
   if (key == "baseline") {
@@ -617,7 +631,7 @@ EfficiencyPrior published_prior(const Config& config, const LossFit& fit,
                        std::to_string(config.mod.every) +
                        ": no published prior (the paper gives numbers only for 12.5% every 2; "
                        "it reports 50% capacity slightly worse, routing every block worse, "
-                       "random routing much worse); loss unknown, use --eps mod=VALUE";
+                       "random routing much worse); loss unknown unless eps[mod] is given (--eps mod=V)";
     return prior;
   }
   if (key == "dar" && config.dar.resolved_streams() == 2) {
@@ -627,7 +641,8 @@ EfficiencyPrior published_prior(const Config& config, const LossFit& fit,
   prior.key = key;
   prior.source = "none published";
   prior.derivation = key + " (streams " + std::to_string(config.dar.resolved_streams()) +
-                     "): no published prior; loss unknown, use --eps " + key + "=VALUE";
+                     "): no published prior; loss unknown unless eps[" + key + "] is given (--eps " + key +
+                     "=V)";
   return prior;
 }
 
@@ -683,8 +698,8 @@ ArchSpec make_arch(const std::string& name, double capacity, int64_t every,
   arch.name = name;
   const std::vector<std::string> names = arch_names();
   if (std::find(names.begin(), names.end(), name) == names.end()) {
-    throw ConfigError("--arch " + shown_value(name) +
-                      ": unknown architecture; allowed: baseline, mod, dar, "
+    throw ConfigError("arch = \"" + shown_value(name) +
+                      "\": unknown architecture; allowed: baseline, mod, dar, "
                       "mod+dar, moe, mode-staged, mode-integrated (each also +dar)");
   }
   const bool mod = arch_has_mod(name);
@@ -706,10 +721,10 @@ ArchSpec make_arch(const std::string& name, double capacity, int64_t every,
   }
   if (mod) {
     if (!std::isfinite(capacity) || capacity <= 0 || capacity > 1) {
-      throw ConfigError("--capacity " + format_number(capacity) + ": must be in (0, 1]");
+      throw ConfigError("capacity = " + format_number(capacity) + ": must be in (0, 1]");
     }
     if (every < 1) {
-      throw ConfigError("--every " + std::to_string(every) + ": must be >= 1");
+      throw ConfigError("every = " + std::to_string(every) + ": must be >= 1");
     }
     arch.mod.capacity = capacity;
     arch.mod.every = every;
@@ -717,10 +732,10 @@ ArchSpec make_arch(const std::string& name, double capacity, int64_t every,
   }
   if (dar) {
     if (dar_block_layers < 1) {
-      throw ConfigError("--block-layers " + std::to_string(dar_block_layers) + ": must be >= 1");
+      throw ConfigError("block_layers = " + std::to_string(dar_block_layers) + ": must be >= 1");
     }
     if (dar_streams < 2) {
-      throw ConfigError("--streams " + std::to_string(dar_streams) + ": must be >= 2 for DAR");
+      throw ConfigError("streams = " + std::to_string(dar_streams) + ": must be >= 2 for DAR");
     }
     arch.dar.variant = DarVariant::dar;
     arch.dar.block_layers = dar_block_layers;

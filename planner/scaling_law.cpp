@@ -90,8 +90,8 @@ LossFit load_fit(const std::string& name_or_path) {
     return hoffmann_fit();
   }
   if (!looks_like_path(name_or_path)) {
-    throw ConfigError("--fit " + name_or_path +
-                      ": unknown fit; allowed: epoch, hoffmann, or a TOML file written by "
+    throw ConfigError("fit = \"" + shown_value(name_or_path) +
+                      "\": unknown fit; allowed: epoch, hoffmann, or a TOML file written by "
                       "`modar fit`");
   }
   // A fit file is a few hundred bytes; the bound refuses /dev/zero-like inputs.
@@ -175,6 +175,24 @@ ClosedFormOptimum closed_form_optimum(const LossFitParams& fit, double train_flo
 
 ClosedFormOptimum closed_form_optimum(const LossFitParams& fit, double train_flops, double eps) {
   return closed_form_optimum(fit, train_flops, LossScale{eps, 1.0});
+}
+
+ClosedFormOptimum closed_form_optimum(const ClosedFormRequest& request) {
+  if (!request.flops) {
+    throw ConfigError("flops: missing; allowed: a training-FLOP budget, e.g. 1e20");
+  }
+  const double flops = *request.flops;
+  if (!std::isfinite(flops) || flops < kMinTrainFlops || flops > kMaxTrainFlops) {
+    throw ConfigError("flops = " + format_number(flops) + ": must be a finite number in [" +
+                      format_number(kMinTrainFlops) + ", " + format_number(kMaxTrainFlops) + "]");
+  }
+  const double eps = request.eps.value_or(1.0);
+  if (!std::isfinite(eps) || eps < kEpsMin || eps > kEpsMax) {
+    throw ConfigError("eps = " + format_number(eps) + ": an efficiency prior must be in [" +
+                      format_number(kEpsMin) + ", " + format_number(kEpsMax) +
+                      "] (1 = the dense baseline; docs/planner.md \"Architecture priors\")");
+  }
+  return closed_form_optimum(load_fit(request.fit.value_or("epoch")).params, flops, eps);
 }
 
 }  // namespace modar

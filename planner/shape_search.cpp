@@ -20,29 +20,50 @@ namespace modar {
 
 namespace {
 
+// Bounds of the search space a request may set: the shape's d_model and
+// depth stay where the config validator accepts a model (d_model <= 2^24).
+constexpr int64_t kMaxSearchDModel = int64_t{1} << 24;
+constexpr int64_t kMaxSearchLayers = 1 << 16;
+
 int64_t round_up(int64_t value, int64_t multiple) {
   return ((value + multiple - 1) / multiple) * multiple;
 }
 
-void check_options(const ShapeSearchOptions& o) {
-  if (!(o.aspect_min > 0) || !(o.aspect_max >= o.aspect_min) || !std::isfinite(o.aspect_max)) {
-    throw ConfigError("aspect band [" + format_number(o.aspect_min) + ", " +
-                      format_number(o.aspect_max) + "]: need 0 < aspect_min <= aspect_max");
+}  // namespace
+
+void check_shape_search_options(const ShapeSearchOptions& o) {
+  if (!std::isfinite(o.aspect_min) || !(o.aspect_min > 0)) {
+    throw ConfigError("aspect_min = " + format_number(o.aspect_min) +
+                      ": must be a finite number > 0 (d_model / n_layers)");
   }
-  if (o.d_model_multiple < 64 || o.d_model_multiple % 64 != 0) {
-    throw ConfigError("d_model multiple " + std::to_string(o.d_model_multiple) +
-                      ": must be a positive multiple of 64");
+  if (!std::isfinite(o.aspect_max) || !(o.aspect_max >= o.aspect_min)) {
+    throw ConfigError("aspect_max = " + format_number(o.aspect_max) +
+                      ": must be a finite number >= aspect_min = " + format_number(o.aspect_min));
   }
-  if (o.min_layers < 1 || o.max_layers < o.min_layers) {
-    throw ConfigError("layer range [" + std::to_string(o.min_layers) + ", " +
-                      std::to_string(o.max_layers) + "]: need 1 <= min <= max");
+  if (o.d_model_multiple < 64 || o.d_model_multiple % 64 != 0 || o.d_model_multiple > o.max_d_model) {
+    throw ConfigError("d_model_multiple = " + std::to_string(o.d_model_multiple) +
+                      ": must be a positive multiple of 64, at most max_d_model = " +
+                      std::to_string(o.max_d_model));
   }
-  if (o.gqa_group < 1) {
-    throw ConfigError("--gqa " + std::to_string(o.gqa_group) + ": must be >= 1");
+  if (o.max_d_model > kMaxSearchDModel) {
+    throw ConfigError("max_d_model = " + std::to_string(o.max_d_model) + ": must be <= " +
+                      std::to_string(kMaxSearchDModel));
+  }
+  if (o.min_layers < 1 || o.max_layers < o.min_layers || o.max_layers > kMaxSearchLayers) {
+    throw ConfigError("layers [min_layers, max_layers] = [" + std::to_string(o.min_layers) + ", " +
+                      std::to_string(o.max_layers) + "]: need 1 <= min_layers <= max_layers <= " +
+                      std::to_string(kMaxSearchLayers));
+  }
+  if (o.gqa_group < 1 || o.gqa_group > kMaxSearchDModel) {
+    throw ConfigError("gqa_group = " + std::to_string(o.gqa_group) +
+                      ": must be an integer in [1, " + std::to_string(kMaxSearchDModel) +
+                      "] (query heads per KV head)");
+  }
+  if (!std::isfinite(o.depth_tolerance) || o.depth_tolerance < 0 || o.depth_tolerance > 1) {
+    throw ConfigError("depth_tolerance = " + format_number(o.depth_tolerance) +
+                      ": must be in [0, 1]");
   }
 }
-
-}  // namespace
 
 Shape make_shape(int64_t n_layers, int64_t d_model, const ModelConfig& base,
                  const ShapeSearchOptions& options) {
@@ -77,7 +98,7 @@ Config with_shape(const Config& base, const Shape& shape) {
 
 std::vector<ShapeCandidate> enumerate_shapes(const Config& base, double n_f_min, double n_f_max,
                                              const ShapeSearchOptions& options) {
-  check_options(options);
+  check_shape_search_options(options);
   std::vector<ShapeCandidate> table;
   const int64_t step = options.d_model_multiple;
   const auto evaluate = [&](int64_t layers, int64_t d_model) {

@@ -1,215 +1,313 @@
-// `modar sweep`: every candidate the planner evaluates, for notebooks that
-// draw isoFLOP curves like the MoD paper's figure 4: budget x architecture x
-// (capacity x every) x (K x n) x shape on the isoFLOP curve.
+// `modar sweep`: the isoFLOP curves behind `modar optimal`, for notebooks that
+// draw them like the MoD paper's figure 4: budget x architecture variant
+// (capacity x every x K x n), each curve one row per N_f bin.
+//
+// The rows come from the same search as optimal (optimal_search.cpp): one
+// evaluator and, per architecture variant, one lazily evaluated shape space
+// kept over every budget (a shape's memory and step time do not depend on
+// the budget: each is computed once).  Per bin the row is the shape optimal
+// would prefer among the bin's (lowest predicted loss among those that fit,
+// the deepest of ties), and each curve's `recommended` row is exactly
+// optimal's isoFLOP-optimal answer for that budget and architecture.
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "modar/base/errors.hpp"
-#include "modar/base/interrupt.hpp"
 #include "modar/base/json.hpp"
 #include "modar/base/text.hpp"
 #include "modar/layout_search.hpp"
 #include "modar/planner.hpp"
+#include "optimal_internal.hpp"
+#include "optimal_search.hpp"
 #include "planner_internal.hpp"
 
 namespace modar {
 
-int64_t sweep(const SweepRequest& request, const std::function<void(const SweepRow&)>& sink) {
-  if (request.budgets_flops.empty()) {
-    throw ConfigError(
-        "--flops: no budget; allowed: one or more positive FLOP budgets, "
-        "comma-separated");
-  }
-  for (const double budget : request.budgets_flops) {
-    detail::check_budget("--flops", budget);
-  }
-  if (request.archs.empty()) {
-    throw ConfigError("--arch: empty; allowed: baseline, mod, dar, mod+dar");
-  }
-  if (request.gpus < 1) {
-    throw ConfigError("--gpus " + std::to_string(request.gpus) + ": must be >= 1");
-  }
-  if (!(request.grid_step > 1.0) || !(request.grid_half_width > 1.0)) {
-    throw ConfigError("grid step / half width: must be > 1");
-  }
-  for (const std::string& name : request.archs) {
-    make_arch(name);  // validates the name
-  }
-  const LossFit fit = load_fit(request.fit);
-  std::optional<DeviceProfile> profile;
-  std::optional<TimingModel> timing;  // the profile pre-indexed once for every candidate
-  if (request.with_time) {
-    profile = load_profile(request.profile);
-    timing.emplace(*profile);
-  }
-  OpList scratch;
-  Estimate est;
-  Config base = request.base;
-  base.device.count = request.gpus;
-  base.device.profile = request.profile;
-  // MoD is set per architecture; how it samples causally stays the user's.
-  const ModConfig routing = base.mod;
-  base.mod = ModConfig{};
-  base.mod.causal_router = routing.causal_router;
-  base.mod.predictor_hidden = routing.predictor_hidden;
-  base.dar = DarConfig{};
-  base.moe = MoeConfig{};
-  validate(base);
+namespace {
 
-  // Expand the architecture knobs (experts: the user's moe.* settings).
-  check_experts_used(request.base.moe, request.archs);
-  std::vector<ArchSpec> variants;
-  for (const std::string& name : request.archs) {
-    const bool mod = arch_has_mod(name);
-    const bool dar = arch_has_dar(name);
-    const std::vector<double> capacities = mod ? request.capacities : std::vector<double>{1.0};
-    const std::vector<int64_t> everys = mod ? request.everys : std::vector<int64_t>{0};
-    const std::vector<int64_t> blocks = dar ? request.block_layers : std::vector<int64_t>{0};
-    const std::vector<int64_t> streams = dar ? request.streams : std::vector<int64_t>{0};
-    for (const double c : capacities) {
-      for (const int64_t e : everys) {
-        for (const int64_t k : blocks) {
-          for (const int64_t n : streams) {
-            ArchSpec variant =
-                make_arch(name, mod ? c : 0.125, mod ? e : 2, dar ? k : 2, dar ? n : 2);
-            variant.moe = planned_experts(variant, request.base.moe);
-            variants.push_back(variant);
-          }
-        }
-      }
-    }
-  }
+using detail::ArchSpace;
+using detail::Evaluator;
+using detail::Point;
 
-  // Per architecture variant: the config, the prior and the curve centre of
-  // every budget, and ONE shape table for all budgets when their windows
-  // overlap enough (the enumeration is most of a sweep's work); the curves are
-  // then picked from it exactly as from per-budget tables.
-  struct VariantPlan {
-    Config arch_base;
-    EfficiencyPrior prior;
-    std::vector<double> centres;  // per budget
-    std::vector<ShapeCandidate> shared_table;
-    bool shared = false;
-  };
-  std::vector<ClosedFormOptimum> dense_optima;
-  for (const double budget : request.budgets_flops) {
-    dense_optima.push_back(closed_form_optimum(fit.params, budget));
-  }
-  std::vector<VariantPlan> plans;
-  plans.reserve(variants.size());
-  const auto poll = [&request]() {
-    if (request.poll) {
-      request.poll();
-    }
-  };
-  for (const ArchSpec& arch : variants) {
-    poll();
-    VariantPlan plan;
-    plan.arch_base = detail::arch_config(base, arch);
-    plan.prior = efficiency_prior(plan.arch_base, fit, request.eps_overrides);
-    double low = INFINITY, high = 0.0, windows_log_width = 0.0;
-    for (size_t b = 0; b < request.budgets_flops.size(); ++b) {
-      const double centre = plan.prior.known
-                                ? closed_form_optimum(fit.params, request.budgets_flops[b],
-                                                      loss_scale(plan.prior, plan.prior.eps))
-                                      .n_opt
-                                : dense_optima[b].n_opt;
-      plan.centres.push_back(centre);
-      const detail::NfWindow window =
-          detail::canonical_curve_window(centre, request.grid_half_width);
-      low = std::min(low, window.low);
-      high = std::max(high, window.high);
-      windows_log_width += std::log(window.high / window.low);
-    }
-    plan.shared = request.budgets_flops.size() > 1 && std::log(high / low) <= windows_log_width;
-    if (plan.shared) {
-      plan.shared_table = enumerate_shapes(plan.arch_base, low, high, request.shapes);
-    }
-    plans.push_back(std::move(plan));
-  }
+// One architecture variant over all budgets.
+struct VariantSpace {
+  ArchSpec arch;
+  Config arch_base;
+  EfficiencyPrior prior;
+  std::unique_ptr<ArchSpace> space;
+};
 
-  int64_t rows = 0;
-  for (size_t b = 0; b < request.budgets_flops.size(); ++b) {
-    const double budget = request.budgets_flops[b];
-    for (size_t v = 0; v < variants.size(); ++v) {
-      const ArchSpec& arch = variants[v];
-      const VariantPlan& plan = plans[v];
-      const Config& arch_base = plan.arch_base;
-      const EfficiencyPrior& prior = plan.prior;
-      const double centre = plan.centres[b];
-      poll();
-      const std::vector<ShapeCandidate> curve =
-          plan.shared ? detail::canonical_curve_from_table(plan.shared_table, centre,
-                                                           request.grid_half_width,
-                                                           request.grid_step, request.shapes)
-                      : detail::canonical_curve(arch_base, centre, request.grid_half_width,
-                                                request.grid_step, request.shapes);
-      for (const ShapeCandidate& candidate : curve) {
-        throw_if_interrupted("the sweep");  // between candidates, not only between rows
-        poll();
-        SweepRow row;
-        row.budget_flops = budget;
-        row.arch = arch.name;
-        row.capacity = arch.mod.enabled() ? arch.mod.capacity : 1.0;
-        row.every = arch.mod.every;
-        row.block_layers = arch.dar.enabled() ? arch.dar.block_layers : 0;
-        row.streams = arch.dar.resolved_streams();
-        row.experts = arch.moe.experts;
-        row.top_k = arch.moe.enabled() ? arch.moe.top_k : 0;
-        row.expert_ffn =
-            arch.moe.enabled()
-                ? arch.moe.resolved_expert_ffn(with_shape(arch_base, candidate.shape).model)
-                : 0;
-        row.shape = candidate.shape;
-        row.params = candidate.params;
-        row.forward_flops_per_token = candidate.forward_flops_per_token;
-        row.tokens = budget / candidate.train_flops_per_token;
-        row.eps = prior.eps;
-        row.eps_known = prior.known;
-        if (prior.known) {
-          row.loss = predicted_loss(fit.params, loss_scale(prior, prior.eps),
-                                    candidate.params.flop_active, row.tokens);
-        }
-        if (profile && request.gpus > 1) {
-          // Cluster: the layout search of `optimal --gpus` (planner/layout_search.cpp).
-          LayoutSearchOptions options;
-          options.gpus = request.gpus;
-          options.gpus_per_node = request.gpus_per_node;
-          LayoutSearchResult found =
-              search_layout(with_shape(arch_base, candidate.shape), *timing, options);
-          est = std::move(found.estimate);
-          row.has_layout = true;
-          row.layout = std::move(found.summary);
-          row.parallel = found.config.parallel;
-          row.data_parallel = found.config.parallel.data(found.config.device.count);
-          row.micro_batch = found.config.train.micro_batch;
-          row.recompute = found.config.train.recompute;
-        } else if (profile) {
-          // The candidate's config was validated by the shape search.
-          estimate_into(with_shape(arch_base, candidate.shape), *timing, StepKind::train, scratch,
-                        est);
-        }
-        if (profile) {
-          row.has_time = true;
-          row.peak_memory_bytes = est.memory.peak;
-          row.fits = est.memory.fits;
-          row.step_s = est.time.step_s;
-          row.tokens_per_s = est.time.tokens_per_s;
-          row.train_hours =
-              est.time.tokens_per_s > 0 ? row.tokens / est.time.tokens_per_s / 3600.0 : 0;
-        }
-        sink(row);
-        ++rows;
-      }
+// The bin's row: the lowest predicted loss among the bin's shapes that fit
+// (all of them when none fits), the deepest within kLossTieRelative.
+int best_in_bin(ArchSpace& space, const std::vector<int>& bin, double eps) {
+  Evaluator& evaluator = space.evaluator();
+  std::vector<std::pair<double, int>> by_loss;
+  for (const int i : bin) {
+    by_loss.emplace_back(space.loss(space.points()[static_cast<size_t>(i)], eps), i);
+  }
+  std::sort(by_loss.begin(), by_loss.end());
+  double reference = by_loss.front().first;
+  bool any_fits = false;
+  for (const auto& [loss, i] : by_loss) {
+    if (evaluator.fits(space.arch_base(), space.points()[static_cast<size_t>(i)])) {
+      reference = loss;
+      any_fits = true;
+      break;
     }
   }
+  int chosen = -1;
+  for (const auto& [loss, i] : by_loss) {
+    if (loss > reference * (1.0 + kLossTieRelative)) {
+      break;
+    }
+    Point& point = space.points()[static_cast<size_t>(i)];
+    if (any_fits && !evaluator.fits(space.arch_base(), point)) {
+      continue;
+    }
+    if (chosen < 0 || point.candidate.shape.n_layers >
+                          space.points()[static_cast<size_t>(chosen)].candidate.shape.n_layers) {
+      chosen = i;
+    }
+  }
+  return chosen;
+}
+
+// The bin's row without a loss (no prior): the shape closest to the bin's
+// N_f, the deepest within the search's depth tolerance.
+int closest_in_bin(ArchSpace& space, const std::vector<int>& bin, double target,
+                   double depth_tolerance) {
+  double best = INFINITY;
+  for (const int i : bin) {
+    best = std::min(
+        best, std::abs(std::log(
+                  space.points()[static_cast<size_t>(i)].candidate.params.flop_active / target)));
+  }
+  const double band = std::max(best, std::log1p(depth_tolerance));
+  int chosen = -1;
+  for (const int i : bin) {
+    const ShapeCandidate& c = space.points()[static_cast<size_t>(i)].candidate;
+    if (std::abs(std::log(c.params.flop_active / target)) > band) {
+      continue;
+    }
+    if (chosen < 0 ||
+        c.shape.n_layers > space.points()[static_cast<size_t>(chosen)].candidate.shape.n_layers) {
+      chosen = i;
+    }
+  }
+  return chosen;
+}
+
+// The rows of one curve (point indices, by N_f): one per non-empty bin of
+// ratio `step` around `centre` within `half_width`, with the recommended
+// point in place of its bin's choice.
+std::vector<int> curve_rows(ArchSpace& space, const EfficiencyPrior& prior, double centre,
+                            const SweepSettings& settings, int recommended) {
+  const double log_step = std::log(settings.grid_step);
+  const int64_t half_bins =
+      static_cast<int64_t>(std::ceil(std::log(settings.grid_half_width) / log_step));
+  const double low = centre * std::exp((-double(half_bins) - 0.5) * log_step);
+  const double high = centre * std::exp((double(half_bins) + 0.5) * log_step);
+  space.cover(low, high);
+  std::vector<std::vector<int>> bins(static_cast<size_t>(2 * half_bins + 1));
+  for (const int i : space.by_n_f()) {
+    const double n = space.points()[static_cast<size_t>(i)].candidate.params.flop_active;
+    if (n < low || n >= high) {
+      continue;
+    }
+    const auto bin = static_cast<int64_t>(std::floor(std::log(n / low) / log_step));
+    bins[static_cast<size_t>(std::clamp<int64_t>(bin, 0, 2 * half_bins))].push_back(i);
+  }
+  std::vector<int> rows;
+  bool placed = false;
+  for (size_t b = 0; b < bins.size(); ++b) {
+    const std::vector<int>& bin = bins[b];
+    if (bin.empty()) {
+      continue;
+    }
+    const bool holds_recommended = std::find(bin.begin(), bin.end(), recommended) != bin.end();
+    if (holds_recommended) {
+      rows.push_back(recommended);
+      placed = true;
+    } else if (prior.known) {
+      rows.push_back(best_in_bin(space, bin, prior.eps));
+    } else {
+      const double target = centre * std::exp((double(b) - double(half_bins)) * log_step);
+      rows.push_back(closest_in_bin(space, bin, target, settings.run.shapes.depth_tolerance));
+    }
+  }
+  if (!placed && recommended >= 0) {
+    rows.push_back(recommended);  // memory pushed optimal's choice outside the curve's window
+  }
+  std::stable_sort(rows.begin(), rows.end(), [&](int l, int r) {
+    return space.points()[static_cast<size_t>(l)].candidate.params.flop_active <
+           space.points()[static_cast<size_t>(r)].candidate.params.flop_active;
+  });
   return rows;
 }
 
-std::vector<SweepRow> sweep(const SweepRequest& request) {
+SweepRow make_row(const SweepSettings& settings, double budget, const VariantSpace& variant,
+                  ArchSpace& space, Point& point, bool recommended) {
+  Evaluator& evaluator = space.evaluator();
+  const ArchSpec& arch = variant.arch;
+  SweepRow row;
+  row.budget_flops = budget;
+  row.arch = arch.name;
+  row.capacity = arch.mod.enabled() ? arch.mod.capacity : 1.0;
+  row.every = arch.mod.every;
+  row.block_layers = arch.dar.enabled() ? arch.dar.block_layers : 0;
+  row.streams = arch.dar.resolved_streams();
+  row.experts = arch.moe.experts;
+  row.top_k = arch.moe.enabled() ? arch.moe.top_k : 0;
+  row.expert_ffn =
+      arch.moe.enabled()
+          ? arch.moe.resolved_expert_ffn(with_shape(space.arch_base(), point.candidate.shape).model)
+          : 0;
+  row.shape = point.candidate.shape;
+  row.params = point.candidate.params;
+  row.forward_flops_per_token = point.candidate.forward_flops_per_token;
+  row.tokens = evaluator.tokens_for(space.arch_base(), point);
+  row.eps = variant.prior.eps;
+  row.eps_known = variant.prior.known;
+  if (variant.prior.known) {
+    row.loss = space.loss(point, variant.prior.eps);
+  }
+  row.recommended = recommended;
+  row.fits = evaluator.fits(space.arch_base(), point);
+  if (point.memory) {
+    row.has_memory = true;
+    row.peak_memory_bytes = point.memory->peak;
+  }
+  if (settings.with_time) {
+    const Estimate& est = evaluator.cost_of(space.arch_base(), point);
+    row.has_time = true;
+    row.has_memory = true;
+    row.peak_memory_bytes = est.memory.peak;
+    row.fits = est.memory.fits;
+    row.step_s = est.time.step_s;
+    row.tokens_per_s = est.time.tokens_per_s;
+    row.train_hours = est.time.tokens_per_s > 0 ? row.tokens / est.time.tokens_per_s / 3600.0 : 0;
+    if (point.layout) {
+      // Cluster: the layout search of `optimal --gpus` (planner/layout_search.cpp).
+      const Config& layout = *point.layout;
+      row.has_layout = true;
+      row.layout = layout_summary(layout);
+      row.parallel = layout.parallel;
+      row.data_parallel = layout.parallel.data(layout.device.count);
+      row.micro_batch = layout.train.micro_batch;
+      row.recompute = layout.train.recompute;
+    }
+  }
+  return row;
+}
+
+// Why a curve has no rows: its budget's compute-optimal N_f lies outside
+// the shapes of its architecture.
+std::string empty_curve_note(double budget, const VariantSpace& variant,
+                             const detail::SearchRange& range) {
+  std::string what = "flops = " + format_number(budget) + " (arch " + variant.arch.name;
+  if (variant.arch.mod.enabled()) {
+    what += ", every " + std::to_string(variant.arch.mod.every);
+  }
+  if (variant.arch.dar.enabled()) {
+    what += ", block_layers " + std::to_string(variant.arch.dar.block_layers);
+  }
+  return what + "): no row: the compute-optimal N_f " + format_sci(range.n_opt, 2) + " lies " +
+         (range.too_small() ? "below the smallest shape's " + format_sci(range.smallest, 2)
+                            : "above the largest shape's " + format_sci(range.largest, 2)) +
+         "; allowed: budgets of about " + format_sci(range.min_flops, 1) + " .. " +
+         format_sci(range.max_flops, 1) + " FLOPs";
+}
+
+}  // namespace
+
+SweepSummary sweep(const SweepRequest& request, const std::function<void(const SweepRow&)>& sink,
+                   const RunControl& control) {
+  const SweepSettings settings = resolve_sweep(request);
+  const PlannerRun& run = settings.run;
+  const LossFitParams& law = run.fit.params;
+  RunReporter reporter(control, "sweep", "curves",
+                       static_cast<int64_t>(settings.flops.size() * settings.variants.size()));
+  Evaluator evaluator(run, detail::Budget{settings.flops.front(), std::nullopt});
+  evaluator.set_reporter(&reporter);
+  std::vector<VariantSpace> variants;
+  bool unknown_prior = false;
+  for (const ArchSpec& arch : settings.variants) {
+    VariantSpace variant{arch, detail::arch_config(run.base, arch), {}, nullptr};
+    variant.prior = efficiency_prior(variant.arch_base, run.fit, run.eps);
+    variant.space =
+        std::make_unique<ArchSpace>(variant.arch_base, run.shapes, evaluator, variant.prior);
+    unknown_prior = unknown_prior || !variant.prior.known;
+    variants.push_back(std::move(variant));
+  }
+  // The unknown-prior rule matches the optimal baseline's FLOPs per token.
+  const Config baseline_base = detail::arch_config(run.base, make_arch("baseline"));
+  const EfficiencyPrior baseline_prior = efficiency_prior(baseline_base, run.fit, run.eps);
+  const double baseline_eps = baseline_prior.eps;
+  ArchSpace baseline_space(baseline_base, run.shapes, evaluator, baseline_prior);
+
+  SweepSummary summary;
+  for (const double budget : settings.flops) {
+    evaluator.set_budget(detail::Budget{budget, std::nullopt});
+    baseline_space.forget_tokens();
+    std::optional<ShapeCandidate> baseline;  // the optimal baseline at this budget
+    if (unknown_prior) {
+      const detail::SearchRange range =
+          detail::search_range(baseline_base, run.shapes, law, baseline_space.scale(baseline_eps),
+                               budget);
+      if (!range.too_small() && !range.too_large()) {
+        const int index = detail::isoflop_argmin(baseline_space, baseline_eps, budget).index;
+        if (index >= 0) {
+          baseline = baseline_space.points()[static_cast<size_t>(index)].candidate;
+        }
+      }
+    }
+    for (VariantSpace& variant : variants) {
+      ArchSpace& space = *variant.space;
+      space.forget_tokens();
+      reporter.set_stage("flops " + format_number(budget) + ", " + variant.arch.name);
+      const double eps = variant.prior.known ? variant.prior.eps : 1.0;
+      const detail::SearchRange range =
+          detail::search_range(variant.arch_base, run.shapes, law, space.scale(eps), budget);
+      int recommended = -1;
+      if (!range.too_small() && !range.too_large()) {
+        if (variant.prior.known) {
+          recommended = detail::isoflop_argmin(space, eps, budget).index;
+        } else if (baseline) {
+          recommended = detail::flops_match(space, baseline->forward_flops_per_token,
+                                            baseline->params.flop_active);
+        }
+      }
+      if (recommended < 0) {
+        summary.notes.push_back(empty_curve_note(budget, variant, range));
+        reporter.advance();
+        continue;
+      }
+      for (const int i : curve_rows(space, variant.prior, range.n_opt, settings, recommended)) {
+        sink(make_row(settings, budget, variant, space, space.points()[static_cast<size_t>(i)],
+                      i == recommended));
+        ++summary.rows;
+      }
+      reporter.advance();
+    }
+  }
+  reporter.finish();
+  if (summary.rows == 0) {
+    throw ConfigError(
+        summary.notes.front() +
+        (summary.notes.size() > 1
+             ? " (and " + std::to_string(summary.notes.size() - 1) + " more empty curves)"
+             : std::string()));
+  }
+  return summary;
+}
+
+std::vector<SweepRow> sweep(const SweepRequest& request, const RunControl& control) {
   std::vector<SweepRow> rows;
-  sweep(request, [&](const SweepRow& row) { rows.push_back(row); });
+  sweep(
+      request, [&](const SweepRow& row) { rows.push_back(row); }, control);
   return rows;
 }
 
@@ -217,9 +315,9 @@ std::string sweep_csv_header() {
   return "budget_flops,arch,capacity,every,block_layers,streams,experts,top_k,expert_ffn,"
          "n_layers,d_model,n_heads,"
          "n_kv_heads,d_head,d_ff,aspect_ratio,params_total,params_non_embedding,"
-         "params_flop_active,forward_flops_per_token,tokens,eps,loss,peak_memory_bytes,fits,"
-         "step_s,tokens_per_s,train_hours,tensor,sequence_parallel,pipeline,virtual_stages,"
-         "data,zero,micro_batch,recompute";
+         "params_flop_active,forward_flops_per_token,tokens,eps,loss,recommended,"
+         "peak_memory_bytes,fits,step_s,tokens_per_s,train_hours,tensor,sequence_parallel,"
+         "pipeline,virtual_stages,data,zero,micro_batch,recompute";
 }
 
 std::string to_csv_line(const SweepRow& row) {
@@ -249,20 +347,21 @@ std::string to_csv_line(const SweepRow& row) {
   num(row.tokens);
   out += row.eps_known ? format_number(row.eps) + "," : ",";  // empty cell = unknown
   out += row.loss ? format_number(*row.loss) + "," : ",";
+  out += row.recommended ? "true," : "false,";
+  out += row.has_memory ? format_number(row.peak_memory_bytes) + "," : ",";
+  out += row.fits ? "true," : "false,";
   if (row.has_time) {
-    num(row.peak_memory_bytes);
-    out += row.fits ? "true," : "false,";
     num(row.step_s);
     num(row.tokens_per_s);
     out += format_number(row.train_hours);
   } else {
-    out += ",,,,";
+    out += ",,";
   }
   // The layout (gpus > 1; empty cells on one device).
   if (row.has_layout) {
-    for (const int64_t v : {row.parallel.tensor, int64_t{-1}, row.parallel.pipeline,
-                            row.parallel.virtual_stages, row.data_parallel, row.parallel.zero,
-                            row.micro_batch}) {
+    for (const int64_t v :
+         {row.parallel.tensor, int64_t{-1}, row.parallel.pipeline, row.parallel.virtual_stages,
+          row.data_parallel, row.parallel.zero, row.micro_batch}) {
       out += ',';
       out += v < 0 ? (row.parallel.sequence_parallel ? "true" : "false") : std::to_string(v);
     }
@@ -293,8 +392,12 @@ std::string to_json_line(const SweepRow& row) {
   json.field("tokens", row.tokens);
   json_optional(json, "eps", row.eps_known ? std::optional<double>(row.eps) : std::nullopt);
   json_optional(json, "loss", row.loss);
+  json.field("recommended", row.recommended);
+  if (row.has_memory) {
+    json.field("peak_memory_bytes", row.peak_memory_bytes);
+  }
+  json.field("fits", row.fits);
   if (row.has_time) {
-    json.field("peak_memory_bytes", row.peak_memory_bytes).field("fits", row.fits);
     json.field("step_s", row.step_s).field("tokens_per_s", row.tokens_per_s);
     json.field("train_hours", row.train_hours);
   }

@@ -9,6 +9,9 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <memory>
+
+#include <unistd.h>
 
 #include "modar/base/errors.hpp"
 #include "modar/base/interrupt.hpp"
@@ -208,15 +211,45 @@ std::string name_typed_flags(const std::string& message, const ParsedArgs& parse
       continue;
     }
     const std::string key = fk.key;
+    const std::string flag = fk.flag;
+    const bool field = key.find('.') == std::string::npos;
     size_t at = 0;
     while ((at = out.find(key, at)) != std::string::npos) {
       const bool starts = at == 0 || !is_key_char(out[at - 1]);
       const size_t after = at + key.size();
-      const bool ends = after >= out.size() || !is_key_char(out[after]) ||
-                        (out[after] == '.' && (after + 1 >= out.size() || out[after + 1] == ' '));
-      if (starts && ends) {
-        out.replace(at, key.size(), fk.flag);
-        at += std::string(fk.flag).size();
+      if (!starts) {
+        at = after;
+        continue;
+      }
+      if (!field) {
+        const bool ends = after >= out.size() || !is_key_char(out[after]) ||
+                          (out[after] == '.' && (after + 1 >= out.size() || out[after + 1] == ' '));
+        if (ends) {
+          out.replace(at, key.size(), flag);
+          at += flag.size();
+        } else {
+          at = after;
+        }
+        continue;
+      }
+      // A request field: "key = ", "key: ", "key in [" or "key[item] = value"
+      // ("--flag item=value").
+      const std::string rest = out.substr(after);
+      if (rest.rfind(" = ", 0) == 0 || rest.rfind(": ", 0) == 0 || rest.rfind(" in [", 0) == 0) {
+        out.replace(at, key.size(), flag);
+        at += flag.size();
+      } else if (rest.rfind("[", 0) == 0 && rest.find("] = ") != std::string::npos) {
+        const size_t close = rest.find("] = ");
+        const std::string item = rest.substr(1, close - 1);
+        const size_t value_begin = close + 4;
+        size_t value_end = rest.find(": ", value_begin);
+        if (value_end == std::string::npos) {
+          value_end = rest.size();
+        }
+        const std::string replacement =
+            flag + " " + item + "=" + rest.substr(value_begin, value_end - value_begin);
+        out.replace(at, key.size() + value_end, replacement);
+        at += replacement.size();
       } else {
         at = after;
       }
@@ -232,6 +265,7 @@ extern "C" void on_interrupt(int) {
 }
 
 struct sigaction g_previous_sigint;
+struct sigaction g_previous_sigterm;
 
 }  // namespace
 
@@ -242,10 +276,55 @@ InterruptScope::InterruptScope() {
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESETHAND;
   sigaction(SIGINT, &action, &g_previous_sigint);
+  // mpirun answers a Ctrl-C by sending its ranks SIGTERM (Open MPI 4.1): the
+  // same graceful stop, before its SIGKILL.
+  sigaction(SIGTERM, &action, &g_previous_sigterm);
 }
 
 InterruptScope::~InterruptScope() {
   sigaction(SIGINT, &g_previous_sigint, nullptr);
+  sigaction(SIGTERM, &g_previous_sigterm, nullptr);
+}
+
+namespace {
+
+// A progress line left open on a terminal (\r updates, no newline yet).
+bool g_progress_line_open = false;
+
+}  // namespace
+
+void close_progress_line() {
+  if (g_progress_line_open) {
+    std::fputc('\n', stderr);
+    g_progress_line_open = false;
+  }
+}
+
+RunControl progress_on_stderr(bool quiet) {
+  RunControl control;
+  if (quiet) {
+    return control;
+  }
+  const bool terminal = ::isatty(STDERR_FILENO) != 0;
+  control.progress_interval_s = terminal ? 0.25 : 1.0;
+  // Quiet for calls under about a second; a terminal gets one line that
+  // updates in place, a log one line per report.
+  auto shown = std::make_shared<bool>(false);
+  control.progress = [terminal, shown](const RunProgress& progress) {
+    if (!*shown && (progress.final || progress.elapsed_s < 1.0)) {
+      return;
+    }
+    *shown = true;
+    const std::string line = "modar " + progress_line(progress);
+    if (terminal) {
+      std::fprintf(stderr, "\r%s\033[K%s", line.c_str(), progress.final ? "\n" : "");
+      g_progress_line_open = !progress.final;
+    } else {
+      std::fprintf(stderr, "%s\n", line.c_str());
+    }
+    std::fflush(stderr);
+  };
+  return control;
 }
 
 bool same_file(const std::string& a, const std::string& b) {

@@ -20,6 +20,7 @@
 
 #include "commands.hpp"
 #include "modar/base/errors.hpp"
+#include "modar/base/run_control.hpp"
 #include "modar/base/text.hpp"
 #include "modar/config.hpp"
 
@@ -78,11 +79,14 @@ int parse_int_in_range(const std::string& flag, const std::string& text, int64_t
 size_t parse_choice(const std::string& flag, const std::string& text,
                     const std::vector<std::string>& choices);
 
-// Config keys a command's flags set: the library names config keys in its
-// errors (docs/hardening.md); the CLI names the flag the user typed instead.
+// Config keys and request fields a command's flags set: the library names
+// them in its errors, never flags (docs/hardening.md); the CLI names the flag
+// the user typed instead.  A dotted config key is replaced wherever it
+// appears; a request field (no dot) where the library writes it as a field:
+// "gpus = 0", "gpus: ...", "eps[mod] = 1e-300" (-> "--eps mod=1e-300").
 struct FlagKey {
   const char* flag;  // "--gpus"
-  const char* key;   // "device.count"
+  const char* key;   // "device.count" or "gpus"
 };
 // `message` with every key whose flag appears in `parsed` replaced by that flag.
 std::string name_typed_flags(const std::string& message, const ParsedArgs& parsed,
@@ -101,9 +105,10 @@ auto with_typed_flags(const ParsedArgs& parsed, const std::vector<FlagKey>& flag
   }
 }
 
-// While alive, Ctrl-C sets modar::request_interrupt() (the computation stops
-// at its next check and main() exits 130, nothing written); a second Ctrl-C
-// kills the process the default way.
+// While alive, Ctrl-C (SIGINT; also SIGTERM, which mpirun sends its ranks on
+// a Ctrl-C) sets modar::request_interrupt(): the computation stops at its
+// next check (RunReporter, should_stop) and main() exits 130, nothing
+// written; a second signal kills the process the default way.
 class InterruptScope {
  public:
   InterruptScope();
@@ -111,6 +116,16 @@ class InterruptScope {
   InterruptScope(const InterruptScope&) = delete;
   InterruptScope& operator=(const InterruptScope&) = delete;
 };
+
+// The RunControl of a long command (optimal, sweep, fit, ...): progress with
+// an ETA on stderr once the call has run for about a second (one updating
+// line on a terminal, a line every few seconds otherwise; nothing with
+// `quiet`).  Ctrl-C reaches the library through InterruptScope's flag, which
+// every RunReporter checks.
+RunControl progress_on_stderr(bool quiet);
+// Ends a progress line a failed or interrupted call left open on a terminal
+// (main() calls it before printing the error).
+void close_progress_line();
 
 // True when both paths name the same existing file (same device and inode:
 // also through symlinks and hard links).

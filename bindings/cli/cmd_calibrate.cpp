@@ -3,6 +3,7 @@
 // calibrated profile (modar/calibrate.hpp, docs/calibrate.md).
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <string>
 
 #include "cli_util.hpp"
@@ -44,13 +45,16 @@ std::string parameter_list() {
 }  // namespace
 
 int cmd_calibrate(const Args& args) {
+  // The help's defaults are the library's (a request with nothing said).
+  const CalibrateOptions d = resolve_calibrate_options(CalibrateRequest{}, DeviceProfile{});
   const std::vector<FlagSpec> flags = {
       {"--profile", true, false, "P", "base profile: an embedded name or a profile TOML"},
       {"--out", true, false, "PATH", "calibrated profile to write (atomically; never an input)"},
       {"--fit", true, false, "P1,P2", "parameters to fit (default: see below)"},
       {"--name", true, false, "NAME", "the calibrated profile's name (default BASE-calibrated)"},
       {"--no-loo", false, false, "", "skip the leave-one-out refits"},
-      {"--max-iterations", true, false, "N", "Levenberg-Marquardt iterations (default 50)"},
+      {"--max-iterations", true, false, "N",
+       "Levenberg-Marquardt iterations (default " + std::to_string(d.max_iterations) + ")"},
       {"--json", false, false, "", "print JSON instead of the report"},
       {"--quiet", false, false, "", "no progress on stderr"},
   };
@@ -105,11 +109,12 @@ int cmd_calibrate(const Args& args) {
     request.leave_one_out = false;
   }
   if (const auto v = parsed.value("--max-iterations")) {
-    request.max_iterations = parse_int_in_range("--max-iterations", *v, 1, 10000);
+    request.max_iterations = parse_int_in_range(
+        "--max-iterations", *v, std::numeric_limits<int>::min(), std::numeric_limits<int>::max());
   }
-  CalibrateOptions options =
-      with_typed_flags(parsed, {{"--fit", "parameters"}, {"--name", "name"}},
-                       [&] { return resolve_calibrate_options(request, base); });
+  CalibrateOptions options = with_typed_flags(
+      parsed, {{"--fit", "parameters"}, {"--name", "name"}, {"--max-iterations", "max_iterations"}},
+      [&] { return resolve_calibrate_options(request, base); });
   if (!parsed.has("--quiet")) {
     options.progress = [](const std::string& message) {
       std::fprintf(stderr, "modar calibrate: %s\n", message.c_str());

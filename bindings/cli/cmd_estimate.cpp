@@ -10,6 +10,7 @@
 #include "modar/base/text.hpp"
 #include "modar/cost_model.hpp"
 #include "modar/parallel.hpp"
+#include "modar/planner.hpp"
 
 namespace modar::cli {
 namespace {
@@ -278,7 +279,8 @@ std::string report(const Config& config, const DeviceProfile& profile, StepKind 
     count += kind.count;
   }
   table.add_rule();
-  table.add_row({"total", std::to_string(count), format_sci(flops, 3), format_bytes(bytes),
+  table.add_row({e.cluster ? "total (one replica, serial)" : "total", std::to_string(count),
+                 format_sci(flops, 3), format_bytes(bytes),
                  format_seconds(e.cluster ? share_of : e.time.step_s), "100.0%"});
   out += e.cluster ? "ops per step of one model replica on ONE device (before tensor / pipeline "
                      "splitting; the cluster step is below)\n"
@@ -305,7 +307,12 @@ std::string report(const Config& config, const DeviceProfile& profile, StepKind 
   memory.add_row({"peak", format_bytes(mem.peak), format_sci(mem.peak, 3)});
   out += memory.render();
   out += "device memory " + format_bytes(mem.capacity) + ": " +
-         (mem.fits ? "fits" : "DOES NOT FIT") + "\n\n";
+         (mem.fits ? "fits" : "DOES NOT FIT") + "\n";
+  if (!mem.fits && step == StepKind::train) {
+    // What would fit, with the numbers (planner/memory_advice.cpp).
+    out += "  " + memory_advice(config, profile) + "\n";
+  }
+  out += "\n";
 
   // (Appended piece by piece: one long chain trips GCC 12's false -Wrestrict.)
   out += "time        step " + format_seconds(e.time.step_s);

@@ -13,12 +13,17 @@
 namespace modar::cli {
 
 int cmd_fit(const Args& args) {
+  const FitOptions d = resolve_fit_options(FitRequest{});
   const std::vector<FlagSpec> flags = {
       {"--output", true, false, "PATH", "fit TOML to write (default: RUNS with .fit.toml)"},
-      {"--bootstrap", true, false, "N", "bootstrap resamples for the uncertainty (default 200)"},
-      {"--seed", true, false, "S", "bootstrap random seed"},
-      {"--delta", true, false, "D", "Huber delta on log-loss residuals (default 1e-3)"},
+      {"--bootstrap", true, false, "N",
+       "bootstrap resamples for the uncertainty (default " + std::to_string(d.bootstrap_samples) +
+           ")"},
+      {"--seed", true, false, "S", "bootstrap random seed (default " + std::to_string(d.seed) + ")"},
+      {"--delta", true, false, "D",
+       "Huber delta on log-loss residuals (default " + format_number(d.huber_delta) + ")"},
       {"--json", false, false, "", "print JSON"},
+      {"--quiet", false, false, "", "no progress lines on stderr"},
   };
   if (wants_help(args)) {
     std::fputs(usage_text("fit", "RUNS.csv [options]", flags,
@@ -31,20 +36,21 @@ int cmd_fit(const Args& args) {
   }
   const ParsedArgs parsed = parse_args(args, flags, "fit", 1, 1, "RUNS.csv");
   const std::string runs_path = parsed.positional[0];
-  FitOptions options;
+  // Only what the user said; the library resolves and checks it.
+  FitRequest request;
   if (const auto v = parsed.value("--bootstrap")) {
-    options.bootstrap_samples = parse_int_in_range("--bootstrap", *v, 0, 100000);
+    request.bootstrap_samples = parse_int("--bootstrap", *v);
   }
   if (const auto v = parsed.value("--seed")) {
-    const int64_t seed = parse_int("--seed", *v);
-    if (seed < 0) {
-      throw ConfigError("--seed = " + shown_value(*v) + ": must be an integer >= 0");
-    }
-    options.seed = static_cast<uint64_t>(seed);
+    request.seed = parse_int("--seed", *v);
   }
   if (const auto v = parsed.value("--delta")) {
-    options.huber_delta = parse_positive_double("--delta", *v);
+    request.huber_delta = parse_double("--delta", *v);
   }
+  static const std::vector<FlagKey> kFitFlagKeys = {
+      {"--bootstrap", "bootstrap_samples"}, {"--seed", "seed"}, {"--delta", "huber_delta"}};
+  const FitOptions options =
+      with_typed_flags(parsed, kFitFlagKeys, [&] { return resolve_fit_options(request); });
   std::string output = parsed.value_or("--output", "");
   if (output.empty()) {
     const auto dot = runs_path.rfind('.');
@@ -58,13 +64,11 @@ int cmd_fit(const Args& args) {
   check_output_path("--output", output, "runs file", runs_path);
 
   const std::vector<RunRecord> runs = load_runs_csv(runs_path);
-  options.progress = [](const std::string& message) {
-    std::fprintf(stderr, "modar fit: %s\n", message.c_str());
-  };
+  const RunControl control = progress_on_stderr(parsed.has("--quiet"));
   FitResult result;
   {
     const InterruptScope ctrl_c;  // Ctrl-C: exit 130, no file written
-    result = fit_runs(runs, options);
+    result = fit_runs(runs, options, control);
   }
   result.fit.name = output;
   result.fit.source = "modar fit " + runs_path + ": " + result.fit.source;

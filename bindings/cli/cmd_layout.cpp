@@ -1,6 +1,8 @@
 // `modar layout CONFIG --gpus N`: every parallel layout of one model and one
 // global batch on N GPUs, ranked by step time (planner/layout_search.cpp
-// rank_layouts; docs/cluster.md "modar layout").
+// rank_layouts; docs/cluster.md "modar layout").  All the work is the
+// library's; this file turns the flags the user gave into a LayoutRequest
+// (resolve_layout applies the defaults and checks them).
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -14,9 +16,11 @@ namespace modar::cli {
 
 namespace {
 
-const std::vector<FlagSpec>& layout_flags() {
-  static const std::vector<FlagSpec> flags = {
-      {"--gpus", true, false, "N", "devices to lay the model out on (required)"},
+std::vector<FlagSpec> layout_flags(const LayoutSettings& d) {
+  return {
+      {"--gpus", true, false, "N",
+       "devices to lay the model out on (required; at most " + std::to_string(kMaxLayoutGpus) +
+           ")"},
       {"--gpus-per-node", true, false, "G",
        "GPUs per node (default: the profile's network, 8 without one)"},
       {"--global-batch", true, false, "SEQUENCES",
@@ -25,16 +29,47 @@ const std::vector<FlagSpec>& layout_flags() {
       {"--profile", true, false, "NAME|PATH",
        "device profile (default: the config's device.profile)"},
       {"--set", true, true, "KEY=VALUE", "override a config key (repeatable)"},
-      {"--top", true, false, "K", "rows of each table (default 20; --json lists every layout)"},
+      {"--top", true, false, "K",
+       "rows of each table (default " + std::to_string(d.top) + "; --json lists every layout)"},
       {"--json", false, false, "", "print the JSON document (every layout) instead of the tables"},
   };
-  return flags;
+}
+
+// The request fields the flags set, for errors naming the flag typed.
+const std::vector<FlagKey>& layout_flag_keys() {
+  static const std::vector<FlagKey> keys = {{"--profile", "device.profile"},
+                                            {"--gpus-per-node", "gpus_per_node"},
+                                            {"--gpus", "gpus"},
+                                            {"--global-batch", "global_batch"},
+                                            {"--top", "top"}};
+  return keys;
+}
+
+LayoutRequest layout_request(const ParsedArgs& parsed) {
+  LayoutRequest request;
+  if (const auto v = parsed.value("--gpus")) {
+    request.gpus = parse_int("--gpus", *v);
+  }
+  if (const auto v = parsed.value("--gpus-per-node")) {
+    request.gpus_per_node = parse_int("--gpus-per-node", *v);
+  }
+  if (const auto v = parsed.value("--global-batch")) {
+    request.global_batch = parse_int("--global-batch", *v);
+  }
+  if (const auto v = parsed.value("--top")) {
+    request.top = parse_int("--top", *v);
+  }
+  return request;
 }
 
 }  // namespace
 
 int cmd_layout(const Args& args) {
-  const std::vector<FlagSpec>& flags = layout_flags();
+  const std::vector<FlagSpec> flags = layout_flags(resolve_layout([] {
+    LayoutRequest defaults;
+    defaults.gpus = 1;  // any count: only the defaults are read
+    return defaults;
+  }()));
   if (wants_help(args)) {
     std::fputs(
         usage_text(
@@ -54,44 +89,27 @@ int cmd_layout(const Args& args) {
   if (!parsed.has("--gpus")) {
     throw ConfigError("--gpus: required (the number of devices to lay the model out on)");
   }
-  LayoutSearchOptions options;
-  options.gpus = parse_positive_int("--gpus", *parsed.value("--gpus"));
-  if (options.gpus > (int64_t{1} << 24)) {
-    throw ConfigError("--gpus " + *parsed.value("--gpus") + ": must be <= 16777216");
-  }
-  if (const auto per_node = parsed.value("--gpus-per-node")) {
-    options.gpus_per_node = parse_int_in_range("--gpus-per-node", *per_node, 1, 1024);
-  }
-  if (const auto global = parsed.value("--global-batch")) {
-    options.global_batch = parse_positive_int("--global-batch", *global);
-    if (options.global_batch > (int64_t{1} << 40)) {
-      throw ConfigError("--global-batch " + *global + ": must be <= 2^40");
-    }
-  }
-  const size_t top =
-      static_cast<size_t>(parse_int_in_range("--top", parsed.value_or("--top", "20"), 1, 100000));
-  options.dimensions = layout_ranking_dimensions();
   std::vector<std::string> sets = parsed.values("--set");
   if (const auto profile_name = parsed.value("--profile")) {
     sets.push_back("device.profile=" + *profile_name);
   }
-  static const std::vector<FlagKey> kFlagKeys = {{"--profile", "device.profile"},
-                                                 {"--gpus", "gpus"},
-                                                 {"--global-batch", "global_batch"}};
+  const std::vector<FlagKey>& keys = layout_flag_keys();
+  const LayoutSettings settings =
+      with_typed_flags(parsed, keys, [&] { return resolve_layout(layout_request(parsed)); });
   const Config config = with_typed_flags(
-      parsed, kFlagKeys, [&] { return load_config_with_overrides(parsed.positional[0], sets); });
+      parsed, keys, [&] { return load_config_with_overrides(parsed.positional[0], sets); });
   const DeviceProfile profile =
-      with_typed_flags(parsed, kFlagKeys, [&] { return load_profile(config.device.profile); });
+      with_typed_flags(parsed, keys, [&] { return load_profile(config.device.profile); });
   const TimingModel timing(profile);
-  const InterruptScope interrupts;
+  const InterruptScope ctrl_c;  // Ctrl-C: the ranking stops at its next layout, exit 130
   const LayoutRanking ranking =
-      with_typed_flags(parsed, kFlagKeys, [&] { return rank_layouts(config, timing, options); });
+      with_typed_flags(parsed, keys, [&] { return rank_layouts(config, timing, settings.options); });
   std::string text;
   if (parsed.has("--json")) {
     text = to_json(ranking);
     text += "\n";
   } else {
-    text = "modar layout: " + parsed.positional[0] + "\n" + to_table(ranking, top);
+    text = "modar layout: " + parsed.positional[0] + "\n" + to_table(ranking, settings.top);
   }
   std::fputs(text.c_str(), stdout);
   return std::fflush(stdout) == 0 ? 0 : 1;

@@ -1,5 +1,6 @@
 // `modar optimal`: isoFLOP- / wall-clock-optimal configurations for a budget
-// (docs/planner.md).  All the work is modar::optimal(); this file parses flags.
+// (docs/planner.md).  All the work is modar::optimal(); this file turns the
+// flags the user gave into an OptimalRequest (planner_cli.hpp's pattern).
 #include <cstdio>
 
 #include "cli_util.hpp"
@@ -11,52 +12,66 @@
 namespace modar::cli {
 
 std::vector<FlagSpec> optimal_flags() {
+  // The help's defaults are the library's (the request with nothing said).
+  const OptimalSettings d = resolve_optimal(OptimalRequest{});
+  std::string default_archs;
+  for (const ArchSpec& arch : d.archs) {
+    default_archs += (default_archs.empty() ? "" : ",") + arch.name;
+  }
   std::vector<FlagSpec> flags = {
-      {"--flops", true, false, "C", "training-FLOP budget (model FLOPs, e.g. 1e20)"},
-      {"--gpu-hours", true, false, "H", "device-hour budget on --profile (step time decides)"},
-      {"--arch", true, false, "LIST", "baseline,mod,dar,mod+dar (default: all four)"},
-      {"--capacity", true, false, "C", "MoD capacity fraction (default 0.125)"},
-      {"--every", true, false, "N", "MoD: route every N-th layer (default 2)"},
-      {"--block-layers", true, false, "K", "DAR layers per block (default 2; 1 = Full DAR)"},
-      {"--streams", true, false, "N", "DAR streams (default 2)"},
-      {"--gpus-per-node", true, false, "G",
-       "cluster (--gpus > 1): GPUs per node (default: the profile's network, 8)"},
+      {"--flops", true, false, "C", "training-FLOP budget (model FLOPs), e.g. 1e20"},
+      {"--gpu-hours", true, false, "H",
+       "wall-clock budget in device-hours on --profile, all GPUs together (e.g. 2e5 or 200k); "
+       "step time decides the tokens"},
+      {"--days", true, false, "D",
+       "wall-clock budget on --gpus GPUs: days (14), weeks (2w) or hours (336h); = D x 24 x "
+       "gpus GPU-hours"},
+      {"--arch", true, false, "LIST",
+       "architectures: " + arch_list_text() + " (default " + default_archs + ")"},
+      {"--capacity", true, false, "C",
+       "MoD capacity fraction (default " + format_number(d.capacity) + ")"},
+      {"--every", true, false, "N",
+       "MoD: route every N-th layer (default " + std::to_string(d.every) + ")"},
+      {"--block-layers", true, false, "K",
+       "DAR layers per block (default " + std::to_string(d.block_layers) + "; 1 = Full DAR)"},
+      {"--streams", true, false, "N", "DAR streams (default " + std::to_string(d.streams) + ")"},
+      {"--json", false, false, "", "print JSON"},
   };
-  for (FlagSpec& flag : planner_common_flags()) {
+  for (FlagSpec& flag : planner_run_flags(d.run)) {
     flags.push_back(flag);
   }
   return flags;
 }
 
 OptimalRequest optimal_request(const ParsedArgs& parsed) {
+  if (!parsed.has("--flops") && !parsed.has("--gpu-hours") && !parsed.has("--days")) {
+    throw ConfigError("no budget: give --flops C, --gpu-hours H or --days D (with --gpus N)");
+  }
+  // Only what the user said; the library resolves and checks it.
   OptimalRequest request;
   if (const auto v = parsed.value("--flops")) {
-    request.train_flops = parse_budget("--flops", *v);
+    request.flops = parse_double("--flops", *v);
   }
   if (const auto v = parsed.value("--gpu-hours")) {
-    request.gpu_hours = parse_budget("--gpu-hours", *v);
+    request.gpu_hours = parse_gpu_hours(*v);
   }
-  if (!request.train_flops && !request.gpu_hours) {
-    throw ConfigError("no budget: give --flops C and/or --gpu-hours H");
+  if (const auto v = parsed.value("--days")) {
+    request.days = parse_days(*v);
   }
   if (const auto v = parsed.value("--arch")) {
-    request.archs = parse_list("--arch", *v);
+    request.arch = parse_list("--arch", *v);
   }
   if (const auto v = parsed.value("--capacity")) {
-    request.capacity = parse_positive_double("--capacity", *v);
+    request.capacity = parse_double("--capacity", *v);
   }
-  request.shapes = planner_shape_options(parsed);
   if (const auto v = parsed.value("--every")) {
-    request.every = parse_positive_int("--every", *v);
-    check_depth_knob("--every", request.every, request.shapes, "MoD routing every N-th layer");
+    request.every = parse_int("--every", *v);
   }
   if (const auto v = parsed.value("--block-layers")) {
-    request.dar_block_layers = parse_positive_int("--block-layers", *v);
-    check_depth_knob("--block-layers", request.dar_block_layers, request.shapes,
-                     "a DAR block of K layers");
+    request.block_layers = parse_int("--block-layers", *v);
   }
   if (const auto v = parsed.value("--streams")) {
-    request.dar_streams = parse_positive_int("--streams", *v);
+    request.streams = parse_int("--streams", *v);
   }
   parse_planner_run_flags(parsed, request);
   return request;
@@ -65,7 +80,7 @@ OptimalRequest optimal_request(const ParsedArgs& parsed) {
 int cmd_optimal(const Args& args) {
   const std::vector<FlagSpec> flags = optimal_flags();
   if (wants_help(args)) {
-    std::fputs(usage_text("optimal", "--flops C | --gpu-hours H [options]", flags,
+    std::fputs(usage_text("optimal", "--flops C | --gpu-hours H | --days D [options]", flags,
                           "For a budget, the isoFLOP-optimal configuration of each architecture "
                           "and, for those with a loss prior, the fastest-stepping configuration "
                           "whose predicted loss matches the optimal baseline.")
@@ -74,8 +89,12 @@ int cmd_optimal(const Args& args) {
     return 0;
   }
   const ParsedArgs parsed = parse_args(args, flags, "optimal", 0, 0);
-  const OptimalResult result = with_typed_flags(parsed, planner_flag_keys(),
-                                                [&] { return optimal(optimal_request(parsed)); });
+  const RunControl control = progress_on_stderr(parsed.has("--quiet"));
+  const OptimalResult result = with_typed_flags(parsed, planner_flag_keys(), [&] {
+    const OptimalRequest request = optimal_request(parsed);
+    const InterruptScope ctrl_c;  // Ctrl-C: the search stops at its next check, exit 130
+    return optimal(request, control);
+  });
   const std::string text = parsed.has("--json") ? to_json(result) + "\n" : to_table(result);
   std::fputs(text.c_str(), stdout);
   return 0;

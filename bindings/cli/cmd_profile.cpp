@@ -1,5 +1,6 @@
 // `modar profile`: time the runtime's ops on this machine and write a device
 // profile (runtime/profiler.cpp; format: profiles/README.md, docs/profiler.md).
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <memory>
@@ -44,6 +45,9 @@ const std::vector<FlagSpec> kFlags = {
     {"--kinds", true, false, "K1,K2",
      "only these op kinds of the grid (e.g. gemm,attention): a reduced grid for a fast look"},
     {"--max-dim", true, false, "N", "only grid points whose every dimension is <= N"},
+    {"--no-ceilings", false, false, "",
+     "keep placeholder ceilings instead of measuring them (about 20 s on a CPU): for a quick "
+     "look at a few --kinds; estimates then lean on the measured points only"},
     {"--rounds", true, false, "N",
      "interleaved rounds per point (default 3): each batch of points is timed N times over, "
      "the point's time the median of all its samples, the rounds' spread recorded"},
@@ -94,6 +98,18 @@ constexpr const char* kDescription =
     "rank, from the last rank's arrival to the end, as `modar validate --parallel` times a\n"
     "step's calls.\n";
 
+// The request fields behind `modar profile`'s flags (the library's errors
+// name the fields; the CLI the flags the user typed).
+const std::vector<FlagKey> kProfileFlagKeys = {
+    {"--threads", "threads"},           {"--budget", "budget_s"},
+    {"--rotate-bytes", "rotation_bytes"}, {"--gpu-l2-bytes", "device_cache_bytes"},
+    {"--gpu-memory-bytes", "device_memory_bytes"}, {"--max-point-bytes", "max_point_bytes"},
+    {"--max-dim", "max_dim"},           {"--kinds", "kinds"},
+    {"--dtype", "dtype"},               {"--clock", "clock"},
+    {"--rounds", "rounds"},             {"--drift-tolerance", "drift_tolerance"},
+    {"--max-seconds", "max_seconds"},
+};
+
 // An int flag that must fit an int (the library checks the range and names the field).
 int parse_int_flag(const ParsedArgs& parsed, const char* flag) {
   const int64_t value = parse_int(flag, *parsed.value(flag));
@@ -122,8 +138,8 @@ std::vector<std::string> split_list(const std::string& text) {
 int cmd_profile_comm(const ParsedArgs& parsed) {
   for (const char* op_only :
        {"--quick", "--resume", "--threads", "--rotate-bytes", "--gpu-l2-bytes",
-        "--gpu-memory-bytes", "--max-point-bytes", "--clock", "--kinds", "--max-dim", "--rounds",
-        "--drift-tolerance", "--max-seconds"}) {
+        "--gpu-memory-bytes", "--max-point-bytes", "--clock", "--kinds", "--max-dim",
+        "--no-ceilings", "--rounds", "--drift-tolerance", "--max-seconds"}) {
     if (parsed.has(op_only)) {
       throw ConfigError(std::string(op_only) +
                         ": not used with --comm (it sets the op profiler; see modar profile --help)");
@@ -223,6 +239,10 @@ int cmd_profile_comm(const ParsedArgs& parsed) {
   request.progress = (parsed.has("--quiet") || world->rank() != 0) ? nullptr : stderr;
   runtime::CommProfileResult result;
   try {
+    // Ctrl-C on a rank sets the flag the profile polls at every sample; the
+    // ranks agree on it there and all stop at the same sample (exit 130,
+    // nothing written).
+    const InterruptScope ctrl_c;
     result = runtime::run_comm_profile(*backend, *world, request);
   } catch (const ConfigError&) {
     throw;  // the same on every rank (checked before any communication)
@@ -320,22 +340,22 @@ int cmd_profile(const Args& args) {
         parse_choice("--dtype", *parsed.value("--dtype"), dtypes) == 0 ? DType::fp32 : DType::bf16;
   }
   if (parsed.has("--budget")) {
-    request.budget_s = parse_positive_double("--budget", *parsed.value("--budget"));
+    request.budget_s = parse_double("--budget", *parsed.value("--budget"));
   }
   if (parsed.has("--rotate-bytes")) {
-    request.rotation_bytes = parse_positive_int("--rotate-bytes", *parsed.value("--rotate-bytes"));
+    request.rotation_bytes = parse_int("--rotate-bytes", *parsed.value("--rotate-bytes"));
   }
   if (parsed.has("--gpu-l2-bytes")) {
-    request.device_cache_bytes =
-        parse_positive_int("--gpu-l2-bytes", *parsed.value("--gpu-l2-bytes"));
+    request.device_cache_bytes = parse_int("--gpu-l2-bytes", *parsed.value("--gpu-l2-bytes"));
   }
   if (parsed.has("--max-point-bytes")) {
-    request.max_point_bytes =
-        parse_positive_int("--max-point-bytes", *parsed.value("--max-point-bytes"));
+    request.max_point_bytes = parse_int("--max-point-bytes", *parsed.value("--max-point-bytes"));
   }
   if (parsed.has("--gpu-memory-bytes")) {
-    request.device_memory_bytes = static_cast<int64_t>(
-        parse_positive_double("--gpu-memory-bytes", *parsed.value("--gpu-memory-bytes")));
+    // Written as 80e9 as often as 80000000000: a number, whole bytes.
+    const double bytes = parse_double("--gpu-memory-bytes", *parsed.value("--gpu-memory-bytes"));
+    request.device_memory_bytes =
+        bytes >= 9.2e18 ? int64_t{-1} : static_cast<int64_t>(std::max(-1.0, bytes));
   }
   if (parsed.has("--clock")) {
     const std::vector<std::string> clocks = {"wall", "cpu"};
@@ -347,8 +367,9 @@ int cmd_profile(const Args& args) {
     request.kinds = split_list(*parsed.value("--kinds"));
   }
   if (parsed.has("--max-dim")) {
-    request.max_dim = parse_positive_int("--max-dim", *parsed.value("--max-dim"));
+    request.max_dim = parse_int("--max-dim", *parsed.value("--max-dim"));
   }
+  request.measure_ceilings = !parsed.has("--no-ceilings");
   if (parsed.has("--rounds")) {
     request.rounds = parse_int_flag(parsed, "--rounds");
   }
@@ -365,7 +386,9 @@ int cmd_profile(const Args& args) {
   } catch (const BackendError& e) {
     throw ConfigError(std::string("--backend ") + request.backend + ": " + e.what());
   }
-  runtime::ProfileOptions options = runtime::resolve_profile_options(request, *backend);
+  runtime::ProfileOptions options = with_typed_flags(parsed, kProfileFlagKeys, [&] {
+    return runtime::resolve_profile_options(request, *backend);
+  });
   if (parsed.has("--dry-run")) {
     const runtime::ProfileDurationEstimate estimate = runtime::estimate_profile_duration(
         *backend, options,
@@ -376,6 +399,9 @@ int cmd_profile(const Args& args) {
     return 0;
   }
   options.progress = parsed.has("--quiet") ? nullptr : stderr;
+  // Ctrl-C: the run stops between grid points (OUT.partial keeps them), exit 130.
+  const InterruptScope ctrl_c;
+  options.should_stop = [] { return interrupt_requested(); };
   const DeviceProfile profile = runtime::run_profile(*backend, options);
   const auto recorded = [&profile](const char* key, const char* otherwise) {
     const auto it = profile.provenance.find(key);

@@ -120,9 +120,14 @@ int cmd_validate_parallel(const ParsedArgs& parsed, const std::string& backend_n
   options.progress = parsed.has("--quiet") ? nullptr : stderr;
   runtime::ParallelValidationReport report;
   try {
+    // Ctrl-C on a rank sets the flag the ranks agree on after each case build
+    // and each round: all stop together (exit 130, nothing printed).
+    const InterruptScope ctrl_c;
     report = runtime::run_parallel_validation(*backend, *world, profile, options);
   } catch (const ConfigError&) {
     throw;  // the same on every rank (the cases and layouts are checked alike)
+  } catch (const Interrupted&) {
+    throw;  // every rank stops at the same point
   } catch (const std::exception& e) {
     // One rank's failure: the others would wait forever in their next
     // collective; end the whole job.
@@ -161,6 +166,11 @@ int cmd_validate(const Args& args) {
       // The same error on every rank: rank 0 alone prints it.
       if (runtime::launched_by_mpirun() && runtime::launcher_local_rank() != 0) {
         return 2;
+      }
+      throw;
+    } catch (const Interrupted&) {
+      if (runtime::launched_by_mpirun() && runtime::launcher_local_rank() != 0) {
+        return 130;
       }
       throw;
     }
@@ -211,6 +221,9 @@ int cmd_validate(const Args& args) {
   } catch (const BackendError& e) {
     throw ConfigError(std::string("--backend ") + backend_name + ": " + e.what());
   }
+  // Ctrl-C: the run stops between cases / rounds, exit 130, nothing printed.
+  const InterruptScope ctrl_c;
+  options.should_stop = [] { return interrupt_requested(); };
   runtime::ValidationReport report;
   try {
     report = runtime::run_validation(*backend, profile, options);

@@ -2,12 +2,14 @@
 // typed errors to exit codes: bad input -> 2 (one line naming the field, the
 // value and what is allowed), internal failure -> 1.  Nothing reaches the user
 // as an uncaught exception.
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <new>
 #include <string>
 #include <vector>
 
+#include "cli_util.hpp"
 #include "commands.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/base/interrupt.hpp"
@@ -16,46 +18,62 @@
 
 namespace {
 
-constexpr const char* kUsage =
-    "usage: modar <command> [options]\n"
-    "\n"
-    "commands:\n"
-    "  estimate CONFIG   FLOPs, parameters, memory and step time of one configuration\n"
-    "  layout CONFIG     every parallel layout of the model on N GPUs, ranked by step time\n"
-    "  optimal           isoFLOP- / wall-clock-optimal model and configuration for a budget\n"
-    "  sweep             every evaluated candidate as CSV or JSON lines\n"
-    "  fit RUNS.csv      fit a scaling law to your own runs\n"
-    "  calibrate RUNS.csv  fit a profile's time-model parameters to measured step times\n"
-    "  profile           time the runtime's ops on this machine, write a device profile\n"
-    "  validate          measured vs predicted step time and memory on held-out configurations\n"
-    "  export CONFIG     Megatron-LM launch arguments for a configuration's model and layout\n"
-    "\n"
-    "`modar <command> --help` describes each command.\n";
-
+// One row per command: its name, what it does (the usage line) and its
+// entry point.  A new command is one row here and its cmd_<name>.cpp.
 struct Command {
   const char* name;
+  const char* synopsis;
+  const char* summary;
   int (*run)(const modar::cli::Args&);
 };
 
 constexpr Command kCommands[] = {
-    {"estimate", modar::cli::cmd_estimate}, {"layout", modar::cli::cmd_layout},
-    {"optimal", modar::cli::cmd_optimal},
-    {"sweep", modar::cli::cmd_sweep},       {"fit", modar::cli::cmd_fit},
-    {"profile", modar::cli::cmd_profile},   {"validate", modar::cli::cmd_validate},
-    {"calibrate", modar::cli::cmd_calibrate},
-    {"export", modar::cli::cmd_export},
+    {"estimate", "CONFIG", "FLOPs, parameters, memory and step time of one configuration",
+     modar::cli::cmd_estimate},
+    {"layout", "CONFIG", "every parallel layout of the model on N GPUs, ranked by step time",
+     modar::cli::cmd_layout},
+    {"optimal", "", "isoFLOP- / wall-clock-optimal model and configuration for a budget",
+     modar::cli::cmd_optimal},
+    {"sweep", "", "the isoFLOP curves behind optimal, as CSV or JSON lines", modar::cli::cmd_sweep},
+    {"fit", "RUNS.csv", "fit a scaling law to your own runs", modar::cli::cmd_fit},
+    {"calibrate", "RUNS.csv", "fit a profile's time-model parameters to measured step times",
+     modar::cli::cmd_calibrate},
+    {"profile", "", "time the runtime's ops on this machine, write a device profile",
+     modar::cli::cmd_profile},
+    {"validate", "", "measured vs predicted step time and memory on held-out configurations",
+     modar::cli::cmd_validate},
+    {"export", "CONFIG", "Megatron-LM launch arguments for a configuration's model and layout",
+     modar::cli::cmd_export},
 };
+
+std::string usage() {
+  std::string text = "usage: modar <command> [options]\n\ncommands:\n";
+  for (const Command& command : kCommands) {
+    std::string left = std::string(command.name) + " " + command.synopsis;
+    left.resize(std::max<size_t>(left.size() + 2, 20), ' ');
+    text += "  " + left + command.summary + "\n";
+  }
+  return text + "\n`modar <command> --help` describes each command.\n";
+}
+
+std::string command_names() {
+  std::string names;
+  for (const Command& command : kCommands) {
+    names += (names.empty() ? "" : ", ") + std::string(command.name);
+  }
+  return names;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fputs(kUsage, stderr);
+    std::fputs(usage().c_str(), stderr);
     return 2;
   }
   const std::string name = argv[1];
   if (name == "--help" || name == "-h" || name == "help") {
-    std::fputs(kUsage, stdout);
+    std::fputs(usage().c_str(), stdout);
     return 0;
   }
   if (name == "--version") {
@@ -70,7 +88,10 @@ int main(int argc, char** argv) {
     // Every message is printed as ONE line: control characters escaped and
     // anything past 2000 characters cut (the library already shortens echoed
     // values; this is the net under it).
-    const auto line = [](const char* what) { return modar::shown_value(what, 2000); };
+    const auto line = [](const char* what) {
+      modar::cli::close_progress_line();
+      return modar::shown_value(what, 2000);
+    };
     try {
       return command.run(args);
     } catch (const modar::Interrupted& e) {
@@ -86,17 +107,15 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "modar %s: error: %s\n", command.name, line(e.what()).c_str());
       return 2;
     } catch (const std::bad_alloc&) {
+      modar::cli::close_progress_line();
       std::fprintf(stderr, "modar %s: error: out of memory\n", command.name);
       return 1;
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "modar %s: internal error: %s\n", command.name,
-                   line(e.what()).c_str());
+      std::fprintf(stderr, "modar %s: internal error: %s\n", command.name, line(e.what()).c_str());
       return 1;
     }
   }
-  std::fprintf(stderr,
-               "modar: error: unknown command '%s'; allowed: estimate, optimal, sweep, fit, "
-               "profile, validate, calibrate, export\n",
-               modar::shown_value(name).c_str());
+  std::fprintf(stderr, "modar: error: unknown command '%s'; allowed: %s\n",
+               modar::shown_value(name).c_str(), command_names().c_str());
   return 2;
 }

@@ -1,75 +1,168 @@
+// The flags `modar optimal` and `modar sweep` share (planner_cli.hpp).
 #include "planner_cli.hpp"
 
 #include <cmath>
 
 #include "modar/base/errors.hpp"
 #include "modar/base/text.hpp"
+#include "modar/parallel.hpp"
+#include "modar/profile.hpp"
 
 namespace modar::cli {
 
-std::vector<FlagSpec> planner_common_flags() {
+namespace {
+
+std::string joined(const std::vector<std::string>& names, const char* separator = ", ") {
+  std::string text;
+  for (const std::string& name : names) {
+    text += (text.empty() ? "" : separator) + name;
+  }
+  return text;
+}
+
+// The base-configuration flags: each sets one config key.
+struct BaseFlag {
+  const char* flag;
+  const char* key;
+};
+constexpr BaseFlag kBaseFlags[] = {
+    {"--seq-len", "model.seq_len"},         {"--micro-batch", "train.micro_batch"},
+    {"--global-batch", "train.global_batch"}, {"--recompute", "train.recompute"},
+    {"--mlp", "model.mlp"},                 {"--vocab", "model.vocab_size"},
+};
+
+}  // namespace
+
+std::string arch_list_text() {
+  return joined(arch_names());
+}
+
+std::vector<FlagSpec> planner_run_flags(const PlannerRun& d) {
+  const Config& base = d.base;
+  const std::string per_node = std::to_string(network_or_default(d.profile).gpus_per_node);
   return {
       {"--fit", true, false, "NAME|PATH",
-       "scaling-law fit: epoch (default), hoffmann, or a TOML from `modar fit`"},
-      {"--eps", true, false, "ARCH=V,...", "override efficiency priors, e.g. mod=0.94,dar=0.97"},
-      {"--profile", true, false, "NAME|PATH", "device profile (default h200)"},
-      {"--gpus", true, false, "N", "devices (data parallel; default 1)"},
-      {"--config", true, false, "PATH", "base configuration TOML (vocab, MLP, dtype, batch, ...)"},
+       "scaling-law fit: " + joined(builtin_fit_names()) + " or a fit TOML from `modar fit` "
+       "(default " + d.fit.name + ")"},
+      {"--eps", true, false, "ARCH=V,...",
+       "override efficiency priors, e.g. mod=0.94,dar=0.97; each V in [" +
+           format_number(kEpsMin) + ", " + format_number(kEpsMax) + "]"},
+      {"--profile", true, false, "NAME|PATH",
+       "device profile: " + joined(embedded_profile_names()) + " or a profile TOML (default " +
+           d.profile_ref + ")"},
+      {"--gpus", true, false, "N",
+       "GPUs (default " + std::to_string(d.gpus) +
+           "); more than one searches each shape's parallel layout: tensor (with sequence "
+           "parallelism), pipeline (with interleaving), data parallel with ZeRO 0-3, "
+           "micro-batch and recompute"},
+      {"--gpus-per-node", true, false, "G",
+       "cluster (--gpus > 1): GPUs per node (default: the profile's network, " + per_node + ")"},
+      {"--config", true, false, "PATH",
+       "base configuration TOML (vocab, MLP, dtype, batch, ...; no [mod], [dar], [moe]: the "
+       "architecture flags set those)"},
       {"--set", true, true, "KEY=VALUE", "override a base-config key (repeatable)"},
-      {"--seq-len", true, false, "S", "sequence length (default 2048)"},
-      {"--micro-batch", true, false, "B", "sequences per device per micro-step (default 8)"},
+      {"--seq-len", true, false, "S",
+       "sequence length (default " + std::to_string(base.model.seq_len) + ")"},
+      {"--micro-batch", true, false, "B",
+       "sequences per device per micro-step (default " + std::to_string(base.train.micro_batch) +
+           " on one GPU; on a cluster searched among 1, 2, 4 unless given)"},
       {"--global-batch", true, false, "B",
-       "sequences per optimizer step (default micro-batch x gpus)"},
-      {"--recompute", true, false, "MODE", "activation recomputation: none | selective | full"},
-      {"--mlp", true, false, "KIND", "gelu | swiglu"},
-      {"--vocab", true, false, "V", "vocabulary size (default 50304)"},
-      {"--gqa", true, false, "G", "query heads per KV head (default 1 = MHA)"},
-      {"--aspect-min", true, false, "R", "smallest d_model / n_layers (default 32)"},
-      {"--aspect-max", true, false, "R", "largest d_model / n_layers (default 128)"},
-      {"--json", false, false, "", "print JSON"},
+       "sequences per optimizer step (default " + global_batch_default_text(base) + ")"},
+      {"--recompute", true, false, "MODE",
+       "activation recomputation: none | selective | full (default " +
+           std::string(to_string(base.train.recompute)) +
+           " on one GPU; on a cluster the least that fits unless given)"},
+      {"--mlp", true, false, "KIND",
+       "gelu | swiglu (default " + std::string(to_string(base.model.mlp)) + ")"},
+      {"--vocab", true, false, "V",
+       "vocabulary size (default " + std::to_string(base.model.vocab_size) + ")"},
+      {"--gqa", true, false, "G",
+       "query heads per KV head (default " + std::to_string(d.shapes.gqa_group) + " = MHA)"},
+      {"--aspect-min", true, false, "R",
+       "smallest d_model / n_layers (default " + format_number(d.shapes.aspect_min) + ")"},
+      {"--aspect-max", true, false, "R",
+       "largest d_model / n_layers (default " + format_number(d.shapes.aspect_max) + ")"},
+      {"--quiet", false, false, "", "no progress lines on stderr"},
   };
 }
 
-Config planner_base_config(const ParsedArgs& parsed) {
-  std::vector<std::string> sets = parsed.values("--set");
-  const auto add = [&](const char* flag, const char* key) {
-    if (const auto value = parsed.value(flag)) {
-      sets.push_back(std::string(key) + "=" + *value);
-    }
-  };
-  add("--seq-len", "model.seq_len");
-  add("--micro-batch", "train.micro_batch");
-  add("--global-batch", "train.global_batch");
-  add("--recompute", "train.recompute");
-  add("--mlp", "model.mlp");
-  add("--vocab", "model.vocab_size");
-  if (const auto path = parsed.value("--config")) {
-    return load_config_with_overrides(*path, sets);
+void parse_planner_run_flags(const ParsedArgs& parsed, PlannerRunRequest& request) {
+  if (const auto v = parsed.value("--fit")) {
+    request.fit = *v;
   }
-  Config config;
-  for (const std::string& assignment : sets) {
-    apply_override(config, assignment);
+  if (const auto v = parsed.value("--eps")) {
+    request.eps = parse_eps_overrides(*v);
   }
-  validate(config);
-  return config;
-}
-
-ShapeSearchOptions planner_shape_options(const ParsedArgs& parsed) {
-  ShapeSearchOptions options;
+  if (const auto v = parsed.value("--profile")) {
+    request.profile = *v;
+  }
+  if (const auto v = parsed.value("--gpus")) {
+    request.gpus = parse_int("--gpus", *v);
+  }
+  if (const auto v = parsed.value("--gpus-per-node")) {
+    request.gpus_per_node = parse_int("--gpus-per-node", *v);
+  }
   if (const auto v = parsed.value("--gqa")) {
-    options.gqa_group = parse_positive_int("--gqa", *v);
+    request.shapes.gqa_group = parse_int("--gqa", *v);
   }
   if (const auto v = parsed.value("--aspect-min")) {
-    options.aspect_min = parse_positive_double("--aspect-min", *v);
+    request.shapes.aspect_min = parse_number("--aspect-min", *v);
   }
   if (const auto v = parsed.value("--aspect-max")) {
-    options.aspect_max = parse_positive_double("--aspect-max", *v);
+    request.shapes.aspect_max = parse_number("--aspect-max", *v);
   }
-  if (options.aspect_max < options.aspect_min) {
-    throw ConfigError("--aspect-max " + format_number(options.aspect_max) +
-                      ": must be >= --aspect-min " + format_number(options.aspect_min));
+  // The base configuration: a file and / or key=value assignments, set
+  // through the config library (its own types and rules).
+  std::vector<std::string> sets = parsed.values("--set");
+  for (const BaseFlag& base_flag : kBaseFlags) {
+    if (const auto value = parsed.value(base_flag.flag)) {
+      sets.push_back(std::string(base_flag.key) + "=" + *value);
+    }
   }
-  return options;
+  for (const std::string& assignment : sets) {
+    request.base_keys.push_back(assignment.substr(0, assignment.find('=')));
+  }
+  if (const auto path = parsed.value("--config")) {
+    request.base = load_config_with_overrides(*path, sets);
+  } else {
+    for (const std::string& assignment : sets) {
+      apply_override(request.base, assignment);
+    }
+    validate(request.base);
+  }
+}
+
+const std::vector<FlagKey>& planner_flag_keys() {
+  static const std::vector<FlagKey> keys = [] {
+    std::vector<FlagKey> list = {
+        // Request fields (optimal, sweep and the shared run).
+        {"--flops", "flops"},
+        {"--gpu-hours", "gpu_hours"},
+        {"--days", "days"},
+        {"--arch", "arch"},
+        {"--capacity", "capacity"},
+        {"--every", "every"},
+        {"--block-layers", "block_layers"},
+        {"--streams", "streams"},
+        {"--fit", "fit"},
+        {"--eps", "eps"},
+        {"--profile", "profile"},
+        {"--gpus", "gpus"},
+        {"--gpus-per-node", "gpus_per_node"},
+        {"--gqa", "gqa_group"},
+        {"--aspect-min", "aspect_min"},
+        {"--aspect-max", "aspect_max"},
+        // Config keys.
+        {"--gpus", "device.count"},
+        {"--profile", "device.profile"},
+        {"--gpus-per-node", "cluster.gpus_per_node"},
+    };
+    for (const BaseFlag& base_flag : kBaseFlags) {
+      list.push_back({base_flag.flag, base_flag.key});
+    }
+    return list;
+  }();
+  return keys;
 }
 
 std::vector<std::string> parse_list(const std::string& flag, const std::string& text) {
@@ -92,61 +185,24 @@ std::vector<std::string> parse_list(const std::string& flag, const std::string& 
   return pieces;
 }
 
-std::vector<double> parse_positive_double_list(const std::string& flag, const std::string& text) {
+double parse_number(const std::string& flag, const std::string& text) {
+  return parse_double(flag, text);
+}
+
+std::vector<double> parse_double_list(const std::string& flag, const std::string& text) {
   std::vector<double> values;
   for (const std::string& piece : parse_list(flag, text)) {
-    values.push_back(parse_budget(flag, piece));
+    values.push_back(parse_double(flag, piece));
   }
   return values;
 }
 
-std::vector<int64_t> parse_positive_int_list(const std::string& flag, const std::string& text) {
+std::vector<int64_t> parse_int_list(const std::string& flag, const std::string& text) {
   std::vector<int64_t> values;
   for (const std::string& piece : parse_list(flag, text)) {
-    values.push_back(parse_positive_int(flag, piece));
+    values.push_back(parse_int(flag, piece));
   }
   return values;
-}
-
-const std::vector<FlagKey>& planner_flag_keys() {
-  static const std::vector<FlagKey> keys = {
-      {"--seq-len", "model.seq_len"},       {"--micro-batch", "train.micro_batch"},
-      {"--global-batch", "train.global_batch"}, {"--recompute", "train.recompute"},
-      {"--mlp", "model.mlp"},               {"--vocab", "model.vocab_size"},
-      {"--gpus", "device.count"},           {"--profile", "device.profile"},
-      {"--capacity", "mod.capacity"},       {"--every", "mod.every"},
-      {"--block-layers", "dar.block_layers"}, {"--streams", "dar.streams"},
-      {"--gpus-per-node", "cluster.gpus_per_node"},
-  };
-  return keys;
-}
-
-void check_depth_knob(const std::string& flag, int64_t value, const ShapeSearchOptions& options,
-                      const char* what) {
-  if (value > options.max_layers) {
-    throw ConfigError(flag + " = " + std::to_string(value) + ": " + what + " needs at least " +
-                      std::to_string(value) + " layers, but the shape search stops at n_layers = " +
-                      std::to_string(options.max_layers) + "; allowed: " + flag + " in [1, " +
-                      std::to_string(options.max_layers) + "]");
-  }
-}
-
-double parse_budget(const std::string& flag, const std::string& text) {
-  const std::string lowered = [&] {
-    std::string s = text;
-    for (char& c : s) {
-      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    }
-    return s;
-  }();
-  if (lowered.find("nan") != std::string::npos || lowered.find("inf") != std::string::npos) {
-    throw ConfigError(flag + " " + shown_value(text) + ": must be a positive finite number");
-  }
-  const double value = parse_double(flag, text);
-  if (!std::isfinite(value) || value <= 0) {
-    throw ConfigError(flag + " " + text + ": must be a positive finite number");
-  }
-  return value;
 }
 
 }  // namespace modar::cli

@@ -1,5 +1,13 @@
-// Flags shared by `modar optimal` and `modar sweep` (the base configuration,
-// the shape search, the architecture knobs, the fit and the eps overrides).
+// The flags `modar optimal` and `modar sweep` share (PlannerRunRequest: the
+// fit, the eps overrides, the hardware, the base configuration, the shape
+// search) and how they fill a request.
+//
+// The pattern every command follows: parse each flag the user gave into its
+// request field (types only, nothing else); leave the others unset; let the
+// library resolve and check (resolve_optimal, resolve_sweep, ...), whose
+// errors name request fields that with_typed_flags() renames to the flags.
+// Help texts show the defaults of the resolved empty request, so --help
+// cannot disagree with what runs.
 #pragma once
 
 #include <string>
@@ -10,43 +18,30 @@
 
 namespace modar::cli {
 
-std::vector<FlagSpec> planner_common_flags();
-// --config / --set / --seq-len / --micro-batch / --global-batch / --recompute /
-// --mlp / --vocab into a validated base Config.
-Config planner_base_config(const ParsedArgs& parsed);
-ShapeSearchOptions planner_shape_options(const ParsedArgs& parsed);
+// The shared flags, their help showing the defaults of `defaults` (the
+// resolved empty request).
+std::vector<FlagSpec> planner_run_flags(const PlannerRun& defaults);
+// Fill `request` (a PlannerRunRequest: OptimalRequest or SweepRequest) with
+// the shared flags the user gave.
+void parse_planner_run_flags(const ParsedArgs& parsed, PlannerRunRequest& request);
+// The request fields and config keys behind the planner's flags (for
+// with_typed_flags / name_typed_flags).
+const std::vector<FlagKey>& planner_flag_keys();
+
 // "a,b,c" -> pieces (empty pieces are an error naming the flag).
 std::vector<std::string> parse_list(const std::string& flag, const std::string& text);
-std::vector<double> parse_positive_double_list(const std::string& flag, const std::string& text);
-std::vector<int64_t> parse_positive_int_list(const std::string& flag, const std::string& text);
-// --flops budget: a finite positive number ("0", "-1", "nan", "inf" rejected).
-double parse_budget(const std::string& flag, const std::string& text);
-// The config keys behind the planner flags (for name_typed_flags).
-const std::vector<FlagKey>& planner_flag_keys();
-// --every / --block-layers need that many layers: refuse values the shape
-// search's depth range can never hold (instead of an empty answer).
-void check_depth_knob(const std::string& flag, int64_t value, const ShapeSearchOptions& options,
-                      const char* what);
+std::vector<double> parse_double_list(const std::string& flag, const std::string& text);
+std::vector<int64_t> parse_int_list(const std::string& flag, const std::string& text);
+// A flag's number ("nan", "inf" and trailing garbage refused); its range is
+// the library's.
+double parse_number(const std::string& flag, const std::string& text);
+
+// "baseline, mod, dar, mod+dar, moe, moe+dar, ...": every architecture name.
+std::string arch_list_text();
 
 // `modar optimal`'s flags and its request from them (cmd_optimal.cpp; also
 // `modar export --from-optimal`).
 std::vector<FlagSpec> optimal_flags();
 OptimalRequest optimal_request(const ParsedArgs& parsed);
-
-// --fit / --eps / --profile / --gpus / --gpus-per-node and, last, the base
-// configuration: the fields OptimalRequest and SweepRequest share.
-template <class Request>
-void parse_planner_run_flags(const ParsedArgs& parsed, Request& request) {
-  request.fit = parsed.value_or("--fit", "epoch");
-  request.eps_overrides = parse_eps_overrides(parsed.value_or("--eps", ""));
-  request.profile = parsed.value_or("--profile", default_profile_name());
-  if (const auto v = parsed.value("--gpus")) {
-    request.gpus = parse_positive_int("--gpus", *v);
-  }
-  if (const auto v = parsed.value("--gpus-per-node")) {
-    request.gpus_per_node = parse_positive_int("--gpus-per-node", *v);
-  }
-  request.base = planner_base_config(parsed);
-}
 
 }  // namespace modar::cli

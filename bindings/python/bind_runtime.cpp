@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -156,6 +157,25 @@ py::object said_value(const py::dict& said, const char* key) {
   return said.contains(key) ? py::object(said[key]) : py::object(py::none());
 }
 
+// An integer argument converted to the field's C++ type (its range is the
+// library's check; a Python int the type cannot hold names the field).
+template <typename Int>
+std::optional<Int> said_integer(const py::dict& said, const char* key) {
+  const py::object value = said_value(said, key);
+  if (value.is_none()) {
+    return std::nullopt;
+  }
+  const py::int_ number(value);
+  const long long wide = PyLong_AsLongLong(number.ptr());
+  if (PyErr_Occurred() != nullptr || wide < std::numeric_limits<Int>::min() ||
+      wide > std::numeric_limits<Int>::max()) {
+    PyErr_Clear();
+    throw ConfigError(std::string(key) + " = " + py::str(value).cast<std::string>() +
+                      ": does not fit a " + std::to_string(sizeof(Int) * 8) + "-bit integer");
+  }
+  return static_cast<Int>(wide);
+}
+
 runtime::ProfileRequest profile_request(const py::dict& said) {
   // Only what the user said (None = the library's default).
   runtime::ProfileRequest r;
@@ -165,15 +185,15 @@ runtime::ProfileRequest profile_request(const py::dict& said) {
   r.quick = !get("quick").is_none() && get("quick").cast<bool>();
   r.resume = !get("resume").is_none() && get("resume").cast<bool>();
   r.dtype = dtype_of(get("dtype").cast<std::optional<std::string>>());
-  r.threads = get("threads").cast<std::optional<int>>();
+  r.threads = said_integer<int>(said, "threads");
   r.clock = clock_of(get("clock").cast<std::optional<std::string>>());
   r.budget_s = get("budget_s").cast<std::optional<double>>();
-  r.rotation_bytes = get("rotate_bytes").cast<std::optional<int64_t>>();
+  r.rotation_bytes = said_integer<int64_t>(said, "rotate_bytes");
   if (!get("kinds").is_none())
     r.kinds = get("kinds").cast<std::vector<std::string>>();
-  r.max_dim = get("max_dim").is_none() ? 0 : get("max_dim").cast<int64_t>();
+  r.max_dim = said_integer<int64_t>(said, "max_dim");
   r.measure_ceilings = get("measure_ceilings").is_none() || get("measure_ceilings").cast<bool>();
-  r.rounds = get("rounds").cast<std::optional<int>>();
+  r.rounds = said_integer<int>(said, "rounds");
   r.drift_tolerance = get("drift_tolerance").cast<std::optional<double>>();
   r.max_seconds = get("max_seconds").cast<std::optional<double>>();
   return r;
@@ -184,12 +204,12 @@ runtime::ValidationRequest validation_request(const py::dict& said) {
   const auto get = [&said](const char* key) { return said_value(said, key); };
   r.backend = get("backend").is_none() ? "cpu" : get("backend").cast<std::string>();
   r.quick = !get("quick").is_none() && get("quick").cast<bool>();
-  r.rounds = get("rounds").cast<std::optional<int>>();
-  r.repeats = get("repeats").cast<std::optional<int>>();
+  r.rounds = said_integer<int>(said, "rounds");
+  r.repeats = said_integer<int>(said, "repeats");
   r.refuse_under_load =
       !get("refuse_under_load").is_none() && get("refuse_under_load").cast<bool>();
-  r.warmup_steps = get("warmup_steps").cast<std::optional<int>>();
-  r.threads = get("threads").cast<std::optional<int>>();
+  r.warmup_steps = said_integer<int>(said, "warmup_steps");
+  r.threads = said_integer<int>(said, "threads");
   r.clock = clock_of(get("clock").cast<std::optional<std::string>>());
   return r;
 }
@@ -271,7 +291,7 @@ void bind_runtime(py::module_& m) {
           options.progress = stream.file();
           options.should_stop = signals.hook();
           profile = runtime::run_profile(*backend, options);
-        } catch (const runtime::Interrupted&) {
+        } catch (const Interrupted&) {
           signals.rethrow();
           throw;
         }
@@ -316,7 +336,7 @@ void bind_runtime(py::module_& m) {
           const runtime::ValidationReport report =
               runtime::run_validation(*backend, profile, options);
           documents = {runtime::validation_json(report), runtime::validation_text(report)};
-        } catch (const runtime::Interrupted&) {
+        } catch (const Interrupted&) {
           signals.rethrow();
           throw;
         }

@@ -1,46 +1,128 @@
-// bindings/python/progress.hpp -- reporting progress from a long C++ call
-// that runs with the GIL released.
+// bindings/python/progress.hpp -- a RunControl for a long C++ call that runs
+// with the GIL released (optimal, sweep, fit, estimate_batch, ...).
 //
-// The C++ loop calls tick(done, total) as often as it likes; at most every
-// `interval_s` it takes the GIL, checks for Ctrl-C (KeyboardInterrupt
-// propagates as py::error_already_set and unwinds the C++ call) and calls the
-// Python callback, if any.  total < 0 means "unknown".
+// The library reports through the RunControl (rate-limited, with an ETA); the
+// hooks take the GIL, so that:
+//  * progress: a Python callable gets (done, total) (total -1: unknown); with
+//    print_line, one updating line "modar.sweep: ..., ETA 12 s" goes to
+//    stderr once the call has run for about a second;
+//  * should_stop: Python's signal handlers run (Ctrl-C): a pending
+//    KeyboardInterrupt, or an exception the callable raised, stops the call;
+//    the library throws modar::Interrupted and rethrow_pending() raises the
+//    Python exception in its place when the call returns.
+// No Python exception ever unwinds through the C++ call.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
 
 #include "bindings.hpp"
+#include "modar/base/run_control.hpp"
 
 namespace modar::python {
 
-class ProgressTicker {
+class PythonRunControl {
  public:
-  ProgressTicker(py::object callback, double interval_s = 0.25)
-      : callback_(std::move(callback)),
-        interval_s_(interval_s),
-        last_(std::chrono::steady_clock::now()) {}
+  // progress: None / False (quiet), True (a line on stderr) or a callable
+  // taking (done, total).
+  explicit PythonRunControl(py::object progress) : callback_(std::move(progress)) {
+    const bool print_line = callback_.is(py::bool_(true));
+    if (callback_.is_none() || callback_.is(py::bool_(false)) || print_line) {
+      callback_ = py::none();
+    }
+    control_.progress_interval_s = 0.25;
+    if (print_line || !callback_.is_none()) {
+      control_.progress = [this, print_line](const RunProgress& p) {
+        py::gil_scoped_acquire acquire;
+        if (pending_) {
+          return;
+        }
+        if (print_line) {
+          show_line(p);
+          return;
+        }
+        try {
+          callback_(p.done, p.total);
+        } catch (py::error_already_set& e) {
+          pending_ = std::make_unique<py::error_already_set>(std::move(e));
+        }
+      };
+    }
+    control_.should_stop = [this] {
+      py::gil_scoped_acquire acquire;
+      if (pending_) {
+        return true;
+      }
+      if (PyErr_CheckSignals() != 0) {
+        pending_ = std::make_unique<py::error_already_set>();
+        return true;
+      }
+      return false;
+    };
+  }
+  PythonRunControl(const PythonRunControl&) = delete;
+  PythonRunControl& operator=(const PythonRunControl&) = delete;
 
-  // Called with the GIL released.
-  void tick(int64_t done, int64_t total, bool force = false) {
-    const auto now = std::chrono::steady_clock::now();
-    if (!force && std::chrono::duration<double>(now - last_).count() < interval_s_) {
-      return;
-    }
-    last_ = now;
-    py::gil_scoped_acquire acquire;
-    if (PyErr_CheckSignals() != 0) {
+  const RunControl& control() const { return control_; }
+
+  // With the GIL held, after the call: raise what stopped it (KeyboardInterrupt
+  // or the callback's exception), and end the stderr line.
+  void rethrow_pending() {
+    close_line();
+    if (pending_) {
+      pending_->restore();
+      pending_.reset();
       throw py::error_already_set();
-    }
-    if (!callback_.is_none()) {
-      callback_(done, total);
     }
   }
 
+  // Run `body` with the GIL released; an Interrupted it throws because
+  // Python asked to stop becomes that Python exception.
+  template <typename Body>
+  auto run(Body body) -> decltype(body()) {
+    std::optional<decltype(body())> result;
+    try {
+      py::gil_scoped_release release;
+      result.emplace(body());
+    } catch (const Interrupted&) {
+      rethrow_pending();
+      throw;
+    } catch (...) {
+      close_line();
+      pending_.reset();
+      throw;
+    }
+    rethrow_pending();
+    return std::move(*result);
+  }
+
  private:
+  void show_line(const RunProgress& p) {
+    if (!line_open_ && (p.final || p.elapsed_s < 1.0)) {
+      return;  // quick calls stay quiet
+    }
+    const std::string line = "modar." + progress_line(p);
+    std::fprintf(stderr, "\r%s\033[K%s", line.c_str(), p.final ? "\n" : "");
+    std::fflush(stderr);
+    line_open_ = !p.final;
+  }
+
+  void close_line() {
+    if (line_open_) {
+      std::fputc('\n', stderr);
+      std::fflush(stderr);
+      line_open_ = false;
+    }
+  }
+
   py::object callback_;
-  double interval_s_;
-  std::chrono::steady_clock::time_point last_;
+  RunControl control_;
+  std::unique_ptr<py::error_already_set> pending_;
+  bool line_open_ = false;
 };
 
 }  // namespace modar::python

@@ -290,6 +290,10 @@ void estimate_into(const Config& config, const TimingModel& timing, StepKind ste
 // A no-op otherwise.  estimate() = validate + estimate_into + this.
 void apply_parallel_model(const Config& config, const TimingModel& timing, StepKind step,
                           Estimate& out);
+// The conventions text of a single-device estimate rewritten for its cluster
+// estimate (communication is modelled there: "one stream, no communication"
+// goes, the layout and the step's parts come).
+std::string cluster_conventions(const std::string& single_device, const ClusterEstimate& cluster);
 
 // The --json document of `modar estimate` (also what the Python bindings'
 // Estimate.to_dict() returns): keys documented in docs/cost_model.md.

@@ -3,7 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "modar/config.hpp"
 #include "modar/cost_model.hpp"
@@ -20,6 +23,10 @@ struct LayoutDimensions {
   bool zero_zero_with_data = false;      // ZeRO 0 also with data parallelism
   std::vector<int64_t> micro_batches = {1, 2, 4};
   std::vector<int64_t> virtual_stages = {1, 2};
+  // Tried per layout in this order; the search keeps the first that fits.
+  // One entry when the user fixed train.recompute (the planner's
+  // --recompute) or train.micro_batch (micro_batches = {it}).
+  std::vector<Recompute> recomputes = {Recompute::none, Recompute::selective, Recompute::full};
 };
 
 struct LayoutSearchOptions {
@@ -126,6 +133,30 @@ struct LayoutRanking {
 // ("gpus", "global_batch").
 LayoutRanking rank_layouts(const Config& config, const TimingModel& timing,
                            const LayoutSearchOptions& options);
+// ---- the request of `modar layout` / modar.layout (planner/layout_request.cpp) --
+
+constexpr int64_t kMaxLayoutGpus = int64_t{1} << 24;   // device.count's bound
+constexpr int64_t kMaxGpusPerNode = 1024;
+constexpr int64_t kMaxGlobalBatch = int64_t{1} << 40;  // sequences per step
+constexpr int64_t kDefaultLayoutTop = 20;
+constexpr int64_t kMaxLayoutTop = 100000;
+
+// What the user asked (the CLI's flags, Python's arguments), nothing filled
+// in; resolve_layout() applies the defaults and checks every field, its
+// errors naming these fields ("gpus = 0: must be in [1, 16777216]").
+struct LayoutRequest {
+  std::optional<int64_t> gpus;           // required; [1, 2^24]
+  std::optional<int64_t> gpus_per_node;  // [1, 1024]; default the profile's network (8 without)
+  std::optional<int64_t> global_batch;   // sequences per step, [1, 2^40]; default
+                                         // train.global_batch, else ~4M tokens
+  std::optional<int64_t> top;            // rows of each table, [1, 100000]; default 20
+};
+struct LayoutSettings {
+  LayoutSearchOptions options;  // the request's sizes; layout_ranking_dimensions()
+  size_t top = 20;
+};
+LayoutSettings resolve_layout(const LayoutRequest& request);
+
 // The JSON document `modar layout --json` prints (every layout).
 std::string to_json(const LayoutRanking& ranking);
 // The text table: the `top` fastest layouts that fit, then up to `top` that

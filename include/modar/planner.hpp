@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "modar/base/run_control.hpp"
 #include "modar/config.hpp"
 #include "modar/cost_model.hpp"
 
@@ -53,6 +54,25 @@ LossFit parse_fit_toml(const std::string& toml_text, const std::string& source_n
 std::string to_toml(const LossFit& fit);
 void save_fit_atomically(const LossFit& fit, const std::string& path);
 
+// An efficiency prior outside [kEpsMin, kEpsMax] is refused (docs/planner.md
+// "Architecture priors"): eps scales the parameter term A / N_f^alpha (MoD's
+// the whole reducible loss).  Under the built-in fits a parameter-term eps
+// below 0.25 moves the compute-optimal model to 50x or more the dense
+// optimum's tokens per parameter (about 1000 at 1e20 FLOPs, twice the band
+// the fits were made on), and a reducible-loss eps below 0.25 claims a
+// quarter of the dense model's reducible loss at equal compute; above 1.5 an
+// architecture would need 3x the dense model's parameters for its loss.  The
+// published priors and their ranges lie in 0.68 .. 0.98.
+constexpr double kEpsMin = 0.25;
+constexpr double kEpsMax = 1.5;
+// Budgets: finite and within these (beyond them no shape exists and
+// products such as hours x FLOP/s would overflow; below one FLOP the closed
+// form divides by zero).
+constexpr double kMinTrainFlops = 1.0;
+constexpr double kMaxTrainFlops = 1e35;
+constexpr double kMaxGpuHours = 1e15;
+constexpr double kMaxDays = 36525.0;  // a century of wall-clock
+
 // E + eps * A / N_f^alpha + B / D^beta.
 double predicted_loss(const LossFitParams& fit, double eps, double n_flop_active, double tokens);
 
@@ -84,6 +104,16 @@ ClosedFormOptimum closed_form_optimum(const LossFitParams& fit, double train_flo
 // The same with both terms scaled: G = (alpha s_p A / (beta s_d B))^(1/(alpha+beta)).
 ClosedFormOptimum closed_form_optimum(const LossFitParams& fit, double train_flops,
                                       LossScale scale);
+// The same for what a user asked (Python's modar.closed_form_optimum): flops
+// required, fit default "epoch", eps default 1 on the parameter term; flops
+// and eps checked as the planner's requests check them (kMaxTrainFlops,
+// [kEpsMin, kEpsMax]).
+struct ClosedFormRequest {
+  std::optional<double> flops;
+  std::optional<std::string> fit;
+  std::optional<double> eps;
+};
+ClosedFormOptimum closed_form_optimum(const ClosedFormRequest& request);
 
 // ---- architecture efficiency priors (planner/priors.cpp) --------------------
 
@@ -134,10 +164,16 @@ struct EfficiencyPrior {
 // `eps` placed where `prior` acts (its eps, eps_low or eps_high).
 LossScale loss_scale(const EfficiencyPrior& prior, double eps);
 
-// --eps overrides: "mod=0.94,dar=0.97" -> {"mod": 0.94, "dar": 0.97}.  Keys are
-// architecture names (baseline, mod, dar, mod+dar); values in (0, 2].
+// eps overrides: "mod=0.94,dar=0.97" -> {"mod": 0.94, "dar": 0.97}.  Keys are
+// architecture names (baseline, mod, dar, mod+dar, attnres, moe, mode-staged,
+// mode-integrated, each also +dar); values in [kEpsMin, kEpsMax] (below).
+// Errors name the field `eps`.
 using EpsOverrides = std::map<std::string, double>;
 EpsOverrides parse_eps_overrides(const std::string& text);
+// One override checked: a known key (check_eps_key) and a value inside the
+// meaningful range; throws ConfigError "eps[mod] = 1e-300: ...".
+void check_eps_key(const std::string& arch);
+void check_eps_override(const std::string& arch, double eps);
 
 // Prior for a concrete configuration: which architecture it is follows from
 // config.mod / config.dar.  Published priors: MoD capacity 0.125 every 2 (MoD
@@ -165,8 +201,16 @@ bool arch_has_dar(const std::string& name);
 std::vector<std::string> arch_names();
 // Apply the MoD / DAR knobs to the architecture name; throws ConfigError on an
 // unknown name (listing the allowed ones).
-ArchSpec make_arch(const std::string& name, double capacity = 0.125, int64_t every = 2,
-                   int64_t dar_block_layers = 2, int64_t dar_streams = 2);
+// The knobs' defaults: the MoD paper's best variant (12.5 %, every other
+// layer) and the DAR paper's setting (blocks of 2 layers, 2 streams).
+constexpr double kDefaultModCapacity = 0.125;
+constexpr int64_t kDefaultModEvery = 2;
+constexpr int64_t kDefaultDarBlockLayers = 2;
+constexpr int64_t kDefaultDarStreams = 2;
+ArchSpec make_arch(const std::string& name, double capacity = kDefaultModCapacity,
+                   int64_t every = kDefaultModEvery,
+                   int64_t dar_block_layers = kDefaultDarBlockLayers,
+                   int64_t dar_streams = kDefaultDarStreams);
 
 // The experts an architecture with experts is planned with.  Without moe.*
 // settings (user.experts == 0): the architecture's (make_arch: 8 experts of
@@ -231,32 +275,113 @@ std::vector<ShapeCandidate> enumerate_shapes(const Config& base, double n_f_min,
 // depth among near-ties.  Throws ConfigError if no shape exists in the band.
 ShapeCandidate closest_shape(const Config& base, double target_n_f,
                              const ShapeSearchOptions& options);
+// The search space's own rules (0 < aspect_min <= aspect_max, d_model
+// multiple of 64, 1 <= min_layers <= max_layers, gqa_group >= 1, ...);
+// throws ConfigError naming the field.
+void check_shape_search_options(const ShapeSearchOptions& options);
 // Same, over an already enumerated (N_f-sorted) table.
 const ShapeCandidate* closest_in_table(const std::vector<ShapeCandidate>& table, double target_n_f,
                                        double depth_tolerance);
 
+// ---- requests: what the user said (planner/request.cpp) ----------------------
+//
+// The CLI and Python fill a request with exactly what the user gave (unset
+// fields stay empty) and the library resolves it: resolve_planner_run(),
+// resolve_optimal() and resolve_sweep() are the one place the planner's
+// defaults are written and every value is checked.  Errors name the request's
+// fields as `field = value: what is allowed` ("gpus = 0: must be >= 1"), the
+// names Python's arguments carry too; the CLI renames those the user typed to
+// their flags.
+
+// What optimal and sweep share: the loss law, the hardware, the base
+// configuration and the shape search.
+struct PlannerRunRequest {
+  std::optional<std::string> fit;        // built-in name or fit TOML path; default "epoch"
+  EpsOverrides eps;                      // arch -> eps override, each in [kEpsMin, kEpsMax]
+  std::optional<std::string> profile;    // name or TOML path; default default_profile_name()
+  std::optional<int64_t> gpus;           // default 1; > 1: a layout search per shape
+  std::optional<int64_t> gpus_per_node;  // cluster; default the profile's network (docs/cluster.md)
+  // The base configuration (seq_len, vocab, MLP kind, micro-batch, global
+  // batch, recompute, dtype, ...): the config library's defaults unless set.
+  // Its [mod], [dar] and [moe] must stay off: the architecture knobs below
+  // set them per architecture.
+  Config base;
+  // Dotted keys of `base` the user set (flags, --set, keyword arguments); a
+  // key whose value differs from the default counts as set too.  On a
+  // cluster a set train.micro_batch / train.recompute is kept fixed by the
+  // layout search instead of searched.
+  std::vector<std::string> base_keys;
+  ShapeSearchOptions shapes;  // the shape search space (its defaults are the library's)
+};
+
+// The resolved PlannerRunRequest: the one planner-run struct optimal and
+// sweep search with.
+struct PlannerRun {
+  LossFit fit;
+  EpsOverrides eps;
+  std::string profile_ref;  // as given (a name or a path), for configs
+  DeviceProfile profile;
+  int64_t gpus = 1;
+  int64_t gpus_per_node = 0;  // 0: the profile's network
+  // Validated; device.count = gpus, device.profile = profile_ref, [mod],
+  // [dar], [moe] off; global_batch resolved (below).
+  Config base;
+  // The base's moe.* settings: the experts the architectures with experts
+  // are planned with (planned_experts; off: the architectures' own).
+  MoeConfig experts;
+  ShapeSearchOptions shapes;
+  // On a cluster: the layout search keeps these as the user set them.
+  bool micro_batch_fixed = false;
+  bool recompute_fixed = false;
+  // Sequences per optimizer step: the user's train.global_batch; else
+  // micro_batch x gpus on one device, the sequences of ~4M tokens on a
+  // cluster (layout_global_batch).
+  int64_t global_batch = 0;
+};
+PlannerRun resolve_planner_run(const PlannerRunRequest& request);
+// "micro_batch x gpus on one device (8 at the defaults); the sequences of
+// ~4M tokens on a cluster (2048 at seq_len 2048)": the global batch's
+// default in words, for --help.
+std::string global_batch_default_text(const Config& base);
+
 // ---- recommendations (planner/optimal.cpp) -----------------------------------
 
-struct OptimalRequest {
-  // At least one budget.  With both, the tighter one decides the tokens.
-  std::optional<double> train_flops;  // FLOP budget C (model FLOPs)
-  std::optional<double> gpu_hours;    // device-hours (all devices together) on `profile`
-  std::string profile = default_profile_name();
-  int64_t gpus = 1;
-  int64_t gpus_per_node = 0;  // cluster (gpus > 1): 0 = the profile's network (docs/cluster.md)
-  std::vector<std::string> archs = {"baseline", "mod", "dar", "mod+dar"};
-  std::string fit = "epoch";  // built-in name or fit TOML path
-  EpsOverrides eps_overrides;
-  Config base;  // seq_len, vocab, MLP kind, micro-batch, recompute, dtype, ...
-  ShapeSearchOptions shapes;
-  double capacity = 0.125;
-  int64_t every = 2;
-  int64_t dar_block_layers = 2;
-  int64_t dar_streams = 2;
-  // Relative N_f grid step of the isoFLOP curve and its half-width (factor).
-  double grid_step = 1.02;
-  double grid_half_width = 6.0;
+struct OptimalRequest : PlannerRunRequest {
+  // At least one budget.  With a FLOP and a wall-clock budget, the tighter
+  // one decides the tokens; gpu_hours and days are the same budget in two
+  // units (give one).
+  std::optional<double> flops;      // training-FLOP budget C (model FLOPs)
+  std::optional<double> gpu_hours;  // device-hours (all devices together) on `profile`
+  std::optional<double> days;       // wall-clock days on `gpus` devices (= days x 24 x gpus GPU-hours)
+  std::vector<std::string> arch;    // architectures; empty: the default four
+  std::optional<double> capacity;   // MoD capacity; default 0.125
+  std::optional<int64_t> every;     // MoD routes every N-th layer; default 2
+  std::optional<int64_t> block_layers;  // DAR layers per block K; default 2 (1 = Full DAR)
+  std::optional<int64_t> streams;       // DAR streams n; default 2
 };
+
+// Budgets as people write them (the CLI's --gpu-hours and --days, Python's
+// days="2w"): gpu_hours "2e5", "86016", "200k", "1.5M"; days "14", "14d",
+// "2w", "336h".  The number only; its range is resolve_optimal()'s.  Throws
+// ConfigError naming the field and the forms allowed.
+double parse_gpu_hours(const std::string& text);
+double parse_days(const std::string& text);
+
+// The resolved OptimalRequest.
+struct OptimalSettings {
+  PlannerRun run;
+  std::optional<double> flops;
+  std::optional<double> gpu_hours;  // the wall-clock budget in device-hours (from days too)
+  std::optional<double> days;       // as given
+  std::vector<ArchSpec> archs;      // validated, duplicates dropped, in the order given
+  double capacity = 0.0;
+  int64_t every = 0;
+  int64_t block_layers = 0;
+  int64_t streams = 0;
+};
+// Defaults and checks; a missing budget is optimal()'s error, so the default
+// request resolves (the CLI's --help shows its values).
+OptimalSettings resolve_optimal(const OptimalRequest& request);
 
 // A number with the range its inputs support (docs/planner.md
 // "Uncertainty"); low / high are nullopt when that end has no answer (e.g. no
@@ -340,7 +465,7 @@ struct SameShapeComparison {
 };
 
 struct OptimalResult {
-  OptimalRequest request;
+  OptimalSettings settings;
   LossFit fit;
   std::string profile_name;
   std::vector<EfficiencyPrior> priors;  // one per requested architecture
@@ -354,36 +479,63 @@ struct OptimalResult {
   int64_t layouts_timed = 0;         // of them, lowered and timed (the rest: memory screen only)
 };
 
-// Throws ConfigError for bad budgets / names and FileError for bad files.
-OptimalResult optimal(const OptimalRequest& request);
+// Throws ConfigError for bad budgets / names, FileError for bad files and
+// Interrupted when `control` (or Ctrl-C) stops it; progress with an ETA
+// through `control`.
+OptimalResult optimal(const OptimalRequest& request, const RunControl& control = {});
 std::string to_json(const OptimalResult& result);
 std::string to_table(const OptimalResult& result);
 
+// ---- memory advice (planner/memory_advice.cpp) ------------------------------------
+
+// What would make a training step that does not fit its device memory fit:
+// each change alone (micro-batch 1, selective / full recompute, a higher
+// ZeRO stage; micro-batch 1 with full recompute when neither alone does) and
+// the smallest doubling of the GPU count whose layout search fits, each with
+// the peak per device it would need.  Only changes that fit are listed.
+struct MemoryRemedy {
+  std::string change;  // "train.micro_batch = 1 (now 8)", "gpus = 4 (TP 2 (SP) x PP 1 x DP 2, ...)"
+  double peak_bytes = 0.0;
+};
+std::vector<MemoryRemedy> memory_remedies(const Config& config, const DeviceProfile& profile);
+// One line: "peak 95.2 GiB > 80.0 GiB per device; would fit with
+// train.micro_batch = 1 (now 8) (61.0 GiB) or gpus = 2 (...) (52.3 GiB)", or
+// what the memory is made of when nothing helps; "" when it fits.
+std::string memory_advice(const Config& config, const DeviceProfile& profile);
+
 // ---- sweep (planner/sweep.cpp) -------------------------------------------------
 
-struct SweepRequest {
-  std::vector<double> budgets_flops;
-  std::vector<std::string> archs = {"baseline", "mod"};
-  std::vector<double> capacities = {0.125};
-  std::vector<int64_t> everys = {2};
-  std::vector<int64_t> block_layers = {2};
-  std::vector<int64_t> streams = {2};
-  std::string fit = "epoch";
-  EpsOverrides eps_overrides;
-  std::string profile = default_profile_name();
-  int64_t gpus = 1;  // > 1: every timed candidate gets a layout search (docs/cluster.md)
-  int64_t gpus_per_node = 0;  // cluster: 0 = the profile's network
-  bool with_time = true;  // memory and step time per candidate (slower)
-  Config base;
-  ShapeSearchOptions shapes;
-  double grid_step = 1.05;
-  double grid_half_width = 6.0;
-  // Called between chunks of work (each architecture's shape table, each
-  // curve, each candidate); it may throw to stop the sweep (the Python
-  // binding checks for Ctrl-C here).
-  std::function<void()> poll;
+struct SweepRequest : PlannerRunRequest {
+  std::vector<double> flops;         // training-FLOP budgets (at least one)
+  std::vector<std::string> arch;     // empty: baseline, mod
+  std::vector<double> capacity;      // MoD capacities; empty: 0.125
+  std::vector<int64_t> every;        // MoD routing frequencies; empty: 2
+  std::vector<int64_t> block_layers;  // DAR layers per block; empty: 2
+  std::vector<int64_t> streams;       // DAR streams; empty: 2
+  std::optional<bool> with_time;     // memory and step time per candidate; default true
+  std::optional<double> grid_step;   // relative N_f step of a curve's rows; default 1.05
+  std::optional<double> grid_half_width;  // a curve spans N_f* / w .. N_f* x w; default 6
 };
 
+// The resolved SweepRequest.
+struct SweepSettings {
+  PlannerRun run;
+  std::vector<double> flops;
+  std::vector<ArchSpec> variants;  // arch x capacity x every x K x n, in that order
+  bool with_time = true;
+  double grid_step = 0.0;
+  double grid_half_width = 0.0;
+};
+SweepSettings resolve_sweep(const SweepRequest& request);
+
+// One row of a curve.  A curve (one budget x one architecture variant) has
+// a row per N_f bin of ratio grid_step within grid_half_width of the curve's
+// compute-optimal N_f*: the bin's shape with the lowest predicted loss among
+// those that fit (the deepest of ties, as optimal breaks them; the closest
+// to the bin's N_f when the loss is unknown), from the same search as
+// optimal (planner/optimal_search.cpp).  Exactly one row per curve is
+// `recommended`: optimal's isoFLOP-optimal shape for that budget and
+// architecture (the star of modar.plot.isoflop_curves).
 struct SweepRow {
   double budget_flops = 0.0;
   std::string arch;
@@ -401,9 +553,10 @@ struct SweepRow {
   std::optional<double> loss;
   double eps = 1.0;
   bool eps_known = false;
-  bool has_time = false;
+  bool has_time = false;    // step_s, tokens_per_s, train_hours
+  bool has_memory = false;  // peak_memory_bytes (always with time; on one GPU also without)
   double peak_memory_bytes = 0.0;
-  bool fits = true;
+  bool fits = true;         // some layout fits on a cluster
   double step_s = 0.0;
   double tokens_per_s = 0.0;
   double train_hours = 0.0;
@@ -415,11 +568,21 @@ struct SweepRow {
   int64_t data_parallel = 1;
   int64_t micro_batch = 1;
   Recompute recompute = Recompute::none;
+  bool recommended = false;  // optimal's choice for this budget and architecture
 };
 
-// Streams every evaluated candidate to `sink`; returns the number of rows.
-int64_t sweep(const SweepRequest& request, const std::function<void(const SweepRow&)>& sink);
-std::vector<SweepRow> sweep(const SweepRequest& request);
+struct SweepSummary {
+  int64_t rows = 0;
+  // One per curve without rows (its budget's compute-optimal N_f lies
+  // outside the shape search), with the budgets that would give rows.
+  std::vector<std::string> notes;
+};
+// Streams every row to `sink` (curve by curve: budget, then variant).
+// Throws ConfigError (the first note) when no curve has a row.  Progress
+// (curves, with an ETA) and Ctrl-C through `control`.
+SweepSummary sweep(const SweepRequest& request, const std::function<void(const SweepRow&)>& sink,
+                   const RunControl& control = {});
+std::vector<SweepRow> sweep(const SweepRequest& request, const RunControl& control = {});
 std::string sweep_csv_header();
 std::string to_csv_line(const SweepRow& row);
 std::string to_json_line(const SweepRow& row);
@@ -447,13 +610,22 @@ std::vector<RunRecord> load_runs_csv(const std::string& path);
 std::vector<RunRecord> runs_from_law(const LossFitParams& law, int64_t count, double noise_sigma,
                                      uint64_t seed);
 
+// What the user said (`modar fit --delta --bootstrap --seed`, modar.fit());
+// resolve_fit_options() applies the defaults and checks (errors name these
+// fields).
+struct FitRequest {
+  std::optional<double> huber_delta;         // default 1e-3; finite, > 0
+  std::optional<int64_t> bootstrap_samples;  // default 200; [0, 100000]
+  std::optional<int64_t> seed;               // default 20240402; >= 0
+};
+
+// The resolved FitRequest.
 struct FitOptions {
   double huber_delta = 1e-3;  // Hoffmann et al.'s delta, on log-loss residuals
   int bootstrap_samples = 200;  // [0, 100000]
   uint64_t seed = 20240402;
-  // Stage messages of large fits (more than 300 runs), e.g. to stderr.
-  std::function<void(const std::string&)> progress;
 };
+FitOptions resolve_fit_options(const FitRequest& request);
 
 struct FitParamSummary {
   double estimate = 0.0;
@@ -482,7 +654,12 @@ struct FitResult {
 // by sqrt(m / n)).  Throws ConfigError when the
 // optimum is not a plausible law (non-finite, alpha or beta outside (0, 3]:
 // the checks of parse_fit_toml) and Interrupted on Ctrl-C (errors.hpp).
-FitResult fit_runs(const std::vector<RunRecord>& runs, const FitOptions& options = {});
+// Progress (BFGS starts, then bootstrap samples, with an ETA) and Ctrl-C
+// through `control`.
+FitResult fit_runs(const std::vector<RunRecord>& runs, const FitRequest& request = {},
+                   const RunControl& control = {});
+FitResult fit_runs(const std::vector<RunRecord>& runs, const FitOptions& options,
+                   const RunControl& control = {});
 std::string to_json(const FitResult& result);
 std::string to_text(const FitResult& result);
 

@@ -19,7 +19,7 @@ int main() {
               "candidates/s");
   for (const double budget : {6e18, 1e20, 1e22, 1e24}) {
     modar::OptimalRequest request;
-    request.train_flops = budget;
+    request.flops = budget;
     const int repeats = 3;
     int64_t candidates = 0;
     int64_t timed = 0;
@@ -41,10 +41,10 @@ int main() {
   std::printf("%-26s %10s %10s %14s\n", "mode", "CPU s", "rows", "candidates/s");
   for (const bool with_time : {false, true}) {
     modar::SweepRequest request;
-    request.budgets_flops = {6e18, 2e19, 1e20};
-    request.archs = {"baseline", "mod", "dar", "mod+dar"};
-    request.capacities = {0.125, 0.25, 0.5};
-    request.everys = {1, 2};
+    request.flops = {6e18, 2e19, 1e20};
+    request.arch = {"baseline", "mod", "dar", "mod+dar"};
+    request.capacity = {0.125, 0.25, 0.5};
+    request.every = {1, 2};
     request.block_layers = {1, 2, 4};
     request.streams = {2, 3};
     request.with_time = with_time;
@@ -68,7 +68,7 @@ int main() {
                                      std::pair<double, int64_t>{1e21, 64},
                                      std::pair<double, int64_t>{1e22, 8}}) {
     modar::OptimalRequest request;
-    request.train_flops = budget;
+    request.flops = budget;
     request.gpus = gpus;
     request.profile = "a100-80gb-dgx";
     const double start = cpu_seconds();

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <memory>
 #include <new>
@@ -469,7 +470,8 @@ struct CeilingReport {
 };
 
 CeilingReport measure_ceilings(Backend& backend, Clock clock, DeviceKind device,
-                               int64_t cache_bytes, int64_t memory_limit, double memory_bytes) {
+                               int64_t cache_bytes, int64_t memory_limit, double memory_bytes,
+                               const std::function<void()>& stop_if_asked) {
   CeilingReport report;
   DeviceCeilings& c = report.ceilings;
   std::ostringstream how;
@@ -477,6 +479,7 @@ CeilingReport measure_ceilings(Backend& backend, Clock clock, DeviceKind device,
   // Peak GEMM rate: a large square GEMM per dtype.
   const int64_t n = device == DeviceKind::cpu ? 2048 : 16384;
   for (const ScalarType type : {ScalarType::fp32, ScalarType::bf16}) {
+    stop_if_asked();
     Tensor a(backend, {n, n}, type), b(backend, {n, n}, type), out(backend, {n, n}, type);
     fill_sample_tensor(backend, a.view(), uniform, SampleFill::timing, 11);
     fill_sample_tensor(backend, b.view(), uniform, SampleFill::timing, 12);
@@ -499,6 +502,7 @@ CeilingReport measure_ceilings(Backend& backend, Clock clock, DeviceKind device,
   if (memory_limit > 0) {
     copy_bytes = std::min<int64_t>(copy_bytes, memory_limit / 4);
   }
+  stop_if_asked();
   {
     const int64_t elements = copy_bytes / 4;
     Tensor src(backend, {elements}, ScalarType::fp32), dst(backend, {elements}, ScalarType::fp32);
@@ -511,6 +515,7 @@ CeilingReport measure_ceilings(Backend& backend, Clock clock, DeviceKind device,
         << " MiB: " << format_general(c.memory_bandwidth / 1e9, 4) << " GB/s (read + write); ";
   }
   // Launch / dispatch overhead: a 16-element add, back to back.
+  stop_if_asked();
   {
     Tensor a(backend, {16}, ScalarType::fp32), b(backend, {16}, ScalarType::fp32),
         out(backend, {16}, ScalarType::fp32);
@@ -1058,12 +1063,21 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
 
   stop_if_asked();
   if (options.measure_ceilings && !(resumed && p.count("ceilings_how") > 0)) {
+    if (!resumed) {
+      // A first checkpoint before the ceilings (seconds on a loaded machine):
+      // a Ctrl-C during them keeps OUT.partial too, with placeholder ceilings
+      // and no ceilings_how, so that a resume measures them.
+      DeviceCeilings& c = profile.ceilings;
+      c.peak_flops_fp32 = c.peak_flops_bf16 = c.memory_bandwidth = 1.0;
+      c.memory_bytes = machine.memory_bytes > 0 ? machine.memory_bytes : 1.0;
+      checkpoint_now();
+    }
     if (options.progress != nullptr) {
       std::fprintf(options.progress, "modar profile: measuring ceilings (GEMM, copy, dispatch)\n");
     }
     const CeilingReport report =
         measure_ceilings(backend, timing.clock, device, machine.cache_bytes,
-                         timing.memory_limit_bytes, machine.memory_bytes);
+                         timing.memory_limit_bytes, machine.memory_bytes, stop_if_asked);
     profile.ceilings = report.ceilings;
     p["ceilings_how"] = report.how + "; peak = achievable = measured (no datasheet)";
   } else if (!resumed) {
@@ -1307,25 +1321,36 @@ ProfileOptions resolve_profile_options(const ProfileRequest& request, DeviceKind
                       ": must be in (0, 1e7] seconds (the bound on the whole run)");
   }
   options.timing.budget_s = request.budget_s.value_or(request.quick ? 0.08 : 0.25);
-  if (!(options.timing.budget_s > 0.0) || !std::isfinite(options.timing.budget_s)) {
+  // A shape's budget beyond an hour is no profile anyone waits for.
+  if (!(options.timing.budget_s > 0.0) || !(options.timing.budget_s <= 3600.0)) {
     throw ConfigError("budget_s = " + format_general(options.timing.budget_s, 4) +
-                      ": must be a positive number of seconds");
+                      ": must be in (0, 3600] seconds per shape");
   }
-  const auto positive = [](const char* name, const std::optional<int64_t>& value) -> int64_t {
+  // Byte counts: positive and at most `most` (2^40 = 1 TiB of caches or
+  // rotated copies, 2^50 of device memory: beyond any device).
+  const auto bytes = [](const char* name, const std::optional<int64_t>& value,
+                        int64_t most) -> int64_t {
     if (!value)
       return 0;
-    if (*value <= 0)
-      throw ConfigError(std::string(name) + " = " + std::to_string(*value) + ": must be > 0");
+    if (*value <= 0 || *value > most)
+      throw ConfigError(std::string(name) + " = " + std::to_string(*value) + ": must be in [1, " +
+                        std::to_string(most) + "] bytes");
     return *value;
   };
-  options.timing.rotation_bytes = positive("rotation_bytes", request.rotation_bytes);
-  options.device_cache_bytes = positive("device_cache_bytes", request.device_cache_bytes);
-  options.device_memory_bytes = positive("device_memory_bytes", request.device_memory_bytes);
-  options.timing.max_point_bytes = positive("max_point_bytes", request.max_point_bytes);
-  if (request.max_dim < 0) {
-    throw ConfigError("max_dim = " + std::to_string(request.max_dim) + ": must be >= 0 (0 = all)");
+  constexpr int64_t kTiB = int64_t{1} << 40;
+  constexpr int64_t kMostMemory = int64_t{1} << 50;
+  options.timing.rotation_bytes = bytes("rotation_bytes", request.rotation_bytes, kTiB);
+  options.device_cache_bytes = bytes("device_cache_bytes", request.device_cache_bytes, kTiB);
+  options.device_memory_bytes =
+      bytes("device_memory_bytes", request.device_memory_bytes, kMostMemory);
+  options.timing.max_point_bytes = bytes("max_point_bytes", request.max_point_bytes, kMostMemory);
+  const int64_t max_dim = request.max_dim.value_or(0);
+  if (request.max_dim && (max_dim < 1 || max_dim > (int64_t{1} << 40))) {
+    throw ConfigError("max_dim = " + std::to_string(max_dim) +
+                      ": must be an integer >= 1 (only grid points whose every dimension is <= "
+                      "max_dim; leave it unset for all)");
   }
-  if (!request.kinds.empty() || request.max_dim > 0) {
+  if (!request.kinds.empty() || max_dim > 0) {
     std::set<std::string> known;
     const std::vector<ProfilePoint> grid =
         profile_grid(options.grid, device, options.dtype);
@@ -1349,8 +1374,7 @@ ProfileOptions resolve_profile_options(const ProfileRequest& request, DeviceKind
         continue;
       bool small = true;
       for (int d = 0; d < op_dims_count(point.shape.kind); ++d) {
-        small = small && (request.max_dim <= 0 ||
-                          point.shape.dims[static_cast<size_t>(d)] <= request.max_dim);
+        small = small && (max_dim <= 0 || point.shape.dims[static_cast<size_t>(d)] <= max_dim);
       }
       if (small)
         options.points.push_back(point);
@@ -1422,21 +1446,34 @@ void check_measured_profile(const DeviceProfile& profile, const std::string& sou
     }
   }
   if (!profile.measured || profile.measurements.empty()) {
+    std::string built_in;
+    for (const std::string& name : embedded_profile_names()) {
+      if (load_profile(name).measured) {
+        built_in += (built_in.empty() ? "" : ", ") + name;
+      }
+    }
     throw ConfigError(source + ": measured = " + (profile.measured ? "true" : "false") + " with " +
                       std::to_string(profile.measurements.size()) +
-                      " measurements: a measured profile (written by `modar profile`) is needed");
+                      " measurements: comparing needs a measured profile (one the profiler wrote" +
+                      (built_in.empty() ? std::string(")") : "; built in: " + built_in + ")"));
   }
   if (!expected_backend.empty() && profile.backend != expected_backend) {
     throw ConfigError(source + ": backend = \"" + profile.backend +
                       "\": this profile was measured on the " + profile.backend +
                       " backend, not on " + expected_backend +
-                      "; use a profile made by `modar "
-                      "profile --backend " +
-                      expected_backend + "`");
+                      "; allowed: a profile measured with backend = \"" + expected_backend + "\"");
   }
 }
 
 DeviceProfile load_measured_profile(const std::string& path, const std::string& expected_backend) {
+  // A built-in profile by name, as every other command takes it.
+  if (path.find('/') == std::string::npos &&
+      !(path.size() > 5 && path.compare(path.size() - 5, 5, ".toml") == 0) &&
+      !embedded_profile_text(path).empty()) {
+    DeviceProfile profile = load_profile(path);
+    check_measured_profile(profile, "profile '" + path + "'", expected_backend);
+    return profile;
+  }
   const std::string text = read_profile_file(path);
   DeviceProfile profile;
   try {

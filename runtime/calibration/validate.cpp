@@ -341,7 +341,7 @@ ValidationReport run_validation(Backend& backend, const DeviceProfile& profile,
   set_cpu_threads(options.threads);
   const auto stop_if_asked = [&] {
     if (options.should_stop && options.should_stop()) {
-      throw Interrupted("validation interrupted");
+      throw Interrupted("interrupted (Ctrl-C) during the validation");
     }
   };
   const DType dtype =

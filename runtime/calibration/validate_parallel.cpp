@@ -394,13 +394,28 @@ std::vector<ReplayedRank> replay_timeline(const std::vector<RankTimeline>& ranks
   return out;
 }
 
+namespace {
+
+// Ctrl-C on any rank (the process flag its SIGINT handler sets) stops every
+// rank at the same point: the ranks agree on it in one all-reduce, so none
+// waits forever in a collective the others left.
+void stop_together_if_interrupted(Communicator& world) {
+  double stop = interrupt_requested() ? 1.0 : 0.0;
+  world.all_reduce(make_view(&stop, ScalarType::fp64, DeviceKind::cpu, {1}), ReduceOp::max);
+  if (stop != 0.0) {
+    throw Interrupted("interrupted (Ctrl-C) during the parallel validation");
+  }
+}
+
+}  // namespace
+
 // ---- cases ---------------------------------------------------------------------------
 
 std::vector<ParallelValidationCase> parallel_validation_cases(int world, bool quick) {
   if (world != 2 && world != 4) {
-    throw ConfigError("validate --parallel: " + std::to_string(world) +
-                      " ranks; the multi-process cases are defined for 2 or 4 ranks (mpirun -np 2 "
-                      "or -np 4)");
+    throw ConfigError("parallel validation: " + std::to_string(world) +
+                      " ranks; allowed: 2 or 4 ranks (the multi-process cases are defined for "
+                      "them; mpirun -np 2 or -np 4)");
   }
   std::vector<ParallelValidationCase> cases;
   const std::vector<std::string> models =
@@ -758,11 +773,11 @@ ParallelValidationReport run_parallel_validation(Backend& backend, Communicator&
                                                  const DeviceProfile& profile,
                                                  const ParallelValidationOptions& options) {
   if (backend.device() != DeviceKind::cpu) {
-    throw ConfigError("validate --parallel: backend = " + backend.name() +
+    throw ConfigError("parallel validation: backend = " + backend.name() +
                       ": only the cpu backend (compute is timed by process CPU time)");
   }
   if (world.size() > kMaxWorld) {
-    throw ConfigError("validate --parallel: " + std::to_string(world.size()) + " ranks: at most " +
+    throw ConfigError("parallel validation: " + std::to_string(world.size()) + " ranks: at most " +
                       std::to_string(kMaxWorld));
   }
   // Compute is compared in process CPU time: a profile timed by the wall
@@ -770,8 +785,8 @@ ParallelValidationReport run_parallel_validation(Backend& backend, Communicator&
   const auto clock = profile.provenance.find("clock");
   if (clock != profile.provenance.end() && clock->second != "cpu") {
     throw ConfigError(profile.name + ": provenance.clock = \"" + clock->second +
-                      "\": validate --parallel compares CPU-time compute; allowed: a profile "
-                      "measured with the cpu clock");
+                      "\": the parallel validation compares CPU-time compute; allowed: a "
+                      "profile measured with the cpu clock");
   }
   const std::vector<ParallelValidationCase> cases = chosen_cases(world.size(), options);
   set_cpu_threads(1);  // one thread per rank: its process CPU time is its work
@@ -803,6 +818,7 @@ ParallelValidationReport run_parallel_validation(Backend& backend, Communicator&
   std::vector<std::unique_ptr<LiveCase>> live;
   for (size_t i = 0; i < cases.size(); ++i) {
     live.push_back(build_live_case(backend, timed, cases[i], i, options));
+    stop_together_if_interrupted(world);
     if (progress != nullptr) {
       std::fprintf(progress, "modar validate --parallel: built %s (%zu/%zu)\n",
                    cases[i].name.c_str(), i + 1, cases.size());
@@ -825,6 +841,7 @@ ParallelValidationReport run_parallel_validation(Backend& backend, Communicator&
       std::fprintf(progress, "modar validate --parallel: round %d/%d (%.1f s wall)\n", round + 1,
                    options.rounds, wall_now_s() - round_start);
     }
+    stop_together_if_interrupted(timed.inner());
   }
   report.load_average_after = load_average();
 

@@ -147,9 +147,10 @@ def test_eps_dict_sets_the_prior():
         ({"mod": "0.9"}, TypeError, "eps['mod']"),
         ({"mod": -1.0}, ValueError, "mod"),
         ({"mod": float("nan")}, ValueError, "mod"),
+        ({"mod": 1e-300}, ValueError, "eps[mod] = 1e-300"),
         ({"mixtral": 0.9}, ValueError, "mixtral"),
         ({1: 0.9}, TypeError, "eps key"),
-        ({" mod": 0.9}, ValueError, "' mod'"),
+        ({" mod": 0.9}, ValueError, "eps[ mod]"),
     ],
 )
 def test_bad_eps(eps, error, text):
@@ -172,7 +173,10 @@ def test_bad_eps(eps, error, text):
         ({"flops": 1e20, "eps": -0.5}, "eps"),
         ({"flops": 1e20, "eps": math.nan}, "eps"),
         ({"flops": 1e20, "eps": math.inf}, "eps"),
-        ({"flops": "1e20"}, "flops"),
+        ({"flops": 1e20, "eps": 1e-300}, "eps"),  # issue 24: returned tokens_opt = inf
+        ({"flops": 1e20, "eps": 1.6}, "eps"),
+        ({"flops": 1e36}, "flops"),
+        ({"flops": 5e-324}, "flops"),
     ],
 )
 def test_closed_form_refuses_nonsense(kwargs, field):
@@ -180,6 +184,51 @@ def test_closed_form_refuses_nonsense(kwargs, field):
     with pytest.raises(ValueError) as info:
         modar.closed_form_optimum(flops, **kwargs)
     assert one_line(info.value).startswith(field)
+
+
+def test_closed_form_flops_must_be_a_number():
+    with pytest.raises(TypeError) as info:
+        modar.closed_form_optimum("1e20")
+    assert "flops" in one_line(info.value)
+
+
+# ---- strings that are not text (a lone surrogate) ------------------------------------
+
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: modar.Config(profile="\ud800"), "profile"),                 # issue 24
+        (lambda: modar.Config("\ud800.toml"), "source"),
+        (lambda: modar.Config(model={"mlp": "\udfff"}), "model"),
+        (lambda: modar.optimal(flops=1e20, arch=["baseline", "\ud800"]), "arch"),
+        (lambda: modar.optimal(flops=1e20, profile="h\ud800"), "profile"),
+        (lambda: modar.optimal(flops=1e20, eps={"\ud800": 0.9}), "eps"),
+        (lambda: modar.sweep(1e20, fit="\ud800"), "fit"),
+        (lambda: modar.estimate(modar.Config(), step="\ud800"), "step"),
+        (lambda: modar.load_profile("\ud800"), "name_or_path"),
+        (lambda: modar.fit("\ud800.csv"), "runs"),
+        (lambda: modar.closed_form_optimum(1e20, fit="\ud800"), "fit"),
+        (lambda: modar.profile("\ud800.toml", quick=True, dry_run=True), "out"),
+        (lambda: modar.validate("\ud800.toml"), "profile"),
+        (lambda: modar.calibrate("runs.csv", profile="a\ud800"), "profile"),
+    ],
+)
+def test_a_lone_surrogate_is_a_value_error_naming_the_argument(call, name):
+    with pytest.raises(ValueError) as info:
+        call()
+    text = one_line(info.value)
+    assert f"{name} = " in text and "not valid text" in text
+    assert "Unable to cast" not in text
+
+
+# ---- numbers in type but meaningless, at the library boundary ------------------------
+
+def test_profile_max_dim_zero_is_refused(tmp_path):
+    # issue 24: max_dim=0 used to mean "no bound" and was accepted
+    with pytest.raises(ValueError) as info:
+        modar.profile(tmp_path / "p.toml", quick=True, kinds=["rmsnorm"], max_dim=0, dry_run=True)
+    assert one_line(info.value).startswith("max_dim = 0")
+    assert not (tmp_path / "p.toml").exists()
 
 
 # ---- type errors are one line naming the argument ----------------------------------
@@ -215,6 +264,7 @@ def test_pybind_argument_errors_become_one_line():
 
 
 def test_fit_seed_beyond_64_bits_is_a_value_error():
+    # (a Python int the request's 64-bit field cannot hold: ValueError naming it)
     import pandas as pd
 
     runs = pd.DataFrame({"N": [1e8] * 5, "D": [1e9] * 5, "loss": [3.0] * 5})

@@ -44,13 +44,17 @@ def test_layout_to_pandas_has_every_layout():
 
 
 @pytest.mark.parametrize(
-    "kwargs, field",
-    [({"gpus": 0}, "gpus"), ({"gpus": 8, "global_batch": -1}, "global_batch"),
-     ({"gpus": 8, "gpus_per_node": 2000}, "gpus_per_node"), ({"gpus": 8, "n_heads": 33}, "n_heads"),
-     ({"gpus": "8"}, "gpus")],
+    "kwargs, error, field",
+    [({"gpus": 0}, ValueError, "gpus = 0"), ({"gpus": 2**25}, ValueError, "gpus = 33554432"),
+     ({"gpus": 8, "global_batch": -1}, ValueError, "global_batch = -1"),
+     ({"gpus": 8, "gpus_per_node": 2000}, ValueError, "gpus_per_node = 2000"),
+     ({"gpus": 8, "top": 0}, ValueError, "top = 0"), ({"gpus": 8, "n_heads": 33}, ValueError, "n_heads"),
+     ({"gpus": "8"}, TypeError, "gpus")],
 )
-def test_bad_arguments_name_the_field(kwargs, field):
-    with pytest.raises(ValueError) as raised:
+def test_bad_arguments_name_the_field(kwargs, error, field):
+    # Values: the library's check (resolve_layout), naming the argument;
+    # types: Python's conversion (TypeError), as for every modar call.
+    with pytest.raises(error) as raised:
         modar.layout(LLAMA, **kwargs)
     assert field in str(raised.value)
     assert "\n" not in str(raised.value)

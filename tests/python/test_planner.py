@@ -80,9 +80,10 @@ def test_sweep_with_time_equals_cli_and_reports_progress():
     calls = []
     out = run_cli("sweep", "--flops", "1e19", "--arch", "baseline,dar", "--jsonl")
     cli_rows = [json.loads(line) for line in out.splitlines() if line.strip()]
-    py = modar.sweep(1e19, arch=["baseline", "dar"], progress=lambda done, total: calls.append(done))
+    py = modar.sweep(1e19, arch=["baseline", "dar"],
+                     progress=lambda done, total: calls.append((done, total)))
     assert py.rows == cli_rows
-    assert calls and calls[-1] == len(cli_rows)  # the final tick always comes
+    assert calls and calls[-1] == (2, 2)  # curves: the final report always comes, done = total
 
 
 def _synthetic_runs(law: dict) -> pd.DataFrame:
@@ -134,11 +135,16 @@ def test_fit_recovers_a_known_law_and_equals_cli(tmp_path):
         (lambda: modar.optimal(flops=1e20, gpus=0), "gpus"),
         (lambda: modar.optimal(flops=1e20, arch=["baseline", "mixtral"]), "mixtral"),
         (lambda: modar.optimal(flops=1e20, capacity=0), "capacity"),
+        (lambda: modar.optimal(flops=1e20, arch=["baseline", "dar"], capacity=0.5), "capacity"),
+        (lambda: modar.optimal(days="2 fortnights", gpus=8), "days"),
+        (lambda: modar.optimal(gpu_hours="2w"), "gpu_hours"),
+        (lambda: modar.optimal(gpu_hours=100, days=1, gpus=4), "days"),
+        (lambda: modar.optimal(flops=1e20, eps={"mod": 1e-300}), "eps[mod]"),
         (lambda: modar.optimal(flops=1e20, fit="chinchilla"), "chinchilla"),
         (lambda: modar.optimal(flops=1e20, eps={"mod": -2}), "mod"),
         (lambda: modar.optimal(flops=1e20, seq_len=0), "model.seq_len"),
         (lambda: modar.optimal(flops=1e20, profile="no-such-gpu"), "no-such-gpu"),
-        (lambda: modar.sweep([1e19, "lots"], progress=False), "budgets"),
+        (lambda: modar.sweep([1e19, -1.0], progress=False), "flops"),
         (lambda: modar.sweep(1e19, every=[2, 0], progress=False), "every"),
         (lambda: modar.fit("/nonexistent/runs.csv"), "runs.csv"),
         (lambda: modar.fit(pd.DataFrame({"N": [1e8], "loss": [3.0]})), "tokens"),
@@ -167,3 +173,47 @@ def test_optimal_on_a_cluster_reports_each_layout():
     assert cli["recommendations"][0]["layout"] == rec["layout"]
     with pytest.raises(ValueError, match="gpus_per_node"):
         modar.optimal(flops=1e21, gpus=64, gpus_per_node=0)
+
+
+def test_one_search_sweep_recommended_row_is_optimal():
+    """`modar sweep --flops 1e20 --arch X`'s best row (lowest loss that fits,
+    the deepest of ties: optimal's rule) is the row it marks recommended and
+    is `modar optimal --flops 1e20 --arch X`'s answer: same shape and loss."""
+    for arch in ["baseline", "mod", "dar", "moe"]:
+        rows = [json.loads(line) for line in
+                run_cli("sweep", "--flops", "1e20", "--arch", arch, "--no-time", "--jsonl").splitlines()]
+        plan = run_cli_json("optimal", "--flops", "1e20", "--arch", arch, "--json")
+        rec = next(r for r in plan["recommendations"]
+                   if r["arch"] == arch and r["role"] == "isoflop_optimal")
+        fitting = [r for r in rows if r["fits"] and r["loss"] is not None]
+        low = min(r["loss"] for r in fitting)
+        ties = [r for r in fitting if r["loss"] <= low * (1 + 1e-4)]
+        best = max(ties, key=lambda r: (r["n_layers"], -r["loss"]))
+        assert [r for r in rows if r["recommended"]] == [best], arch
+        assert (best["n_layers"], best["d_model"]) == (rec["shape"]["n_layers"], rec["shape"]["d_model"])
+        assert best["loss"] == rec["loss"]
+
+
+def test_days_is_a_wall_clock_budget_on_the_gpus():
+    """--days D on N GPUs is D x 24 x N GPU-hours, and text units are read."""
+    by_days = modar.optimal(days="2w", gpus=8, arch=["baseline"], progress=False)
+    by_hours = modar.optimal(gpu_hours=14 * 24 * 8, gpus=8, arch=["baseline"], progress=False)
+    assert by_days.to_dict()["budget"]["days"] == 14
+    assert by_days.to_dict()["budget"]["gpu_hours"] == 14 * 24 * 8
+    assert by_days.best("baseline")["shape"] == by_hours.best("baseline")["shape"]
+    cli = run_cli_json("optimal", "--days", "14", "--gpus", "8", "--arch", "baseline", "--json")
+    assert cli == by_days.to_dict()
+    rec = by_days.best("baseline")
+    assert rec["time"]["days"] == pytest.approx(rec["time"]["train_hours"] / 24)
+    assert rec["time"]["gpu_hours"] == pytest.approx(rec["time"]["train_hours"] * 8)
+
+
+def test_optimal_reports_progress_and_names_match_sweep():
+    calls = []
+    plan = modar.optimal(flops=1e20, arch=["baseline", "dar"], block_layers=1, streams=2,
+                         progress=lambda done, total: calls.append((done, total)))
+    assert calls and calls[-1][0] == calls[-1][1] > 0
+    assert plan.best("dar")["dar"]["block_layers"] == 1
+    with pytest.warns(DeprecationWarning):
+        old = modar.optimal(flops=1e20, arch=["baseline", "dar"], dar_block_layers=1, progress=False)
+    assert old.to_dict() == plan.to_dict()

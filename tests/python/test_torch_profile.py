@@ -67,7 +67,7 @@ def test_dry_run_resolves_the_cpp_profilers_defaults(tmp_path, cli):
 
 @pytest.mark.parametrize("args, expected", [
     (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
-    (["--device", "cpu", "--budget", "-1"], "budget_s = -1: must be a positive number"),
+    (["--device", "cpu", "--budget", "-1"], "budget_s = -1: must be in (0, 3600] seconds per shape"),
     (["--device", "cpu", "--kinds", "gemn"], 'kinds: "gemn" is not an op kind of the grid'),
     (["--device", "cpu", "--threads", "-2"], "threads = -2: must be in [0,"),
     (["--device", "cpu", "--comm-max-bytes", "10"], "comm_max_bytes = 10: must be >= 1024"),

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from . import _core
+from ._args import one_line_type_errors
 from ._profile import Profile
 from ._results import Result, _fmt
 
@@ -89,6 +90,7 @@ def _rows_to_csv(rows: Sequence[dict]) -> str:
     return buffer.getvalue()
 
 
+@one_line_type_errors
 def calibrate(
     runs: Any,
     *,

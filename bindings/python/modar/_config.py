@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from . import _core
+from ._args import one_line_type_errors
 
 ConfigError = _core.ConfigError
 _SECTIONS = ("model", "mod", "dar", "moe", "train", "device", "parallel", "cluster")
@@ -94,6 +95,7 @@ class Config:
 
     __slots__ = ("_cpp",)
 
+    @one_line_type_errors
     def __init__(self, source: Any = None, /, **overrides: Any) -> None:
         if isinstance(source, Config):
             cpp = source._cpp.copy()
@@ -129,10 +131,12 @@ class Config:
         return cls(document)
 
     @classmethod
+    @one_line_type_errors
     def from_toml(cls, path: str | os.PathLike, **overrides: Any) -> "Config":
         return cls(os.fspath(path), **overrides)
 
     @classmethod
+    @one_line_type_errors
     def from_toml_string(cls, text: str, **overrides: Any) -> "Config":
         if not isinstance(text, str):
             raise TypeError(f"text: expected str (a TOML document), got {type(text).__name__}")
@@ -141,6 +145,7 @@ class Config:
         return cls(config, **overrides) if overrides else config
 
     @classmethod
+    @one_line_type_errors
     def from_hf(cls, path_or_dict: str | os.PathLike | Mapping[str, Any], **overrides: Any) -> "Config":
         """From a Hugging Face config.json (path or dict): docs/hf_import.md.
 
@@ -190,10 +195,12 @@ class Config:
         """{section: {key: value}}: what tomllib reads from to_toml()."""
         return self._cpp.to_dict()
 
+    @one_line_type_errors
     def replace(self, **overrides: Any) -> "Config":
         """A new Config with some fields changed (same keys as the constructor)."""
         return Config(self, **overrides)
 
+    @one_line_type_errors
     def save(self, path: str | os.PathLike) -> Path:
         """Write the TOML file atomically (temporary file + rename)."""
         target = Path(path)

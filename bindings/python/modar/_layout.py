@@ -9,7 +9,7 @@ from typing import Any
 from . import _core
 from ._args import one_line_type_errors
 from ._config import Config, as_config
-from ._planner import _MAX_DEVICES, _positive, _profile_ref
+from ._planner import _integer, _profile_ref
 from ._results import Result, flatten
 
 ConfigError = _core.ConfigError
@@ -56,7 +56,7 @@ def layout(
     gpus_per_node: int | None = None,
     global_batch: int | None = None,
     profile: Any = None,
-    top: int = 20,
+    top: int | None = None,
     **overrides: Any,
 ) -> LayoutResult:
     """Rank every layout of `config`'s model (a Config, dict or TOML path,
@@ -64,15 +64,21 @@ def layout(
     (1F1B, interleaved), EP and expert TP, ZeRO 0-3, micro-batch and
     recompute, at one global batch (`global_batch` sequences; default the
     configuration's train.global_batch, else ~4M tokens).  profile: a name,
-    a TOML path or a modar.Profile (default: the configuration's)."""
+    a TOML path or a modar.Profile (default: the configuration's).  The
+    library applies the defaults and checks every argument (ValueError
+    naming it)."""
     cfg: Config = as_config(config)
     if profile is not None:
         overrides = {**overrides, "device": {"profile": _profile_ref(profile)}}
     if overrides:
         cfg = cfg.replace(**overrides)
-    gpus = _positive("gpus", gpus, int, _MAX_DEVICES)
-    per_node = 0 if gpus_per_node is None else _positive("gpus_per_node", gpus_per_node, int, 1024)
-    global_sequences = 0 if global_batch is None else _positive("global_batch", global_batch, int, 2**40)
-    top = _positive("top", top, int, 100000)
-    document, text = _core.layout(cfg._cpp, gpus, per_node, global_sequences, top)
+    request = _core.LayoutRequest()
+    request.gpus = _integer("gpus", gpus)
+    if gpus_per_node is not None:
+        request.gpus_per_node = _integer("gpus_per_node", gpus_per_node)
+    if global_batch is not None:
+        request.global_batch = _integer("global_batch", global_batch)
+    if top is not None:
+        request.top = _integer("top", top)
+    document, text = _core.layout(cfg._cpp, request)
     return LayoutResult(document, text)

@@ -6,116 +6,86 @@ from __future__ import annotations
 
 import io
 import json
-import math
+import numbers
 import os
 import tempfile
+import warnings
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import _core
 from ._args import one_line_type_errors
-from ._config import Config
-from ._progress import resolve as _resolve_progress
+from ._config import Config, _assignments
 from ._results import Result, _fmt, flatten
 
 ConfigError = _core.ConfigError
-_DEFAULT_ARCHS = ("baseline", "mod", "dar", "mod+dar")
-_MAX_DEVICES = 16777216  # device.count's bound (cost_models/config.cpp)
 
 
-# ---- argument plumbing ---------------------------------------------------------
+# ---- argument plumbing: types only --------------------------------------------
+#
+# Python converts each argument to the type of its request field and passes
+# only what the caller gave (None = the library's default).  Every default and
+# every range check belongs to the C++ library (resolve_optimal, resolve_sweep,
+# resolve_fit_options), as for the CLI, so the two cannot drift apart; its
+# errors name these same arguments.
 
-_INT64_MAX = 2**63 - 1
+_INT64 = (-(2**63), 2**63 - 1)
 
 
-def _positive(name: str, value: Any, kind: type, most: float | None = None) -> Any:
-    """The CLI's flag checks (positive, finite, integral, at most `most`) for a
-    Python argument."""
+def _number(name: str, value: Any) -> float:
+    """A real number (Python, numpy) -> float; TypeError otherwise."""
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         value = value.item()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{name} = {value!r:.60}: must be a positive {'integer' if kind is int else 'number'}")
-    if kind is int and (isinstance(value, float) and not value.is_integer()):
-        raise ConfigError(f"{name} = {value!r}: must be a positive integer")
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{name} = {value!r}: must be a positive finite number")
-    limit = most if most is not None else (_INT64_MAX if kind is int else None)
-    if limit is not None and value > limit:
-        raise ConfigError(f"{name} = {value!r}: must be <= {limit:.17g}")
-    return kind(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} = {value!r:.60}: expected a number, got {type(value).__name__}")
+    return float(value)
 
 
-def _as_list(name: str, value: Any, kind: type) -> list:
-    values = list(value) if isinstance(value, (list, tuple, set, frozenset)) or (
-        hasattr(value, "__iter__") and not isinstance(value, (str, bytes, Mapping))
-    ) else [value]
-    out = []
-    for v in values:
-        if kind is str:
-            if not isinstance(v, str):
-                raise ConfigError(f"{name} = {v!r}: must be a string")
-            out.append(v)
-        else:
-            out.append(_positive(name, v, kind))
-    if not out:
-        raise ConfigError(f"{name}: empty; give at least one value")
-    return out
+def _integer(name: str, value: Any) -> int:
+    """An integer (or an integral float: 8.0) -> int; TypeError otherwise."""
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} = {value!r:.60}: expected an integer, got {type(value).__name__}")
+    if not _INT64[0] <= int(value) <= _INT64[1]:
+        raise ValueError(f"{name} = {value}: does not fit a 64-bit integer")
+    return int(value)
 
 
-_EPS_ALLOWED: str | None = None
+def _text(name: str, value: Any) -> str:
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{name} = {value!r:.60}: expected a string, got {type(value).__name__}")
+    return os.fspath(value)
 
 
-def _eps_allowed() -> str:
-    """The architecture names --eps accepts, as the core lists them."""
-    global _EPS_ALLOWED
-    if _EPS_ALLOWED is None:
-        try:
-            _core.parse_eps_overrides("?=1")
-            _EPS_ALLOWED = "an architecture name"
-        except ValueError as error:
-            text = str(error)
-            _EPS_ALLOWED = text.split("allowed: ", 1)[1] if "allowed: " in text else "an architecture name"
-    return _EPS_ALLOWED
+def _items(name: str, value: Any, convert: Callable[[str, Any], Any]) -> list:
+    """One value or an iterable of them -> a list of converted values."""
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        values = [value]
+    else:
+        values = list(value)
+    return [convert(name, v) for v in values]
 
 
-def _eps_error(error: ValueError) -> ConfigError:
-    text = str(error)
-    return ConfigError("eps: " + text[len("--eps "):] if text.startswith("--eps ") else text)
+def _budget(name: str, value: Any, parse: Callable[[str], float]) -> float:
+    """A number, or text with its unit ("2w", "200k") read by the core."""
+    if isinstance(value, str):
+        return parse(value)
+    return _number(name, value)
 
 
-def _eps_overrides(eps: Mapping[str, float] | str | None) -> dict:
-    """eps as a dict {arch: value} or the CLI's text "mod=0.94,dar=0.97".
-
-    A dict is checked entry by entry through the core's --eps parser; its keys
-    are names, never text to split, so {"mod=0.5,dar": 0.9} is refused."""
+def _eps(eps: Mapping[str, float] | str | None) -> dict:
+    """eps as a dict {arch: value} or the CLI's text "mod=0.94,dar=0.97"."""
     if eps is None:
         return {}
     if isinstance(eps, str):
-        try:
-            return dict(_core.parse_eps_overrides(eps))
-        except ValueError as error:
-            raise _eps_error(error) from None
+        return dict(_core.parse_eps_overrides(eps))
     if not isinstance(eps, Mapping):
         raise TypeError(f"eps = {eps!r:.60}: expected a dict {{architecture: eps}} or a string "
                         f"like 'mod=0.94,dar=0.97', got {type(eps).__name__}")
-    out: dict[str, float] = {}
-    for key, value in eps.items():
-        if not isinstance(key, str):
-            raise TypeError(f"eps key {key!r:.60}: expected str (an architecture name), got {type(key).__name__}")
-        if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-            value = value.item()
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"eps[{key!r:.60}] = {value!r:.60}: expected a number, got {type(value).__name__}")
-        if key != key.strip() or not key or any(c in key for c in ",=") or not key.isprintable():
-            raise ConfigError(f"eps key {key!r:.60}: unknown architecture; allowed: {_eps_allowed()}")
-        try:
-            parsed = dict(_core.parse_eps_overrides(f"{key}={float(value)!r}"))
-        except ValueError as error:
-            raise _eps_error(error) from None
-        if list(parsed) != [key]:  # cannot happen for a key without ',' or '='
-            raise ConfigError(f"eps key {key!r:.60}: unknown architecture; allowed: {_eps_allowed()}")
-        out[key] = parsed[key]
-    return out
+    return {_text("eps key", key): _number(f"eps[{key!r:.40}]", value) for key, value in eps.items()}
 
 
 def _profile_ref(profile: Any) -> str:
@@ -126,45 +96,49 @@ def _profile_ref(profile: Any) -> str:
         return profile.path_for_core()
     if profile is None:
         return _core.default_profile_name()
-    if isinstance(profile, (str, os.PathLike)):
-        return os.fspath(profile)
-    raise ConfigError(
-        f"profile = {profile!r}: must be a profile name, a TOML path or a modar.Profile"
-    )
+    return _text("profile", profile)
 
 
 def _fit_ref(fit: Any) -> str:
     if isinstance(fit, FitResult):
         return fit.path_for_core()
-    if isinstance(fit, (str, os.PathLike)):
-        return os.fspath(fit)
-    raise ConfigError(f"fit = {fit!r}: must be a fit name ({', '.join(_core.builtin_fit_names())}), "
-                      "a fit TOML path or a modar.FitResult")
+    return _text("fit", fit)
 
 
-def _shapes(aspect: Sequence[float] | None, gqa_group: int | None) -> "_core.ShapeSearchOptions":
-    options = _core.ShapeSearchOptions()
+def _run_request(request: Any, *, profile: Any, gpus: Any, gpus_per_node: Any, fit: Any, eps: Any,
+                 base: Any, aspect: Any, aspect_min: Any, aspect_max: Any, gqa_group: Any,
+                 overrides: Mapping[str, Any]) -> None:
+    """The arguments optimal and sweep share -> the request's PlannerRunRequest fields."""
+    if profile is not None:
+        request.profile = _profile_ref(profile)
+    if gpus is not None:
+        request.gpus = _integer("gpus", gpus)
+    if gpus_per_node is not None:
+        request.gpus_per_node = _integer("gpus_per_node", gpus_per_node)
+    if fit is not None:
+        request.fit = _fit_ref(fit)
+    request.eps = _eps(eps)
+    shapes = _core.ShapeSearchOptions()
     if aspect is not None:
-        if isinstance(aspect, (str, bytes)) or not hasattr(aspect, "__len__"):
-            raise TypeError(f"aspect = {aspect!r:.60}: expected (aspect_min, aspect_max), "
-                            f"got {type(aspect).__name__}")
-        if len(aspect) != 2:
-            raise ConfigError(f"aspect = {aspect!r}: must be (aspect_min, aspect_max)")
-        lo, hi = (_positive("aspect", a, float) for a in aspect)
-        if hi < lo:
-            raise ConfigError(f"aspect = {aspect!r}: aspect_max must be >= aspect_min")
-        options.aspect_min, options.aspect_max = lo, hi
+        if isinstance(aspect, (str, bytes)) or not hasattr(aspect, "__len__") or len(aspect) != 2:
+            raise TypeError(f"aspect = {aspect!r:.60}: expected (aspect_min, aspect_max)")
+        aspect_min, aspect_max = aspect
+    if aspect_min is not None:
+        shapes.aspect_min = _number("aspect_min", aspect_min)
+    if aspect_max is not None:
+        shapes.aspect_max = _number("aspect_max", aspect_max)
     if gqa_group is not None:
-        options.gqa_group = _positive("gqa_group", gqa_group, int)
-    return options
-
-
-def _base(base: Any, overrides: Mapping[str, Any]) -> "_core.Config":
-    """The planner's base configuration: a Config / dict / TOML path plus
-    keyword overrides (seq_len=4096, micro_batch=4, recompute="full", ...)."""
-    if base is None and not overrides:
-        return Config()._cpp
-    return Config(base, **overrides)._cpp if base is not None else Config(**overrides)._cpp
+        shapes.gqa_group = _integer("gqa_group", gqa_group)
+    request.shapes = shapes
+    # The base configuration: a Config / dict / TOML path plus keyword
+    # overrides (seq_len=4096, micro_batch=4, ...), set through the config
+    # library; the keys named count as set (on a cluster a given micro-batch
+    # or recompute is kept fixed).
+    if base is not None or overrides:
+        request.base = Config(base, **overrides)._cpp if base is not None else Config(**overrides)._cpp
+        request.base_keys = [key for key, _ in _assignments(overrides)]
+        if isinstance(base, Mapping):
+            request.base_keys += [key for key, _ in _assignments(base)]
 
 
 # ---- optimal -------------------------------------------------------------------
@@ -211,50 +185,69 @@ class OptimalResult(Result):
 @one_line_type_errors
 def optimal(
     flops: float | None = None,
-    gpu_hours: float | None = None,
+    gpu_hours: float | str | None = None,
+    days: float | str | None = None,
     *,
     profile: Any = None,
-    gpus: int = 1,
+    gpus: int | None = None,
     gpus_per_node: int | None = None,
-    arch: Sequence[str] | str = _DEFAULT_ARCHS,
-    fit: Any = "epoch",
+    arch: Sequence[str] | str | None = None,
+    fit: Any = None,
     eps: Mapping[str, float] | str | None = None,
     base: Any = None,
-    capacity: float = 0.125,
-    every: int = 2,
-    dar_block_layers: int = 2,
-    dar_streams: int = 2,
+    capacity: float | None = None,
+    every: int | None = None,
+    block_layers: int | None = None,
+    streams: int | None = None,
     aspect: Sequence[float] | None = None,
+    aspect_min: float | None = None,
+    aspect_max: float | None = None,
     gqa_group: int | None = None,
+    progress: bool | Callable[[int, int], None] = True,
+    dar_block_layers: int | None = None,
+    dar_streams: int | None = None,
     **config_overrides: Any,
 ) -> OptimalResult:
-    """The isoFLOP- (flops=) or wall-clock-optimal (gpu_hours=) model for a budget.
+    """The isoFLOP- (flops=) or wall-clock-optimal (gpu_hours= or days=) model
+    for a budget: the same inputs and output as `modar optimal ... --json`.
 
-    Same inputs and output as `modar optimal --flops ... --json`; further
-    keyword arguments set keys of the base configuration (seq_len=4096,
-    micro_batch=4, mlp="swiglu", ...), like the CLI's --seq-len / --set.
-    With gpus > 1 every candidate gets its fastest memory-feasible parallel
-    layout (docs/cluster.md); each recommendation reports it.
+    gpu_hours: device-hours on `profile`, all GPUs together (a number, or text
+    such as "200k"); days: wall-clock days on `gpus` GPUs (a number, or "14d",
+    "2w", "336h").  Further keyword arguments set keys of the base
+    configuration (seq_len=4096, micro_batch=4, mlp="swiglu", ...), like the
+    CLI's --seq-len / --set.  With gpus > 1 every candidate gets its fastest
+    memory-feasible parallel layout (docs/cluster.md).  Unset arguments take
+    the library's defaults, the CLI's (`modar optimal --help` shows them).
+    Runs with the GIL released; progress=True prints a line with an ETA on
+    stderr for calls over a second, a callable gets (done, total) steps;
+    Ctrl-C raises KeyboardInterrupt.
     """
+    if dar_block_layers is not None or dar_streams is not None:
+        warnings.warn("modar.optimal: dar_block_layers / dar_streams are now block_layers / "
+                      "streams (as in modar.sweep)", DeprecationWarning, stacklevel=3)
+        block_layers = dar_block_layers if block_layers is None else block_layers
+        streams = dar_streams if streams is None else streams
     request = _core.OptimalRequest()
     if flops is not None:
-        request.train_flops = _positive("flops", flops, float)
+        request.flops = _number("flops", flops)
     if gpu_hours is not None:
-        request.gpu_hours = _positive("gpu_hours", gpu_hours, float)
-    request.profile = _profile_ref(profile)
-    request.gpus = _positive("gpus", gpus, int, _MAX_DEVICES)
-    if gpus_per_node is not None:
-        request.gpus_per_node = _positive("gpus_per_node", gpus_per_node, int, 1024)
-    request.archs = _as_list("arch", arch, str)
-    request.fit = _fit_ref(fit)
-    request.eps_overrides = _eps_overrides(eps)
-    request.base = _base(base, config_overrides)
-    request.capacity = _positive("capacity", capacity, float)
-    request.every = _positive("every", every, int)
-    request.dar_block_layers = _positive("dar_block_layers", dar_block_layers, int)
-    request.dar_streams = _positive("dar_streams", dar_streams, int)
-    request.shapes = _shapes(aspect, gqa_group)
-    document, table = _core.optimal(request)
+        request.gpu_hours = _budget("gpu_hours", gpu_hours, _core.parse_gpu_hours)
+    if days is not None:
+        request.days = _budget("days", days, _core.parse_days)
+    if arch is not None:
+        request.arch = _items("arch", arch, _text)
+    if capacity is not None:
+        request.capacity = _number("capacity", capacity)
+    if every is not None:
+        request.every = _integer("every", every)
+    if block_layers is not None:
+        request.block_layers = _integer("block_layers", block_layers)
+    if streams is not None:
+        request.streams = _integer("streams", streams)
+    _run_request(request, profile=profile, gpus=gpus, gpus_per_node=gpus_per_node, fit=fit,
+                 eps=eps, base=base, aspect=aspect, aspect_min=aspect_min, aspect_max=aspect_max,
+                 gqa_group=gqa_group, overrides=config_overrides)
+    document, table = _core.optimal(request, progress)
     return OptimalResult(document, table)
 
 
@@ -290,52 +283,68 @@ class SweepResult(Result):
 
 @one_line_type_errors
 def sweep(
-    budgets: float | Iterable[float],
+    flops: float | Iterable[float] | None = None,
     *,
-    arch: Sequence[str] | str = ("baseline", "mod"),
-    capacity: float | Iterable[float] = 0.125,
-    every: int | Iterable[int] = 2,
-    block_layers: int | Iterable[int] = 2,
-    streams: int | Iterable[int] = 2,
-    fit: Any = "epoch",
+    arch: Sequence[str] | str | None = None,
+    capacity: float | Iterable[float] | None = None,
+    every: int | Iterable[int] | None = None,
+    block_layers: int | Iterable[int] | None = None,
+    streams: int | Iterable[int] | None = None,
+    fit: Any = None,
     eps: Mapping[str, float] | str | None = None,
     profile: Any = None,
-    gpus: int = 1,
-    with_time: bool = True,
+    gpus: int | None = None,
+    gpus_per_node: int | None = None,
+    with_time: bool | None = None,
     base: Any = None,
     grid_step: float | None = None,
     grid_half_width: float | None = None,
     aspect: Sequence[float] | None = None,
+    aspect_min: float | None = None,
+    aspect_max: float | None = None,
     gqa_group: int | None = None,
-    progress: Any = True,
+    progress: bool | Callable[[int, int], None] = True,
+    budgets: float | Iterable[float] | None = None,
     **config_overrides: Any,
 ) -> SweepResult:
-    """Every candidate (budget x arch x capacity x every x K x n x shape), as
-    `modar sweep --json`.  Runs with the GIL released; progress=True prints a
-    line on stderr for sweeps longer than a second, a callable gets (done, -1)."""
+    """The isoFLOP curves behind modar.optimal (budget x arch x capacity x
+    every x K x n; one row per N_f bin, the row `recommended` = optimal's
+    answer), as `modar sweep --jsonl`.  The same arguments as modar.optimal
+    where they mean the same; a list gives one curve per value.  Runs with the
+    GIL released; progress=True prints a line with an ETA on stderr for
+    sweeps over a second, a callable gets (done, total) curves; Ctrl-C raises
+    KeyboardInterrupt.  Curves without rows (a budget outside the shape
+    search) are warned about."""
+    if budgets is not None:
+        if flops is not None:
+            raise TypeError("modar.sweep: give flops (budgets is its old name), not both")
+        flops = budgets
+    if flops is None:
+        raise TypeError("modar.sweep: flops (the training-FLOP budgets) is required")
     request = _core.SweepRequest()
-    request.budgets_flops = _as_list("budgets", budgets, float)
-    request.archs = _as_list("arch", arch, str)
-    request.capacities = _as_list("capacity", capacity, float)
-    request.everys = _as_list("every", every, int)
-    request.block_layers = _as_list("block_layers", block_layers, int)
-    request.streams = _as_list("streams", streams, int)
-    request.fit = _fit_ref(fit)
-    request.eps_overrides = _eps_overrides(eps)
-    request.profile = _profile_ref(profile)
-    request.gpus = _positive("gpus", gpus, int, _MAX_DEVICES)
-    request.with_time = bool(with_time)
-    request.base = _base(base, config_overrides)
+    request.flops = _items("flops", flops, _number)
+    if arch is not None:
+        request.arch = _items("arch", arch, _text)
+    if capacity is not None:
+        request.capacity = _items("capacity", capacity, _number)
+    if every is not None:
+        request.every = _items("every", every, _integer)
+    if block_layers is not None:
+        request.block_layers = _items("block_layers", block_layers, _integer)
+    if streams is not None:
+        request.streams = _items("streams", streams, _integer)
+    if with_time is not None:
+        request.with_time = bool(with_time)
     if grid_step is not None:
-        request.grid_step = _positive("grid_step", grid_step, float)
+        request.grid_step = _number("grid_step", grid_step)
     if grid_half_width is not None:
-        request.grid_half_width = _positive("grid_half_width", grid_half_width, float)
-    request.shapes = _shapes(aspect, gqa_group)
-    callback, close = _resolve_progress(progress, "modar.sweep", "candidates")
-    try:
-        lines = _core.sweep(request, callback)
-    finally:
-        close()
+        request.grid_half_width = _number("grid_half_width", grid_half_width)
+    _run_request(request, profile=profile, gpus=gpus, gpus_per_node=gpus_per_node, fit=fit,
+                 eps=eps, base=base, aspect=aspect, aspect_min=aspect_min, aspect_max=aspect_max,
+                 gqa_group=gqa_group, overrides=config_overrides)
+    lines, notes = _core.sweep(request, progress)
+    for note in notes:
+        warnings.warn(f"modar.sweep: {note}", stacklevel=3)
     return SweepResult([json.loads(line) for line in lines])
 
 
@@ -392,25 +401,23 @@ def fit(
     huber_delta: float | None = None,
     bootstrap_samples: int | None = None,
     seed: int | None = None,
+    progress: bool | Callable[[int, int], None] = True,
 ) -> FitResult:
     """Fit L(N, D) = E + A/N^alpha + B/D^beta to runs: a CSV path or a pandas
     DataFrame (columns loss, D or tokens, N or n_flop_active / params, or
-    config), or a list of dicts with those keys."""
-    options = _core.FitOptions()
+    config), or a list of dicts with those keys.  Unset arguments take the
+    library's defaults (`modar fit --help`).  Releases the GIL; progress=True
+    prints a line with an ETA on stderr for fits over a second, a callable
+    gets (done, total) BFGS fits; Ctrl-C raises KeyboardInterrupt."""
+    request = _core.FitRequest()
     if huber_delta is not None:
-        options.huber_delta = _positive("huber_delta", huber_delta, float)
+        request.huber_delta = _number("huber_delta", huber_delta)
     if bootstrap_samples is not None:
-        if isinstance(bootstrap_samples, bool) or not isinstance(bootstrap_samples, int) or not (
-            0 <= bootstrap_samples <= 100000
-        ):
-            raise ConfigError(f"bootstrap_samples = {bootstrap_samples!r}: must be in [0, 100000]")
-        options.bootstrap_samples = bootstrap_samples
+        request.bootstrap_samples = _integer("bootstrap_samples", bootstrap_samples)
     if seed is not None:
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
-            raise ConfigError(f"seed = {seed!r:.60}: must be an integer in [0, 2^64)")
-        options.seed = seed
+        request.seed = _integer("seed", seed)
     if isinstance(runs, (str, os.PathLike)):
-        document, text, toml_text = _core.fit_csv_file(os.fspath(runs), options)
+        document, text, toml_text = _core.fit_csv_file(os.fspath(runs), request, progress)
         return FitResult(document, text, toml_text)
     if isinstance(runs, list):
         import pandas as pd
@@ -419,19 +426,20 @@ def fit(
     if hasattr(runs, "to_csv"):
         buffer = io.StringIO()
         runs.to_csv(buffer, index=False, float_format="%.17g")
-        document, text, toml_text = _core.fit_csv_text(buffer.getvalue(), "<DataFrame>", os.getcwd(), options)
+        document, text, toml_text = _core.fit_csv_text(buffer.getvalue(), "<DataFrame>", os.getcwd(),
+                                                       request, progress)
         return FitResult(document, text, toml_text)
-    raise ConfigError(
-        f"runs = {type(runs).__name__}: must be a CSV path, a pandas DataFrame or a list of dicts"
+    raise TypeError(
+        f"runs = {type(runs).__name__}: expected a CSV path, a pandas DataFrame or a list of dicts"
     )
 
 
 @one_line_type_errors
-def closed_form_optimum(flops: float, *, fit: Any = "epoch", eps: float = 1.0) -> dict:
+def closed_form_optimum(flops: float, *, fit: Any = None, eps: float | None = None) -> dict:
     """N*, D*, loss of the dense closed form under C = 6 N D (docs/planner.md).
 
-    flops: the training budget C (positive, finite); eps: the architecture's
-    efficiency (positive, finite; 1 = the dense baseline)."""
-    flops = _positive("flops", flops, float)
-    eps = _positive("eps", eps, float)
-    return dict(_core.closed_form_optimum(_fit_ref(fit), flops, eps))
+    flops: the training budget C; eps: the architecture's efficiency (1 = the
+    dense baseline, the default).  The library checks both, as for optimal."""
+    return dict(_core.closed_form_optimum(_number("flops", flops),
+                                          None if fit is None else _fit_ref(fit),
+                                          None if eps is None else _number("eps", eps)))

@@ -14,6 +14,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from . import _core
+from ._args import one_line_type_errors
 
 
 class Profile:
@@ -55,6 +56,7 @@ class Profile:
                     for k, v in rows.items()]
         return pd.DataFrame(rows)
 
+    @one_line_type_errors
     def save(self, path: str | os.PathLike) -> Path:
         _core.save_profile(self._cpp, os.fspath(path))
         self._source = os.fspath(path)
@@ -80,6 +82,7 @@ class Profile:
         return f"modar.Profile({', '.join(parts)})"
 
 
+@one_line_type_errors
 def load_profile(name_or_path: str | os.PathLike) -> Profile:
     """An embedded profile by name (modar.profile_names()) or a profile TOML path."""
     ref = os.fspath(name_or_path)

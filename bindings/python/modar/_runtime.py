@@ -11,6 +11,7 @@ import sys
 from typing import Any, Callable, Sequence
 
 from . import _core
+from ._args import one_line_type_errors
 from ._profile import Profile
 from ._results import Result, _fmt, flatten
 
@@ -45,6 +46,7 @@ def _typed(name: str, value: Any, kind: type | tuple[type, ...]) -> Any:
     return value
 
 
+@one_line_type_errors
 def profile(
     out: str | os.PathLike,
     *,
@@ -58,6 +60,7 @@ def profile(
     resume: bool = False,
     kinds: Sequence[str] | None = None,
     max_dim: int | None = None,
+    measure_ceilings: bool = True,
     rounds: int | None = None,
     drift_tolerance: float | None = None,
     max_seconds: float | None = None,
@@ -77,13 +80,14 @@ def profile(
     CPU one thread timed by the process CPU clock, fp32, 0.08 s per shape on
     the quick grid (0.25 s full).  quick: the quick grid (minutes on 2 CPU
     cores).  kinds: only these op kinds (e.g. ["gemm", "attention"]); max_dim:
-    only grid points whose every dimension is <= max_dim.  rounds: interleaved
-    rounds per point (default 3); drift_tolerance: how far the drift sentinel
-    may move before a batch is measured again (default 0.10; 0 = none);
-    max_seconds: bound on the whole run (the most expensive points that do not
-    fit are left out and reported).  dry_run: return the resolved settings (a
-    dict, as `modar profile --dry-run`, with the estimated duration) without
-    measuring.
+    only grid points whose every dimension is <= max_dim.  measure_ceilings=False
+    keeps placeholder ceilings (about 20 s saved on a CPU, as `--no-ceilings`).
+    rounds: interleaved rounds per point (default 3); drift_tolerance: how far
+    the drift sentinel may move before a batch is measured again (default 0.10;
+    0 = none); max_seconds: bound on the whole run (the most expensive points
+    that do not fit are left out and reported).  dry_run: return the resolved
+    settings (a dict, as `modar profile --dry-run`, with the estimated
+    duration) without measuring.
     Releases the GIL; progress lines go to stderr (progress=True) or to a
     callable.  Ctrl-C stops the run between grid points and raises
     KeyboardInterrupt; OUT.partial keeps what was measured (resume=True)."""
@@ -112,7 +116,8 @@ def profile(
                  rotate_bytes=_typed("rotate_bytes", rotate_bytes, int), kinds=kinds,
                  max_dim=_typed("max_dim", max_dim, int), rounds=_typed("rounds", rounds, int),
                  drift_tolerance=_typed("drift_tolerance", drift_tolerance, (int, float)),
-                 max_seconds=_typed("max_seconds", max_seconds, (int, float)))
+                 max_seconds=_typed("max_seconds", max_seconds, (int, float)),
+                 measure_ceilings=bool(measure_ceilings))
     if dry_run:
         return json.loads(_core.profile_settings(said))
     cpp = _core.run_profile(said, _progress_lines(progress))
@@ -180,6 +185,7 @@ def validation_points(report: Any, quantity: str = "step_s") -> list[tuple[str, 
             for c in doc["cases"] if c[section][measured] > 0]
 
 
+@one_line_type_errors
 def validate(
     profile: Any,
     *,

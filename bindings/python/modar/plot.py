@@ -25,6 +25,7 @@ if "MPLBACKEND" not in os.environ and "ipykernel" not in sys.modules:
     matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ._args import one_line_type_errors  # noqa: E402
 from ._results import flatten  # noqa: E402
 
 _ARCH_STYLE = {
@@ -51,6 +52,7 @@ def _column(row: Mapping[str, Any], *names: str) -> Any:
     raise KeyError(f"none of {', '.join(names)} in the result (have: {', '.join(sorted(row))})")
 
 
+@one_line_type_errors
 def isoflop_curves(
     sweep: Any,
     *,
@@ -62,7 +64,9 @@ def isoflop_curves(
     title: str | None = None,
 ):
     """Loss vs parameters, one colour per budget, one line style per
-    architecture, the minimum of each curve marked with a star.
+    architecture, each curve's recommended row starred: the model
+    modar.optimal recommends for that budget and architecture (the lowest
+    predicted loss that fits, the deepest of ties).
 
     sweep: a modar.SweepResult (or its rows).  x: "params" (total parameters,
     as the MoD paper plots), "flop_active" (N_f) or any flattened row key.
@@ -73,6 +77,7 @@ def isoflop_curves(
     x_key = {"params": ("params.total", "params_total", "n_params"),
              "flop_active": ("params.flop_active", "params_flop_active", "n_flop_active")}.get(x, (x,))
     curves: dict[tuple[float, str], list[tuple[float, float]]] = {}
+    stars: dict[tuple[float, str], tuple[float, float]] = {}
     for row in flat:
         loss = row.get("loss")
         if loss is None:
@@ -81,7 +86,10 @@ def isoflop_curves(
         if archs is not None and arch not in archs:
             continue
         budget = float(_column(row, "budget_flops", "budget", "train_flops"))
-        curves.setdefault((budget, arch), []).append((float(_column(row, *x_key)), float(loss)))
+        point = (float(_column(row, *x_key)), float(loss))
+        curves.setdefault((budget, arch), []).append(point)
+        if row.get("recommended"):
+            stars[(budget, arch)] = point
     if not curves:
         raise ValueError("isoflop_curves: no rows with a known loss to plot")
 
@@ -97,13 +105,14 @@ def isoflop_curves(
         colour = colours[budgets.index(budget)]
         style = _ARCH_STYLE.get(arch, dict(linestyle="-", marker="x"))
         ax.plot(xs, ys, color=colour, linestyle=style["linestyle"], linewidth=1.4)
-        best = min(points, key=lambda p: p[1])
+        # The row optimal recommends (rows of older documents: the minimum).
+        best = stars.get((budget, arch)) or min(points, key=lambda p: p[1])
         ax.plot([best[0]], [best[1]], marker="*", markersize=13, color=colour,
                 markeredgecolor="black", linestyle="none")
     ax.set_xscale("log")
     ax.set_xlabel("parameters" if x == "params" else x)
     ax.set_ylabel("predicted loss")
-    ax.set_title(title or "isoFLOP curves (star: minimum of each curve)")
+    ax.set_title(title or "isoFLOP curves (star: modar optimal's recommendation)")
     ax.grid(True, which="both", alpha=0.3)
     # Two legends in one: colour = budget, line style = architecture.
     from matplotlib.lines import Line2D
@@ -113,7 +122,7 @@ def isoflop_curves(
     handles += [Line2D([], [], color="black", linestyle=_ARCH_STYLE.get(a, {}).get("linestyle", "-"),
                        label=a) for a in sorted({a for _, a in curves})]
     handles.append(Line2D([], [], marker="*", markersize=11, color="white", markeredgecolor="black",
-                          linestyle="none", label="minimum"))
+                          linestyle="none", label="recommended"))
     ax.legend(handles=handles, fontsize=8, ncol=2)
     _save(fig, path, dpi)
     return fig
@@ -126,6 +135,7 @@ def _by_kind(estimate: Any) -> dict[str, float]:
     return time_by_kind(doc)
 
 
+@one_line_type_errors
 def step_time_breakdown(
     estimates: Any,
     *,
@@ -169,6 +179,7 @@ def step_time_breakdown(
     return fig
 
 
+@one_line_type_errors
 def predicted_vs_measured(
     report: Any,
     *,

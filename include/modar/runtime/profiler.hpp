@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "modar/base/interrupt.hpp"
 #include "modar/ops.hpp"
 #include "modar/profile.hpp"
 #include "modar/runtime/backend.hpp"
@@ -193,12 +194,10 @@ int cpu_threads();
 // The most threads accepted: 4 x the logical CPUs (at least 8).
 int max_cpu_threads();
 
-// Thrown by run_profile / run_validation when their should_stop() hook says so
-// (Ctrl-C in Python; the checkpoint keeps every point measured so far).
-class Interrupted : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+// Thrown by run_profile / run_validation when their should_stop() hook says
+// so (Ctrl-C; the checkpoint keeps every point measured so far): the one
+// Interrupted of modar/base/interrupt.hpp, which every long call throws.
+using modar::Interrupted;
 
 // ---- a whole run -------------------------------------------------------------------
 
@@ -260,7 +259,7 @@ struct ProfileRequest {
   std::optional<double> drift_tolerance;       // default: 0.10 (the sentinel may move 10 %)
   std::optional<double> max_seconds;           // default: no bound on the run
   std::vector<std::string> kinds;              // only these op kinds (empty: all)
-  int64_t max_dim = 0;                         // only points whose every dim is <= max_dim (0: all)
+  std::optional<int64_t> max_dim;              // only points whose every dim is <= max_dim (>= 1)
   bool measure_ceilings = true;
 };
 ProfileOptions resolve_profile_options(const ProfileRequest& request, const Backend& backend);

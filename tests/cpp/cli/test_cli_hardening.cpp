@@ -124,7 +124,8 @@ TEST(CliHardening, ImplausibleFitFailsAndWritesNothing) {
   const std::string runs = write("rising.csv", csv);
   const std::string fit = temp_path("rising.fit.toml");
   std::remove(fit.c_str());
-  expect_bad_input("fit " + runs + " --bootstrap 0 --output " + fit,
+  // (--quiet: the fit's progress line would come before the error on stderr)
+  expect_bad_input("fit " + runs + " --bootstrap 0 --quiet --output " + fit,
                    {"the fitted law: fit.", "must be", "do not determine"});
   struct stat info {};
   EXPECT_NE(::stat(fit.c_str(), &info), 0) << "a fit file was written";
@@ -133,8 +134,8 @@ TEST(CliHardening, ImplausibleFitFailsAndWritesNothing) {
 
 TEST(CliHardening, SweepWithNoRowsSaysWhy) {
   expect_bad_input("sweep --flops 1e10 --no-time",
-                   {"--flops 1e+10 (arch baseline)", "no candidate", "budgets of about"});
-  expect_bad_input("sweep --flops 1e40 --no-time", {"--flops 1e+40", "budgets of about"});
+                   {"--flops = 1e+10 (arch baseline)", "no row", "budgets of about"});
+  expect_bad_input("sweep --flops 1e40 --no-time", {"--flops = 1e+40", "<= 1e+35"});
   expect_bad_input("sweep --flops 1e20 --arch mod --every 1000 --no-time",
                    {"--every = 1000", "shape search stops at n_layers = 256",
                     "allowed: --every in [1, 256]"});
@@ -144,7 +145,7 @@ TEST(CliHardening, SweepWithNoRowsSaysWhy) {
   const Result mixed = run("sweep --flops 1e10,1e20 --no-time");
   EXPECT_EQ(mixed.exit_code, 0) << mixed.err;
   EXPECT_GT(count_lines(mixed.out), 2);
-  EXPECT_NE(mixed.err.find("modar sweep: note: --flops 1e+10"), std::string::npos) << mixed.err;
+  EXPECT_NE(mixed.err.find("modar sweep: note: --flops = 1e+10"), std::string::npos) << mixed.err;
 }
 
 TEST(CliHardening, ModRoutingNoLayerIsRefused) {
@@ -174,7 +175,7 @@ TEST(CliHardening, IntegersAreRangeCheckedBeforeNarrowing) {
 }
 
 TEST(CliHardening, OneNumberGrammar) {
-  expect_bad_input("optimal --flops 1e20 --eps mod=0x1p-1", {"--eps mod=0x1p-1", "(0, 2]"});
+  expect_bad_input("optimal --flops 1e20 --eps mod=0x1p-1", {"--eps mod=0x1p-1", "[0.25, 1.5]"});
   const std::string runs = write("hex.csv", kRuns + "0x10,2e9,3.0\n");
   expect_bad_input("fit " + runs, {"column 'N' = '0x10'"});
   std::remove(runs.c_str());
@@ -182,18 +183,18 @@ TEST(CliHardening, OneNumberGrammar) {
 
 // ---- valid input rejected -------------------------------------------------------------
 
-// eps = 1e-6 is inside --eps's (0, 2] and must be accepted.  It moves the MoD
-// optimum far below any model the fits were made on: the whole-space argmin
-// picks the smallest admissible shape and flags the extrapolation.
-TEST(CliHardening, TinyEpsIsAcceptedAndFlagged) {
-  // A parameter-term prior (DAR's) near zero pushes the optimum to absurd
-  // tokens per parameter; a MoD eps scales both terms and would not.
-  const Result tiny = run("optimal --flops 1e20 --arch baseline,dar --eps dar=1e-6");
-  EXPECT_EQ(tiny.exit_code, 0) << tiny.err;
-  EXPECT_NE(tiny.out.find("eps_dar = 1e-06"), std::string::npos) << tiny.out;
-  EXPECT_NE(tiny.out.find("tokens_per_param_outside_fit"), std::string::npos) << tiny.out;
-  const Result ok = run("optimal --flops 1e20 --arch baseline,mod --eps mod=0.5");
-  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+// Issue 24: an efficiency prior has a meaningful range, [0.25, 1.5]
+// (docs/planner.md "Architecture priors"); 1e-300 and 1e-6 are refused with
+// it, one line, exit 2; the range's ends are accepted.
+TEST(CliHardening, MeaninglessEpsIsRefusedWithItsRange) {
+  expect_bad_input("optimal --flops 1e20 --eps mod=1e-300",
+                   {"--eps mod=1e-300", "must be in [0.25, 1.5]"});
+  expect_bad_input("optimal --flops 1e20 --arch baseline,dar --eps dar=1e-6",
+                   {"--eps dar=1e-06", "must be in [0.25, 1.5]"});
+  for (const char* eps : {"0.25", "1.5"}) {
+    const Result ok = run(std::string("optimal --flops 1e20 --arch baseline,mod --eps mod=") + eps);
+    EXPECT_EQ(ok.exit_code, 0) << eps << ": " << ok.err;
+  }
 }
 
 TEST(CliHardening, ValidInputIsAccepted) {

@@ -69,7 +69,7 @@ TEST(PlannerCli, UnknownNames) {
   expect_one_line_error("optimal --flops 1e20 --arch baseline,mixtral",
                         "allowed: baseline, mod, dar, mod+dar");
   expect_one_line_error("optimal --flops 1e20 --fit chinchilla", "allowed: epoch, hoffmann");
-  expect_one_line_error("optimal --flops 1e20 --eps mod=abc", "(0, 2]");
+  expect_one_line_error("optimal --flops 1e20 --eps mod=abc", "[0.25, 1.5]");
   expect_one_line_error("optimal --flops 1e20 --frobnicate", "unknown option");
 }
 

@@ -323,9 +323,9 @@ TEST(LayoutSearch, LayoutFitsAgreesWithTheFullSearch) {
 
 TEST(LayoutSearch, ChinchillaBudgetOn1024GpusFitsNearTheClosedForm) {
   OptimalRequest request;
-  request.train_flops = 5.76e23;
+  request.flops = 5.76e23;
   request.gpus = 1024;
-  request.archs = {"baseline"};
+  request.arch = {"baseline"};
   request.profile = "a100-80gb-dgx";
   const OptimalResult result = optimal(request);
   const Recommendation& rec = result.recommendations.front();
@@ -364,9 +364,9 @@ TEST(LayoutSearch, ChinchillaBudgetOn1024GpusFitsNearTheClosedForm) {
 // bound sized on the former pruned faster shapes.
 TEST(LayoutSearch, ParityFastestOnAClusterMatchesBruteForce) {
   OptimalRequest request;
-  request.train_flops = 1e21;
+  request.flops = 1e21;
   request.gpus = 1024;
-  request.archs = {"baseline", "mod"};
+  request.arch = {"baseline", "mod"};
   request.profile = "a100-80gb-dgx";
   const OptimalResult result = optimal(request);
   const Recommendation* baseline = nullptr;
@@ -418,8 +418,8 @@ TEST(LayoutSearch, ParityFastestOnAClusterMatchesBruteForce) {
 // columns; on one device the row has no layout and empty layout cells.
 TEST(LayoutSearch, SweepOnAClusterCarriesTheLayoutOfEachRow) {
   SweepRequest request;
-  request.budgets_flops = {1e21};
-  request.archs = {"baseline", "mod"};
+  request.flops = {1e21};
+  request.arch = {"baseline", "mod"};
   request.gpus = 64;
   request.profile = "a100-80gb-dgx";
   const DeviceProfile a100 = load_profile("a100-80gb-dgx");
@@ -467,8 +467,8 @@ TEST(LayoutSearch, SweepOnAClusterCarriesTheLayoutOfEachRow) {
 
 TEST(LayoutSearch, OneGpuSaysTheLossOptimalModelDoesNotFit) {
   OptimalRequest request;
-  request.train_flops = 1e22;
-  request.archs = {"baseline"};
+  request.flops = 1e22;
+  request.arch = {"baseline"};
   const OptimalResult result = optimal(request);
   const ClosedFormOptimum closed = closed_form_optimum(result.fit.params, 1e22);
   const Recommendation& rec = result.recommendations.front();

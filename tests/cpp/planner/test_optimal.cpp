@@ -23,8 +23,8 @@ TEST(Optimal, DenseSearchAgreesWithClosedForm) {
   for (const std::string fit : {"epoch", "hoffmann"}) {
     for (const double flops : {1e19, 1e21}) {
       modar::OptimalRequest request;
-      request.train_flops = flops;
-      request.archs = {"baseline"};
+      request.flops = flops;
+      request.arch = {"baseline"};
       request.fit = fit;
       request.base.model.seq_len = 64;
       request.base.train.micro_batch = 1;
@@ -48,8 +48,8 @@ TEST(Optimal, ReproducesModPaperFindings) {
   // every 2, seq 2048, H200 profile).
   for (const double flops : {6e18, 2e19, 1e20}) {
     modar::OptimalRequest request;
-    request.train_flops = flops;
-    request.archs = {"baseline", "mod"};
+    request.flops = flops;
+    request.arch = {"baseline", "mod"};
     const modar::OptimalResult result = modar::optimal(request);
     const auto& baseline = find(result, "baseline", "isoflop_optimal");
     const auto& mod = find(result, "mod", "isoflop_optimal");
@@ -87,8 +87,8 @@ TEST(Optimal, ReproducesModPaperFindings) {
 
 TEST(Optimal, UnknownPriorsReportLossAsUnknown) {
   modar::OptimalRequest request;
-  request.train_flops = 1e20;
-  request.archs = {"baseline", "mod+dar"};
+  request.flops = 1e20;
+  request.arch = {"baseline", "mod+dar"};
   const modar::OptimalResult result = modar::optimal(request);
   const auto& combined = find(result, "mod+dar", "isoflop_optimal");
   EXPECT_FALSE(combined.loss.has_value());
@@ -98,7 +98,7 @@ TEST(Optimal, UnknownPriorsReportLossAsUnknown) {
   // No parity recommendation without a prior.
   EXPECT_THROW(find(result, "mod+dar", "parity_fastest"), std::runtime_error);
   // With an override it gets a loss.
-  request.eps_overrides = modar::parse_eps_overrides("mod+dar=0.85");
+  request.eps = modar::parse_eps_overrides("mod+dar=0.85");
   const auto with_prior = modar::optimal(request);
   EXPECT_TRUE(find(with_prior, "mod+dar", "isoflop_optimal").loss.has_value());
 }
@@ -106,18 +106,16 @@ TEST(Optimal, UnknownPriorsReportLossAsUnknown) {
 TEST(Optimal, RecommendedShapeFitsWheneverAnyCandidateFits) {
   for (const int64_t micro_batch : {8, 14, 96}) {
     modar::OptimalRequest request;
-    request.train_flops = 1e21;
-    request.archs = {"baseline"};
+    request.flops = 1e21;
+    request.arch = {"baseline"};
     request.base.train.micro_batch = micro_batch;
     const auto result = modar::optimal(request);
     const auto& rec = find(result, "baseline", "isoflop_optimal");
 
     modar::SweepRequest sweep;
-    sweep.budgets_flops = {1e21};
-    sweep.archs = {"baseline"};
+    sweep.flops = {1e21};
+    sweep.arch = {"baseline"};
     sweep.base.train.micro_batch = micro_batch;
-    sweep.grid_step = request.grid_step;
-    sweep.grid_half_width = request.grid_half_width;
     bool any_fits = false;
     double best_fitting_loss = INFINITY;
     for (const modar::SweepRow& row : modar::sweep(sweep)) {
@@ -180,7 +178,7 @@ TEST(Optimal, WallClockBudgetUsesStepTime) {
   modar::OptimalRequest request;
   request.gpu_hours = 100.0;
   request.gpus = 4;
-  request.archs = {"baseline", "dar"};
+  request.arch = {"baseline", "dar"};
   const auto result = modar::optimal(request);
   for (const modar::Recommendation& rec : result.recommendations) {
     // tokens = gpu_hours / gpus * 3600 * tokens/s of that configuration.
@@ -224,23 +222,23 @@ TEST(Optimal, BadBudgets) {
   modar::OptimalRequest request;
   EXPECT_THROW(modar::optimal(request), modar::ConfigError);  // no budget
   for (const double bad : {0.0, -1.0, double(NAN), double(INFINITY), 1e10}) {
-    request.train_flops = bad;
+    request.flops = bad;
     EXPECT_THROW(modar::optimal(request), modar::ConfigError) << bad;
   }
-  request.train_flops = 1e20;
-  request.archs = {"mixtral"};
+  request.flops = 1e20;
+  request.arch = {"mixtral"};
   EXPECT_THROW(modar::optimal(request), modar::ConfigError);
-  request.archs = {"baseline"};
+  request.arch = {"baseline"};
   request.fit = "nope";
   EXPECT_THROW(modar::optimal(request), modar::ConfigError);
 }
 
 TEST(Sweep, RowsCoverEveryCombination) {
   modar::SweepRequest request;
-  request.budgets_flops = {6e18, 1e20};
-  request.archs = {"baseline", "mod"};
-  request.capacities = {0.125, 0.5};
-  request.everys = {1, 2};
+  request.flops = {6e18, 1e20};
+  request.arch = {"baseline", "mod"};
+  request.capacity = {0.125, 0.5};
+  request.every = {1, 2};
   request.with_time = false;
   std::set<std::string> seen;
   int64_t unknown = 0;

@@ -94,10 +94,11 @@ void expect_argmin(const modar::OptimalRequest& request, const std::string& arch
   const modar::ArchSpec spec = modar::make_arch(arch);
   arch_base.mod = spec.mod;
   arch_base.dar = spec.dar;
-  const modar::DeviceProfile profile = modar::load_profile(request.profile);
+  const modar::DeviceProfile profile =
+      modar::load_profile(request.profile.value_or(modar::default_profile_name()));
   const std::vector<Brute> all =
-      brute_force(arch_base, request.shapes, *request.train_flops, rec.prior.eps,
-                  modar::load_fit(request.fit).params, profile);
+      brute_force(arch_base, request.shapes, *request.flops, rec.prior.eps,
+                  modar::load_fit(request.fit.value_or("epoch")).params, profile);
   ASSERT_FALSE(all.empty());
   const auto best_fit = std::find_if(all.begin(), all.end(), [](const Brute& b) { return b.fits; });
   ASSERT_NE(best_fit, all.end());
@@ -132,8 +133,8 @@ void expect_argmin(const modar::OptimalRequest& request, const std::string& arch
 
 TEST(OptimalTrust, ReturnsTheBruteForceArgminOfTheWholeSearchSpace) {
   modar::OptimalRequest request;
-  request.train_flops = 1e20;
-  request.archs = {"baseline", "mod"};
+  request.flops = 1e20;
+  request.arch = {"baseline", "mod"};
   expect_argmin(request, "baseline");
   expect_argmin(request, "mod");
   // The counter-example: 16 x 2048 (aspect 128) predicts 2.5633,
@@ -147,8 +148,8 @@ TEST(OptimalTrust, ReturnsTheBruteForceArgminOfTheWholeSearchSpace) {
 TEST(OptimalTrust, BruteForceArgminWhenMemoryDecides) {
   // Micro-batch 14 at 1e21: the loss argmin does not fit on one H200.
   modar::OptimalRequest request;
-  request.train_flops = 1e21;
-  request.archs = {"baseline"};
+  request.flops = 1e21;
+  request.arch = {"baseline"};
   request.base.train.micro_batch = 14;
   expect_argmin(request, "baseline");
   // Micro-batch 64: nothing near the loss optimum fits; the argmin over the
@@ -163,25 +164,28 @@ TEST(OptimalTrust, BruteForceArgminWhenMemoryDecides) {
 // is costed with its layout search and the tie rule applied by hand: the
 // recommendation is the same shape with the same loss and step.
 TEST(OptimalTrust, WallClockArgminEqualsCostingEveryShape) {
+  const double gpu_hours = 50.0;
+  const int64_t gpus = 16;
+  const std::string profile_name = "h100-80gb-dgx";
   modar::OptimalRequest request;
-  request.gpu_hours = 50.0;
-  request.gpus = 16;
-  request.profile = "h100-80gb-dgx";
+  request.gpu_hours = gpu_hours;
+  request.gpus = gpus;
+  request.profile = profile_name;
   request.shapes.max_d_model = 2048;
   request.shapes.max_layers = 40;
-  request.archs = {"baseline", "dar"};
+  request.arch = {"baseline", "dar"};
   const modar::OptimalResult result = modar::optimal(request);
-  const modar::DeviceProfile profile = modar::load_profile(request.profile);
+  const modar::DeviceProfile profile = modar::load_profile(profile_name);
   const modar::TimingModel timing(profile);
-  const modar::LossFitParams law = modar::load_fit(request.fit).params;
+  const modar::LossFitParams law = modar::load_fit("epoch").params;  // the default fit
   modar::LayoutSearchOptions layouts;
-  layouts.gpus = request.gpus;
+  layouts.gpus = gpus;
   int64_t space_shapes = 0;
   for (const std::string arch : {"baseline", "dar"}) {
     const modar::Recommendation& rec = find(result, arch, "isoflop_optimal");
     modar::Config arch_base = request.base;
-    arch_base.device.count = request.gpus;
-    arch_base.device.profile = request.profile;
+    arch_base.device.count = gpus;
+    arch_base.device.profile = profile_name;
     const modar::ArchSpec spec = modar::make_arch(arch);
     arch_base.mod = spec.mod;
     arch_base.dar = spec.dar;
@@ -194,8 +198,8 @@ TEST(OptimalTrust, WallClockArgminEqualsCostingEveryShape) {
     for_each_space_shape(
         arch_base, request.shapes, [&](int64_t layers, int64_t d, const modar::Config& config) {
           const modar::LayoutSearchResult layout = modar::search_layout(config, timing, layouts);
-          const double tokens = *request.gpu_hours / double(request.gpus) * 3600.0 *
-                                layout.estimate.time.tokens_per_s;
+          const double tokens =
+              gpu_hours / double(gpus) * 3600.0 * layout.estimate.time.tokens_per_s;
           const double n = modar::count_params(config).flop_active;
           const double loss = law.E + rec.prior.eps * law.A / std::pow(n, law.alpha) +
                               law.B / std::pow(tokens, law.beta);
@@ -247,8 +251,8 @@ TEST(OptimalTrust, ClosedFormAgreementAtTheDefaultSequenceLength) {
   const double b = law.alpha / (law.alpha + law.beta);
   for (const double flops : {6e18, 2e19, 1e20}) {
     modar::OptimalRequest request;
-    request.train_flops = flops;
-    request.archs = {"baseline"};
+    request.flops = flops;
+    request.arch = {"baseline"};
     ASSERT_EQ(request.base.model.seq_len, 2048);
     const modar::OptimalResult result = modar::optimal(request);
     const modar::Recommendation& rec = find(result, "baseline", "isoflop_optimal");
@@ -284,8 +288,8 @@ TEST(OptimalTrust, ClosedFormAgreementAtTheDefaultSequenceLength) {
 
 TEST(OptimalTrust, RangesFollowThePriorInterval) {
   modar::OptimalRequest request;
-  request.train_flops = 1e20;
-  request.archs = {"baseline", "mod"};
+  request.flops = 1e20;
+  request.arch = {"baseline", "mod"};
   const modar::OptimalResult result = modar::optimal(request);
   const modar::LossFitParams law = modar::load_fit("epoch").params;
   for (const auto* role : {"isoflop_optimal", "parity_fastest"}) {
@@ -319,7 +323,7 @@ TEST(OptimalTrust, RangesFollowThePriorInterval) {
   EXPECT_EQ(*baseline.loss_range->high, *baseline.loss);
 
   // --eps overrides are exact: no range.
-  request.eps_overrides = modar::parse_eps_overrides("mod=0.95");
+  request.eps = modar::parse_eps_overrides("mod=0.95");
   const modar::OptimalResult exact = modar::optimal(request);
   const modar::Recommendation& mod = find(exact, "mod", "isoflop_optimal");
   EXPECT_EQ(*mod.eps_range.low, 0.95);
@@ -331,9 +335,9 @@ TEST(OptimalTrust, RangesFollowThePriorInterval) {
 
 TEST(OptimalTrust, FullDarIsFlaggedAndItsParityStaysInsideItsSupport) {
   modar::OptimalRequest request;
-  request.train_flops = 1e20;
-  request.archs = {"baseline", "dar"};
-  request.dar_block_layers = 1;  // Full DAR: the single 0.5B point
+  request.flops = 1e20;
+  request.arch = {"baseline", "dar"};
+  request.block_layers = 1;  // Full DAR: the single 0.5B point
   const modar::OptimalResult result = modar::optimal(request);
   const modar::Recommendation& optimum = find(result, "dar", "isoflop_optimal");
   EXPECT_TRUE(has_flag(optimum, "prior_single_point"));
@@ -350,27 +354,30 @@ TEST(OptimalTrust, FullDarIsFlaggedAndItsParityStaysInsideItsSupport) {
   EXPECT_GT(*parity.eps_range.high, 0.90);
 
   // Block DAR (the default) at 1e20: applied beyond its 0.1B-0.3B sizes.
-  request.dar_block_layers = 2;
+  request.block_layers = 2;
   const modar::OptimalResult block = modar::optimal(request);
   EXPECT_TRUE(has_flag(find(block, "dar", "isoflop_optimal"), "prior_outside_measured_sizes"));
   EXPECT_FALSE(has_flag(find(block, "dar", "isoflop_optimal"), "prior_single_point"));
   // MoD outside its measured budgets (6e18-1e20) is flagged, inside is not.
-  request.archs = {"baseline", "mod"};
-  EXPECT_FALSE(has_flag(find(modar::optimal(request), "mod", "isoflop_optimal"),
-                        "prior_outside_measured_budgets"));
-  request.train_flops = 1e22;
+  request.arch = {"baseline", "mod"};
+  request.block_layers.reset();  // (a DAR knob with no DAR architecture is refused)
+  EXPECT_FALSE(
+      has_flag(find(modar::optimal(request), "mod", "isoflop_optimal"),
+               "prior_outside_measured_budgets"));
+  request.flops = 1e22;
   EXPECT_TRUE(has_flag(find(modar::optimal(request), "mod", "isoflop_optimal"),
                        "prior_outside_measured_budgets"));
 }
 
 TEST(OptimalTrust, TokensPerParameterOutsideTheFitIsFlagged) {
-  // An (implausible) parameter-term eps = 0.2 pushes the optimum to ~2000
-  // tokens per parameter: flagged.  The parity search stays inside the fit's
-  // band.  (A MoD eps scales both terms and does not move the optimum.)
+  // An (implausible) parameter-term eps = 0.25, the lowest allowed, pushes
+  // the optimum to ~1000 tokens per parameter: flagged.  The parity search
+  // stays inside the fit's band.  (A MoD eps scales both terms and does not
+  // move the optimum.)
   modar::OptimalRequest request;
-  request.train_flops = 1e20;
-  request.archs = {"baseline", "dar"};
-  request.eps_overrides = modar::parse_eps_overrides("dar=0.2");
+  request.flops = 1e20;
+  request.arch = {"baseline", "dar"};
+  request.eps = modar::parse_eps_overrides("dar=0.25");
   const modar::OptimalResult result = modar::optimal(request);
   const modar::Recommendation& optimum = find(result, "dar", "isoflop_optimal");
   const double ratio = optimum.tokens / optimum.params.flop_active;
@@ -394,11 +401,12 @@ const std::string* no_fit_note(const modar::OptimalResult& result) {
 
 TEST(OptimalTrust, NoFitAdviceOnlySuggestsWhatWouldHelp) {
   // Micro-batch 256 x seq 2048: the T x V logits alone exceed an H200 for
-  // every shape.  Full recompute is already on: only the micro-batch is
-  // suggested, and it would help.
+  // every shape.  Full recompute is already on: the micro-batch is suggested
+  // (with the memory it would then need), recompute is not; more GPUs would
+  // also fit.
   modar::OptimalRequest request;
-  request.train_flops = 1e20;
-  request.archs = {"baseline"};
+  request.flops = 1e20;
+  request.arch = {"baseline"};
   request.base.train.micro_batch = 256;
   request.base.train.recompute = modar::Recompute::full;
   const modar::OptimalResult result = modar::optimal(request);
@@ -407,20 +415,24 @@ TEST(OptimalTrust, NoFitAdviceOnlySuggestsWhatWouldHelp) {
   EXPECT_TRUE(has_flag(rec, "no_fit"));
   const std::string* note = no_fit_note(result);
   ASSERT_NE(note, nullptr);
-  EXPECT_NE(note->find("try --micro-batch 1"), std::string::npos) << *note;
-  EXPECT_EQ(note->find("--recompute"), std::string::npos) << *note;
+  EXPECT_NE(note->find("would fit with train.micro_batch = 1 (now 256) ("), std::string::npos)
+      << *note;
+  EXPECT_EQ(note->find("train.recompute"), std::string::npos) << *note;
+  EXPECT_NE(note->find("gpus = "), std::string::npos) << *note;
+  EXPECT_EQ(note->find("--"), std::string::npos) << *note;  // fields, not flags
 
   // Micro-batch 1, full recompute, seq 524288: nothing the user can still
-  // lower helps; neither flag is suggested, the sequence length is.
+  // lower on one GPU helps; two GPUs (tensor + sequence parallel split the
+  // activations) do.
   request.base.train.micro_batch = 1;
   request.base.model.seq_len = 524288;
   const modar::OptimalResult long_seq = modar::optimal(request);
   EXPECT_FALSE(find(long_seq, "baseline", "isoflop_optimal").memory.fits);
   note = no_fit_note(long_seq);
   ASSERT_NE(note, nullptr);
-  EXPECT_EQ(note->find("--micro-batch"), std::string::npos) << *note;
-  EXPECT_EQ(note->find("--recompute"), std::string::npos) << *note;
-  EXPECT_NE(note->find("--seq-len"), std::string::npos) << *note;
+  EXPECT_EQ(note->find("train.micro_batch"), std::string::npos) << *note;
+  EXPECT_EQ(note->find("train.recompute"), std::string::npos) << *note;
+  EXPECT_NE(note->find("would fit with gpus = 2 (TP 2 (SP)"), std::string::npos) << *note;
 }
 
 TEST(OptimalTrust, ModPriorIntervalMatchesMonteCarloOfTheReadings) {

@@ -43,8 +43,8 @@ TEST(PlannerExperts, TheUsersExpertsReplaceTheDefaultSetting) {
 
 TEST(PlannerExperts, OptimalChangesItsRecommendationAndSaysSo) {
   modar::OptimalRequest request;
-  request.train_flops = 1e20;
-  request.archs = {"moe"};
+  request.flops = 1e20;
+  request.arch = {"moe"};
   const modar::OptimalResult plain = modar::optimal(request);
   request.base.moe = experts(64, 8);
   const modar::OptimalResult set = modar::optimal(request);
@@ -70,8 +70,8 @@ TEST(PlannerExperts, OptimalChangesItsRecommendationAndSaysSo) {
 
 TEST(PlannerExperts, SweepRowsCarryTheExperts) {
   modar::SweepRequest request;
-  request.budgets_flops = {1e20};
-  request.archs = {"moe"};
+  request.flops = {1e20};
+  request.arch = {"moe"};
   request.with_time = false;
   request.base.moe = experts(16, 2);
   const std::vector<modar::SweepRow> rows = modar::sweep(request);
@@ -88,8 +88,8 @@ TEST(PlannerExperts, SweepRowsCarryTheExperts) {
 
 TEST(PlannerExperts, SettingsNoArchitectureUsesAreRefused) {
   modar::OptimalRequest request;
-  request.train_flops = 1e20;
-  request.archs = {"baseline", "mod"};
+  request.flops = 1e20;
+  request.arch = {"baseline", "mod"};
   request.base.moe = experts(64, 8);
   try {
     modar::optimal(request);

@@ -44,9 +44,43 @@ TEST(PlannerHardening, RunsCsvUsesTheStrictNumberGrammar) {
 }
 
 TEST(PlannerHardening, EpsOverridesUseTheStrictNumberGrammar) {
-  EXPECT_DOUBLE_EQ(modar::parse_eps_overrides("mod=1e-6").at("mod"), 1e-6);
+  EXPECT_DOUBLE_EQ(modar::parse_eps_overrides("mod=0.25").at("mod"), 0.25);
+  EXPECT_DOUBLE_EQ(modar::parse_eps_overrides("mod=1.5e0").at("mod"), 1.5);
   EXPECT_THROW(modar::parse_eps_overrides("mod=0x1p-1"), modar::ConfigError);
   EXPECT_THROW(modar::parse_eps_overrides("mod=inf"), modar::ConfigError);
+}
+
+// Issue 24's prior: an efficiency prior of 1e-300 is in type (a positive
+// double) but no architecture's efficiency; refused with the range, in the
+// text grammar, in a request and in the closed form (which returned
+// tokens_opt = inf for it).
+TEST(PlannerHardening, AMeaninglessPriorIsRefusedWithItsRange) {
+  for (const char* text : {"mod=1e-300", "mod=1e-6", "mod=0.2", "mod=2", "dar=0"}) {
+    try {
+      modar::parse_eps_overrides(text);
+      ADD_FAILURE() << text << " accepted";
+    } catch (const modar::ConfigError& e) {
+      const std::string message = e.what();
+      EXPECT_EQ(message.rfind("eps[", 0), 0u) << message;
+      EXPECT_NE(message.find("must be in [0.25, 1.5]"), std::string::npos) << message;
+    }
+  }
+  modar::OptimalRequest request;
+  request.flops = 1e20;
+  request.eps = {{"mod", 1e-300}};
+  EXPECT_THROW(modar::optimal(request), modar::ConfigError);
+  try {
+    modar::closed_form_optimum(modar::ClosedFormRequest{1e20, "epoch", 1e-300});
+    ADD_FAILURE() << "closed form with eps 1e-300 accepted";
+  } catch (const modar::ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("eps = 1e-300: ", 0), 0u) << e.what();
+  }
+  // The allowed range's ends give finite answers.
+  for (const double eps : {modar::kEpsMin, modar::kEpsMax}) {
+    const modar::ClosedFormOptimum o =
+        modar::closed_form_optimum(modar::ClosedFormRequest{1e20, "epoch", eps});
+    EXPECT_TRUE(std::isfinite(o.tokens_opt) && std::isfinite(o.loss)) << eps;
+  }
 }
 
 // Losses that RISE with N and D admit no law with alpha, beta > 0: the fit
@@ -79,8 +113,16 @@ TEST(PlannerHardening, LargeFitRecoversTheLaw) {
   modar::FitOptions options;
   options.bootstrap_samples = 4;
   std::vector<std::string> stages;
-  options.progress = [&](const std::string& message) { stages.push_back(message); };
-  const modar::FitResult result = modar::fit_runs(law_runs(truth, 2500, 0.002), options);
+  std::vector<modar::RunProgress> reports;
+  modar::RunControl control;
+  control.progress_interval_s = 0.0;  // every unit
+  control.progress = [&](const modar::RunProgress& p) {
+    if (stages.empty() || stages.back() != p.stage) {
+      stages.push_back(p.stage);
+    }
+    reports.push_back(p);
+  };
+  const modar::FitResult result = modar::fit_runs(law_runs(truth, 2500, 0.002), options, control);
   EXPECT_NEAR(result.alpha.estimate, truth.alpha, 0.01);
   EXPECT_NEAR(result.beta.estimate, truth.beta, 0.01);
   EXPECT_NEAR(result.E.estimate, truth.E, 0.02);
@@ -88,6 +130,15 @@ TEST(PlannerHardening, LargeFitRecoversTheLaw) {
   EXPECT_NE(result.fit.source.find("m-out-of-n, m = 2000"), std::string::npos);
   ASSERT_GE(stages.size(), 2u);
   EXPECT_NE(stages[0].find("2500 runs"), std::string::npos);
+  // Units: 675 grid starts + 4 refinements (2,500 runs: not above 20,000) +
+  // 4 bootstrap samples, counted one by one, the last report final.
+  ASSERT_FALSE(reports.empty());
+  EXPECT_EQ(reports.front().total, 675 + 4 + 4);
+  EXPECT_TRUE(reports.back().final);
+  EXPECT_EQ(reports.back().done, 675 + 4 + 4);
+  for (size_t i = 1; i < reports.size(); ++i) {
+    EXPECT_GE(reports[i].done, reports[i - 1].done);
+  }
 }
 
 TEST(PlannerHardening, FitAndSweepStopOnInterrupt) {
@@ -95,7 +146,7 @@ TEST(PlannerHardening, FitAndSweepStopOnInterrupt) {
   modar::request_interrupt();
   EXPECT_THROW(modar::fit_runs(law_runs(truth, 30, 0.0)), modar::Interrupted);
   modar::SweepRequest request;
-  request.budgets_flops = {1e20};
+  request.flops = {1e20};
   request.with_time = false;
   EXPECT_THROW(modar::sweep(request), modar::Interrupted);
   modar::clear_interrupt();

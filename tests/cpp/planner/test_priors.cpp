@@ -145,7 +145,7 @@ TEST(Priors, OverridesWin) {
   const auto combined = modar::efficiency_prior(with_arch("mod+dar"), epoch, overrides);
   EXPECT_TRUE(combined.known);
   EXPECT_EQ(combined.eps, 0.9);
-  EXPECT_EQ(combined.source, "--eps override");
+  EXPECT_EQ(combined.source, "eps override");
 }
 
 TEST(Priors, BadOverridesAreRejected) {

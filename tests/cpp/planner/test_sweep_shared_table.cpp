@@ -21,9 +21,9 @@ std::vector<std::string> csv_rows(const modar::SweepRequest& request) {
 void expect_same_as_one_budget_at_a_time(const modar::SweepRequest& request) {
   const std::vector<std::string> together = csv_rows(request);
   std::vector<std::string> separately;
-  for (const double budget : request.budgets_flops) {
+  for (const double budget : request.flops) {
     modar::SweepRequest one = request;
-    one.budgets_flops = {budget};
+    one.flops = {budget};
     const std::vector<std::string> rows = csv_rows(one);
     separately.insert(separately.end(), rows.begin(), rows.end());
   }
@@ -36,10 +36,10 @@ void expect_same_as_one_budget_at_a_time(const modar::SweepRequest& request) {
 
 TEST(SweepSharedTable, OverlappingBudgetsGiveTheRowsOfOneBudgetAtATime) {
   modar::SweepRequest request;
-  request.budgets_flops = {6e18, 1e19, 2e19, 5e19, 1e20};  // overlapping windows: shared table
-  request.archs = {"baseline", "mod", "dar", "mod+dar"};
-  request.capacities = {0.125, 0.5};
-  request.everys = {1, 2};
+  request.flops = {6e18, 1e19, 2e19, 5e19, 1e20};  // overlapping windows: shared table
+  request.arch = {"baseline", "mod", "dar", "mod+dar"};
+  request.capacity = {0.125, 0.5};
+  request.every = {1, 2};
   request.block_layers = {1, 4};
   request.streams = {2, 3};
   request.with_time = true;
@@ -48,11 +48,11 @@ TEST(SweepSharedTable, OverlappingBudgetsGiveTheRowsOfOneBudgetAtATime) {
 
 TEST(SweepSharedTable, DistantBudgetsGiveTheRowsOfOneBudgetAtATime) {
   modar::SweepRequest request;
-  request.budgets_flops = {1e18, 1e23};  // disjoint windows: per-budget tables
-  request.archs = {"baseline", "mod+dar"};
+  request.flops = {1e18, 1e23};  // disjoint windows: per-budget tables
+  request.arch = {"baseline", "mod+dar"};
   request.with_time = false;
   expect_same_as_one_budget_at_a_time(request);
-  request.budgets_flops = {1e18, 3e18, 1e23};  // mixed: one table spanning all
+  request.flops = {1e18, 3e18, 1e23};  // mixed: one table spanning all
   request.grid_half_width = 40.0;
   expect_same_as_one_budget_at_a_time(request);
 }
