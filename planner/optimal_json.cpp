@@ -86,7 +86,11 @@ void write_recommendation_json(JsonWriter& json, const Recommendation& rec,
   json.field("step_time", rec.ratio_step_time);
   json.field("tokens", rec.ratio_tokens);
   json.field("train_hours", rec.ratio_train_hours);
+  json_optional(json, "curve_forward_flops_per_token",
+                rec.curve_forward_flops ? std::optional<double>(rec.ratio_curve_forward_flops)
+                                        : std::nullopt);
   json.end_object();
+  json_optional(json, "curve_forward_flops_per_token", rec.curve_forward_flops);
   json.key("ranges").begin_object();
   json_range(json, "eps", rec.eps_range);
   if (rec.loss_range) {

@@ -152,6 +152,9 @@ TableRows recommendation_rows(const OptimalResult& result) {
       [](const Recommendation& r) { return format_fixed(r.ratio_params_total, 2); });
   add("x fwd FLOPs / token",
       [](const Recommendation& r) { return format_fixed(r.ratio_forward_flops, 2); });
+  add("  curve minimum", [](const Recommendation& r) {
+    return r.curve_forward_flops ? format_fixed(r.ratio_curve_forward_flops, 2) : std::string("-");
+  });
   add("x wall-clock to train",
       [](const Recommendation& r) { return format_fixed(r.ratio_train_hours, 2); });
   add("x time per step", [](const Recommendation& r) { return format_fixed(r.ratio_step_time, 2); });

@@ -438,6 +438,15 @@ struct Recommendation {
   double ratio_step_time = 0.0;
   double ratio_tokens = 0.0;
   double ratio_train_hours = 0.0;
+  // The minimum of the architecture's isoFLOP curve (an isoflop_optimal under
+  // a FLOP budget): the vertex of the parabola in log forward FLOPs per token
+  // through the best shape of each depth near the argmin, as the MoD paper
+  // locates its figure-4 optima (docs/planner.md "The isoFLOP curve's
+  // minimum").  The shape grid is coarse near the optimum, so the recommended
+  // shape can sit +-10 % from it.  nullopt: not fitted (other roles, a
+  // wall-clock budget, a minimum at the search space's edge, no prior).
+  std::optional<double> curve_forward_flops;
+  double ratio_curve_forward_flops = 0.0;  // to the optimal baseline's curve minimum
   // Uncertainty from the prior (eps_low .. eps_high): the loss of this shape
   // at both ends, and where the same rule lands at both ends (N_f, total
   // parameters, tokens, step time relative to the optimal baseline).
