@@ -68,8 +68,8 @@ std::optional<IsoflopVertex> isoflop_curve_vertex(const std::vector<IsoflopPoint
   // | s4 s3 s2 | |a|   |t2|
   // | s3 s2 s1 | |b| = |t1|
   // | s2 s1 s0 | |c|   |t0|   (Cramer's rule)
-  auto det3 = [](double a11, double a12, double a13, double a21, double a22, double a23,
-                 double a31, double a32, double a33) {
+  auto det3 = [](double a11, double a12, double a13, double a21, double a22, double a23, double a31,
+                 double a32, double a33) {
     return a11 * (a22 * a33 - a23 * a32) - a12 * (a21 * a33 - a23 * a31) +
            a13 * (a21 * a32 - a22 * a31);
   };

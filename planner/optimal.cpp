@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "isoflop_vertex.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/base/text.hpp"
 #include "modar/planner.hpp"
-#include "isoflop_vertex.hpp"
 #include "optimal_internal.hpp"
 #include "optimal_search.hpp"
 #include "planner_internal.hpp"

@@ -20,7 +20,9 @@ using modar::detail::IsoflopPoint;
 // loss = 2 + 0.05 (ln f - ln 3e8)^2, forward FLOPs f of depth L spaced
 // 10 % apart in log, so that the minimum 3e8 falls between two depths.
 constexpr double kVertexFlops = 3e8;
-double curve_flops(int layers) { return kVertexFlops * std::exp(0.1 * (layers - 13.4)); }
+double curve_flops(int layers) {
+  return kVertexFlops * std::exp(0.1 * (layers - 13.4));
+}
 double curve_loss(double flops) {
   const double x = std::log(flops / kVertexFlops);
   return 2.0 + 0.05 * x * x;
