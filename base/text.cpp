@@ -128,7 +128,12 @@ std::string format_percent(double fraction) {
 
 // ---- text as numbers ----------------------------------------------------------
 
-bool parse_integer_text(const std::string& text, int64_t* out) {
+namespace {
+
+// The whole text as one T by std::from_chars (`format...`: its chars_format for
+// reals), after an optional leading '+' (from_chars takes none).
+template <class T, class... Format>
+bool parse_whole_text(const std::string& text, T* out, Format... format) {
   if (text.empty()) {
     return false;
   }
@@ -137,21 +142,18 @@ bool parse_integer_text(const std::string& text, int64_t* out) {
   if (*begin == '+') {
     ++begin;
   }
-  const auto result = std::from_chars(begin, end, *out);
+  const auto result = std::from_chars(begin, end, *out, format...);
   return result.ec == std::errc() && result.ptr == end;
 }
 
+}  // namespace
+
+bool parse_integer_text(const std::string& text, int64_t* out) {
+  return parse_whole_text(text, out);
+}
+
 bool parse_finite_number_text(const std::string& text, double* out) {
-  if (text.empty()) {
-    return false;
-  }
-  const char* begin = text.data();
-  const char* end = begin + text.size();
-  if (*begin == '+') {
-    ++begin;
-  }
-  const auto result = std::from_chars(begin, end, *out, std::chars_format::general);
-  return result.ec == std::errc() && result.ptr == end && std::isfinite(*out);
+  return parse_whole_text(text, out, std::chars_format::general) && std::isfinite(*out);
 }
 
 // ---- text in messages -----------------------------------------------------------

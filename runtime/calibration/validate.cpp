@@ -73,38 +73,31 @@ std::vector<ValidationCase> validation_cases(bool quick, DeviceKind device, DTyp
   add("dense-layer", "layer", small_config(d, 1, heads, seq, batch, layer_vocab, dtype));
   {
     Config c = small_config(d, 1, heads, seq * 2, batch, layer_vocab, dtype);
-    c.mod.every = 1;
-    c.mod.offset = 0;
-    c.mod.capacity = 0.25;
+    c.mod = {.capacity = 0.25, .every = 1, .offset = 0};
     add("mod-c0.25-layer", "layer", c);
   }
   {
     Config c = small_config(d, 1, heads, seq, batch, layer_vocab, dtype);
-    c.dar.variant = DarVariant::dar;
-    c.dar.block_layers = 1;
+    c.dar = {.variant = DarVariant::dar, .block_layers = 1};
     add("dar-layer", "layer", c);
   }
   // Whole small training steps.
   add("dense-step", "step", small_config(d, 4, heads, seq, batch, vocab, dtype));
   for (const double capacity : {0.125, 0.5}) {
     Config c = small_config(d, 4, heads, seq * 2, batch, vocab, dtype);
-    c.mod.every = 2;
-    c.mod.offset = 1;
-    c.mod.capacity = capacity;
+    c.mod = {.capacity = capacity, .every = 2, .offset = 1};
     std::ostringstream name;
     name << "mod-c" << capacity << "-step";
     add(name.str(), "step", c);
   }
   {
     Config c = small_config(d, 4, heads, seq, batch, vocab, dtype);
-    c.dar.variant = DarVariant::attnres;
-    c.dar.block_layers = 2;
+    c.dar = {.variant = DarVariant::attnres, .block_layers = 2};
     add("attnres-step", "step", c);
   }
   {
     Config c = small_config(d, 4, heads, seq, batch, vocab, dtype);
-    c.dar.variant = DarVariant::dar;
-    c.dar.block_layers = 2;
+    c.dar = {.variant = DarVariant::dar, .block_layers = 2};
     add("dar-step", "step", c);
   }
   // Experts ([moe], dropless): MoE FFN, integrated MoDE (null experts) and
@@ -113,17 +106,12 @@ std::vector<ValidationCase> validation_cases(bool quick, DeviceKind device, DTyp
   // harness on a GPU: they build but have not run on one yet.
   if (cpu) {
     Config c = small_config(d, 1, heads, seq, batch, layer_vocab, dtype);
-    c.moe.experts = 6;
-    c.moe.top_k = 2;
-    c.moe.expert_ffn = 2 * d;
+    c.moe = {.experts = 6, .top_k = 2, .expert_ffn = 2 * d};
     add("moe-e6k2-layer", "layer", c);
   }
   if (cpu) {
     Config c = small_config(d, 4, heads, seq, batch, vocab, dtype);
-    c.moe.experts = 6;
-    c.moe.top_k = 2;
-    c.moe.expert_ffn = 2 * d;
-    c.moe.first_dense = 1;
+    c.moe = {.experts = 6, .top_k = 2, .expert_ffn = 2 * d, .first_dense = 1};
     add("moe-e6k2-step", "step", c);
     Config integrated = c;
     integrated.moe.mode = MoeMode::integrated;
@@ -132,13 +120,8 @@ std::vector<ValidationCase> validation_cases(bool quick, DeviceKind device, DTyp
   }
   if (cpu) {
     Config c = small_config(d, 4, heads, seq * 2, batch, vocab, dtype);
-    c.mod.every = 2;
-    c.mod.offset = 1;
-    c.mod.capacity = 0.25;
-    c.moe.experts = 6;
-    c.moe.top_k = 2;
-    c.moe.expert_ffn = 2 * d;
-    c.moe.mode = MoeMode::staged;
+    c.mod = {.capacity = 0.25, .every = 2, .offset = 1};
+    c.moe = {.experts = 6, .top_k = 2, .expert_ffn = 2 * d, .mode = MoeMode::staged};
     add("mode-staged-step", "step", c);
   }
   if (!quick) {
@@ -148,10 +131,8 @@ std::vector<ValidationCase> validation_cases(bool quick, DeviceKind device, DTyp
     swiglu.model.mlp = MlpKind::swiglu;
     add("dense-swiglu-step", "step", swiglu);
     Config mod_dar = small_config(d, 4, heads, seq * 2, batch, vocab, dtype);
-    mod_dar.mod.every = 2;
-    mod_dar.mod.capacity = 0.25;
-    mod_dar.dar.variant = DarVariant::dar;
-    mod_dar.dar.block_layers = 2;
+    mod_dar.mod = {.capacity = 0.25, .every = 2};
+    mod_dar.dar = {.variant = DarVariant::dar, .block_layers = 2};
     add("mod-dar-step", "step", mod_dar);
     Config gqa = small_config(d, 4, heads, seq, batch, vocab, dtype);
     gqa.model.n_kv_heads = heads / 3;
@@ -568,11 +549,7 @@ std::string validation_json(const ValidationReport& report) {
     json.key("step_time").begin_object();
     json.field("measured_s", r.measured_step_s).field("predicted_s", r.predicted_step_s);
     json.field("error", r.step_error).field("measured_spread", r.measured_spread);
-    json.key("repeat_measured_s").begin_array();
-    for (const double t : r.repeat_step_s) {
-      json.value(t);
-    }
-    json.end_array();
+    json.field("repeat_measured_s", r.repeat_step_s);
     json.field("run_to_run_spread", r.run_to_run_spread);
     json.field("predicted_noise", r.predicted_noise);
     json.field("noise_floor", r.noise_floor).field("within_noise", r.within_noise);
@@ -622,19 +599,10 @@ std::string validation_json(const ValidationReport& report) {
   json.field("max_abs_error", report.step_max_abs_error);
   json.field("median_abs_error_raw", report.step_median_abs_error_raw);
   json.field("median_noise_floor", report.step_median_noise_floor);
-  json.key("median_abs_error_by_repeat").begin_array();
-  for (const double e : report.step_median_abs_error_by_repeat) {
-    json.value(e);
-  }
-  json.end_array();
+  json.field("median_abs_error_by_repeat", report.step_median_abs_error_by_repeat);
   json.field("cases_within_noise", report.cases_within_noise);
   json.end_object();
-  json.key("memory").begin_object();
-  json.field("median_abs_error", report.memory_median_abs_error);
-  json.field("max_abs_error", report.memory_max_abs_error);
-  json.end_object();
-  json.field("load_average_before", report.load_average_before);
-  json.field("load_average_after", report.load_average_after);
+  validate_detail::write_memory_and_load_json(json, report);
   json.key("host").begin_object();
   json.field("sentinel_s", report.sentinel_s);
   json.field("sentinel_profile_s", report.sentinel_profile_s);
@@ -643,11 +611,7 @@ std::string validation_json(const ValidationReport& report) {
   json.field("other_busy_cpus_during", report.other_busy_cpus_during);
   json.field("logical_cpus", report.logical_cpus);
   json.field("valid", report.host_flags.empty());
-  json.key("flags").begin_array();
-  for (const std::string& flag : report.host_flags) {
-    json.value(flag);
-  }
-  json.end_array();
+  json.field("flags", report.host_flags);
   json.end_object();
   json.field("method", report.method);
   json.end_object();

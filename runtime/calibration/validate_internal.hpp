@@ -1,9 +1,11 @@
 // runtime/calibration/validate_internal.hpp: the tracing Backend of `modar
-// validate` (validate_trace.cpp); not a public interface.
+// validate` (validate_trace.cpp) and the report JSON that validate and
+// validate --parallel write alike; not a public interface.
 #pragma once
 
 #include <vector>
 
+#include "modar/base/json.hpp"
 #include "modar/runtime/forwarding_backend.hpp"
 #include "modar/runtime/validate.hpp"
 
@@ -34,5 +36,17 @@ class TracingBackend final : public ForwardingBackend {
   ExecutedOps executed_;
   std::vector<OpShape> gemm_shapes_;
 };
+
+// The memory error summary and the host's load averages of a validation
+// report (a ValidationReport or a ParallelValidationReport).
+template <class Report>
+void write_memory_and_load_json(JsonWriter& json, const Report& report) {
+  json.key("memory").begin_object();
+  json.field("median_abs_error", report.memory_median_abs_error);
+  json.field("max_abs_error", report.memory_max_abs_error);
+  json.end_object();
+  json.field("load_average_before", report.load_average_before);
+  json.field("load_average_after", report.load_average_after);
+}
 
 }  // namespace modar::runtime::validate_detail

@@ -27,6 +27,7 @@
 #include "modar/runtime/model.hpp"
 #include "modar/runtime/parallel_steps.hpp"
 #include "modar/runtime/profiler.hpp"
+#include "validate_internal.hpp"
 
 namespace modar::runtime {
 namespace {
@@ -922,6 +923,15 @@ std::string parallel_validation_json(const ParallelValidationReport& report) {
   json.field("ranks", static_cast<int64_t>(report.world));
   json.field("logical_cpus", static_cast<int64_t>(report.logical_cpus));
   json.field("network", report.network);
+  // Seconds by process group ("tensor", "data", ...) as one object.
+  const auto by_group = [&](const char* key,
+                            const std::vector<std::pair<std::string, double>>& seconds) {
+    json.key(key).begin_object();
+    for (const auto& [group, s] : seconds) {
+      json.field(group, s);
+    }
+    json.end_object();
+  };
   json.key("cases").begin_array();
   for (const ParallelCaseResult& r : report.cases) {
     const Config& c = r.validation_case.config;
@@ -944,45 +954,17 @@ std::string parallel_validation_json(const ParallelValidationReport& report) {
     json.field("step_spread", r.step_spread).field("rounds", r.rounds);
     json.field("calls_per_step", r.calls_per_step);
     json.field("wall_step_s", r.wall_step_s).field("wall_comm_s", r.wall_comm_s);
-    json.key("comm_by_group_s").begin_object();
-    for (const auto& [group, seconds] : r.comm_by_group_s) {
-      json.field(group, seconds);
-    }
-    json.end_object();
-    json.key("rank_compute_s").begin_array();
-    for (const double v : r.rank_compute_s) {
-      json.value(v);
-    }
-    json.end_array();
-    json.key("rank_comm_s").begin_array();
-    for (const double v : r.rank_comm_s) {
-      json.value(v);
-    }
-    json.end_array();
-    json.key("rank_end_s").begin_array();
-    for (const double v : r.rank_end_s) {
-      json.value(v);
-    }
-    json.end_array();
-    json.key("rank_peak_bytes").begin_array();
-    for (const double v : r.rank_peak_bytes) {
-      json.value(v);
-    }
-    json.end_array();
+    by_group("comm_by_group_s", r.comm_by_group_s);
+    json.field("rank_compute_s", r.rank_compute_s);
+    json.field("rank_comm_s", r.rank_comm_s);
+    json.field("rank_end_s", r.rank_end_s);
+    json.field("rank_peak_bytes", r.rank_peak_bytes);
     json.end_object();
     json.key("predicted").begin_object();
     json.field("step_s", r.predicted_step_s).field("compute_s", r.predicted_compute_s);
     json.field("comm_s", r.predicted_comm_s).field("bubble_s", r.predicted_bubble_s);
-    json.key("comm_by_group_s").begin_object();
-    for (const auto& [group, seconds] : r.predicted_comm_by_group_s) {
-      json.field(group, seconds);
-    }
-    json.end_object();
-    json.key("rank_peak_bytes").begin_array();
-    for (const double v : r.rank_predicted_peak_bytes) {
-      json.value(v);
-    }
-    json.end_array();
+    by_group("comm_by_group_s", r.predicted_comm_by_group_s);
+    json.field("rank_peak_bytes", r.rank_predicted_peak_bytes);
     json.end_object();
     json.key("error").begin_object();
     json.field("step", r.step_error).field("compute", r.compute_error).field("comm", r.comm_error);
@@ -997,12 +979,7 @@ std::string parallel_validation_json(const ParallelValidationReport& report) {
   json.end_object();
   json.field("compute_median_abs_error", report.compute_median_abs_error);
   json.field("comm_median_abs_error", report.comm_median_abs_error);
-  json.key("memory").begin_object();
-  json.field("median_abs_error", report.memory_median_abs_error);
-  json.field("max_abs_error", report.memory_max_abs_error);
-  json.end_object();
-  json.field("load_average_before", report.load_average_before);
-  json.field("load_average_after", report.load_average_after);
+  validate_detail::write_memory_and_load_json(json, report);
   json.field("method", report.method);
   json.end_object();
   return json.str() + "\n";

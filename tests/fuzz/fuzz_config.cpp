@@ -25,21 +25,10 @@ namespace {
 
 std::filesystem::path g_file;  // the TOML text is written here for load_config_file
 
-void remove_scratch() {
-  std::error_code ignored;
-  std::filesystem::remove_all(g_file.parent_path(), ignored);
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  std::string pattern = (std::filesystem::temp_directory_path() / "modar-fuzz-config-XXXXXX").string();
-  if (mkdtemp(pattern.data()) == nullptr) {
-    std::perror("mkdtemp");
-    std::abort();
-  }
-  g_file = std::filesystem::path(pattern) / "config.toml";
-  std::atexit(remove_scratch);
+  g_file = modar::fuzz::scratch_folder("config") / "config.toml";
   return 0;
 }
 
@@ -51,10 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (overrides.empty()) {
       config = modar::parse_config_toml(toml_text, "fuzz.toml");
     } else {
-      {
-        std::ofstream out(g_file, std::ios::binary | std::ios::trunc);
-        out << toml_text;
-      }
+      modar::fuzz::write_file(g_file, toml_text);
       config = modar::load_config_file(g_file.string(), overrides);
     }
   } catch (const modar::ConfigError&) {
@@ -64,12 +50,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   // Accepted: to_toml() must read back to the same configuration.
   const std::string text = modar::to_toml(config);
-  modar::Config back;
-  try {
-    back = modar::parse_config_toml(text, "round-trip.toml");
-  } catch (const std::exception& e) {
-    modar::fuzz::require(false, "to_toml() of an accepted config is rejected", e.what() + ("\n" + text));
-  }
+  const modar::Config back = modar::fuzz::read_back(
+      [](const std::string& t) { return modar::parse_config_toml(t, "round-trip.toml"); }, text,
+      "to_toml() of an accepted config is rejected");
   modar::fuzz::require(modar::config_values(back) == modar::config_values(config),
                        "to_toml() does not read back to the same values", text);
   modar::fuzz::require(modar::to_toml(back) == text, "to_toml() is not stable", text);

@@ -26,29 +26,10 @@ namespace {
 
 std::filesystem::path g_dir;
 
-void remove_scratch() {
-  std::error_code ignored;
-  std::filesystem::remove_all(g_dir, ignored);
-}
-
-void write(const std::filesystem::path& path, const char* text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  std::string pattern = (std::filesystem::temp_directory_path() / "modar-fuzz-csv-XXXXXX").string();
-  if (mkdtemp(pattern.data()) == nullptr) {
-    std::perror("mkdtemp");
-    std::abort();
-  }
-  g_dir = pattern;
-  write(g_dir / "small.toml",
-        "[model]\nd_model = 256\nn_layers = 4\nn_heads = 4\nseq_len = 512\n[mod]\nevery = 2\n");
-  write(g_dir / "bad.toml", "[model]\nd_model = -1\n");
-  std::atexit(remove_scratch);
+  g_dir = modar::fuzz::csv_config_folder("csv");
   return 0;
 }
 

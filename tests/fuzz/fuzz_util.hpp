@@ -1,9 +1,15 @@
 // Shared by the fuzz targets: a property check that aborts (libFuzzer and the
-// replay runner report the abort with the input), and input splitting.
+// replay runner report the abort with the input), the round-trip read back,
+// input splitting and the scratch folder of the targets that read files.
 #pragma once
+
+#include <stdlib.h>  // mkdtemp
 
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +22,18 @@ inline void require(bool ok, const char* what, const std::string& detail = "") {
     std::fprintf(stderr, "fuzz property violated: %s\n%s\n", what, detail.c_str());
     std::abort();
   }
+}
+
+// What to_toml() wrote of an accepted value, read back by `parse` (text ->
+// value): a rejection is a property violation `what`, shown with the text.
+template <class Parse>
+auto read_back(const Parse& parse, const std::string& text, const char* what) {
+  try {
+    return parse(text);
+  } catch (const std::exception& e) {
+    require(false, what, e.what() + ("\n" + text));
+  }
+  std::abort();  // not reached: require(false, ...) aborts
 }
 
 // Split at the first line that is exactly `marker`: (text before, lines after).
@@ -40,6 +58,48 @@ inline std::pair<std::string, std::vector<std::string>> split_at_marker(const st
     begin = end + 1;
   }
   return {text.substr(1, at), lines};
+}
+
+inline void write_file(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+}
+
+// The one scratch folder of a target (<temp>/modar-fuzz-<tag>-XXXXXX), made
+// by the first call (from LLVMFuzzerInitialize) and removed at exit.
+inline std::filesystem::path& scratch_folder_path() {
+  static std::filesystem::path path;
+  return path;
+}
+inline void remove_scratch_folder() {
+  std::error_code ignored;
+  std::filesystem::remove_all(scratch_folder_path(), ignored);
+}
+inline const std::filesystem::path& scratch_folder(const std::string& tag) {
+  std::filesystem::path& path = scratch_folder_path();
+  if (path.empty()) {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / ("modar-fuzz-" + tag + "-XXXXXX")).string();
+    if (mkdtemp(pattern.data()) == nullptr) {
+      std::perror("mkdtemp");
+      std::abort();
+    }
+    path = pattern;
+    std::atexit(remove_scratch_folder);
+  }
+  return path;
+}
+
+// The folder the runs CSV targets' `config` cells are relative to: the
+// scratch folder holding the two configs their seeds name, small.toml (valid)
+// and bad.toml (rejected).
+inline std::filesystem::path csv_config_folder(const std::string& tag) {
+  const std::filesystem::path& dir = scratch_folder(tag);
+  write_file(
+      dir / "small.toml",
+      "[model]\nd_model = 256\nn_layers = 4\nn_heads = 4\nseq_len = 512\n[mod]\nevery = 2\n");
+  write_file(dir / "bad.toml", "[model]\nd_model = -1\n");
+  return dir;
 }
 
 }  // namespace modar::fuzz

@@ -5,6 +5,7 @@
 //   JsonWriter json;
 //   json.begin_object().field("step_s", 1.5).key("ops").begin_array()...;
 //   json.end_array().end_object();
+//   json.field("repeats_s", std::vector<double>{1.5, 1.6});  // an array
 //   std::string text = json.str();
 //
 // Numbers are written with the shortest round-trip representation; NaN and
@@ -39,6 +40,15 @@ class JsonWriter {
   JsonWriter& value(std::string_view text);
   JsonWriter& value(const char* text) { return value(std::string_view(text)); }
   JsonWriter& value(const std::string& text) { return value(std::string_view(text)); }
+  // A JSON array of the values, each written by value().
+  template <typename T>
+  JsonWriter& value(const std::vector<T>& values) {
+    begin_array();
+    for (const T& v : values) {
+      value(v);
+    }
+    return end_array();
+  }
   JsonWriter& null();
   // Insert an already-serialised JSON value (e.g. from another writer).
   JsonWriter& raw(std::string_view json_text);

@@ -10,33 +10,16 @@
 #include <sstream>
 #include <string>
 
+#include "../common/cli_run.hpp"
+
 namespace {
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using CliRun = modar_test::CliResult;
 
 CliRun run_cli(const std::string& arguments) {
   static int calls = 0;
-  const std::string stem = testing::TempDir() + "/modar_cluster_cli_" +
-                           std::to_string(::getpid()) + "_" + std::to_string(++calls);
-  const std::string command = std::string(MODAR_CLI_PATH) + " " + arguments + " >" + stem +
-                              ".out 2>" + stem + ".err";
-  const int status = std::system(command.c_str());
-  CliRun r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = read_all(stem + ".out");
-  r.err = read_all(stem + ".err");
-  return r;
+  return modar_test::run_cli(
+      modar_test::temp_path_for("modar_cluster_cli_", std::to_string(++calls)), "", arguments);
 }
 
 const std::string kGpt = std::string(MODAR_SOURCE_DIR) + "/examples/configs/gpt175b.toml";

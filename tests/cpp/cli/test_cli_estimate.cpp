@@ -9,38 +9,17 @@
 #include <sstream>
 #include <string>
 
+#include "../common/cli_run.hpp"
+
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using Result = modar_test::CliResult;
 
 Result run(const std::string& arguments) {
   // Unique names: ctest runs the tests of this file as parallel processes.
   static int calls = 0;
-  const std::string stem = testing::TempDir() + "/modar_cli_" + std::to_string(::getpid()) + "_" +
-                           std::to_string(++calls);
-  const std::string out_path = stem + ".out";
-  const std::string err_path = stem + ".err";
-  const std::string command =
-      std::string(MODAR_CLI_PATH) + " " + arguments + " >" + out_path + " 2>" + err_path;
-  const int status = std::system(command.c_str());
-  Result r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(out_path);
-  r.err = slurp(err_path);
-  std::remove(out_path.c_str());
-  std::remove(err_path.c_str());
-  return r;
+  return modar_test::run_cli(modar_test::temp_path_for("modar_cli_", std::to_string(++calls)), "",
+                             arguments);
 }
 
 std::string example(const std::string& name) {

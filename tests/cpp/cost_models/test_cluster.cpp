@@ -22,11 +22,7 @@ namespace {
 // b = 2 (T = 256), bf16 (B = 2).
 Config small() {
   Config c;
-  c.model.d_model = 256;
-  c.model.n_layers = 8;
-  c.model.n_heads = 4;
-  c.model.vocab_size = 1024;
-  c.model.seq_len = 128;
+  c.model = {.d_model = 256, .n_layers = 8, .n_heads = 4, .vocab_size = 1024, .seq_len = 128};
   c.train.micro_batch = 2;
   c.device.profile = "a100-80gb-dgx";
   return c;
@@ -377,8 +373,7 @@ TEST(Cluster, ZeroTwoByHand) {
   Config c = small();
   c.device.count = 4;
   c.train.global_batch = 16;  // micro-batch 2 x DP 4 x m = 2
-  c.parallel.zero = 2;
-  c.parallel.overlap_grad_reduce = false;
+  c.parallel = {.zero = 2, .overlap_grad_reduce = false};
   const Estimate e2 = estimate(c, a100());
   const double P = e2.params.total;
   EXPECT_EQ(e2.cluster->micro_batches, 2);
@@ -415,10 +410,9 @@ TEST(Cluster, ZeroTwoByHand) {
 // bubble is (p - 1) / m of the ideal time; interleaving divides it by v.
 TEST(Cluster, PipelineTwoSendsAndBubble) {
   Config c = small();
-  c.parallel.pipeline = 2;
+  c.parallel = {.pipeline = 2, .balance_stages = false};
   c.device.count = 2;
   c.train.global_batch = 8;  // m = 4 micro-batches of 2
-  c.parallel.balance_stages = false;
   const Estimate e = estimate(c, a100());
   const ClusterEstimate& k = *e.cluster;
   EXPECT_EQ(k.micro_batches, 4);
@@ -547,13 +541,10 @@ TEST(Cluster, ModStagesBalancedByTime) {
 // interleaving the receiving rank caches what it saw in its previous chunk.
 TEST(Cluster, DarBankAcrossStagesByHand) {
   Config c = small();
-  c.dar.variant = DarVariant::dar;
-  c.dar.block_layers = 2;
-  c.dar.streams = 2;
-  c.parallel.pipeline = 2;
+  c.dar = {.variant = DarVariant::dar, .block_layers = 2, .streams = 2};
+  c.parallel = {.pipeline = 2, .balance_stages = false};
   c.device.count = 2;
   c.train.global_batch = 8;
-  c.parallel.balance_stages = false;
   const double entry = 2.0 * 256.0 * (256.0 * 2.0 + 4.0);  // n T (d B + 4)
   const Estimate e = estimate(c, a100());
   // One boundary after layer 4: H_0 + 2 blocks.
@@ -598,10 +589,8 @@ TEST(Cluster, DarDepthReadsUnderTensorParallelism) {
 // layers carry b k rows.
 TEST(Cluster, ModRouterScoresUnderSequenceParallelism) {
   Config c = small();
-  c.mod.every = 2;
-  c.mod.capacity = 0.125;
-  c.parallel.tensor = 2;
-  c.parallel.sequence_parallel = true;
+  c.mod = {.capacity = 0.125, .every = 2};
+  c.parallel = {.tensor = 2, .sequence_parallel = true};
   c.device.count = 2;
   const Estimate e = estimate(c, a100());
   EXPECT_EQ(e.cluster->mod_score_gather_bytes, 2.0 * 128.0 * 4.0 * 4.0);  // 4 routed layers
@@ -644,15 +633,11 @@ TEST(Cluster, GradientTrafficFollowsParameters) {
 TEST(Cluster, ModAdvantageErodesWithDataParallelScale) {
   auto step = [](int64_t layers, int64_t every, int64_t gpus, double* exposed) {
     Config c;
-    c.model.d_model = 2048;
-    c.model.n_heads = 16;
-    c.model.n_layers = layers;
+    c.model = {.d_model = 2048, .n_layers = layers, .n_heads = 16};
     c.mod.every = every;
-    c.train.micro_batch = 1;
-    c.train.global_batch = 2048;
-    c.device.count = gpus;
+    c.train = {.micro_batch = 1, .global_batch = 2048};
+    c.device = {.profile = "a100-80gb-dgx", .count = gpus};
     c.parallel.zero = 1;
-    c.device.profile = "a100-80gb-dgx";
     const Estimate e = estimate(c, a100());
     *exposed = e.cluster->grad_reduce_exposed_s;
     return e.time.step_s;
@@ -747,11 +732,9 @@ TEST(Cluster, Fp16MainGradientsByHand) {
 // sharded by tokens: no gather.
 TEST(Cluster, PipelineScatterGatherUnderTensorParallelism) {
   Config c = small();
-  c.parallel.tensor = 2;
-  c.parallel.pipeline = 2;
+  c.parallel = {.tensor = 2, .pipeline = 2, .balance_stages = false};
   c.device.count = 4;
   c.train.global_batch = 8;  // m = 4 micro-batches of 2
-  c.parallel.balance_stages = false;
   const Estimate e = estimate(c, a100());
   const CommRecord* send =
       find_comm(*e.cluster, "pp.activation", Collective::send_recv, Pass::forward);
@@ -803,9 +786,8 @@ TEST(Cluster, UnfusedAttentionByHand) {
 // shrinks by exactly the hidden time.
 TEST(Cluster, TensorParallelOverlapHidesOnlyTheBackwardAllReduces) {
   Config c = small();
-  c.parallel.tensor = 2;
+  c.parallel = {.tensor = 2, .tp_comm_overlap = TpCommOverlap::none};
   c.device.count = 2;
-  c.parallel.tp_comm_overlap = TpCommOverlap::none;
   const Estimate none = estimate(c, a100());
   EXPECT_EQ(none.cluster->overlapped_comm_s, 0.0);
   c.parallel.tp_comm_overlap = TpCommOverlap::backward;

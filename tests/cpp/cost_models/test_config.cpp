@@ -3,6 +3,7 @@
 
 #include <fstream>
 
+#include "../common/config_error_of.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/base/text.hpp"
 #include "modar/config.hpp"
@@ -10,16 +11,7 @@
 namespace modar {
 namespace {
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const ConfigError& e) {
-    return std::string("ConfigError: ") + e.what();
-  } catch (const FileError& e) {
-    return std::string("FileError: ") + e.what();
-  }
-  return "no error";
-}
+using modar_test::error_of;
 
 TEST(Config, ParsesEverySection) {
   const Config c = parse_config_toml(R"(

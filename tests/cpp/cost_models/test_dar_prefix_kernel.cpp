@@ -16,11 +16,7 @@ namespace {
 
 Config tiny_dar(DarKernel kernel) {
   Config c;
-  c.model.d_model = 64;
-  c.model.n_layers = 4;
-  c.model.n_heads = 4;
-  c.model.vocab_size = 128;
-  c.model.seq_len = 32;
+  c.model = {.d_model = 64, .n_layers = 4, .n_heads = 4, .vocab_size = 128, .seq_len = 32};
   c.train.micro_batch = 2;  // T = 64 tokens
   c.dar.variant = DarVariant::dar;
   c.dar.block_layers = 2;

@@ -14,16 +14,12 @@ namespace {
 
 Config routed_model(int64_t batch) {
   Config c;
-  c.model.d_model = 256;
-  c.model.n_layers = 6;
-  c.model.n_heads = 4;
-  c.model.vocab_size = 512;
-  c.model.seq_len = 128;
-  c.mod.capacity = 0.125;
-  c.mod.every = 2;
-  c.mod.offset = 1;
-  c.mod.causal_router = CausalRouter::predictor;
-  c.mod.predictor_hidden = 32;
+  c.model = {.d_model = 256, .n_layers = 6, .n_heads = 4, .vocab_size = 512, .seq_len = 128};
+  c.mod = {.capacity = 0.125,
+           .every = 2,
+           .offset = 1,
+           .causal_router = CausalRouter::predictor,
+           .predictor_hidden = 32};
   c.train.micro_batch = batch;
   return c;
 }

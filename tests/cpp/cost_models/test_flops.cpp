@@ -13,15 +13,14 @@ namespace {
 
 Config fixture() {
   Config c;
-  c.model.d_model = 2048;
-  c.model.n_layers = 24;
-  c.model.n_heads = 16;
-  c.model.mlp = MlpKind::gelu;
-  c.model.vocab_size = 50304;
-  c.model.tie_embeddings = false;
-  c.model.seq_len = 2048;
-  c.train.micro_batch = 1;
-  c.train.recompute = Recompute::none;
+  c.model = {.d_model = 2048,
+             .n_layers = 24,
+             .n_heads = 16,
+             .mlp = MlpKind::gelu,
+             .vocab_size = 50304,
+             .tie_embeddings = false,
+             .seq_len = 2048};
+  c.train = {.micro_batch = 1, .recompute = Recompute::none};
   return c;
 }
 
@@ -76,14 +75,14 @@ TEST(Flops, PerStepUsesTheGlobalBatch) {
 
 TEST(Flops, GqaAndSwigluByHand) {
   Config c;
-  c.model.d_model = 512;
-  c.model.n_layers = 3;
-  c.model.n_heads = 8;
-  c.model.n_kv_heads = 2;
-  c.model.mlp = MlpKind::swiglu;
-  c.model.vocab_size = 1000;
-  c.model.tie_embeddings = true;
-  c.model.seq_len = 256;
+  c.model = {.d_model = 512,
+             .n_layers = 3,
+             .n_heads = 8,
+             .n_kv_heads = 2,
+             .mlp = MlpKind::swiglu,
+             .vocab_size = 1000,
+             .tie_embeddings = true,
+             .seq_len = 256};
   c.train.micro_batch = 2;
   // d_head = 512 / 8 = 64.  SwiGLU default width: 8 * 512 / 3 = 1365.3 ->
   // next multiple of 64 = 1408 (22 * 64).
@@ -130,8 +129,7 @@ TEST(Flops, RoutedLayerLinearScalesWithCapacityAttentionWithItsSquare) {
   Config c = fixture();
   c.model.n_layers = 2;
   c.model.seq_len = 1024;
-  c.mod.every = 2;
-  c.mod.offset = 1;  // layer 1 routed, layer 0 full
+  c.mod = {.every = 2, .offset = 1};  // layer 1 routed, layer 0 full
   const double d = 2048, s = 1024, V = 50304;
   for (double capacity : {1.0, 0.5, 0.25, 0.125}) {
     c.mod.capacity = capacity;
@@ -183,11 +181,7 @@ TEST(Flops, DarAndAttnResExtrasFollowDarMath43) {
         continue;
       }
       Config dense;
-      dense.model.d_model = 256;
-      dense.model.n_layers = L;
-      dense.model.n_heads = 4;
-      dense.model.vocab_size = 512;
-      dense.model.seq_len = 64;
+      dense.model = {.d_model = 256, .n_layers = L, .n_heads = 4, .vocab_size = 512, .seq_len = 64};
       dense.train.micro_batch = 2;
       Config attnres = dense;
       attnres.dar.variant = DarVariant::attnres;
@@ -213,13 +207,9 @@ TEST(Flops, DarMathWorkedExample) {
   // docs/dar_math.md 4.3 example: d = 2048, L = 16, K = 2: AttnRes ~ 1.6 MFLOP and
   // DAR ~ 6.1 MFLOP extra per token (the table's rounded approximations).
   Config c;
-  c.model.d_model = 2048;
-  c.model.n_layers = 16;
-  c.model.n_heads = 16;
-  c.model.seq_len = 4096;
+  c.model = {.d_model = 2048, .n_layers = 16, .n_heads = 16, .seq_len = 4096};
+  c.dar = {.variant = DarVariant::attnres, .block_layers = 2};
   c.train.micro_batch = 1;
-  c.dar.block_layers = 2;
-  c.dar.variant = DarVariant::attnres;
   EXPECT_NEAR(count_flops(c).forward_dar_per_token / 1.6e6, 1.0, 0.06);
   c.dar.variant = DarVariant::dar;
   EXPECT_NEAR(count_flops(c).forward_dar_per_token / 6.1e6, 1.0, 0.08);
@@ -261,14 +251,9 @@ TEST(Flops, ModPlusDarIsModPlusTheDepthReadExtras) {
   // With MoD + DAR the depth-read ops run on all T tokens (docs/cost_model.md),
   // so the combined count is the MoD count plus the docs/dar_math.md 4.3 extras.
   Config mod;
-  mod.model.d_model = 256;
-  mod.model.n_layers = 6;
-  mod.model.n_heads = 4;
-  mod.model.vocab_size = 512;
-  mod.model.seq_len = 64;
+  mod.model = {.d_model = 256, .n_layers = 6, .n_heads = 4, .vocab_size = 512, .seq_len = 64};
+  mod.mod = {.capacity = 0.25, .every = 2};
   mod.train.micro_batch = 2;
-  mod.mod.every = 2;
-  mod.mod.capacity = 0.25;
   Config both = mod;
   both.dar.variant = DarVariant::dar;
   both.dar.block_layers = 2;

@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 
+#include "../common/config_error_of.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/base/text.hpp"
 #include "modar/config.hpp"
@@ -17,16 +18,7 @@
 namespace modar {
 namespace {
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const ConfigError& e) {
-    return std::string("ConfigError: ") + e.what();
-  } catch (const FileError& e) {
-    return std::string("FileError: ") + e.what();
-  }
-  return "no error";
-}
+using modar_test::error_of;
 
 std::string validate_with(std::initializer_list<const char*> sets) {
   return error_of([&] {
@@ -188,13 +180,9 @@ TEST(InputHardening, MeasuredProfileRefusesADtypeItDidNotMeasure) {
   EXPECT_TRUE(profile_measures_dtype(cpu, DType::fp32));
   EXPECT_FALSE(profile_measures_dtype(cpu, DType::bf16));
   Config c;
-  c.model.d_model = 256;
-  c.model.n_layers = 2;
-  c.model.n_heads = 4;
-  c.model.seq_len = 128;
-  c.model.vocab_size = 1000;
-  c.device.profile = "cpu-measured-quick";
+  c.model = {.d_model = 256, .n_layers = 2, .n_heads = 4, .vocab_size = 1000, .seq_len = 128};
   c.train.dtype = DType::bf16;
+  c.device.profile = "cpu-measured-quick";
   const std::string error = error_of([&] { estimate(c, cpu, StepKind::train); });
   EXPECT_NE(error.find("train.dtype = bf16: device.profile = \"cpu-measured-quick\" measured only "
                        "fp32 ops"),

@@ -165,11 +165,11 @@ TEST(KernelModelAttention, MatchesTheFlashAttention3Figures) {
 TEST(KernelModelTiming, ProfileWithSmCountUsesTheModel) {
   DeviceProfile p;
   p.name = "gpu";
-  p.ceilings.peak_flops_bf16 = 312e12;
-  p.ceilings.peak_flops_fp32 = 19.5e12;
-  p.ceilings.memory_bandwidth = 2.039e12;
-  p.ceilings.memory_bytes = 80e9;
-  p.ceilings.launch_overhead_s = 4e-6;
+  p.ceilings = {.peak_flops_bf16 = 312e12,
+                .peak_flops_fp32 = 19.5e12,
+                .memory_bandwidth = 2.039e12,
+                .launch_overhead_s = 4e-6,
+                .memory_bytes = 80e9};
   p.kernel.gemm_efficiency = 267.9 / 312.0;
   p.kernel.memory_efficiency = 0.85;
   p.kernel.sm_count = 108;

@@ -32,11 +32,11 @@ std::string error_of(const std::string& kernel_section) {
 DeviceProfile plain_profile() {
   DeviceProfile p;
   p.name = "plain";
-  p.ceilings.peak_flops_bf16 = 1e14;
-  p.ceilings.peak_flops_fp32 = 1e13;
-  p.ceilings.memory_bandwidth = 1e12;
-  p.ceilings.memory_bytes = 8e10;
-  p.ceilings.launch_overhead_s = 0.0;
+  p.ceilings = {.peak_flops_bf16 = 1e14,
+                .peak_flops_fp32 = 1e13,
+                .memory_bandwidth = 1e12,
+                .launch_overhead_s = 0.0,
+                .memory_bytes = 8e10};
   return p;
 }
 
@@ -116,11 +116,7 @@ TEST(KernelParams, EachEfficiencyScalesTheTimeItNames) {
 
 TEST(KernelParams, HostOverheadsAddPerStepAndPerMicroBatch) {
   Config config;
-  config.model.d_model = 512;
-  config.model.n_layers = 4;
-  config.model.n_heads = 8;
-  config.model.seq_len = 256;
-  config.model.vocab_size = 1024;
+  config.model = {.d_model = 512, .n_layers = 4, .n_heads = 8, .vocab_size = 1024, .seq_len = 256};
   config.train.micro_batch = 2;
   config.train.global_batch = 8;  // 4 micro-batches per step
   const DeviceProfile base = plain_profile();

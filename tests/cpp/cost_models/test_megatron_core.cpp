@@ -49,20 +49,16 @@ double comm_count(const ClusterEstimate& c, const char* label, Collective kind, 
 // batch 1, global batch 8 sequences; bf16 (B = 2); 8 H100 in one node.
 Config small_moe() {
   Config c;
-  c.model.d_model = 1024;
-  c.model.n_layers = 4;
-  c.model.n_heads = 16;
-  c.model.mlp = MlpKind::swiglu;
-  c.model.d_ff = 2048;
-  c.model.vocab_size = 32000;
-  c.model.seq_len = 1024;
-  c.moe.experts = 8;
-  c.moe.top_k = 2;
-  c.moe.expert_ffn = 512;
-  c.train.micro_batch = 1;
-  c.train.global_batch = 8;
-  c.device.profile = "h100-80gb-dgx";
-  c.device.count = 8;
+  c.model = {.d_model = 1024,
+             .n_layers = 4,
+             .n_heads = 16,
+             .d_ff = 2048,
+             .mlp = MlpKind::swiglu,
+             .vocab_size = 32000,
+             .seq_len = 1024};
+  c.moe = {.experts = 8, .top_k = 2, .expert_ffn = 512};
+  c.train = {.micro_batch = 1, .global_batch = 8};
+  c.device = {.profile = "h100-80gb-dgx", .count = 8};
   return c;
 }
 
@@ -77,11 +73,7 @@ ClusterEstimate cluster_of(const Config& c) {
 // = 1 x 8 x 1).
 Config tp2_ep8_etp1() {
   Config c = small_moe();
-  c.parallel.tensor = 2;
-  c.parallel.sequence_parallel = true;
-  c.parallel.expert = 8;
-  c.parallel.expert_tensor = 1;
-  c.parallel.zero = 1;
+  c.parallel = {.tensor = 2, .sequence_parallel = true, .zero = 1, .expert = 8, .expert_tensor = 1};
   return c;
 }
 
@@ -228,8 +220,7 @@ TEST(MegatronCore, ExpertDataParallelAcrossNodes) {
   Config c = small_moe();
   c.device.count = 64;
   c.train.global_batch = 64;
-  c.parallel.expert = 8;
-  c.parallel.zero = 1;
+  c.parallel = {.zero = 1, .expert = 8};
   const ClusterEstimate cl = cluster_of(c);
   EXPECT_EQ(cl.expert_data, 8);
   EXPECT_EQ(cl.data, 64);
@@ -244,9 +235,7 @@ TEST(MegatronCore, ExpertDataParallelAcrossNodes) {
 
 TEST(MegatronCore, VocabularyPaddingByHand) {
   Config c;
-  c.model.d_model = 512;
-  c.model.n_layers = 2;
-  c.model.n_heads = 8;
+  c.model = {.d_model = 512, .n_layers = 2, .n_heads = 8};
   c.model.vocab_size = 50257;  // GPT-2's tokenizer
   c.model.seq_len = 256;
   c.train.micro_batch = 1;
@@ -292,16 +281,13 @@ TEST(MegatronCore, VocabularyPaddingByHand) {
 // fp16, unfused attention, no recompute.
 Config korthikanti_layer(int64_t layers) {
   Config c;
-  c.model.d_model = 1024;
-  c.model.n_layers = layers;
-  c.model.n_heads = 16;
-  c.model.vocab_size = 1024;
-  c.model.seq_len = 512;
-  c.train.micro_batch = 2;
-  c.train.dtype = DType::fp16;
-  c.train.attention_kernel = AttentionKernel::unfused;
-  c.train.hidden_dropout = 0.1;
-  c.train.attention_dropout = 0.1;
+  c.model = {
+      .d_model = 1024, .n_layers = layers, .n_heads = 16, .vocab_size = 1024, .seq_len = 512};
+  c.train = {.micro_batch = 2,
+             .dtype = DType::fp16,
+             .attention_kernel = AttentionKernel::unfused,
+             .hidden_dropout = 0.1,
+             .attention_dropout = 0.1};
   return c;
 }
 
@@ -401,17 +387,10 @@ TEST(MegatronCore, DropoutPassesByHand) {
 // micro-batch 1, global batch 4; 2 H100, CP 2, ZeRO 1 (dp 1 x cp 2 = 2).
 Config cp2() {
   Config c;
-  c.model.d_model = 1024;
-  c.model.n_layers = 4;
-  c.model.n_heads = 16;
-  c.model.vocab_size = 32000;
-  c.model.seq_len = 4096;
-  c.train.micro_batch = 1;
-  c.train.global_batch = 4;
-  c.device.profile = "h100-80gb-dgx";
-  c.device.count = 2;
-  c.parallel.context = 2;
-  c.parallel.zero = 1;
+  c.model = {.d_model = 1024, .n_layers = 4, .n_heads = 16, .vocab_size = 32000, .seq_len = 4096};
+  c.train = {.micro_batch = 1, .global_batch = 4};
+  c.device = {.profile = "h100-80gb-dgx", .count = 2};
+  c.parallel = {.context = 2, .zero = 1};
   return c;
 }
 
@@ -549,16 +528,14 @@ PerToken moe_layer_per_token(Config c) {
 // of width 14336 (SwiGLU), top-2; s 4096, bf16, FlashAttention, no recompute.
 Config mixtral_layer() {
   Config c;
-  c.model.d_model = 4096;
-  c.model.n_heads = 32;
-  c.model.n_kv_heads = 8;
-  c.model.mlp = MlpKind::swiglu;
-  c.model.d_ff = 14336;
-  c.model.vocab_size = 32000;
-  c.model.seq_len = 4096;
-  c.moe.experts = 8;
-  c.moe.top_k = 2;
-  c.moe.expert_ffn = 14336;
+  c.model = {.d_model = 4096,
+             .n_heads = 32,
+             .n_kv_heads = 8,
+             .d_ff = 14336,
+             .mlp = MlpKind::swiglu,
+             .vocab_size = 32000,
+             .seq_len = 4096};
+  c.moe = {.experts = 8, .top_k = 2, .expert_ffn = 14336};
   c.train.micro_batch = 1;
   return c;
 }
@@ -683,13 +660,13 @@ TEST(MegatronCore, AllGatherDispatcherByHand) {
 // FlashAttention; one layer's saved bytes by differencing 2 and 1 layers.
 Config recompute_layer(int64_t layers) {
   Config c;
-  c.model.d_model = 1024;
-  c.model.n_layers = layers;
-  c.model.n_heads = 16;
-  c.model.mlp = MlpKind::swiglu;
-  c.model.d_ff = 2816;
-  c.model.vocab_size = 1024;
-  c.model.seq_len = 1024;
+  c.model = {.d_model = 1024,
+             .n_layers = layers,
+             .n_heads = 16,
+             .d_ff = 2816,
+             .mlp = MlpKind::swiglu,
+             .vocab_size = 1024,
+             .seq_len = 1024};
   c.train.micro_batch = 1;
   return c;
 }

@@ -12,13 +12,8 @@ namespace {
 // b = 2 (T = 64), fp32 (4 bytes per element).
 Config tiny() {
   Config c;
-  c.model.d_model = 64;
-  c.model.n_layers = 2;
-  c.model.n_heads = 4;
-  c.model.vocab_size = 256;
-  c.model.seq_len = 32;
-  c.train.micro_batch = 2;
-  c.train.dtype = DType::fp32;
+  c.model = {.d_model = 64, .n_layers = 2, .n_heads = 4, .vocab_size = 256, .seq_len = 32};
+  c.train = {.micro_batch = 2, .dtype = DType::fp32};
   return c;
 }
 
@@ -78,9 +73,7 @@ TEST(Memory, FullRecomputeKeepsOnlyLayerInputs) {
 
 TEST(Memory, RoutedLayersSaveOnlyTheirTokens) {
   Config c = tiny();
-  c.mod.every = 2;
-  c.mod.offset = 1;
-  c.mod.capacity = 0.25;  // k = 8 of 32, R = 16 rows
+  c.mod = {.capacity = 0.25, .every = 2, .offset = 1};  // k = 8 of 32, R = 16 rows
   const MemoryBreakdown m = estimate_memory(c, profile_with_memory(1e12));
   const double full_layer = 262144 + 512 + 1024;
   // Routed layer: 16 rows x 4 x 1024 = 65536, rstd 8 x 16 = 128, lse 4 x 2 x 4 x 8 = 256;
@@ -95,12 +88,9 @@ TEST(Memory, DarBankMatchesDarMath44) {
   // docs/dar_math.md 4.4 example, bf16, d = 2048, T = 4096 (one sequence), L = 16, K = 2:
   // bank (N+1) n T d x 2 bytes = 151 MB (AttnRes), 302 MB (DAR); Full DAR 570 MB.
   Config c;
-  c.model.d_model = 2048;
-  c.model.n_layers = 16;
-  c.model.n_heads = 16;
-  c.model.seq_len = 4096;
-  c.train.micro_batch = 1;
+  c.model = {.d_model = 2048, .n_layers = 16, .n_heads = 16, .seq_len = 4096};
   c.dar.block_layers = 2;
+  c.train.micro_batch = 1;
   const double T = 4096, d = 2048, L = 16;
   const DeviceProfile p = profile_with_memory(1e12);
   struct Case {
@@ -166,9 +156,7 @@ TEST(Memory, DepthResidualSavesPartialsAndOutputsAndHoldsBankGradient) {
 TEST(Memory, DecodeKvCacheHoldsOnlyRoutedTokensInRoutedLayers) {
   Config c = tiny();
   c.model.n_kv_heads = 2;
-  c.mod.every = 2;
-  c.mod.offset = 1;
-  c.mod.capacity = 0.25;
+  c.mod = {.capacity = 0.25, .every = 2, .offset = 1};
   const MemoryBreakdown m = estimate_memory(c, profile_with_memory(1e12), StepKind::decode);
   // Per cached token per layer: K and V, G = 2 heads x d_h 16 x 4 bytes -> 256 bytes.
   // Layer 0 caches s = 32 tokens, layer 1 (routed) k = 8, for b = 2 sequences.

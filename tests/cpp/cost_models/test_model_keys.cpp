@@ -21,14 +21,14 @@ constexpr double kPlain = L * (kAttention + kMlp + 2 * d) + d + 2 * V * d;
 
 Config base() {
   Config c;
-  c.model.d_model = 512;
-  c.model.n_layers = 4;
-  c.model.n_heads = 8;
-  c.model.n_kv_heads = 2;
-  c.model.mlp = MlpKind::swiglu;
-  c.model.d_ff = 1408;
-  c.model.vocab_size = 1000;
-  c.model.seq_len = 128;
+  c.model = {.d_model = 512,
+             .n_layers = 4,
+             .n_heads = 8,
+             .n_kv_heads = 2,
+             .d_ff = 1408,
+             .mlp = MlpKind::swiglu,
+             .vocab_size = 1000,
+             .seq_len = 128};
   c.train.micro_batch = 1;
   return c;
 }
@@ -78,8 +78,7 @@ TEST(ModelKeys, GegluHasSwigluShapes) {
 
 TEST(ModelKeys, SharedExpertKeysNeedSharedExperts) {
   Config c = base();
-  c.moe.experts = 4;
-  c.moe.shared_expert_ffn = 256;
+  c.moe = {.experts = 4, .shared_expert_ffn = 256};
   try {
     validate(c);
     FAIL() << "expected ConfigError";

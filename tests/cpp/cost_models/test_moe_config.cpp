@@ -4,20 +4,14 @@
 
 #include <functional>
 
+#include "../common/config_error_of.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/config.hpp"
 
 namespace modar {
 namespace {
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const ConfigError& e) {
-    return std::string("ConfigError: ") + e.what();
-  }
-  return "no error";
-}
+using modar_test::error_of;
 
 std::string with(const std::vector<std::string>& assignments) {
   return error_of([&] {

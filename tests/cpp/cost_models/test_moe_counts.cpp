@@ -16,12 +16,12 @@ namespace {
 // d = 512, L = 4, H = 8, GELU (d_ff = 4d = 2048), V = 1000, s = 128, b = 1.
 Config base() {
   Config c;
-  c.model.d_model = 512;
-  c.model.n_layers = 4;
-  c.model.n_heads = 8;
-  c.model.mlp = MlpKind::gelu;
-  c.model.vocab_size = 1000;
-  c.model.seq_len = 128;
+  c.model = {.d_model = 512,
+             .n_layers = 4,
+             .n_heads = 8,
+             .mlp = MlpKind::gelu,
+             .vocab_size = 1000,
+             .seq_len = 128};
   c.train.micro_batch = 1;
   c.attention_flops = AttentionFlops::causal;
   return c;
@@ -37,10 +37,7 @@ constexpr double kAttention = 4 * d * d, kFfn = 2 * d * f, kNorms = 2 * d;
 
 TEST(MoeCounts, TotalVersusActiveAndTopKFlops) {
   Config c = base();
-  c.moe.experts = 8;
-  c.moe.top_k = 2;
-  c.moe.interval = 2;
-  c.moe.first_dense = 1;  // MoE layers 1 and 3
+  c.moe = {.experts = 8, .top_k = 2, .interval = 2, .first_dense = 1};  // MoE layers 1 and 3
   const ParamAndFlopCounts counts = count_params_and_flops(c);
   const double moe_layer_ffn = 8 * d + 8 * kFfn;  // router d x E + 8 experts
   const double total =
@@ -66,8 +63,7 @@ TEST(MoeCounts, TotalVersusActiveAndTopKFlops) {
 
 TEST(MoeCounts, CapacityFactorSetsTheExpertSlots) {
   Config c = base();
-  c.moe.experts = 16;
-  c.moe.top_k = 1;  // every layer MoE
+  c.moe = {.experts = 16, .top_k = 1};  // every layer MoE
   auto expert_forward = [&](double capacity_factor) {
     Config x = c;
     x.moe.capacity_factor = capacity_factor;
@@ -91,10 +87,7 @@ TEST(MoeCounts, CapacityFactorSetsTheExpertSlots) {
 
 TEST(MoeCounts, IntegratedNullExpertsSkipTheirShareOfTheFfn) {
   Config c = base();
-  c.moe.experts = 8;
-  c.moe.null_experts = 8;
-  c.moe.top_k = 1;
-  c.moe.mode = MoeMode::integrated;
+  c.moe = {.experts = 8, .top_k = 1, .mode = MoeMode::integrated, .null_experts = 8};
   const ParamAndFlopCounts counts = count_params_and_flops(c);
   // Router d -> 16 choices; 8 real experts per layer, no parameters for null ones.
   const double total = 4 * (kAttention + kNorms) + 4 * (16 * d + 8 * kFfn) + d + 2 * V * d;
@@ -119,10 +112,7 @@ TEST(MoeCounts, IntegratedNullExpertsSkipTheirShareOfTheFfn) {
 
 TEST(MoeCounts, SharedExpertsSeeEveryToken) {
   Config c = base();
-  c.moe.experts = 4;
-  c.moe.top_k = 1;
-  c.moe.shared_experts = 2;
-  c.moe.expert_ffn = 1024;
+  c.moe = {.experts = 4, .top_k = 1, .expert_ffn = 1024, .shared_experts = 2};
   const double e = 2 * d * 1024;  // one expert of width 1024
   const ParamAndFlopCounts counts = count_params_and_flops(c);
   const double total = 4 * (kAttention + kNorms) + 4 * (4 * d + 4 * e + 2 * e) + d + 2 * V * d;
@@ -137,12 +127,12 @@ TEST(MoeCounts, SharedExpertsSeeEveryToken) {
 // expert of width 1536 beside 4 routed of width 512, sigmoid(u . w_g) gate.
 TEST(MoeCounts, SharedExpertsOfTheirOwnWidthAndAGate) {
   Config c = base();
-  c.moe.experts = 4;
-  c.moe.top_k = 2;
-  c.moe.expert_ffn = 512;
-  c.moe.shared_experts = 1;
-  c.moe.shared_expert_ffn = 1536;
-  c.moe.shared_expert_gate = true;
+  c.moe = {.experts = 4,
+           .top_k = 2,
+           .expert_ffn = 512,
+           .shared_experts = 1,
+           .shared_expert_ffn = 1536,
+           .shared_expert_gate = true};
   const double routed = 2 * d * 512;   // one routed expert (GELU: up + down)
   const double shared = 2 * d * 1536;  // the shared expert
   const ParamAndFlopCounts counts = count_params_and_flops(c);
@@ -169,12 +159,8 @@ TEST(MoeCounts, SharedExpertsOfTheirOwnWidthAndAGate) {
 
 TEST(MoeCounts, StagedModeExpertsRunOnTheRoutedTokensOnly) {
   Config c = base();
-  c.mod.every = 2;
-  c.mod.offset = 1;
-  c.mod.capacity = 0.125;  // k = 16 of 128 tokens in layers 1 and 3
-  c.moe.experts = 4;
-  c.moe.top_k = 1;
-  c.moe.mode = MoeMode::staged;
+  c.mod = {.capacity = 0.125, .every = 2, .offset = 1};  // k = 16 of 128 tokens in layers 1 and 3
+  c.moe = {.experts = 4, .top_k = 1, .mode = MoeMode::staged};
   const double k = 16;
   const FlopCounts flops = count_flops(c);
   // Full layers 0, 2: all 128 tokens; routed 1, 3: 16 tokens, attention over
@@ -187,8 +173,7 @@ TEST(MoeCounts, StagedModeExpertsRunOnTheRoutedTokensOnly) {
 
 TEST(MoeCounts, ExpertParallelShardsTheGroupedGemms) {
   Config c = base();
-  c.moe.experts = 8;
-  c.moe.top_k = 2;
+  c.moe = {.experts = 8, .top_k = 2};
   c.parallel.expert = 4;
   c.device.count = 4;
   int64_t grouped = 0;
@@ -244,9 +229,9 @@ TEST(MoeCounts, GroupedGemmTimeIsThePerExpertGemmAtTheBusiestExpert) {
 TEST(MoeCounts, ExpertStatesAreInTheSingleDeviceMemory) {
   Config dense = base();
   Config moe = base();
-  moe.moe.experts = 8;
-  moe.moe.top_k = 2;
-  moe.moe.router_weights = RouterWeights::output;  // modar's runtime: an int32 permutation map
+  moe.moe = {.experts = 8,
+             .top_k = 2,
+             .router_weights = RouterWeights::output};  // modar's runtime: an int32 permutation map
   const DeviceProfile h200 = load_profile("h200");
   const MemoryBreakdown a = estimate_memory(dense, h200);
   const MemoryBreakdown b = estimate_memory(moe, h200);

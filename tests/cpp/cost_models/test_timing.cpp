@@ -15,11 +15,11 @@ DeviceProfile synthetic_profile() {
   p.name = "synthetic";
   p.backend = "test";
   p.measured = true;
-  p.ceilings.peak_flops_bf16 = 1e12;
-  p.ceilings.peak_flops_fp32 = 1e12;
+  p.ceilings = {.peak_flops_bf16 = 1e12,
+                .peak_flops_fp32 = 1e12,
+                .launch_overhead_s = 0.0,
+                .memory_bytes = 1e12};
   p.ceilings.memory_bandwidth = 1e18;  // GEMMs compute-bound
-  p.ceilings.launch_overhead_s = 0.0;
-  p.ceilings.memory_bytes = 1e12;
   for (int64_t m : {128, 512, 2048}) {
     for (int64_t n : {128, 512, 2048}) {
       for (int64_t k : {128, 512, 2048}) {
@@ -84,12 +84,12 @@ TEST(Timing, OutsideTheGridUsesFittedEfficiencyTimesRoofline) {
 TEST(Timing, RooflineByHand) {
   DeviceProfile p;
   p.name = "hand";
-  p.ceilings.peak_flops_bf16 = 1000e12;
-  p.ceilings.achievable_flops_bf16 = 800e12;
-  p.ceilings.peak_flops_fp32 = 50e12;
-  p.ceilings.memory_bandwidth = 5e12;
-  p.ceilings.achievable_bandwidth = 4e12;
-  p.ceilings.launch_overhead_s = 2e-6;
+  p.ceilings = {.peak_flops_bf16 = 1000e12,
+                .peak_flops_fp32 = 50e12,
+                .memory_bandwidth = 5e12,
+                .launch_overhead_s = 2e-6,
+                .achievable_flops_bf16 = 800e12,
+                .achievable_bandwidth = 4e12};
   const TimingModel timing(p);
   TimingModel::Source source;
   // Compute-bound GEMM 4096^3: 2 x 4096^3 / 800e12 + 2 us.
@@ -108,10 +108,7 @@ TEST(Timing, RooflineByHand) {
 
 TEST(Timing, EstimateSumsOpsIntoStepTimeAndMfu) {
   Config c;
-  c.model.d_model = 1024;
-  c.model.n_layers = 4;
-  c.model.n_heads = 8;
-  c.model.seq_len = 512;
+  c.model = {.d_model = 1024, .n_layers = 4, .n_heads = 8, .seq_len = 512};
   c.train.micro_batch = 4;
   c.train.global_batch = 16;  // 4 accumulation steps on one device
   const DeviceProfile p = load_profile("h200");

@@ -12,32 +12,17 @@
 #include <sstream>
 #include <string>
 
+#include "../common/cli_run.hpp"
+
 namespace {
 
-struct CliRun {
-  int exit_code;
-  std::string out;
-  std::string err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using CliRun = modar_test::CliResult;
 
 CliRun run_cli(const std::string& args) {
-  const std::string dir = ::testing::TempDir();
   // Unique per process and call: ctest runs the tests of this file in parallel.
   static int calls = 0;
-  const std::string stem =
-      dir + "/modar_planner_cli." + std::to_string(::getpid()) + "." + std::to_string(++calls);
-  const std::string out = stem + ".out";
-  const std::string err = stem + ".err";
-  const std::string command = std::string(MODAR_CLI_PATH) + " " + args + " > " + out + " 2> " + err;
-  const int status = std::system(command.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+  return modar_test::run_cli(
+      modar_test::temp_path_for("modar_planner_cli.", std::to_string(++calls)), "", args);
 }
 
 std::string write_temp(const std::string& name, const std::string& text) {

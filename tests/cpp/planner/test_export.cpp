@@ -81,28 +81,24 @@ const std::set<std::string> kMegatronArguments = {"--num-layers",
 // distributed optimizer, micro-batch 1, global batch 256.
 Config mixtral_layout() {
   Config c;
-  c.model.d_model = 4096;
-  c.model.n_layers = 32;
-  c.model.n_heads = 32;
-  c.model.n_kv_heads = 8;
-  c.model.d_ff = 14336;
-  c.model.mlp = MlpKind::swiglu;
-  c.model.vocab_size = 32000;
-  c.model.seq_len = 4096;
-  c.model.norm_eps = 1e-5;
-  c.moe.experts = 8;
-  c.moe.top_k = 2;
-  c.moe.aux_loss_coef = 0.02;
+  c.model = {.d_model = 4096,
+             .n_layers = 32,
+             .n_heads = 32,
+             .n_kv_heads = 8,
+             .d_ff = 14336,
+             .mlp = MlpKind::swiglu,
+             .vocab_size = 32000,
+             .seq_len = 4096,
+             .norm_eps = 1e-5};
+  c.moe = {.experts = 8, .top_k = 2, .aux_loss_coef = 0.02};
+  c.train = {.micro_batch = 1, .global_batch = 256, .recompute = Recompute::full};
   c.device.count = 64;
-  c.parallel.tensor = 2;
-  c.parallel.sequence_parallel = true;
-  c.parallel.pipeline = 4;
-  c.parallel.balance_stages = false;
-  c.parallel.expert = 4;
-  c.parallel.zero = 1;
-  c.train.micro_batch = 1;
-  c.train.global_batch = 256;
-  c.train.recompute = Recompute::full;
+  c.parallel = {.tensor = 2,
+                .sequence_parallel = true,
+                .pipeline = 4,
+                .zero = 1,
+                .expert = 4,
+                .balance_stages = false};
   return c;
 }
 
@@ -247,8 +243,7 @@ TEST(Export, PipelineSplits) {
 TEST(Export, ModarOnlySettingsAreACommentBlock) {
   Config c;
   c.model.n_layers = 8;
-  c.mod.every = 2;
-  c.mod.capacity = 0.125;
+  c.mod = {.capacity = 0.125, .every = 2};
   c.dar.variant = DarVariant::dar;
   c.train.recompute = Recompute::selective;
   const LaunchArguments args = megatron_arguments(c);

@@ -22,13 +22,13 @@ namespace {
 // d 1024, 8 layers, 16 heads, SwiGLU 2816, vocab 32000, s = 4096, bf16.
 Config small_dense() {
   Config c;
-  c.model.d_model = 1024;
-  c.model.n_layers = 8;
-  c.model.n_heads = 16;
-  c.model.mlp = MlpKind::swiglu;
-  c.model.d_ff = 2816;
-  c.model.vocab_size = 32000;
-  c.model.seq_len = 4096;
+  c.model = {.d_model = 1024,
+             .n_layers = 8,
+             .n_heads = 16,
+             .d_ff = 2816,
+             .mlp = MlpKind::swiglu,
+             .vocab_size = 32000,
+             .seq_len = 4096};
   c.device.profile = "h100-80gb-dgx";
   return c;
 }
@@ -119,9 +119,7 @@ TEST(LayoutRanking, ExpertLayoutsAreRanked) {
   c.model.d_model = 2048;
   c.model.n_layers = 16;
   c.model.seq_len = 2048;
-  c.moe.experts = 32;
-  c.moe.top_k = 2;
-  c.moe.expert_ffn = 2048;
+  c.moe = {.experts = 32, .top_k = 2, .expert_ffn = 2048};
   const DeviceProfile profile = load_profile("h100-80gb-dgx");
   const TimingModel timing(profile);  // holds a pointer: the profile outlives it
   const LayoutRanking r = rank_layouts(c, timing, ranking_options(8, 64));
@@ -143,16 +141,14 @@ TEST(LayoutRanking, LargeMoeOn256GpusPicksExpertParallelism) {
   // d 6144, 32 layers, 48 heads (8 KV heads), 32 experts of width 6144
   // (SwiGLU), top-2: ~120B parameters (the 122B case), s = 4096.
   Config c;
-  c.model.d_model = 6144;
-  c.model.n_layers = 32;
-  c.model.n_heads = 48;
-  c.model.n_kv_heads = 8;
-  c.model.mlp = MlpKind::swiglu;
-  c.model.vocab_size = 32768;
-  c.model.seq_len = 4096;
-  c.moe.experts = 32;
-  c.moe.top_k = 2;
-  c.moe.expert_ffn = 6144;
+  c.model = {.d_model = 6144,
+             .n_layers = 32,
+             .n_heads = 48,
+             .n_kv_heads = 8,
+             .mlp = MlpKind::swiglu,
+             .vocab_size = 32768,
+             .seq_len = 4096};
+  c.moe = {.experts = 32, .top_k = 2, .expert_ffn = 6144};
   c.device.profile = "h100-80gb-dgx";
   const double total = count_params(c).total;
   EXPECT_GT(total, 115e9);

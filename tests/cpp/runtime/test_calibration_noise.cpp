@@ -228,14 +228,9 @@ TEST(ValidateNoise, NoiseFloorFromHandWorkedSpreads) {
 
 Config tiny_dense(int64_t d) {
   Config c;
-  c.model.d_model = d;
-  c.model.n_layers = 1;
-  c.model.n_heads = 2;
-  c.model.seq_len = 8;
-  c.model.vocab_size = 48;
+  c.model = {.d_model = d, .n_layers = 1, .n_heads = 2, .vocab_size = 48, .seq_len = 8};
   c.dar.block_layers = 1;
-  c.train.micro_batch = 2;
-  c.train.dtype = DType::fp32;
+  c.train = {.micro_batch = 2, .dtype = DType::fp32};
   return c;
 }
 
