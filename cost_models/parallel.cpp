@@ -292,35 +292,36 @@ GroupPlace folded_group(int64_t stride, int64_t members, int64_t t, int64_t c, i
 // chunk (binary search on the bound, greedy fill); every chunk >= 1 layer.
 std::vector<int64_t> balanced_partition(const std::vector<double>& cost, int64_t parts) {
   const int64_t n = static_cast<int64_t>(cost.size());
+  const double* costs = cost.data();
+  // The greedy fill under `bound`: a chunk closes before the layer that
+  // would take it past the bound, or when the layers left are needed one per
+  // chunk left; false when a chunk of several layers (or the last chunk)
+  // passes the bound, or a chunk stays empty.  The open chunk's size is kept
+  // in a register and written when it closes (the search calls this ~35
+  // times per partition: the planner's hot path).
   auto fill = [&](double bound, std::vector<int64_t>* sizes) {
     sizes->assign(static_cast<size_t>(parts), 0);
+    int64_t* size = sizes->data();
+    const double limit = bound * (1.0 + 1e-12);
     int64_t chunk = 0;
+    int64_t in_chunk = 0;
     double sum = 0.0;
     for (int64_t i = 0; i < n; ++i) {
-      const int64_t remaining_layers = n - i;
-      const int64_t remaining_chunks = parts - chunk;
-      const bool must_close = (*sizes)[static_cast<size_t>(chunk)] > 0 &&
-                              (sum + cost[static_cast<size_t>(i)] > bound ||
-                               remaining_layers < remaining_chunks);
-      if (must_close && chunk + 1 < parts) {
+      const double layer = costs[i];
+      if (in_chunk > 0 && chunk + 1 < parts && (sum + layer > bound || n - i < parts - chunk)) {
+        size[chunk] = in_chunk;
         ++chunk;
+        in_chunk = 0;
         sum = 0.0;
       }
-      sum += cost[static_cast<size_t>(i)];
-      ++(*sizes)[static_cast<size_t>(chunk)];
-      if (sum > bound * (1.0 + 1e-12) && (*sizes)[static_cast<size_t>(chunk)] > 1) {
-        return false;
-      }
-      if (sum > bound * (1.0 + 1e-12) && chunk + 1 == parts) {
+      sum += layer;
+      ++in_chunk;
+      if (sum > limit && (in_chunk > 1 || chunk + 1 == parts)) {
         return false;
       }
     }
-    for (int64_t s : *sizes) {
-      if (s == 0) {
-        return false;
-      }
-    }
-    return true;
+    size[chunk] = in_chunk;
+    return chunk + 1 == parts;  // every chunk closed with >= 1 layer, the last has >= 1
   };
   double lo = *std::max_element(cost.begin(), cost.end());
   double hi = 0.0;
@@ -339,7 +340,7 @@ std::vector<int64_t> balanced_partition(const std::vector<double>& cost, int64_t
     const double mid = 0.5 * (lo + hi);
     if (fill(mid, &sizes)) {
       hi = mid;
-      best = sizes;
+      best.swap(sizes);
     } else {
       lo = mid;
     }
@@ -1505,15 +1506,28 @@ double cluster_step_lower_bound(const Config& config, const TimingModel& timing,
         "cluster_step_lower_bound: the rank compute was lowered for another layout");
   }
   const ClusterContext c(config, timing);
-  const LayerComm comm = layer_comm(c, compute);
   // The slowest stage holds at least the average share of the layers' time
   // (and every stage its host time per micro-batch); the step adds the
   // bubble of that and the host time per step.  What it leaves out (pipeline
   // sends, gradient accumulation, ZeRO-3 gathers, the data-parallel reduce
-  // and the optimizer) is never negative.
+  // and the optimizer) is never negative.  The layers' sum is memoised in
+  // `compute` (layouts differing in ZeRO, micro-batch count or interleaving
+  // share it).
   double per_micro_batch = 0.0;
-  for (const double cost : layer_costs(c, compute, comm)) {
-    per_micro_batch += cost;
+  const auto memo = std::find_if(compute.layer_cost_sums.begin(), compute.layer_cost_sums.end(),
+                                 [&c](const RankCompute::LayerCostSum& s) {
+                                   return s.pipeline == c.p && s.data == c.dp &&
+                                          s.gpus_per_node == c.gpus_per_node &&
+                                          s.tp_comm_overlap == c.par.tp_comm_overlap;
+                                 });
+  if (memo != compute.layer_cost_sums.end()) {
+    per_micro_batch = memo->seconds;
+  } else {
+    for (const double cost : layer_costs(c, compute, layer_comm(c, compute))) {
+      per_micro_batch += cost;
+    }
+    compute.layer_cost_sums.push_back(
+        {c.p, c.dp, c.gpus_per_node, c.par.tp_comm_overlap, per_micro_batch});
   }
   const double slowest =
       per_micro_batch / static_cast<double>(c.p) + c.kernel.micro_batch_overhead_s;

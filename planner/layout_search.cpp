@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "modar/base/errors.hpp"
-#include "modar/base/interrupt.hpp"
 #include "modar/parallel.hpp"
 
 namespace modar {
@@ -468,10 +467,41 @@ std::string binding_constraint(const MemoryBreakdown& m) {
   return text;
 }
 
+// One layout of the ranking, estimated in full; a combination the
+// configuration rules refuse is reported in `out.skipped` (once).
+void rank_layout(const Config& c, LayoutEstimator& estimator, double peak_flops,
+                 LayoutRanking& out) {
+  try {
+    validate(c);
+  } catch (const ConfigError& e) {
+    out.skipped.push_back(layout_summary(c) + ": " + e.what());
+    return;
+  }
+  std::shared_ptr<ClusterEstimate> cluster;
+  const Estimate& single = estimator.estimate(c, &cluster);
+  RankedLayout row;
+  row.config = c;
+  row.summary = layout_summary(c);
+  row.memory = cluster->stages[static_cast<size_t>(cluster->busiest_stage)].memory;
+  row.fits = row.memory.fits;
+  row.step_s = cluster->step_s;
+  row.tokens_per_s = row.step_s > 0 ? single.flops.tokens_per_step / row.step_s : 0.0;
+  row.mfu = row.step_s > 0 && peak_flops > 0
+                ? single.flops.train_per_step / (row.step_s * peak_flops)
+                : 0.0;
+  row.compute_s = cluster->compute_s;
+  row.exposed_comm_s = cluster->exposed_comm_s;
+  row.bubble_s = cluster->bubble_s;
+  if (!row.fits) {
+    row.binding = binding_constraint(row.memory);
+  }
+  (row.fits ? out.fitting : out.not_fitting).push_back(std::move(row));
+}
+
 }  // namespace
 
 LayoutRanking rank_layouts(const Config& config, const TimingModel& timing,
-                           const LayoutSearchOptions& options) {
+                           const LayoutSearchOptions& options, const RunControl& control) {
   if (options.gpus < 1) {
     throw ConfigError("gpus = " + std::to_string(options.gpus) + ": must be >= 1");
   }
@@ -498,37 +528,15 @@ LayoutRanking rank_layouts(const Config& config, const TimingModel& timing,
   LayoutEstimator estimator(timing);
   const double peak_flops = profile.ceilings.peak_flops(config.train.dtype) *
                             static_cast<double>(space.gpus);
+  RunReporter reporter(
+      control, "layout", "layouts",
+      static_cast<int64_t>(space.candidates.size() * options.dimensions.recomputes.size()));
   for (const Candidate& l : space.candidates) {
     for (Recompute recompute : options.dimensions.recomputes) {
-      throw_if_interrupted("layout ranking");
-      const Config c = layout_config(config, space, l, recompute);
+      reporter.check();
       ++out.considered;
-      try {
-        validate(c);
-      } catch (const ConfigError& e) {
-        // A combination the configuration rules refuse (reported once).
-        out.skipped.push_back(layout_summary(c) + ": " + e.what());
-        continue;
-      }
-      std::shared_ptr<ClusterEstimate> cluster;
-      const Estimate& single = estimator.estimate(c, &cluster);
-      RankedLayout row;
-      row.config = c;
-      row.summary = layout_summary(c);
-      row.memory = cluster->stages[static_cast<size_t>(cluster->busiest_stage)].memory;
-      row.fits = row.memory.fits;
-      row.step_s = cluster->step_s;
-      row.tokens_per_s = row.step_s > 0 ? single.flops.tokens_per_step / row.step_s : 0.0;
-      row.mfu = row.step_s > 0 && peak_flops > 0
-                    ? single.flops.train_per_step / (row.step_s * peak_flops)
-                    : 0.0;
-      row.compute_s = cluster->compute_s;
-      row.exposed_comm_s = cluster->exposed_comm_s;
-      row.bubble_s = cluster->bubble_s;
-      if (!row.fits) {
-        row.binding = binding_constraint(row.memory);
-      }
-      (row.fits ? out.fitting : out.not_fitting).push_back(std::move(row));
+      rank_layout(layout_config(config, space, l, recompute), estimator, peak_flops, out);
+      reporter.advance();
     }
   }
   std::stable_sort(out.fitting.begin(), out.fitting.end(),
@@ -537,6 +545,7 @@ LayoutRanking rank_layouts(const Config& config, const TimingModel& timing,
                    [](const RankedLayout& a, const RankedLayout& b) {
                      return a.memory.peak < b.memory.peak;
                    });
+  reporter.finish();
   return out;
 }
 

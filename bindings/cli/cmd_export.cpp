@@ -57,8 +57,14 @@ ExportSource from_optimal(const Args& args) {
     flags.push_back(own);
   }
   const ParsedArgs parsed = parse_args(args, flags, "export", 0, 0);
-  const OptimalResult result = with_typed_flags(parsed, planner_flag_keys(),
-                                                [&] { return optimal(optimal_request(parsed)); });
+  // optimal's progress line and Ctrl-C (exit 130, nothing printed), as for
+  // `modar optimal`.
+  const RunControl control = progress_on_stderr(parsed.has("--quiet"));
+  const OptimalResult result = with_typed_flags(parsed, planner_flag_keys(), [&] {
+    const OptimalRequest request = optimal_request(parsed);
+    const InterruptScope ctrl_c;
+    return optimal(request, control);
+  });
   const std::string role = picked_role(parsed);
   const std::string arch = parsed.value_or("--pick", "");
   const Recommendation* chosen = nullptr;

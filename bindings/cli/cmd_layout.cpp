@@ -32,6 +32,8 @@ std::vector<FlagSpec> layout_flags(const LayoutSettings& d) {
       {"--top", true, false, "K",
        "rows of each table (default " + std::to_string(d.top) + "; --json lists every layout)"},
       {"--json", false, false, "", "print the JSON document (every layout) instead of the tables"},
+      {"--quiet", false, false, "",
+       "no progress line on stderr (shown with an ETA when the ranking takes over a second)"},
   };
 }
 
@@ -73,7 +75,8 @@ int cmd_layout(const Args& args) {
   if (wants_help(args)) {
     std::fputs(
         usage_text(
-            "layout", "CONFIG --gpus N [--gpus-per-node G] [--global-batch S] [--json]", flags,
+            "layout", "CONFIG --gpus N [--gpus-per-node G] [--global-batch S] [--json] [--quiet]",
+            flags,
             "Ranks every parallel layout of the model in CONFIG on N GPUs by step time at one\n"
             "global batch: tensor parallelism with and without sequence parallelism, context\n"
             "parallelism, pipeline parallelism (1F1B, interleaved v 2 / 4), expert parallelism\n"
@@ -101,9 +104,10 @@ int cmd_layout(const Args& args) {
   const DeviceProfile profile =
       with_typed_flags(parsed, keys, [&] { return load_profile(config.device.profile); });
   const TimingModel timing(profile);
+  const RunControl control = progress_on_stderr(parsed.has("--quiet"));
   const InterruptScope ctrl_c;  // Ctrl-C: the ranking stops at its next layout, exit 130
-  const LayoutRanking ranking =
-      with_typed_flags(parsed, keys, [&] { return rank_layouts(config, timing, settings.options); });
+  const LayoutRanking ranking = with_typed_flags(
+      parsed, keys, [&] { return rank_layouts(config, timing, settings.options, control); });
   std::string text;
   if (parsed.has("--json")) {
     text = to_json(ranking);

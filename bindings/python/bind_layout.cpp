@@ -12,6 +12,7 @@
 #include "modar/base/errors.hpp"
 #include "modar/layout_search.hpp"
 #include "modar/profile.hpp"
+#include "progress.hpp"
 
 namespace modar::python {
 
@@ -24,17 +25,22 @@ void bind_layout(py::module_& m) {
       .def_readwrite("top", &LayoutRequest::top);
   m.def(
       "layout",
-      [](const Config& config, const LayoutRequest& request) {
-        const LayoutSettings settings = resolve_layout(request);
-        validate(config);
-        const DeviceProfile profile = load_profile(config.device.profile);
-        const TimingModel timing(profile);
-        const LayoutRanking ranking = rank_layouts(config, timing, settings.options);
-        return std::make_pair(to_json(ranking), to_table(ranking, settings.top));
+      [](const Config& config, const LayoutRequest& request, py::object progress) {
+        PythonRunControl control(std::move(progress));
+        return control.run([&] {
+          const LayoutSettings settings = resolve_layout(request);
+          validate(config);
+          const DeviceProfile profile = load_profile(config.device.profile);
+          const TimingModel timing(profile);
+          const LayoutRanking ranking =
+              rank_layouts(config, timing, settings.options, control.control());
+          return std::make_pair(to_json(ranking), to_table(ranking, settings.top));
+        });
       },
-      py::arg("config"), py::arg("request"), py::call_guard<py::gil_scoped_release>(),
+      py::arg("config"), py::arg("request"), py::arg("progress") = py::none(),
       "Every layout of the model on request.gpus devices at one global batch, ranked by step "
-      "time; returns (CLI --json text, CLI table text).");
+      "time (GIL released; progress: None/False, True for a line on stderr, or a callable "
+      "taking (done, total)); returns (CLI --json text, CLI table text).");
 }
 
 }  // namespace modar::python

@@ -4,10 +4,10 @@
 
 #include <cstdint>
 #include <optional>
-#include <optional>
 #include <string>
 #include <vector>
 
+#include "modar/base/run_control.hpp"
 #include "modar/config.hpp"
 #include "modar/cost_model.hpp"
 
@@ -130,9 +130,11 @@ struct LayoutRanking {
 // of options.dimensions; layout_ranking_dimensions() for `modar layout`),
 // each estimated in full with recompute none, selective and full, at one
 // global batch (layout_global_batch()).  Library errors name request fields
-// ("gpus", "global_batch").
+// ("gpus", "global_batch").  `control` reports progress (layouts done of
+// `considered`, with an ETA) and stops the ranking (Interrupted) between
+// layouts.
 LayoutRanking rank_layouts(const Config& config, const TimingModel& timing,
-                           const LayoutSearchOptions& options);
+                           const LayoutSearchOptions& options, const RunControl& control = {});
 // ---- the request of `modar layout` / modar.layout (planner/layout_request.cpp) --
 
 constexpr int64_t kMaxLayoutGpus = int64_t{1} << 24;   // device.count's bound

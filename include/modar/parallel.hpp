@@ -188,6 +188,15 @@ struct RankCompute {
     std::vector<int64_t> sizes;
   };
   mutable std::vector<Split> balanced_splits;
+  // Memo of the sum of the layer costs per micro-batch that
+  // cluster_step_lower_bound() spreads over the stages: keyed like the
+  // splits, by the pipeline and data-parallel sizes (the groups' placement).
+  struct LayerCostSum {
+    int64_t pipeline = 0, data = 0, gpus_per_node = 0;
+    TpCommOverlap tp_comm_overlap = TpCommOverlap::backward;
+    double seconds = 0.0;
+  };
+  mutable std::vector<LayerCostSum> layer_cost_sums;
   // Memo of each DAR block's prefix read, forward + backward (index block -
   // 1; NaN until timed): it depends on this compute and the shape only.
   mutable std::vector<double> dar_prefix_block_s;

@@ -58,3 +58,20 @@ def test_bad_arguments_name_the_field(kwargs, error, field):
         modar.layout(LLAMA, **kwargs)
     assert field in str(raised.value)
     assert "\n" not in str(raised.value)
+
+
+def test_layout_progress_counts_every_layout():
+    # The callable gets (layouts done, layouts in all); the last report is the
+    # final one: every layout the document says was considered.
+    seen = []
+    result = modar.layout(LLAMA, gpus=8, progress=lambda done, total: seen.append((done, total)))
+    assert seen and seen[-1] == (result["considered"], result["considered"])
+    assert all(total == result["considered"] for _, total in seen)
+
+
+def test_layout_progress_callback_error_reaches_the_caller():
+    def refuse(done, total):
+        raise RuntimeError(f"stop at {done} of {total}")
+
+    with pytest.raises(RuntimeError, match="stop at"):
+        modar.layout(LLAMA, gpus=8, progress=refuse)

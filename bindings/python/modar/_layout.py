@@ -4,7 +4,7 @@ GPUs, ranked by step time (planner/layout_search.cpp rank_layouts), as
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from . import _core
 from ._args import one_line_type_errors
@@ -57,6 +57,7 @@ def layout(
     global_batch: int | None = None,
     profile: Any = None,
     top: int | None = None,
+    progress: bool | Callable[[int, int], None] = True,
     **overrides: Any,
 ) -> LayoutResult:
     """Rank every layout of `config`'s model (a Config, dict or TOML path,
@@ -66,7 +67,10 @@ def layout(
     configuration's train.global_batch, else ~4M tokens).  profile: a name,
     a TOML path or a modar.Profile (default: the configuration's).  The
     library applies the defaults and checks every argument (ValueError
-    naming it)."""
+    naming it).  Releases the GIL; progress=True prints a line with an ETA
+    on stderr when the ranking takes over a second, a callable gets
+    (layouts done, layouts in all), False is quiet; Ctrl-C raises
+    KeyboardInterrupt between layouts."""
     cfg: Config = as_config(config)
     if profile is not None:
         overrides = {**overrides, "device": {"profile": _profile_ref(profile)}}
@@ -80,5 +84,5 @@ def layout(
         request.global_batch = _integer("global_batch", global_batch)
     if top is not None:
         request.top = _integer("top", top)
-    document, text = _core.layout(cfg._cpp, request)
+    document, text = _core.layout(cfg._cpp, request, progress)
     return LayoutResult(document, text)

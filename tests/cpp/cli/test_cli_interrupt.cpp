@@ -184,13 +184,39 @@ TEST(CliInterrupt, OptimalStopsAndPrintsNothing) {
   std::remove(out.c_str());
 }
 
+TEST(CliInterrupt, ExportFromOptimalStopsAndPrintsNothing) {
+  // `export --from-optimal` runs optimal first: the same progress and Ctrl-C.
+  const std::string out = temp_path("export.txt");
+  const Interrupted r = interrupt_when_ready(
+      cli() + " export --from-optimal --gpu-hours 1e7 --gpus 4096 --profile h100-80gb-dgx " +
+          "--arch baseline,mod,dar,mod+dar,moe,mode-staged,mode-integrated --pick baseline > " +
+          out,
+      "modar optimal: ");
+  expect_interrupted(r, "export --from-optimal");
+  EXPECT_EQ(modar_test::slurp(out), "");
+  std::remove(out.c_str());
+}
+
+TEST(CliInterrupt, LayoutStopsAndPrintsNothing) {
+  // 103,536 layouts of a small MoE model (EP and expert TP multiply the
+  // space) on 16,384 GPUs: over 2 s of CPU, past the first progress line.
+  const std::string out = temp_path("layout.txt");
+  const Interrupted r = interrupt_when_ready(
+      cli() + " layout " + MODAR_SOURCE_DIR +
+          "/examples/configs/moe_small.toml --gpus 16384 --profile h100-80gb-dgx > " + out,
+      "modar layout: ");
+  expect_interrupted(r, "layout");
+  EXPECT_EQ(modar_test::slurp(out), "");
+  std::remove(out.c_str());
+}
+
 TEST(CliInterrupt, SweepStopsAndWritesNothing) {
   const std::string out = temp_path("sweep.csv");
   std::remove(out.c_str());
   const Interrupted r = interrupt_when_ready(
       cli() +
-          " sweep --flops 1e19,1e20,1e21,1e22 --arch baseline,mod,dar,moe --every 1,2,4 "
-          "--gpus 256 --profile a100-80gb-dgx --output " +
+          " sweep --flops 1e19,1e20,1e21,1e22,1e23 --arch baseline,mod,dar,moe,mod+dar "
+          "--every 1,2,4 --gpus 1024 --profile a100-80gb-dgx --output " +
           out,
       "modar sweep: ");
   expect_interrupted(r, "sweep");

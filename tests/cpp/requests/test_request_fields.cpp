@@ -183,6 +183,15 @@ void profile_rows(std::vector<Row>& rows) {
   for (const int64_t v : {int64_t{0}, int64_t{-3}}) {
     add("max_dim", std::to_string(v), [v](auto& r) { r.max_dim = v; });
   }
+  for (const int v : {0, -1, 21}) {
+    add("rounds", std::to_string(v), [v](auto& r) { r.rounds = v; });
+  }
+  for (const double v : {-0.5, 11.0}) {
+    add("drift_tolerance", text(v), [v](auto& r) { r.drift_tolerance = v; });
+  }
+  for (const double v : {0.0, -1.0}) {
+    add("max_seconds", text(v), [v](auto& r) { r.max_seconds = v; });
+  }
 }
 
 void validate_rows(std::vector<Row>& rows) {
@@ -202,6 +211,9 @@ void validate_rows(std::vector<Row>& rows) {
   }
   for (const int v : {-1, 1001}) {
     add("warmup_steps", std::to_string(v), [v](auto& r) { r.warmup_steps = v; });
+  }
+  for (const int v : {0, 101}) {
+    add("repeats", std::to_string(v), [v](auto& r) { r.repeats = v; });
   }
   add("threads", "-2", [](auto& r) { r.threads = -2; });
 }
