@@ -816,7 +816,7 @@ ConfigDocument load_config_document(const std::string& path,
 void apply_override(Config& config, const std::string& dotted_key, const std::string& value) {
   const KeySpec* spec = find_spec(dotted_key);
   if (spec == nullptr) {
-    fail_unknown_key(dotted_key, " in --set");
+    fail_unknown_key(dotted_key, " in an override");
   }
   spec->set(config, value_from_text(*spec, value));
 }
@@ -824,7 +824,7 @@ void apply_override(Config& config, const std::string& dotted_key, const std::st
 void apply_override(Config& config, const std::string& assignment) {
   const size_t equals = assignment.find('=');
   if (equals == std::string::npos || equals == 0) {
-    throw ConfigError("--set " + shown_value(assignment) +
+    throw ConfigError("override " + shown_value(assignment) +
                       ": must be section.key=value, e.g. mod.capacity=0.125");
   }
   std::string key = assignment.substr(0, equals);

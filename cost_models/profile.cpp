@@ -287,9 +287,10 @@ void check_profile_usable(const DeviceProfile& profile, const std::string& sourc
   const std::string source = shown_value(source_name, 200);
   if (const auto status = profile.provenance.find("status");
       status != profile.provenance.end() && status->second != "complete") {
-    throw FileError(source + ": provenance.status = \"" + shown_value(status->second) +
-                    "\": a partial profile (the checkpoint of an interrupted `modar profile` "
-                    "run); allowed: a complete profile (finish it with `modar profile --resume`)");
+    throw FileError(
+        source + ": provenance.status = \"" + shown_value(status->second) +
+        "\": a partial profile (the checkpoint of an interrupted `modar profile` "
+        "run); allowed: a complete profile (resume the run from this checkpoint to finish it)");
   }
   if (const auto count = profile.provenance.find("measurement_count");
       count != profile.provenance.end()) {
@@ -369,7 +370,7 @@ void check_profile_dtype(const DeviceProfile& profile, DType dtype) {
                     shown_value(profile.name) + "\" measured only " + measured +
                     " ops; allowed: train.dtype = " + measured.substr(0, measured.find(',')) +
                     ", a profile measured in " + to_string(dtype) +
-                    " (modar profile --dtype), or a datasheet profile");
+                    " (the profiler's dtype), or a datasheet profile");
 }
 
 std::string to_toml(const DeviceProfile& profile) {

@@ -20,6 +20,13 @@ void check_budget(const char* flag, const std::optional<double>& value) {
 Config arch_config(const Config& base, const ArchSpec& arch) {
   Config config = base;
   config.mod = arch.mod;
+  if (arch.mod.enabled()) {
+    // How the routed model samples causally is the user's (mod.causal_router,
+    // mod.predictor_hidden): it changes the step (the predictor's MLP) and the
+    // loss (the aux-loss router's penalty).
+    config.mod.causal_router = base.mod.causal_router;
+    config.mod.predictor_hidden = base.mod.predictor_hidden;
+  }
   config.dar = arch.dar;
   config.moe = arch.moe;
   return config;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "isoflop_vertex.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/base/text.hpp"
 #include "modar/planner.hpp"
@@ -28,6 +29,31 @@ using detail::ArchSpace;
 using detail::Argmin;
 using detail::Evaluator;
 using detail::Point;
+
+// The minimum of `space`'s isoFLOP curve at `eps` (FLOP budgets only: under a
+// wall-clock budget every point's loss is a costed step).  The first window
+// of the argmin (N_f within 1/3 .. 2x the closed form) holds the depths.
+void set_curve_minimum(Recommendation& rec, ArchSpace& space, double eps,
+                       const OptimalSettings& settings) {
+  if (!settings.flops || settings.gpu_hours || !rec.prior.known) {
+    return;
+  }
+  std::vector<detail::IsoflopPoint> points;
+  points.reserve(space.points().size());
+  for (Point& point : space.points()) {
+    points.push_back({point.candidate.shape.n_layers, point.candidate.forward_flops_per_token,
+                      space.loss(point, eps)});
+  }
+  if (const auto vertex = detail::isoflop_curve_vertex(points)) {
+    rec.curve_forward_flops = vertex->forward_flops_per_token;
+  }
+}
+
+void set_curve_ratio(Recommendation& rec, const Recommendation& baseline) {
+  if (rec.curve_forward_flops && baseline.curve_forward_flops) {
+    rec.ratio_curve_forward_flops = *rec.curve_forward_flops / *baseline.curve_forward_flops;
+  }
+}
 
 // A budget whose compute-optimal dense model lies outside the shape search's
 // sizes is an error naming the budget range that would work.
@@ -142,6 +168,8 @@ void solve_baseline(Solve& solve) {
       detail::make_recommendation("baseline", "isoflop_optimal",
                                   solve.argmin_selection(prior, argmin.fits), space, point, prior);
   detail::set_ratios(rec, rec);
+  set_curve_minimum(rec, space, prior.eps, solve.settings);
+  set_curve_ratio(rec, rec);
   detail::set_ranges(rec, space, argmin.index, argmin.index, rec.time.step_s,
                      rec.flops.forward_per_token);
   solve.result.conventions = solve.evaluator.cost_of(space.arch_base(), point).conventions;
@@ -278,6 +306,8 @@ void solve_architecture(Solve& solve, const ArchSpec& arch) {
       arch.name, "isoflop_optimal", solve.argmin_selection(prior, argmin.fits), space,
       space.points()[static_cast<size_t>(argmin.index)], prior);
   detail::set_ratios(rec, solve.baseline);
+  set_curve_minimum(rec, space, prior.eps, solve.settings);
+  set_curve_ratio(rec, solve.baseline);
   detail::set_ranges(rec, space, argmin_low.index, argmin_high.index, solve.baseline.time.step_s,
                      solve.baseline.flops.forward_per_token);
   solve.flag_memory(rec, argmin, space, prior.eps);

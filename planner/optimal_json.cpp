@@ -86,7 +86,11 @@ void write_recommendation_json(JsonWriter& json, const Recommendation& rec,
   json.field("step_time", rec.ratio_step_time);
   json.field("tokens", rec.ratio_tokens);
   json.field("train_hours", rec.ratio_train_hours);
+  json_optional(json, "curve_forward_flops_per_token",
+                rec.curve_forward_flops ? std::optional<double>(rec.ratio_curve_forward_flops)
+                                        : std::nullopt);
   json.end_object();
+  json_optional(json, "curve_forward_flops_per_token", rec.curve_forward_flops);
   json.key("ranges").begin_object();
   json_range(json, "eps", rec.eps_range);
   if (rec.loss_range) {
@@ -130,8 +134,9 @@ std::string to_json(const OptimalResult& result) {
   json.end_object();
   json.field("loss_model",
              "L = E + eps * A / N_f^alpha + B / D^beta (MoD: E + eps * (A / N_f^alpha + "
-             "B / D^beta)); N_f = FLOP-active parameters; D = tokens; C = F_train_per_token * "
-             "D = 3 F_fwd D");
+             "B / D^beta); experts: E + A / N_f^alpha + eps * B / D^beta; x 1.0025 with "
+             "mod.causal_router = aux_loss); N_f = FLOP-active parameters; D = tokens; C = "
+             "F_train_per_token * D = 3 F_fwd D");
   json.key("eps").begin_object();
   for (const EfficiencyPrior& prior : result.priors) {
     if (prior.known) {

@@ -228,8 +228,8 @@ std::optional<std::pair<double, double>> bound_interval(const LossFitParams& law
   }
   const auto g = [&](double x) {
     const double n = std::exp(x);
-    return law.E + scale.params * law.A * std::exp(-law.alpha * x) +
-           scale.data * law.B * std::pow(bound_flops / (6.0 * n), -law.beta);
+    return scale.total * (law.E + scale.params * law.A * std::exp(-law.alpha * x) +
+                          scale.data * law.B * std::pow(bound_flops / (6.0 * n), -law.beta));
   };
   const double centre = std::log(closed_form_optimum(law, bound_flops, scale).n_opt);
   if (g(centre) > loss) {

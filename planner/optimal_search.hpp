@@ -9,7 +9,7 @@
 // curve.  It is found without evaluating the whole space: every shape has
 // D <= C_bound / (6 N_f) (F_train = 3 (2 N_f + attention) >= 6 N_f, and under
 // a wall-clock budget a step never beats the device's peak FLOP rate), so
-//     L(shape) >= g(N_f) = E + s_p A / N_f^alpha + s_d B (C_bound / (6 N_f))^-beta,
+//     L(shape) >= g(N_f) = t (E + s_p A / N_f^alpha + s_d B (C_bound / (6 N_f))^-beta),
 // a convex function of log N_f.  Once some shape reaches loss L, no shape
 // with g(N_f) > L can beat it; the search enumerates every shape in the N_f
 // interval where g <= L (widening until the interval is covered), so its

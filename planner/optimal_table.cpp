@@ -47,7 +47,7 @@ std::string table_header(const OptimalResult& result) {
   out += " on " + std::to_string(settings.run.gpus) + " x " + result.profile_name + "\n";
   const LossFitParams& p = result.fit.params;
   out += "loss model: L = E + eps*A/N_f^alpha + B/D^beta (MoD: E + eps*(A/N_f^alpha + "
-         "B/D^beta)), fit '" +
+         "B/D^beta); experts: E + A/N_f^alpha + eps*B/D^beta), fit '" +
          result.fit.name + "' (E " +
          format_number(p.E) + ", A " + format_number(p.A) + ", B " + format_number(p.B) +
          ", alpha " + format_number(p.alpha) + ", beta " + format_number(p.beta) + ")\n\n";
@@ -152,6 +152,9 @@ TableRows recommendation_rows(const OptimalResult& result) {
       [](const Recommendation& r) { return format_fixed(r.ratio_params_total, 2); });
   add("x fwd FLOPs / token",
       [](const Recommendation& r) { return format_fixed(r.ratio_forward_flops, 2); });
+  add("  curve minimum", [](const Recommendation& r) {
+    return r.curve_forward_flops ? format_fixed(r.ratio_curve_forward_flops, 2) : std::string("-");
+  });
   add("x wall-clock to train",
       [](const Recommendation& r) { return format_fixed(r.ratio_train_hours, 2); });
   add("x time per step", [](const Recommendation& r) { return format_fixed(r.ratio_step_time, 2); });

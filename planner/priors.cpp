@@ -62,6 +62,9 @@ constexpr double kModReadingHalfWidth = 0.01;
 constexpr double kDarPrintHalfWidth = 0.00005;
 // Two-sided 95 % normal quantile.
 constexpr double kZ95 = 1.959963984540054;
+// MoD paper 3.5: the causal auxiliary BCE router "affects the primary language
+// modeling objective by approximately 0.2-0.3%"; the middle of the range.
+constexpr double kAuxLossPenalty = 0.0025;
 
 // MoD paper figure 4 caption: "models varying in size from 60M to 3B parameters".
 constexpr double kModMeasuredParamsMin = 6e7;
@@ -299,41 +302,80 @@ EfficiencyPrior dar_prior(const LossFit& fit, bool full) {
 }
 
 // ---- experts: MoD paper section 4.3, figure 7 (docs/moe.md) -----------------
-// Normalised loss at equal normalised FLOPs per FFN (baseline 1.0 at 1.0),
-// read from the plot: MoE ~0.978, MoDE ~0.957 (docs/model.md experts).  Reading precision
-// assumed +-0.003 (a third of the plot's minor gridline spacing of 0.01).
-// The figure gives ratios, not losses: the ratio is applied to the MoD
-// paper's own isoFLOP baseline minima (figure 4: 3.13, 2.86, 2.59 at 6e18,
-// 2e19, 1e20) as the assumed absolute baseline losses, and converted to eps
-// as the MoD prior is: eps_i = ((r L_b,i - E) / (L_b,i - E))^((alpha+beta)/beta)
-// (the isoFLOP minimum scales as eps^(beta/(alpha+beta))).  Assumptions:
-// figure 7's models sit near those minima; the ratio holds across budgets;
-// both MoDE forms (staged, integrated) get the MoDE reading (the paper
-// reports the gains compound for both and plots one MoDE curve at 1.0).
-constexpr double kFigure7Moe = 0.978;
-constexpr double kFigure7Mode = 0.957;
+// Figure 7 plots normalised loss against normalised FLOPs per FFN (both 1.0 at
+// the isoFLOP-optimal baseline) for the baseline, MoE and MoDE, read from the
+// plot at x = FLOPs per FFN / the optimal baseline's (precision assumed
+// +-0.003, a third of the minor gridline spacing):
+struct Figure7Point {
+  double x;
+  double baseline;
+  double moe;
+  double mode;  // 0: no MoDE point at this x
+};
+constexpr Figure7Point kFigure7[] = {{0.25, 1.035, 1.037, 0.0},
+                                     {0.35, 1.018, 1.008, 0.995},
+                                     {0.60, 1.007, 0.983, 0.969},
+                                     {0.80, 1.004, 0.981, 0.0},
+                                     {1.00, 1.000, 0.978, 0.957}};
 constexpr double kFigure7ReadingHalfWidth = 0.003;
 
-std::optional<double> figure7_eps(const LossFitParams& p, double ratio, double exponent,
+// Where the experts' prior acts: the gain grows with x in figure 7 (MoE ~0 at
+// 0.25x, -2.2 % at 1.0x), which a factor on the data term gives (at a fixed
+// budget a larger model sees fewer tokens, so B / D^beta grows with x) and a
+// factor on the parameter term contradicts (its gain is largest at small x).
+// At a budget C with the baseline's closed-form optimum N*, D*, a model of x N*
+// trains on D* / x tokens and the figure's ratio q(x) = arch(x) / baseline(x) is
+//   q(x) = 1 - (1 - eps) w(x),  w(x) = B (D* / x)^-beta / L(x),
+// linear in eps, so the least-squares eps over the points is
+//   1 - eps = sum w (1 - q) / sum w^2.
+// The figure gives ratios, not a budget: eps is that fit at the MoD paper's
+// three figure-4 budgets (6e18, 2e19, 1e20), geometric mean; the range adds
+// the reading +-0.003 on every point and the fit's E +- 1.96 SE.
+std::optional<double> figure7_eps_at(const LossFitParams& p, double budget_flops, bool mode,
+                                     double shift) {
+  const ClosedFormOptimum optimum = closed_form_optimum(p, budget_flops);
+  double numerator = 0.0;
+  double denominator = 0.0;
+  for (const Figure7Point& point : kFigure7) {
+    const double arch = mode ? point.mode : point.moe;
+    if (arch <= 0.0) {
+      continue;
+    }
+    const double n = point.x * optimum.n_opt;
+    const double tokens = optimum.tokens_opt / point.x;
+    const double data_term = p.B / std::pow(tokens, p.beta);
+    const double w = data_term / predicted_loss(p, 1.0, n, tokens);
+    const double q = (arch + shift) / point.baseline;
+    numerator += w * (1.0 - q);
+    denominator += w * w;
+  }
+  if (!(denominator > 0.0)) {
+    return std::nullopt;
+  }
+  const double eps = 1.0 - numerator / denominator;
+  if (!(eps > 0.0)) {
+    return std::nullopt;
+  }
+  return eps;
+}
+
+// Geometric mean over the figure-4 budgets; low / high collect the budgets' spread.
+std::optional<double> figure7_eps(const LossFitParams& p, bool mode, double shift,
                                   std::string* text, double* low, double* high) {
   double log_sum = 0.0;
   for (const IsoflopMinimum& m : kModFigure4) {
-    const double base = m.baseline_loss - p.E;
-    const double arch = ratio * m.baseline_loss - p.E;
-    if (base <= 0 || arch <= 0) {
+    const std::optional<double> eps_i = figure7_eps_at(p, m.budget_flops, mode, shift);
+    if (!eps_i) {
       return std::nullopt;
     }
-    const double eps_i = std::pow(arch / base, exponent);
-    log_sum += std::log(eps_i);
+    log_sum += std::log(*eps_i);
     if (low != nullptr) {
-      *low = std::min(*low, eps_i);
-      *high = std::max(*high, eps_i);
+      *low = std::min(*low, *eps_i);
+      *high = std::max(*high, *eps_i);
     }
     if (text != nullptr) {
-      *text += "  L_b = " + format_fixed(m.baseline_loss, 2) +
-               " (C = " + format_number(m.budget_flops) + "): ((" + format_fixed(ratio, 3) + " x " +
-               format_fixed(m.baseline_loss, 2) + " - E) / (" + format_fixed(m.baseline_loss, 2) +
-               " - E))^" + format_fixed(exponent, 4) + " = " + format_fixed(eps_i, 4) + "\n";
+      *text += "  C = " + format_number(m.budget_flops) + ": least-squares eps over the points = " +
+               format_fixed(*eps_i, 4) + "\n";
     }
   }
   return std::exp(log_sum / 3.0);
@@ -341,63 +383,60 @@ std::optional<double> figure7_eps(const LossFitParams& p, double ratio, double e
 
 EfficiencyPrior figure7_prior(const LossFit& fit, const std::string& key, bool mode) {
   const LossFitParams& p = fit.params;
-  const double ratio = mode ? kFigure7Mode : kFigure7Moe;
   EfficiencyPrior prior;
   prior.key = key;
+  prior.acts_on = PriorTerm::data;
   prior.source = std::string(
                      "Raposo et al. 2024 (Mixture-of-Depths) section 4.3, figure 7: normalised "
-                     "loss at equal normalised FLOPs per FFN (baseline 1.0 at 1.0), read from the "
-                     "plot: ") +
-                 (mode ? "MoDE ~0.957" : "MoE ~0.978") + " (+-0.003)";
-  const double exponent = (p.alpha + p.beta) / p.beta;
-  std::string text = "fit " + fit.name + ": E = " + format_number(p.E) +
-                     ", (alpha+beta)/beta = " + format_fixed(exponent, 4) + "\n";
-  text += "r = " + format_fixed(ratio, 3) +
-          " (figure 7 reading); absolute baseline losses assumed = the MoD paper's figure 4 "
-          "isoFLOP minima\n";
-  text += "eps_i = ((r L_b - E) / (L_b - E))^((alpha+beta)/beta)\n";
+                     "loss against normalised FLOPs per FFN, read from the plot (+-0.003): ") +
+                 (mode ? "MoDE 0.995 / 0.969 / 0.957 at 0.35 / 0.6 / 1.0x"
+                       : "MoE 1.037 / 1.008 / 0.983 / 0.981 / 0.978 at 0.25 / 0.35 / 0.6 / "
+                         "0.8 / 1.0x") +
+                 " (baseline 1.035 / 1.018 / 1.007 / 1.004 / 1.000)";
+  std::string text = "fit " + fit.name + ": E = " + format_number(p.E) + "; L = E + A / N^alpha + eps B / D^beta\n";
+  text += "q(x) = " + std::string(mode ? "MoDE" : "MoE") +
+          "(x) / baseline(x) read from figure 7; model: q(x) = 1 - (1 - eps) w(x), w = B (D*/x)^-beta / "
+          "L(x) at the baseline's closed-form N*, D*\n";
+  text += "1 - eps = sum w (1 - q) / sum w^2, at the MoD paper's figure-4 budgets:\n";
   double point_low = INFINITY, point_high = 0.0;
-  const std::optional<double> eps = figure7_eps(p, ratio, exponent, &text, &point_low, &point_high);
+  const std::optional<double> eps = figure7_eps(p, mode, 0.0, &text, &point_low, &point_high);
   if (!eps) {
-    prior.derivation = text + "a reading lies below the fit's E: no prior under this fit";
+    prior.derivation = text + "no positive eps under this fit";
     return prior;
   }
   prior.known = true;
   prior.eps = *eps;
   text += "eps_" + key + " = geometric mean = " + format_fixed(prior.eps, 4);
   prior.derivation = text;
-  prior.points = 1;
+  prior.points = mode ? 3 : 5;
   prior.size_measure = "params_total";
   prior.measured_size_min = kModMeasuredParamsMin;
   prior.measured_size_max = kModMeasuredParamsMax;
   prior.measured_budget_min = kModFigure4[0].budget_flops;
   prior.measured_budget_max = kModFigure4[2].budget_flops;
-  // Range: the reading +-h (a lower ratio means a smaller eps), the spread
-  // over the three assumed baseline losses, and the fit's E +- 1.96 SE.
-  double lo = 0.0, hi = 0.0;
+  // Range: every reading +-h together (a lower ratio means a smaller eps), the
+  // spread over the three budgets, and the fit's E +- 1.96 SE.
   const std::optional<double> down =
-      figure7_eps(p, ratio - kFigure7ReadingHalfWidth, exponent, nullptr, nullptr, nullptr);
+      figure7_eps(p, mode, -kFigure7ReadingHalfWidth, nullptr, nullptr, nullptr);
   const std::optional<double> up =
-      figure7_eps(p, ratio + kFigure7ReadingHalfWidth, exponent, nullptr, nullptr, nullptr);
+      figure7_eps(p, mode, kFigure7ReadingHalfWidth, nullptr, nullptr, nullptr);
   prior.eps_low = std::min(point_low, down ? *down : prior.eps);
   prior.eps_high = std::max(point_high, up ? *up : prior.eps);
-  std::string interval = "reading " + format_fixed(ratio, 3) + " +- " +
-                         format_fixed(kFigure7ReadingHalfWidth, 3) + ": " +
+  std::string interval = "readings +- " + format_fixed(kFigure7ReadingHalfWidth, 3) + ": " +
                          format_fixed(down ? *down : prior.eps, 4) + " .. " +
                          format_fixed(up ? *up : prior.eps, 4) + "\n";
-  interval += "spread over the assumed baseline losses: " + format_fixed(point_low, 4) + " .. " +
+  interval += "spread over the three budgets: " + format_fixed(point_low, 4) + " .. " +
               format_fixed(point_high, 4) + "\n";
   if (fit.standard_errors && fit.standard_errors->E > 0) {
     const double se = fit.standard_errors->E;
     LossFitParams q = p;
     q.E = p.E + kZ95 * se;
-    const std::optional<double> e_up = figure7_eps(q, ratio, exponent, nullptr, nullptr, nullptr);
+    const std::optional<double> e_up = figure7_eps(q, mode, 0.0, nullptr, nullptr, nullptr);
     q.E = p.E - kZ95 * se;
-    const std::optional<double> e_down =
-        figure7_eps(q, ratio, exponent, nullptr, nullptr, nullptr);
+    const std::optional<double> e_down = figure7_eps(q, mode, 0.0, nullptr, nullptr, nullptr);
     if (e_up && e_down) {
-      lo = std::min(*e_up, *e_down);
-      hi = std::max(*e_up, *e_down);
+      const double lo = std::min(*e_up, *e_down);
+      const double hi = std::max(*e_up, *e_down);
       prior.eps_low = std::min(prior.eps_low, lo);
       prior.eps_high = std::max(prior.eps_high, hi);
       interval += "fit E +- 1.96 SE (" + format_number(se) + "): " + format_fixed(lo, 4) + " .. " +
@@ -407,6 +446,36 @@ EfficiencyPrior figure7_prior(const LossFit& fit, const std::string& key, bool m
   interval += "eps_" + key + " range (envelope) = " + format_fixed(prior.eps_low, 4) + " .. " +
               format_fixed(prior.eps_high, 4);
   prior.interval = interval;
+  return prior;
+}
+
+// Staged MoDE (MoD routing around the whole block, experts inside it): the
+// paper reports that "the performance improvements offered by MoD compound with
+// those of MoE", so its prior is the two published ones together: the MoD
+// prior on the whole reducible loss (figure 4) and the MoE prior on the data
+// term (figure 7's MoE curve): L = E + eps_mod (A / N^alpha + eps_moe B / D^beta).
+// Integrated MoDE gets figure 7's MoDE curve (an assumption: the figure plots
+// one MoDE curve and does not say which form; the text's one comparison is of
+// the integrated form).
+EfficiencyPrior staged_mode_prior(const LossFit& fit) {
+  EfficiencyPrior prior = figure7_prior(fit, "mode-staged", false);
+  const EfficiencyPrior mod = mod_prior(fit);
+  if (!prior.known || !mod.known) {
+    prior.known = false;
+    return prior;
+  }
+  prior.reducible_factor = mod.eps;
+  prior.source = "MoD paper section 4.3 ('the performance improvements offered by MoD compound "
+                 "with those of MoE'): the MoD prior (figure 4) times the MoE prior (" +
+                 prior.source + ")";
+  prior.derivation = "staged MoDE = MoD routing with experts inside the routed blocks: "
+                     "L = E + eps_mod (A / N^alpha + eps_moe B / D^beta)\n" +
+                     mod.derivation + "\n" + prior.derivation +
+                     "\neps_mode-staged = eps_moe above, on the data term, with eps_mod = " +
+                     format_fixed(mod.eps, 4) + " on the whole reducible loss";
+  prior.interval += "\n(eps_mod held at " + format_fixed(mod.eps, 4) + "; its own range: " +
+                    format_fixed(mod.eps_low, 4) + " .. " + format_fixed(mod.eps_high, 4) + ")";
+  prior.points += mod.points;
   return prior;
 }
 
@@ -448,7 +517,10 @@ std::string arch_key(const Config& config) {
 }  // namespace
 
 LossScale loss_scale(const EfficiencyPrior& prior, double eps) {
-  return LossScale{eps, prior.acts_on == PriorTerm::reducible ? eps : 1.0};
+  const double params = prior.acts_on == PriorTerm::data ? 1.0 : eps;
+  const double data = prior.acts_on == PriorTerm::parameters ? 1.0 : eps;
+  return LossScale{prior.reducible_factor * params, prior.reducible_factor * data,
+                   1.0 + prior.loss_penalty};
 }
 
 void check_eps_key(const std::string& arch) {
@@ -508,7 +580,11 @@ std::vector<EfficiencyPrior> published_priors(const LossFit& fit) {
   return {mod_prior(fit), dar_prior(fit, false), dar_prior(fit, true)};
 }
 
-EfficiencyPrior efficiency_prior(const Config& config, const LossFit& fit,
+namespace {
+
+// The prior of the architecture as published (or overridden), before the
+// causal router's penalty.
+EfficiencyPrior published_prior(const Config& config, const LossFit& fit,
                                  const EpsOverrides& overrides) {
   const std::string key = arch_key(config);
   if (const auto it = overrides.find(key); it != overrides.end()) {
@@ -519,8 +595,10 @@ EfficiencyPrior efficiency_prior(const Config& config, const LossFit& fit,
     prior.source = "eps override";
     prior.derivation = "given by the user: eps_" + key + " = " + format_number(it->second);
     prior.eps_low = prior.eps_high = prior.eps;
-    prior.acts_on = key.rfind("mod", 0) == 0 && key.rfind("mode-", 0) != 0 ? PriorTerm::reducible
-                                                                           : PriorTerm::parameters;
+    const bool experts = key.rfind("moe", 0) == 0 || key.rfind("mode-", 0) == 0;
+    prior.acts_on = experts                     ? PriorTerm::data
+                    : key.rfind("mod", 0) == 0 ? PriorTerm::reducible
+                                               : PriorTerm::parameters;
     prior.interval = "exact (given by the user)";
     return prior;
   }
@@ -534,8 +612,11 @@ EfficiencyPrior efficiency_prior(const Config& config, const LossFit& fit,
     prior.interval = "exact (definition)";
     return prior;
   }
-  if (key == "moe" || key == "mode-staged" || key == "mode-integrated") {
-    return figure7_prior(fit, key, key != "moe");
+  if (key == "moe" || key == "mode-integrated") {
+    return figure7_prior(fit, key, key == "mode-integrated");
+  }
+  if (key == "mode-staged") {
+    return staged_mode_prior(fit);
   }
   if (key == "mod") {
     const bool paper_setting =
@@ -562,6 +643,37 @@ EfficiencyPrior efficiency_prior(const Config& config, const LossFit& fit,
   prior.derivation = key + " (streams " + std::to_string(config.dar.resolved_streams()) +
                      "): no published prior; loss unknown unless eps[" + key + "] is given (--eps " + key +
                      "=V)";
+  return prior;
+}
+
+}  // namespace
+
+EfficiencyPrior efficiency_prior(const Config& config, const LossFit& fit,
+                                 const EpsOverrides& overrides) {
+  EfficiencyPrior prior = published_prior(config, fit, overrides);
+  if (!prior.known || !config.mod.enabled()) {
+    return prior;
+  }
+  // MoD paper 3.5: the priors are top-k (non-causal) training losses; a model
+  // that must sample causally either trains its router with an auxiliary BCE
+  // loss, which "empirically affects the primary language modeling objective
+  // by approximately 0.2-0.3%", or adds a predictor MLP, which "does not
+  // affect the language modeling objective".
+  switch (config.mod.causal_router) {
+    case CausalRouter::aux_loss:
+      prior.loss_penalty = kAuxLossPenalty;
+      prior.derivation += "\nmod.causal_router = aux_loss: loss x " +
+                          format_fixed(1.0 + kAuxLossPenalty, 4) +
+                          " (MoD paper 3.5: the auxiliary BCE router costs ~0.2-0.3% of the "
+                          "LM objective; the middle of the range)";
+      break;
+    case CausalRouter::predictor:
+      prior.derivation += "\nmod.causal_router = predictor: no loss penalty (MoD paper 3.5: the "
+                          "predictor MLP does not affect the LM objective)";
+      break;
+    case CausalRouter::none:
+      break;
+  }
   return prior;
 }
 

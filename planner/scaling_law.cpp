@@ -154,8 +154,8 @@ void save_fit_atomically(const LossFit& fit, const std::string& path) {
 
 double predicted_loss(const LossFitParams& fit, LossScale scale, double n_flop_active,
                       double tokens) {
-  return fit.E + scale.params * fit.A / std::pow(n_flop_active, fit.alpha) +
-         scale.data * fit.B / std::pow(tokens, fit.beta);
+  return scale.total * (fit.E + scale.params * fit.A / std::pow(n_flop_active, fit.alpha) +
+                        scale.data * fit.B / std::pow(tokens, fit.beta));
 }
 
 double predicted_loss(const LossFitParams& fit, double eps, double n_flop_active, double tokens) {

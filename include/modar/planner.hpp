@@ -80,9 +80,13 @@ double predicted_loss(const LossFitParams& fit, double eps, double n_flop_active
 // A prior acting on the parameter term only is {eps, 1}; one acting on the
 // whole reducible loss (MoD: docs/planner.md "Where the MoD prior acts") is
 // {eps, eps}.
+// `total` multiplies the whole predicted loss: a penalty on the objective
+// itself (MoD's causal aux-loss router: 1.0025; docs/planner.md "Causal
+// routing").
 struct LossScale {
   double params = 1.0;
   double data = 1.0;
+  double total = 1.0;
 };
 double predicted_loss(const LossFitParams& fit, LossScale scale, double n_flop_active,
                       double tokens);
@@ -120,7 +124,9 @@ ClosedFormOptimum closed_form_optimum(const ClosedFormRequest& request);
 // experts: eps A / N_f^alpha) or the whole reducible loss (MoD: eps (A /
 // N_f^alpha + B / D^beta), the routed model behaving as the baseline of equal
 // forward FLOPs per token with its reducible loss scaled; docs/planner.md).
-enum class PriorTerm { parameters, reducible };
+// Experts act on the data term (eps B / D^beta: figure 7's gain grows with the
+// FLOPs per token at a fixed budget; docs/moe.md "Planner priors").
+enum class PriorTerm { parameters, reducible, data };
 
 struct EfficiencyPrior {
   bool known = false;
@@ -146,6 +152,13 @@ struct EfficiencyPrior {
   double measured_budget_min = 0.0;
   double measured_budget_max = 0.0;
   double measured_tokens_per_param = 0.0;
+  // Relative penalty on the whole loss (LossScale::total = 1 + it): MoD
+  // trained with the causal auxiliary BCE router (mod.causal_router =
+  // aux_loss), MoD paper 3.5 "approximately 0.2-0.3%"; 0 otherwise.
+  double loss_penalty = 0.0;
+  // A second factor on the whole reducible loss, fixed (not part of the eps
+  // range): staged MoDE's MoD prior beside its experts' data-term eps.
+  double reducible_factor = 1.0;
 };
 
 // `eps` placed where `prior` acts (its eps, eps_low or eps_high).
@@ -425,6 +438,15 @@ struct Recommendation {
   double ratio_step_time = 0.0;
   double ratio_tokens = 0.0;
   double ratio_train_hours = 0.0;
+  // The minimum of the architecture's isoFLOP curve (an isoflop_optimal under
+  // a FLOP budget): the vertex of the parabola in log forward FLOPs per token
+  // through the best shape of each depth near the argmin, as the MoD paper
+  // locates its figure-4 optima (docs/planner.md "The isoFLOP curve's
+  // minimum").  The shape grid is coarse near the optimum, so the recommended
+  // shape can sit +-10 % from it.  nullopt: not fitted (other roles, a
+  // wall-clock budget, a minimum at the search space's edge, no prior).
+  std::optional<double> curve_forward_flops;
+  double ratio_curve_forward_flops = 0.0;  // to the optimal baseline's curve minimum
   // Uncertainty from the prior (eps_low .. eps_high): the loss of this shape
   // at both ends, and where the same rule lands at both ends (N_f, total
   // parameters, tokens, step time relative to the optimal baseline).

@@ -287,7 +287,7 @@ double hot_sample(const GroupRun& run, Timer& timer, Collective kind, const Tens
   double values[2] = {timer.elapsed_s() / inner, interrupt_requested() ? 1.0 : 0.0};
   run.control.all_reduce(make_view(values, ScalarType::fp64, DeviceKind::cpu, {2}), ReduceOp::max);
   if (values[1] != 0.0) {
-    throw Interrupted("interrupted (Ctrl-C) during profile --comm");
+    throw Interrupted("interrupted (Ctrl-C) during the communication profile");
   }
   return values[0];
 }
@@ -312,7 +312,7 @@ double cold_sample(const GroupRun& run, Collective kind, const TensorView& in,
     starts.push_back(exchanged[static_cast<size_t>(r) * 3]);
     ends.push_back(exchanged[static_cast<size_t>(r) * 3 + 1]);
     if (exchanged[static_cast<size_t>(r) * 3 + 2] != 0.0) {
-      throw Interrupted("interrupted (Ctrl-C) during profile --comm");
+      throw Interrupted("interrupted (Ctrl-C) during the communication profile");
     }
   }
   return last_arrival_call_s(starts, ends);
@@ -521,12 +521,12 @@ CommProfileResult run_comm_profile(Backend& backend, Communicator& world,
                                    const CommProfileRequest& request) {
   if (world.size() < 2) {
     throw ConfigError(
-        "profile --comm: the world has 1 rank (engine " + world.engine() +
-        "): communication needs at least 2; run it under mpirun, e.g. mpirun -np 4 modar profile "
-        "--comm --backend " + std::string(to_string(backend.device())) + " --out PATH");
+        "communication profile: the world has 1 rank (engine " + world.engine() +
+        "): communication needs at least 2; allowed: a world of 2 or more ranks (run under "
+        "mpirun, e.g. mpirun -np 4)");
   }
   if (world.device() != backend.device()) {
-    throw ConfigError(std::string("profile --comm: the communicator's device (") +
+    throw ConfigError(std::string("communication profile: the communicator's device (") +
                       to_string(world.device()) + ") is not the backend's (" +
                       to_string(backend.device()) + ")");
   }

@@ -695,7 +695,7 @@ void predict_case(ParallelCaseResult& r, const DeviceProfile& profile, int world
   const Config& config = r.validation_case.config;
   const Estimate estimate_result = estimate(config, profile, StepKind::train);
   if (!estimate_result.cluster) {
-    throw std::logic_error("validate --parallel: the planner did not engage its cluster model");
+    throw std::logic_error("parallel validation: the planner did not engage its cluster model");
   }
   const ClusterEstimate& cluster = *estimate_result.cluster;
   r.predicted_step_s = estimate_result.time.step_s;

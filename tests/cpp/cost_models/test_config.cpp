@@ -73,8 +73,9 @@ TEST(Config, UnknownKeysSuggestTheNearestValidOne) {
   EXPECT_NE(error_of([] { parse_config_toml("[modd]\ncapacity = 0.5\n"); }).find("mod.capacity"),
             std::string::npos);
   Config c;
-  EXPECT_EQ(error_of([&] { apply_override(c, "model.nlayers=3"); }),
-            "ConfigError: unknown key 'model.nlayers' in --set; did you mean 'model.n_layers'?");
+  EXPECT_EQ(
+      error_of([&] { apply_override(c, "model.nlayers=3"); }),
+      "ConfigError: unknown key 'model.nlayers' in an override; did you mean 'model.n_layers'?");
 }
 
 TEST(Config, OutOfRangeValuesNameKeyValueAndAllowed) {
@@ -108,8 +109,9 @@ TEST(Config, OutOfRangeValuesNameKeyValueAndAllowed) {
   EXPECT_EQ(with("train.global_batch=12"),
             "ConfigError: train.global_batch = 12: must be a multiple of train.micro_batch * "
             "device.count = 8");
-  EXPECT_EQ(with("mod.capacity"),
-            "ConfigError: --set mod.capacity: must be section.key=value, e.g. mod.capacity=0.125");
+  EXPECT_EQ(
+      with("mod.capacity"),
+      "ConfigError: override mod.capacity: must be section.key=value, e.g. mod.capacity=0.125");
 }
 
 TEST(Config, TomlTypeErrorsAndNaN) {

@@ -330,7 +330,7 @@ TEST(CalibrationRuns, EachBadInputIsOneLineNamingRowColumnAndValue) {
       {header + "a,,mod.capcity=0.5,1\n",
        "row 'a', column 'overrides' = 'mod.capcity=0.5': unknown key 'mod.capcity'"},
       {header + "a,,model.d_model,1\n",
-       "row 'a', column 'overrides' = 'model.d_model': --set model.d_model: must be "
+       "row 'a', column 'overrides' = 'model.d_model': override model.d_model: must be "
        "section.key=value"},
       {header + "a,,mod.capacity=1.5,1\n",
        "row 'a', columns 'config' = '' and 'overrides' = 'mod.capacity=1.5': mod.capacity = "

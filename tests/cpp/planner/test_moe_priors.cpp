@@ -1,8 +1,13 @@
 // Expert architectures in the planner: the MoD paper's figure 7 priors
-// (docs/moe.md).  Expected values worked by hand (python, not this code):
-// eps = geomean over L_b in {3.13, 2.86, 2.59} of ((r L_b - E)/(L_b - E))^((a+b)/b)
-// with the Epoch fit (E 1.8172, alpha 0.3478, beta 0.3658).
+// (docs/moe.md).  Expected values worked by hand (python, not this code): at
+// each figure-4 budget C in {6e18, 2e19, 1e20}, the baseline's closed-form
+// N*, D* under the Epoch fit (E 1.8172, A 482.01, B 2085.43, alpha 0.3478,
+// beta 0.3658); per figure-7 point x: w = B (D*/x)^-beta / L(x N*, D*/x),
+// q = arch / baseline as read; 1 - eps_C = sum w (1 - q) / sum w^2; eps =
+// geometric mean over the budgets.
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "modar/base/errors.hpp"
 #include "modar/planner.hpp"
@@ -18,21 +23,61 @@ modar::Config with_arch(const std::string& name) {
   return config;
 }
 
-TEST(MoePriors, Figure7ReadingsUnderEpoch) {
+TEST(MoePriors, Figure7CurvesUnderEpochActOnTheDataTerm) {
   const modar::LossFit epoch = modar::load_fit("epoch");
   const auto moe = modar::efficiency_prior(with_arch("moe"), epoch);
   ASSERT_TRUE(moe.known);
-  EXPECT_NEAR(moe.eps, 0.88222, 1e-4);  // r = 0.978
-  EXPECT_NEAR(moe.eps_low, 0.86121, 1e-4);   // the 1e20 baseline loss
-  EXPECT_NEAR(moe.eps_high, 0.90023, 1e-4);  // the 6e18 baseline loss
+  EXPECT_EQ(moe.acts_on, modar::PriorTerm::data);
+  // Budgets: 0.89415, 0.87921, 0.85351; readings -+0.003: 0.85379 .. 0.89713;
+  // E +- 1.96 SE: 0.87283 .. 0.87809.
+  EXPECT_NEAR(moe.eps, 0.87546, 1e-4);
+  EXPECT_NEAR(moe.eps_low, 0.85351, 1e-4);
+  EXPECT_NEAR(moe.eps_high, 0.89713, 1e-4);
   const auto mode = modar::efficiency_prior(with_arch("mode-integrated"), epoch);
   ASSERT_TRUE(mode.known);
-  EXPECT_NEAR(mode.eps, 0.77637, 1e-4);  // r = 0.957
-  EXPECT_NEAR(modar::efficiency_prior(with_arch("mode-staged"), epoch).eps, mode.eps, 1e-12);
-  EXPECT_NE(mode.derivation.find("0.957"), std::string::npos);
+  EXPECT_EQ(mode.acts_on, modar::PriorTerm::data);
+  EXPECT_NEAR(mode.eps, 0.74599, 1e-4);      // budgets 0.78475, 0.75414, 0.70148
+  EXPECT_NEAR(mode.eps_low, 0.70148, 1e-4);
+  EXPECT_NEAR(mode.eps_high, 0.78475, 1e-4);
+  EXPECT_NE(mode.derivation.find("0.7015"), std::string::npos) << mode.derivation;
+  // Staged MoDE compounds the two published priors: MoD's (0.96730, figure 4)
+  // on the whole reducible loss and MoE's on the data term.
+  const auto staged = modar::efficiency_prior(with_arch("mode-staged"), epoch);
+  ASSERT_TRUE(staged.known);
+  EXPECT_NEAR(staged.eps, moe.eps, 1e-12);
+  EXPECT_NEAR(staged.reducible_factor, 0.96730, 2e-5);
+  const modar::LossScale scale = modar::loss_scale(staged, staged.eps);
+  EXPECT_NEAR(scale.params, 0.96730, 2e-5);
+  EXPECT_NEAR(scale.data, 0.96730 * 0.87546, 1e-4);
   // No published prior for experts with DAR: unknown, not guessed.
   EXPECT_FALSE(modar::efficiency_prior(with_arch("moe+dar"), epoch).known);
   EXPECT_FALSE(modar::efficiency_prior(with_arch("mode-integrated+dar"), epoch).known);
+}
+
+TEST(MoePriors, TheGainGrowsWithTheFlopsPerTokenAsInFigure7) {
+  // At 1e20, a model of x N* on D*/x tokens: loss ratio to the baseline of the
+  // same shape by hand: MoE -1.02 % at x = 0.25, -1.75 % at 1.0; integrated
+  // MoDE -2.08 / -3.57 %; staged -2.01 / -2.64 %.
+  const modar::LossFit epoch = modar::load_fit("epoch");
+  const modar::ClosedFormOptimum optimum = modar::closed_form_optimum(epoch.params, 1e20);
+  auto gain_pct = [&](const std::string& arch, double x) {
+    const auto prior = modar::efficiency_prior(with_arch(arch), epoch);
+    const double n = x * optimum.n_opt, d = optimum.tokens_opt / x;
+    return 100.0 * (modar::predicted_loss(epoch.params, modar::loss_scale(prior, prior.eps), n, d) /
+                        modar::predicted_loss(epoch.params, 1.0, n, d) -
+                    1.0);
+  };
+  EXPECT_NEAR(gain_pct("moe", 0.25), -1.02, 0.01);
+  EXPECT_NEAR(gain_pct("moe", 1.0), -1.75, 0.01);
+  EXPECT_NEAR(gain_pct("mode-integrated", 0.25), -2.08, 0.01);
+  EXPECT_NEAR(gain_pct("mode-integrated", 1.0), -3.57, 0.01);
+  EXPECT_NEAR(gain_pct("mode-staged", 0.25), -2.01, 0.01);
+  EXPECT_NEAR(gain_pct("mode-staged", 1.0), -2.64, 0.01);
+  // An override acts where the published prior does: on the data term.
+  const auto given =
+      modar::efficiency_prior(with_arch("moe"), epoch, modar::parse_eps_overrides("moe=0.9"));
+  EXPECT_EQ(modar::loss_scale(given, given.eps).params, 1.0);
+  EXPECT_EQ(modar::loss_scale(given, given.eps).data, 0.9);
 }
 
 TEST(MoePriors, ArchitecturesCarryTheirExperts) {

@@ -44,6 +44,41 @@ TEST(Priors, ModUnderEpochIsTheReducibleLossRatio) {
   EXPECT_NEAR((mod.loss - 1.8172) / (dense.loss - 1.8172), prior.eps, 1e-12);
 }
 
+TEST(Priors, CausalAuxLossRouterCostsAQuarterPercentOfTheLoss) {
+  // MoD paper 3.5: the auxiliary BCE router affects the LM objective by
+  // ~0.2-0.3% (the middle, 0.25%); the predictor does not affect it.  By hand
+  // at N = 1e8, D = 2e9 with eps = 0.9673: E + eps (A / N^alpha + B / D^beta),
+  // times 1.0025 for the aux loss.
+  const modar::LossFit epoch = modar::load_fit("epoch");
+  const double n = 1e8, d = 2e9;
+  const double top_k =
+      1.8172 + 0.9673 * (482.01 / std::pow(n, 0.3478) + 2085.43 / std::pow(d, 0.3658));
+  modar::Config config = with_arch("mod");
+  const modar::EpsOverrides overrides = modar::parse_eps_overrides("mod=0.9673");
+  for (const auto router : {modar::CausalRouter::none, modar::CausalRouter::predictor,
+                            modar::CausalRouter::aux_loss}) {
+    config.mod.causal_router = router;
+    const auto prior = modar::efficiency_prior(config, epoch, overrides);
+    const double expected = router == modar::CausalRouter::aux_loss ? 1.0025 * top_k : top_k;
+    EXPECT_NEAR(modar::predicted_loss(epoch.params, modar::loss_scale(prior, prior.eps), n, d),
+                expected, 1e-12);
+  }
+  // The penalty does not move the closed-form optimum, and a model without
+  // MoD routing has none whatever its router setting.
+  config.mod.causal_router = modar::CausalRouter::aux_loss;
+  const auto aux = modar::efficiency_prior(config, epoch);
+  EXPECT_NE(aux.derivation.find("aux_loss: loss x 1.0025"), std::string::npos) << aux.derivation;
+  const modar::ClosedFormOptimum with_penalty =
+      modar::closed_form_optimum(epoch.params, 2e19, modar::loss_scale(aux, aux.eps));
+  const modar::ClosedFormOptimum without =
+      modar::closed_form_optimum(epoch.params, 2e19, modar::LossScale{aux.eps, aux.eps});
+  EXPECT_NEAR(with_penalty.n_opt / without.n_opt, 1.0, 1e-12);
+  EXPECT_NEAR(with_penalty.loss / without.loss, 1.0025, 1e-12);
+  modar::Config dense;
+  dense.mod.causal_router = modar::CausalRouter::aux_loss;
+  EXPECT_EQ(modar::loss_scale(modar::efficiency_prior(dense, epoch), 1.0).total, 1.0);
+}
+
 TEST(Priors, ModIsDerivedUnderTheActiveFit) {
   // Hoffmann, E = 1.69: 1.40/1.44 = 0.97222, 1.14/1.17 = 0.97436, 0.87/0.90 = 0.96667
   // -> geometric mean 0.97108.
