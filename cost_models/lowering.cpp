@@ -891,6 +891,16 @@ void Lowerer<Stream>::layers_with_depth_reads() {
   const int64_t full = counts_.full_layers;
   const int64_t routed = counts_.routed_layers;
 
+  // A depth read of this model's streams over `sources` bank entries with
+  // `queries_per_token` queries (every read below differs only in these).
+  const auto prefix_read = [&](int64_t sources, int64_t queries_per_token) {
+    return DepthReadPrefixDims{.tokens = T,
+                               .sources = sources,
+                               .queries = queries_per_token,
+                               .width = width,
+                               .streams = n,
+                               .variant = variant};
+  };
   // Bank init: H_0[j] = embedding for every stream, plus its rstd.
   forward(DarWriteDims{.tokens = T, .streams = n, .width = width, .mode = 2, .emit_rstd = 1}, 1,
           "dar.bank_init", Recomputed::never, "dar.bank_init.bwd");
@@ -907,37 +917,14 @@ void Lowerer<Stream>::layers_with_depth_reads() {
   const int64_t half = complete_blocks / 2;
   if (complete_blocks % 2 == 1) {
     // Odd F: the mean (F+1)/2 is a whole number of sources.
-    depth_read(DepthReadPrefixDims{.tokens = T,
-                                   .sources = (complete_blocks + 1) / 2,
-                                   .queries = queries,
-                                   .width = width,
-                                   .streams = n,
-                                   .variant = variant},
+    depth_read(prefix_read((complete_blocks + 1) / 2, queries),
                complete_blocks, "dar.prefix", "dar.prefix.bwd");
   } else if (half > 0) {
-    depth_read(DepthReadPrefixDims{.tokens = T,
-                                   .sources = half,
-                                   .queries = queries,
-                                   .width = width,
-                                   .streams = n,
-                                   .variant = variant},
-               half, "dar.prefix", "dar.prefix.bwd");
-    depth_read(DepthReadPrefixDims{.tokens = T,
-                                   .sources = half + 1,
-                                   .queries = queries,
-                                   .width = width,
-                                   .streams = n,
-                                   .variant = variant},
-               half, "dar.prefix", "dar.prefix.bwd");
+    depth_read(prefix_read(half, queries), half, "dar.prefix", "dar.prefix.bwd");
+    depth_read(prefix_read(half + 1, queries), half, "dar.prefix", "dar.prefix.bwd");
   }
   if (complete_blocks < N) {
-    depth_read(DepthReadPrefixDims{.tokens = T,
-                                   .sources = N,
-                                   .queries = 2 * last_block_layers * n,
-                                   .width = width,
-                                   .streams = n,
-                                   .variant = variant},
-               1, "dar.prefix", "dar.prefix.bwd");
+    depth_read(prefix_read(N, 2 * last_block_layers * n), 1, "dar.prefix", "dar.prefix.bwd");
   }
   // Per-branch ops by class: N first, 2L - 2N middle, N last branches.
   const int64_t branches = 2 * layers;
@@ -971,13 +958,7 @@ void Lowerer<Stream>::layers_with_depth_reads() {
   }
 
   // Output read over H_0..H_N (one query per stream), then the streams' mean.
-  depth_read(DepthReadPrefixDims{.tokens = T,
-                                 .sources = N + 1,
-                                 .queries = n,
-                                 .width = width,
-                                 .streams = n,
-                                 .variant = variant},
-             1, "dar.output_read", "dar.output_read.bwd");
+  depth_read(prefix_read(N + 1, n), 1, "dar.output_read", "dar.output_read.bwd");
   if (n >= 2) {
     forward(ElementwiseDims{.elements = T * width, .inputs = n, .outputs = 1}, 1, "dar.output_mean",
             Recomputed::never, "dar.output_mean.bwd");
