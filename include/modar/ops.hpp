@@ -335,12 +335,15 @@ constexpr OpDimsArray op_dims_array(const Dims& d) {
     return {a, b, c, e, f, g, h};
   }
 }
+// (An index_sequence overload, not a templated lambda: CUDA translation units
+// include this header as C++17.)
+template <class Dims, size_t... I>
+constexpr Dims op_dims_from(const OpDimsArray& x, std::index_sequence<I...>) {
+  return Dims{x[I]...};
+}
 template <class Dims>
 constexpr Dims op_dims_from(const OpDimsArray& x) {
-  return [&]<size_t... I>(std::index_sequence<I...>) {
-    return Dims{x[I]...};
-  }
-  (std::make_index_sequence<Dims::kDims.size()>{});
+  return op_dims_from<Dims>(x, std::make_index_sequence<Dims::kDims.size()>{});
 }
 
 struct OpShape {
