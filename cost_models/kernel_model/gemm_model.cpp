@@ -14,6 +14,7 @@
 //
 // On a perfectly quantized large GEMM the model returns 2 m n k / (gemm
 // efficiency x peak): the maximum achievable matmul FLOPS is the asymptote.
+// kernel.gemm_quantization scales the loss above it (docs/kernel_model.md).
 #include <algorithm>
 #include <cmath>
 
@@ -68,6 +69,14 @@ GemmTiming gpu_gemm_time(const GemmShape& shape, const KernelRates& rates) {
         best.waves = waves;
       }
     }
+  }
+  // kernel.gemm_quantization q: the GEMM pays q of the modelled quantization
+  // loss (its compute above the asymptote's 2 m n k / rate); q = 1 (unset)
+  // leaves the model as it is.
+  const double paid = rates.params.gemm_quantization < 0.0 ? 1.0 : rates.params.gemm_quantization;
+  if (paid < 1.0) {
+    const double asymptote_s = 2.0 * md * nd * kd * bd / rate;
+    best.compute_s = asymptote_s + paid * std::max(0.0, best.compute_s - asymptote_s);
   }
   best.memory_bound = best.memory_s > best.compute_s;
   best.seconds = std::max(best.compute_s, best.memory_s) + rates.launch_overhead_s;

@@ -117,6 +117,7 @@ std::string device_classes_allowed() {
 struct Row {
   ProfileParameter parameter;
   double* (*slot)(DeviceProfile&);
+  bool zero_is_a_value = false;  // unset is negative, not 0 (0 is in the range and written)
 };
 
 constexpr double kMinEfficiency = 0.01;
@@ -149,6 +150,9 @@ double* step_slot(DeviceProfile& p) {
 double* micro_batch_slot(DeviceProfile& p) {
   return &p.kernel.micro_batch_overhead_s;
 }
+double* quantization_slot(DeviceProfile& p) {
+  return &p.kernel.gemm_quantization;
+}
 
 template <MemoryFamily F>
 Row family_row(const char* what) {
@@ -163,6 +167,11 @@ const std::vector<Row>& rows() {
       {{"kernel.gemm_efficiency", "fraction of ceilings.peak_flops_bf16", kMinEfficiency, 1.0,
         "the rate the largest 16-bit GEMMs reach (maximum achievable matmul FLOPS)"},
        &gemm_slot},
+      {{"kernel.gemm_quantization", "fraction of the GEMM model's tile / wave quantization loss",
+        0.0, 1.0,
+        "the share of the modelled tile / wave quantization loss GEMMs pay (1: all, 0: none)"},
+       &quantization_slot,
+       true},
       {{"kernel.attention_efficiency", "fraction of ceilings.peak_flops_bf16", kMinEfficiency, 1.0,
         "the rate flash attention reaches at its best shape (default: gemm_efficiency)"},
        &attention_slot},
@@ -284,6 +293,9 @@ KernelParams resolve_kernel_params(const DeviceProfile& profile) {
     if (family <= 0.0) {
       family = k.memory_efficiency;
     }
+  }
+  if (k.gemm_quantization < 0.0) {
+    k.gemm_quantization = 1.0;
   }
   if (k.collective_efficiency_intra_node <= 0.0) {
     k.collective_efficiency_intra_node = 1.0;
@@ -420,7 +432,7 @@ std::string kernel_to_toml(const KernelParams& kernel) {
       continue;
     }
     const double value = *row.slot(holder);
-    if (value > 0.0) {
+    if (value > 0.0 || (row.zero_is_a_value && value == 0.0)) {
       std::string text = format_number(value);
       if (text.find_first_of(".eEn") == std::string::npos) {
         text += ".0";

@@ -135,6 +135,10 @@ struct KernelParams {
   double collective_efficiency_inter_node = 0.0;  // of network.inter_node.bus_bandwidth
   double step_overhead_s = 0.0;                   // host time per optimizer step (seconds)
   double micro_batch_overhead_s = 0.0;            // host time per micro-batch (seconds)
+  // The share of the GEMM model's tile / wave quantization loss a GEMM pays:
+  // 1 = the model's loss in full, 0 = every GEMM at the asymptote (its
+  // compute is 2 m n k / rate).  A value in [0, 1]; negative = not set (1).
+  double gemm_quantization = -1.0;
   // Device facts of the GPU kernel model (not fitted): sm_count > 0 engages
   // the shape-aware model (kernel_model.hpp) for every op kind the profile
   // did not measure; device_class names the published-MFU class ("a100",

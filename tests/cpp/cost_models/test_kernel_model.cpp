@@ -60,6 +60,25 @@ TEST(KernelModelGemm, PartialLastWave) {
               1e-6);
 }
 
+TEST(KernelModelGemm, QuantizationShareScalesTheLossAboveTheAsymptote) {
+  // 4096^3 as above: 5 tile times with the loss in full; the asymptote is
+  // 2 m n k / 267.9 TFLOP/s = 512 / 108 tile times.  kernel.gemm_quantization
+  // q pays q of the difference: q = 0.5 -> (512 / 108 + 5) / 2 tile times,
+  // q = 0 -> the asymptote.
+  const double full_s = 5.0 * tile_s(256, 128, 4096);
+  const double asymptote_s = 512.0 / 108.0 * tile_s(256, 128, 4096);
+  EXPECT_NEAR(asymptote_s, 2.0 * 4096.0 * 4096.0 * 4096.0 / 267.9e12, 1e-12);
+  KernelRates rates = a100_rates();
+  rates.params.gemm_quantization = 0.5;
+  EXPECT_NEAR(gpu_gemm_time({4096, 4096, 4096, 1, DType::bf16}, rates).seconds,
+              asymptote_s + 0.5 * (full_s - asymptote_s), 1e-12);
+  rates.params.gemm_quantization = 0.0;
+  EXPECT_NEAR(gpu_gemm_time({4096, 4096, 4096, 1, DType::bf16}, rates).seconds, asymptote_s, 1e-12);
+  // Unset (negative) is the loss in full.
+  rates.params.gemm_quantization = -1.0;
+  EXPECT_NEAR(gpu_gemm_time({4096, 4096, 4096, 1, DType::bf16}, rates).seconds, full_s, 1e-12);
+}
+
 TEST(KernelModelGemm, SmallerTilesWinPastAWaveCliff) {
   // 2048 x 6944 x 2304 (32 columns more than the full-wave shape): 256 x 128
   // needs 8 x 55 = 440 tiles -> 5 waves (5 tile times); 128 x 128 needs

@@ -171,6 +171,16 @@ TEST(KernelParams, ParsedRoundTripAndRejected) {
     EXPECT_EQ(profile_parameter(again, parameter.name), profile_parameter(p, parameter.name))
         << parameter.name;
   }
+  // kernel.gemm_quantization: 0 is a value (written and read back), unset is 1.
+  EXPECT_EQ(profile_parameter(p, "kernel.gemm_quantization"), 1.0);
+  DeviceProfile none = p;
+  set_profile_parameter(none, "kernel.gemm_quantization", 0.0);
+  EXPECT_EQ(
+      profile_parameter(parse_profile_toml(to_toml(none), "q.toml"), "kernel.gemm_quantization"),
+      0.0);
+  EXPECT_EQ(error_of("[kernel]\ngemm_quantization = -0.5\n"),
+            "p.toml: kernel.gemm_quantization = -0.5: must be in [0, 1] (fraction of the GEMM "
+            "model's tile / wave quantization loss)");
   EXPECT_EQ(error_of("[kernel]\ngemm_efficiency = 1.5\n"),
             "p.toml: kernel.gemm_efficiency = 1.5: must be in [0.01, 1] (fraction of "
             "ceilings.peak_flops_bf16)");
