@@ -370,7 +370,8 @@ def document(modar):
     with tempfile.TemporaryDirectory() as folder:
         t1 = table1_rows(modar, fitted)
         others = other_rows(modar, folder)
-        mpt_results = mpt.predict(lambda base, sets: estimate(modar, base, sets), mpt.read_rows())
+        mpt_results = mpt.predict(
+            lambda base, sets, profile=None: estimate(modar, base, sets, profile), mpt.read_rows())
         cwd = os.getcwd()
         os.chdir(ROOT)  # the calibrate command as written in this document
         try:
