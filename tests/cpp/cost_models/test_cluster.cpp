@@ -431,32 +431,32 @@ TEST(Cluster, FsdpFullShardPerMicroBatchByHand) {
   ASSERT_EQ(layer_params, 786944.0);
   expect_relative(e.params.total, P);
   EXPECT_EQ(e.cluster->micro_batches, 3);
-  const CommRecord* gather =
-      find_comm(*e.cluster, "zero3.param_gather", Collective::all_gather, Pass::forward);
-  const CommRecord* reduce =
-      find_comm(*e.cluster, "dp.grad", Collective::reduce_scatter, Pass::backward);
-  ASSERT_NE(gather, nullptr);
-  ASSERT_NE(reduce, nullptr);
-  expect_relative(gather->bytes, 2.0 * layer_params);  // 1573888 bytes
-  EXPECT_EQ(gather->count, 2.0 * 8.0 * 3.0);           // fwd + bwd, 8 layers, 3 micro-batches
-  expect_relative(reduce->bytes, 2.0 * P);             // 13640192 bytes
-  EXPECT_EQ(reduce->count, 3.0);                       // every micro-batch
-  EXPECT_EQ(reduce->ranks, 4);
+  // A missing record fails the test and reads as zero bytes and count.
+  const auto record = [](const Estimate& est, const char* label, Collective kind, Pass pass) {
+    const CommRecord* found = find_comm(*est.cluster, label, kind, pass);
+    EXPECT_NE(found, nullptr) << label;
+    return found != nullptr ? *found : CommRecord{};
+  };
+  const CommRecord gather = record(e, "zero3.param_gather", Collective::all_gather, Pass::forward);
+  const CommRecord reduce = record(e, "dp.grad", Collective::reduce_scatter, Pass::backward);
+  expect_relative(gather.bytes, 2.0 * layer_params);  // 1573888 bytes
+  EXPECT_EQ(gather.count, 2.0 * 8.0 * 3.0);           // fwd + bwd, 8 layers, 3 micro-batches
+  expect_relative(reduce.bytes, 2.0 * P);             // 13640192 bytes
+  EXPECT_EQ(reduce.count, 3.0);                       // every micro-batch
+  EXPECT_EQ(reduce.ranks, 4);
   const double gather_s = 0.75 * 2.0 * layer_params / 232.5e9 + 2.0 * 2e-6;
   const double reduce_s = 0.75 * 2.0 * P / 232.5e9 + 2.0 * 2e-6;
-  expect_relative(gather->time_s, gather_s);
-  expect_relative(reduce->time_s, reduce_s);
+  expect_relative(gather.time_s, gather_s);
+  expect_relative(reduce.time_s, reduce_s);
   // Nothing overlapped: all 48 gathers and 3 reductions on the critical path.
   expect_relative(e.cluster->grad_reduce_exposed_s, 3.0 * reduce_s);
   expect_relative(e.cluster->exposed_comm_s, 48.0 * gather_s + 3.0 * reduce_s);
   // fp32 reduction (FSDP reduce_dtype fp32, modar's bf16 default): twice the bytes.
   c.train.grad_reduce_in_fp32 = GradReduceInFp32::by_dtype;
-  const Estimate fp32 = estimate(c, a100());
-  const CommRecord* reduce32 =
-      find_comm(*fp32.cluster, "dp.grad", Collective::reduce_scatter, Pass::backward);
-  ASSERT_NE(reduce32, nullptr);
-  expect_relative(reduce32->bytes, 4.0 * P);
-  EXPECT_EQ(reduce32->count, 3.0);
+  const CommRecord reduce32 =
+      record(estimate(c, a100()), "dp.grad", Collective::reduce_scatter, Pass::backward);
+  expect_relative(reduce32.bytes, 4.0 * P);
+  EXPECT_EQ(reduce32.count, 3.0);
 }
 
 // PP 2 (1F1B): send of b s d B per boundary per micro-batch each way; the
