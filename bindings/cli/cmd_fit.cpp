@@ -38,15 +38,9 @@ int cmd_fit(const Args& args) {
   const std::string runs_path = parsed.positional[0];
   // Only what the user said; the library resolves and checks it.
   FitRequest request;
-  if (const auto v = parsed.value("--bootstrap")) {
-    request.bootstrap_samples = parse_int("--bootstrap", *v);
-  }
-  if (const auto v = parsed.value("--seed")) {
-    request.seed = parse_int("--seed", *v);
-  }
-  if (const auto v = parsed.value("--delta")) {
-    request.huber_delta = parse_double("--delta", *v);
-  }
+  set_if_given(parsed, "--bootstrap", request.bootstrap_samples, parse_int);
+  set_if_given(parsed, "--seed", request.seed, parse_int);
+  set_if_given(parsed, "--delta", request.huber_delta, parse_double);
   static const std::vector<FlagKey> kFitFlagKeys = {
       {"--bootstrap", "bootstrap_samples"}, {"--seed", "seed"}, {"--delta", "huber_delta"}};
   const FitOptions options =

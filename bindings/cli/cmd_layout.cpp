@@ -49,18 +49,10 @@ const std::vector<FlagKey>& layout_flag_keys() {
 
 LayoutRequest layout_request(const ParsedArgs& parsed) {
   LayoutRequest request;
-  if (const auto v = parsed.value("--gpus")) {
-    request.gpus = parse_int("--gpus", *v);
-  }
-  if (const auto v = parsed.value("--gpus-per-node")) {
-    request.gpus_per_node = parse_int("--gpus-per-node", *v);
-  }
-  if (const auto v = parsed.value("--global-batch")) {
-    request.global_batch = parse_int("--global-batch", *v);
-  }
-  if (const auto v = parsed.value("--top")) {
-    request.top = parse_int("--top", *v);
-  }
+  set_if_given(parsed, "--gpus", request.gpus, parse_int);
+  set_if_given(parsed, "--gpus-per-node", request.gpus_per_node, parse_int);
+  set_if_given(parsed, "--global-batch", request.global_batch, parse_int);
+  set_if_given(parsed, "--top", request.top, parse_int);
   return request;
 }
 

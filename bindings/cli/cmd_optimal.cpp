@@ -49,30 +49,18 @@ OptimalRequest optimal_request(const ParsedArgs& parsed) {
   }
   // Only what the user said; the library resolves and checks it.
   OptimalRequest request;
-  if (const auto v = parsed.value("--flops")) {
-    request.flops = parse_double("--flops", *v);
-  }
+  set_if_given(parsed, "--flops", request.flops, parse_double);
   if (const auto v = parsed.value("--gpu-hours")) {
     request.gpu_hours = parse_gpu_hours(*v);
   }
   if (const auto v = parsed.value("--days")) {
     request.days = parse_days(*v);
   }
-  if (const auto v = parsed.value("--arch")) {
-    request.arch = parse_list("--arch", *v);
-  }
-  if (const auto v = parsed.value("--capacity")) {
-    request.capacity = parse_double("--capacity", *v);
-  }
-  if (const auto v = parsed.value("--every")) {
-    request.every = parse_int("--every", *v);
-  }
-  if (const auto v = parsed.value("--block-layers")) {
-    request.block_layers = parse_int("--block-layers", *v);
-  }
-  if (const auto v = parsed.value("--streams")) {
-    request.streams = parse_int("--streams", *v);
-  }
+  set_if_given(parsed, "--arch", request.arch, parse_list);
+  set_if_given(parsed, "--capacity", request.capacity, parse_double);
+  set_if_given(parsed, "--every", request.every, parse_int);
+  set_if_given(parsed, "--block-layers", request.block_layers, parse_int);
+  set_if_given(parsed, "--streams", request.streams, parse_int);
   parse_planner_run_flags(parsed, request);
   return request;
 }

@@ -50,30 +50,16 @@ std::vector<FlagSpec> sweep_flags(const SweepSettings& d) {
 SweepRequest sweep_request(const ParsedArgs& parsed) {
   SweepRequest request;
   request.flops = parse_double_list("--flops", *parsed.value("--flops"));
-  if (const auto v = parsed.value("--arch")) {
-    request.arch = parse_list("--arch", *v);
-  }
-  if (const auto v = parsed.value("--capacity")) {
-    request.capacity = parse_double_list("--capacity", *v);
-  }
-  if (const auto v = parsed.value("--every")) {
-    request.every = parse_int_list("--every", *v);
-  }
-  if (const auto v = parsed.value("--block-layers")) {
-    request.block_layers = parse_int_list("--block-layers", *v);
-  }
-  if (const auto v = parsed.value("--streams")) {
-    request.streams = parse_int_list("--streams", *v);
-  }
+  set_if_given(parsed, "--arch", request.arch, parse_list);
+  set_if_given(parsed, "--capacity", request.capacity, parse_double_list);
+  set_if_given(parsed, "--every", request.every, parse_int_list);
+  set_if_given(parsed, "--block-layers", request.block_layers, parse_int_list);
+  set_if_given(parsed, "--streams", request.streams, parse_int_list);
   if (parsed.has("--no-time")) {
     request.with_time = false;
   }
-  if (const auto v = parsed.value("--grid-step")) {
-    request.grid_step = parse_double("--grid-step", *v);
-  }
-  if (const auto v = parsed.value("--grid-half-width")) {
-    request.grid_half_width = parse_double("--grid-half-width", *v);
-  }
+  set_if_given(parsed, "--grid-step", request.grid_step, parse_double);
+  set_if_given(parsed, "--grid-half-width", request.grid_half_width, parse_double);
   parse_planner_run_flags(parsed, request);
   return request;
 }
