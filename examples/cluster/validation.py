@@ -15,7 +15,9 @@ Without --out it prints the document.  What it contains:
   (examples/cluster/megatron_table1_runs.csv) from the uncalibrated base
   profile: each run's leave-one-out error;
 - every run of examples/cluster/published_runs.csv, which no calibration
-  reads: held out.
+  reads: held out;
+- MosaicML's llm-foundry MPT benchmarks (examples/cluster/mpt_llm_foundry.csv,
+  examples/cluster/mpt_llm_foundry.py): held out, with the error by regime.
 
 Each prediction is `modar estimate --json` on the row's model and layout.
 """
@@ -32,6 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import megatron_table1 as table1  # noqa: E402
+import mpt_llm_foundry as mpt  # noqa: E402
 
 A100 = "a100-80gb-dgx"
 A100_BASE = "a100-80gb-dgx-datasheet"  # what a100-80gb-dgx is calibrated from
@@ -389,6 +392,8 @@ def document(modar):
     with tempfile.TemporaryDirectory() as folder:
         t1 = table1_rows(modar, fitted)
         others = other_rows(modar, folder)
+        mpt_results = mpt.predict(
+            lambda base, sets, profile=None: estimate(modar, base, sets, profile), mpt.read_rows())
         cwd = os.getcwd()
         os.chdir(ROOT)  # the calibrate command as written in this document
         try:
@@ -405,6 +410,7 @@ def document(modar):
     table1_section(lines, t1, fitted)
     loo_section(lines, loo, base_profile)
     others_section(lines, others)
+    lines += mpt.section(mpt_results)
     return "\n".join(lines)
 
 
@@ -423,7 +429,7 @@ def main():
     modar = os.path.abspath(modar)
     try:
         text = document(modar)
-    except Failure as e:
+    except (Failure, mpt.RowError) as e:
         sys.exit(f"validation.py: {e}")
     if out:
         tmp = out + ".tmp"
