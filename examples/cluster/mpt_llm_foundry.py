@@ -411,7 +411,7 @@ def mfu_flag_paragraph(results):
         "published figure for small dense FSDP runs is MosaicML's "
         f"{best['A100'][1]:.1f}% (modar's convention), above the 56.3% in use: a "
         "recommendation between the two is flagged although a published run of the regime "
-        "reached it, and one above both (65.2% for the same 1e21 / 64 GPU budget on "
+        "reached it, and one above both (63.3% for the same 1e21 / 64 GPU budget on "
         "`a100-80gb-dgx`) is rightly flagged.  Both thresholds are MFUs with the whole "
         "attention square counted (Megatron's and MosaicML's formulas) while modar's MFU "
         "counts the causal half: for these runs at seq 2048 modar's MFU of the same speed "
