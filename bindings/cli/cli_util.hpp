@@ -64,6 +64,10 @@ ParsedArgs parse_args(const Args& args, const std::vector<FlagSpec>& flags,
 // A help text: "usage: modar <command> <synopsis>" plus one line per flag.
 std::string usage_text(const std::string& command, const std::string& synopsis,
                        const std::vector<FlagSpec>& flags, const std::string& description = "");
+// When args ask for help (wants_help): prints usage_text(...) on stdout and
+// returns true (the command then exits 0).
+bool print_help_if_asked(const Args& args, const std::string& command, const std::string& synopsis,
+                         const std::vector<FlagSpec>& flags, const std::string& description = "");
 
 // request field = parse(flag, text) when the user gave `flag`; a field whose
 // flag was not given stays unset (the library's default).  `parse` is one of

@@ -25,13 +25,10 @@ int cmd_fit(const Args& args) {
       {"--json", false, false, "", "print JSON"},
       {"--quiet", false, false, "", "no progress lines on stderr"},
   };
-  if (wants_help(args)) {
-    std::fputs(usage_text("fit", "RUNS.csv [options]", flags,
+  if (print_help_if_asked(args, "fit", "RUNS.csv [options]", flags,
                           "RUNS.csv: a header row with columns loss, D (or tokens) and N (FLOP-"
                           "active parameters; or n_flop_active, params) or config (a TOML path "
-                          "whose N_f the cost model counts).  Extra columns are ignored.")
-                   .c_str(),
-               stdout);
+                          "whose N_f the cost model counts).  Extra columns are ignored.")) {
     return 0;
   }
   const ParsedArgs parsed = parse_args(args, flags, "fit", 1, 1, "RUNS.csv");

@@ -64,20 +64,16 @@ int cmd_layout(const Args& args) {
     defaults.gpus = 1;  // any count: only the defaults are read
     return defaults;
   }()));
-  if (wants_help(args)) {
-    std::fputs(
-        usage_text(
-            "layout", "CONFIG --gpus N [--gpus-per-node G] [--global-batch S] [--json] [--quiet]",
-            flags,
-            "Ranks every parallel layout of the model in CONFIG on N GPUs by step time at one\n"
-            "global batch: tensor parallelism with and without sequence parallelism, context\n"
-            "parallelism, pipeline parallelism (1F1B, interleaved v 2 / 4), expert parallelism\n"
-            "and expert tensor parallelism (models with experts), ZeRO 0-3, micro-batch 1-8 and\n"
-            "recompute none / selective / full.  Prints memory per device and MFU of the layouts\n"
-            "that fit and, for the nearest that do not, what exceeds the device memory.\n"
-            "CONFIG's [parallel] section and micro-batch are replaced; docs/cluster.md.")
-            .c_str(),
-        stdout);
+  if (print_help_if_asked(
+          args, "layout",
+          "CONFIG --gpus N [--gpus-per-node G] [--global-batch S] [--json] [--quiet]", flags,
+          "Ranks every parallel layout of the model in CONFIG on N GPUs by step time at one\n"
+          "global batch: tensor parallelism with and without sequence parallelism, context\n"
+          "parallelism, pipeline parallelism (1F1B, interleaved v 2 / 4), expert parallelism\n"
+          "and expert tensor parallelism (models with experts), ZeRO 0-3, micro-batch 1-8 and\n"
+          "recompute none / selective / full.  Prints memory per device and MFU of the layouts\n"
+          "that fit and, for the nearest that do not, what exceeds the device memory.\n"
+          "CONFIG's [parallel] section and micro-batch are replaced; docs/cluster.md.")) {
     return 0;
   }
   const ParsedArgs parsed = parse_args(args, flags, "layout", 1, 1, "CONFIG (a TOML file)");

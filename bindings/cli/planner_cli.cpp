@@ -37,6 +37,15 @@ std::string arch_list_text() {
   return joined(arch_names());
 }
 
+FlagSpec arch_flag(const std::vector<ArchSpec>& archs) {
+  std::string default_archs;
+  for (const ArchSpec& arch : archs) {
+    default_archs += (default_archs.empty() ? "" : ",") + arch.name;
+  }
+  return {"--arch", true, false, "LIST",
+          "architectures: " + arch_list_text() + " (default " + default_archs + ")"};
+}
+
 std::vector<FlagSpec> planner_run_flags(const PlannerRun& d) {
   const Config& base = d.base;
   const std::string per_node = std::to_string(network_or_default(d.profile).gpus_per_node);

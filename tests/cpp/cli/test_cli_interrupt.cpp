@@ -161,6 +161,19 @@ void expect_interrupted(const Interrupted& r, const std::string& what) {
   EXPECT_NE(r.err.find("interrupted"), std::string::npos) << what << "\n" << r.err;
 }
 
+// An interrupted run printed nothing to `out` (its stdout); removes `out`.
+void expect_printed_nothing(const std::string& out) {
+  EXPECT_EQ(modar_test::slurp(out), "") << out;
+  std::remove(out.c_str());
+}
+
+// An interrupted run wrote no `path`, and left no atomic write's temporary
+// beside it.
+void expect_not_written(const std::string& path) {
+  EXPECT_FALSE(exists(path)) << path;
+  EXPECT_FALSE(leftover(path, ".tmp")) << path;
+}
+
 std::string cli() {
   return MODAR_CLI_PATH;
 }
@@ -180,8 +193,7 @@ TEST(CliInterrupt, OptimalStopsAndPrintsNothing) {
           "baseline,mod,dar,mod+dar,moe,mode-staged,mode-integrated > " + out,
       "modar optimal: ");
   expect_interrupted(r, "optimal");
-  EXPECT_EQ(modar_test::slurp(out), "");
-  std::remove(out.c_str());
+  expect_printed_nothing(out);
 }
 
 TEST(CliInterrupt, ExportFromOptimalStopsAndPrintsNothing) {
@@ -193,8 +205,7 @@ TEST(CliInterrupt, ExportFromOptimalStopsAndPrintsNothing) {
           out,
       "modar optimal: ");
   expect_interrupted(r, "export --from-optimal");
-  EXPECT_EQ(modar_test::slurp(out), "");
-  std::remove(out.c_str());
+  expect_printed_nothing(out);
 }
 
 TEST(CliInterrupt, LayoutStopsAndPrintsNothing) {
@@ -206,8 +217,7 @@ TEST(CliInterrupt, LayoutStopsAndPrintsNothing) {
           "/examples/configs/moe_small.toml --gpus 16384 --profile h100-80gb-dgx > " + out,
       "modar layout: ");
   expect_interrupted(r, "layout");
-  EXPECT_EQ(modar_test::slurp(out), "");
-  std::remove(out.c_str());
+  expect_printed_nothing(out);
 }
 
 TEST(CliInterrupt, SweepStopsAndWritesNothing) {
@@ -220,8 +230,7 @@ TEST(CliInterrupt, SweepStopsAndWritesNothing) {
           out,
       "modar sweep: ");
   expect_interrupted(r, "sweep");
-  EXPECT_FALSE(exists(out));
-  EXPECT_FALSE(leftover(out, ".tmp"));
+  expect_not_written(out);
 }
 
 TEST(CliInterrupt, FitStopsAndWritesNothing) {
@@ -242,8 +251,7 @@ TEST(CliInterrupt, FitStopsAndWritesNothing) {
       cli() + " fit " + runs + " --bootstrap 100000 --output " + fit + " > /dev/null",
       "modar fit: ");
   expect_interrupted(r, "fit");
-  EXPECT_FALSE(exists(fit));
-  EXPECT_FALSE(leftover(fit, ".tmp"));
+  expect_not_written(fit);
   std::remove(runs.c_str());
 }
 
@@ -276,8 +284,7 @@ TEST(CliInterrupt, CalibrateStopsAndWritesNoProfile) {
       cli() + " calibrate " + runs + " --profile a100-80gb-dgx --out " + out + " > /dev/null",
       "modar calibrate: ");
   expect_interrupted(r, "calibrate");
-  EXPECT_FALSE(exists(out));
-  EXPECT_FALSE(leftover(out, ".tmp"));
+  expect_not_written(out);
   std::remove(runs.c_str());
 }
 
@@ -296,8 +303,7 @@ TEST(CliInterrupt, ValidateStopsAndPrintsNothing) {
   const Interrupted r = interrupt_when_ready(
       cli() + " validate --profile cpu-measured-quick --rounds 50 > " + out, "modar validate: ");
   expect_interrupted(r, "validate");
-  EXPECT_EQ(modar_test::slurp(out), "");
-  std::remove(out.c_str());
+  expect_printed_nothing(out);
 }
 
 TEST(CliInterrupt, CommProfileRanksStopTogetherAndWriteNothing) {
@@ -315,8 +321,7 @@ TEST(CliInterrupt, CommProfileRanksStopTogetherAndWriteNothing) {
   }
   expect_interrupted(r, "profile --comm");
   EXPECT_EQ(r.err.find("MPI_ABORT"), std::string::npos) << r.err;  // no rank aborted the world
-  EXPECT_FALSE(exists(out));
-  EXPECT_FALSE(leftover(out, ".tmp"));
+  expect_not_written(out);
 }
 
 TEST(CliInterrupt, ParallelValidateRanksStopTogether) {
@@ -333,8 +338,7 @@ TEST(CliInterrupt, ParallelValidateRanksStopTogether) {
   }
   expect_interrupted(r, "validate --parallel");
   EXPECT_EQ(r.err.find("MPI_ABORT"), std::string::npos) << r.err;
-  EXPECT_EQ(modar_test::slurp(out), "");
-  std::remove(out.c_str());
+  expect_printed_nothing(out);
 }
 
 }  // namespace
