@@ -88,8 +88,14 @@ std::vector<pid_t> children_of(pid_t parent) {
   return pids;
 }
 
+// How long a command may take to print its ready text: generous, as a
+// loaded CI host slows everything (the signal is sent only once the text
+// proves the run is under way; a command that never prints it fails as such).
+constexpr int kReadySeconds = 300;
+
 struct Interrupted {
-  bool started = false;  // the ready text appeared before the run ended
+  bool started = false;      // the ready text appeared before the run ended
+  bool never_ready = false;  // still running without it after kReadySeconds (killed)
   bool exited = false;
   int code = -1;
   std::string err;
@@ -115,15 +121,24 @@ Interrupted interrupt_when_ready(const std::string& command, const std::string& 
   }
   Interrupted result;
   int status = 0;
-  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  const auto deadline = Clock::now() + std::chrono::seconds(kReadySeconds);
   bool done = false;
-  while (Clock::now() < deadline) {
+  while (!result.started) {
     if (::waitpid(pid, &status, WNOHANG) == pid) {
       done = true;
       break;
     }
     if (modar_test::slurp(err_path).find(ready) != std::string::npos) {
       result.started = true;
+      break;
+    }
+    if (Clock::now() >= deadline) {
+      // Never SIGINT a run that has not shown it is under way: that would
+      // test nothing (or fail as "finished early" when the signal wins).
+      result.never_ready = true;
+      ::kill(-pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      done = true;
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -153,6 +168,9 @@ Interrupted interrupt_when_ready(const std::string& command, const std::string& 
 }
 
 void expect_interrupted(const Interrupted& r, const std::string& what) {
+  ASSERT_FALSE(r.never_ready) << what << ": no ready text on stderr within " << kReadySeconds
+                              << " s\n"
+                              << r.err;
   ASSERT_TRUE(r.started) << what << ": finished (code " << r.code
                          << ") before it could be interrupted; give it more work\n"
                          << r.err;
@@ -292,7 +310,8 @@ TEST(CliInterrupt, ProfileStopsAndWritesNoProfile) {
   const std::string out = temp_path("profile.toml");
   std::remove(out.c_str());
   const Interrupted r = interrupt_when_ready(
-      cli() + " profile --backend cpu --quick --no-ceilings --out " + out + " > /dev/null", "[");
+      cli() + " profile --backend cpu --quick --no-ceilings --out " + out + " > /dev/null",
+      "shapes (");  // run_profile's header, printed under the interrupt scope before measuring
   expect_interrupted(r, "profile");
   EXPECT_FALSE(exists(out));  // (OUT.partial keeps the points measured: --resume)
   std::remove((out + ".partial").c_str());
