@@ -48,10 +48,10 @@
 //                    outputs S n T d B, dP^i and dP^{i-1}, one branch's R and dR
 //                    (4 n T d B); docs/dar_math.md 5.4).
 //   peak         weights + gradients + optimizer + activations + router_buffers +
-//                dar_bank + dar_partials + dar_branch_outputs + dar_retained + workspace.  Every saved activation is alive from the
-//                forward/backward boundary (the head's transients) to the backward
-//                of the last layer / DAR block (that layer's transients), so the
-//                step's peak is at one of the two; the max picks it.
+//                dar_bank + dar_partials + dar_branch_outputs + dar_retained + workspace.  Every
+//                saved activation is alive from the forward/backward boundary (the head's
+//                transients) to the backward of the last layer / DAR block (that layer's
+//                transients), so the step's peak is at one of the two; the max picks it.
 // Experts (docs/model.md experts), per MoE layer on r rows with S = moe_slots(r) expert
 // slots, u_e = expert up width (SwiGLU 2 f_e), f_e = moe.expert_ffn:
 //   activations  the dense FFN's (u + d_ff) B r are replaced by the slots'
