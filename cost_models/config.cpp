@@ -558,18 +558,17 @@ Value value_from_node(const KeySpec& spec, const toml::node& node) {
       }
       value.integer = node.as_integer()->get();
       break;
-    case KeyType::real:
-      if (node.is_integer()) {
-        value.real = static_cast<double>(node.as_integer()->get());
-      } else if (node.is_floating_point()) {
-        value.real = node.as_floating_point()->get();
-        if (!std::isfinite(value.real)) {
-          fail(spec.key, shown, "must be a finite number");
-        }
-      } else {
+    case KeyType::real: {
+      const std::optional<double> number = detail::toml_number(node);
+      if (!number) {
         fail(spec.key, shown, "must be a number");
       }
+      if (!std::isfinite(*number)) {
+        fail(spec.key, shown, "must be a finite number");
+      }
+      value.real = *number;
       break;
+    }
     case KeyType::boolean:
       if (!node.is_boolean()) {
         fail(spec.key, shown, "must be true or false");

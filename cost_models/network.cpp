@@ -200,18 +200,14 @@ namespace {
 
 double network_number(const toml::node& node, const std::string& source,
                       const std::string& field) {
-  double value = 0.0;
-  if (node.is_integer()) {
-    value = static_cast<double>(node.as_integer()->get());
-  } else if (node.is_floating_point()) {
-    value = node.as_floating_point()->get();
-  } else {
+  const std::optional<double> value = toml_number(node);
+  if (!value) {
     fail_network(source, field, toml_node_text(node), "must be a number");
   }
-  if (!std::isfinite(value)) {
-    fail_network(source, field, format_number(value), "must be a finite number");
+  if (!std::isfinite(*value)) {
+    fail_network(source, field, format_number(*value), "must be a finite number");
   }
-  return value;
+  return *value;
 }
 
 std::vector<double> number_array(const toml::table& table, const char* key,

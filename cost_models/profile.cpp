@@ -35,19 +35,14 @@ namespace {
 constexpr uint64_t kMaxProfileBytes = uint64_t{64} << 20;
 
 double read_number(const toml::node& node, const std::string& source, const std::string& field) {
-  double value = 0.0;
-  if (node.is_integer()) {
-    value = static_cast<double>(node.as_integer()->get());
-  } else if (node.is_floating_point()) {
-    value = node.as_floating_point()->get();
-  } else {
-    const std::string shown_text = detail::toml_node_text(node);
-    fail_field(source, field, shown_text, "must be a number");
+  const std::optional<double> value = detail::toml_number(node);
+  if (!value) {
+    fail_field(source, field, detail::toml_node_text(node), "must be a number");
   }
-  if (!std::isfinite(value)) {
-    fail_field(source, field, format_number(value), "must be a finite number");
+  if (!std::isfinite(*value)) {
+    fail_field(source, field, format_number(*value), "must be a finite number");
   }
-  return value;
+  return *value;
 }
 
 double read_non_negative(const toml::table& table, const char* key, const std::string& source,

@@ -1,10 +1,11 @@
-// Internal: parsing a TOML text with one clear error line, and how a TOML
-// value is shown in an error message.
+// Internal: parsing a TOML text with one clear error line, reading a TOML
+// number, and how a TOML value is shown in an error message.
 #pragma once
 
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "modar/base/errors.hpp"
@@ -25,6 +26,18 @@ inline toml::table parse_toml_text(const std::string& toml_text, const std::stri
                     std::to_string(where.column) + ": malformed TOML: " +
                     shown_value(description, 300));
   }
+}
+
+// The value of a TOML integer or float as a double; nullopt for any other
+// node (the caller names the field and what it allows in its own error).
+inline std::optional<double> toml_number(const toml::node& node) {
+  if (const auto* v = node.as_integer()) {
+    return static_cast<double>(v->get());
+  }
+  if (const auto* v = node.as_floating_point()) {
+    return v->get();
+  }
+  return std::nullopt;
 }
 
 inline std::string toml_node_text(const toml::node& node) {

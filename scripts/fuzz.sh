@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # scripts/fuzz.sh: run modar's libFuzzer targets and report how deep each went
 # (executions, executions per second, coverage, corpus), one line per target.
+# FUZZ_JOBS targets run side by side (default: the number of cores, each
+# fuzzer is one process on one core), so every target keeps its whole time
+# bound and the run takes ceil(targets / FUZZ_JOBS) bounds instead of one
+# bound per target.
 #
 #   scripts/fuzz.sh [--long] [--no-build] [TARGET...]
 #
@@ -36,6 +40,11 @@ done
 
 SAN_DIR="${SAN_BUILD_DIR:-build-sanitize}"
 JOBS="${JOBS:-$(nproc)}"
+FUZZ_JOBS="${FUZZ_JOBS:-$JOBS}"
+if ! [[ "$FUZZ_JOBS" =~ ^[1-9][0-9]*$ ]]; then
+  echo "fuzz.sh: FUZZ_JOBS='$FUZZ_JOBS' must be a whole number of targets run at once, 1 or more" >&2
+  exit 2
+fi
 FUZZ_SECONDS="${FUZZ_SECONDS:-60}"
 FUZZ_RUNS="${FUZZ_RUNS:-1000000}"
 FUZZ_LONG_SECONDS="${FUZZ_LONG_SECONDS:-3600}"
@@ -102,15 +111,50 @@ fuzz_one() {
     "$target" "${runs:-?}" "${per_second:-?}" "$seconds" "${coverage:-?}" \
     "$(ls "tests/fuzz/corpus/$target" | wc -l)" "$(ls "$work" | wc -l)")
   echo "fuzz-$line, no crash" >&2
-  summary+=("$line")
+  echo "$line" >"$SAN_DIR/fuzz/$target.line"
   if [ "$long" = 1 ] && [ "${runs:-0}" -lt "$FUZZ_RUNS" ]; then
     echo "fuzz-$target: stopped by the time bound (${FUZZ_LONG_SECONDS} s) before $FUZZ_RUNS executions" >&2
   fi
 }
 
+# Up to FUZZ_JOBS targets at once.  Each job's messages go to its own file,
+# printed whole when it ends, so that two jobs' lines never interleave.
+# Ctrl-C (or SIGTERM) stops the running fuzzers and exits 130 at once, instead
+# of each interrupted fuzzer being reported as a crash and the next started.
 status=0
+declare -A job_target=()
+finish_one() {  # wait for any one job, print its messages, record its line
+  local pid rc=0 target
+  wait -n -p pid "${!job_target[@]}" || rc=$?
+  target=${job_target[$pid]}
+  unset "job_target[$pid]"
+  cat "$SAN_DIR/fuzz/$target.out" >&2
+  [ "$rc" = 0 ] || status=1
+}
+stop_jobs() {  # each job's fuzzer first, then the job's shell
+  local pid
+  for pid in "${!job_target[@]}"; do
+    pkill -TERM -P "$pid" 2>/dev/null || true
+    kill -TERM "$pid" 2>/dev/null || true
+  done
+  wait || true
+  echo "fuzz.sh: interrupted; no summary" >&2
+  exit 130
+}
+trap stop_jobs INT TERM
+mkdir -p "$SAN_DIR/fuzz"
 for target in "${targets[@]}"; do
-  modar_timed "fuzz-$target" fuzz_one "$target" || status=1
+  while ((${#job_target[@]} >= FUZZ_JOBS)); do finish_one; done
+  rm -f "$SAN_DIR/fuzz/$target.line"
+  modar_timed "fuzz-$target" fuzz_one "$target" >"$SAN_DIR/fuzz/$target.out" 2>&1 &
+  job_target[$!]=$target
+done
+while ((${#job_target[@]})); do finish_one; done
+trap - INT TERM
+for target in "${targets[@]}"; do  # the summary in the targets' order
+  if [ -s "$SAN_DIR/fuzz/$target.line" ]; then
+    summary+=("$(cat "$SAN_DIR/fuzz/$target.line")")
+  fi
 done
 if ((${#summary[@]})); then
   mode="FUZZ_SECONDS=$FUZZ_SECONDS"

@@ -153,6 +153,15 @@ std::string usage_text(const std::string& command, const std::string& synopsis,
   return out;
 }
 
+bool print_help_if_asked(const Args& args, const std::string& command, const std::string& synopsis,
+                         const std::vector<FlagSpec>& flags, const std::string& description) {
+  if (!wants_help(args)) {
+    return false;
+  }
+  std::fputs(usage_text(command, synopsis, flags, description).c_str(), stdout);
+  return true;
+}
+
 double parse_double(const std::string& flag, const std::string& text) {
   double value = 0.0;
   if (!parse_finite_number_text(text, &value)) {

@@ -64,6 +64,24 @@ ParsedArgs parse_args(const Args& args, const std::vector<FlagSpec>& flags,
 // A help text: "usage: modar <command> <synopsis>" plus one line per flag.
 std::string usage_text(const std::string& command, const std::string& synopsis,
                        const std::vector<FlagSpec>& flags, const std::string& description = "");
+// When args ask for help (wants_help): prints usage_text(...) on stdout and
+// returns true (the command then exits 0).
+bool print_help_if_asked(const Args& args, const std::string& command, const std::string& synopsis,
+                         const std::vector<FlagSpec>& flags, const std::string& description = "");
+
+// request field = parse(flag, text) when the user gave `flag`; a field whose
+// flag was not given stays unset (the library's default).  `parse` is one of
+// the parse_* functions below, or any callable (flag, text) -> value.
+template <typename Field, typename Parse>
+void set_if_given(const ParsedArgs& parsed, const std::string& flag, Field& field, Parse parse) {
+  if (const std::optional<std::string> text = parsed.value(flag)) {
+    field = parse(flag, *text);
+  }
+}
+// The flag's text as it was typed (for set_if_given).
+inline std::string text_as_given(const std::string& /*flag*/, const std::string& text) {
+  return text;
+}
 
 // Strict numbers: the whole text must be a finite number (no NaN, inf or
 // trailing garbage); errors name the flag and the value.

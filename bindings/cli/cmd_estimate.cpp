@@ -376,14 +376,11 @@ std::string report(const Config& config, const DeviceProfile& profile, StepKind 
 
 int cmd_estimate(const Args& args) {
   const std::vector<FlagSpec>& flags = estimate_flags();
-  if (wants_help(args)) {
-    std::fputs(usage_text("estimate",
+  if (print_help_if_asked(args, "estimate",
                           "CONFIG | --megatron-args TEXT [--set KEY=VALUE ...] [options]", flags,
                           "FLOPs, parameters, memory and step time of one configuration.\n"
                           "CONFIG is a TOML file (docs/config.md; examples in examples/configs/) "
-                          "or a Hugging Face config.json (docs/hf_import.md).")
-                   .c_str(),
-               stdout);
+                          "or a Hugging Face config.json (docs/hf_import.md).")) {
     return 0;
   }
   const ParsedArgs parsed = parse_args(args, flags, "estimate", 0, 1,

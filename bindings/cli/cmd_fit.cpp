@@ -25,28 +25,19 @@ int cmd_fit(const Args& args) {
       {"--json", false, false, "", "print JSON"},
       {"--quiet", false, false, "", "no progress lines on stderr"},
   };
-  if (wants_help(args)) {
-    std::fputs(usage_text("fit", "RUNS.csv [options]", flags,
+  if (print_help_if_asked(args, "fit", "RUNS.csv [options]", flags,
                           "RUNS.csv: a header row with columns loss, D (or tokens) and N (FLOP-"
                           "active parameters; or n_flop_active, params) or config (a TOML path "
-                          "whose N_f the cost model counts).  Extra columns are ignored.")
-                   .c_str(),
-               stdout);
+                          "whose N_f the cost model counts).  Extra columns are ignored.")) {
     return 0;
   }
   const ParsedArgs parsed = parse_args(args, flags, "fit", 1, 1, "RUNS.csv");
   const std::string runs_path = parsed.positional[0];
   // Only what the user said; the library resolves and checks it.
   FitRequest request;
-  if (const auto v = parsed.value("--bootstrap")) {
-    request.bootstrap_samples = parse_int("--bootstrap", *v);
-  }
-  if (const auto v = parsed.value("--seed")) {
-    request.seed = parse_int("--seed", *v);
-  }
-  if (const auto v = parsed.value("--delta")) {
-    request.huber_delta = parse_double("--delta", *v);
-  }
+  set_if_given(parsed, "--bootstrap", request.bootstrap_samples, parse_int);
+  set_if_given(parsed, "--seed", request.seed, parse_int);
+  set_if_given(parsed, "--delta", request.huber_delta, parse_double);
   static const std::vector<FlagKey> kFitFlagKeys = {
       {"--bootstrap", "bootstrap_samples"}, {"--seed", "seed"}, {"--delta", "huber_delta"}};
   const FitOptions options =

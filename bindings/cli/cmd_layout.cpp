@@ -49,18 +49,10 @@ const std::vector<FlagKey>& layout_flag_keys() {
 
 LayoutRequest layout_request(const ParsedArgs& parsed) {
   LayoutRequest request;
-  if (const auto v = parsed.value("--gpus")) {
-    request.gpus = parse_int("--gpus", *v);
-  }
-  if (const auto v = parsed.value("--gpus-per-node")) {
-    request.gpus_per_node = parse_int("--gpus-per-node", *v);
-  }
-  if (const auto v = parsed.value("--global-batch")) {
-    request.global_batch = parse_int("--global-batch", *v);
-  }
-  if (const auto v = parsed.value("--top")) {
-    request.top = parse_int("--top", *v);
-  }
+  set_if_given(parsed, "--gpus", request.gpus, parse_int);
+  set_if_given(parsed, "--gpus-per-node", request.gpus_per_node, parse_int);
+  set_if_given(parsed, "--global-batch", request.global_batch, parse_int);
+  set_if_given(parsed, "--top", request.top, parse_int);
   return request;
 }
 
@@ -72,20 +64,16 @@ int cmd_layout(const Args& args) {
     defaults.gpus = 1;  // any count: only the defaults are read
     return defaults;
   }()));
-  if (wants_help(args)) {
-    std::fputs(
-        usage_text(
-            "layout", "CONFIG --gpus N [--gpus-per-node G] [--global-batch S] [--json] [--quiet]",
-            flags,
-            "Ranks every parallel layout of the model in CONFIG on N GPUs by step time at one\n"
-            "global batch: tensor parallelism with and without sequence parallelism, context\n"
-            "parallelism, pipeline parallelism (1F1B, interleaved v 2 / 4), expert parallelism\n"
-            "and expert tensor parallelism (models with experts), ZeRO 0-3, micro-batch 1-8 and\n"
-            "recompute none / selective / full.  Prints memory per device and MFU of the layouts\n"
-            "that fit and, for the nearest that do not, what exceeds the device memory.\n"
-            "CONFIG's [parallel] section and micro-batch are replaced; docs/cluster.md.")
-            .c_str(),
-        stdout);
+  if (print_help_if_asked(
+          args, "layout",
+          "CONFIG --gpus N [--gpus-per-node G] [--global-batch S] [--json] [--quiet]", flags,
+          "Ranks every parallel layout of the model in CONFIG on N GPUs by step time at one\n"
+          "global batch: tensor parallelism with and without sequence parallelism, context\n"
+          "parallelism, pipeline parallelism (1F1B, interleaved v 2 / 4), expert parallelism\n"
+          "and expert tensor parallelism (models with experts), ZeRO 0-3, micro-batch 1-8 and\n"
+          "recompute none / selective / full.  Prints memory per device and MFU of the layouts\n"
+          "that fit and, for the nearest that do not, what exceeds the device memory.\n"
+          "CONFIG's [parallel] section and micro-batch are replaced; docs/cluster.md.")) {
     return 0;
   }
   const ParsedArgs parsed = parse_args(args, flags, "layout", 1, 1, "CONFIG (a TOML file)");

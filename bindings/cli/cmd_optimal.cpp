@@ -14,10 +14,6 @@ namespace modar::cli {
 std::vector<FlagSpec> optimal_flags() {
   // The help's defaults are the library's (the request with nothing said).
   const OptimalSettings d = resolve_optimal(OptimalRequest{});
-  std::string default_archs;
-  for (const ArchSpec& arch : d.archs) {
-    default_archs += (default_archs.empty() ? "" : ",") + arch.name;
-  }
   std::vector<FlagSpec> flags = {
       {"--flops", true, false, "C", "training-FLOP budget (model FLOPs), e.g. 1e20"},
       {"--gpu-hours", true, false, "H",
@@ -26,8 +22,7 @@ std::vector<FlagSpec> optimal_flags() {
       {"--days", true, false, "D",
        "wall-clock budget on --gpus GPUs: days (14), weeks (2w) or hours (336h); = D x 24 x "
        "gpus GPU-hours"},
-      {"--arch", true, false, "LIST",
-       "architectures: " + arch_list_text() + " (default " + default_archs + ")"},
+      arch_flag(d.archs),
       {"--capacity", true, false, "C",
        "MoD capacity fraction (default " + format_number(d.capacity) + ")"},
       {"--every", true, false, "N",
@@ -49,43 +44,28 @@ OptimalRequest optimal_request(const ParsedArgs& parsed) {
   }
   // Only what the user said; the library resolves and checks it.
   OptimalRequest request;
-  if (const auto v = parsed.value("--flops")) {
-    request.flops = parse_double("--flops", *v);
-  }
+  set_if_given(parsed, "--flops", request.flops, parse_double);
   if (const auto v = parsed.value("--gpu-hours")) {
     request.gpu_hours = parse_gpu_hours(*v);
   }
   if (const auto v = parsed.value("--days")) {
     request.days = parse_days(*v);
   }
-  if (const auto v = parsed.value("--arch")) {
-    request.arch = parse_list("--arch", *v);
-  }
-  if (const auto v = parsed.value("--capacity")) {
-    request.capacity = parse_double("--capacity", *v);
-  }
-  if (const auto v = parsed.value("--every")) {
-    request.every = parse_int("--every", *v);
-  }
-  if (const auto v = parsed.value("--block-layers")) {
-    request.block_layers = parse_int("--block-layers", *v);
-  }
-  if (const auto v = parsed.value("--streams")) {
-    request.streams = parse_int("--streams", *v);
-  }
+  set_if_given(parsed, "--arch", request.arch, parse_list);
+  set_if_given(parsed, "--capacity", request.capacity, parse_double);
+  set_if_given(parsed, "--every", request.every, parse_int);
+  set_if_given(parsed, "--block-layers", request.block_layers, parse_int);
+  set_if_given(parsed, "--streams", request.streams, parse_int);
   parse_planner_run_flags(parsed, request);
   return request;
 }
 
 int cmd_optimal(const Args& args) {
   const std::vector<FlagSpec> flags = optimal_flags();
-  if (wants_help(args)) {
-    std::fputs(usage_text("optimal", "--flops C | --gpu-hours H | --days D [options]", flags,
+  if (print_help_if_asked(args, "optimal", "--flops C | --gpu-hours H | --days D [options]", flags,
                           "For a budget, the isoFLOP-optimal configuration of each architecture "
                           "and, for those with a loss prior, the fastest-stepping configuration "
-                          "whose predicted loss matches the optimal baseline.")
-                   .c_str(),
-               stdout);
+                          "whose predicted loss matches the optimal baseline.")) {
     return 0;
   }
   const ParsedArgs parsed = parse_args(args, flags, "optimal", 0, 0);

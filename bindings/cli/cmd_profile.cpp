@@ -298,13 +298,10 @@ int cmd_profile_comm(const ParsedArgs& parsed) {
 }  // namespace
 
 int cmd_profile(const Args& args) {
-  if (wants_help(args)) {
-    std::fputs(usage_text("profile",
-                          "--backend cpu|cuda --out PATH [--quick] [--resume] | --comm (under mpirun)",
-                          kFlags,
-                          kDescription)
-                   .c_str(),
-               stdout);
+  if (print_help_if_asked(
+          args, "profile",
+          "--backend cpu|cuda --out PATH [--quick] [--resume] | --comm (under mpirun)", kFlags,
+          kDescription)) {
     return 0;
   }
   const ParsedArgs parsed = parse_args(args, kFlags, "profile", 0, 0);

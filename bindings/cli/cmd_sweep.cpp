@@ -16,14 +16,9 @@ namespace modar::cli {
 namespace {
 
 std::vector<FlagSpec> sweep_flags(const SweepSettings& d) {
-  std::string default_archs;
-  for (const ArchSpec& arch : d.variants) {
-    default_archs += (default_archs.empty() ? "" : ",") + arch.name;
-  }
   std::vector<FlagSpec> flags = {
       {"--flops", true, false, "C1,C2,...", "training-FLOP budgets, e.g. 6e18,2e19,1e20"},
-      {"--arch", true, false, "LIST",
-       "architectures: " + arch_list_text() + " (default " + default_archs + ")"},
+      arch_flag(d.variants),
       {"--capacity", true, false, "LIST",
        "MoD capacities (default " + format_number(kDefaultModCapacity) + ")"},
       {"--every", true, false, "LIST",
@@ -50,30 +45,16 @@ std::vector<FlagSpec> sweep_flags(const SweepSettings& d) {
 SweepRequest sweep_request(const ParsedArgs& parsed) {
   SweepRequest request;
   request.flops = parse_double_list("--flops", *parsed.value("--flops"));
-  if (const auto v = parsed.value("--arch")) {
-    request.arch = parse_list("--arch", *v);
-  }
-  if (const auto v = parsed.value("--capacity")) {
-    request.capacity = parse_double_list("--capacity", *v);
-  }
-  if (const auto v = parsed.value("--every")) {
-    request.every = parse_int_list("--every", *v);
-  }
-  if (const auto v = parsed.value("--block-layers")) {
-    request.block_layers = parse_int_list("--block-layers", *v);
-  }
-  if (const auto v = parsed.value("--streams")) {
-    request.streams = parse_int_list("--streams", *v);
-  }
+  set_if_given(parsed, "--arch", request.arch, parse_list);
+  set_if_given(parsed, "--capacity", request.capacity, parse_double_list);
+  set_if_given(parsed, "--every", request.every, parse_int_list);
+  set_if_given(parsed, "--block-layers", request.block_layers, parse_int_list);
+  set_if_given(parsed, "--streams", request.streams, parse_int_list);
   if (parsed.has("--no-time")) {
     request.with_time = false;
   }
-  if (const auto v = parsed.value("--grid-step")) {
-    request.grid_step = parse_double("--grid-step", *v);
-  }
-  if (const auto v = parsed.value("--grid-half-width")) {
-    request.grid_half_width = parse_double("--grid-half-width", *v);
-  }
+  set_if_given(parsed, "--grid-step", request.grid_step, parse_double);
+  set_if_given(parsed, "--grid-half-width", request.grid_half_width, parse_double);
   parse_planner_run_flags(parsed, request);
   return request;
 }
@@ -86,15 +67,12 @@ int cmd_sweep(const Args& args) {
     defaults.flops = {1e20};  // any budget: only the defaults are read
     return defaults;
   }()));
-  if (wants_help(args)) {
-    std::fputs(usage_text("sweep", "--flops C1,C2,... [options]", flags,
+  if (print_help_if_asked(args, "sweep", "--flops C1,C2,... [options]", flags,
                           "The isoFLOP curves behind `modar optimal`, for plots like the MoD "
                           "paper's figure 4: per budget and architecture, one row per N_f bin "
                           "(the bin's best shape that fits), the row `recommended` = what "
                           "`modar optimal` recommends.  Empty eps / loss cells: no prior (loss "
-                          "unknown).")
-                   .c_str(),
-               stdout);
+                          "unknown).")) {
     return 0;
   }
   const ParsedArgs parsed = parse_args(args, flags, "sweep", 0, 0);

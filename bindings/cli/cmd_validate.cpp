@@ -145,11 +145,9 @@ int cmd_validate_parallel(const ParsedArgs& parsed, const std::string& backend_n
 }  // namespace
 
 int cmd_validate(const Args& args) {
-  if (wants_help(args)) {
-    std::fputs(usage_text("validate", "--profile PATH [--backend cpu|cuda] [--json] [--quick] [--parallel]",
-                          kFlags, kDescription)
-                   .c_str(),
-               stdout);
+  if (print_help_if_asked(args, "validate",
+                          "--profile PATH [--backend cpu|cuda] [--json] [--quick] [--parallel]",
+                          kFlags, kDescription)) {
     return 0;
   }
   const ParsedArgs parsed = parse_args(args, kFlags, "validate", 0, 0);

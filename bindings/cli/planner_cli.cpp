@@ -37,6 +37,15 @@ std::string arch_list_text() {
   return joined(arch_names());
 }
 
+FlagSpec arch_flag(const std::vector<ArchSpec>& archs) {
+  std::string default_archs;
+  for (const ArchSpec& arch : archs) {
+    default_archs += (default_archs.empty() ? "" : ",") + arch.name;
+  }
+  return {"--arch", true, false, "LIST",
+          "architectures: " + arch_list_text() + " (default " + default_archs + ")"};
+}
+
 std::vector<FlagSpec> planner_run_flags(const PlannerRun& d) {
   const Config& base = d.base;
   const std::string per_node = std::to_string(network_or_default(d.profile).gpus_per_node);
@@ -87,30 +96,16 @@ std::vector<FlagSpec> planner_run_flags(const PlannerRun& d) {
 }
 
 void parse_planner_run_flags(const ParsedArgs& parsed, PlannerRunRequest& request) {
-  if (const auto v = parsed.value("--fit")) {
-    request.fit = *v;
-  }
+  set_if_given(parsed, "--fit", request.fit, text_as_given);
   if (const auto v = parsed.value("--eps")) {
     request.eps = parse_eps_overrides(*v);
   }
-  if (const auto v = parsed.value("--profile")) {
-    request.profile = *v;
-  }
-  if (const auto v = parsed.value("--gpus")) {
-    request.gpus = parse_int("--gpus", *v);
-  }
-  if (const auto v = parsed.value("--gpus-per-node")) {
-    request.gpus_per_node = parse_int("--gpus-per-node", *v);
-  }
-  if (const auto v = parsed.value("--gqa")) {
-    request.shapes.gqa_group = parse_int("--gqa", *v);
-  }
-  if (const auto v = parsed.value("--aspect-min")) {
-    request.shapes.aspect_min = parse_number("--aspect-min", *v);
-  }
-  if (const auto v = parsed.value("--aspect-max")) {
-    request.shapes.aspect_max = parse_number("--aspect-max", *v);
-  }
+  set_if_given(parsed, "--profile", request.profile, text_as_given);
+  set_if_given(parsed, "--gpus", request.gpus, parse_int);
+  set_if_given(parsed, "--gpus-per-node", request.gpus_per_node, parse_int);
+  set_if_given(parsed, "--gqa", request.shapes.gqa_group, parse_int);
+  set_if_given(parsed, "--aspect-min", request.shapes.aspect_min, parse_number);
+  set_if_given(parsed, "--aspect-max", request.shapes.aspect_max, parse_number);
   // The base configuration: a file and / or key=value assignments, set
   // through the config library (its own types and rules).
   std::vector<std::string> sets = parsed.values("--set");

@@ -38,6 +38,9 @@ double parse_number(const std::string& flag, const std::string& text);
 
 // "baseline, mod, dar, mod+dar, moe, moe+dar, ...": every architecture name.
 std::string arch_list_text();
+// The --arch flag of optimal and sweep, its help showing the defaults
+// `archs` (the resolved empty request's).
+FlagSpec arch_flag(const std::vector<ArchSpec>& archs);
 
 // `modar optimal`'s flags and its request from them (cmd_optimal.cpp; also
 // `modar export --from-optimal`).

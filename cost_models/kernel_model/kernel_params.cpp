@@ -395,17 +395,13 @@ void parse_kernel_section(const toml::table& root, const std::string& source,
       }
       throw ConfigError(source + ": unknown key '" + name + "'; allowed: " + allowed);
     }
-    double number = 0.0;
-    if (value.is_integer()) {
-      number = static_cast<double>(value.as_integer()->get());
-    } else if (value.is_floating_point()) {
-      number = value.as_floating_point()->get();
-    } else {
+    const std::optional<double> number = toml_number(value);
+    if (!number) {
       throw ConfigError(source + ": " + name + " = " + toml_node_text(value) +
                         ": must be a number; " + range_text(row->parameter));
     }
-    check_in_range(row->parameter, number, source + ": ");
-    *row->slot(profile) = number;
+    check_in_range(row->parameter, *number, source + ": ");
+    *row->slot(profile) = *number;
   }
   check_not_both(profile, source);
 }

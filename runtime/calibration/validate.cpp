@@ -594,14 +594,13 @@ std::string validation_json(const ValidationReport& report) {
     json.end_object();
   }
   json.end_array();
-  json.key("step_time").begin_object();
-  json.field("median_abs_error", report.step_median_abs_error);
-  json.field("max_abs_error", report.step_max_abs_error);
-  json.field("median_abs_error_raw", report.step_median_abs_error_raw);
-  json.field("median_noise_floor", report.step_median_noise_floor);
-  json.field("median_abs_error_by_repeat", report.step_median_abs_error_by_repeat);
-  json.field("cases_within_noise", report.cases_within_noise);
-  json.end_object();
+  validate_detail::write_abs_errors_json(
+      json, "step_time", report.step_median_abs_error, report.step_max_abs_error, [&] {
+        json.field("median_abs_error_raw", report.step_median_abs_error_raw);
+        json.field("median_noise_floor", report.step_median_noise_floor);
+        json.field("median_abs_error_by_repeat", report.step_median_abs_error_by_repeat);
+        json.field("cases_within_noise", report.cases_within_noise);
+      });
   validate_detail::write_memory_and_load_json(json, report);
   json.key("host").begin_object();
   json.field("sentinel_s", report.sentinel_s);

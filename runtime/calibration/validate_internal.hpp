@@ -37,14 +37,25 @@ class TracingBackend final : public ForwardingBackend {
   std::vector<OpShape> gemm_shapes_;
 };
 
+// "key": {"median_abs_error": median, "max_abs_error": max, ...}: a
+// validation report's error summary; more() writes the object's further
+// fields.
+template <class More>
+void write_abs_errors_json(JsonWriter& json, const char* key, double median, double max,
+                           More more) {
+  json.key(key).begin_object();
+  json.field("median_abs_error", median);
+  json.field("max_abs_error", max);
+  more();
+  json.end_object();
+}
+
 // The memory error summary and the host's load averages of a validation
 // report (a ValidationReport or a ParallelValidationReport).
 template <class Report>
 void write_memory_and_load_json(JsonWriter& json, const Report& report) {
-  json.key("memory").begin_object();
-  json.field("median_abs_error", report.memory_median_abs_error);
-  json.field("max_abs_error", report.memory_max_abs_error);
-  json.end_object();
+  write_abs_errors_json(json, "memory", report.memory_median_abs_error, report.memory_max_abs_error,
+                        [] {});
   json.field("load_average_before", report.load_average_before);
   json.field("load_average_after", report.load_average_after);
 }

@@ -973,10 +973,8 @@ std::string parallel_validation_json(const ParallelValidationReport& report) {
     json.end_object();
   }
   json.end_array();
-  json.key("step_time").begin_object();
-  json.field("median_abs_error", report.step_median_abs_error);
-  json.field("max_abs_error", report.step_max_abs_error);
-  json.end_object();
+  validate_detail::write_abs_errors_json(json, "step_time", report.step_median_abs_error,
+                                         report.step_max_abs_error, [] {});
   json.field("compute_median_abs_error", report.compute_median_abs_error);
   json.field("comm_median_abs_error", report.comm_median_abs_error);
   validate_detail::write_memory_and_load_json(json, report);

@@ -73,6 +73,29 @@ __device__ void load_tile(float* tile, int pitch, const T* base, int64_t first, 
   }
 }
 
+// The backward's recomputed probability p_ij = exp(scale q_i . k_j - lse_i)
+// (0 where key j is not visible) and ds_ij = p_ij (do_i . v_j - D_i), from the
+// staged rows: query i at q_tile / do_tile + query_at, key j at k_tile /
+// v_tile + key_at.
+struct ProbAndScoreGrad {
+  float prob;
+  float ds;
+};
+__device__ __forceinline__ ProbAndScoreGrad backward_prob(const float* q_tile, const float* do_tile,
+                                                          int query_at, const float* k_tile,
+                                                          const float* v_tile, int key_at, int d,
+                                                          bool visible, float softmax_scale,
+                                                          const float& lse, const float& delta) {
+  float score = 0.0f;
+  float dp = 0.0f;
+  for (int c = 0; c < d; ++c) {
+    score += q_tile[query_at + c] * k_tile[key_at + c];
+    dp += do_tile[query_at + c] * v_tile[key_at + c];
+  }
+  const float prob = visible ? expf(score * softmax_scale - lse) : 0.0f;
+  return {prob, prob * (dp - delta)};
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads) attention_forward_kernel(AttentionLaunchParams p) {
   extern __shared__ float shared[];
@@ -254,18 +277,13 @@ __global__ void __launch_bounds__(kThreads) attention_dkdv_kernel(AttentionLaunc
         const int r = warp * kRowsPerWarp + rr;
         const int64_t key = k0 + r;
         const bool visible = query < len && key < len && (!p.causal || key <= query);
-        float score = 0.0f;
-        float dp = 0.0f;
-        for (int c = 0; c < d; ++c) {
-          score += q_tile[lane * (d + 1) + c] * k_tile[r * d + c];
-          dp += do_tile[lane * (d + 1) + c] * v_tile[r * d + c];
-        }
-        const float prob = visible ? expf(score * p.softmax_scale - lse_tile[lane]) : 0.0f;
-        const float ds = prob * (dp - delta_tile[lane]);
+        const ProbAndScoreGrad pd =
+            backward_prob(q_tile, do_tile, lane * (d + 1), k_tile, v_tile, r * d, d, visible,
+                          p.softmax_scale, lse_tile[lane], delta_tile[lane]);
 #pragma unroll 4
         for (int ii = 0; ii < kTile; ++ii) {
-          const float pi = __shfl_sync(kFullWarpMask, prob, ii);
-          const float dsi = __shfl_sync(kFullWarpMask, ds, ii);
+          const float pi = __shfl_sync(kFullWarpMask, pd.prob, ii);
+          const float dsi = __shfl_sync(kFullWarpMask, pd.ds, ii);
 #pragma unroll
           for (int t = 0; t < kMaxColumnsPerLane; ++t) {
             const int c = lane + t * kWarpSize;
@@ -355,17 +373,12 @@ __global__ void __launch_bounds__(kThreads) attention_dq_kernel(AttentionLaunchP
       const int r = warp * kRowsPerWarp + rr;
       const int64_t query = q0 + r;
       const bool visible = query < len && key < len && (!p.causal || key <= query);
-      float score = 0.0f;
-      float dp = 0.0f;
-      for (int c = 0; c < d; ++c) {
-        score += q_tile[r * d + c] * k_tile[lane * (d + 1) + c];
-        dp += do_tile[r * d + c] * v_tile[lane * (d + 1) + c];
-      }
-      const float prob = visible ? expf(score * p.softmax_scale - row_lse[rr]) : 0.0f;
-      const float ds = prob * (dp - row_delta[rr]);
+      const ProbAndScoreGrad pd =
+          backward_prob(q_tile, do_tile, r * d, k_tile, v_tile, lane * (d + 1), d, visible,
+                        p.softmax_scale, row_lse[rr], row_delta[rr]);
 #pragma unroll 4
       for (int jj = 0; jj < kTile; ++jj) {
-        const float dsj = __shfl_sync(kFullWarpMask, ds, jj);
+        const float dsj = __shfl_sync(kFullWarpMask, pd.ds, jj);
 #pragma unroll
         for (int t = 0; t < kMaxColumnsPerLane; ++t) {
           const int c = lane + t * kWarpSize;

@@ -62,33 +62,51 @@ __device__ __forceinline__ void store_float(__nv_bfloat16* p, float v) {
   *p = __float2bfloat16(v);
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
+struct SumOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+struct MaxOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// Butterfly reduction over the warp: every lane ends with the same value.
+template <typename Combine>
+__device__ __forceinline__ float warp_reduce(float v, Combine combine) {
 #pragma unroll
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-    v += __shfl_xor_sync(kFullWarpMask, v, offset);
+    v = combine(v, __shfl_xor_sync(kFullWarpMask, v, offset));
   }
   return v;
 }
 
+__device__ __forceinline__ float warp_sum(float v) {
+  return warp_reduce(v, SumOp{});
+}
+
 __device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-    v = fmaxf(v, __shfl_xor_sync(kFullWarpMask, v, offset));
+  return warp_reduce(v, MaxOp{});
+}
+
+// The first half of a block reduction: each warp's reduction of v in
+// scratch[warp] (scratch: __shared__ float[32]), visible to every thread.
+// Returns the number of warps.
+template <typename Combine>
+__device__ __forceinline__ int warp_results_in_scratch(float v, float* scratch, Combine combine) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const int warps = blockDim.x / kWarpSize;
+  v = warp_reduce(v, combine);
+  if (lane == 0) {
+    scratch[warp] = v;
   }
-  return v;
+  __syncthreads();
+  return warps;
 }
 
 // scratch: __shared__ float[32].  Ends with a barrier, so scratch may be
 // reused by the next call.
 __device__ __forceinline__ float block_sum(float v, float* scratch) {
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-  const int warps = blockDim.x / kWarpSize;
-  v = warp_sum(v);
-  if (lane == 0) {
-    scratch[warp] = v;
-  }
-  __syncthreads();
+  const int warps = warp_results_in_scratch(v, scratch, SumOp{});
   float total = 0.0f;
   for (int w = 0; w < warps; ++w) {
     total += scratch[w];  // same order in every thread: identical results
@@ -98,14 +116,7 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 }
 
 __device__ __forceinline__ float block_max(float v, float* scratch) {
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-  const int warps = blockDim.x / kWarpSize;
-  v = warp_max(v);
-  if (lane == 0) {
-    scratch[warp] = v;
-  }
-  __syncthreads();
+  const int warps = warp_results_in_scratch(v, scratch, MaxOp{});
   float result = scratch[0];
   for (int w = 1; w < warps; ++w) {
     result = fmaxf(result, scratch[w]);

@@ -17,17 +17,27 @@ namespace modar::gpu {
 
 namespace {
 
-template <typename S, typename T>
-__global__ void embedding_forward_kernel(const S* table, const int32_t* tokens, T* out,
-                                         int64_t rows, int64_t d, int64_t vocab) {
+// Grid-stride over the rows x d elements of a lookup: visit(i, token, column)
+// with the element's flat index, its row's token (not range-checked) and its
+// column.
+template <typename Visit>
+__device__ __forceinline__ void for_each_lookup_element(const int32_t* tokens, int64_t rows,
+                                                        int64_t d, Visit visit) {
   const int64_t total = rows * d;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = i / d;
-    const int64_t token = tokens[row];
-    const bool valid = token >= 0 && token < vocab;  // not range-checked on the GPU: zero row
-    store_float(out + i, valid ? load_float(table + token * d + (i - row * d)) : 0.0f);
+    visit(i, static_cast<int64_t>(tokens[row]), i - row * d);
   }
+}
+
+template <typename S, typename T>
+__global__ void embedding_forward_kernel(const S* table, const int32_t* tokens, T* out,
+                                         int64_t rows, int64_t d, int64_t vocab) {
+  for_each_lookup_element(tokens, rows, d, [&](int64_t i, int64_t token, int64_t column) {
+    const bool valid = token >= 0 && token < vocab;  // not range-checked on the GPU: zero row
+    store_float(out + i, valid ? load_float(table + token * d + column) : 0.0f);
+  });
 }
 
 __device__ __forceinline__ void atomic_accumulate(float* target, float value) {
@@ -40,15 +50,11 @@ __device__ __forceinline__ void atomic_accumulate(__nv_bfloat16* target, float v
 template <typename S, typename T>
 __global__ void embedding_backward_kernel(const S* dout, const int32_t* tokens, T* dtable,
                                           int64_t rows, int64_t d, int64_t vocab) {
-  const int64_t total = rows * d;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t row = i / d;
-    const int64_t token = tokens[row];
+  for_each_lookup_element(tokens, rows, d, [&](int64_t i, int64_t token, int64_t column) {
     if (token >= 0 && token < vocab) {  // out-of-range tokens are skipped
-      atomic_accumulate(dtable + token * d + (i - row * d), load_float(dout + i));
+      atomic_accumulate(dtable + token * d + column, load_float(dout + i));
     }
-  }
+  });
 }
 
 template <typename G, typename L>

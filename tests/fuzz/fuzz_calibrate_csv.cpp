@@ -42,14 +42,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (text.find('/') != std::string::npos) {
     return 0;
   }
-  std::vector<modar::CalibrationRun> runs;
-  try {
-    runs = modar::parse_calibration_runs(text, "fuzz.csv", g_dir.string());
-  } catch (const modar::FileError&) {
-    return 0;
-  } catch (const modar::ConfigError&) {
+  const auto parsed = modar::fuzz::accepted(
+      [&] { return modar::parse_calibration_runs(text, "fuzz.csv", g_dir.string()); });
+  if (!parsed) {
     return 0;
   }
+  const std::vector<modar::CalibrationRun>& runs = *parsed;
   modar::fuzz::require(!runs.empty(), "accepted a CSV without runs", text);
   int64_t previous_line = 0;
   std::set<std::string> names;

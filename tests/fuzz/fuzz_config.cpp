@@ -34,20 +34,22 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string input(reinterpret_cast<const char*>(data), size);
-  const auto [toml_text, overrides] = modar::fuzz::split_at_marker(input, "%%");
-  modar::Config config;
-  try {
+  // Named references, not structured bindings: Clang before 16 does not let
+  // the lambda below capture those.
+  const auto split = modar::fuzz::split_at_marker(input, "%%");
+  const std::string& toml_text = split.first;
+  const std::vector<std::string>& overrides = split.second;
+  const std::optional<modar::Config> parsed = modar::fuzz::accepted([&] {
     if (overrides.empty()) {
-      config = modar::parse_config_toml(toml_text, "fuzz.toml");
-    } else {
-      modar::fuzz::write_file(g_file, toml_text);
-      config = modar::load_config_file(g_file.string(), overrides);
+      return modar::parse_config_toml(toml_text, "fuzz.toml");
     }
-  } catch (const modar::ConfigError&) {
-    return 0;
-  } catch (const modar::FileError&) {
+    modar::fuzz::write_file(g_file, toml_text);
+    return modar::load_config_file(g_file.string(), overrides);
+  });
+  if (!parsed) {
     return 0;
   }
+  const modar::Config& config = *parsed;
   // Accepted: to_toml() must read back to the same configuration.
   const std::string text = modar::to_toml(config);
   const modar::Config back = modar::fuzz::read_back(

@@ -38,14 +38,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (text.find('/') != std::string::npos) {
     return 0;
   }
-  std::vector<modar::RunRecord> runs;
-  try {
-    runs = modar::parse_runs_csv(text, "fuzz.csv", g_dir.string());
-  } catch (const modar::FileError&) {
-    return 0;
-  } catch (const modar::ConfigError&) {
+  const auto parsed = modar::fuzz::accepted(
+      [&] { return modar::parse_runs_csv(text, "fuzz.csv", g_dir.string()); });
+  if (!parsed) {
     return 0;
   }
+  const std::vector<modar::RunRecord>& runs = *parsed;
   modar::fuzz::require(runs.size() >= 5, "accepted a CSV with fewer than 5 runs", text);
   int64_t previous_line = 0;
   for (const modar::RunRecord& run : runs) {

@@ -33,14 +33,12 @@ modar::Config tiny_config(modar::DType dtype) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
-  modar::DeviceProfile profile;
-  try {
-    profile = modar::parse_profile_toml(text, "fuzz-profile.toml");
-  } catch (const modar::ConfigError&) {
-    return 0;
-  } catch (const modar::FileError&) {
+  const std::optional<modar::DeviceProfile> parsed =
+      modar::fuzz::accepted([&] { return modar::parse_profile_toml(text, "fuzz-profile.toml"); });
+  if (!parsed) {
     return 0;
   }
+  const modar::DeviceProfile& profile = *parsed;
   const std::string written = modar::to_toml(profile);
   const modar::DeviceProfile back = modar::fuzz::read_back(
       [](const std::string& t) { return modar::parse_profile_toml(t, "round-trip.toml"); }, written,

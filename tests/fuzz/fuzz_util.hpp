@@ -1,6 +1,7 @@
 // Shared by the fuzz targets: a property check that aborts (libFuzzer and the
-// replay runner report the abort with the input), the round-trip read back,
-// input splitting and the scratch folder of the targets that read files.
+// replay runner report the abort with the input), the parse that may refuse
+// its input, the round-trip read back, input splitting and the scratch folder
+// of the targets that read files.
 #pragma once
 
 #include <stdlib.h>  // mkdtemp
@@ -10,9 +11,12 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "modar/base/errors.hpp"
 
 namespace modar::fuzz {
 
@@ -21,6 +25,20 @@ inline void require(bool ok, const char* what, const std::string& detail = "") {
   if (!ok) {
     std::fprintf(stderr, "fuzz property violated: %s\n%s\n", what, detail.c_str());
     std::abort();
+  }
+}
+
+// What parse() returns, or nullopt when the library refuses the input with a
+// ConfigError or FileError (bad input: the run passes, nothing more to
+// check).  Any other exception escapes and is reported with the input.
+template <class Parse>
+auto accepted(const Parse& parse) -> std::optional<decltype(parse())> {
+  try {
+    return parse();
+  } catch (const ConfigError&) {
+    return std::nullopt;
+  } catch (const FileError&) {
+    return std::nullopt;
   }
 }
 

@@ -9,7 +9,7 @@ from typing import Any, Callable
 from . import _core
 from ._args import one_line_type_errors
 from ._config import Config, as_config
-from ._planner import _integer, _profile_ref
+from ._planner import _integer, _profile_ref, _set_given
 from ._results import Result, flatten
 
 ConfigError = _core.ConfigError
@@ -78,11 +78,7 @@ def layout(
         cfg = cfg.replace(**overrides)
     request = _core.LayoutRequest()
     request.gpus = _integer("gpus", gpus)
-    if gpus_per_node is not None:
-        request.gpus_per_node = _integer("gpus_per_node", gpus_per_node)
-    if global_batch is not None:
-        request.global_batch = _integer("global_batch", global_batch)
-    if top is not None:
-        request.top = _integer("top", top)
+    _set_given(request, gpus_per_node=(gpus_per_node, _integer),
+               global_batch=(global_batch, _integer), top=(top, _integer))
     document, text = _core.layout(cfg._cpp, request, progress)
     return LayoutResult(document, text)

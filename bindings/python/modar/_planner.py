@@ -69,11 +69,23 @@ def _items(name: str, value: Any, convert: Callable[[str, Any], Any]) -> list:
     return [convert(name, v) for v in values]
 
 
-def _budget(name: str, value: Any, parse: Callable[[str], float]) -> float:
-    """A number, or text with its unit ("2w", "200k") read by the core."""
-    if isinstance(value, str):
-        return parse(value)
-    return _number(name, value)
+def _each(convert: Callable[[str, Any], Any]) -> Callable[[str, Any], list]:
+    """The converter of one value or an iterable of them (a list each)."""
+    return lambda name, value: _items(name, value, convert)
+
+
+def _budget(parse: Callable[[str], float]) -> Callable[[str, Any], float]:
+    """The converter of a number, or of text with its unit ("2w", "200k") read
+    by the core."""
+    return lambda name, value: parse(value) if isinstance(value, str) else _number(name, value)
+
+
+def _set_given(target: Any, **fields: tuple[Any, Callable[[str, Any], Any]]) -> None:
+    """target.NAME = convert("NAME", value) for each NAME=(value, convert) the
+    caller gave (value not None); the others keep the library's defaults."""
+    for name, (value, convert) in fields.items():
+        if value is not None:
+            setattr(target, name, convert(name, value))
 
 
 def _eps(eps: Mapping[str, float] | str | None) -> dict:
@@ -109,26 +121,17 @@ def _run_request(request: Any, *, profile: Any, gpus: Any, gpus_per_node: Any, f
                  base: Any, aspect: Any, aspect_min: Any, aspect_max: Any, gqa_group: Any,
                  overrides: Mapping[str, Any]) -> None:
     """The arguments optimal and sweep share -> the request's PlannerRunRequest fields."""
-    if profile is not None:
-        request.profile = _profile_ref(profile)
-    if gpus is not None:
-        request.gpus = _integer("gpus", gpus)
-    if gpus_per_node is not None:
-        request.gpus_per_node = _integer("gpus_per_node", gpus_per_node)
-    if fit is not None:
-        request.fit = _fit_ref(fit)
+    _set_given(request, profile=(profile, lambda _, value: _profile_ref(value)),
+               gpus=(gpus, _integer), gpus_per_node=(gpus_per_node, _integer),
+               fit=(fit, lambda _, value: _fit_ref(value)))
     request.eps = _eps(eps)
     shapes = _core.ShapeSearchOptions()
     if aspect is not None:
         if isinstance(aspect, (str, bytes)) or not hasattr(aspect, "__len__") or len(aspect) != 2:
             raise TypeError(f"aspect = {aspect!r:.60}: expected (aspect_min, aspect_max)")
         aspect_min, aspect_max = aspect
-    if aspect_min is not None:
-        shapes.aspect_min = _number("aspect_min", aspect_min)
-    if aspect_max is not None:
-        shapes.aspect_max = _number("aspect_max", aspect_max)
-    if gqa_group is not None:
-        shapes.gqa_group = _integer("gqa_group", gqa_group)
+    _set_given(shapes, aspect_min=(aspect_min, _number), aspect_max=(aspect_max, _number),
+               gqa_group=(gqa_group, _integer))
     request.shapes = shapes
     # The base configuration: a Config / dict / TOML path plus keyword
     # overrides (seq_len=4096, micro_batch=4, ...), set through the config
@@ -228,22 +231,11 @@ def optimal(
         block_layers = dar_block_layers if block_layers is None else block_layers
         streams = dar_streams if streams is None else streams
     request = _core.OptimalRequest()
-    if flops is not None:
-        request.flops = _number("flops", flops)
-    if gpu_hours is not None:
-        request.gpu_hours = _budget("gpu_hours", gpu_hours, _core.parse_gpu_hours)
-    if days is not None:
-        request.days = _budget("days", days, _core.parse_days)
-    if arch is not None:
-        request.arch = _items("arch", arch, _text)
-    if capacity is not None:
-        request.capacity = _number("capacity", capacity)
-    if every is not None:
-        request.every = _integer("every", every)
-    if block_layers is not None:
-        request.block_layers = _integer("block_layers", block_layers)
-    if streams is not None:
-        request.streams = _integer("streams", streams)
+    _set_given(request, flops=(flops, _number),
+               gpu_hours=(gpu_hours, _budget(_core.parse_gpu_hours)),
+               days=(days, _budget(_core.parse_days)), arch=(arch, _each(_text)),
+               capacity=(capacity, _number), every=(every, _integer),
+               block_layers=(block_layers, _integer), streams=(streams, _integer))
     _run_request(request, profile=profile, gpus=gpus, gpus_per_node=gpus_per_node, fit=fit,
                  eps=eps, base=base, aspect=aspect, aspect_min=aspect_min, aspect_max=aspect_max,
                  gqa_group=gqa_group, overrides=config_overrides)
@@ -322,23 +314,11 @@ def sweep(
     if flops is None:
         raise TypeError("modar.sweep: flops (the training-FLOP budgets) is required")
     request = _core.SweepRequest()
-    request.flops = _items("flops", flops, _number)
-    if arch is not None:
-        request.arch = _items("arch", arch, _text)
-    if capacity is not None:
-        request.capacity = _items("capacity", capacity, _number)
-    if every is not None:
-        request.every = _items("every", every, _integer)
-    if block_layers is not None:
-        request.block_layers = _items("block_layers", block_layers, _integer)
-    if streams is not None:
-        request.streams = _items("streams", streams, _integer)
-    if with_time is not None:
-        request.with_time = bool(with_time)
-    if grid_step is not None:
-        request.grid_step = _number("grid_step", grid_step)
-    if grid_half_width is not None:
-        request.grid_half_width = _number("grid_half_width", grid_half_width)
+    _set_given(request, flops=(flops, _each(_number)), arch=(arch, _each(_text)),
+               capacity=(capacity, _each(_number)), every=(every, _each(_integer)),
+               block_layers=(block_layers, _each(_integer)), streams=(streams, _each(_integer)),
+               with_time=(with_time, lambda _, value: bool(value)),
+               grid_step=(grid_step, _number), grid_half_width=(grid_half_width, _number))
     _run_request(request, profile=profile, gpus=gpus, gpus_per_node=gpus_per_node, fit=fit,
                  eps=eps, base=base, aspect=aspect, aspect_min=aspect_min, aspect_max=aspect_max,
                  gqa_group=gqa_group, overrides=config_overrides)
@@ -410,12 +390,8 @@ def fit(
     prints a line with an ETA on stderr for fits over a second, a callable
     gets (done, total) BFGS fits; Ctrl-C raises KeyboardInterrupt."""
     request = _core.FitRequest()
-    if huber_delta is not None:
-        request.huber_delta = _number("huber_delta", huber_delta)
-    if bootstrap_samples is not None:
-        request.bootstrap_samples = _integer("bootstrap_samples", bootstrap_samples)
-    if seed is not None:
-        request.seed = _integer("seed", seed)
+    _set_given(request, huber_delta=(huber_delta, _number),
+               bootstrap_samples=(bootstrap_samples, _integer), seed=(seed, _integer))
     if isinstance(runs, (str, os.PathLike)):
         document, text, toml_text = _core.fit_csv_file(os.fspath(runs), request, progress)
         return FitResult(document, text, toml_text)

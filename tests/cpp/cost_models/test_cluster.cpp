@@ -406,6 +406,59 @@ TEST(Cluster, ZeroTwoByHand) {
   EXPECT_NEAR(e2.memory.peak, e1.memory.peak - 4 * P * 3 / 4, 1e-6 * e1.memory.peak);
 }
 
+// PyTorch FSDP FULL_SHARD (ZeRO 3) with gradient accumulation and activation
+// checkpointing, by hand (docs/cluster.md; Zhao et al. 2023, PyTorch FSDP):
+// DP 4, micro-batch 2, global batch 24, so m = 3 micro-batches per step.  Per
+// micro-batch each layer's weights are all-gathered before its forward and
+// again before its backward (the checkpointed recompute uses the backward's
+// gather, not a third), and the gradients are reduce-scattered after every
+// micro-batch's backward, in bf16 here (FSDP MixedPrecision reduce_dtype
+// bf16 = modar's grad_reduce_in_fp32 = false).  small(): one layer holds
+// 4 d^2 (attention) + 2 x d x 4d (GELU MLP) + 2 d (two norms) = 786944
+// parameters; the model 8 x 786944 + 2 x V d (embedding, untied head) + d
+// (final norm) = 6820096.  Plain ring formula inside a node of 4:
+// (3/4) x bytes / 232.5 GB/s + ceil(log2 4) = 2 latency steps of 2 us.
+TEST(Cluster, FsdpFullShardPerMicroBatchByHand) {
+  Config c = small();
+  c.device.count = 4;
+  c.train.global_batch = 24;
+  c.train.recompute = Recompute::full;
+  c.train.grad_reduce_in_fp32 = GradReduceInFp32::param_dtype;
+  c.parallel = {.zero = 3, .overlap_grad_reduce = false, .overlap_param_gather = false};
+  const Estimate e = estimate(c, a100());
+  const double layer_params = 4.0 * 256 * 256 + 2.0 * 256 * 1024 + 2.0 * 256;
+  const double P = 8.0 * layer_params + 2.0 * 1024 * 256 + 256;
+  ASSERT_EQ(layer_params, 786944.0);
+  expect_relative(e.params.total, P);
+  EXPECT_EQ(e.cluster->micro_batches, 3);
+  // A missing record fails the test and reads as zero bytes and count.
+  const auto record = [](const Estimate& est, const char* label, Collective kind, Pass pass) {
+    const CommRecord* found = find_comm(*est.cluster, label, kind, pass);
+    EXPECT_NE(found, nullptr) << label;
+    return found != nullptr ? *found : CommRecord{};
+  };
+  const CommRecord gather = record(e, "zero3.param_gather", Collective::all_gather, Pass::forward);
+  const CommRecord reduce = record(e, "dp.grad", Collective::reduce_scatter, Pass::backward);
+  expect_relative(gather.bytes, 2.0 * layer_params);  // 1573888 bytes
+  EXPECT_EQ(gather.count, 2.0 * 8.0 * 3.0);           // fwd + bwd, 8 layers, 3 micro-batches
+  expect_relative(reduce.bytes, 2.0 * P);             // 13640192 bytes
+  EXPECT_EQ(reduce.count, 3.0);                       // every micro-batch
+  EXPECT_EQ(reduce.ranks, 4);
+  const double gather_s = 0.75 * 2.0 * layer_params / 232.5e9 + 2.0 * 2e-6;
+  const double reduce_s = 0.75 * 2.0 * P / 232.5e9 + 2.0 * 2e-6;
+  expect_relative(gather.time_s, gather_s);
+  expect_relative(reduce.time_s, reduce_s);
+  // Nothing overlapped: all 48 gathers and 3 reductions on the critical path.
+  expect_relative(e.cluster->grad_reduce_exposed_s, 3.0 * reduce_s);
+  expect_relative(e.cluster->exposed_comm_s, 48.0 * gather_s + 3.0 * reduce_s);
+  // fp32 reduction (FSDP reduce_dtype fp32, modar's bf16 default): twice the bytes.
+  c.train.grad_reduce_in_fp32 = GradReduceInFp32::by_dtype;
+  const CommRecord reduce32 =
+      record(estimate(c, a100()), "dp.grad", Collective::reduce_scatter, Pass::backward);
+  expect_relative(reduce32.bytes, 4.0 * P);
+  EXPECT_EQ(reduce32.count, 3.0);
+}
+
 // PP 2 (1F1B): send of b s d B per boundary per micro-batch each way; the
 // bubble is (p - 1) / m of the ideal time; interleaving divides it by v.
 TEST(Cluster, PipelineTwoSendsAndBubble) {

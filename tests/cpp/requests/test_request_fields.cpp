@@ -35,20 +35,34 @@ struct Row {
   std::function<void()> resolve;
 };
 
+// The row adder of one request: each row starts from `base` (the fields the
+// request needs to resolve at all), sets one field with `set`, and calls
+// `resolve` on it.
+template <class Request, class Resolve>
+auto row_adder(std::vector<Row>& rows, const char* request, const Request& base, Resolve resolve) {
+  return [&rows, request, base, resolve](const std::string& field, const std::string& value,
+                                         const std::function<void(Request&)>& set) {
+    rows.push_back({request, field, value, [base, resolve, set] {
+                      Request r = base;
+                      set(r);
+                      resolve(r);
+                    }});
+  };
+}
+
 std::string text(double v) {
   return modar::format_number(v);
 }
 
 void optimal_rows(std::vector<Row>& rows) {
-  const auto add = [&](const std::string& field, const std::string& value,
-                       const std::function<void(modar::OptimalRequest&)>& set) {
-    rows.push_back({"optimal", field, value, [set] {
-                      modar::OptimalRequest r;
-                      r.flops = 1e20;
-                      set(r);
-                      modar::resolve_optimal(r);
-                    }});
-  };
+  const auto add = row_adder(
+      rows, "optimal",
+      [] {
+        modar::OptimalRequest r;
+        r.flops = 1e20;
+        return r;
+      }(),
+      [](const modar::OptimalRequest& r) { modar::resolve_optimal(r); });
   for (const double v : {0.0, -1e20, 0.5, 1e36, kNaN, kInf}) {
     add("flops", text(v), [v](auto& r) { r.flops = v; });
   }
@@ -97,16 +111,15 @@ void optimal_rows(std::vector<Row>& rows) {
 }
 
 void sweep_rows(std::vector<Row>& rows) {
-  const auto add = [&](const std::string& field, const std::string& value,
-                       const std::function<void(modar::SweepRequest&)>& set) {
-    rows.push_back({"sweep", field, value, [set] {
-                      modar::SweepRequest r;
-                      r.flops = {1e20};
-                      r.arch = {"baseline", "mod", "dar"};
-                      set(r);
-                      modar::resolve_sweep(r);
-                    }});
-  };
+  const auto add = row_adder(
+      rows, "sweep",
+      [] {
+        modar::SweepRequest r;
+        r.flops = {1e20};
+        r.arch = {"baseline", "mod", "dar"};
+        return r;
+      }(),
+      [](const modar::SweepRequest& r) { modar::resolve_sweep(r); });
   for (const double v : {0.0, -1.0, 1e40, kNaN}) {
     add("flops", text(v), [v](auto& r) { r.flops = {1e19, v}; });
   }
@@ -157,17 +170,18 @@ void fit_and_closed_form_rows(std::vector<Row>& rows) {
 }
 
 void profile_rows(std::vector<Row>& rows) {
-  const auto add = [&](const std::string& field, const std::string& value,
-                       const std::function<void(modar::runtime::ProfileRequest&)>& set) {
-    rows.push_back({"profile", field, value, [set] {
-                      modar::runtime::ProfileRequest r;
-                      r.out_path = "unused.toml";
-                      r.quick = true;
-                      set(r);
-                      const auto backend = modar::runtime::make_backend("cpu");
-                      modar::runtime::resolve_profile_options(r, *backend);
-                    }});
-  };
+  const auto add = row_adder(
+      rows, "profile",
+      [] {
+        modar::runtime::ProfileRequest r;
+        r.out_path = "unused.toml";
+        r.quick = true;
+        return r;
+      }(),
+      [](const modar::runtime::ProfileRequest& r) {
+        const auto backend = modar::runtime::make_backend("cpu");
+        modar::runtime::resolve_profile_options(r, *backend);
+      });
   for (const int v : {-1, 1 << 30}) {
     add("threads", std::to_string(v), [v](auto& r) { r.threads = v; });
   }
@@ -195,17 +209,13 @@ void profile_rows(std::vector<Row>& rows) {
 }
 
 void validate_rows(std::vector<Row>& rows) {
-  const auto add = [&](const std::string& field, const std::string& value,
-                       const std::function<void(modar::runtime::ValidationRequest&)>& set) {
-    rows.push_back({"validate", field, value, [set] {
-                      modar::runtime::ValidationRequest r;
-                      set(r);
-                      const modar::DeviceProfile profile = modar::runtime::load_measured_profile(
-                          std::string(MODAR_SOURCE_DIR) + "/profiles/cpu-measured-quick.toml",
-                          "cpu");
-                      modar::runtime::resolve_validation_options(r, profile);
-                    }});
-  };
+  const auto add =
+      row_adder(rows, "validate", modar::runtime::ValidationRequest{},
+                [](const modar::runtime::ValidationRequest& r) {
+                  const modar::DeviceProfile profile = modar::runtime::load_measured_profile(
+                      std::string(MODAR_SOURCE_DIR) + "/profiles/cpu-measured-quick.toml", "cpu");
+                  modar::runtime::resolve_validation_options(r, profile);
+                });
   for (const int v : {0, -1, 1001}) {
     add("rounds", std::to_string(v), [v](auto& r) { r.rounds = v; });
   }
@@ -219,15 +229,11 @@ void validate_rows(std::vector<Row>& rows) {
 }
 
 void comm_profile_rows(std::vector<Row>& rows) {
-  const auto add = [&](const std::string& field, const std::string& value,
-                       const std::function<void(modar::runtime::CommProfileRequest&)>& set) {
-    rows.push_back({"profile --comm", field, value, [set] {
-                      modar::runtime::CommProfileRequest r;
-                      set(r);
-                      modar::runtime::resolve_comm_profile_options(
-                          r, modar::runtime::DeviceKind::cpu, 2);
-                    }});
-  };
+  const auto add = row_adder(rows, "profile --comm", modar::runtime::CommProfileRequest{},
+                             [](const modar::runtime::CommProfileRequest& r) {
+                               modar::runtime::resolve_comm_profile_options(
+                                   r, modar::runtime::DeviceKind::cpu, 2);
+                             });
   add("min_bytes", "8", [](auto& r) { r.min_bytes = 8; });
   add("min_bytes", "-1024", [](auto& r) { r.min_bytes = -1024; });
   add("max_bytes", "100000000000", [](auto& r) { r.max_bytes = 100000000000; });
@@ -239,29 +245,24 @@ void comm_profile_rows(std::vector<Row>& rows) {
 }
 
 void calibrate_rows(std::vector<Row>& rows) {
-  const auto add = [&](const std::string& field, const std::string& value,
-                       const std::function<void(modar::CalibrateRequest&)>& set) {
-    rows.push_back({"calibrate", field, value, [set] {
-                      modar::CalibrateRequest r;
-                      set(r);
-                      modar::resolve_calibrate_options(r, modar::load_profile("a100-80gb-dgx"));
-                    }});
-  };
+  const auto add =
+      row_adder(rows, "calibrate", modar::CalibrateRequest{}, [](const modar::CalibrateRequest& r) {
+        modar::resolve_calibrate_options(r, modar::load_profile("a100-80gb-dgx"));
+      });
   for (const int v : {0, -3, 10001}) {
     add("max_iterations", std::to_string(v), [v](auto& r) { r.max_iterations = v; });
   }
 }
 
 void layout_rows(std::vector<Row>& rows) {
-  const auto add = [&](const std::string& field, const std::string& value,
-                       const std::function<void(modar::LayoutRequest&)>& set) {
-    rows.push_back({"layout", field, value, [set] {
-                      modar::LayoutRequest r;
-                      r.gpus = 8;
-                      set(r);
-                      modar::resolve_layout(r);
-                    }});
-  };
+  const auto add = row_adder(
+      rows, "layout",
+      [] {
+        modar::LayoutRequest r;
+        r.gpus = 8;
+        return r;
+      }(),
+      [](const modar::LayoutRequest& r) { modar::resolve_layout(r); });
   for (const int64_t v : {int64_t{0}, int64_t{-8}, int64_t{1} << 25}) {
     add("gpus", std::to_string(v), [v](auto& r) { r.gpus = v; });
   }
