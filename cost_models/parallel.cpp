@@ -30,6 +30,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
 #include "attention_kernel.hpp"
@@ -290,60 +291,114 @@ GroupPlace folded_group(int64_t stride, int64_t members, int64_t t, int64_t c, i
 
 // Contiguous partition of `cost` into `parts` chunks minimising the largest
 // chunk (binary search on the bound, greedy fill); every chunk >= 1 layer.
-std::vector<int64_t> balanced_partition(const std::vector<double>& cost, int64_t parts) {
-  const int64_t n = static_cast<int64_t>(cost.size());
-  const double* costs = cost.data();
-  // The greedy fill under `bound`: a chunk closes before the layer that
-  // would take it past the bound, or when the layers left are needed one per
-  // chunk left; false when a chunk of several layers (or the last chunk)
-  // passes the bound, or a chunk stays empty.  The open chunk's size is kept
-  // in a register and written when it closes (the search calls this ~35
-  // times per partition: the planner's hot path).
-  auto fill = [&](double bound, std::vector<int64_t>* sizes) {
-    sizes->assign(static_cast<size_t>(parts), 0);
-    int64_t* size = sizes->data();
+//
+// The greedy fill's outcome depends on the bound only through its
+// comparisons, so each fill also records the interval of bounds that take
+// the same path (FillPath); a later bound of the binary search inside the
+// interval of the last feasible or infeasible fill has that fill's outcome
+// and needs no new fill.  The bisection's steps, its final bound and the
+// split it returns are those of filling at every step (the planner's hot
+// path: ~35 fills per partition before, a handful now).
+
+// The bounds b that make a greedy fill take one recorded path: every close
+// decided by a comparison had sum + layer > b (so b < close_below), every
+// chunk that kept its layer had sum + layer <= b (b >= keep_at_least), every
+// overflow check passed (kept_sum <= b (1 + 1e-12)) or, for an infeasible
+// path that stopped at one, failed (failed_sum > b (1 + 1e-12)).
+struct FillPath {
+  double keep_at_least = -INFINITY;
+  double close_below = INFINITY;
+  double kept_sum = -INFINITY;
+  double failed_sum = INFINITY;  // finite only on a path that failed there
+  bool feasible = false;
+  bool holds_for(double bound) const {
     const double limit = bound * (1.0 + 1e-12);
-    int64_t chunk = 0;
-    int64_t in_chunk = 0;
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; ++i) {
-      const double layer = costs[i];
-      if (in_chunk > 0 && chunk + 1 < parts && (sum + layer > bound || n - i < parts - chunk)) {
+    return bound >= keep_at_least && bound < close_below && !(kept_sum > limit) &&
+           (failed_sum == INFINITY || failed_sum > limit);
+  }
+};
+
+// The greedy fill under `bound`: a chunk closes before the layer that would
+// take it past the bound, or when the layers left are needed one per chunk
+// left; infeasible when a chunk of several layers (or the last chunk) passes
+// the bound.  The open chunk's size stays in a register until it closes.
+FillPath greedy_fill(const double* costs, int64_t n, int64_t parts, double bound,
+                     std::vector<int64_t>* sizes) {
+  FillPath path;
+  sizes->assign(static_cast<size_t>(parts), 0);
+  int64_t* size = sizes->data();
+  const double limit = bound * (1.0 + 1e-12);
+  int64_t chunk = 0;
+  int64_t in_chunk = 0;
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double layer = costs[i];
+    if (in_chunk > 0 && chunk + 1 < parts) {
+      const double grown = sum + layer;
+      const bool forced = n - i < parts - chunk;  // decided whatever the bound
+      const bool over = grown > bound;
+      if (!forced) {
+        if (over) {
+          path.close_below = std::min(path.close_below, grown);
+        } else {
+          path.keep_at_least = std::max(path.keep_at_least, grown);
+        }
+      }
+      if (over || forced) {
         size[chunk] = in_chunk;
         ++chunk;
         in_chunk = 0;
         sum = 0.0;
       }
-      sum += layer;
-      ++in_chunk;
-      if (sum > limit && (in_chunk > 1 || chunk + 1 == parts)) {
-        return false;
-      }
     }
-    size[chunk] = in_chunk;
-    return chunk + 1 == parts;  // every chunk closed with >= 1 layer, the last has >= 1
-  };
+    sum += layer;
+    ++in_chunk;
+    if (in_chunk > 1 || chunk + 1 == parts) {
+      if (sum > limit) {
+        path.failed_sum = sum;
+        return path;
+      }
+      path.kept_sum = std::max(path.kept_sum, sum);
+    }
+  }
+  size[chunk] = in_chunk;
+  path.feasible = chunk + 1 == parts;  // every chunk closed with >= 1 layer, the last has >= 1
+  return path;
+}
+
+std::vector<int64_t> balanced_partition(const std::vector<double>& cost, int64_t parts) {
+  const int64_t n = static_cast<int64_t>(cost.size());
   double lo = *std::max_element(cost.begin(), cost.end());
   double hi = 0.0;
   for (double c : cost) {
     hi += c;
   }
   std::vector<int64_t> sizes, best;
-  if (!fill(hi, &best)) {
+  FillPath feasible = greedy_fill(cost.data(), n, parts, hi, &best);
+  if (!feasible.feasible) {
     best.assign(static_cast<size_t>(parts), n / parts);
     for (int64_t i = 0; i < n % parts; ++i) {
       ++best[static_cast<size_t>(parts - 1 - i)];
     }
     return best;
   }
+  std::optional<FillPath> infeasible;
   for (int iteration = 0; iteration < 60 && hi - lo > 1e-9 * hi; ++iteration) {
     const double mid = 0.5 * (lo + hi);
-    if (fill(mid, &sizes)) {
-      hi = mid;
-      best.swap(sizes);
-    } else {
-      lo = mid;
+    bool fits = false;
+    if (feasible.holds_for(mid)) {
+      fits = true;  // the split at hi, again
+    } else if (!(infeasible && infeasible->holds_for(mid))) {
+      const FillPath path = greedy_fill(cost.data(), n, parts, mid, &sizes);
+      fits = path.feasible;
+      if (fits) {
+        feasible = path;
+        best.swap(sizes);
+      } else {
+        infeasible = path;
+      }
     }
+    (fits ? hi : lo) = mid;
   }
   return best;
 }

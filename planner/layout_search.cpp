@@ -320,11 +320,70 @@ int64_t layout_global_batch(const Config& config, const LayoutSearchOptions& opt
   return global;
 }
 
+// One shape's layout space with its lowered computes, shared by the step
+// floor and the search.
+struct ShapeLayouts::State {
+  State(const Config& config_in, const TimingModel& timing_in,
+        const LayoutSearchOptions& options_in)
+      : config(config_in),
+        timing(timing_in),
+        options(options_in),
+        space(layout_space(config_in, timing_in, options_in)),
+        estimator(timing_in) {}
+  Config config;
+  const TimingModel& timing;
+  LayoutSearchOptions options;
+  LayoutSpace space;
+  LayoutEstimator estimator;
+};
+
+ShapeLayouts::ShapeLayouts(const Config& config, const TimingModel& timing,
+                           const LayoutSearchOptions& options)
+    : state_(std::make_unique<State>(config, timing, options)) {}
+
+ShapeLayouts::~ShapeLayouts() = default;
+
+double ShapeLayouts::tokens_per_step() const {
+  return static_cast<double>(state_->space.global) *
+         static_cast<double>(state_->config.model.seq_len);
+}
+
+double ShapeLayouts::step_floor_s() {
+  // Every layout of the space, fitting or not (the search's answer is one of
+  // them: the fastest that fits, or the one with the least memory), at the
+  // step-time lower bound the search prunes with (any recompute), with the
+  // same slack.
+  // The bound does not depend on the ZeRO stage (it leaves out what ZeRO
+  // changes), the space's innermost dimension: one bound per run of
+  // candidates differing only in it.
+  State& s = *state_;
+  double floor_s = INFINITY;
+  const Candidate* bounded = nullptr;
+  for (const Candidate& l : s.space.candidates) {
+    if (bounded != nullptr && bounded->t == l.t && bounded->p == l.p && bounded->v == l.v &&
+        bounded->mb == l.mb && bounded->sp == l.sp && bounded->cp == l.cp && bounded->ep == l.ep &&
+        bounded->etp == l.etp) {
+      continue;
+    }
+    bounded = &l;
+    floor_s = std::min(floor_s, s.estimator.step_lower_bound(
+                                    layout_config(s.config, s.space, l, Recompute::none)));
+  }
+  return floor_s * (1.0 - kBoundSlack);
+}
+
 LayoutSearchResult search_layout(const Config& config, const TimingModel& timing,
                                  const LayoutSearchOptions& options) {
-  const LayoutSpace space = layout_space(config, timing, options);
+  return ShapeLayouts(config, timing, options).search();
+}
+
+LayoutSearchResult ShapeLayouts::search() {
+  const Config& config = state_->config;
+  const TimingModel& timing = state_->timing;
+  const LayoutSearchOptions& options = state_->options;
+  const LayoutSpace& space = state_->space;
+  LayoutEstimator& estimator = state_->estimator;
   const DeviceProfile& profile = timing.profile();
-  LayoutEstimator estimator(timing);
   LayoutSearchResult best;
   double best_step = INFINITY;
   int64_t first_fit_size = 0;

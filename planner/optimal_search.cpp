@@ -56,7 +56,10 @@ const Estimate& Evaluator::cost_of(const Config& arch_base, Point& point) {
     const Config config = with_shape(arch_base, point.candidate.shape);
     if (run_.gpus > 1) {
       // Cluster (planner/layout_search.cpp): the fastest layout that fits.
-      LayoutSearchResult layout = search_layout(config, timing_, layout_options());
+      // The layouts the step floor lowered, if it was asked for.
+      LayoutSearchResult layout = point.layouts ? point.layouts->search()
+                                                : search_layout(config, timing_, layout_options());
+      point.layouts.reset();
       point.layout = std::move(layout.config);
       *point.estimate = std::move(layout.estimate);
       layouts_evaluated_ += layout.evaluated;
@@ -114,6 +117,33 @@ double Evaluator::tokens_for(const Config& arch_base, Point& point) {
     point.tokens = tokens;
   }
   return *point.tokens;
+}
+
+std::optional<double> Evaluator::step_floor(const Config& arch_base, Point& point) {
+  if (run_.gpus <= 1 || !wall_clock()) {
+    return std::nullopt;
+  }
+  if (!point.step_floor_s) {
+    check();
+    point.layouts = std::make_shared<ShapeLayouts>(with_shape(arch_base, point.candidate.shape),
+                                                   timing_, layout_options());
+    point.step_floor_s = point.layouts->step_floor_s();
+    point.layout_tokens_per_step = point.layouts->tokens_per_step();
+  }
+  return point.step_floor_s;
+}
+
+double Evaluator::tokens_floor_bound(const Config& arch_base, Point& point) {
+  if (point.tokens) {
+    return *point.tokens;
+  }
+  const std::optional<double> floor_s = step_floor(arch_base, point);
+  if (!floor_s) {
+    return tokens_bound(point);
+  }
+  // tokens_for()'s expression at the floor (no slower a step: no fewer tokens).
+  const double wall_s = *budget_.gpu_hours / double(run_.gpus) * 3600.0;
+  return std::min(tokens_bound(point), wall_s * (point.layout_tokens_per_step / *floor_s));
 }
 
 double Evaluator::token_bound_flops() const {
@@ -221,6 +251,19 @@ double ArchSpace::loss(Point& point, double eps) {
                         evaluator_.tokens_for(arch_base_, point));
 }
 
+std::optional<double> ArchSpace::loss_unless_above(Point& point, double eps, double limit) {
+  if (!point.tokens && std::isfinite(limit)) {
+    const double bound =
+        predicted_loss(evaluator_.law(), scale(eps), point.candidate.params.flop_active,
+                       evaluator_.tokens_floor_bound(arch_base_, point));
+    if (bound > limit) {
+      point.layouts.reset();  // no layout search for this shape (its floor is kept)
+      return std::nullopt;
+    }
+  }
+  return loss(point, eps);
+}
+
 std::optional<std::pair<double, double>> bound_interval(const LossFitParams& law, LossScale scale,
                                                         double bound_flops, double loss) {
   if (!std::isfinite(bound_flops)) {
@@ -312,7 +355,16 @@ Argmin isoflop_argmin(ArchSpace& space, double eps, double centre_flops) {
         pruned = true;
         break;
       }
-      losses[at] = space.loss(points[at], eps);
+      // A point whose layouts' step floor already puts it above the tie limit
+      // is not costed: its loss stays at infinity (above the limit, as it is).
+      const std::optional<double> loss = space.loss_unless_above(
+          points[at], eps,
+          best_fit >= 0 ? losses[static_cast<size_t>(best_fit)] * (1.0 + kLossTieRelative)
+                        : INFINITY);
+      if (!loss) {
+        continue;
+      }
+      losses[at] = *loss;
       if (unconstrained < 0 || losses[at] < losses[static_cast<size_t>(unconstrained)]) {
         unconstrained = i;
       }
@@ -449,6 +501,18 @@ int fastest_at_parity(ArchSpace& space, double eps, double target_loss,
       break;  // no later shape can step faster
     }
     Point& point = points[static_cast<size_t>(i)];
+    if (!point.estimate) {
+      // On a cluster under a wall-clock budget, the layouts' step floor rules
+      // out a shape that cannot step faster or reach the target loss.
+      const std::optional<double> floor_s = evaluator.step_floor(space.arch_base(), point);
+      if (floor_s && *floor_s >= fastest_s) {
+        point.layouts.reset();
+        continue;
+      }
+      if (!space.loss_unless_above(point, eps, target_loss * (1.0 + 1e-12))) {
+        continue;
+      }
+    }
     const Estimate& est = evaluator.cost_of(space.arch_base(), point);
     if (est.memory.fits && est.time.step_s < fastest_s && (!wall_clock || qualifies(point))) {
       fastest_s = est.time.step_s;

@@ -22,6 +22,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -49,6 +50,12 @@ struct Point {
   std::optional<Estimate> estimate;       // lazy: memory + step time
   std::optional<Config> layout;           // gpus > 1: the shape with its chosen layout
   std::optional<bool> layout_fits;        // gpus > 1: some layout fits (memory screen)
+  // gpus > 1 under a wall-clock budget: the least step-time lower bound over
+  // the shape's layouts (ShapeLayouts::step_floor_s) and their tokens per
+  // step (lazy), and the layouts lowered for it until the layout search.
+  std::optional<double> step_floor_s;
+  double layout_tokens_per_step = 0.0;
+  std::shared_ptr<ShapeLayouts> layouts;
 };
 
 // What a shape's tokens are bought with: training FLOPs, device-hours on the
@@ -87,6 +94,13 @@ class Evaluator {
   double tokens_bound(const Point& point) const {
     return token_bound_flops() / point.candidate.train_flops_per_token;
   }
+  // A tighter bound on tokens_for(point) on a cluster under a wall-clock
+  // budget: the budget's seconds at the shape's layouts' step floor (lowers
+  // the shape's rank computes, no memory screen or full estimate); else
+  // tokens_bound(); tokens_for() once the point is costed.
+  double tokens_floor_bound(const Config& arch_base, Point& point);
+  // The floor itself (nullopt where no layout search costs the point).
+  std::optional<double> step_floor(const Config& arch_base, Point& point);
   // Step time can be no shorter than the step's model FLOPs at the rate
   // ceiling (model_flop_rate_ceiling).
   double step_time_lower_bound(const Config& arch_base, const Point& point) const;
@@ -148,6 +162,9 @@ class ArchSpace {
     return predicted_loss(evaluator_.law(), scale(eps), point.candidate.params.flop_active,
                           evaluator_.tokens_bound(point));
   }
+  // The loss of `point`, or nullopt when its layouts' step floor already puts
+  // it above `limit` (Evaluator::tokens_floor_bound: no layout search).
+  std::optional<double> loss_unless_above(Point& point, double eps, double limit);
   // After Evaluator::set_budget: what the points' budget bought is stale.
   void forget_tokens();
   // Indices of points() in order of N_f.

@@ -39,6 +39,19 @@ const std::vector<std::string>& ParsedArgs::values(const std::string& flag) cons
   return it == values_.end() ? kEmpty : it->second;
 }
 
+FlagSpec quiet_flag() {
+  return {"--quiet", false, false, "", "no progress lines on stderr"};
+}
+
+FlagSpec set_flag() {
+  return {"--set", true, true, "KEY=VALUE", "override a config key (repeatable)"};
+}
+
+FlagSpec config_profile_flag() {
+  return {"--profile", true, false, "NAME|PATH",
+          "device profile (default: the config's device.profile)"};
+}
+
 bool wants_help(const Args& args) {
   for (const std::string& arg : args) {
     if (arg == "-h" || arg == "--help") {

@@ -34,6 +34,15 @@ struct FlagSpec {
   std::string help;
 };
 
+// Flags several commands declare alike, declared once.
+// --quiet: no progress lines on stderr.
+FlagSpec quiet_flag();
+// --set KEY=VALUE: override a config key (repeatable).
+FlagSpec set_flag();
+// --profile NAME|PATH for a command that reads a config: the device profile
+// instead of the config's device.profile.
+FlagSpec config_profile_flag();
+
 class ParsedArgs {
  public:
   std::vector<std::string> positional;

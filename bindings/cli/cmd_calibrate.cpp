@@ -56,7 +56,7 @@ int cmd_calibrate(const Args& args) {
       {"--max-iterations", true, false, "N",
        "Levenberg-Marquardt iterations (default " + std::to_string(d.max_iterations) + ")"},
       {"--json", false, false, "", "print JSON instead of the report"},
-      {"--quiet", false, false, "", "no progress on stderr"},
+      quiet_flag(),
   };
   if (wants_help(args)) {
     std::string defaults;

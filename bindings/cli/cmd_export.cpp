@@ -34,7 +34,7 @@ std::vector<FlagSpec> export_own_flags() {
 
 std::vector<FlagSpec> export_flags() {
   std::vector<FlagSpec> flags = export_own_flags();
-  flags.push_back({"--set", true, true, "KEY=VALUE", "override a config key (repeatable)"});
+  flags.push_back(set_flag());
   flags.push_back({"--megatron-args", true, false, "TEXT",
                    "read the configuration from Megatron-LM arguments instead of CONFIG"});
   return flags;

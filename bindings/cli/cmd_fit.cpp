@@ -23,7 +23,7 @@ int cmd_fit(const Args& args) {
       {"--delta", true, false, "D",
        "Huber delta on log-loss residuals (default " + format_number(d.huber_delta) + ")"},
       {"--json", false, false, "", "print JSON"},
-      {"--quiet", false, false, "", "no progress lines on stderr"},
+      quiet_flag(),
   };
   if (print_help_if_asked(args, "fit", "RUNS.csv [options]", flags,
                           "RUNS.csv: a header row with columns loss, D (or tokens) and N (FLOP-"

@@ -26,9 +26,8 @@ std::vector<FlagSpec> layout_flags(const LayoutSettings& d) {
       {"--global-batch", true, false, "SEQUENCES",
        "sequences per optimizer step, the same for every layout (default: the config's "
        "train.global_batch, else 2^22 / seq_len rounded up to a power of two, ~4M tokens)"},
-      {"--profile", true, false, "NAME|PATH",
-       "device profile (default: the config's device.profile)"},
-      {"--set", true, true, "KEY=VALUE", "override a config key (repeatable)"},
+      config_profile_flag(),
+      set_flag(),
       {"--top", true, false, "K",
        "rows of each table (default " + std::to_string(d.top) + "; --json lists every layout)"},
       {"--json", false, false, "", "print the JSON document (every layout) instead of the tables"},

@@ -60,7 +60,7 @@ const std::vector<FlagSpec> kFlags = {
     {"--dry-run", false, false, "",
      "print the resolved settings (JSON: threads, clock, budget, points, estimated duration, "
      "the points within --max-seconds) and exit"},
-    {"--quiet", false, false, "", "no progress lines on stderr"},
+    quiet_flag(),
     // ---- --comm: the collectives instead of the ops (run under mpirun) ----
     {"--comm", false, false, "",
      "measure the collectives (all_reduce, reduce_scatter, all_gather, all_to_all, send_recv) "

@@ -43,7 +43,7 @@ const std::vector<FlagSpec> kFlags = {
      "mpirun -np 2 or 4: compute (CPU time) and communication (wall time) reported separately"},
     {"--cases", true, false, "N1,N2", "--parallel: only these cases (names as in the table)"},
     {"--dry-run", false, false, "", "print the resolved settings (JSON) and exit"},
-    {"--quiet", false, false, "", "no progress lines on stderr"},
+    quiet_flag(),
 };
 
 constexpr const char* kDescription =

@@ -91,7 +91,7 @@ std::vector<FlagSpec> planner_run_flags(const PlannerRun& d) {
        "smallest d_model / n_layers (default " + format_number(d.shapes.aspect_min) + ")"},
       {"--aspect-max", true, false, "R",
        "largest d_model / n_layers (default " + format_number(d.shapes.aspect_max) + ")"},
-      {"--quiet", false, false, "", "no progress lines on stderr"},
+      quiet_flag(),
   };
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -68,6 +69,30 @@ struct LayoutSearchResult {
 // size, micro-batch and recompute.
 LayoutSearchResult search_layout(const Config& config, const TimingModel& timing,
                                  const LayoutSearchOptions& options);
+
+// search_layout() in two steps, for a caller that may not need the second:
+// step_floor_s() bounds from below the step time search() will return
+// (fitting or not) from the lowered rank computes alone, without memory
+// screens or full estimates; search() then shares those computes.  The
+// planner prunes shapes whose floor already rules them out.
+class ShapeLayouts {
+ public:
+  ShapeLayouts(const Config& config, const TimingModel& timing, const LayoutSearchOptions& options);
+  ~ShapeLayouts();
+  ShapeLayouts(const ShapeLayouts&) = delete;
+  ShapeLayouts& operator=(const ShapeLayouts&) = delete;
+
+  // <= search().estimate.time.step_s: the least step-time lower bound
+  // (cluster_step_lower_bound) over every layout of the space.
+  double step_floor_s();
+  // Tokens per step of every layout (search().estimate.flops.tokens_per_step).
+  double tokens_per_step() const;
+  LayoutSearchResult search();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 struct LayoutFeasibility {
   bool fits = false;     // exactly search_layout(...).fits

@@ -3,6 +3,8 @@
 // second with and without per-candidate memory / step-time estimates, and the
 // wall-clock budgets the docs run on clusters.
 // Prints a table; no assertions (speed is shown by programs, not tests).
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <string>
@@ -85,7 +87,9 @@ int main() {
 
   // The wall-clock budgets the docs run (docs/cluster.md, docs/planner.md):
   // `modar optimal --gpu-hours H --gpus N --profile P`, default architectures.
-  std::printf("\nmodar optimal --gpu-hours H --gpus N --profile P (default architectures)\n");
+  // CPU seconds: the least of three calls (a shared host's load only adds).
+  std::printf("\nmodar optimal --gpu-hours H --gpus N --profile P (default architectures), "
+              "CPU s: min of 3 calls\n");
   std::printf("%-10s %6s %-16s %10s %12s %8s %10s %10s\n", "GPU-hours", "GPUs", "profile",
               "CPU s", "candidates", "timed", "layouts", "l. timed");
   struct WallClock {
@@ -99,9 +103,13 @@ int main() {
     request.gpu_hours = run.gpu_hours;
     request.gpus = run.gpus;
     request.profile = run.profile;
-    const double start = cpu_seconds();
-    const modar::OptimalResult result = modar::optimal(request);
-    const double elapsed = cpu_seconds() - start;
+    modar::OptimalResult result;
+    double elapsed = INFINITY;
+    for (int repeat = 0; repeat < 3; ++repeat) {
+      const double start = cpu_seconds();
+      result = modar::optimal(request);
+      elapsed = std::min(elapsed, cpu_seconds() - start);
+    }
     std::printf("%-10.6g %6lld %-16s %10.3f %12lld %8lld %10lld %10lld\n", run.gpu_hours,
                 static_cast<long long>(run.gpus), run.profile, elapsed,
                 static_cast<long long>(result.candidates_evaluated),

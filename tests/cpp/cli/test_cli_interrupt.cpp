@@ -88,8 +88,14 @@ std::vector<pid_t> children_of(pid_t parent) {
   return pids;
 }
 
+// How long a command may take to print its ready text: generous, as a
+// loaded CI host slows everything (the signal is sent only once the text
+// proves the run is under way; a command that never prints it fails as such).
+constexpr int kReadySeconds = 300;
+
 struct Interrupted {
-  bool started = false;  // the ready text appeared before the run ended
+  bool started = false;      // the ready text appeared before the run ended
+  bool never_ready = false;  // still running without it after kReadySeconds (killed)
   bool exited = false;
   int code = -1;
   std::string err;
@@ -115,15 +121,24 @@ Interrupted interrupt_when_ready(const std::string& command, const std::string& 
   }
   Interrupted result;
   int status = 0;
-  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  const auto deadline = Clock::now() + std::chrono::seconds(kReadySeconds);
   bool done = false;
-  while (Clock::now() < deadline) {
+  while (!result.started) {
     if (::waitpid(pid, &status, WNOHANG) == pid) {
       done = true;
       break;
     }
     if (modar_test::slurp(err_path).find(ready) != std::string::npos) {
       result.started = true;
+      break;
+    }
+    if (Clock::now() >= deadline) {
+      // Never SIGINT a run that has not shown it is under way: that would
+      // test nothing (or fail as "finished early" when the signal wins).
+      result.never_ready = true;
+      ::kill(-pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      done = true;
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -153,12 +168,28 @@ Interrupted interrupt_when_ready(const std::string& command, const std::string& 
 }
 
 void expect_interrupted(const Interrupted& r, const std::string& what) {
+  ASSERT_FALSE(r.never_ready) << what << ": no ready text on stderr within " << kReadySeconds
+                              << " s\n"
+                              << r.err;
   ASSERT_TRUE(r.started) << what << ": finished (code " << r.code
                          << ") before it could be interrupted; give it more work\n"
                          << r.err;
   EXPECT_TRUE(r.exited) << what << ": killed by signal " << -r.code;
   EXPECT_EQ(r.code, 130) << what << "\n" << r.err;
   EXPECT_NE(r.err.find("interrupted"), std::string::npos) << what << "\n" << r.err;
+}
+
+// An interrupted run printed nothing to `out` (its stdout); removes `out`.
+void expect_printed_nothing(const std::string& out) {
+  EXPECT_EQ(modar_test::slurp(out), "") << out;
+  std::remove(out.c_str());
+}
+
+// An interrupted run wrote no `path`, and left no atomic write's temporary
+// beside it.
+void expect_not_written(const std::string& path) {
+  EXPECT_FALSE(exists(path)) << path;
+  EXPECT_FALSE(leftover(path, ".tmp")) << path;
 }
 
 std::string cli() {
@@ -180,8 +211,7 @@ TEST(CliInterrupt, OptimalStopsAndPrintsNothing) {
           "baseline,mod,dar,mod+dar,moe,mode-staged,mode-integrated > " + out,
       "modar optimal: ");
   expect_interrupted(r, "optimal");
-  EXPECT_EQ(modar_test::slurp(out), "");
-  std::remove(out.c_str());
+  expect_printed_nothing(out);
 }
 
 TEST(CliInterrupt, ExportFromOptimalStopsAndPrintsNothing) {
@@ -193,8 +223,7 @@ TEST(CliInterrupt, ExportFromOptimalStopsAndPrintsNothing) {
           out,
       "modar optimal: ");
   expect_interrupted(r, "export --from-optimal");
-  EXPECT_EQ(modar_test::slurp(out), "");
-  std::remove(out.c_str());
+  expect_printed_nothing(out);
 }
 
 TEST(CliInterrupt, LayoutStopsAndPrintsNothing) {
@@ -206,8 +235,7 @@ TEST(CliInterrupt, LayoutStopsAndPrintsNothing) {
           "/examples/configs/moe_small.toml --gpus 16384 --profile h100-80gb-dgx > " + out,
       "modar layout: ");
   expect_interrupted(r, "layout");
-  EXPECT_EQ(modar_test::slurp(out), "");
-  std::remove(out.c_str());
+  expect_printed_nothing(out);
 }
 
 TEST(CliInterrupt, SweepStopsAndWritesNothing) {
@@ -220,8 +248,7 @@ TEST(CliInterrupt, SweepStopsAndWritesNothing) {
           out,
       "modar sweep: ");
   expect_interrupted(r, "sweep");
-  EXPECT_FALSE(exists(out));
-  EXPECT_FALSE(leftover(out, ".tmp"));
+  expect_not_written(out);
 }
 
 TEST(CliInterrupt, FitStopsAndWritesNothing) {
@@ -242,8 +269,7 @@ TEST(CliInterrupt, FitStopsAndWritesNothing) {
       cli() + " fit " + runs + " --bootstrap 100000 --output " + fit + " > /dev/null",
       "modar fit: ");
   expect_interrupted(r, "fit");
-  EXPECT_FALSE(exists(fit));
-  EXPECT_FALSE(leftover(fit, ".tmp"));
+  expect_not_written(fit);
   std::remove(runs.c_str());
 }
 
@@ -276,8 +302,7 @@ TEST(CliInterrupt, CalibrateStopsAndWritesNoProfile) {
       cli() + " calibrate " + runs + " --profile a100-80gb-dgx --out " + out + " > /dev/null",
       "modar calibrate: ");
   expect_interrupted(r, "calibrate");
-  EXPECT_FALSE(exists(out));
-  EXPECT_FALSE(leftover(out, ".tmp"));
+  expect_not_written(out);
   std::remove(runs.c_str());
 }
 
@@ -285,7 +310,8 @@ TEST(CliInterrupt, ProfileStopsAndWritesNoProfile) {
   const std::string out = temp_path("profile.toml");
   std::remove(out.c_str());
   const Interrupted r = interrupt_when_ready(
-      cli() + " profile --backend cpu --quick --no-ceilings --out " + out + " > /dev/null", "[");
+      cli() + " profile --backend cpu --quick --no-ceilings --out " + out + " > /dev/null",
+      "shapes (");  // run_profile's header, printed under the interrupt scope before measuring
   expect_interrupted(r, "profile");
   EXPECT_FALSE(exists(out));  // (OUT.partial keeps the points measured: --resume)
   std::remove((out + ".partial").c_str());
@@ -296,8 +322,7 @@ TEST(CliInterrupt, ValidateStopsAndPrintsNothing) {
   const Interrupted r = interrupt_when_ready(
       cli() + " validate --profile cpu-measured-quick --rounds 50 > " + out, "modar validate: ");
   expect_interrupted(r, "validate");
-  EXPECT_EQ(modar_test::slurp(out), "");
-  std::remove(out.c_str());
+  expect_printed_nothing(out);
 }
 
 TEST(CliInterrupt, CommProfileRanksStopTogetherAndWriteNothing) {
@@ -315,8 +340,7 @@ TEST(CliInterrupt, CommProfileRanksStopTogetherAndWriteNothing) {
   }
   expect_interrupted(r, "profile --comm");
   EXPECT_EQ(r.err.find("MPI_ABORT"), std::string::npos) << r.err;  // no rank aborted the world
-  EXPECT_FALSE(exists(out));
-  EXPECT_FALSE(leftover(out, ".tmp"));
+  expect_not_written(out);
 }
 
 TEST(CliInterrupt, ParallelValidateRanksStopTogether) {
@@ -333,8 +357,7 @@ TEST(CliInterrupt, ParallelValidateRanksStopTogether) {
   }
   expect_interrupted(r, "validate --parallel");
   EXPECT_EQ(r.err.find("MPI_ABORT"), std::string::npos) << r.err;
-  EXPECT_EQ(modar_test::slurp(out), "");
-  std::remove(out.c_str());
+  expect_printed_nothing(out);
 }
 
 }  // namespace

@@ -561,6 +561,77 @@ TEST(Cluster, BalancedPartitionMatchesBruteForce) {
 
 // MoD: routed layers cost about c of a full layer, so time-balanced stages
 // hold different layer counts; the balanced bottleneck is never worse.
+// The bisection of balance_pipeline_chunks() re-fills only where its last
+// fills' recorded paths do not decide the bound: its split must be the plain
+// bisection's (a fill at every step; written out here as the reference),
+// including ties (integer and equal costs) and forced one-layer chunks.
+std::vector<int64_t> bisection_filling_every_step(const std::vector<double>& cost, int64_t parts) {
+  const int64_t n = static_cast<int64_t>(cost.size());
+  const auto fill = [&](double bound, std::vector<int64_t>& sizes) {
+    sizes.assign(static_cast<size_t>(parts), 0);
+    int64_t chunk = 0;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      const size_t at = static_cast<size_t>(chunk);
+      if (sizes[at] > 0 && chunk + 1 < parts &&
+          (sum + cost[static_cast<size_t>(i)] > bound || n - i < parts - chunk)) {
+        ++chunk;
+        sum = 0.0;
+      }
+      sum += cost[static_cast<size_t>(i)];
+      ++sizes[static_cast<size_t>(chunk)];
+      if (sum > bound * (1.0 + 1e-12) &&
+          (sizes[static_cast<size_t>(chunk)] > 1 || chunk + 1 == parts)) {
+        return false;
+      }
+    }
+    return chunk + 1 == parts;
+  };
+  double lo = *std::max_element(cost.begin(), cost.end());
+  double hi = 0.0;
+  for (double c : cost) {
+    hi += c;
+  }
+  std::vector<int64_t> sizes, best;
+  if (!fill(hi, best)) {
+    return {};
+  }
+  for (int iteration = 0; iteration < 60 && hi - lo > 1e-9 * hi; ++iteration) {
+    const double mid = 0.5 * (lo + hi);
+    if (fill(mid, sizes)) {
+      hi = mid;
+      best = sizes;
+    } else {
+      lo = mid;
+    }
+  }
+  return best;
+}
+
+TEST(Cluster, BalancedPartitionEqualsFillingEveryStep) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> real(0.2, 3.0);
+  std::uniform_int_distribution<int> whole(1, 4);
+  int compared = 0;
+  for (int trial = 0; trial < 600; ++trial) {
+    const int n = 2 + trial % 97;
+    const int64_t parts = 1 + trial % 16;
+    if (parts > n) {
+      continue;
+    }
+    std::vector<double> c(static_cast<size_t>(n));
+    for (double& x : c) {
+      x = trial % 3 == 0 ? real(rng) : trial % 3 == 1 ? double(whole(rng)) : 1.0;
+    }
+    c.front() += trial % 5 == 0 ? 7.5 : 0.0;  // a heavy first layer (the embedding)
+    const std::vector<int64_t> reference = bisection_filling_every_step(c, parts);
+    ASSERT_FALSE(reference.empty());
+    EXPECT_EQ(balance_pipeline_chunks(c, parts), reference) << "trial " << trial;
+    ++compared;
+  }
+  EXPECT_GT(compared, 500);
+}
+
 TEST(Cluster, ModStagesBalancedByTime) {
   Config c = small();
   c.model.n_layers = 12;

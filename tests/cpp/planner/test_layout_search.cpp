@@ -255,10 +255,12 @@ TEST(LayoutSearch, StepLowerBoundNeverExceedsTheStep) {
 
 // The pruned search returns exactly the unpruned one's layout and step (the
 // bound only skips what could not win), over shapes, device memories and
-// GPU counts, with expert parallelism and the ranking's wider space.
+// GPU counts, with expert parallelism and the ranking's wider space; the
+// planner's ShapeLayouts floor never exceeds that step (fitting or not) and
+// its search after the floor is the same search.
 TEST(LayoutSearch, PrunedSearchEqualsTimingEveryLayout) {
   const std::vector<Config> shapes = screen_shapes_with_moe();
-  int64_t compared = 0, skipped = 0;
+  int64_t compared = 0, skipped = 0, floors_without_fit = 0, floors_within_10_percent = 0;
   for (const Config& shape : shapes) {
     for (const double capacity : {0.6e9, 1.2e9, 80e9}) {
       for (int64_t gpus : {4, 8}) {
@@ -276,22 +278,35 @@ TEST(LayoutSearch, PrunedSearchEqualsTimingEveryLayout) {
           const LayoutSearchResult every = search_layout(shape, timing, options);
           options.prune = true;
           const LayoutSearchResult pruned = search_layout(shape, timing, options);
-          SCOPED_TRACE("capacity " + std::to_string(capacity) + " gpus " +
-                       std::to_string(gpus) + " L " + std::to_string(shape.model.n_layers) +
-                       (wide ? " wide" : ""));
+          SCOPED_TRACE("capacity " + std::to_string(capacity) + " gpus " + std::to_string(gpus) +
+                       " L " + std::to_string(shape.model.n_layers) + (wide ? " wide" : ""));
           EXPECT_EQ(pruned.fits, every.fits);
           EXPECT_EQ(pruned.summary, every.summary);
           EXPECT_EQ(config_values(pruned.config), config_values(every.config));
           EXPECT_EQ(pruned.estimate.time.step_s, every.estimate.time.step_s);
           EXPECT_LE(pruned.timed, every.timed);
           skipped += every.timed - pruned.timed;
+          // The planner's two steps: the step floor (every layout's bound),
+          // then the search on the same lowered computes.
+          ShapeLayouts layouts(shape, timing, options);
+          const double floor_s = layouts.step_floor_s();
+          const LayoutSearchResult after_floor = layouts.search();
+          EXPECT_LE(floor_s, every.estimate.time.step_s);
+          EXPECT_EQ(layouts.tokens_per_step(), every.estimate.flops.tokens_per_step);
+          EXPECT_EQ(after_floor.summary, every.summary);
+          EXPECT_EQ(after_floor.estimate.time.step_s, every.estimate.time.step_s);
+          EXPECT_EQ(after_floor.timed, pruned.timed);
+          floors_without_fit += every.fits ? 0 : 1;
+          floors_within_10_percent += floor_s > 0.9 * every.estimate.time.step_s ? 1 : 0;
           ++compared;
         }
       }
     }
   }
   EXPECT_EQ(compared, 72);
-  EXPECT_GT(skipped, 0);  // the bound does prune
+  EXPECT_GT(skipped, 0);             // the bound does prune
+  EXPECT_GT(floors_without_fit, 0);  // the floor bounds the least-memory answer too
+  EXPECT_GT(floors_within_10_percent, 0);
 }
 
 // layout_fits() answers exactly what search_layout() finds, over shapes and

@@ -159,8 +159,8 @@ TEST(OptimalTrust, BruteForceArgminWhenMemoryDecides) {
 }
 
 // Under a wall-clock budget on a cluster the planner costs a shape (its
-// layout search) only while a bound on its loss (tokens at the profile's
-// rate ceiling) could still tie the best.  Here every shape of a small space
+// layout search) only while bounds on its loss (tokens at the profile's rate
+// ceiling, then at its layouts' step floor) could still tie the best.  Here every shape of a small space
 // is costed with its layout search and the tie rule applied by hand: the
 // recommendation is the same shape with the same loss and step.
 TEST(OptimalTrust, WallClockArgminEqualsCostingEveryShape) {

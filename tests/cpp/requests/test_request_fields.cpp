@@ -35,15 +35,16 @@ struct Row {
   std::function<void()> resolve;
 };
 
-// The row adder of one request: each row starts from `base` (the fields the
-// request needs to resolve at all), sets one field with `set`, and calls
-// `resolve` on it.
-template <class Request, class Resolve>
-auto row_adder(std::vector<Row>& rows, const char* request, const Request& base, Resolve resolve) {
+// The row adder of one request: each row's request gets the fields it needs
+// to resolve at all (`base`), then the one field of the row (`set`), and is
+// resolved (`resolve`).
+template <class Request, class Base, class Resolve>
+auto row_adder(std::vector<Row>& rows, const char* request, Base base, Resolve resolve) {
   return [&rows, request, base, resolve](const std::string& field, const std::string& value,
                                          const std::function<void(Request&)>& set) {
     rows.push_back({request, field, value, [base, resolve, set] {
-                      Request r = base;
+                      Request r;
+                      base(r);
                       set(r);
                       resolve(r);
                     }});
@@ -55,14 +56,9 @@ std::string text(double v) {
 }
 
 void optimal_rows(std::vector<Row>& rows) {
-  const auto add = row_adder(
-      rows, "optimal",
-      [] {
-        modar::OptimalRequest r;
-        r.flops = 1e20;
-        return r;
-      }(),
-      [](const modar::OptimalRequest& r) { modar::resolve_optimal(r); });
+  const auto add = row_adder<modar::OptimalRequest>(
+      rows, "optimal", [](auto& r) { r.flops = 1e20; },
+      [](const auto& r) { modar::resolve_optimal(r); });
   for (const double v : {0.0, -1e20, 0.5, 1e36, kNaN, kInf}) {
     add("flops", text(v), [v](auto& r) { r.flops = v; });
   }
@@ -111,15 +107,13 @@ void optimal_rows(std::vector<Row>& rows) {
 }
 
 void sweep_rows(std::vector<Row>& rows) {
-  const auto add = row_adder(
+  const auto add = row_adder<modar::SweepRequest>(
       rows, "sweep",
-      [] {
-        modar::SweepRequest r;
+      [](auto& r) {
         r.flops = {1e20};
         r.arch = {"baseline", "mod", "dar"};
-        return r;
-      }(),
-      [](const modar::SweepRequest& r) { modar::resolve_sweep(r); });
+      },
+      [](const auto& r) { modar::resolve_sweep(r); });
   for (const double v : {0.0, -1.0, 1e40, kNaN}) {
     add("flops", text(v), [v](auto& r) { r.flops = {1e19, v}; });
   }
@@ -170,15 +164,13 @@ void fit_and_closed_form_rows(std::vector<Row>& rows) {
 }
 
 void profile_rows(std::vector<Row>& rows) {
-  const auto add = row_adder(
+  const auto add = row_adder<modar::runtime::ProfileRequest>(
       rows, "profile",
-      [] {
-        modar::runtime::ProfileRequest r;
+      [](auto& r) {
         r.out_path = "unused.toml";
         r.quick = true;
-        return r;
-      }(),
-      [](const modar::runtime::ProfileRequest& r) {
+      },
+      [](const auto& r) {
         const auto backend = modar::runtime::make_backend("cpu");
         modar::runtime::resolve_profile_options(r, *backend);
       });
@@ -209,13 +201,13 @@ void profile_rows(std::vector<Row>& rows) {
 }
 
 void validate_rows(std::vector<Row>& rows) {
-  const auto add =
-      row_adder(rows, "validate", modar::runtime::ValidationRequest{},
-                [](const modar::runtime::ValidationRequest& r) {
-                  const modar::DeviceProfile profile = modar::runtime::load_measured_profile(
-                      std::string(MODAR_SOURCE_DIR) + "/profiles/cpu-measured-quick.toml", "cpu");
-                  modar::runtime::resolve_validation_options(r, profile);
-                });
+  const auto add = row_adder<modar::runtime::ValidationRequest>(
+      rows, "validate", [](auto&) {},
+      [](const auto& r) {
+        const modar::DeviceProfile profile = modar::runtime::load_measured_profile(
+            std::string(MODAR_SOURCE_DIR) + "/profiles/cpu-measured-quick.toml", "cpu");
+        modar::runtime::resolve_validation_options(r, profile);
+      });
   for (const int v : {0, -1, 1001}) {
     add("rounds", std::to_string(v), [v](auto& r) { r.rounds = v; });
   }
@@ -229,11 +221,11 @@ void validate_rows(std::vector<Row>& rows) {
 }
 
 void comm_profile_rows(std::vector<Row>& rows) {
-  const auto add = row_adder(rows, "profile --comm", modar::runtime::CommProfileRequest{},
-                             [](const modar::runtime::CommProfileRequest& r) {
-                               modar::runtime::resolve_comm_profile_options(
-                                   r, modar::runtime::DeviceKind::cpu, 2);
-                             });
+  const auto add = row_adder<modar::runtime::CommProfileRequest>(
+      rows, "profile --comm", [](auto&) {},
+      [](const auto& r) {
+        modar::runtime::resolve_comm_profile_options(r, modar::runtime::DeviceKind::cpu, 2);
+      });
   add("min_bytes", "8", [](auto& r) { r.min_bytes = 8; });
   add("min_bytes", "-1024", [](auto& r) { r.min_bytes = -1024; });
   add("max_bytes", "100000000000", [](auto& r) { r.max_bytes = 100000000000; });
@@ -245,8 +237,9 @@ void comm_profile_rows(std::vector<Row>& rows) {
 }
 
 void calibrate_rows(std::vector<Row>& rows) {
-  const auto add =
-      row_adder(rows, "calibrate", modar::CalibrateRequest{}, [](const modar::CalibrateRequest& r) {
+  const auto add = row_adder<modar::CalibrateRequest>(
+      rows, "calibrate", [](auto&) {},
+      [](const auto& r) {
         modar::resolve_calibrate_options(r, modar::load_profile("a100-80gb-dgx"));
       });
   for (const int v : {0, -3, 10001}) {
@@ -255,14 +248,8 @@ void calibrate_rows(std::vector<Row>& rows) {
 }
 
 void layout_rows(std::vector<Row>& rows) {
-  const auto add = row_adder(
-      rows, "layout",
-      [] {
-        modar::LayoutRequest r;
-        r.gpus = 8;
-        return r;
-      }(),
-      [](const modar::LayoutRequest& r) { modar::resolve_layout(r); });
+  const auto add = row_adder<modar::LayoutRequest>(
+      rows, "layout", [](auto& r) { r.gpus = 8; }, [](const auto& r) { modar::resolve_layout(r); });
   for (const int64_t v : {int64_t{0}, int64_t{-8}, int64_t{1} << 25}) {
     add("gpus", std::to_string(v), [v](auto& r) { r.gpus = v; });
   }
