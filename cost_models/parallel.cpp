@@ -534,18 +534,21 @@ class StageMemoryModel {
     const double stage_full = static_cast<double>(layers - routed);
     const double stage_routed = static_cast<double>(routed);
     double activations = 0.0;
+    double partials = 0.0;
+    double branch_outputs = 0.0;
     if (plan_.full) {
       activations = static_cast<double>(layers) * B * T * d * token_share;
     } else {
       activations = stage_full * layer_saved(T, s) +
                     stage_routed * (layer_saved(b * k, k) + B * (T + b * k) * d * token_share);
       if (depth_) {
+        // memory.cpp: dar_partials, dar_branch_outputs.
         const double stage_branches = 2.0 * static_cast<double>(layers);
         const double stage_blocks = static_cast<double>(layers) / static_cast<double>(K_);
-        activations += (stage_branches - stage_blocks) * static_cast<double>(n_streams_) * T *
-                       (d * B + 4.0) * token_share;
+        partials = (stage_branches - stage_blocks) * static_cast<double>(n_streams_) * T *
+                   (d * B + 4.0) * token_share;
         if (n_streams_ >= 2) {
-          activations += stage_branches * B * T * d * token_share;
+          branch_outputs = stage_branches * B * T * d * token_share;
         }
       }
     }
@@ -568,6 +571,8 @@ class StageMemoryModel {
     in_flight = std::min(in_flight, m_);
     in_flight = std::max(in_flight, 1.0);
     mem.activations = activations * in_flight;
+    mem.dar_partials = partials * in_flight;
+    mem.dar_branch_outputs = branch_outputs * in_flight;
     mem.router_buffers = stage_routed * (4.0 * T + 8.0 * b * k) * in_flight;
     // The router runs on the rank's tokens (T / t under SP).
     mem.router_buffers +=
@@ -614,7 +619,8 @@ class StageMemoryModel {
     }
     mem.workspace = std::max(head_ws, layer_ws);
     mem.peak = mem.weights + mem.gradients + mem.optimizer + mem.activations + mem.router_buffers +
-               mem.dar_bank + mem.dar_retained + mem.workspace;
+               mem.dar_bank + mem.dar_partials + mem.dar_branch_outputs + mem.dar_retained +
+               mem.workspace;
     mem.fits = mem.capacity <= 0.0 || mem.peak <= mem.capacity;
     return mem;
   }
@@ -1245,6 +1251,29 @@ struct StepParts {
   double zero3_gather_one = 0.0;  // one layer's ZeRO-3 all-gather
 };
 
+// The exposed part of one stage's `reductions` gradient reductions per step
+// (reduce_s each).  Each hides behind its micro-batch's compute (compute_s),
+// the last behind the backward only (about 2/3 of forward + backward) and
+// never its last bucket.  Under ZeRO 3 with overlapped gathers the
+// reductions share the data-parallel channel with the layers' all-gathers
+// (gathers_s per micro-batch, half of them in the backward): PyTorch FSDP
+// issues both on one NCCL process group, which runs its collectives one
+// after another (Zhao et al. 2023, arXiv 2304.11277, section 3.3, why FSDP
+// prefetches the next all-gather ahead of the current reduce-scatter), and
+// both cross the same links.  So a window hides the gathers first and the
+// reduction only in what they leave of it; without gathers this is
+// max(0, reduce_s - window).
+double exposed_reduction_s(double reduce_s, double reductions, double compute_s, double gathers_s,
+                           double last_bucket_share) {
+  const auto beyond = [reduce_s](double window_s, double gathers_in_window_s) {
+    return std::max(0.0, gathers_in_window_s + reduce_s - window_s) -
+           std::max(0.0, gathers_in_window_s - window_s);
+  };
+  const double backward_s = compute_s * (2.0 / 3.0);
+  return (reductions - 1.0) * beyond(compute_s, gathers_s) +
+         std::max(beyond(backward_s, gathers_s / 2.0), last_bucket_share * reduce_s);
+}
+
 StepParts stage_data_parallel(const ClusterContext& c, const LayerComm& comm,
                               const StageMemoryModel& memory, ClusterEstimate& out) {
   const ParallelConfig& par = c.par;
@@ -1319,18 +1348,21 @@ StepParts stage_data_parallel(const ClusterContext& c, const LayerComm& comm,
     // backward ends.
     const double bucket_params = std::max(40e6, 1e6 * static_cast<double>(dp));
     const double last_bucket_share = std::min(1.0, bucket_params / std::max(stage.params, 1.0));
-    const double backward_s = stage.compute_s * (2.0 / 3.0);  // backward ~ 2/3 of fwd + bwd
     // ZeRO 2 and 3 keep only their shard of the gradients, so every
     // micro-batch's backward reduce-scatters its gradients (DeepSpeed: "gradient
     // reduction is required after every backward because of gradient
     // partitioning", deepspeedai/DeepSpeed#2252); ZeRO 0 / 1 accumulate the
-    // full gradients and reduce once per step.  Each reduction hides behind
-    // its micro-batch's backward and, but for the last, the next micro-batch.
+    // full gradients and reduce once per step.
     const double reductions = par.zero >= 2 ? c.m : 1.0;
     double exposed_reduce = reductions * reduce_s;
     if (par.overlap_grad_reduce) {
-      exposed_reduce = (reductions - 1.0) * std::max(0.0, reduce_s - stage.compute_s) +
-                       std::max(reduce_s - backward_s, last_bucket_share * reduce_s);
+      // ZeRO 3's overlapped layer gathers ride the same data-parallel channel.
+      const double gathers_s =
+          par.zero == 3 && par.overlap_param_gather
+              ? 2.0 * parts.zero3_gather_one * static_cast<double>(stage.layers)
+              : 0.0;
+      exposed_reduce =
+          exposed_reduction_s(reduce_s, reductions, stage.compute_s, gathers_s, last_bucket_share);
     }
     double exposed_gather = gather_s;
     if (par.overlap_param_gather) {

@@ -526,10 +526,11 @@ namespace {
 std::string binding_constraint(const MemoryBreakdown& m) {
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   const std::pair<const char*, double> parts[] = {
-      {"activations", m.activations}, {"optimizer states", m.optimizer},
-      {"gradients", m.gradients},     {"weights", m.weights},
-      {"workspace", m.workspace},     {"router buffers", m.router_buffers},
-      {"depth bank", m.dar_bank},     {"depth-read retained outputs", m.dar_retained}};
+      {"activations", m.activations},     {"optimizer states", m.optimizer},
+      {"gradients", m.gradients},         {"weights", m.weights},
+      {"workspace", m.workspace},         {"router buffers", m.router_buffers},
+      {"depth bank", m.dar_bank},         {"depth-read retained outputs", m.dar_retained},
+      {"depth partials", m.dar_partials}, {"depth branch outputs", m.dar_branch_outputs}};
   const auto* largest = std::max_element(
       std::begin(parts), std::end(parts),
       [](const auto& a, const auto& b) { return a.second < b.second; });

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """MosaicML's published llm-foundry MPT benchmarks against modar (held out).
 
-    python3 examples/cluster/mpt_llm_foundry.py [path/to/modar]
+    python3 examples/cluster/mpt_llm_foundry.py [path/to/modar] [--csv OUT.csv]
 
 prints the section that examples/cluster/validation.py writes into
 docs/validation.md: each row of examples/cluster/mpt_llm_foundry.csv (sources
@@ -254,7 +254,8 @@ def section(results):
              "where activation checkpointing is on; bf16; profiles `h100-80gb-dgx` and "
              "`a100-80gb-dgx` as embedded, no per-row setting; no calibration reads these rows.  "
              "Command: `python3 examples/cluster/validation.py build/bin/modar` (this section "
-             "alone: `python3 examples/cluster/mpt_llm_foundry.py build/bin/modar`).  error = "
+             "alone: `python3 examples/cluster/mpt_llm_foundry.py build/bin/modar`, with `--csv "
+             "OUT.csv` every row and its prediction as CSV).  error = "
              "modar's tokens/s per GPU / published - 1 (positive: modar too fast).  "
              "MFU in MosaicML's convention ((6 N + 12 L d s) FLOPs per token: the full s x s "
              "attention square) is the published MFU scaled by the same ratio; modar's own MFU "
@@ -419,16 +420,46 @@ def mfu_flag_paragraph(results):
         "the flag errs towards silence by that much.", ""]
 
 
+PREDICTED_COLUMNS = ["predicted_tokens_per_s_per_gpu", "error", "mfu_mosaic_formula",
+                     "error_fa2_attention", "error_triton_fa2_over_1.3",
+                     "error_triton_fa2_over_2.5", "attention_share", "fits"]
+
+
+def write_csv(results, path):
+    """Every row of the input with modar's prediction beside it (atomic)."""
+    import csv
+    tmp = path + ".tmp"
+    with open(tmp, "w", newline="") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(list(results[0]["row"].keys()) + PREDICTED_COLUMNS)
+        for r in results:
+            writer.writerow(list(r["row"].values()) + [
+                f"{r['predicted']:.1f}", f"{r['error']:.4f}", f"{r['mfu_mosaic']:.2f}",
+                f"{r['fa2']:.4f}", f"{r['triton_1.3']:.4f}", f"{r['triton_2.5']:.4f}",
+                f"{r['attention_share']:.3f}", "true" if r["fits"] else "false"])
+    os.replace(tmp, path)
+
+
 def main():
     sys.path.insert(0, HERE)
     import validation  # noqa: E402  (the estimate call validation.py uses)
-    modar = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build", "bin", "modar")
+    args = sys.argv[1:]
+    out_csv = None
+    if "--csv" in args:
+        index = args.index("--csv")
+        if index + 1 >= len(args):
+            sys.exit("mpt_llm_foundry.py: --csv needs a path")
+        out_csv = args[index + 1]
+        del args[index:index + 2]
+    modar = args[0] if args else os.path.join(ROOT, "build", "bin", "modar")
     modar = os.path.abspath(modar)
     try:
         results = predict(lambda base, sets, profile=None: validation.estimate(
             modar, base, sets, profile), read_rows())
     except (RowError, validation.Failure) as e:
         sys.exit(f"mpt_llm_foundry.py: {e}")
+    if out_csv:
+        write_csv(results, out_csv)
     print("\n".join(section(results)))
 
 

@@ -459,6 +459,43 @@ TEST(Cluster, FsdpFullShardPerMicroBatchByHand) {
   EXPECT_EQ(reduce32.count, 3.0);
 }
 
+// FSDP's all-gathers and reduce-scatters run one after another on one NCCL
+// process group (Zhao et al. 2023, section 3.3) over the same links, so
+// with everything overlapped a micro-batch of compute C hides the 2 L
+// gathers G first and the reduction R only in what they leave:
+//   exposed reduction = (m - 1) x [max(0, G + R - C) - max(0, G - C)]
+//                     + max([max(0, G/2 + R - 2C/3) - max(0, G/2 - 2C/3)], last bucket)
+// (the last micro-batch hides behind its backward, about 2C/3, carrying the
+// backward's half of the gathers).  The FSDP setup above on a slower 4-rank
+// link (busbw 40 GB/s): G = 16 x (3/4 x 1573888 B / 40 GB/s + 4 us) =
+// 0.536 ms and R = 3/4 x 13640192 B / 40 GB/s + 4 us = 0.260 ms each fit
+// beside C (0.69 ms) but not together; the last bucket is the whole model
+// (under 40M parameters), so the last micro-batch exposes all of R.
+TEST(Cluster, FsdpGathersAndReductionShareTheChannel) {
+  Config c = small();
+  c.device.count = 4;
+  c.train.global_batch = 24;  // m = 3
+  c.train.grad_reduce_in_fp32 = GradReduceInFp32::param_dtype;
+  c.parallel = {.zero = 3};
+  DeviceProfile slow = a100();
+  slow.network.intra_node.bus_bandwidth = 40e9;
+  const Estimate e = estimate(c, slow);
+  const double gather_s = 0.75 * 2.0 * 786944.0 / 40e9 + 2.0 * 2e-6;
+  const double R = 0.75 * 2.0 * 6820096.0 / 40e9 + 2.0 * 2e-6;
+  const double G = 2.0 * 8.0 * gather_s;
+  const double C = e.cluster->stages[0].compute_s;  // the stage's compute per micro-batch
+  ASSERT_LT(G, C);
+  ASSERT_LT(R, C);
+  ASSERT_GT(G + R, C);
+  ASSERT_LT(G / 2.0 + R, 2.0 * C / 3.0 + R);  // the last window's share stays below R
+  const double shared = 2.0 * (G + R - C) + R;
+  expect_relative(e.cluster->grad_reduce_exposed_s, shared);
+  // Each collective against the window alone would expose only the last R.
+  EXPECT_GT(e.cluster->grad_reduce_exposed_s, 1.5 * R);
+  // The gathers themselves stay hidden (2 g per layer < the layer's compute).
+  expect_relative(e.cluster->exposed_comm_s, e.cluster->grad_reduce_exposed_s);
+}
+
 // PP 2 (1F1B): send of b s d B per boundary per micro-batch each way; the
 // bubble is (p - 1) / m of the ideal time; interleaving divides it by v.
 TEST(Cluster, PipelineTwoSendsAndBubble) {
