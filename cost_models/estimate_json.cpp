@@ -39,6 +39,8 @@ void write_memory_parts_json(JsonWriter& json, const MemoryBreakdown& memory,
   part("optimizer", memory.optimizer);
   part("activations", memory.activations);
   part("dar_bank", memory.dar_bank);
+  part("dar_partials", memory.dar_partials);
+  part("dar_branch_outputs", memory.dar_branch_outputs);
   part("dar_retained", memory.dar_retained);
 }
 

@@ -17,10 +17,11 @@
 //                and the activation.  Routed layers also keep their input x (B T d,
 //                for the router gradient) and delta (B R d, for dg).  Plus the
 //                head's final-norm input and output (2 B T d + 4 T) and token ids.
-//                AttnRes / DAR (docs/dar_math.md 5.5): P^{i-1} and its fp32 rstd for
-//                each branch at block position i >= 1 ((2L - N) n T (d B + 4));
-//                DAR also each branch's output y (2 L B T d) for d beta.  R and
-//                the phase-1 outputs are recomputed from the bank and the lse.
+//                AttnRes / DAR: R and the phase-1 outputs are recomputed from
+//                the bank and the lse (dar.kernel = fused; prefix: dar_retained).
+//   dar_partials P^{i-1} and its fp32 rstd for each branch at block position
+//                i >= 2, per stream ((2L - N) n T (d B + 4); docs/dar_math.md 5.5).
+//   dar_branch_outputs  DAR only: each branch's output y (2 L B T d) for d beta.
 //   router_buffers  per routed layer fp32 logits (4 T), int32 index + fp32 g (8 R),
 //                predictor hidden activations (B T hidden).
 //   dar_bank     (N+1) n T d B bank + (N+1) n T 4 rstd + fp32 scalars per token
@@ -31,7 +32,9 @@
 //   dar_retained dar.kernel = prefix (the DAR paper's prefix kernels, docs/moe.md):
 //                fp32 logits and shifted scores (2 x 4 B per query-source pair and
 //                stream) and the retrieved state of each of the 2L + 1 reads' n
-//                queries (n T d B each), kept instead of recomputed; its block
+//                queries (n T d B each; AttnRes: 2L - N, its first-in-block
+//                and output reads' states are the saved branch / final-norm
+//                inputs), kept instead of recomputed; its block
 //                backward holds the rebuilt packed keys and values of <= N
 //                sources and their gradients (4 N n T d B) and no recomputed
 //                retrieved states (workspace).
@@ -45,10 +48,10 @@
 //                    outputs S n T d B, dP^i and dP^{i-1}, one branch's R and dR
 //                    (4 n T d B); docs/dar_math.md 5.4).
 //   peak         weights + gradients + optimizer + activations + router_buffers +
-//                dar_bank + workspace.  Every saved activation is alive from the
-//                forward/backward boundary (the head's transients) to the backward
-//                of the last layer / DAR block (that layer's transients), so the
-//                step's peak is at one of the two; the max picks it.
+//                dar_bank + dar_partials + dar_branch_outputs + dar_retained + workspace.  Every
+//                saved activation is alive from the forward/backward boundary (the head's
+//                transients) to the backward of the last layer / DAR block (that layer's
+//                transients), so the step's peak is at one of the two; the max picks it.
 // Experts (docs/model.md experts), per MoE layer on r rows with S = moe_slots(r) expert
 // slots, u_e = expert up width (SwiGLU 2 f_e), f_e = moe.expert_ffn:
 //   activations  the dense FFN's (u + d_ff) B r are replaced by the slots'
@@ -142,8 +145,14 @@ double dar_prefix_retained_bytes(const Config& config, double tokens) {
   pairs += static_cast<double>(2 * layers - N) + static_cast<double>(N + 1);
   // Logits and shifted scores (fp32) per pair and stream; the retrieved
   // state (activation dtype) of each phase-1 query and of the output read.
+  // With one stream (AttnRes) the retrieved state of a block's first branch
+  // and of the output read IS the branch input / the final norm's input
+  // (h = o-bar, no merge, no stream mix), which the branch already saves
+  // (activations): those N + 1 are not kept twice.  With n >= 2 the branch
+  // input is the alpha-mix of the streams, a separate tensor.
   const double logits = 2.0 * 4.0 * pairs * n * tokens;
-  const double retrieved = static_cast<double>(2 * layers + 1) * n * tokens * width * B;
+  const int64_t retrieved_reads = 2 * layers + 1 - (counts.dar_streams == 1 ? N + 1 : 0);
+  const double retrieved = static_cast<double>(retrieved_reads) * n * tokens * width * B;
   return logits + retrieved;
 }
 
@@ -212,14 +221,14 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
         activations += moe_full * moe_extra(T) + moe_routed * moe_extra(R);
       }
       if (depth_reads) {
-        // P^{i-1} and its fp32 rstd for every branch at block position i >= 1
+        // P^{i-1} and its fp32 rstd for every branch at block position i >= 2
         // (the merge backward reads the partial's keys and values; docs/dar_math.md 5.5
         // stores it rather than inverting M).  DAR also keeps each branch's
         // output y for d beta = <dP, y>; AttnRes has no beta and needs no y.
         const double branches_after_first = 2.0 * layers - blocks;
-        activations += branches_after_first * n * T * (width * B + 4.0);
+        mem.dar_partials = branches_after_first * n * T * (width * B + 4.0);
         if (counts.dar_streams >= 2) {
-          activations += 2.0 * layers * B * T * width;  // branch outputs y
+          mem.dar_branch_outputs = 2.0 * layers * B * T * width;
         }
       }
     }
@@ -289,7 +298,8 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
     mem.workspace = std::max(head_workspace, layer_workspace);
   }
   mem.peak = mem.weights + mem.gradients + mem.optimizer + mem.activations + mem.router_buffers +
-             mem.dar_bank + mem.dar_retained + mem.kv_cache + mem.workspace;
+             mem.dar_bank + mem.dar_partials + mem.dar_branch_outputs + mem.dar_retained +
+             mem.kv_cache + mem.workspace;
   mem.fits = device_memory_bytes <= 0.0 || mem.peak <= device_memory_bytes;
   return mem;
 }

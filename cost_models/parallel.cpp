@@ -534,18 +534,21 @@ class StageMemoryModel {
     const double stage_full = static_cast<double>(layers - routed);
     const double stage_routed = static_cast<double>(routed);
     double activations = 0.0;
+    double partials = 0.0;
+    double branch_outputs = 0.0;
     if (plan_.full) {
       activations = static_cast<double>(layers) * B * T * d * token_share;
     } else {
       activations = stage_full * layer_saved(T, s) +
                     stage_routed * (layer_saved(b * k, k) + B * (T + b * k) * d * token_share);
       if (depth_) {
+        // memory.cpp: dar_partials, dar_branch_outputs.
         const double stage_branches = 2.0 * static_cast<double>(layers);
         const double stage_blocks = static_cast<double>(layers) / static_cast<double>(K_);
-        activations += (stage_branches - stage_blocks) * static_cast<double>(n_streams_) * T *
-                       (d * B + 4.0) * token_share;
+        partials = (stage_branches - stage_blocks) * static_cast<double>(n_streams_) * T *
+                   (d * B + 4.0) * token_share;
         if (n_streams_ >= 2) {
-          activations += stage_branches * B * T * d * token_share;
+          branch_outputs = stage_branches * B * T * d * token_share;
         }
       }
     }
@@ -568,6 +571,8 @@ class StageMemoryModel {
     in_flight = std::min(in_flight, m_);
     in_flight = std::max(in_flight, 1.0);
     mem.activations = activations * in_flight;
+    mem.dar_partials = partials * in_flight;
+    mem.dar_branch_outputs = branch_outputs * in_flight;
     mem.router_buffers = stage_routed * (4.0 * T + 8.0 * b * k) * in_flight;
     // The router runs on the rank's tokens (T / t under SP).
     mem.router_buffers +=
@@ -614,7 +619,8 @@ class StageMemoryModel {
     }
     mem.workspace = std::max(head_ws, layer_ws);
     mem.peak = mem.weights + mem.gradients + mem.optimizer + mem.activations + mem.router_buffers +
-               mem.dar_bank + mem.dar_retained + mem.workspace;
+               mem.dar_bank + mem.dar_partials + mem.dar_branch_outputs + mem.dar_retained +
+               mem.workspace;
     mem.fits = mem.capacity <= 0.0 || mem.peak <= mem.capacity;
     return mem;
   }

@@ -75,20 +75,29 @@ struct LayoutSpace {
   int64_t per_node = 8;
   int64_t global = 1;  // sequences per optimizer step
   std::vector<Candidate> candidates;
-  std::vector<std::string> skipped;  // sizes left out, and why (once each)
-  void skip(const std::string& why) {
-    if (std::find(skipped.begin(), skipped.end(), why) == skipped.end()) {
-      skipped.push_back(why);
+  // Sizes left out, and why (once each; only when asked: `modar layout`
+  // prints them, the planner's per-shape searches do not need the text).
+  bool explain = false;
+  std::vector<std::string> skipped;
+  template <typename Why>
+  void skip(const Why& why) {
+    if (!explain) {
+      return;
+    }
+    std::string text = why();
+    if (std::find(skipped.begin(), skipped.end(), text) == skipped.end()) {
+      skipped.push_back(std::move(text));
     }
   }
 };
 
 LayoutSpace layout_space(const Config& config, const TimingModel& timing,
-                         const LayoutSearchOptions& options) {
+                         const LayoutSearchOptions& options, bool explain = false) {
   if (options.gpus < 1) {
     throw ConfigError("gpus = " + std::to_string(options.gpus) + ": must be >= 1");
   }
   LayoutSpace space;
+  space.explain = explain;
   space.gpus = options.gpus;
   const NetworkProfile& network = network_or_default(timing.profile());
   space.per_node = options.gpus_per_node > 0 ? options.gpus_per_node : network.gpus_per_node;
@@ -106,14 +115,18 @@ LayoutSpace layout_space(const Config& config, const TimingModel& timing,
   std::vector<Sizes> sizes;
   for (int64_t t : divisors_up_to(options.gpus, options.gpus)) {
     if (t > space.per_node) {
-      space.skip("TP " + std::to_string(t) + ": more than the " + std::to_string(space.per_node) +
-                 " GPUs of a node");
+      space.skip([&] {
+        return "TP " + std::to_string(t) + ": more than the " + std::to_string(space.per_node) +
+               " GPUs of a node";
+      });
       continue;
     }
     if (m.n_heads % t != 0 || m.resolved_kv_heads() % t != 0 || m.resolved_d_ff() % t != 0 ||
         m.seq_len % t != 0) {
-      space.skip("TP " + std::to_string(t) +
-                 ": does not divide the heads, KV heads, d_ff and seq_len");
+      space.skip([&] {
+        return "TP " + std::to_string(t) +
+               ": does not divide the heads, KV heads, d_ff and seq_len";
+      });
       continue;
     }
     for (int64_t cp : divisors_up_to(options.gpus / t, dims.context ? options.gpus : 1)) {
@@ -159,8 +172,10 @@ LayoutSpace layout_space(const Config& config, const TimingModel& timing,
           }
           for (int64_t mb : dims.micro_batches) {
             if (global % (mb * dp) != 0) {
-              space.skip("micro-batch " + std::to_string(mb) + " x data " + std::to_string(dp) +
-                         " does not divide the global batch " + std::to_string(global));
+              space.skip([&] {
+                return "micro-batch " + std::to_string(mb) + " x data " + std::to_string(dp) +
+                       " does not divide the global batch " + std::to_string(global);
+              });
               continue;
             }
             for (int64_t zero : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{3}}) {
@@ -511,10 +526,11 @@ namespace {
 std::string binding_constraint(const MemoryBreakdown& m) {
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   const std::pair<const char*, double> parts[] = {
-      {"activations", m.activations}, {"optimizer states", m.optimizer},
-      {"gradients", m.gradients},     {"weights", m.weights},
-      {"workspace", m.workspace},     {"router buffers", m.router_buffers},
-      {"depth bank", m.dar_bank},     {"depth-read retained outputs", m.dar_retained}};
+      {"activations", m.activations},     {"optimizer states", m.optimizer},
+      {"gradients", m.gradients},         {"weights", m.weights},
+      {"workspace", m.workspace},         {"router buffers", m.router_buffers},
+      {"depth bank", m.dar_bank},         {"depth-read retained outputs", m.dar_retained},
+      {"depth partials", m.dar_partials}, {"depth branch outputs", m.dar_branch_outputs}};
   const auto* largest = std::max_element(
       std::begin(parts), std::end(parts),
       [](const auto& a, const auto& b) { return a.second < b.second; });
@@ -568,7 +584,7 @@ LayoutRanking rank_layouts(const Config& config, const TimingModel& timing,
     throw ConfigError("global_batch = " + std::to_string(options.global_batch) +
                       ": must be >= 0 (0: train.global_batch, else ~4M tokens)");
   }
-  const LayoutSpace space = layout_space(config, timing, options);
+  const LayoutSpace space = layout_space(config, timing, options, /*explain=*/true);
   const DeviceProfile& profile = timing.profile();
   LayoutRanking out;
   out.gpus = space.gpus;

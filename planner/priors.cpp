@@ -328,9 +328,12 @@ constexpr double kFigure7ReadingHalfWidth = 0.003;
 //   q(x) = 1 - (1 - eps) w(x),  w(x) = B (D* / x)^-beta / L(x),
 // linear in eps, so the least-squares eps over the points is
 //   1 - eps = sum w (1 - q) / sum w^2.
-// The figure gives ratios, not a budget: eps is that fit at the MoD paper's
-// three figure-4 budgets (6e18, 2e19, 1e20), geometric mean; the range adds
-// the reading +-0.003 on every point and the fit's E +- 1.96 SE.
+// The figure gives ratios, not a budget; its baseline curve gives one: of the
+// MoD paper's three isoFLOP budgets (figure 4: 6e18, 2e19, 1e20), the one whose
+// baseline curve under the fit, L(x N*, D*/x) / L(N*, D*), passes nearest the
+// figure's baseline readings (least squares; the MoE and MoDE readings play no
+// part).  eps is the fit at that budget; the range adds the other two budgets'
+// fits, the reading +-0.003 on every point and the fit's E +- 1.96 SE.
 std::optional<double> figure7_eps_at(const LossFitParams& p, double budget_flops, bool mode,
                                      double shift) {
   const ClosedFormOptimum optimum = closed_form_optimum(p, budget_flops);
@@ -359,26 +362,55 @@ std::optional<double> figure7_eps_at(const LossFitParams& p, double budget_flops
   return eps;
 }
 
-// Geometric mean over the figure-4 budgets; low / high collect the budgets' spread.
+// Sum of squared misfits of the figure's baseline readings to the fit's
+// isoFLOP curve at `budget_flops`, normalised at its closed-form optimum.
+double figure7_baseline_misfit(const LossFitParams& p, double budget_flops) {
+  const ClosedFormOptimum optimum = closed_form_optimum(p, budget_flops);
+  const double at_optimum = predicted_loss(p, 1.0, optimum.n_opt, optimum.tokens_opt);
+  double sum = 0.0;
+  for (const Figure7Point& point : kFigure7) {
+    const double ratio =
+        predicted_loss(p, 1.0, point.x * optimum.n_opt, optimum.tokens_opt / point.x) / at_optimum;
+    sum += (ratio - point.baseline) * (ratio - point.baseline);
+  }
+  return sum;
+}
+
+// The figure-4 budget whose baseline curve passes nearest figure 7's.
+double figure7_budget(const LossFitParams& p) {
+  double best = kModFigure4[0].budget_flops;
+  for (const IsoflopMinimum& m : kModFigure4) {
+    if (figure7_baseline_misfit(p, m.budget_flops) < figure7_baseline_misfit(p, best)) {
+      best = m.budget_flops;
+    }
+  }
+  return best;
+}
+
+// eps at figure7_budget(); low / high collect the three budgets' spread.
 std::optional<double> figure7_eps(const LossFitParams& p, bool mode, double shift,
                                   std::string* text, double* low, double* high) {
-  double log_sum = 0.0;
+  const double budget = figure7_budget(p);
+  std::optional<double> eps;
   for (const IsoflopMinimum& m : kModFigure4) {
     const std::optional<double> eps_i = figure7_eps_at(p, m.budget_flops, mode, shift);
     if (!eps_i) {
       return std::nullopt;
     }
-    log_sum += std::log(*eps_i);
+    if (m.budget_flops == budget) {
+      eps = eps_i;
+    }
     if (low != nullptr) {
       *low = std::min(*low, *eps_i);
       *high = std::max(*high, *eps_i);
     }
     if (text != nullptr) {
-      *text += "  C = " + format_number(m.budget_flops) + ": least-squares eps over the points = " +
-               format_fixed(*eps_i, 4) + "\n";
+      *text += "  C = " + format_number(m.budget_flops) + ": baseline misfit (sum of squares) " +
+               format_number(figure7_baseline_misfit(p, m.budget_flops)) +
+               ", least-squares eps over the points = " + format_fixed(*eps_i, 4) + "\n";
     }
   }
-  return std::exp(log_sum / 3.0);
+  return eps;
 }
 
 EfficiencyPrior figure7_prior(const LossFit& fit, const std::string& key, bool mode) {
@@ -397,7 +429,9 @@ EfficiencyPrior figure7_prior(const LossFit& fit, const std::string& key, bool m
   text += "q(x) = " + std::string(mode ? "MoDE" : "MoE") +
           "(x) / baseline(x) read from figure 7; model: q(x) = 1 - (1 - eps) w(x), w = B (D*/x)^-beta / "
           "L(x) at the baseline's closed-form N*, D*\n";
-  text += "1 - eps = sum w (1 - q) / sum w^2, at the MoD paper's figure-4 budgets:\n";
+  text +=
+      "1 - eps = sum w (1 - q) / sum w^2, at the MoD paper's figure-4 budgets (the figure's "
+      "budget: the one whose baseline curve fits figure 7's baseline readings best):\n";
   double point_low = INFINITY, point_high = 0.0;
   const std::optional<double> eps = figure7_eps(p, mode, 0.0, &text, &point_low, &point_high);
   if (!eps) {
@@ -406,7 +440,8 @@ EfficiencyPrior figure7_prior(const LossFit& fit, const std::string& key, bool m
   }
   prior.known = true;
   prior.eps = *eps;
-  text += "eps_" + key + " = geometric mean = " + format_fixed(prior.eps, 4);
+  text += "eps_" + key + " = the fit at C = " + format_number(figure7_budget(p)) + " = " +
+          format_fixed(prior.eps, 4);
   prior.derivation = text;
   prior.points = mode ? 3 : 5;
   prior.size_measure = "params_total";

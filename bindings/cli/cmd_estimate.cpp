@@ -295,6 +295,14 @@ std::string report(const Config& config, const DeviceProfile& profile, StepKind 
   memory.add_row(
       {"router buffers", format_bytes(mem.router_buffers), format_sci(mem.router_buffers, 3)});
   memory.add_row({"dar bank", format_bytes(mem.dar_bank), format_sci(mem.dar_bank, 3)});
+  if (mem.dar_partials > 0.0) {
+    memory.add_row(
+        {"dar partials P^{i-1}", format_bytes(mem.dar_partials), format_sci(mem.dar_partials, 3)});
+  }
+  if (mem.dar_branch_outputs > 0.0) {
+    memory.add_row({"dar branch outputs y", format_bytes(mem.dar_branch_outputs),
+                    format_sci(mem.dar_branch_outputs, 3)});
+  }
   if (mem.dar_retained > 0.0) {
     memory.add_row({"dar retained (prefix kernels)", format_bytes(mem.dar_retained),
                     format_sci(mem.dar_retained, 3)});

@@ -87,6 +87,13 @@ struct MemoryBreakdown {  // bytes per device
   double optimizer = 0;
   double activations = 0;  // saved for backward at the peak
   double dar_bank = 0;     // history bank + per-token fp32 statistics
+  // AttnRes / DAR: the partial block states P^{i-1} (and their fp32 rstd) that
+  // each branch at block position i >= 2 merges, one per stream, kept for the
+  // merge's backward (docs/moe.md "Every term of the increments").
+  double dar_partials = 0;
+  // DAR only: each branch's output y, kept for the write gates' gradient
+  // d beta = <dP, y> (the branch itself does not keep its output).
+  double dar_branch_outputs = 0;
   // dar.kernel = prefix only: what the DAR paper's prefix kernels keep for the
   // backward beyond the bank (fp32 logits and shifted scores, the retrieved
   // states; docs/moe.md "The DAR paper's implementation").

@@ -79,6 +79,19 @@ TEST(DarPrefixKernel, RetainedLogitsScoresAndRetrievedStatesByHand) {
   EXPECT_GT(prefix.peak, fused.peak);
 }
 
+TEST(DarPrefixKernel, AttnResKeepsNoSecondCopyOfItsBranchInputs) {
+  // Block AttnRes (n = 1) on the same shape: 21 (query, source) pairs, so
+  // logits + shifted scores 2 x 4 x 21 x T 64 = 10752 bytes.  Retrieved
+  // states: the 9 reads less the N = 2 first-in-block reads and the output
+  // read, whose retrieved state is the branch input / the final norm's input
+  // (saved as activations already): 6 x T 64 x d 64 x 2 bytes = 49152.
+  Config attnres = tiny_dar(DarKernel::prefix);
+  attnres.dar.variant = DarVariant::attnres;
+  attnres.dar.streams = 1;
+  const DeviceProfile h200 = load_profile("h200");
+  EXPECT_EQ(estimate_memory(attnres, h200).dar_retained, 10752.0 + 49152.0);
+}
+
 TEST(DarPrefixKernel, ConfigKeyRoundTripsAndRejectsUnknownNames) {
   Config c = tiny_dar(DarKernel::fused);
   apply_override(c, "dar.kernel=prefix");

@@ -131,10 +131,13 @@ TEST(Memory, DepthResidualSavesPartialsAndOutputsAndHoldsBankGradient) {
   dar.dar.variant = DarVariant::dar;  // n = 2
   dar.dar.block_layers = 1;
   const MemoryBreakdown m = estimate_memory(dar, p);
-  // Saved on top of the plain residual (docs/dar_math.md 5.5): P^{i-1} + fp32 rstd at
-  // the 2 branches with i >= 1: 2 x n 2 x T 64 x (64 x 4 + 4) = 66560; each
-  // branch's y: 4 x 64 x 64 x 4 = 65536.
-  EXPECT_EQ(m.activations - base.activations, 66560 + 65536.0);
+  // Saved on top of the plain residual (docs/dar_math.md 5.5), each its own
+  // named part: P^{i-1} + fp32 rstd at the 2 branches not first in their block:
+  // 2 x n 2 x T 64 x (64 x 4 + 4) = 66560; each branch's y: 4 x 64 x 64 x 4 =
+  // 65536.  The branches' own saved tensors are the plain residual's.
+  EXPECT_EQ(m.dar_partials, 66560.0);
+  EXPECT_EQ(m.dar_branch_outputs, 65536.0);
+  EXPECT_EQ(m.activations, base.activations);
   // Bank (N+1) n T (d B + 4) = 3 x 2 x 64 x 260 = 99840; fp32 scalars per token:
   // 5 reads x (lse 2 + alpha 2 + beta 2 + z rstd 1) + rho at 2 branches = 37,
   // x 64 tokens x 4 bytes = 9472.
@@ -150,7 +153,9 @@ TEST(Memory, DepthResidualSavesPartialsAndOutputsAndHoldsBankGradient) {
   Config attnres = dar;
   attnres.dar.variant = DarVariant::attnres;
   const MemoryBreakdown a = estimate_memory(attnres, p);
-  EXPECT_EQ(a.activations - base.activations, 33280.0);
+  EXPECT_EQ(a.dar_partials, 33280.0);
+  EXPECT_EQ(a.dar_branch_outputs, 0.0);
+  EXPECT_EQ(a.activations, base.activations);
 }
 
 TEST(Memory, DecodeKvCacheHoldsOnlyRoutedTokensInRoutedLayers) {
