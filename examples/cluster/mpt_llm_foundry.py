@@ -440,17 +440,23 @@ def write_csv(results, path):
     os.replace(tmp, path)
 
 
+def take_option(args, flag, prog):
+    """Remove `flag PATH` from args and return PATH (None when absent)."""
+    if flag not in args:
+        return None
+    index = args.index(flag)
+    if index + 1 >= len(args):
+        sys.exit(f"{prog}: {flag} needs a path")
+    value = args[index + 1]
+    del args[index:index + 2]
+    return value
+
+
 def main():
     sys.path.insert(0, HERE)
     import validation  # noqa: E402  (the estimate call validation.py uses)
     args = sys.argv[1:]
-    out_csv = None
-    if "--csv" in args:
-        index = args.index("--csv")
-        if index + 1 >= len(args):
-            sys.exit("mpt_llm_foundry.py: --csv needs a path")
-        out_csv = args[index + 1]
-        del args[index:index + 2]
+    out_csv = take_option(args, "--csv", "mpt_llm_foundry.py")
     modar = args[0] if args else os.path.join(ROOT, "build", "bin", "modar")
     modar = os.path.abspath(modar)
     try:

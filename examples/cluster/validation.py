@@ -416,13 +416,7 @@ def document(modar):
 
 def main():
     args = sys.argv[1:]
-    out = None
-    if "--out" in args:
-        index = args.index("--out")
-        if index + 1 >= len(args):
-            sys.exit("validation.py: --out needs a path")
-        out = args[index + 1]
-        del args[index:index + 2]
+    out = mpt.take_option(args, "--out", "validation.py")
     modar = args[0] if args else os.path.join(ROOT, "build", "bin", "modar")
     if not os.access(modar, os.X_OK):
         sys.exit(f"validation.py: modar binary not found at {modar} (build first, or pass its path)")
