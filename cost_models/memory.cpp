@@ -297,9 +297,7 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
     layer_workspace += dar_transient;
     mem.workspace = std::max(head_workspace, layer_workspace);
   }
-  mem.peak = mem.weights + mem.gradients + mem.optimizer + mem.activations + mem.router_buffers +
-             mem.dar_bank + mem.dar_partials + mem.dar_branch_outputs + mem.dar_retained +
-             mem.kv_cache + mem.workspace;
+  mem.peak = detail::sum_of_parts(mem);
   mem.fits = device_memory_bytes <= 0.0 || mem.peak <= device_memory_bytes;
   return mem;
 }

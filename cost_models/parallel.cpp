@@ -618,9 +618,7 @@ class StageMemoryModel {
                                         gathered);
     }
     mem.workspace = std::max(head_ws, layer_ws);
-    mem.peak = mem.weights + mem.gradients + mem.optimizer + mem.activations + mem.router_buffers +
-               mem.dar_bank + mem.dar_partials + mem.dar_branch_outputs + mem.dar_retained +
-               mem.workspace;
+    mem.peak = detail::sum_of_parts(mem);  // no KV cache in training (0)
     mem.fits = mem.capacity <= 0.0 || mem.peak <= mem.capacity;
     return mem;
   }
