@@ -99,6 +99,17 @@ const char* to_string(DarVariant v) {
 const char* to_string(DarKernel v) {
   return v == DarKernel::fused ? "fused" : "prefix";
 }
+const char* to_string(DarPacks v) {
+  switch (v) {
+    case DarPacks::paper:
+      return "paper";
+    case DarPacks::kept:
+      return "kept";
+    case DarPacks::rebuilt:
+      return "rebuilt";
+  }
+  return "unknown";
+}
 const char* to_string(MoeMode v) {
   switch (v) {
     case MoeMode::none:
@@ -365,6 +376,7 @@ const std::vector<KeySpec>& key_specs() {
       integer_key<&Config::dar, &DarConfig::block_layers>("dar.block_layers"),
       integer_key<&Config::dar, &DarConfig::streams>("dar.streams"),
       choice_key<&Config::dar, &DarConfig::kernel>("dar.kernel", {"fused", "prefix"}),
+      choice_key<&Config::dar, &DarConfig::packs>("dar.packs", {"paper", "kept", "rebuilt"}),
       // [moe]: experts and MoDE (docs/model.md experts, docs/moe.md).
       integer_key<&Config::moe, &MoeConfig::experts>("moe.experts"),
       integer_key<&Config::moe, &MoeConfig::top_k>("moe.top_k"),

@@ -91,13 +91,19 @@ double flop_active_from_ops(const Config& config, StepKind step, const OpList& o
 // (query, source) pair and stream, and the retrieved state of every query
 // (docs/moe.md "The DAR paper's implementation").
 double dar_prefix_retained_bytes(const Config& config, double tokens);
+// The packed normalised key views and values of every depth read, kept for
+// the backward instead of rebuilt (DarConfig::packs_kept; 0 otherwise), for
+// `tokens` tokens of one micro-batch over the whole model (docs/moe.md
+// "Which packs are kept").
+double dar_kept_packs_bytes(const Config& config, double tokens);
 MemoryBreakdown memory_from_params(const Config& config, double total_params,
                                    double device_memory_bytes, StepKind step);
 // The peak of a breakdown: the sum of its parts, the one place that lists
 // them (the single-device model and the cluster's stages both use it).
 inline double sum_of_parts(const MemoryBreakdown& m) {
   return m.weights + m.gradients + m.optimizer + m.activations + m.router_buffers + m.dar_bank +
-         m.dar_partials + m.dar_branch_outputs + m.dar_retained + m.kv_cache + m.workspace;
+         m.dar_partials + m.dar_branch_outputs + m.dar_retained + m.dar_packs + m.kv_cache +
+         m.workspace;
 }
 // What the backward re-runs (recompute.cpp; docs/cluster.md "Recompute"):
 // every op inside the layers (full: only each layer's input is kept), or

@@ -42,6 +42,7 @@ void write_memory_parts_json(JsonWriter& json, const MemoryBreakdown& memory,
   part("dar_partials", memory.dar_partials);
   part("dar_branch_outputs", memory.dar_branch_outputs);
   part("dar_retained", memory.dar_retained);
+  part("dar_packs", memory.dar_packs);
 }
 
 ParallelLayoutJson parallel_layout_json(const Config& config) {

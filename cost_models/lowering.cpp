@@ -536,8 +536,14 @@ class Lowerer {
   // normalised key views (an unweighted RMSNorm of the raw entries with
   // their cached rstd) and the values (a row copy) of its sources for every
   // stream; the backward rebuilds both packs from the raw entries
-  // (dar.reconstruct_*, not kept from the forward) and folds the packed
-  // gradients back into the bank gradient (dar.pack_*.bwd).
+  // (dar.reconstruct_*) unless they are kept from the forward
+  // (DarConfig::packs_kept: memory's dar_packs), and folds the packed
+  // gradients back into the bank gradient (dar.pack_*.bwd).  The read's own
+  // record charges one bank-sized operand (modar's fused kernel reads the raw
+  // bank once for keys and values); a packed read has two, the key pack and
+  // the value pack, and its backward writes their gradients apart: the
+  // second operand's traffic is the companion record dar.prefix.value_pack
+  // (read forward; read + its gradient's write backward; uncounted FLOPs).
   void depth_read(const DepthReadPrefixDims& read, int64_t multiplicity, const char* label,
                   const char* backward_label) {
     if (train_ && config_.dar.kernel == DarKernel::prefix) {
@@ -546,8 +552,15 @@ class Lowerer {
       const GatherDims values{.rows = rows, .width = read.width};
       forward(keys, multiplicity, "dar.pack_keys", Recomputed::never, "dar.pack_keys.bwd");
       forward(values, multiplicity, "dar.pack_values", Recomputed::never, nullptr);
-      push(recompute_, keys, Pass::recompute, multiplicity, "dar.reconstruct_keys");
-      push(recompute_, values, Pass::recompute, multiplicity, "dar.reconstruct_values");
+      if (!config_.dar.packs_kept()) {
+        push(recompute_, keys, Pass::recompute, multiplicity, "dar.reconstruct_keys");
+        push(recompute_, values, Pass::recompute, multiplicity, "dar.reconstruct_values");
+      }
+      const int64_t elements = rows * read.width;
+      push(ops_, ElementwiseDims{.elements = elements, .inputs = 1, .outputs = 0}, Pass::forward,
+           multiplicity, "dar.prefix.value_pack");
+      push(backward_, ElementwiseDims{.elements = elements, .inputs = 1, .outputs = 1},
+           Pass::backward, multiplicity, "dar.prefix.value_pack.bwd");
       push(backward_, ScatterAddDims{.rows = rows, .width = read.width}, Pass::backward,
            multiplicity, "dar.pack_values.bwd");
     }

@@ -36,8 +36,11 @@
 //                and output reads' states are the saved branch / final-norm
 //                inputs), kept instead of recomputed; its block
 //                backward holds the rebuilt packed keys and values of <= N
-//                sources and their gradients (4 N n T d B) and no recomputed
-//                retrieved states (workspace).
+//                sources and their gradients (4 N n T d B; 2 N n T d B when the
+//                packs are kept) and no recomputed retrieved states (workspace).
+//   dar_packs    dar.kernel = prefix with the packs kept (DarConfig::packs_kept;
+//                dar.packs = paper: AttnRes): every read's packed normalised
+//                keys and values, 2 (N (N+1)/2 + N + 1) n T d B (docs/moe.md).
 //   workspace    the largest transient alive while every saved activation is:
 //                max(head: T V (B + 4) logits and fp32 loss gradient,
 //                    one layer's backward: 2 B T d residual gradients + the widest
@@ -48,7 +51,8 @@
 //                    outputs S n T d B, dP^i and dP^{i-1}, one branch's R and dR
 //                    (4 n T d B); docs/dar_math.md 5.4).
 //   peak         weights + gradients + optimizer + activations + router_buffers +
-//                dar_bank + dar_partials + dar_branch_outputs + dar_retained + workspace.  Every
+//                dar_bank + dar_partials + dar_branch_outputs + dar_retained + dar_packs +
+//                workspace.  Every
 //                saved activation is alive from the forward/backward boundary (the head's
 //                transients) to the backward of the last layer / DAR block (that layer's
 //                transients), so the step's peak is at one of the two; the max picks it.
@@ -154,6 +158,22 @@ double dar_prefix_retained_bytes(const Config& config, double tokens) {
   const int64_t retrieved_reads = 2 * layers + 1 - (counts.dar_streams == 1 ? N + 1 : 0);
   const double retrieved = static_cast<double>(retrieved_reads) * n * tokens * width * B;
   return logits + retrieved;
+}
+
+double dar_kept_packs_bytes(const Config& config, double tokens) {
+  if (!config.dar.packs_kept()) {
+    return 0.0;
+  }
+  const LayerCounts counts = layer_counts(config);
+  const double N = static_cast<double>(counts.dar_blocks);
+  const double n = static_cast<double>(counts.dar_streams);
+  const double B = static_cast<double>(dtype_bytes(config.train.dtype));
+  const double width = static_cast<double>(config.model.d_model);
+  // Entries packed per stream (lowering.cpp depth_read): block b's prefix
+  // read packs H_0..H_{b-1} (N (N + 1) / 2 over the blocks), the output read
+  // H_0..H_N; each as a normalised key view and a value, n T d each.
+  const double entries = N * (N + 1.0) / 2.0 + N + 1.0;
+  return 2.0 * entries * n * tokens * width * B;
 }
 
 MemoryBreakdown memory_from_params(const Config& config, double total_params,
@@ -277,8 +297,12 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
         // The paper's prefix kernels keep the retrieved states (no recompute:
         // S n T d fewer), rebuild the packed keys and values of the block's
         // sources (at most N entries) and hold their gradients: 4 N n T d.
+        // Kept packs (dar_packs) are not rebuilt: only their gradients.
         mem.dar_retained = dar_prefix_retained_bytes(config, T);
-        dar_transient += 4.0 * blocks * n * T * width * B - branches_per_block * n * T * width * B;
+        mem.dar_packs = dar_kept_packs_bytes(config, T);
+        const double pack_tensors = config.dar.packs_kept() ? 2.0 : 4.0;
+        dar_transient +=
+            pack_tensors * blocks * n * T * width * B - branches_per_block * n * T * width * B;
       }
     }
 

@@ -583,9 +583,13 @@ class StageMemoryModel {
       // The bank this stage holds per micro-batch in flight: every entry up to
       // the end of its last chunk (received or produced here).
       mem.dar_bank = bank_entries_at(end_layer) * entry_bytes_ * token_share * in_flight;
-      // The prefix kernels' retained outputs, spread evenly over the layers.
-      mem.dar_retained = detail::dar_prefix_retained_bytes(config_, T) * token_share *
-                         static_cast<double>(layers) / static_cast<double>(L_) * in_flight;
+      // The prefix kernels' retained outputs and kept packs, spread evenly
+      // over the layers.
+      const double layer_fraction = static_cast<double>(layers) / static_cast<double>(L_);
+      mem.dar_retained =
+          detail::dar_prefix_retained_bytes(config_, T) * token_share * layer_fraction * in_flight;
+      mem.dar_packs =
+          detail::dar_kept_packs_bytes(config_, T) * token_share * layer_fraction * in_flight;
     }
     // Transients: the head's logits (last stage), one layer's backward, and
     // under ZeRO 3 two gathered layers (current + prefetch).
@@ -1067,16 +1071,27 @@ double dar_prefix_s(const ClusterContext& c, int64_t block) {
                    c.timing.op_time_s(shape, Pass::backward, &source);
   if (c.config.dar.kernel == DarKernel::prefix) {
     // The packs of the paper's prefix kernels (lowering.cpp depth_read):
-    // forward, rebuilt in the backward, and their gradients folded back.
+    // forward, rebuilt in the backward unless kept, and their gradients
+    // folded back.
+    const double pack_passes = c.config.dar.packs_kept() ? 1.0 : 2.0;
     const int64_t rows = block * c.n_streams * tokens;
     const DType dtype = c.config.train.dtype;
     const OpShape keys = OpShape::of(RmsnormDims{.rows = rows, .width = model.d_model}, dtype);
     const OpShape values = OpShape::of(GatherDims{.rows = rows, .width = model.d_model}, dtype);
     const OpShape values_grad =
         OpShape::of(ScatterAddDims{.rows = rows, .width = model.d_model}, dtype);
-    seconds += 2.0 * c.timing.op_time_s(keys, Pass::forward, &source) +
+    // The read's second operand, the value pack (lowering.cpp
+    // dar.prefix.value_pack): read forward, read + gradient written backward.
+    const int64_t elements = rows * model.d_model;
+    const OpShape operand =
+        OpShape::of(ElementwiseDims{.elements = elements, .inputs = 1, .outputs = 0}, dtype);
+    const OpShape operand_grad =
+        OpShape::of(ElementwiseDims{.elements = elements, .inputs = 1, .outputs = 1}, dtype);
+    seconds += c.timing.op_time_s(operand, Pass::forward, &source) +
+               c.timing.op_time_s(operand_grad, Pass::backward, &source);
+    seconds += pack_passes * c.timing.op_time_s(keys, Pass::forward, &source) +
                c.timing.op_time_s(keys, Pass::backward, &source) +
-               2.0 * c.timing.op_time_s(values, Pass::forward, &source) +
+               pack_passes * c.timing.op_time_s(values, Pass::forward, &source) +
                c.timing.op_time_s(values_grad, Pass::backward, &source);
   }
   return seconds;

@@ -11,10 +11,13 @@ Training Efficiency: -9.16% / -17.54% throughput, +7.7 / +10.7 GiB peak
 memory, DAR over AttnRes +3.1 GiB, with unoptimised kernels).
 
 Two implementations of the depth reads (`dar.kernel`, docs/moe.md):
-"paper_implementation" (dar.kernel = prefix) is the paper's own (Training
-Efficiency, Appendix A): packed normalised key views and values before every
-read, fp32 logits and shifted scores and the retrieved states kept for the
-backward, the packs rebuilt from the raw bank in the backward; "fused"
+"paper_implementation" (dar.kernel = prefix, dar.packs = paper) is the paper's
+own (Training Efficiency, Appendix A): packed normalised key views and values
+before every read, fp32 logits and shifted scores and the retrieved states kept
+for the backward; DAR rebuilds the packs from the raw bank in the backward
+("reconstructs packed v and normalized k from the raw H_r states"), the AttnRes
+arm, following Kimi's AttnRes, keeps them (docs/moe.md "Which packs are kept";
+printed beside: AttnRes with the packs rebuilt); "fused"
 (dar.kernel = fused, modar's default) reads the raw bank once and recomputes
 the retrieved states.
 
@@ -65,6 +68,7 @@ def estimate(modar, sets):
             "dar_partials_gib": breakdown["dar_partials"] / GIB,
             "dar_branch_outputs_gib": breakdown["dar_branch_outputs"] / GIB,
             "dar_retained_gib": breakdown["dar_retained"] / GIB,
+            "dar_packs_gib": breakdown["dar_packs"] / GIB,
             "activations_gib": breakdown["activations"] / GIB,
             "params_total": report["params"]["total"]}
 
@@ -80,6 +84,13 @@ def table(modar, block_layers, micro_batch, extra, kernel):
         row["throughput_change_pct"] = 100.0 * (row["tokens_per_s"] / base["tokens_per_s"] - 1.0)
         row["peak_memory_delta_gib"] = row["peak_memory_gib"] - base["peak_memory_gib"]
         out[arch] = row
+    if kernel == "prefix":
+        # The other reading of the AttnRes arm: DAR's backward (packs rebuilt).
+        row = estimate(modar, ["dar.variant=attnres", "dar.block_layers=" + k,
+                               "dar.kernel=prefix", "dar.packs=rebuilt", mb] + extra)
+        row["throughput_change_pct"] = 100.0 * (row["tokens_per_s"] / base["tokens_per_s"] - 1.0)
+        row["peak_memory_delta_gib"] = row["peak_memory_gib"] - base["peak_memory_gib"]
+        out["attnres_packs_rebuilt"] = row
     return out
 
 
@@ -155,11 +166,17 @@ def print_table(name, entries):
                   f"{row['peak_memory_gib']:>10.1f}{row['peak_memory_delta_gib']:>+8.1f}"
                   f"{paper_mem:>+7.1f}   bank {row['dar_bank_gib']:.2f}, partials "
                   f"{row['dar_partials_gib']:.2f}, y {row['dar_branch_outputs_gib']:.2f}, "
-                  f"retained {row['dar_retained_gib']:.2f} GiB")
+                  f"retained {row['dar_retained_gib']:.2f}, packs {row['dar_packs_gib']:.2f} GiB")
         gap = entry["dar"]["peak_memory_delta_gib"] - entry["attnres"]["peak_memory_delta_gib"]
         met = band_check(entry)
         print(f"{'':>11} DAR over AttnRes: {gap:+.1f} GiB (paper +3.1); bands met: " +
               ", ".join(f"{name} {'yes' if met[name]['within'] else 'no'}" for name in BANDS))
+        other = entry.get("attnres_packs_rebuilt")
+        if other:
+            print(f"{'':>11} other reading, AttnRes with DAR's backward (dar.packs = rebuilt): "
+                  f"{other['throughput_change_pct']:+.2f}%, {other['peak_memory_delta_gib']:+.1f} "
+                  f"GiB; DAR over it "
+                  f"{entry['dar']['peak_memory_delta_gib'] - other['peak_memory_delta_gib']:+.1f}")
 
 
 def main():
@@ -201,8 +218,9 @@ def main():
     for name, kernel in VARIANTS:
         entries = [table(args.modar, args.block_layers, mb, args.set, kernel)
                    for mb in MICRO_BATCHES]
-        title = ("the paper's implementation (dar.kernel = prefix: packs, retained logits / "
-                 "shifted scores / retrieved states, reconstruction)" if kernel == "prefix"
+        title = ("the paper's implementation (dar.kernel = prefix, dar.packs = paper: packs, "
+                 "retained logits / shifted scores / retrieved states; AttnRes keeps its packs, "
+                 "DAR rebuilds them)" if kernel == "prefix"
                  else "fused depth-read kernels (dar.kernel = fused, modar's default)")
         print_table(title, entries)
         at = [entry for entry in entries if entry["micro_batch"] == args.micro_batch]
@@ -214,12 +232,14 @@ def main():
                   f"AttnRes {parts['modar_attnres_gib']:.2f}, DAR's n-independent rest "
                   f"{parts['modar_dar_stream_independent_gib']:.2f} (branch outputs y); "
                   f"paper r {PAPER_PER_STREAM_GIB:.1f}, s {PAPER_STREAM_INDEPENDENT_GIB:.1f} GiB "
-                  "(s: in AttnRes and DAR alike, unexplained, docs/moe.md)")
-            print("  every modar term of AttnRes's increment is per stream, so DAR over AttnRes "
-                  "(r + y) exceeds AttnRes's own increment at every micro-batch: the bands "
-                  "AttnRes >= 5.7 and DAR over AttnRes <= 4.6 exclude each other; the paper's "
-                  f"pair needs >= {PAPER_STREAM_INDEPENDENT_GIB:.1f} GiB that a second stream "
-                  "does not double")
+                  "if both arms kept the same terms")
+            if kernel == "prefix":
+                print("  the s + n r reading assumes both arms keep the same terms; with "
+                      "dar.packs = paper they do not: AttnRes keeps its packs "
+                      f"({at[0]['attnres']['dar_packs_gib']:.2f} GiB), DAR rebuilds them")
+            print("  with the same terms in both arms every AttnRes term is per stream, so DAR "
+                  "over AttnRes (r + y) exceeds AttnRes's own increment at every micro-batch "
+                  "(docs/moe.md)")
         fused = entries
     params = fused[0]["dar"]["params_total"] - fused[0]["attnres"]["params_total"]
     print(f"\nDAR over AttnRes parameters: paper 0.363M; modar {params / 1e6:.3f}M (coefficient "

@@ -530,7 +530,8 @@ std::string binding_constraint(const MemoryBreakdown& m) {
       {"gradients", m.gradients},         {"weights", m.weights},
       {"workspace", m.workspace},         {"router buffers", m.router_buffers},
       {"depth bank", m.dar_bank},         {"depth-read retained outputs", m.dar_retained},
-      {"depth partials", m.dar_partials}, {"depth branch outputs", m.dar_branch_outputs}};
+      {"depth partials", m.dar_partials}, {"depth branch outputs", m.dar_branch_outputs},
+      {"depth-read packs", m.dar_packs}};
   const auto* largest = std::max_element(
       std::begin(parts), std::end(parts),
       [](const auto& a, const auto& b) { return a.second < b.second; });

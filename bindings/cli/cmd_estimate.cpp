@@ -307,6 +307,10 @@ std::string report(const Config& config, const DeviceProfile& profile, StepKind 
     memory.add_row({"dar retained (prefix kernels)", format_bytes(mem.dar_retained),
                     format_sci(mem.dar_retained, 3)});
   }
+  if (mem.dar_packs > 0.0) {
+    memory.add_row({"dar packs kept (prefix kernels)", format_bytes(mem.dar_packs),
+                    format_sci(mem.dar_packs, 3)});
+  }
   memory.add_row({"kv cache", format_bytes(mem.kv_cache), format_sci(mem.kv_cache, 3)});
   memory.add_row(
       {"workspace (peak transient)", format_bytes(mem.workspace), format_sci(mem.workspace, 3)});

@@ -87,12 +87,20 @@ struct DarConfig {
   int64_t block_layers = 2;  // K; K = 1 is "Full" AttnRes / DAR
   int64_t streams = 2;       // n; forced to 1 for attnres
   DarKernel kernel = DarKernel::fused;  // time and memory only (config_enums.hpp)
+  DarPacks packs = DarPacks::paper;     // prefix kernel only (config_enums.hpp)
 
   bool enabled() const { return variant != DarVariant::none; }
   int64_t resolved_streams() const {
     return variant == DarVariant::none ? 0 : (variant == DarVariant::attnres ? 1 : streams);
   }
   int64_t branches_per_block() const { return 2 * block_layers; }  // S
+  // The prefix kernels keep each read's packed keys and values for the
+  // backward (no rebuild); the one place dar.packs = paper is resolved.
+  bool packs_kept() const {
+    return enabled() && kernel == DarKernel::prefix &&
+           (packs == DarPacks::kept ||
+            (packs == DarPacks::paper && variant == DarVariant::attnres));
+  }
   int64_t blocks(int64_t n_layers) const {
     return (n_layers + block_layers - 1) / block_layers;
   }  // N

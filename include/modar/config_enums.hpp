@@ -31,6 +31,13 @@ enum class DarVariant { none, attnres, dar, selfkv, fixedkv, crossv };
 // views and values, logits / shifted scores / retrieved states kept for the
 // backward, the packs rebuilt from the raw bank in the backward).
 enum class DarKernel { fused, prefix };
+// Whether dar.kernel = prefix keeps the packed key views and values of every
+// read for the backward (docs/moe.md "Which packs are kept"): kept, rebuilt
+// from the raw bank in the backward, or paper = as the DAR paper's Table 5
+// runs read: the AttnRes arm (attention-style kernels following Kimi's, which
+// keep their packed inputs) keeps them, the DAR family ("reconstructs packed
+// v and normalized k from the raw H_r states") rebuilds them.
+enum class DarPacks { paper, kept, rebuilt };
 enum class MoeMode { none, staged, integrated };  // MoDE (docs/moe.md)
 // Where an expert's routing weight (gate) multiplies (docs/moe.md "Routing
 // weights"): activation = inside the expert's activation before its down
@@ -87,6 +94,7 @@ const char* to_string(RouterScale v);
 const char* to_string(CausalRouter v);
 const char* to_string(DarVariant v);
 const char* to_string(DarKernel v);
+const char* to_string(DarPacks v);
 const char* to_string(MoeMode v);
 const char* to_string(DType v);
 const char* to_string(Optimizer v);

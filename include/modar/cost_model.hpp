@@ -98,6 +98,10 @@ struct MemoryBreakdown {  // bytes per device
   // backward beyond the bank (fp32 logits and shifted scores, the retrieved
   // states; docs/moe.md "The DAR paper's implementation").
   double dar_retained = 0;
+  // dar.kernel = prefix with the packs kept (dar.packs; the paper's AttnRes
+  // arm): every read's packed normalised keys and values, kept for the
+  // backward instead of rebuilt (docs/moe.md "Which packs are kept").
+  double dar_packs = 0;
   double kv_cache = 0;     // decode only
   double router_buffers = 0;
   double workspace = 0;  // transient peak (logits, attention scratch)

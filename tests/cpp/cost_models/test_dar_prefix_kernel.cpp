@@ -2,7 +2,8 @@
 // (docs/moe.md "The DAR paper's implementation"): the same maths as the fused
 // kernels (counted FLOPs unchanged), plus packing of the normalised key views
 // and values before each read, their reconstruction in the backward, and the
-// retained logits, shifted scores and retrieved states.  Counts by hand for a
+// retained logits, shifted scores and retrieved states; dar.packs: whether
+// the packs are kept for the backward or rebuilt.  Counts by hand for a
 // tiny Block DAR (L = 4, K = 2: N = 2 blocks of S = 4 branches, n = 2).
 #include <gtest/gtest.h>
 
@@ -47,9 +48,13 @@ TEST(DarPrefixKernel, PacksEverySourceOfEveryReadForEachStream) {
   EXPECT_EQ(rows_of(prefix, "dar.reconstruct_values", Pass::recompute), rows);
   EXPECT_EQ(rows_of(prefix, "dar.pack_keys.bwd", Pass::backward), rows);
   EXPECT_EQ(rows_of(prefix, "dar.pack_values.bwd", Pass::backward), rows);
+  // The read's second operand (the value pack): rows x d 64 elements.
+  EXPECT_EQ(rows_of(prefix, "dar.prefix.value_pack", Pass::forward), rows * 64.0);
+  EXPECT_EQ(rows_of(prefix, "dar.prefix.value_pack.bwd", Pass::backward), rows * 64.0);
   const Config fused = tiny_dar(DarKernel::fused);
   EXPECT_EQ(rows_of(fused, "dar.pack_keys", Pass::forward), 0.0);
   EXPECT_EQ(rows_of(fused, "dar.reconstruct_keys", Pass::recompute), 0.0);
+  EXPECT_EQ(rows_of(fused, "dar.prefix.value_pack", Pass::forward), 0.0);
 }
 
 TEST(DarPrefixKernel, SameMathsMoreTrafficAndTime) {
@@ -92,12 +97,70 @@ TEST(DarPrefixKernel, AttnResKeepsNoSecondCopyOfItsBranchInputs) {
   EXPECT_EQ(estimate_memory(attnres, h200).dar_retained, 10752.0 + 49152.0);
 }
 
+Config tiny_attnres(DarPacks packs) {
+  Config c = tiny_dar(DarKernel::prefix);
+  c.dar.variant = DarVariant::attnres;
+  c.dar.streams = 1;
+  c.dar.packs = packs;
+  return c;
+}
+
+TEST(DarPrefixKernel, PaperReadingKeepsAttnResPacksAndRebuildsDars) {
+  // dar.packs = paper: the AttnRes arm keeps every read's packs (no
+  // reconstruction records), DAR rebuilds them (the records above).
+  // AttnRes reads 6 entries (1 + 2 phase-1 sources, 3 output sources) of
+  // n = 1 stream x T = 64 rows.
+  const double rows = 6.0 * 64.0;
+  const Config paper = tiny_attnres(DarPacks::paper);
+  EXPECT_EQ(rows_of(paper, "dar.pack_keys", Pass::forward), rows);
+  EXPECT_EQ(rows_of(paper, "dar.pack_values", Pass::forward), rows);
+  EXPECT_EQ(rows_of(paper, "dar.reconstruct_keys", Pass::recompute), 0.0);
+  EXPECT_EQ(rows_of(paper, "dar.reconstruct_values", Pass::recompute), 0.0);
+  EXPECT_EQ(rows_of(paper, "dar.pack_keys.bwd", Pass::backward), rows);
+  const Config rebuilt = tiny_attnres(DarPacks::rebuilt);
+  EXPECT_EQ(rows_of(rebuilt, "dar.reconstruct_keys", Pass::recompute), rows);
+  EXPECT_EQ(rows_of(rebuilt, "dar.reconstruct_values", Pass::recompute), rows);
+  Config dar_kept = tiny_dar(DarKernel::prefix);
+  dar_kept.dar.packs = DarPacks::kept;
+  EXPECT_EQ(rows_of(dar_kept, "dar.reconstruct_keys", Pass::recompute), 0.0);
+}
+
+TEST(DarPrefixKernel, KeptPacksByHand) {
+  // Kept: a normalised key view and a value (bf16) of each of the 6 packed
+  // entries per stream: 2 x 6 x T 64 x d 64 x 2 bytes = 98304 for AttnRes
+  // (n = 1), twice that for DAR (n = 2).  Rebuilt: nothing kept.
+  const DeviceProfile h200 = load_profile("h200");
+  const MemoryBreakdown paper = estimate_memory(tiny_attnres(DarPacks::paper), h200);
+  const MemoryBreakdown rebuilt = estimate_memory(tiny_attnres(DarPacks::rebuilt), h200);
+  EXPECT_EQ(paper.dar_packs, 98304.0);
+  EXPECT_EQ(rebuilt.dar_packs, 0.0);
+  EXPECT_EQ(paper.dar_retained, rebuilt.dar_retained);
+  EXPECT_EQ(estimate_memory(tiny_dar(DarKernel::prefix), h200).dar_packs, 0.0);
+  Config dar_kept = tiny_dar(DarKernel::prefix);
+  dar_kept.dar.packs = DarPacks::kept;
+  EXPECT_EQ(estimate_memory(dar_kept, h200).dar_packs, 2.0 * 98304.0);
+  // The fused kernels pack nothing, whatever dar.packs says.
+  Config fused = tiny_attnres(DarPacks::kept);
+  fused.dar.kernel = DarKernel::fused;
+  EXPECT_EQ(estimate_memory(fused, h200).dar_packs, 0.0);
+  // Keeping skips the rebuild: same FLOPs, less time.
+  const Estimate kept_step = estimate(tiny_attnres(DarPacks::paper), h200);
+  const Estimate rebuilt_step = estimate(tiny_attnres(DarPacks::rebuilt), h200);
+  EXPECT_EQ(kept_step.flops.forward_per_token, rebuilt_step.flops.forward_per_token);
+  EXPECT_LT(kept_step.time.step_s, rebuilt_step.time.step_s);
+}
+
 TEST(DarPrefixKernel, ConfigKeyRoundTripsAndRejectsUnknownNames) {
   Config c = tiny_dar(DarKernel::fused);
   apply_override(c, "dar.kernel=prefix");
   EXPECT_EQ(c.dar.kernel, DarKernel::prefix);
   EXPECT_STREQ(to_string(c.dar.kernel), "prefix");
   EXPECT_THROW(apply_override(c, "dar.kernel=triton"), std::exception);
+  EXPECT_EQ(c.dar.packs, DarPacks::paper);
+  apply_override(c, "dar.packs=rebuilt");
+  EXPECT_EQ(c.dar.packs, DarPacks::rebuilt);
+  EXPECT_STREQ(to_string(c.dar.packs), "rebuilt");
+  EXPECT_THROW(apply_override(c, "dar.packs=some"), std::exception);
 }
 
 }  // namespace
