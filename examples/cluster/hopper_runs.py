@@ -235,22 +235,11 @@ def findings(results):
     return out
 
 
-def take_option(args, flag, prog):
-    if flag not in args:
-        return None
-    index = args.index(flag)
-    if index + 1 >= len(args):
-        sys.exit(f"{prog}: {flag} needs a path")
-    value = args[index + 1]
-    del args[index:index + 2]
-    return value
-
-
 def main():
     sys.path.insert(0, HERE)
     import validation  # noqa: E402  (the estimate call validation.py uses)
     args = sys.argv[1:]
-    fit = take_option(args, "--write-fit", "hopper_runs.py")
+    fit = validation.mpt.take_option(args, "--write-fit", "hopper_runs.py")
     try:
         if fit:
             write_fit(fit)

@@ -291,6 +291,26 @@ std::vector<std::string> embedded_fit_parameters(const std::string& profile = "a
   return names;
 }
 
+// The embedded calibrated profile holds what its command writes: the same
+// fit redone here from the base profile and the fit rows gives its [kernel]
+// values (relative 1e-6; a value at its bound 0, kernel.gemm_quantization: 1e-9).
+void expect_embedded_is_the_refit(const std::string& name, const std::string& base_name,
+                                  const std::vector<modar::CalibrationRun>& fit_runs) {
+  const modar::DeviceProfile embedded = modar::load_profile(name);
+  const modar::DeviceProfile base = modar::load_profile(base_name);
+  modar::CalibrateRequest request;
+  request.parameters = embedded_fit_parameters(name);
+  request.leave_one_out = false;
+  const auto redone =
+      modar::calibrate(fit_runs, base, modar::resolve_calibrate_options(request, base));
+  ASSERT_EQ(redone.parameters.size(), request.parameters->size());
+  for (const auto& p : redone.parameters) {
+    EXPECT_NEAR(modar::calibration_parameter_value(embedded, p.name), p.value,
+                1e-6 * std::max(std::abs(p.value), 1e-3))
+        << name << " " << p.name;
+  }
+}
+
 // docs/validation.md: calibrate on the whole table from the uncalibrated
 // (datasheet + GPU kernel model) profile, with the embedded profile's
 // parameters (reached: 3.6 % and 7.1 %), predicts each row, left out of its
@@ -322,21 +342,9 @@ TEST(CalibrateMegatronTable1, EmbeddedProfileIsItsProvenanceCommandOnTheFitRowsO
       }
     }
   }
-  const modar::DeviceProfile base = modar::load_profile("a100-80gb-dgx-datasheet");
   const auto fit_runs = modar::load_calibration_runs(table1_file("megatron_table1_fit.csv"));
   ASSERT_EQ(fit_runs.size(), 7u);
-  modar::CalibrateRequest request;
-  request.parameters = embedded_fit_parameters();
-  request.leave_one_out = false;
-  const auto redone =
-      modar::calibrate(fit_runs, base, modar::resolve_calibrate_options(request, base));
-  ASSERT_EQ(redone.parameters.size(), request.parameters->size());
-  for (const auto& p : redone.parameters) {
-    // Relative 1e-6 (a value at its bound 0, kernel.gemm_quantization: 1e-9).
-    EXPECT_NEAR(modar::calibration_parameter_value(embedded, p.name), p.value,
-                1e-6 * std::max(std::abs(p.value), 1e-3))
-        << p.name;
-  }
+  expect_embedded_is_the_refit("a100-80gb-dgx", "a100-80gb-dgx-datasheet", fit_runs);
 }
 
 // ---- the embedded H100: calibrated on NVIDIA's published runs it names ---------
@@ -363,18 +371,7 @@ TEST(CalibrateHopper, EmbeddedH100IsItsProvenanceCommandOnTheCalibrationRowsOnly
     }
   }
   EXPECT_EQ(listed, fit_runs.size());
-  const modar::DeviceProfile base = modar::load_profile("h100-80gb-dgx-datasheet");
-  modar::CalibrateRequest request;
-  request.parameters = embedded_fit_parameters("h100-80gb-dgx");
-  request.leave_one_out = false;
-  const auto redone =
-      modar::calibrate(fit_runs, base, modar::resolve_calibrate_options(request, base));
-  ASSERT_EQ(redone.parameters.size(), request.parameters->size());
-  for (const auto& p : redone.parameters) {
-    EXPECT_NEAR(modar::calibration_parameter_value(embedded, p.name), p.value,
-                1e-6 * std::max(std::abs(p.value), 1e-3))
-        << p.name;
-  }
+  expect_embedded_is_the_refit("h100-80gb-dgx", "h100-80gb-dgx-datasheet", fit_runs);
 }
 
 // h200 and h800-80gb-hgx carry h100-80gb-dgx's fitted GEMM and attention
