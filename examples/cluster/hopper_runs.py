@@ -44,10 +44,27 @@ def read_rows(path=CSV):
     with open(path) as f:
         out = list(csv.DictReader(line for line in f if not line.startswith("#")))
     for row in out:
-        if row["role"] not in ROLES:
-            raise RowError(f"{os.path.basename(path)}: run '{row['run']}', column 'role' = "
-                           f"'{row['role']}': must be calibration or held out")
+        check_row(os.path.basename(path), row)
     return out
+
+
+def check_row(name, row):
+    """Transcription and layout checks: one line naming the row, column and value."""
+    def fail(column, why):
+        raise RowError(f"{name}: run '{row['run']}', column '{column}' = '{row[column]}': {why}")
+    if row["role"] not in ROLES:
+        fail("role", "must be calibration or held out")
+    tp, pp, vp, cp = (int(row[k]) for k in ("tp", "pp", "vp", "cp"))
+    if int(row["gpus"]) % (tp * pp * cp):
+        fail("gpus", f"must be a multiple of tp x pp x cp = {tp * pp * cp}")
+    if int(row["batch"]) % (int(row["micro_batch"]) * data_parallel(row)):
+        fail("batch", "must be a multiple of micro_batch x the data-parallel size")
+    if int(row["layers"]) % (pp * vp):
+        fail("layers", f"must be a multiple of pp x vp = {pp * vp}")
+    tokens = int(row["batch"]) * int(row["seq"]) / float(row["step_s"])
+    if abs(tokens / float(row["tokens_per_s"]) - 1.0) > 0.005:
+        fail("tokens_per_s", f"the table's step time gives {tokens:.0f} tokens/s (batch x seq / "
+             "step_s): a transcription error in one of the two")
 
 
 def data_parallel(row):
@@ -179,8 +196,21 @@ def section(results):
              "/ published - 1 (= published step / predicted step - 1; positive: modar too fast), "
              "on the calibrated `h100-80gb-dgx` and on the datasheet profile it is fitted from "
              "(`h100-80gb-dgx-datasheet`, fitted to nothing).", ""]
-    lines += summary_table(results) + [""] + findings(results) + row_table(results) + [""]
+    lines += (summary_table(results) + [""] + calibration_lines() + findings(results) +
+              row_table(results) + [""])
     return lines
+
+
+def calibration_lines():
+    """The fit as the embedded profile's provenance records it."""
+    import tomllib
+    with open(os.path.join(ROOT, "profiles", PROFILES[0] + ".toml"), "rb") as f:
+        provenance = tomllib.load(f).get("provenance", {})
+    fitted = [f"`{key.split('.', 1)[1]}` {value}" for key, value in sorted(provenance.items())
+              if key.startswith("calibration_parameter.")]
+    return ["The fit, as `h100-80gb-dgx`'s provenance records it: " + "; ".join(fitted) +
+            "; " + provenance.get("calibration_leave_one_out", "") + " (each calibration row "
+            "predicted by a fit to the other five).", ""]
 
 
 def members(results, prefix):
