@@ -434,6 +434,10 @@ def document(modar):
                           ", ".join(calibrated_on("h100-80gb-dgx")) + ")")
         hopper_results = hopper.predict(
             lambda base, sets, profile=None: estimate(modar, base, sets, profile), hopper_rows)
+        hopper_folds = hopper.cross_validate(
+            lambda arguments: modar_json(modar, arguments),
+            lambda base, sets, profile=None: estimate(modar, base, sets, profile), hopper_rows,
+            folder)
         mpt_results = mpt.predict(
             lambda base, sets, profile=None: estimate(modar, base, sets, profile), mpt.read_rows())
         cwd = os.getcwd()
@@ -451,7 +455,7 @@ def document(modar):
     profiles_section(lines)
     table1_section(lines, t1, fitted)
     loo_section(lines, loo, base_profile)
-    lines += hopper.section(hopper_results)
+    lines += hopper.section(hopper_results, hopper_folds)
     others_section(lines, others)
     lines += mpt.section(mpt_results)
     return "\n".join(lines)
