@@ -93,11 +93,14 @@ double flop_active_from_ops(const Config& config, StepKind step, const OpList& o
 double dar_prefix_retained_bytes(const Config& config, double tokens);
 MemoryBreakdown memory_from_params(const Config& config, double total_params,
                                    double device_memory_bytes, StepKind step);
-// The peak of a breakdown: the sum of its parts, the one place that lists
-// them (the single-device model and the cluster's stages both use it).
+// The peak of a breakdown: the sum of its parts (kMemoryParts; the
+// single-device model and the cluster's stages both use it).
 inline double sum_of_parts(const MemoryBreakdown& m) {
-  return m.weights + m.gradients + m.optimizer + m.activations + m.router_buffers + m.dar_bank +
-         m.dar_partials + m.dar_branch_outputs + m.dar_retained + m.kv_cache + m.workspace;
+  double bytes = 0.0;
+  for (const MemoryPart& part : kMemoryParts) {
+    bytes += m.*part.bytes;
+  }
+  return bytes;
 }
 // What the backward re-runs (recompute.cpp; docs/cluster.md "Recompute"):
 // every op inside the layers (full: only each layer's input is kept), or
