@@ -91,6 +91,17 @@ double flop_active_from_ops(const Config& config, StepKind step, const OpList& o
 // (query, source) pair and stream, and the retrieved state of every query
 // (docs/moe.md "The DAR paper's implementation").
 double dar_prefix_retained_bytes(const Config& config, double tokens);
+// AttnRes / DAR: what `layers` layers holding `blocks` depth blocks keep for
+// the merges' backward, per micro-batch of `tokens` tokens (memory.cpp).
+// `blocks` is where the two models differ: one device counts the whole
+// blocks (2L - N branches merge a partial), a pipeline stage spreads them
+// evenly (layers / K per stage).
+struct DarMergeSaved {
+  double partials = 0.0;        // MemoryBreakdown::dar_partials
+  double branch_outputs = 0.0;  // MemoryBreakdown::dar_branch_outputs
+};
+DarMergeSaved dar_merge_saved_bytes(double layers, double blocks, int64_t streams, double tokens,
+                                    double width, double dtype_bytes);
 MemoryBreakdown memory_from_params(const Config& config, double total_params,
                                    double device_memory_bytes, StepKind step);
 // The peak of a breakdown: the sum of its parts (kMemoryParts; the
