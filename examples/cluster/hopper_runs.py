@@ -20,7 +20,14 @@ overrides, the published seconds per step.  The embedded profile comes from
         --profile profiles/h100-80gb-dgx-datasheet.toml \\
         --name h100-80gb-dgx --out profiles/h100-80gb-dgx.toml
 
-validation.py imports predict() and section() for docs/validation.md.
+    python3 examples/cluster/hopper_runs.py --carry-over
+
+--carry-over writes h100-80gb-dgx's fitted kernel.gemm_efficiency and
+kernel.attention_efficiency into profiles/h200.toml and h800-80gb-hgx.toml
+(their [kernel] and [provenance] lines), as after every refit of the H100.
+
+validation.py imports predict(), cross_validate() and section() for
+docs/validation.md.
 """
 import csv
 import os
@@ -112,6 +119,37 @@ def write_runs(path, rows, config=BASE, header=""):
 def write_fit(path):
     write_runs(path, [r for r in read_rows() if r["role"] == "calibration"], BASE_NAME,
                FIT_HEADER)
+
+
+CARRIED = ("h200", "h800-80gb-hgx")  # the profiles that take h100-80gb-dgx's two fitted values
+
+
+def carry_over():
+    """Write h100-80gb-dgx's fitted GEMM and attention efficiencies into the
+    [kernel] and [provenance] of CARRIED (after a refit: docs/calibrate.md)."""
+    import re
+    import tomllib
+    folder = os.path.join(ROOT, "profiles")
+    with open(os.path.join(folder, PROFILES[0] + ".toml"), "rb") as f:
+        kernel = tomllib.load(f)["kernel"]
+    for name in CARRIED:
+        path = os.path.join(folder, name + ".toml")
+        with open(path) as f:
+            text = f.read()
+        for key in ("gemm_efficiency", "attention_efficiency"):
+            value = repr(float(kernel[key]))
+            # [kernel]: `key = 0.59...  # comment`; [provenance]: `key = "0.59...: why"`.
+            text, kernel_lines = re.subn(rf"^{key} = [0-9.e+-]+", f"{key} = {value}", text,
+                                         flags=re.M)
+            text, provenance_lines = re.subn(rf'^{key} = "[0-9.e+-]+:', f'{key} = "{value}:', text,
+                                             flags=re.M)
+            if kernel_lines != 1 or provenance_lines != 1:
+                raise RowError(f"profiles/{name}.toml: expected one [kernel] and one [provenance] "
+                               f"line '{key} = ...', found {kernel_lines} and {provenance_lines}")
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
 
 
 def tokens_per_gpu(row, step_s):
@@ -347,6 +385,9 @@ def main():
     args = sys.argv[1:]
     fit = validation.mpt.take_option(args, "--write-fit", "hopper_runs.py")
     try:
+        if "--carry-over" in args:
+            carry_over()
+            return
         if fit:
             write_fit(fit)
             return
