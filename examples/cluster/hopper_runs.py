@@ -124,12 +124,11 @@ def write_fit(path):
 CARRIED = ("h200", "h800-80gb-hgx")  # the profiles that take h100-80gb-dgx's two fitted values
 
 
-def carry_over():
+def carry_over(folder=os.path.join(ROOT, "profiles")):
     """Write h100-80gb-dgx's fitted GEMM and attention efficiencies into the
     [kernel] and [provenance] of CARRIED (after a refit: docs/calibrate.md)."""
     import re
     import tomllib
-    folder = os.path.join(ROOT, "profiles")
     with open(os.path.join(folder, PROFILES[0] + ".toml"), "rb") as f:
         kernel = tomllib.load(f)["kernel"]
     for name in CARRIED:
