@@ -323,13 +323,9 @@ void parse_level(const toml::table& table, const std::string& source, const std:
 
 void parse_network_section(const toml::table& root, const std::string& source,
                            NetworkProfile& network) {
-  const toml::node* node = root.get("network");
-  if (node == nullptr) {
-    return;
-  }
-  const toml::table* table = node->as_table();
+  const toml::table* table = optional_section_table(root, "network", source);
   if (table == nullptr) {
-    fail_network(source, "network", "a value", "must be a table [network]");
+    return;
   }
   network.present = true;
   for (const auto& [key, value] : *table) {

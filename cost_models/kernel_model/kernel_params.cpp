@@ -362,14 +362,9 @@ namespace detail {
 
 void parse_kernel_section(const toml::table& root, const std::string& source,
                           DeviceProfile& profile) {
-  const toml::node* node = root.get("kernel");
-  if (node == nullptr) {
-    return;
-  }
-  const toml::table* table = node->as_table();
+  const toml::table* table = optional_section_table(root, "kernel", source);
   if (table == nullptr) {
-    throw ConfigError(source + ": kernel = " + toml_node_text(*node) +
-                      ": must be a table [kernel]");
+    return;
   }
   for (const auto& [key, value] : *table) {
     const std::string name = "kernel." + std::string(key.str());

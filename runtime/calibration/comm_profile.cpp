@@ -12,6 +12,7 @@
 #include <ctime>
 #include <sstream>
 
+#include "modar/base/clock.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/base/files.hpp"
 #include "modar/base/interrupt.hpp"
@@ -145,19 +146,6 @@ void spin_thread_cpu_s(double seconds) {
       sink = sink * 1.0000001 + 1e-9;
     }
   }
-}
-
-double steady_now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char text[32];
-  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return text;
 }
 
 }  // namespace
@@ -482,7 +470,7 @@ void fit_and_describe(const Backend& backend, const std::string& engine,
                 "the last rank's arrival (latest steady-clock start) to each rank's end, max over "
                 "ranks: modar validate --parallel's transfer"
           : "hot: back-to-back calls, every rank already in the collective loop";
-  p["network_date"] = utc_now();
+  p["network_date"] = utc_now_iso8601();
   // A shared machine's load is part of what was measured (oversubscribed
   // ranks wait for a core): /proc/loadavg at the end of the run.
   const std::string load = load_average();

@@ -188,6 +188,13 @@ TEST(Cluster, NetworkSectionErrorsNameTheField) {
   const std::string levels =
       "[network.intra_node]\nbus_bandwidth = 1e11\n[network.inter_node]\nbus_bandwidth = 1e10\n";
   EXPECT_EQ(error_of("[network]\ngpus_per_node = 8\n" + levels), "no error");
+  // A root value that is not a table (written before [ceilings], so it stays at the root).
+  try {
+    parse_profile_toml("network = 1\n" + head, "p.toml");
+    ADD_FAILURE() << "network = 1 accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), "p.toml: network = 1: must be a table [network]");
+  }
   EXPECT_EQ(error_of("[network]\ngpus_per_node = 0\n" + levels),
             "p.toml: network.gpus_per_node = 0: must be an integer in [1, 1024]");
   EXPECT_EQ(error_of("[network]\n[network.intra_node]\nbus_bandwidth = 1e11\n"),
