@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "cost_model_internal.hpp"
+#include "modar/base/enum_names.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/base/files.hpp"
 #include "modar/base/text.hpp"
@@ -71,13 +72,6 @@ constexpr const char* kRouterWeightsNames[] = {"activation", "output", "input"};
 constexpr const char* kTokenDispatcherNames[] = {"alltoall", "allgather"};
 constexpr const char* kPipelineScheduleNames[] = {"1f1b", "interleaved"};
 constexpr const char* kAttentionFlopsNames[] = {"causal", "full", "flash"};
-
-// names[v]; `otherwise` for a value outside the enum.
-template <class Enum, size_t N>
-const char* name_of(const char* const (&names)[N], Enum v, const char* otherwise = "unknown") {
-  const auto i = static_cast<size_t>(v);
-  return i < N ? names[i] : otherwise;
-}
 
 }  // namespace
 
@@ -667,10 +661,8 @@ std::string ConfigKey::literal(const Config& config) const {
 }
 
 AttentionFlops parse_attention_flops(const std::string& text, const std::string& field) {
-  for (size_t i = 0; i < std::size(kAttentionFlopsNames); ++i) {
-    if (text == kAttentionFlopsNames[i]) {
-      return static_cast<AttentionFlops>(i);
-    }
+  if (const auto flops = enum_named<AttentionFlops>(kAttentionFlopsNames, text)) {
+    return *flops;
   }
   throw ConfigError(field + " = " + text + ": must be " + join_names(kAttentionFlopsNames));
 }
