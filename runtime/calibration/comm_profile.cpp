@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "modar/base/clock.hpp"
+#include "modar/base/enum_names.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/base/files.hpp"
 #include "modar/base/interrupt.hpp"
@@ -150,16 +151,9 @@ void spin_thread_cpu_s(double seconds) {
 
 }  // namespace
 
-const char* to_string(CommArrival arrival) {
-  switch (arrival) {
-    case CommArrival::automatic:
-      return "automatic";
-    case CommArrival::hot:
-      return "hot";
-    case CommArrival::cold:
-      return "cold";
-  }
-  return "?";
+constexpr const char* kCommArrivalNames[] = {"automatic", "hot", "cold"};
+const char* to_string(CommArrival v) {
+  return name_of(kCommArrivalNames, v, "?");
 }
 
 double last_arrival_call_s(const std::vector<double>& starts_s, const std::vector<double>& ends_s) {
