@@ -47,11 +47,14 @@ const CommRecord* find_comm(const ClusterEstimate& c, const char* label, Collect
   return nullptr;
 }
 
-// The record that must be there: a test that lacks it fails, naming it.
-const CommRecord& comm_of(const ClusterEstimate& c, const char* label, Collective kind, Pass pass) {
+// The one record of that label, kind and pass; a test failure (the
+// exception gtest reports) when there is none.
+const CommRecord& comm_record(const ClusterEstimate& c, const char* label, Collective kind,
+                              Pass pass) {
   const CommRecord* op = find_comm(c, label, kind, pass);
   if (op == nullptr) {
-    throw std::runtime_error(std::string("no communication record '") + label + "'");
+    throw std::runtime_error(std::string("no ") + label + " " + to_string(kind) + " in the " +
+                             to_string(pass) + " pass");
   }
   return *op;
 }
@@ -298,8 +301,8 @@ TEST(Cluster, TensorParallelTwoByHand) {
   EXPECT_EQ(k.data, 1);
   EXPECT_EQ(k.tensor_level, NetLevel::intra_node);
   const double T = 2.0 * 128.0, d = 256.0, B = 2.0;
-  const CommRecord& fwd = comm_of(k, "tp.layer", Collective::all_reduce, Pass::forward);
-  const CommRecord& bwd = comm_of(k, "tp.layer", Collective::all_reduce, Pass::backward);
+  const CommRecord& fwd = comm_record(k, "tp.layer", Collective::all_reduce, Pass::forward);
+  const CommRecord& bwd = comm_record(k, "tp.layer", Collective::all_reduce, Pass::backward);
   EXPECT_EQ(fwd.bytes, T * d * B);
   EXPECT_EQ(fwd.count, 2.0 * 8.0);  // 2 per layer x 8 layers x 1 micro-batch
   EXPECT_EQ(bwd.count, 2.0 * 8.0);
@@ -318,7 +321,8 @@ TEST(Cluster, TensorParallelTwoByHand) {
   // Sequence parallelism: the same bytes as RS + AG, replicated parts / t.
   c.parallel.sequence_parallel = true;
   const Estimate s = estimate(c, a100());
-  const CommRecord& rs = comm_of(*s.cluster, "tp.layer", Collective::reduce_scatter, Pass::forward);
+  const CommRecord& rs =
+      comm_record(*s.cluster, "tp.layer", Collective::reduce_scatter, Pass::forward);
   EXPECT_EQ(rs.bytes, T * d * B);
   const double per_layer_sp = (4 * d * B * T + 8 * T) / 2.0 +
                               ((3 * d + d + 4 * d + 4 * d) * B * T + 4 * 2.0 * 4.0 * 128.0) / 2.0;
@@ -332,7 +336,8 @@ TEST(Cluster, DataParallelAndZeroByHand) {
   c.device.count = 2;
   const Estimate e0 = estimate(c, a100());
   const double P = e0.params.total;
-  const CommRecord& ar = comm_of(*e0.cluster, "dp.grad", Collective::all_reduce, Pass::backward);
+  const CommRecord& ar =
+      comm_record(*e0.cluster, "dp.grad", Collective::all_reduce, Pass::backward);
   expect_relative(ar.bytes, 4 * P);
   EXPECT_EQ(ar.ranks, 2);
   expect_relative(e0.memory.optimizer, 12 * P);
@@ -346,9 +351,9 @@ TEST(Cluster, DataParallelAndZeroByHand) {
   c.parallel.zero = 1;
   const Estimate e1 = estimate(c, a100());
   const CommRecord& rs =
-      comm_of(*e1.cluster, "dp.grad", Collective::reduce_scatter, Pass::backward);
+      comm_record(*e1.cluster, "dp.grad", Collective::reduce_scatter, Pass::backward);
   const CommRecord& ag =
-      comm_of(*e1.cluster, "dp.param_gather", Collective::all_gather, Pass::forward);
+      comm_record(*e1.cluster, "dp.param_gather", Collective::all_gather, Pass::forward);
   expect_relative(rs.bytes, 4 * P);
   expect_relative(ag.bytes, 2 * P);
   expect_relative(e1.memory.optimizer, 12 * P / 2);
@@ -361,7 +366,7 @@ TEST(Cluster, DataParallelAndZeroByHand) {
   expect_relative(e3.memory.gradients, 4 * P / 2);
   expect_relative(e3.memory.weights, 2 * P / 2);
   const CommRecord& gather =
-      comm_of(*e3.cluster, "zero3.param_gather", Collective::all_gather, Pass::forward);
+      comm_record(*e3.cluster, "zero3.param_gather", Collective::all_gather, Pass::forward);
   // One layer's weights in bf16, gathered forward and backward for 8 layers.
   const double layer_params = (e3.params.non_embedding - 256.0) / 8.0;
   expect_relative(gather.bytes, layer_params * 2);
@@ -393,9 +398,9 @@ TEST(Cluster, ZeroTwoByHand) {
   const MemoryBreakdown single = estimate_memory(small(), a100());
   expect_relative(e2.memory.activations, single.activations);
   const CommRecord& rs =
-      comm_of(*e2.cluster, "dp.grad", Collective::reduce_scatter, Pass::backward);
+      comm_record(*e2.cluster, "dp.grad", Collective::reduce_scatter, Pass::backward);
   const CommRecord& ag =
-      comm_of(*e2.cluster, "dp.param_gather", Collective::all_gather, Pass::forward);
+      comm_record(*e2.cluster, "dp.param_gather", Collective::all_gather, Pass::forward);
   expect_relative(rs.bytes, 4 * P);
   EXPECT_EQ(rs.count, 2.0);
   EXPECT_EQ(rs.ranks, 4);
@@ -517,7 +522,7 @@ TEST(Cluster, PipelineTwoSendsAndBubble) {
   ASSERT_EQ(k.stages.size(), 2u);
   EXPECT_EQ(k.stages[0].layers, 4);
   EXPECT_EQ(k.stages[1].layers, 4);
-  const CommRecord& send = comm_of(k, "pp.activation", Collective::send_recv, Pass::forward);
+  const CommRecord& send = comm_record(k, "pp.activation", Collective::send_recv, Pass::forward);
   EXPECT_EQ(send.bytes, 2.0 * 128.0 * 256.0 * 2.0);
   EXPECT_EQ(send.count, 2.0 * 4.0);  // forward + backward, 4 micro-batches
   double slowest = 0.0;
@@ -763,10 +768,10 @@ TEST(Cluster, ModRouterScoresUnderSequenceParallelism) {
   const Estimate e = estimate(c, a100());
   EXPECT_EQ(e.cluster->mod_score_gather_bytes, 2.0 * 128.0 * 4.0 * 4.0);  // 4 routed layers
   const CommRecord& scores =
-      comm_of(*e.cluster, "tp.mod_router_scores", Collective::all_gather, Pass::forward);
+      comm_record(*e.cluster, "tp.mod_router_scores", Collective::all_gather, Pass::forward);
   EXPECT_EQ(scores.bytes, 2.0 * 128.0 * 4.0);
   const CommRecord& routed =
-      comm_of(*e.cluster, "tp.routed_layer", Collective::all_gather, Pass::forward);
+      comm_record(*e.cluster, "tp.routed_layer", Collective::all_gather, Pass::forward);
   EXPECT_EQ(routed.bytes, 2.0 * 16.0 * 256.0 * 2.0);  // b k d B, k = 16
 }
 
@@ -781,8 +786,10 @@ TEST(Cluster, GradientTrafficFollowsParameters) {
   c.mod.capacity = 0.125;
   c.model.n_layers = 12;  // 1.5x the layers, fewer FLOPs per token per layer
   const Estimate mod = estimate(c, a100());
-  const CommRecord& a = comm_of(*dense.cluster, "dp.grad", Collective::all_reduce, Pass::backward);
-  const CommRecord& b = comm_of(*mod.cluster, "dp.grad", Collective::all_reduce, Pass::backward);
+  const CommRecord& a =
+      comm_record(*dense.cluster, "dp.grad", Collective::all_reduce, Pass::backward);
+  const CommRecord& b =
+      comm_record(*mod.cluster, "dp.grad", Collective::all_reduce, Pass::backward);
   expect_relative(b.bytes / a.bytes, mod.params.total / dense.params.total);
   EXPECT_EQ(a.level, NetLevel::inter_node);
 }
@@ -874,12 +881,11 @@ void expect_main_gradients_by_hand(DType dtype, GradReduceInFp32 setting, double
   const double P = fused.params.total;
   const double accumulation_s = 4.0 * (accumulation * P / bandwidth + launch);
   EXPECT_NEAR(unfused.time.step_s - fused.time.step_s, accumulation_s, 1e-6 * accumulation_s);
-  const CommRecord* ar =
-      find_comm(*fused.cluster, "dp.grad", Collective::all_reduce, Pass::backward);
-  ASSERT_NE(ar, nullptr);
-  expect_relative(ar->bytes, reduced * P);
-  expect_relative(ar->time_s, 2 * 2e-6 + reduced * P / 232.5e9);
-  expect_relative(fused.cluster->grad_reduce_exposed_s, ar->time_s);
+  const CommRecord& ar =
+      comm_record(*fused.cluster, "dp.grad", Collective::all_reduce, Pass::backward);
+  expect_relative(ar.bytes, reduced * P);
+  expect_relative(ar.time_s, 2 * 2e-6 + reduced * P / 232.5e9);
+  expect_relative(fused.cluster->grad_reduce_exposed_s, ar.time_s);
   expect_relative(fused.memory.gradients, 4 * P);
   expect_relative(estimate(one, a100()).time.grad_norm_s, norm * P / bandwidth + launch, 1e-12);
 }
@@ -922,9 +928,9 @@ TEST(Cluster, PipelineScatterGatherUnderTensorParallelism) {
   c.train.global_batch = 8;  // m = 4 micro-batches of 2
   const Estimate e = estimate(c, a100());
   const CommRecord& send =
-      comm_of(*e.cluster, "pp.activation", Collective::send_recv, Pass::forward);
+      comm_record(*e.cluster, "pp.activation", Collective::send_recv, Pass::forward);
   const CommRecord& gather =
-      comm_of(*e.cluster, "pp.gather", Collective::all_gather, Pass::forward);
+      comm_record(*e.cluster, "pp.gather", Collective::all_gather, Pass::forward);
   const double activation = 2.0 * 128.0 * 256.0 * 2.0;
   EXPECT_EQ(send.bytes, activation / 2.0);
   EXPECT_EQ(gather.bytes, activation);
@@ -976,8 +982,8 @@ TEST(Cluster, TensorParallelOverlapHidesOnlyTheBackwardAllReduces) {
   c.parallel.tp_comm_overlap = TpCommOverlap::backward;
   const Estimate backward = estimate(c, a100());
   const ClusterEstimate& k = *backward.cluster;
-  const CommRecord& fwd = comm_of(k, "tp.layer", Collective::all_reduce, Pass::forward);
-  const CommRecord& bwd = comm_of(k, "tp.layer", Collective::all_reduce, Pass::backward);
+  const CommRecord& fwd = comm_record(k, "tp.layer", Collective::all_reduce, Pass::forward);
+  const CommRecord& bwd = comm_record(k, "tp.layer", Collective::all_reduce, Pass::backward);
   EXPECT_EQ(fwd.exposed_fraction, 1.0);
   EXPECT_LT(bwd.exposed_fraction, 1.0);
   const double hidden = k.overlapped_comm_s;
