@@ -18,20 +18,41 @@
 namespace modar {
 namespace {
 
-TEST(LayoutSearch, FastestFeasibleLayoutMatchesBruteForce) {
+// d 1024, 8 layers, 8 heads, vocabulary 8192, s 512 on an A100 (the
+// brute-force and screen tests' dense shape).
+Config small_dense() {
   Config c;
-  c.model.d_model = 1024;
-  c.model.n_layers = 8;
-  c.model.n_heads = 8;
-  c.model.vocab_size = 8192;
-  c.model.seq_len = 512;
+  c.model = {.d_model = 1024, .n_layers = 8, .n_heads = 8, .vocab_size = 8192, .seq_len = 512};
   c.device.profile = "a100-80gb-dgx";
-  DeviceProfile profile = load_profile("a100-80gb-dgx");
-  profile.ceilings.memory_bytes = 1.2e9;  // tight: forces model parallelism or sharding
-  const TimingModel timing(profile);
+  return c;
+}
+
+// An A100 whose device memory is `memory_bytes` (a tight one forces model
+// parallelism or sharding), with its timing model (which holds a reference
+// to the profile, hence the pair).
+struct A100WithMemory {
+  explicit A100WithMemory(double memory_bytes)
+      : profile(with_memory(load_profile("a100-80gb-dgx"), memory_bytes)), timing(profile) {}
+  static DeviceProfile with_memory(DeviceProfile p, double memory_bytes) {
+    p.ceilings.memory_bytes = memory_bytes;
+    return p;
+  }
+  DeviceProfile profile;
+  TimingModel timing;
+};
+
+LayoutSearchOptions search_options(int64_t gpus, int64_t global_batch) {
   LayoutSearchOptions options;
-  options.gpus = 4;
-  options.global_batch = 16;
+  options.gpus = gpus;
+  options.global_batch = global_batch;
+  return options;
+}
+
+TEST(LayoutSearch, FastestFeasibleLayoutMatchesBruteForce) {
+  Config c = small_dense();
+  const A100WithMemory tight(1.2e9);  // tight: forces model parallelism or sharding
+  const TimingModel& timing = tight.timing;
+  const LayoutSearchOptions options = search_options(4, 16);
   const LayoutSearchResult found = search_layout(c, timing, options);
   ASSERT_TRUE(found.fits);
   // Brute force over the same space through the public estimate().
@@ -68,7 +89,7 @@ TEST(LayoutSearch, FastestFeasibleLayoutMatchesBruteForce) {
               k.train.micro_batch = mb;
               k.train.global_batch = 16;
               k.train.recompute = r;
-              const Estimate e = estimate(k, profile);
+              const Estimate e = estimate(k, tight.profile);
               if (e.memory.fits) {
                 best = std::min(best, e.time.step_s);
               }
@@ -85,13 +106,7 @@ TEST(LayoutSearch, FastestFeasibleLayoutMatchesBruteForce) {
 // The shapes the screen tests run on: dense, MoD, DAR and MoD + DAR, with an
 // odd layer count (uneven chunks) for the dense one.
 std::vector<Config> screen_shapes() {
-  Config dense;
-  dense.model.d_model = 1024;
-  dense.model.n_layers = 8;
-  dense.model.n_heads = 8;
-  dense.model.vocab_size = 8192;
-  dense.model.seq_len = 512;
-  dense.device.profile = "a100-80gb-dgx";
+  const Config dense = small_dense();
   Config odd = dense;
   odd.model.n_layers = 7;
   Config mod = dense;
@@ -282,12 +297,9 @@ TEST(LayoutSearch, PrunedSearchEqualsTimingEveryLayout) {
     for (const double capacity : {0.6e9, 1.2e9, 80e9}) {
       for (int64_t gpus : {4, 8}) {
         for (const bool wide : {false, true}) {
-          DeviceProfile profile = load_profile("a100-80gb-dgx");
-          profile.ceilings.memory_bytes = capacity;
-          const TimingModel timing(profile);
-          LayoutSearchOptions options;
-          options.gpus = gpus;
-          options.global_batch = 32;
+          const A100WithMemory a100(capacity);
+          const TimingModel& timing = a100.timing;
+          LayoutSearchOptions options = search_options(gpus, 32);
           if (wide) {
             options.dimensions = layout_ranking_dimensions();
           }
@@ -334,12 +346,9 @@ TEST(LayoutSearch, LayoutFitsAgreesWithTheFullSearch) {
   for (const Config& shape : screen_shapes()) {
     for (const double capacity : {0.3e9, 0.45e9, 0.6e9, 0.8e9, 1.2e9, 2e9, 80e9}) {
       for (int64_t gpus : {2, 4, 8}) {
-        DeviceProfile profile = load_profile("a100-80gb-dgx");
-        profile.ceilings.memory_bytes = capacity;
-        const TimingModel timing(profile);
-        LayoutSearchOptions options;
-        options.gpus = gpus;
-        options.global_batch = 16;
+        const A100WithMemory a100(capacity);
+        const TimingModel& timing = a100.timing;
+        const LayoutSearchOptions options = search_options(gpus, 16);
         const LayoutSearchResult full = search_layout(shape, timing, options);
         const LayoutFeasibility screen = layout_fits(shape, timing, options);
         SCOPED_TRACE("capacity " + std::to_string(capacity) + " gpus " + std::to_string(gpus) +
