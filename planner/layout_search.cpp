@@ -313,9 +313,7 @@ void fill(LayoutSearchResult& out, const Config& c, const Estimate& single,
   const double peak_flops =
       timing.profile().ceilings.peak_flops(c.train.dtype) * double(c.device.count);
   time.tokens_per_s = out.estimate.flops.tokens_per_step / time.step_s;
-  time.mfu = out.estimate.flops.train_per_step / (time.step_s * peak_flops);
-  time.hfu = out.estimate.flops.hardware_per_step / (time.step_s * peak_flops);
-  flag_published_mfu(timing.profile(), time);
+  set_utilization(timing.profile(), out.estimate.flops, peak_flops, time);
   out.estimate.conventions = cluster_conventions(single.conventions, *cluster);
   out.estimate.cluster = cluster;
   out.fits = busiest.memory.fits;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "modar/config_enums.hpp"
 #include "modar/ops.hpp"
 
 namespace modar {
@@ -159,9 +160,15 @@ struct DeviceProfile {
 };
 
 // ---- trust: the best training MFU published per device class --------------
+// The figure is an MFU under its source's FLOP count: `attention_flops` says
+// how that count takes causal attention (full: the whole s x s square, as
+// Megatron-LM's, MosaicML's and the FlashAttention-2 paper's formulas do;
+// causal: half of it, modar's default).  The flag compares modar's MFU
+// counted the same way (docs/kernel_model.md "Trust").
 struct PublishedMfu {
   const char* device_class = "";  // "a100", "hopper"
   double mfu = 0.0;               // model FLOPs utilization, fraction
+  AttentionFlops attention_flops = AttentionFlops::full;  // causal | full
   const char* source = "";        // where it was published
 };
 // nullptr for an unknown class (and for "").
