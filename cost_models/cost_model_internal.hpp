@@ -98,13 +98,27 @@ double flop_active_from_ops(const Config& config, StepKind step, const OpList& o
 // (query, source) pair and stream, and the retrieved state of every query
 // (docs/moe.md "The DAR paper's implementation").
 double dar_prefix_retained_bytes(const Config& config, double tokens);
+// AttnRes / DAR: what `layers` layers holding `blocks` depth blocks keep for
+// the merges' backward, per micro-batch of `tokens` tokens (memory.cpp).
+// `blocks` is where the two models differ: one device counts the whole
+// blocks (2L - N branches merge a partial), a pipeline stage spreads them
+// evenly (layers / K per stage).
+struct DarMergeSaved {
+  double partials = 0.0;        // MemoryBreakdown::dar_partials
+  double branch_outputs = 0.0;  // MemoryBreakdown::dar_branch_outputs
+};
+DarMergeSaved dar_merge_saved_bytes(double layers, double blocks, int64_t streams, double tokens,
+                                    double width, double dtype_bytes);
 MemoryBreakdown memory_from_params(const Config& config, double total_params,
                                    double device_memory_bytes, StepKind step);
-// The peak of a breakdown: the sum of its parts, the one place that lists
-// them (the single-device model and the cluster's stages both use it).
+// The peak of a breakdown: the sum of its parts (kMemoryParts; the
+// single-device model and the cluster's stages both use it).
 inline double sum_of_parts(const MemoryBreakdown& m) {
-  return m.weights + m.gradients + m.optimizer + m.activations + m.router_buffers + m.dar_bank +
-         m.dar_partials + m.dar_branch_outputs + m.dar_retained + m.kv_cache + m.workspace;
+  double bytes = 0.0;
+  for (const MemoryPart& part : kMemoryParts) {
+    bytes += m.*part.bytes;
+  }
+  return bytes;
 }
 // What the backward re-runs (recompute.cpp; docs/cluster.md "Recompute"):
 // every op inside the layers (full: only each layer's input is kept), or

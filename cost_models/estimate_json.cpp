@@ -35,19 +35,11 @@ void write_time_rates_json(JsonWriter& json, const TimeEstimate& time) {
 
 void write_memory_parts_json(JsonWriter& json, const MemoryBreakdown& memory,
                              std::string_view key_suffix) {
-  const auto part = [&](std::string_view name, double bytes) {
-    std::string key(name);
+  for (const MemoryPart& part : kMemoryParts) {
+    std::string key(part.key);
     key += key_suffix;
-    json.field(key, bytes);
-  };
-  part("weights", memory.weights);
-  part("gradients", memory.gradients);
-  part("optimizer", memory.optimizer);
-  part("activations", memory.activations);
-  part("dar_bank", memory.dar_bank);
-  part("dar_partials", memory.dar_partials);
-  part("dar_branch_outputs", memory.dar_branch_outputs);
-  part("dar_retained", memory.dar_retained);
+    json.field(key, memory.*part.bytes);
+  }
 }
 
 ParallelLayoutJson parallel_layout_json(const Config& config) {
@@ -155,9 +147,6 @@ std::string estimate_to_json(const Config& config, const DeviceProfile& profile,
   json.field("fits", e.memory.fits);
   json.key("breakdown").begin_object();
   write_memory_parts_json(json, e.memory, "");
-  json.field("kv_cache", e.memory.kv_cache);
-  json.field("router_buffers", e.memory.router_buffers);
-  json.field("workspace", e.memory.workspace);
   json.end_object();
   json.end_object();
 

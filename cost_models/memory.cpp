@@ -156,6 +156,22 @@ double dar_prefix_retained_bytes(const Config& config, double tokens) {
   return logits + retrieved;
 }
 
+DarMergeSaved dar_merge_saved_bytes(double layers, double blocks, int64_t streams, double tokens,
+                                    double width, double dtype_bytes) {
+  // P^{i-1} and its fp32 rstd for every branch at block position i >= 2
+  // (the merge backward reads the partial's keys and values; docs/dar_math.md 5.5
+  // stores it rather than inverting M).  DAR also keeps each branch's
+  // output y for d beta = <dP, y>; AttnRes has no beta and needs no y.
+  DarMergeSaved saved;
+  const double branches_after_first = 2.0 * layers - blocks;
+  saved.partials =
+      branches_after_first * static_cast<double>(streams) * tokens * (width * dtype_bytes + 4.0);
+  if (streams >= 2) {
+    saved.branch_outputs = 2.0 * layers * dtype_bytes * tokens * width;
+  }
+  return saved;
+}
+
 MemoryBreakdown memory_from_params(const Config& config, double total_params,
                                    double device_memory_bytes, StepKind step) {
   const ModelConfig& m = config.model;
@@ -221,15 +237,10 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
         activations += moe_full * moe_extra(T) + moe_routed * moe_extra(R);
       }
       if (depth_reads) {
-        // P^{i-1} and its fp32 rstd for every branch at block position i >= 2
-        // (the merge backward reads the partial's keys and values; docs/dar_math.md 5.5
-        // stores it rather than inverting M).  DAR also keeps each branch's
-        // output y for d beta = <dP, y>; AttnRes has no beta and needs no y.
-        const double branches_after_first = 2.0 * layers - blocks;
-        mem.dar_partials = branches_after_first * n * T * (width * B + 4.0);
-        if (counts.dar_streams >= 2) {
-          mem.dar_branch_outputs = 2.0 * layers * B * T * width;
-        }
+        const DarMergeSaved saved =
+            dar_merge_saved_bytes(layers, blocks, counts.dar_streams, T, width, B);
+        mem.dar_partials = saved.partials;
+        mem.dar_branch_outputs = saved.branch_outputs;
       }
     }
     activations += 2.0 * B * T * width + 4.0 * T + 4.0 * T;  // final norm in/out, rstd, token ids

@@ -542,14 +542,12 @@ class StageMemoryModel {
       activations = stage_full * layer_saved(T, s) +
                     stage_routed * (layer_saved(b * k, k) + B * (T + b * k) * d * token_share);
       if (depth_) {
-        // memory.cpp: dar_partials, dar_branch_outputs.
-        const double stage_branches = 2.0 * static_cast<double>(layers);
-        const double stage_blocks = static_cast<double>(layers) / static_cast<double>(K_);
-        partials = (stage_branches - stage_blocks) * static_cast<double>(n_streams_) * T *
-                   (d * B + 4.0) * token_share;
-        if (n_streams_ >= 2) {
-          branch_outputs = stage_branches * B * T * d * token_share;
-        }
+        // The stage's blocks spread evenly: layers / K of them.
+        const detail::DarMergeSaved saved = detail::dar_merge_saved_bytes(
+            static_cast<double>(layers), static_cast<double>(layers) / static_cast<double>(K_),
+            n_streams_, T, d, B);
+        partials = saved.partials * token_share;
+        branch_outputs = saved.branch_outputs * token_share;
       }
     }
     // MoE layers (docs/moe.md): the expert slots' saved tensors.

@@ -523,20 +523,14 @@ namespace {
 // largest part of it.
 std::string binding_constraint(const MemoryBreakdown& m) {
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  const std::pair<const char*, double> parts[] = {
-      {"activations", m.activations},     {"optimizer states", m.optimizer},
-      {"gradients", m.gradients},         {"weights", m.weights},
-      {"workspace", m.workspace},         {"router buffers", m.router_buffers},
-      {"depth bank", m.dar_bank},         {"depth-read retained outputs", m.dar_retained},
-      {"depth partials", m.dar_partials}, {"depth branch outputs", m.dar_branch_outputs}};
-  const auto* largest = std::max_element(
-      std::begin(parts), std::end(parts),
-      [](const auto& a, const auto& b) { return a.second < b.second; });
+  const MemoryPart& largest = *std::max_element(
+      std::begin(kMemoryParts), std::end(kMemoryParts),
+      [&](const MemoryPart& a, const MemoryPart& b) { return m.*a.bytes < m.*b.bytes; });
   char text[256];
   std::snprintf(text, sizeof text,
                 "memory: %.2f GiB per device > %.2f GiB (+%.2f GiB); largest part %s %.1f GiB",
-                m.peak / kGiB, m.capacity / kGiB, (m.peak - m.capacity) / kGiB, largest->first,
-                largest->second / kGiB);
+                m.peak / kGiB, m.capacity / kGiB, (m.peak - m.capacity) / kGiB, largest.label,
+                m.*largest.bytes / kGiB);
   return text;
 }
 

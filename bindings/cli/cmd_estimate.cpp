@@ -288,28 +288,12 @@ std::string report(const Config& config, const DeviceProfile& profile, StepKind 
 
   const MemoryBreakdown& mem = e.memory;
   Table memory({"memory per device", "bytes", ""});
-  memory.add_row({"weights", format_bytes(mem.weights), format_sci(mem.weights, 3)});
-  memory.add_row({"gradients", format_bytes(mem.gradients), format_sci(mem.gradients, 3)});
-  memory.add_row({"optimizer", format_bytes(mem.optimizer), format_sci(mem.optimizer, 3)});
-  memory.add_row({"activations", format_bytes(mem.activations), format_sci(mem.activations, 3)});
-  memory.add_row(
-      {"router buffers", format_bytes(mem.router_buffers), format_sci(mem.router_buffers, 3)});
-  memory.add_row({"dar bank", format_bytes(mem.dar_bank), format_sci(mem.dar_bank, 3)});
-  if (mem.dar_partials > 0.0) {
-    memory.add_row(
-        {"dar partials P^{i-1}", format_bytes(mem.dar_partials), format_sci(mem.dar_partials, 3)});
+  for (const MemoryPart& part : kMemoryParts) {
+    const double bytes = mem.*part.bytes;
+    if (part.listed_when_zero || bytes > 0.0) {
+      memory.add_row({part.label, format_bytes(bytes), format_sci(bytes, 3)});
+    }
   }
-  if (mem.dar_branch_outputs > 0.0) {
-    memory.add_row({"dar branch outputs y", format_bytes(mem.dar_branch_outputs),
-                    format_sci(mem.dar_branch_outputs, 3)});
-  }
-  if (mem.dar_retained > 0.0) {
-    memory.add_row({"dar retained (prefix kernels)", format_bytes(mem.dar_retained),
-                    format_sci(mem.dar_retained, 3)});
-  }
-  memory.add_row({"kv cache", format_bytes(mem.kv_cache), format_sci(mem.kv_cache, 3)});
-  memory.add_row(
-      {"workspace (peak transient)", format_bytes(mem.workspace), format_sci(mem.workspace, 3)});
   memory.add_rule();
   memory.add_row({"peak", format_bytes(mem.peak), format_sci(mem.peak, 3)});
   out += memory.render();

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -178,9 +179,10 @@ EstimateHandle estimate_one(const Config& config, const std::string& step_name,
 // ---- many estimates -------------------------------------------------------------
 
 // The scalar outputs of an estimate, named as the flattened keys of the
-// `modar estimate --json` document (estimate_json.cpp); the tests check each
-// column against that document.
-constexpr const char* kRealColumns[] = {
+// `modar estimate --json` document (estimate_json.cpp): these, then
+// memory.breakdown.<key> for each of kMemoryParts, then kTimeColumns; the
+// tests check each column against that document.
+constexpr const char* kParamsFlopsColumns[] = {
     "params.total",
     "params.non_embedding",
     "params.flop_active",
@@ -198,30 +200,26 @@ constexpr const char* kRealColumns[] = {
     "flops.tokens_per_step",
     "memory.peak_bytes",
     "memory.capacity_bytes",
-    "memory.breakdown.weights",
-    "memory.breakdown.gradients",
-    "memory.breakdown.optimizer",
-    "memory.breakdown.activations",
-    "memory.breakdown.dar_bank",
-    "memory.breakdown.dar_partials",
-    "memory.breakdown.dar_branch_outputs",
-    "memory.breakdown.dar_retained",
-    "memory.breakdown.kv_cache",
-    "memory.breakdown.router_buffers",
-    "memory.breakdown.workspace",
-    "time.step_s",
-    "time.tokens_per_s",
-    "time.mfu",
-    "time.mfu_full_attention",
-    "time.hfu",
-    "time.micro_batch_s",
-    "time.optimizer_s",
 };
-constexpr size_t kRealCount = sizeof(kRealColumns) / sizeof(kRealColumns[0]);
+constexpr const char* kTimeColumns[] = {
+    "time.step_s", "time.tokens_per_s", "time.mfu",       "time.mfu_full_attention",
+    "time.hfu",    "time.micro_batch_s", "time.optimizer_s",
+};
+constexpr size_t kRealCount =
+    std::size(kParamsFlopsColumns) + std::size(kMemoryParts) + std::size(kTimeColumns);
 constexpr const char* kIntColumns[] = {"time.accumulation_steps"};
 constexpr const char* kBoolColumns[] = {"memory.fits", "time.calibrated", "time.extrapolated"};
 constexpr size_t kIntCount = 1;
 constexpr size_t kBoolCount = 3;
+
+std::vector<std::string> real_column_names() {
+  std::vector<std::string> names(std::begin(kParamsFlopsColumns), std::end(kParamsFlopsColumns));
+  for (const MemoryPart& part : kMemoryParts) {
+    names.push_back(std::string("memory.breakdown.") + part.key);
+  }
+  names.insert(names.end(), std::begin(kTimeColumns), std::end(kTimeColumns));
+  return names;
+}
 
 // Column-major outputs: reals[c * rows + r].
 struct Outputs {
@@ -231,7 +229,7 @@ struct Outputs {
   size_t rows = 0;
 
   void write(size_t r, const Estimate& e) const {
-    const double values[kRealCount] = {
+    const double params_flops[std::size(kParamsFlopsColumns)] = {
         e.params.total,
         e.params.non_embedding,
         e.params.flop_active,
@@ -249,27 +247,20 @@ struct Outputs {
         e.flops.tokens_per_step,
         e.memory.peak,
         e.memory.capacity,
-        e.memory.weights,
-        e.memory.gradients,
-        e.memory.optimizer,
-        e.memory.activations,
-        e.memory.dar_bank,
-        e.memory.dar_partials,
-        e.memory.dar_branch_outputs,
-        e.memory.dar_retained,
-        e.memory.kv_cache,
-        e.memory.router_buffers,
-        e.memory.workspace,
-        e.time.step_s,
-        e.time.tokens_per_s,
-        e.time.mfu,
-        e.time.mfu_full_attention,
-        e.time.hfu,
-        e.time.micro_batch_s,
-        e.time.optimizer_s,
     };
-    for (size_t c = 0; c < kRealCount; ++c) {
-      reals[c * rows + r] = values[c];
+    const double time[std::size(kTimeColumns)] = {
+        e.time.step_s, e.time.tokens_per_s, e.time.mfu,       e.time.mfu_full_attention,
+        e.time.hfu,    e.time.micro_batch_s, e.time.optimizer_s,
+    };
+    size_t c = 0;
+    for (const double value : params_flops) {
+      reals[c++ * rows + r] = value;
+    }
+    for (const MemoryPart& part : kMemoryParts) {
+      reals[c++ * rows + r] = e.memory.*part.bytes;
+    }
+    for (const double value : time) {
+      reals[c++ * rows + r] = value;
     }
     ints[r] = e.time.accumulation_steps;
     bools[0 * rows + r] = e.memory.fits;
@@ -682,7 +673,7 @@ void bind_estimate(py::module_& m) {
   m.def(
       "batch_columns",
       []() {
-        std::vector<std::string> names(std::begin(kRealColumns), std::end(kRealColumns));
+        std::vector<std::string> names = real_column_names();
         names.insert(names.end(), std::begin(kIntColumns), std::end(kIntColumns));
         names.insert(names.end(), std::begin(kBoolColumns), std::end(kBoolColumns));
         return names;

@@ -112,6 +112,32 @@ struct MemoryBreakdown {  // bytes per device
   bool fits = true;      // peak <= device memory
 };
 
+// The parts of a MemoryBreakdown (every field but peak, capacity and fits),
+// one row each, in the order every writer lists them: `modar estimate`'s
+// memory table, the JSON documents (estimate, optimal, layout), the Python
+// estimate columns (memory.breakdown.<key>), the planner's binding
+// constraint and the peak's sum.  Every part is bytes per device.  A new part
+// is a field above and a row here.
+struct MemoryPart {
+  double MemoryBreakdown::*bytes;  // the field
+  const char* key;                 // JSON / Python name (planner JSON: key + "_bytes")
+  const char* label;               // text tables and messages
+  bool listed_when_zero;           // text tables skip the DAR-only parts when 0
+};
+inline constexpr MemoryPart kMemoryParts[] = {
+    {&MemoryBreakdown::weights, "weights", "weights", true},
+    {&MemoryBreakdown::gradients, "gradients", "gradients", true},
+    {&MemoryBreakdown::optimizer, "optimizer", "optimizer states", true},
+    {&MemoryBreakdown::activations, "activations", "activations", true},
+    {&MemoryBreakdown::dar_bank, "dar_bank", "dar bank", true},
+    {&MemoryBreakdown::dar_partials, "dar_partials", "dar partials P^{i-1}", false},
+    {&MemoryBreakdown::dar_branch_outputs, "dar_branch_outputs", "dar branch outputs y", false},
+    {&MemoryBreakdown::dar_retained, "dar_retained", "dar retained (prefix kernels)", false},
+    {&MemoryBreakdown::kv_cache, "kv_cache", "kv cache", true},
+    {&MemoryBreakdown::router_buffers, "router_buffers", "router buffers", true},
+    {&MemoryBreakdown::workspace, "workspace", "workspace (peak transient)", true},
+};
+
 struct OpKindTime {
   OpKind kind;
   int64_t count = 0;  // op instances (with multiplicity)

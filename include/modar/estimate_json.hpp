@@ -21,8 +21,8 @@ void write_params_json(JsonWriter& json, const ParamCounts& params);
 // Inside an open "time" object: "step_s", "tokens_per_s", "mfu", "hfu".
 void write_time_rates_json(JsonWriter& json, const TimeEstimate& time);
 
-// Inside an open object: "weights", "gradients", "optimizer", "activations",
-// "dar_bank", each key followed by `key_suffix` ("" or "_bytes"); bytes per device.
+// Inside an open object: every part of kMemoryParts ("weights", ...,
+// "workspace"), each key followed by `key_suffix` ("" or "_bytes"); bytes per device.
 void write_memory_parts_json(JsonWriter& json, const MemoryBreakdown& memory,
                              std::string_view key_suffix);
 

@@ -59,7 +59,12 @@ HOLDS_TODAY = {
     # micro-batch 4: the paper's -9.16 / -17.54 % within 3 points, +10.7 GiB
     # within 2; with modar's fused kernels DAR over AttnRes +3.1 within 1.5.
     "dar.table5.paper_implementation.attnres.throughput": (-12.16, -6.16),
-    "dar.table5.paper_implementation.dar.throughput": (-20.54, -14.54),
+    # "dar.table5.paper_implementation.dar.throughput" (-17.54% within 3 points)
+    # held until the Hopper profiles were calibrated on NVIDIA's published H100
+    # runs (docs/validation.md): h800-80gb-hgx's GEMMs now run at the fitted
+    # 0.592 of peak (was 0.725), DAR's memory-bound depth reads are a smaller
+    # share of the step, and modar predicts -13.5%.  Not tuned back:
+    # examples/paper_claims.py reports it.
     "dar.table5.paper_implementation.dar.memory": (8.7, 12.7),
     "dar.table5.fused.dar_over_attnres.memory": (1.6, 4.6),
 }

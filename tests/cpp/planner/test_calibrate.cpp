@@ -271,11 +271,10 @@ std::string table1_file(const std::string& name) {
   return std::string(MODAR_SOURCE_DIR) + "/examples/cluster/" + name;
 }
 
-// The parameters the embedded a100-80gb-dgx was fitted with: the --fit list
-// of its provenance's command (empty: calibrate's defaults).
-std::vector<std::string> embedded_fit_parameters() {
-  const std::string command =
-      modar::load_profile("a100-80gb-dgx").provenance.at("calibration_command");
+// The parameters an embedded calibrated profile was fitted with: the --fit
+// list of its provenance's command (none: calibrate's defaults).
+std::vector<std::string> embedded_fit_parameters(const std::string& profile = "a100-80gb-dgx") {
+  const std::string command = modar::load_profile(profile).provenance.at("calibration_command");
   const size_t at = command.find("--fit ");
   if (at == std::string::npos) {
     return modar::default_calibration_parameters();
@@ -290,6 +289,26 @@ std::vector<std::string> embedded_fit_parameters() {
     start = comma + 1;
   }
   return names;
+}
+
+// The embedded calibrated profile holds what its command writes: the same
+// fit redone here from the base profile and the fit rows gives its [kernel]
+// values (relative 1e-6; a value at its bound 0, kernel.gemm_quantization: 1e-9).
+void expect_embedded_is_the_refit(const std::string& name, const std::string& base_name,
+                                  const std::vector<modar::CalibrationRun>& fit_runs) {
+  const modar::DeviceProfile embedded = modar::load_profile(name);
+  const modar::DeviceProfile base = modar::load_profile(base_name);
+  modar::CalibrateRequest request;
+  request.parameters = embedded_fit_parameters(name);
+  request.leave_one_out = false;
+  const auto redone =
+      modar::calibrate(fit_runs, base, modar::resolve_calibrate_options(request, base));
+  ASSERT_EQ(redone.parameters.size(), request.parameters->size());
+  for (const auto& p : redone.parameters) {
+    EXPECT_NEAR(modar::calibration_parameter_value(embedded, p.name), p.value,
+                1e-6 * std::max(std::abs(p.value), 1e-3))
+        << name << " " << p.name;
+  }
 }
 
 // docs/validation.md: calibrate on the whole table from the uncalibrated
@@ -323,20 +342,52 @@ TEST(CalibrateMegatronTable1, EmbeddedProfileIsItsProvenanceCommandOnTheFitRowsO
       }
     }
   }
-  const modar::DeviceProfile base = modar::load_profile("a100-80gb-dgx-datasheet");
   const auto fit_runs = modar::load_calibration_runs(table1_file("megatron_table1_fit.csv"));
   ASSERT_EQ(fit_runs.size(), 7u);
-  modar::CalibrateRequest request;
-  request.parameters = embedded_fit_parameters();
-  request.leave_one_out = false;
-  const auto redone =
-      modar::calibrate(fit_runs, base, modar::resolve_calibrate_options(request, base));
-  ASSERT_EQ(redone.parameters.size(), request.parameters->size());
-  for (const auto& p : redone.parameters) {
-    // Relative 1e-6 (a value at its bound 0, kernel.gemm_quantization: 1e-9).
-    EXPECT_NEAR(modar::calibration_parameter_value(embedded, p.name), p.value,
-                1e-6 * std::max(std::abs(p.value), 1e-3))
-        << p.name;
+  expect_embedded_is_the_refit("a100-80gb-dgx", "a100-80gb-dgx-datasheet", fit_runs);
+}
+
+// ---- the embedded H100: calibrated on NVIDIA's published runs it names ---------
+
+// h100-80gb-dgx is what its provenance's command writes from the datasheet
+// profile and examples/cluster/hopper_runs_fit.csv (the six rows marked
+// calibration in hopper_runs.csv); no other published run is among them.
+TEST(CalibrateHopper, EmbeddedH100IsItsProvenanceCommandOnTheCalibrationRowsOnly) {
+  const modar::DeviceProfile embedded = modar::load_profile("h100-80gb-dgx");
+  const std::string command = embedded.provenance.at("calibration_command");
+  EXPECT_NE(command.find("hopper_runs_fit.csv"), std::string::npos) << command;
+  EXPECT_NE(command.find("h100-80gb-dgx-datasheet"), std::string::npos) << command;
+  const auto fit_runs = modar::load_calibration_runs(table1_file("hopper_runs_fit.csv"));
+  ASSERT_EQ(fit_runs.size(), 6u);
+  size_t listed = 0;
+  for (const auto& [key, value] : embedded.provenance) {
+    if (key.rfind("calibration_run.", 0) == 0) {
+      ++listed;
+      EXPECT_NE(value.rfind(fit_runs[listed - 1].name + ":", 0), std::string::npos)
+          << key << " = " << value;
+      for (const char* held_out : {"GPT-3", "Nemotron", "Llama 3.1 8B 16x", "Llama 3.1 70B 128x"}) {
+        EXPECT_NE(value.rfind(held_out, 0), 0u) << key << " = " << value;
+      }
+    }
+  }
+  EXPECT_EQ(listed, fit_runs.size());
+  expect_embedded_is_the_refit("h100-80gb-dgx", "h100-80gb-dgx-datasheet", fit_runs);
+}
+
+// h200 and h800-80gb-hgx carry h100-80gb-dgx's fitted GEMM and attention
+// efficiencies (the same SM; their provenance says so): a refit of the H100
+// must be carried over to them too.
+TEST(CalibrateHopper, H200AndH800CarryTheH100Efficiencies) {
+  const modar::DeviceProfile h100 = modar::load_profile("h100-80gb-dgx");
+  for (const char* name : {"h200", "h800-80gb-hgx"}) {
+    const modar::DeviceProfile other = modar::load_profile(name);
+    for (const char* key : {"kernel.gemm_efficiency", "kernel.attention_efficiency"}) {
+      EXPECT_DOUBLE_EQ(modar::calibration_parameter_value(other, key),
+                       modar::calibration_parameter_value(h100, key))
+          << name << " " << key;
+    }
+    EXPECT_NE(other.provenance.at("gemm_efficiency").find("h100-80gb-dgx"), std::string::npos)
+        << name;
   }
 }
 
