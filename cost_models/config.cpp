@@ -13,12 +13,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <optional>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
 
 #include "cost_model_internal.hpp"
+#include "modar/base/enum_names.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/base/files.hpp"
 #include "modar/base/text.hpp"
@@ -42,111 +45,68 @@ int64_t MoeConfig::expert_capacity(int64_t tokens) const {
 }
 
 // ---- enum names -----------------------------------------------------------
+// One list per enum, in enum order: to_string() reads it, and the config
+// keys (key_specs) take their allowed values from it.
+
+namespace {
+
+constexpr const char* kMlpKindNames[] = {"gelu", "swiglu", "geglu"};
+constexpr const char* kQkNormNames[] = {"none", "head", "projection"};
+constexpr const char* kRouterScaleNames[] = {"linear", "sigmoid"};
+constexpr const char* kCausalRouterNames[] = {"none", "aux_loss", "predictor"};
+constexpr const char* kDarVariantNames[] = {"none",   "attnres", "dar",
+                                            "selfkv", "fixedkv", "crossv"};
+constexpr const char* kDarKernelNames[] = {"fused", "prefix"};
+constexpr const char* kMoeModeNames[] = {"none", "staged", "integrated"};
+// fp64 is the runtime's reference dtype, not a train.dtype choice.
+constexpr const char* kDTypeNames[] = {"fp32", "bf16", "fp16", "fp64"};
+constexpr size_t kConfigDTypes = 3;
+constexpr const char* kOptimizerNames[] = {"adamw"};
+// Recompute and Megatron's RecomputeGranularity name their values alike.
+constexpr const char* kRecomputeNames[] = {"none", "selective", "full"};
+constexpr const char* kAttentionKernelNames[] = {"flash", "unfused"};
+constexpr const char* kGradAccumulationNames[] = {"fused", "unfused"};
+constexpr const char* kGradReduceInFp32Names[] = {"auto", "true", "false"};
+constexpr const char* kTpCommOverlapNames[] = {"none", "backward", "full"};
+constexpr const char* kRouterWeightsNames[] = {"activation", "output", "input"};
+constexpr const char* kTokenDispatcherNames[] = {"alltoall", "allgather"};
+constexpr const char* kPipelineScheduleNames[] = {"1f1b", "interleaved"};
+constexpr const char* kAttentionFlopsNames[] = {"causal", "full", "flash"};
+
+}  // namespace
 
 const char* to_string(MlpKind v) {
-  switch (v) {
-    case MlpKind::gelu:
-      return "gelu";
-    case MlpKind::swiglu:
-      return "swiglu";
-    case MlpKind::geglu:
-      return "geglu";
-  }
-  return "unknown";
+  return name_of(kMlpKindNames, v);
 }
 const char* to_string(QkNorm v) {
-  switch (v) {
-    case QkNorm::none:
-      return "none";
-    case QkNorm::head:
-      return "head";
-    case QkNorm::projection:
-      return "projection";
-  }
-  return "unknown";
+  return name_of(kQkNormNames, v);
 }
 const char* to_string(RouterScale v) {
-  return v == RouterScale::linear ? "linear" : "sigmoid";
+  return name_of(kRouterScaleNames, v);
 }
 const char* to_string(CausalRouter v) {
-  switch (v) {
-    case CausalRouter::none:
-      return "none";
-    case CausalRouter::aux_loss:
-      return "aux_loss";
-    case CausalRouter::predictor:
-      return "predictor";
-  }
-  return "unknown";
+  return name_of(kCausalRouterNames, v);
 }
 const char* to_string(DarVariant v) {
-  switch (v) {
-    case DarVariant::none:
-      return "none";
-    case DarVariant::attnres:
-      return "attnres";
-    case DarVariant::dar:
-      return "dar";
-    case DarVariant::selfkv:
-      return "selfkv";
-    case DarVariant::fixedkv:
-      return "fixedkv";
-    case DarVariant::crossv:
-      return "crossv";
-  }
-  return "unknown";
+  return name_of(kDarVariantNames, v);
 }
 const char* to_string(DarKernel v) {
-  return v == DarKernel::fused ? "fused" : "prefix";
+  return name_of(kDarKernelNames, v);
 }
 const char* to_string(MoeMode v) {
-  switch (v) {
-    case MoeMode::none:
-      return "none";
-    case MoeMode::staged:
-      return "staged";
-    case MoeMode::integrated:
-      return "integrated";
-  }
-  return "unknown";
+  return name_of(kMoeModeNames, v);
 }
 const char* to_string(DType v) {
-  switch (v) {
-    case DType::fp32:
-      return "fp32";
-    case DType::bf16:
-      return "bf16";
-    case DType::fp16:
-      return "fp16";
-    case DType::fp64:
-      return "fp64";
-  }
-  return "unknown";
+  return name_of(kDTypeNames, v);
 }
-const char* to_string(Optimizer) {
-  return "adamw";
+const char* to_string(Optimizer v) {
+  return name_of(kOptimizerNames, v);
 }
 const char* to_string(Recompute v) {
-  switch (v) {
-    case Recompute::none:
-      return "none";
-    case Recompute::selective:
-      return "selective";
-    case Recompute::full:
-      return "full";
-  }
-  return "unknown";
+  return name_of(kRecomputeNames, v);
 }
 const char* to_string(RecomputeGranularity v) {
-  switch (v) {
-    case RecomputeGranularity::none:
-      return "none";
-    case RecomputeGranularity::selective:
-      return "selective";
-    case RecomputeGranularity::full:
-      return "full";
-  }
-  return "unknown";
+  return name_of(kRecomputeNames, v);
 }
 std::string recompute_text(const TrainConfig& train) {
   switch (train.recompute_granularity) {
@@ -160,60 +120,28 @@ std::string recompute_text(const TrainConfig& train) {
   return "unknown";
 }
 const char* to_string(AttentionKernel v) {
-  return v == AttentionKernel::flash ? "flash" : "unfused";
+  return name_of(kAttentionKernelNames, v);
 }
 const char* to_string(GradAccumulation v) {
-  return v == GradAccumulation::fused ? "fused" : "unfused";
+  return name_of(kGradAccumulationNames, v);
 }
 const char* to_string(GradReduceInFp32 v) {
-  switch (v) {
-    case GradReduceInFp32::by_dtype:
-      return "auto";
-    case GradReduceInFp32::fp32:
-      return "true";
-    case GradReduceInFp32::param_dtype:
-      return "false";
-  }
-  return "auto";
+  return name_of(kGradReduceInFp32Names, v, "auto");
 }
 const char* to_string(TpCommOverlap v) {
-  switch (v) {
-    case TpCommOverlap::none:
-      return "none";
-    case TpCommOverlap::backward:
-      return "backward";
-    case TpCommOverlap::full:
-      return "full";
-  }
-  return "backward";
+  return name_of(kTpCommOverlapNames, v, "backward");
 }
 const char* to_string(RouterWeights v) {
-  switch (v) {
-    case RouterWeights::activation:
-      return "activation";
-    case RouterWeights::output:
-      return "output";
-    case RouterWeights::input:
-      return "input";
-  }
-  return "unknown";
+  return name_of(kRouterWeightsNames, v);
 }
 const char* to_string(TokenDispatcher v) {
-  return v == TokenDispatcher::alltoall ? "alltoall" : "allgather";
+  return name_of(kTokenDispatcherNames, v);
 }
 const char* to_string(PipelineSchedule v) {
-  return v == PipelineSchedule::one_f_one_b ? "1f1b" : "interleaved";
+  return name_of(kPipelineScheduleNames, v);
 }
 const char* to_string(AttentionFlops v) {
-  switch (v) {
-    case AttentionFlops::causal:
-      return "causal";
-    case AttentionFlops::full:
-      return "full";
-    case AttentionFlops::flash:
-      return "flash";
-  }
-  return "unknown";
+  return name_of(kAttentionFlopsNames, v);
 }
 int64_t dtype_bytes(DType v) {
   switch (v) {
@@ -236,7 +164,7 @@ namespace {
   throw ConfigError(key + " = " + shown_value(value_text) + ": " + allowed);
 }
 
-std::string join_names(const std::vector<const char*>& names) {
+std::string join_names(std::span<const char* const> names) {
   std::string out;
   for (size_t i = 0; i < names.size(); ++i) {
     out += (i == 0 ? "" : (i + 1 == names.size() ? " or " : ", "));
@@ -321,10 +249,12 @@ KeySpec boolean_key(const char* key) {
           [](Config& c, const Value& v) { (c.*Section).*Field = v.boolean; },
           [](const Config& c) { return std::string((c.*Section).*Field ? "true" : "false"); }};
 }
-// `choices`: the enum's names in enum order.
+// `choices`: the enum's names in enum order (its k...Names list).
 template <auto Section, auto Field>
-KeySpec choice_key(const char* key, std::vector<const char*> choices) {
-  return {key, KeyType::choice, std::move(choices),
+KeySpec choice_key(const char* key, std::span<const char* const> choices) {
+  return {key,
+          KeyType::choice,
+          {choices.begin(), choices.end()},
           [](Config& c, const Value& v) {
             using Enum = std::remove_reference_t<decltype((c.*Section).*Field)>;
             (c.*Section).*Field = enum_at<Enum>(v);
@@ -341,7 +271,7 @@ const std::vector<KeySpec>& key_specs() {
       integer_key<&Config::model, &ModelConfig::n_kv_heads>("model.n_kv_heads"),
       integer_key<&Config::model, &ModelConfig::d_head>("model.d_head"),
       integer_key<&Config::model, &ModelConfig::d_ff>("model.d_ff"),
-      choice_key<&Config::model, &ModelConfig::mlp>("model.mlp", {"gelu", "swiglu", "geglu"}),
+      choice_key<&Config::model, &ModelConfig::mlp>("model.mlp", kMlpKindNames),
       integer_key<&Config::model, &ModelConfig::vocab_size>("model.vocab_size"),
       integer_key<&Config::model, &ModelConfig::make_vocab_size_divisible_by>(
           "model.make_vocab_size_divisible_by"),
@@ -349,22 +279,19 @@ const std::vector<KeySpec>& key_specs() {
       integer_key<&Config::model, &ModelConfig::seq_len>("model.seq_len"),
       real_key<&Config::model, &ModelConfig::norm_eps>("model.norm_eps"),
       boolean_key<&Config::model, &ModelConfig::qkv_bias>("model.qkv_bias"),
-      choice_key<&Config::model, &ModelConfig::qk_norm>("model.qk_norm",
-                                                        {"none", "head", "projection"}),
+      choice_key<&Config::model, &ModelConfig::qk_norm>("model.qk_norm", kQkNormNames),
       // [mod]
       real_key<&Config::mod, &ModConfig::capacity>("mod.capacity"),
       integer_key<&Config::mod, &ModConfig::every>("mod.every"),
       integer_key<&Config::mod, &ModConfig::offset>("mod.offset"),
-      choice_key<&Config::mod, &ModConfig::router_scale>("mod.router_scale", {"linear", "sigmoid"}),
-      choice_key<&Config::mod, &ModConfig::causal_router>("mod.causal_router",
-                                                          {"none", "aux_loss", "predictor"}),
+      choice_key<&Config::mod, &ModConfig::router_scale>("mod.router_scale", kRouterScaleNames),
+      choice_key<&Config::mod, &ModConfig::causal_router>("mod.causal_router", kCausalRouterNames),
       integer_key<&Config::mod, &ModConfig::predictor_hidden>("mod.predictor_hidden"),
       // [dar]
-      choice_key<&Config::dar, &DarConfig::variant>(
-          "dar.variant", {"none", "attnres", "dar", "selfkv", "fixedkv", "crossv"}),
+      choice_key<&Config::dar, &DarConfig::variant>("dar.variant", kDarVariantNames),
       integer_key<&Config::dar, &DarConfig::block_layers>("dar.block_layers"),
       integer_key<&Config::dar, &DarConfig::streams>("dar.streams"),
-      choice_key<&Config::dar, &DarConfig::kernel>("dar.kernel", {"fused", "prefix"}),
+      choice_key<&Config::dar, &DarConfig::kernel>("dar.kernel", kDarKernelNames),
       // [moe]: experts and MoDE (docs/model.md experts, docs/moe.md).
       integer_key<&Config::moe, &MoeConfig::experts>("moe.experts"),
       integer_key<&Config::moe, &MoeConfig::top_k>("moe.top_k"),
@@ -378,23 +305,23 @@ const std::vector<KeySpec>& key_specs() {
       real_key<&Config::moe, &MoeConfig::aux_loss_coef>("moe.aux_loss_coef"),
       real_key<&Config::moe, &MoeConfig::z_loss_coef>("moe.z_loss_coef"),
       real_key<&Config::moe, &MoeConfig::load_imbalance>("moe.load_imbalance"),
-      choice_key<&Config::moe, &MoeConfig::mode>("moe.mode", {"none", "staged", "integrated"}),
+      choice_key<&Config::moe, &MoeConfig::mode>("moe.mode", kMoeModeNames),
       integer_key<&Config::moe, &MoeConfig::null_experts>("moe.null_experts"),
       choice_key<&Config::moe, &MoeConfig::router_weights>("moe.router_weights",
-                                                           {"activation", "output", "input"}),
+                                                           kRouterWeightsNames),
       choice_key<&Config::moe, &MoeConfig::token_dispatcher>("moe.token_dispatcher",
-                                                             {"alltoall", "allgather"}),
+                                                             kTokenDispatcherNames),
       // [train]
       integer_key<&Config::train, &TrainConfig::micro_batch>("train.micro_batch"),
       integer_key<&Config::train, &TrainConfig::global_batch>("train.global_batch"),
-      // Enum order of DType is fp32, bf16, fp16: the names below are in that order.
-      choice_key<&Config::train, &TrainConfig::dtype>("train.dtype", {"fp32", "bf16", "fp16"}),
-      choice_key<&Config::train, &TrainConfig::optimizer>("train.optimizer", {"adamw"}),
-      choice_key<&Config::train, &TrainConfig::recompute>("train.recompute",
-                                                          {"none", "selective", "full"}),
+      // The config's dtypes: kDTypeNames without fp64.
+      choice_key<&Config::train, &TrainConfig::dtype>(
+          "train.dtype", std::span(kDTypeNames).first<kConfigDTypes>()),
+      choice_key<&Config::train, &TrainConfig::optimizer>("train.optimizer", kOptimizerNames),
+      choice_key<&Config::train, &TrainConfig::recompute>("train.recompute", kRecomputeNames),
       // Megatron-LM's recompute flags (docs/cluster.md "Recompute").
-      choice_key<&Config::train, &TrainConfig::recompute_granularity>(
-          "train.recompute_granularity", {"none", "selective", "full"}),
+      choice_key<&Config::train, &TrainConfig::recompute_granularity>("train.recompute_granularity",
+                                                                      kRecomputeNames),
       {"train.recompute_modules",
        KeyType::text,
        {},
@@ -402,14 +329,14 @@ const std::vector<KeySpec>& key_specs() {
        [](const Config& c) { return string_literal(c.train.recompute_modules); }},
       // train.attention_kernel (docs/cluster.md): executed kernel, time and memory.
       choice_key<&Config::train, &TrainConfig::attention_kernel>("train.attention_kernel",
-                                                                 {"flash", "unfused"}),
+                                                                 kAttentionKernelNames),
       // train.grad_accumulation (docs/cluster.md): a memory-bound pass per micro-batch.
       choice_key<&Config::train, &TrainConfig::grad_accumulation>("train.grad_accumulation",
-                                                                  {"fused", "unfused"}),
+                                                                  kGradAccumulationNames),
       // train.grad_reduce_in_fp32 (docs/cluster.md "Main gradients"): a choice
       // that also takes a TOML / Python boolean (choice_from_boolean).
       choice_key<&Config::train, &TrainConfig::grad_reduce_in_fp32>("train.grad_reduce_in_fp32",
-                                                                    {"auto", "true", "false"}),
+                                                                    kGradReduceInFp32Names),
       // train.hidden_dropout / attention_dropout (docs/cluster.md "Dropout").
       real_key<&Config::train, &TrainConfig::hidden_dropout>("train.hidden_dropout"),
       real_key<&Config::train, &TrainConfig::attention_dropout>("train.attention_dropout"),
@@ -427,7 +354,7 @@ const std::vector<KeySpec>& key_specs() {
       integer_key<&Config::parallel, &ParallelConfig::context>("parallel.context"),
       integer_key<&Config::parallel, &ParallelConfig::pipeline>("parallel.pipeline"),
       choice_key<&Config::parallel, &ParallelConfig::schedule>("parallel.schedule",
-                                                               {"1f1b", "interleaved"}),
+                                                               kPipelineScheduleNames),
       integer_key<&Config::parallel, &ParallelConfig::virtual_stages>("parallel.virtual_stages"),
       integer_key<&Config::parallel, &ParallelConfig::zero>("parallel.zero"),
       boolean_key<&Config::parallel, &ParallelConfig::overlap_grad_reduce>(
@@ -435,7 +362,7 @@ const std::vector<KeySpec>& key_specs() {
       boolean_key<&Config::parallel, &ParallelConfig::overlap_param_gather>(
           "parallel.overlap_param_gather"),
       choice_key<&Config::parallel, &ParallelConfig::tp_comm_overlap>("parallel.tp_comm_overlap",
-                                                                      {"none", "backward", "full"}),
+                                                                      kTpCommOverlapNames),
       integer_key<&Config::parallel, &ParallelConfig::expert>("parallel.expert"),
       integer_key<&Config::parallel, &ParallelConfig::expert_tensor>("parallel.expert_tensor"),
       boolean_key<&Config::parallel, &ParallelConfig::balance_stages>("parallel.balance_stages"),
@@ -445,7 +372,7 @@ const std::vector<KeySpec>& key_specs() {
       // [counting]: conventions only (docs/cost_model.md counting), no effect on the model.
       {"counting.attention_flops",
        KeyType::choice,
-       {"causal", "full", "flash"},
+       {std::begin(kAttentionFlopsNames), std::end(kAttentionFlopsNames)},
        [](Config& c, const Value& v) { c.attention_flops = enum_at<AttentionFlops>(v); },
        [](const Config& c) { return quoted(to_string(c.attention_flops)); }},
   };
@@ -734,16 +661,10 @@ std::string ConfigKey::literal(const Config& config) const {
 }
 
 AttentionFlops parse_attention_flops(const std::string& text, const std::string& field) {
-  if (text == "causal") {
-    return AttentionFlops::causal;
+  if (const auto flops = enum_named<AttentionFlops>(kAttentionFlopsNames, text)) {
+    return *flops;
   }
-  if (text == "full") {
-    return AttentionFlops::full;
-  }
-  if (text == "flash") {
-    return AttentionFlops::flash;
-  }
-  throw ConfigError(field + " = " + text + ": must be \"causal\", \"full\" or \"flash\"");
+  throw ConfigError(field + " = " + text + ": must be " + join_names(kAttentionFlopsNames));
 }
 
 namespace {

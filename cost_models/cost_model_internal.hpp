@@ -5,6 +5,21 @@
 
 namespace modar::detail {
 
+// A layer's widths as the cost model's formulas take them (doubles): heads,
+// KV heads, d_head, d_ff, the MLP's up projection output (2 d_ff when gated)
+// and the Q K V projection output ((heads + 2 KV heads) d_head).
+struct LayerWidths {
+  double heads, kv_heads, d_head, d_ff, up, qkv;
+};
+inline LayerWidths layer_widths(const ModelConfig& m) {
+  const double heads = static_cast<double>(m.n_heads);
+  const double kv_heads = static_cast<double>(m.resolved_kv_heads());
+  const double d_head = static_cast<double>(m.resolved_d_head());
+  const double d_ff = static_cast<double>(m.resolved_d_ff());
+  const double up = m.gated_mlp() ? 2.0 * d_ff : d_ff;
+  const double qkv = (heads + 2.0 * kv_heads) * d_head;
+  return {heads, kv_heads, d_head, d_ff, up, qkv};
+}
 // Parameters in closed form (no lowering); flop_active is left 0.
 ParamCounts closed_form_params(const Config& config);
 // Sequences per optimizer step over all devices (training), or new tokens'

@@ -12,15 +12,11 @@ namespace detail {
 ParamCounts closed_form_params(const Config& config) {
   const ModelConfig& m = config.model;
   const double width = static_cast<double>(m.d_model);
-  const double heads = static_cast<double>(m.n_heads);
-  const double kv_heads = static_cast<double>(m.resolved_kv_heads());
-  const double d_head = static_cast<double>(m.resolved_d_head());
-  const double d_ff = static_cast<double>(m.resolved_d_ff());
+  const auto [heads, kv_heads, d_head, d_ff, up_width, qkv_width] = layer_widths(m);
   const double layers = static_cast<double>(m.n_layers);
   // The vocabulary as the embedding holds it (padded: model.make_vocab_size_divisible_by).
   const double vocab = static_cast<double>(m.padded_vocab(config.parallel.tensor));
 
-  const double qkv_width = (heads + 2.0 * kv_heads) * d_head;
   // Q K V (+ their biases) and the output projection; QK-norm weights: one
   // d_head vector each for Q and K (head), or one per projection width.
   double attention = width * qkv_width + heads * d_head * width;

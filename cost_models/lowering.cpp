@@ -511,23 +511,24 @@ class Lowerer {
   void dar_branch_ops(int64_t branch_class, int64_t multiplicity);
   void layers_plain();
   void layers_with_depth_reads();
-  void routed_gather(int64_t rows, int64_t multiplicity, const char* label) {
-    // Forward gather; its backward scatters the gradient rows back.
-    forward(GatherDims{.rows = rows, .width = config_.model.d_model}, multiplicity, label,
+  // A routed-rows op whose backward is the mirror op on the same rows.
+  template <class ForwardDims, class BackwardDims>
+  void routed_rows(int64_t rows, int64_t multiplicity, const char* label,
+                   const char* backward_label) {
+    forward(ForwardDims{.rows = rows, .width = config_.model.d_model}, multiplicity, label,
             Recomputed::layer, nullptr);
     if (train_) {
-      push(backward_, ScatterAddDims{.rows = rows, .width = config_.model.d_model}, Pass::backward,
-           multiplicity, "mod.gather.bwd");
+      push(backward_, BackwardDims{.rows = rows, .width = config_.model.d_model}, Pass::backward,
+           multiplicity, backward_label);
     }
   }
+  // Forward gather; its backward scatters the gradient rows back.
+  void routed_gather(int64_t rows, int64_t multiplicity, const char* label) {
+    routed_rows<GatherDims, ScatterAddDims>(rows, multiplicity, label, "mod.gather.bwd");
+  }
+  // Forward x[idx] += g(r) delta; its backward gathers dx rows (d_delta, dg).
   void routed_scatter(int64_t rows, int64_t multiplicity, const char* label) {
-    // Forward x[idx] += g(r) delta; its backward gathers dx rows (d_delta, dg).
-    forward(ScatterAddDims{.rows = rows, .width = config_.model.d_model}, multiplicity, label,
-            Recomputed::layer, nullptr);
-    if (train_) {
-      push(backward_, GatherDims{.rows = rows, .width = config_.model.d_model}, Pass::backward,
-           multiplicity, "mod.scatter.bwd");
-    }
+    routed_rows<ScatterAddDims, GatherDims>(rows, multiplicity, label, "mod.scatter.bwd");
   }
 
   // One depth read over `read.sources` bank entries (docs/dar_math.md 4.2).

@@ -92,17 +92,10 @@ double layer_saved_bytes(const Config& config, double rows, double sequence_len,
   const double B = static_cast<double>(dtype_bytes(config.train.dtype));
   const double b = static_cast<double>(config.train.micro_batch);
   const double d = static_cast<double>(m.d_model);
-  const double heads = static_cast<double>(m.n_heads);
-  const double d_head = static_cast<double>(m.resolved_d_head());
-  const double qkv = (heads + 2.0 * static_cast<double>(m.resolved_kv_heads())) * d_head;
-  const double d_ff = static_cast<double>(m.resolved_d_ff());
-  const double up = m.gated_mlp() ? 2.0 * d_ff : d_ff;
+  const auto [heads, kv_heads, d_head, d_ff, up, qkv] = layer_widths(m);
   // QK-norm: the normalised Q and K are what attention reads; the norm's
   // backward also needs its inputs (dropped when the norms are recomputed).
-  const double qk_norm_inputs =
-      m.qk_norm != QkNorm::none
-          ? (heads + static_cast<double>(m.resolved_kv_heads())) * d_head
-          : 0.0;
+  const double qk_norm_inputs = m.qk_norm != QkNorm::none ? (heads + kv_heads) * d_head : 0.0;
   const bool unfused = config.train.attention_kernel == AttentionKernel::unfused;
   // Whole d_model rows: the norms' inputs (and outputs unless recomputed),
   // their fp32 rstd, the hidden-dropout masks.
@@ -178,12 +171,7 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
   const LayerCounts counts = layer_counts(config);
   const double B = static_cast<double>(dtype_bytes(config.train.dtype));
   const double width = static_cast<double>(m.d_model);
-  const double heads = static_cast<double>(m.n_heads);
-  const double kv_heads = static_cast<double>(m.resolved_kv_heads());
-  const double d_head = static_cast<double>(m.resolved_d_head());
-  const double d_ff = static_cast<double>(m.resolved_d_ff());
-  const double up_width = m.gated_mlp() ? 2.0 * d_ff : d_ff;
-  const double qkv_width = (heads + 2.0 * kv_heads) * d_head;
+  const auto [heads, kv_heads, d_head, d_ff, up_width, qkv_width] = layer_widths(m);
   const double vocab = static_cast<double>(m.padded_vocab(config.parallel.tensor));
   const double b = static_cast<double>(config.train.micro_batch);
   const double s = static_cast<double>(m.seq_len);

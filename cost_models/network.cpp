@@ -18,8 +18,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <sstream>
 
+#include "modar/base/enum_names.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/base/json.hpp"
 #include "modar/base/text.hpp"
@@ -29,30 +31,19 @@
 
 namespace modar {
 
-const char* to_string(Collective kind) {
-  switch (kind) {
-    case Collective::all_reduce:
-      return "all_reduce";
-    case Collective::reduce_scatter:
-      return "reduce_scatter";
-    case Collective::all_gather:
-      return "all_gather";
-    case Collective::all_to_all:
-      return "all_to_all";
-    case Collective::send_recv:
-      return "send_recv";
-  }
-  return "unknown";
+constexpr const char* kCollectiveNames[] = {"all_reduce", "reduce_scatter", "all_gather",
+                                            "all_to_all", "send_recv"};
+static_assert(std::size(kCollectiveNames) == kCollectiveCount);
+const char* to_string(Collective v) {
+  return name_of(kCollectiveNames, v);
 }
 
 bool parse_collective(const std::string& name, Collective* kind) {
-  for (int i = 0; i < kCollectiveCount; ++i) {
-    if (name == to_string(static_cast<Collective>(i))) {
-      *kind = static_cast<Collective>(i);
-      return true;
-    }
+  const std::optional<Collective> named = enum_named<Collective>(kCollectiveNames, name);
+  if (named) {
+    *kind = *named;
   }
-  return false;
+  return named.has_value();
 }
 
 const char* to_string(NetLevel level) {
@@ -323,13 +314,9 @@ void parse_level(const toml::table& table, const std::string& source, const std:
 
 void parse_network_section(const toml::table& root, const std::string& source,
                            NetworkProfile& network) {
-  const toml::node* node = root.get("network");
-  if (node == nullptr) {
-    return;
-  }
-  const toml::table* table = node->as_table();
+  const toml::table* table = optional_section_table(root, "network", source);
   if (table == nullptr) {
-    fail_network(source, "network", "a value", "must be a table [network]");
+    return;
   }
   network.present = true;
   for (const auto& [key, value] : *table) {

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "modar/base/enum_names.hpp"
+
 namespace modar {
 
 bool parse_op_kind(const std::string& name, OpKind* kind) {
@@ -42,16 +44,9 @@ GemmDims expert_gemm_timing_dims(const ExpertGemmDims& expert_gemm) {
   return GemmDims{.m = expert_gemm.n, .n = expert_gemm.k, .k = busiest, .batch = groups};
 }
 
-const char* to_string(Pass pass) {
-  switch (pass) {
-    case Pass::forward:
-      return "forward";
-    case Pass::backward:
-      return "backward";
-    case Pass::recompute:
-      return "recompute";
-  }
-  return "unknown";
+constexpr const char* kPassNames[] = {"forward", "backward", "recompute"};
+const char* to_string(Pass v) {
+  return name_of(kPassNames, v);
 }
 
 }  // namespace modar

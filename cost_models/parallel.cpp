@@ -518,12 +518,7 @@ class StageMemoryModel {
     // inputs / outputs, layer inputs) are replicated over the tensor group
     // unless SP shards them; Q K V, attention output, MLP up / activation and
     // the softmax statistics are split by t.
-    const double heads = static_cast<double>(model_.n_heads);
-    const double kv = static_cast<double>(model_.resolved_kv_heads());
-    const double dh = static_cast<double>(model_.resolved_d_head());
-    const double dff = static_cast<double>(model_.resolved_d_ff());
-    const double up = model_.gated_mlp() ? 2.0 * dff : dff;
-    const double qkv = (heads + 2.0 * kv) * dh;
+    const auto [heads, kv, dh, dff, up, qkv] = detail::layer_widths(model_);
     const double tt = static_cast<double>(t_);
     // The one per-layer table of memory.cpp (layer_saved_bytes), held the
     // Korthikanti way by this rank.

@@ -1,5 +1,6 @@
 // Internal: parsing a TOML text with one clear error line, reading a TOML
-// number, and how a TOML value is shown in an error message.
+// number, how a TOML value is shown in an error message, and an optional
+// section table.
 #pragma once
 
 #include <toml++/toml.h>
@@ -60,6 +61,23 @@ inline std::string toml_node_text(const toml::node& node) {
     return "an array";
   }
   return "a date/time";
+}
+
+// The optional table root[name] of a profile ([kernel], [network]): nullptr
+// when absent; any other value is the one-line ConfigError
+// "<source>: <name> = <value>: must be a table [<name>]".
+inline const toml::table* optional_section_table(const toml::table& root, const std::string& name,
+                                                 const std::string& source) {
+  const toml::node* node = root.get(name);
+  if (node == nullptr) {
+    return nullptr;
+  }
+  const toml::table* table = node->as_table();
+  if (table == nullptr) {
+    throw ConfigError(source + ": " + name + " = " + toml_node_text(*node) + ": must be a table [" +
+                      name + "]");
+  }
+  return table;
 }
 
 }  // namespace modar::detail

@@ -11,38 +11,19 @@
 
 #include "../toml_text.hpp"
 #include "kernel_params_internal.hpp"
+#include "modar/base/enum_names.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/base/text.hpp"
 #include "modar/cost_model.hpp"
 
 namespace modar {
 
-const char* to_string(MemoryFamily family) {
-  switch (family) {
-    case MemoryFamily::norm:
-      return "norm";
-    case MemoryFamily::elementwise:
-      return "elementwise";
-    case MemoryFamily::rope:
-      return "rope";
-    case MemoryFamily::softmax:
-      return "softmax";
-    case MemoryFamily::routing:
-      return "routing";
-    case MemoryFamily::gather_scatter:
-      return "gather_scatter";
-    case MemoryFamily::depth_read:
-      return "depth_read";
-    case MemoryFamily::embedding:
-      return "embedding";
-    case MemoryFamily::loss:
-      return "loss";
-    case MemoryFamily::optimizer:
-      return "optimizer";
-    case MemoryFamily::grad_norm:
-      return "grad_norm";
-  }
-  return "unknown";
+constexpr const char* kMemoryFamilyNames[] = {
+    "norm",       "elementwise", "rope", "softmax",   "routing",  "gather_scatter",
+    "depth_read", "embedding",   "loss", "optimizer", "grad_norm"};
+static_assert(std::size(kMemoryFamilyNames) == kMemoryFamilyCount);
+const char* to_string(MemoryFamily v) {
+  return name_of(kMemoryFamilyNames, v);
 }
 
 bool memory_family_of(OpKind kind, MemoryFamily* family) {
@@ -365,14 +346,9 @@ namespace detail {
 
 void parse_kernel_section(const toml::table& root, const std::string& source,
                           DeviceProfile& profile) {
-  const toml::node* node = root.get("kernel");
-  if (node == nullptr) {
-    return;
-  }
-  const toml::table* table = node->as_table();
+  const toml::table* table = optional_section_table(root, "kernel", source);
   if (table == nullptr) {
-    throw ConfigError(source + ": kernel = " + toml_node_text(*node) +
-                      ": must be a table [kernel]");
+    return;
   }
   for (const auto& [key, value] : *table) {
     const std::string name = "kernel." + std::string(key.str());

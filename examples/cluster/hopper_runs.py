@@ -20,12 +20,20 @@ overrides, the published seconds per step.  The embedded profile comes from
         --profile profiles/h100-80gb-dgx-datasheet.toml \\
         --name h100-80gb-dgx --out profiles/h100-80gb-dgx.toml
 
-validation.py imports predict() and section() for docs/validation.md.
+    python3 examples/cluster/hopper_runs.py --carry-over
+
+--carry-over writes h100-80gb-dgx's fitted kernel.gemm_efficiency and
+kernel.attention_efficiency into profiles/h200.toml and h800-80gb-hgx.toml
+(their [kernel] and [provenance] lines), as after every refit of the H100.
+
+validation.py imports predict(), cross_validate() and section() for
+docs/validation.md.
 """
 import csv
 import os
 import statistics
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -34,6 +42,7 @@ BASE_NAME = "nemo_h100_base.toml"
 BASE = os.path.join(HERE, BASE_NAME)
 PROFILES = ("h100-80gb-dgx", "h100-80gb-dgx-datasheet")  # calibrated, and what it is fitted from
 ROLES = ("calibration", "held out")
+FIT = ("kernel.gemm_efficiency", "kernel.attention_efficiency")  # what h100-80gb-dgx fits
 
 
 class RowError(Exception):
@@ -89,18 +98,57 @@ def row_sets(row):
     return sets + row["overrides"].split()
 
 
-def write_fit(path):
-    rows = [r for r in read_rows() if r["role"] == "calibration"]
+FIT_HEADER = ("# NVIDIA's published H100 BF16 step times (examples/cluster/hopper_runs.csv,\n"
+              "# role calibration): the runs the embedded h100-80gb-dgx profile is\n"
+              "# calibrated on.  Written by examples/cluster/hopper_runs.py --write-fit.\n")
+
+
+def write_runs(path, rows, config=BASE, header=""):
+    """rows as a runs file of `modar calibrate` (name,config,overrides,step_s),
+    written atomically; config relative to the file's folder or absolute."""
     tmp = path + ".tmp"
     with open(tmp, "w", newline="") as f:
-        f.write("# NVIDIA's published H100 BF16 step times (examples/cluster/hopper_runs.csv,\n"
-                "# role calibration): the runs the embedded h100-80gb-dgx profile is\n"
-                "# calibrated on.  Written by examples/cluster/hopper_runs.py --write-fit.\n")
+        f.write(header)
         w = csv.writer(f, lineterminator="\n")
         w.writerow(["name", "config", "overrides", "step_s"])
         for row in rows:
-            w.writerow([row["run"], BASE_NAME, " ".join(row_sets(row)), row["step_s"]])
+            w.writerow([row["run"], config, " ".join(row_sets(row)), row["step_s"]])
     os.replace(tmp, path)
+
+
+def write_fit(path):
+    write_runs(path, [r for r in read_rows() if r["role"] == "calibration"], BASE_NAME,
+               FIT_HEADER)
+
+
+CARRIED = ("h200", "h800-80gb-hgx")  # the profiles that take h100-80gb-dgx's two fitted values
+
+
+def carry_over(folder=os.path.join(ROOT, "profiles")):
+    """Write h100-80gb-dgx's fitted GEMM and attention efficiencies into the
+    [kernel] and [provenance] of CARRIED (after a refit: docs/calibrate.md)."""
+    import re
+    import tomllib
+    with open(os.path.join(folder, PROFILES[0] + ".toml"), "rb") as f:
+        kernel = tomllib.load(f)["kernel"]
+    for name in CARRIED:
+        path = os.path.join(folder, name + ".toml")
+        with open(path) as f:
+            text = f.read()
+        for key in ("gemm_efficiency", "attention_efficiency"):
+            value = repr(float(kernel[key]))
+            # [kernel]: `key = 0.59...  # comment`; [provenance]: `key = "0.59...: why"`.
+            text, kernel_lines = re.subn(rf"^{key} = [0-9.e+-]+", f"{key} = {value}", text,
+                                         flags=re.M)
+            text, provenance_lines = re.subn(rf'^{key} = "[0-9.e+-]+:', f'{key} = "{value}:', text,
+                                             flags=re.M)
+            if kernel_lines != 1 or provenance_lines != 1:
+                raise RowError(f"profiles/{name}.toml: expected one [kernel] and one [provenance] "
+                               f"line '{key} = ...', found {kernel_lines} and {provenance_lines}")
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
 
 
 def tokens_per_gpu(row, step_s):
@@ -125,6 +173,70 @@ def predict(estimate, rows):
                                "error": result["published_s"] / step - 1.0}
         out.append(result)
     return out
+
+
+FAMILIES = ("Llama 3.1 8B", "Llama 3.1 70B", "Llama 3.1 405B", "GPT-3 175B", "Nemotron-4 15B",
+            "Nemotron-4 340B")
+
+
+def family(row):
+    return next(f for f in FAMILIES if row["run"].startswith(f + " "))
+
+
+def cross_validate(modar_json, estimate, rows, folder):
+    """Leave one model family out: calibrate the datasheet profile, with the
+    embedded profile's two parameters, on every row of the other five
+    families, and predict each row of the one left out with that fit."""
+    out = []
+    for left_out in FAMILIES:
+        runs = os.path.join(folder, "cv.csv")
+        write_runs(runs, [r for r in rows if family(r) != left_out])
+        fitted = os.path.join(folder, "cv.toml")
+        doc = modar_json(["calibrate", runs, "--profile", PROFILES[1], "--fit", ",".join(FIT),
+                          "--out", fitted, "--json", "--quiet", "--no-loo"])
+        values = {p["name"]: p["value"] for p in doc["parameters"]}
+        errors = []
+        for row in rows:
+            if family(row) == left_out:
+                step = estimate(BASE, row_sets(row), fitted)["time"]["step_s"]
+                errors.append(float(row["step_s"]) / step - 1.0)
+        out.append({"family": left_out, "runs": len(errors), "values": values,
+                    "errors": errors})
+    return out
+
+
+def cross_validation_lines(folds):
+    total = sum(fold["runs"] for fold in folds)
+    fitted = [total - fold["runs"] for fold in folds]
+    lines = ["**Cross-validation: one model family left out.**  The same two parameters "
+             "calibrated from `h100-80gb-dgx-datasheet` on every row of the five other families "
+             f"({min(fitted)}-{max(fitted)} runs each), the family left out predicted with that "
+             "fit (`hopper_runs.py`, `cross_validate`; error as above).  It asks whether a "
+             "profile calibrated on some models transfers to another model, layout and "
+             "release.", "",
+             "| family left out | runs | gemm_efficiency | attention_efficiency | median error | "
+             "range |", "|---|---|---|---|---|---|"]
+    for fold in folds:
+        e = fold["errors"]
+        lines.append(f"| {fold['family']} | {fold['runs']} | "
+                     f"{fold['values'].get('kernel.gemm_efficiency', 0.0):.3f} | "
+                     f"{fold['values'].get('kernel.attention_efficiency', 0.0):.3f} | "
+                     f"{pct(statistics.median(e))} | {pct(min(e))} .. {pct(max(e))} |")
+    every = [x for fold in folds for x in fold["errors"]]
+    attention = [fold["values"].get("kernel.attention_efficiency", 0.0) for fold in folds]
+    gemm = [fold["values"].get("kernel.gemm_efficiency", 0.0) for fold in folds]
+    worst = max(folds, key=lambda fold: abs(statistics.median(fold["errors"])))
+    lines += ["", f"All {len(every)} rows, each predicted by a fit that saw no row of its "
+              f"model: |error| median {statistics.median(abs(x) for x in every):.1%}, max "
+              f"{max(abs(x) for x in every):.1%}.  The GEMM efficiency moves little across the "
+              f"folds ({min(gemm):.3f}-{max(gemm):.3f}); the attention efficiency is not "
+              f"({min(attention):.3f}-{max(attention):.3f}): only the long-sequence, narrow "
+              "models spend enough of their step in attention to pin it.  Left out, "
+              f"{worst['family']} is predicted {pct(statistics.median(worst['errors']))} with "
+              f"attention at {worst['values'].get('kernel.attention_efficiency', 0.0):.3f}; the "
+              "embedded profile's attention rate rests on such rows (its standard error, "
+              "above, says so too).", ""]
+    return lines
 
 
 def group(row):
@@ -174,7 +286,7 @@ def row_table(results):
     return lines
 
 
-def section(results):
+def section(results, folds=None):
     lines = ["## NVIDIA's H100 BF16 NeMo runs (the h100-80gb-dgx calibration and its held-out rows)", "",
              "Source: the text tables of NVIDIA's DGX Cloud benchmarking recipes (GitHub "
              "NVIDIA/dgxc-benchmarking: `llama3.1/README_8b.md`, `README_70b.md`, `README_405b.md` "
@@ -197,7 +309,7 @@ def section(results):
              "on the calibrated `h100-80gb-dgx` and on the datasheet profile it is fitted from "
              "(`h100-80gb-dgx-datasheet`, fitted to nothing).", ""]
     lines += (summary_table(results) + [""] + calibration_lines() + findings(results) +
-              row_table(results) + [""])
+              (cross_validation_lines(folds) if folds else []) + row_table(results) + [""])
     return lines
 
 
@@ -273,15 +385,24 @@ def main():
     args = sys.argv[1:]
     fit = validation.mpt.take_option(args, "--write-fit", "hopper_runs.py")
     try:
+        if "--carry-over" in args:
+            carry_over()
+            return
         if fit:
             write_fit(fit)
             return
         modar = os.path.abspath(args[0] if args else os.path.join(ROOT, "build", "bin", "modar"))
-        results = predict(lambda base, sets, profile=None: validation.estimate(
-            modar, base, sets, profile), read_rows())
+        rows = read_rows()
+
+        def estimate(base, sets, profile=None):
+            return validation.estimate(modar, base, sets, profile)
+        results = predict(estimate, rows)
+        with tempfile.TemporaryDirectory() as folder:
+            folds = cross_validate(lambda a: validation.modar_json(modar, a), estimate, rows,
+                                   folder)
     except (RowError, validation.Failure) as e:
         sys.exit(f"hopper_runs.py: {e}")
-    print("\n".join(section(results)))
+    print("\n".join(section(results, folds)))
 
 
 if __name__ == "__main__":

@@ -409,7 +409,11 @@ def others_section(lines, others):
               "GEMM and attention efficiencies over to their own datasheet memory and NVLink "
               "(same SM: an assumption, in each profile's provenance).  The two Llama 3 405B "
               "rows above (H100, Dubey et al. 2024, Table 4) are held out of that calibration.  "
-              "No published H200 or H800 training run that modar can represent was found.  "
+              "No published H200 or H800 training run that modar can represent was found: the "
+              "H200 runs published as text (PyTorch torchtitan `benchmarks/`, Llama 3.1 8B on "
+              "32 and 64 H200, June 2025) train in Float8; torchtitan's BF16 H100 rows (December "
+              "2024) ran on 96 GB HBM2e H100s at a 500 W limit (Grand Teton), not a DGX H100, so "
+              "they are not checks of these profiles either.  "
               "DeepSeek-V3 (H800, 2.788M GPU-hours "
               "for 14.8T tokens, DeepSeek-AI 2024) trains in FP8 with multi-head latent "
               "attention and the DualPipe schedule, none of which modar models, so it is not "
@@ -434,6 +438,10 @@ def document(modar):
                           ", ".join(calibrated_on("h100-80gb-dgx")) + ")")
         hopper_results = hopper.predict(
             lambda base, sets, profile=None: estimate(modar, base, sets, profile), hopper_rows)
+        hopper_folds = hopper.cross_validate(
+            lambda arguments: modar_json(modar, arguments),
+            lambda base, sets, profile=None: estimate(modar, base, sets, profile), hopper_rows,
+            folder)
         mpt_results = mpt.predict(
             lambda base, sets, profile=None: estimate(modar, base, sets, profile), mpt.read_rows())
         cwd = os.getcwd()
@@ -451,7 +459,7 @@ def document(modar):
     profiles_section(lines)
     table1_section(lines, t1, fitted)
     loo_section(lines, loo, base_profile)
-    lines += hopper.section(hopper_results)
+    lines += hopper.section(hopper_results, hopper_folds)
     others_section(lines, others)
     lines += mpt.section(mpt_results)
     return "\n".join(lines)

@@ -12,6 +12,8 @@
 #include <ctime>
 #include <sstream>
 
+#include "modar/base/clock.hpp"
+#include "modar/base/enum_names.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/base/files.hpp"
 #include "modar/base/interrupt.hpp"
@@ -147,31 +149,11 @@ void spin_thread_cpu_s(double seconds) {
   }
 }
 
-double steady_now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char text[32];
-  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return text;
-}
-
 }  // namespace
 
-const char* to_string(CommArrival arrival) {
-  switch (arrival) {
-    case CommArrival::automatic:
-      return "automatic";
-    case CommArrival::hot:
-      return "hot";
-    case CommArrival::cold:
-      return "cold";
-  }
-  return "?";
+constexpr const char* kCommArrivalNames[] = {"automatic", "hot", "cold"};
+const char* to_string(CommArrival v) {
+  return name_of(kCommArrivalNames, v, "?");
 }
 
 double last_arrival_call_s(const std::vector<double>& starts_s, const std::vector<double>& ends_s) {
@@ -482,7 +464,7 @@ void fit_and_describe(const Backend& backend, const std::string& engine,
                 "the last rank's arrival (latest steady-clock start) to each rank's end, max over "
                 "ranks: modar validate --parallel's transfer"
           : "hot: back-to-back calls, every rank already in the collective loop";
-  p["network_date"] = utc_now();
+  p["network_date"] = utc_now_iso8601();
   // A shared machine's load is part of what was measured (oversubscribed
   // ranks wait for a core): /proc/loadavg at the end of the run.
   const std::string load = load_average();

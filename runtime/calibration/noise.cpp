@@ -15,21 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "modar/base/clock.hpp"
 #include "modar/runtime/profiler.hpp"
 #include "profiler_internal.hpp"
 
 namespace modar::runtime {
 namespace {
-
-double steady_now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double process_cpu_s() {
-  timespec now{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
-  return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
-}
 
 // Larger over smaller, minus 1: a slow-down and a speed-up by the same factor
 // count alike.

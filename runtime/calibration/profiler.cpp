@@ -27,6 +27,7 @@
 #include <thread>
 #include <utility>
 
+#include "modar/base/clock.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/base/json.hpp"
 #include "modar/base/text.hpp"
@@ -106,11 +107,6 @@ class ProcessCpuTimer final : public Timer {
   }
 
  private:
-  static double process_cpu_s() {
-    timespec now{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
-    return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
-  }
   double start_s_ = 0.0;
   double stop_s_ = 0.0;
 };
@@ -138,10 +134,6 @@ namespace {
 
 std::string gib(int64_t bytes) {
   return format_general(static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0), 3) + " GiB";
-}
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // An op ready to be timed: its tensors allocated (every rotated copy), filled,
@@ -257,7 +249,7 @@ std::unique_ptr<PreparedOp> prepare_op(Backend& backend, const OpShape& shape, P
 void time_prepared_op(Backend& backend, PreparedOp& op, const TimingOptions& options,
                       OpTiming& result) {
   try {
-    const double start_s = now_s();
+    const double start_s = steady_now_s();
     auto timer = make_sample_timer(backend, options.clock);
     size_t next = 0;
     auto run_calls = [&](int64_t calls) {
@@ -276,15 +268,15 @@ void time_prepared_op(Backend& backend, PreparedOp& op, const TimingOptions& opt
     // outlasted the budget.)
     double warm_s = run_calls(1);
     int64_t warm_calls = 1;
-    while ((warm_calls < 2 && now_s() - start_s < options.budget_s) ||
-           (warm_calls < copies && now_s() - start_s < 0.2 * options.budget_s)) {
+    while ((warm_calls < 2 && steady_now_s() - start_s < options.budget_s) ||
+           (warm_calls < copies && steady_now_s() - start_s < 0.2 * options.budget_s)) {
       warm_s += run_calls(1);
       ++warm_calls;
     }
     const double per_call_s = std::max(1e-9, warm_s / static_cast<double>(warm_calls));
     const int64_t inner =
         std::max<int64_t>(1, static_cast<int64_t>(std::ceil(options.min_sample_s / per_call_s)));
-    const double remaining_s = std::max(0.0, options.budget_s - (now_s() - start_s));
+    const double remaining_s = std::max(0.0, options.budget_s - (steady_now_s() - start_s));
     const int64_t affordable =
         static_cast<int64_t>(remaining_s / (per_call_s * static_cast<double>(inner)));
     const int64_t repeats = std::clamp<int64_t>(affordable, options.min_repeats,
@@ -320,19 +312,6 @@ OpTiming measure_op(Backend& backend, const OpShape& shape, Pass pass,
 }
 
 // ---- the machine ---------------------------------------------------------------------
-
-namespace {
-
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm parts{};
-  gmtime_r(&now, &parts);
-  char buffer[32];
-  std::strftime(buffer, sizeof(buffer), "%Y-%m-%dT%H:%M:%SZ", &parts);
-  return buffer;
-}
-
-}  // namespace
 
 std::map<std::string, std::string> build_provenance() {
   std::map<std::string, std::string> p;
@@ -452,8 +431,8 @@ double time_call(Backend& backend, Clock clock, const std::function<void()>& run
   run();
   backend.synchronize();
   std::vector<double> samples;
-  const double start = now_s();
-  while (samples.size() < 3 || (now_s() - start < budget_s && samples.size() < 101)) {
+  const double start = steady_now_s();
+  while (samples.size() < 3 || (steady_now_s() - start < budget_s && samples.size() < 101)) {
     timer->start();
     for (int64_t i = 0; i < inner; ++i) {
       run();
@@ -731,7 +710,7 @@ void record_run_provenance(DeviceProfile& profile, const Backend& backend,
              "it moved by more than drift_tolerance and marked drift = true if it moved again"
            : std::string("no drift sentinel (drift_tolerance = 0)"));
   p["load_average_at_start"] = trim_text(read_text_or_empty("/proc/loadavg"));
-  p[resumed ? "resumed" : "date"] = utc_now();
+  p[resumed ? "resumed" : "date"] = utc_now_iso8601();
   if (!cpu) {
     for (const auto& [key, value] : backend.facts().provenance) {
       p[key] = value;
@@ -912,7 +891,7 @@ struct PointsRun {
 void print_point_progress(const ProfileOptions& options, size_t done, size_t todo,
                           const std::string& name, const PointRounds& measured,
                           const OpMeasurement* m, double run_start_s) {
-  const double elapsed = now_s() - run_start_s;
+  const double elapsed = steady_now_s() - run_start_s;
   const double eta = elapsed / static_cast<double>(done) * static_cast<double>(todo - done);
   if (m == nullptr) {
     std::fprintf(options.progress, "[%4zu/%zu] %s: skipped (%s)\n", done, todo, name.c_str(),
@@ -954,7 +933,7 @@ int64_t measure_points(const PointsRun& run, const std::vector<ProfilePoint>& to
                                                                      : int64_t{1} << 30);
   size_t done = 0;
   for (size_t first = 0; first < todo.size(); first += batch_size) {
-    if (options.max_seconds > 0.0 && now_s() - run_start_s >= options.max_seconds) {
+    if (options.max_seconds > 0.0 && steady_now_s() - run_start_s >= options.max_seconds) {
       const std::vector<ProfilePoint> rest(todo.begin() + static_cast<std::ptrdiff_t>(first),
                                            todo.end());
       record_unmeasured(profile, rest,
@@ -985,7 +964,7 @@ int64_t measure_points(const PointsRun& run, const std::vector<ProfilePoint>& to
       }
       before_s = after_s;
       const bool out_of_time =
-          options.max_seconds > 0.0 && now_s() - run_start_s >= options.max_seconds;
+          options.max_seconds > 0.0 && steady_now_s() - run_start_s >= options.max_seconds;
       if (drift <= options.drift_tolerance) {
         break;
       }
@@ -1029,7 +1008,7 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
   // One writer per output: a second run on the same out_path is refused while
   // this one holds OUT.lock (released by the OS if this process dies).
   const OutputLock lock(options.out_path);
-  const double run_start_s = now_s();
+  const double run_start_s = steady_now_s();
   const DeviceKind device = backend.device();
   const HostFacts host = read_host_facts();
   set_cpu_threads(options.threads);
@@ -1107,7 +1086,7 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
     ProfileOptions rest = options;
     rest.measure_ceilings = false;
     if (options.max_seconds > 0.0) {
-      rest.max_seconds = std::max(1e-3, options.max_seconds - (now_s() - run_start_s));
+      rest.max_seconds = std::max(1e-3, options.max_seconds - (steady_now_s() - run_start_s));
     }
     const ProfileDurationEstimate estimate = estimate_profile_duration(backend, rest, todo);
     estimated_s = estimate.total_s;
@@ -1161,7 +1140,7 @@ DeviceProfile run_profile(Backend& backend, const ProfileOptions& options) {
   const int64_t skipped = measure_points(run, todo, profile, ledger, before_s);
   record_noise_provenance(profile, ledger, sentinel.get(), options);
   p["skipped_count"] = std::to_string(skipped);
-  p["duration_s"] = format_general(now_s() - run_start_s, 4) + " (this invocation)";
+  p["duration_s"] = format_general(steady_now_s() - run_start_s, 4) + " (this invocation)";
   p["status"] = "complete";
   p["measurement_count"] = std::to_string(profile.measurements.size());
   save_profile_atomically(profile, options.out_path);

@@ -11,6 +11,7 @@
 #include <memory>
 #include <sstream>
 
+#include "modar/base/clock.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/base/files.hpp"
 #include "modar/base/json.hpp"
@@ -40,10 +41,6 @@ Config small_config(int64_t d, int64_t layers, int64_t heads, int64_t seq, int64
   c.device.count = 1;
   c.dar.block_layers = std::min<int64_t>(c.dar.block_layers, layers);
   return c;
-}
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 double median_of(std::vector<double> values) {
@@ -223,7 +220,7 @@ void time_repeat(Backend& backend, std::vector<LiveCase>& live, int repeat,
   auto timer = make_sample_timer(backend, options.clock);
   for (int round = 0; round < options.rounds; ++round) {
     stop_if_asked();
-    const double round_start = now_s();
+    const double round_start = steady_now_s();
     for (LiveCase& c : live) {
       backend.synchronize();
       timer->start();
@@ -233,7 +230,8 @@ void time_repeat(Backend& backend, std::vector<LiveCase>& live, int repeat,
     }
     if (options.progress != nullptr) {
       std::fprintf(options.progress, "modar validate: repeat %d/%d, round %d/%d (%.1f s)\n",
-                   repeat + 1, options.repeats, round + 1, options.rounds, now_s() - round_start);
+                   repeat + 1, options.repeats, round + 1, options.rounds,
+                   steady_now_s() - round_start);
     }
   }
 }

@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "modar/base/clock.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/base/files.hpp"
 #include "modar/base/json.hpp"
@@ -33,16 +34,6 @@ namespace modar::runtime {
 namespace {
 
 constexpr int kMaxWorld = 32;  // group ids carry a member bit mask of 32 bits
-
-double wall_now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double cpu_now_s() {
-  timespec now{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
-  return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
-}
 
 // ---- the timing decorator -------------------------------------------------------
 
@@ -62,12 +53,12 @@ class Recorder {
     recv_seq_.clear();
     wall_in_calls_s_ = 0.0;
     recording_ = true;
-    wall_start_s_ = wall_now_s();
-    last_cpu_s_ = cpu_now_s();
+    wall_start_s_ = steady_now_s();
+    last_cpu_s_ = process_cpu_s();
   }
   void stop() {
-    compute_after_s_ = cpu_now_s() - last_cpu_s_;
-    wall_step_s_ = wall_now_s() - wall_start_s_;
+    compute_after_s_ = process_cpu_s() - last_cpu_s_;
+    wall_step_s_ = steady_now_s() - wall_start_s_;
     recording_ = false;
   }
 
@@ -77,8 +68,8 @@ class Recorder {
   Open begin() const {
     Open open;
     if (recording_) {
-      open.cpu_s = cpu_now_s();
-      open.wall_s = wall_now_s();
+      open.cpu_s = process_cpu_s();
+      open.wall_s = steady_now_s();
     }
     return open;
   }
@@ -89,9 +80,9 @@ class Recorder {
     }
     TimelineCall call;
     call.wall_start_s = open.wall_s;
-    call.wall_end_s = wall_now_s();
+    call.wall_end_s = steady_now_s();
     call.compute_before_s = std::max(0.0, open.cpu_s - last_cpu_s_);
-    last_cpu_s_ = cpu_now_s();
+    last_cpu_s_ = process_cpu_s();
     call.group = group;
     call.collective = collective;
     if (collective) {
@@ -829,7 +820,7 @@ ParallelValidationReport run_parallel_validation(Backend& backend, Communicator&
   // Interleaved rounds: a world barrier (untimed), one recorded step, the
   // records gathered (untimed).
   for (int round = 0; round < options.rounds; ++round) {
-    const double round_start = wall_now_s();
+    const double round_start = steady_now_s();
     for (auto& lc : live) {
       timed.inner().barrier();
       recorder->start();
@@ -840,7 +831,7 @@ ParallelValidationReport run_parallel_validation(Backend& backend, Communicator&
     }
     if (progress != nullptr) {
       std::fprintf(progress, "modar validate --parallel: round %d/%d (%.1f s wall)\n", round + 1,
-                   options.rounds, wall_now_s() - round_start);
+                   options.rounds, steady_now_s() - round_start);
     }
     stop_together_if_interrupted(timed.inner());
   }

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <string>
 
+#include "modar/base/enum_names.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/runtime/backend.hpp"
 #include "modar/runtime/comm.hpp"
@@ -15,14 +16,9 @@
 
 namespace modar::runtime {
 
-const char* to_string(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum:
-      return "sum";
-    case ReduceOp::max:
-      return "max";
-  }
-  return "?";
+constexpr const char* kReduceOpNames[] = {"sum", "max"};
+const char* to_string(ReduceOp v) {
+  return name_of(kReduceOpNames, v, "?");
 }
 
 namespace comm_detail {

@@ -168,29 +168,21 @@ void launch_convert(const void* src, Elem src_type, void* dst, Elem dst_type, in
 void launch_activation(const ActivationParams& p, cudaStream_t stream) {
   if (p.count == 0)
     return;
-  if (p.type == Elem::fp32) {
-    activation_kernel<float>
+  launch_typed(p.type, [&](auto tag) {
+    activation_kernel<decltype(tag)>
         <<<grid_stride_blocks(p.count, kRowThreads), kRowThreads, 0, stream>>>(p);
-  } else {
-    activation_kernel<bf16>
-        <<<grid_stride_blocks(p.count, kRowThreads), kRowThreads, 0, stream>>>(p);
-  }
-  MODAR_CUDA_CHECK_LAUNCH();
+  });
 }
 
 void launch_add(const void* a, const void* b, void* out, int64_t count, Elem type,
                 cudaStream_t stream) {
   if (count == 0)
     return;
-  if (type == Elem::fp32) {
+  launch_typed(type, [&](auto tag) {
+    using T = decltype(tag);
     add_kernel<<<grid_stride_blocks(count, kRowThreads), kRowThreads, 0, stream>>>(
-        static_cast<const float*>(a), static_cast<const float*>(b), static_cast<float*>(out),
-        count);
-  } else {
-    add_kernel<<<grid_stride_blocks(count, kRowThreads), kRowThreads, 0, stream>>>(
-        static_cast<const bf16*>(a), static_cast<const bf16*>(b), static_cast<bf16*>(out), count);
-  }
-  MODAR_CUDA_CHECK_LAUNCH();
+        static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out), count);
+  });
 }
 
 void launch_axpy(float alpha, const void* x, Elem x_type, void* y, Elem y_type, int64_t count,
@@ -217,45 +209,33 @@ void launch_axpy(float alpha, const void* x, Elem x_type, void* y, Elem y_type, 
 void launch_scale(void* x, float alpha, int64_t count, Elem type, cudaStream_t stream) {
   if (count == 0)
     return;
-  if (type == Elem::fp32) {
+  launch_typed(type, [&](auto tag) {
     scale_kernel<<<grid_stride_blocks(count, kRowThreads), kRowThreads, 0, stream>>>(
-        static_cast<float*>(x), alpha, count);
-  } else {
-    scale_kernel<<<grid_stride_blocks(count, kRowThreads), kRowThreads, 0, stream>>>(
-        static_cast<bf16*>(x), alpha, count);
-  }
-  MODAR_CUDA_CHECK_LAUNCH();
+        static_cast<decltype(tag)*>(x), alpha, count);
+  });
 }
 
 void launch_mul_forward(const void* a, const void* b, void* out, int64_t count, Elem type,
                         cudaStream_t stream) {
   if (count == 0)
     return;
-  if (type == Elem::fp32) {
+  launch_typed(type, [&](auto tag) {
+    using T = decltype(tag);
     mul_forward_kernel<<<grid_stride_blocks(count, kRowThreads), kRowThreads, 0, stream>>>(
-        static_cast<const float*>(a), static_cast<const float*>(b), static_cast<float*>(out),
-        count);
-  } else {
-    mul_forward_kernel<<<grid_stride_blocks(count, kRowThreads), kRowThreads, 0, stream>>>(
-        static_cast<const bf16*>(a), static_cast<const bf16*>(b), static_cast<bf16*>(out), count);
-  }
-  MODAR_CUDA_CHECK_LAUNCH();
+        static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out), count);
+  });
 }
 
 void launch_mul_backward(const void* dout, const void* a, const void* b, void* da, void* db,
                          int64_t count, Elem type, cudaStream_t stream) {
   if (count == 0 || (da == nullptr && db == nullptr))
     return;
-  if (type == Elem::fp32) {
+  launch_typed(type, [&](auto tag) {
+    using T = decltype(tag);
     mul_backward_kernel<<<grid_stride_blocks(count, kRowThreads), kRowThreads, 0, stream>>>(
-        static_cast<const float*>(dout), static_cast<const float*>(a), static_cast<const float*>(b),
-        static_cast<float*>(da), static_cast<float*>(db), count);
-  } else {
-    mul_backward_kernel<<<grid_stride_blocks(count, kRowThreads), kRowThreads, 0, stream>>>(
-        static_cast<const bf16*>(dout), static_cast<const bf16*>(a), static_cast<const bf16*>(b),
-        static_cast<bf16*>(da), static_cast<bf16*>(db), count);
-  }
-  MODAR_CUDA_CHECK_LAUNCH();
+        static_cast<const T*>(dout), static_cast<const T*>(a), static_cast<const T*>(b),
+        static_cast<T*>(da), static_cast<T*>(db), count);
+  });
 }
 
 }  // namespace modar::gpu

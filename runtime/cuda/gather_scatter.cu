@@ -134,14 +134,11 @@ void launch_gather_rows_forward(const RoutedRowsParams& p, const void* x, void* 
   const unsigned blocks = check_rows("gather_rows_forward", p);
   if (blocks == 0)
     return;
-  if (p.type == Elem::fp32) {
-    gather_forward_kernel<<<blocks, kRowThreads, 0, stream>>>(p, static_cast<const float*>(x),
-                                                              static_cast<float*>(out));
-  } else {
-    gather_forward_kernel<<<blocks, kRowThreads, 0, stream>>>(
-        p, static_cast<const __nv_bfloat16*>(x), static_cast<__nv_bfloat16*>(out));
-  }
-  MODAR_CUDA_CHECK_LAUNCH();
+  launch_typed(p.type, [&](auto tag) {
+    using T = decltype(tag);
+    gather_forward_kernel<<<blocks, kRowThreads, 0, stream>>>(p, static_cast<const T*>(x),
+                                                              static_cast<T*>(out));
+  });
 }
 
 void launch_gather_rows_backward(const RoutedRowsParams& p, const void* dout, void* dx,
@@ -149,14 +146,11 @@ void launch_gather_rows_backward(const RoutedRowsParams& p, const void* dout, vo
   const unsigned blocks = check_rows("gather_rows_backward", p);
   if (blocks == 0)
     return;
-  if (p.type == Elem::fp32) {
-    gather_backward_kernel<<<blocks, kRowThreads, 0, stream>>>(p, static_cast<const float*>(dout),
-                                                               static_cast<float*>(dx));
-  } else {
-    gather_backward_kernel<<<blocks, kRowThreads, 0, stream>>>(
-        p, static_cast<const __nv_bfloat16*>(dout), static_cast<__nv_bfloat16*>(dx));
-  }
-  MODAR_CUDA_CHECK_LAUNCH();
+  launch_typed(p.type, [&](auto tag) {
+    using T = decltype(tag);
+    gather_backward_kernel<<<blocks, kRowThreads, 0, stream>>>(p, static_cast<const T*>(dout),
+                                                               static_cast<T*>(dx));
+  });
 }
 
 void launch_scatter_add_scaled_forward(const RoutedRowsParams& p, void* x,
@@ -165,15 +159,11 @@ void launch_scatter_add_scaled_forward(const RoutedRowsParams& p, void* x,
   const unsigned blocks = check_rows("scatter_add_scaled_forward", p);
   if (blocks == 0)
     return;
-  if (p.type == Elem::fp32) {
-    scatter_forward_kernel<<<blocks, kRowThreads, 0, stream>>>(
-        p, static_cast<float*>(x), router_logits, static_cast<const float*>(delta), gate);
-  } else {
-    scatter_forward_kernel<<<blocks, kRowThreads, 0, stream>>>(
-        p, static_cast<__nv_bfloat16*>(x), router_logits, static_cast<const __nv_bfloat16*>(delta),
-        gate);
-  }
-  MODAR_CUDA_CHECK_LAUNCH();
+  launch_typed(p.type, [&](auto tag) {
+    using T = decltype(tag);
+    scatter_forward_kernel<<<blocks, kRowThreads, 0, stream>>>(p, static_cast<T*>(x), router_logits,
+                                                               static_cast<const T*>(delta), gate);
+  });
 }
 
 void launch_scatter_add_scaled_backward(const RoutedRowsParams& p, const void* dx,
@@ -183,17 +173,12 @@ void launch_scatter_add_scaled_backward(const RoutedRowsParams& p, const void* d
   const unsigned blocks = check_rows("scatter_add_scaled_backward", p);
   if (blocks == 0 || (ddelta == nullptr && drouter_logits == nullptr))
     return;
-  if (p.type == Elem::fp32) {
+  launch_typed(p.type, [&](auto tag) {
+    using T = decltype(tag);
     scatter_backward_kernel<<<blocks, kRowThreads, 0, stream>>>(
-        p, static_cast<const float*>(dx), router_logits, static_cast<const float*>(delta), gate,
-        static_cast<float*>(ddelta), drouter_logits);
-  } else {
-    scatter_backward_kernel<<<blocks, kRowThreads, 0, stream>>>(
-        p, static_cast<const __nv_bfloat16*>(dx), router_logits,
-        static_cast<const __nv_bfloat16*>(delta), gate, static_cast<__nv_bfloat16*>(ddelta),
-        drouter_logits);
-  }
-  MODAR_CUDA_CHECK_LAUNCH();
+        p, static_cast<const T*>(dx), router_logits, static_cast<const T*>(delta), gate,
+        static_cast<T*>(ddelta), drouter_logits);
+  });
 }
 
 }  // namespace modar::gpu

@@ -22,24 +22,12 @@
 #include "modar/base/errors.hpp"
 #include "modar/planner.hpp"
 
-namespace {
-
-std::filesystem::path g_dir;
-
-}  // namespace
-
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  g_dir = modar::fuzz::csv_config_folder("csv");
-  return 0;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
-  if (text.find('/') != std::string::npos) {
-    return 0;
-  }
-  const auto parsed = modar::fuzz::accepted(
-      [&] { return modar::parse_runs_csv(text, "fuzz.csv", g_dir.string()); });
+  const auto parsed = modar::fuzz::accepted_runs_csv(
+      "csv", text, [](const std::string& csv, const std::string& dir) {
+        return modar::parse_runs_csv(csv, "fuzz.csv", dir);
+      });
   if (!parsed) {
     return 0;
   }

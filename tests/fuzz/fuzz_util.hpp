@@ -84,7 +84,7 @@ inline void write_file(const std::filesystem::path& path, const std::string& tex
 }
 
 // The one scratch folder of a target (<temp>/modar-fuzz-<tag>-XXXXXX), made
-// by the first call (from LLVMFuzzerInitialize) and removed at exit.
+// by the first call and removed at exit.
 inline std::filesystem::path& scratch_folder_path() {
   static std::filesystem::path path;
   return path;
@@ -118,6 +118,20 @@ inline std::filesystem::path csv_config_folder(const std::string& tag) {
       "[model]\nd_model = 256\nn_layers = 4\nn_heads = 4\nseq_len = 512\n[mod]\nevery = 2\n");
   write_file(dir / "bad.toml", "[model]\nd_model = -1\n");
   return dir;
+}
+
+// The runs CSV targets' parse: `parse(text, folder)`, with `folder` the
+// csv_config_folder(tag) (made by the first call), or nullopt when the text
+// contains '/' (skipped: a cell could name a file outside that folder) or
+// the library refuses it (accepted()).
+template <class Parse>
+auto accepted_runs_csv(const std::string& tag, const std::string& text, const Parse& parse)
+    -> std::optional<decltype(parse(text, std::string()))> {
+  static const std::string folder = csv_config_folder(tag).string();
+  if (text.find('/') != std::string::npos) {
+    return std::nullopt;
+  }
+  return accepted([&] { return parse(text, folder); });
 }
 
 }  // namespace modar::fuzz

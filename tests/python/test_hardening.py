@@ -24,6 +24,13 @@ def one_line(error: BaseException) -> str:
     return text
 
 
+def one_line_error(error: type, call) -> str:
+    """The message of the `error` that call() raises, checked to be one line."""
+    with pytest.raises(error) as info:
+        call()
+    return one_line(info.value)
+
+
 # ---- configurations are built through the C++ API, never TOML text -------------
 
 def test_a_key_cannot_splice_a_second_assignment():
@@ -70,9 +77,7 @@ def test_a_string_value_is_one_value():
     ],
 )
 def test_a_value_of_the_wrong_type_names_the_field(kwargs, field):
-    with pytest.raises(ValueError) as info:
-        modar.Config(**kwargs)
-    assert field in one_line(info.value)
+    assert field in one_line_error(ValueError, lambda: modar.Config(**kwargs))
 
 
 def test_typed_values_that_are_allowed():
@@ -121,9 +126,7 @@ def test_micro_batch_times_count_overflow_is_a_value_error_not_a_crash():
     ],
 )
 def test_huge_integers_are_value_errors(call, field):
-    with pytest.raises(ValueError) as info:
-        call()
-    assert field in one_line(info.value)
+    assert field in one_line_error(ValueError, call)
 
 
 # ---- priors: a dict is names and numbers, not text ------------------------------
@@ -181,15 +184,12 @@ def test_bad_eps(eps, error, text):
 )
 def test_closed_form_refuses_nonsense(kwargs, field):
     flops = kwargs.pop("flops")
-    with pytest.raises(ValueError) as info:
-        modar.closed_form_optimum(flops, **kwargs)
-    assert one_line(info.value).startswith(field)
+    message = one_line_error(ValueError, lambda: modar.closed_form_optimum(flops, **kwargs))
+    assert message.startswith(field)
 
 
 def test_closed_form_flops_must_be_a_number():
-    with pytest.raises(TypeError) as info:
-        modar.closed_form_optimum("1e20")
-    assert "flops" in one_line(info.value)
+    assert "flops" in one_line_error(TypeError, lambda: modar.closed_form_optimum("1e20"))
 
 
 # ---- strings that are not text (a lone surrogate) ------------------------------------
@@ -214,9 +214,7 @@ def test_closed_form_flops_must_be_a_number():
     ],
 )
 def test_a_lone_surrogate_is_a_value_error_naming_the_argument(call, name):
-    with pytest.raises(ValueError) as info:
-        call()
-    text = one_line(info.value)
+    text = one_line_error(ValueError, call)
     assert f"{name} = " in text and "not valid text" in text
     assert "Unable to cast" not in text
 
@@ -243,9 +241,7 @@ def test_profile_max_dim_zero_is_refused(tmp_path):
     ],
 )
 def test_type_errors_name_the_argument(call, name):
-    with pytest.raises(TypeError) as info:
-        call()
-    assert name in one_line(info.value)
+    assert name in one_line_error(TypeError, call)
 
 
 def test_pybind_argument_errors_become_one_line():

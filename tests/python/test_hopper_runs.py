@@ -4,6 +4,7 @@ runs file is what --write-fit writes from the rows marked `calibration`, and
 those are exactly the runs h100-80gb-dgx's provenance says it was fitted on."""
 from __future__ import annotations
 
+import shutil
 import sys
 import tomllib
 
@@ -54,3 +55,23 @@ def test_the_calibration_rows_are_the_profiles_fitted_runs():
     marked = [r["run"] for r in hopper_runs.read_rows() if r["role"] == "calibration"]
     assert fitted == marked
     assert "hopper_runs_fit.csv" in provenance["calibration_command"]
+
+
+def test_carry_over_writes_the_h100_values_into_h200_and_h800_and_nothing_else(tmp_path):
+    for name in ("h100-80gb-dgx", "h200", "h800-80gb-hgx"):
+        shutil.copy(REPO / "profiles" / f"{name}.toml", tmp_path / f"{name}.toml")
+    h200 = tmp_path / "h200.toml"
+    original = h200.read_text()
+    h200.write_text(original.replace("gemm_efficiency = 0.", "gemm_efficiency = 0.1", 1)
+                    .replace('gemm_efficiency = "0.', 'gemm_efficiency = "0.1', 1))
+    assert h200.read_text() != original
+    hopper_runs.carry_over(str(tmp_path))
+    assert h200.read_text() == original  # the committed profile already carries them
+    with open(tmp_path / "h100-80gb-dgx.toml", "rb") as f:
+        h100 = tomllib.load(f)["kernel"]
+    for name in ("h200", "h800-80gb-hgx"):
+        with open(tmp_path / f"{name}.toml", "rb") as f:
+            doc = tomllib.load(f)
+        for key in ("gemm_efficiency", "attention_efficiency"):
+            assert doc["kernel"][key] == h100[key]
+            assert doc["provenance"][key].startswith(repr(h100[key]) + ":")

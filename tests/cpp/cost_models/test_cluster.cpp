@@ -9,6 +9,8 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <stdexcept>
+#include <string>
 
 #include "../common/roofline_profile.hpp"
 #include "modar/base/errors.hpp"
@@ -43,6 +45,18 @@ const CommRecord* find_comm(const ClusterEstimate& c, const char* label, Collect
     }
   }
   return nullptr;
+}
+
+// The one record of that label, kind and pass; a test failure (the
+// exception gtest reports) when there is none.
+const CommRecord& comm_record(const ClusterEstimate& c, const char* label, Collective kind,
+                              Pass pass) {
+  const CommRecord* op = find_comm(c, label, kind, pass);
+  if (op == nullptr) {
+    throw std::runtime_error(std::string("no ") + label + " " + to_string(kind) + " in the " +
+                             to_string(pass) + " pass");
+  }
+  return *op;
 }
 
 void expect_relative(double actual, double expected, double tolerance = 1e-9) {
@@ -177,6 +191,13 @@ TEST(Cluster, NetworkSectionErrorsNameTheField) {
   const std::string levels =
       "[network.intra_node]\nbus_bandwidth = 1e11\n[network.inter_node]\nbus_bandwidth = 1e10\n";
   EXPECT_EQ(error_of("[network]\ngpus_per_node = 8\n" + levels), "no error");
+  // A root value that is not a table (written before [ceilings], so it stays at the root).
+  try {
+    parse_profile_toml("network = 1\n" + head, "p.toml");
+    ADD_FAILURE() << "network = 1 accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), "p.toml: network = 1: must be a table [network]");
+  }
   EXPECT_EQ(error_of("[network]\ngpus_per_node = 0\n" + levels),
             "p.toml: network.gpus_per_node = 0: must be an integer in [1, 1024]");
   EXPECT_EQ(error_of("[network]\n[network.intra_node]\nbus_bandwidth = 1e11\n"),
@@ -280,14 +301,12 @@ TEST(Cluster, TensorParallelTwoByHand) {
   EXPECT_EQ(k.data, 1);
   EXPECT_EQ(k.tensor_level, NetLevel::intra_node);
   const double T = 2.0 * 128.0, d = 256.0, B = 2.0;
-  const CommRecord* fwd = find_comm(k, "tp.layer", Collective::all_reduce, Pass::forward);
-  const CommRecord* bwd = find_comm(k, "tp.layer", Collective::all_reduce, Pass::backward);
-  ASSERT_NE(fwd, nullptr);
-  ASSERT_NE(bwd, nullptr);
-  EXPECT_EQ(fwd->bytes, T * d * B);
-  EXPECT_EQ(fwd->count, 2.0 * 8.0);  // 2 per layer x 8 layers x 1 micro-batch
-  EXPECT_EQ(bwd->count, 2.0 * 8.0);
-  expect_relative(fwd->time_s, 2 * 2e-6 + 1.0 * T * d * B / 232.5e9);
+  const CommRecord& fwd = comm_record(k, "tp.layer", Collective::all_reduce, Pass::forward);
+  const CommRecord& bwd = comm_record(k, "tp.layer", Collective::all_reduce, Pass::backward);
+  EXPECT_EQ(fwd.bytes, T * d * B);
+  EXPECT_EQ(fwd.count, 2.0 * 8.0);  // 2 per layer x 8 layers x 1 micro-batch
+  EXPECT_EQ(bwd.count, 2.0 * 8.0);
+  expect_relative(fwd.time_s, 2 * 2e-6 + 1.0 * T * d * B / 232.5e9);
   // Weights / gradients / optimizer: all parameters / 2 (t = 2, p = 1).
   const double P = e.params.total;
   expect_relative(e.memory.weights, P / 2 * B);
@@ -302,10 +321,9 @@ TEST(Cluster, TensorParallelTwoByHand) {
   // Sequence parallelism: the same bytes as RS + AG, replicated parts / t.
   c.parallel.sequence_parallel = true;
   const Estimate s = estimate(c, a100());
-  const CommRecord* rs =
-      find_comm(*s.cluster, "tp.layer", Collective::reduce_scatter, Pass::forward);
-  ASSERT_NE(rs, nullptr);
-  EXPECT_EQ(rs->bytes, T * d * B);
+  const CommRecord& rs =
+      comm_record(*s.cluster, "tp.layer", Collective::reduce_scatter, Pass::forward);
+  EXPECT_EQ(rs.bytes, T * d * B);
   const double per_layer_sp = (4 * d * B * T + 8 * T) / 2.0 +
                               ((3 * d + d + 4 * d + 4 * d) * B * T + 4 * 2.0 * 4.0 * 128.0) / 2.0;
   expect_relative(s.memory.activations, 8 * per_layer_sp + (2 * B * T * d + 8 * T) / 2.0);
@@ -318,10 +336,10 @@ TEST(Cluster, DataParallelAndZeroByHand) {
   c.device.count = 2;
   const Estimate e0 = estimate(c, a100());
   const double P = e0.params.total;
-  const CommRecord* ar = find_comm(*e0.cluster, "dp.grad", Collective::all_reduce, Pass::backward);
-  ASSERT_NE(ar, nullptr);
-  expect_relative(ar->bytes, 4 * P);
-  EXPECT_EQ(ar->ranks, 2);
+  const CommRecord& ar =
+      comm_record(*e0.cluster, "dp.grad", Collective::all_reduce, Pass::backward);
+  expect_relative(ar.bytes, 4 * P);
+  EXPECT_EQ(ar.ranks, 2);
   expect_relative(e0.memory.optimizer, 12 * P);
   // Plain data parallelism: the per-device memory items equal one device's.
   Config one = small();
@@ -332,14 +350,12 @@ TEST(Cluster, DataParallelAndZeroByHand) {
 
   c.parallel.zero = 1;
   const Estimate e1 = estimate(c, a100());
-  const CommRecord* rs =
-      find_comm(*e1.cluster, "dp.grad", Collective::reduce_scatter, Pass::backward);
-  const CommRecord* ag =
-      find_comm(*e1.cluster, "dp.param_gather", Collective::all_gather, Pass::forward);
-  ASSERT_NE(rs, nullptr);
-  ASSERT_NE(ag, nullptr);
-  expect_relative(rs->bytes, 4 * P);
-  expect_relative(ag->bytes, 2 * P);
+  const CommRecord& rs =
+      comm_record(*e1.cluster, "dp.grad", Collective::reduce_scatter, Pass::backward);
+  const CommRecord& ag =
+      comm_record(*e1.cluster, "dp.param_gather", Collective::all_gather, Pass::forward);
+  expect_relative(rs.bytes, 4 * P);
+  expect_relative(ag.bytes, 2 * P);
   expect_relative(e1.memory.optimizer, 12 * P / 2);
   expect_relative(e1.memory.gradients, 4 * P);
   expect_relative(e1.memory.weights, 2 * P);
@@ -349,19 +365,18 @@ TEST(Cluster, DataParallelAndZeroByHand) {
   expect_relative(e3.memory.optimizer, 12 * P / 2);
   expect_relative(e3.memory.gradients, 4 * P / 2);
   expect_relative(e3.memory.weights, 2 * P / 2);
-  const CommRecord* gather =
-      find_comm(*e3.cluster, "zero3.param_gather", Collective::all_gather, Pass::forward);
-  ASSERT_NE(gather, nullptr);
+  const CommRecord& gather =
+      comm_record(*e3.cluster, "zero3.param_gather", Collective::all_gather, Pass::forward);
   // One layer's weights in bf16, gathered forward and backward for 8 layers.
   const double layer_params = (e3.params.non_embedding - 256.0) / 8.0;
-  expect_relative(gather->bytes, layer_params * 2);
-  EXPECT_EQ(gather->count, 2.0 * 8.0);
+  expect_relative(gather.bytes, layer_params * 2);
+  EXPECT_EQ(gather.count, 2.0 * 8.0);
   // The reduction is overlapped with the backward except the last bucket
   // (all of it here: the model is smaller than one 40M-parameter bucket).
   c.parallel.zero = 0;
   c.parallel.overlap_grad_reduce = false;
   const Estimate no_overlap = estimate(c, a100());
-  expect_relative(no_overlap.cluster->grad_reduce_exposed_s, ar->time_s);
+  expect_relative(no_overlap.cluster->grad_reduce_exposed_s, ar.time_s);
 }
 
 // DP 4 with ZeRO 2 (by hand): bf16 weights 2 P replicated, fp32 gradients
@@ -382,21 +397,19 @@ TEST(Cluster, ZeroTwoByHand) {
   expect_relative(e2.memory.optimizer, 12 * P / 4);
   const MemoryBreakdown single = estimate_memory(small(), a100());
   expect_relative(e2.memory.activations, single.activations);
-  const CommRecord* rs =
-      find_comm(*e2.cluster, "dp.grad", Collective::reduce_scatter, Pass::backward);
-  const CommRecord* ag =
-      find_comm(*e2.cluster, "dp.param_gather", Collective::all_gather, Pass::forward);
-  ASSERT_NE(rs, nullptr);
-  ASSERT_NE(ag, nullptr);
-  expect_relative(rs->bytes, 4 * P);
-  EXPECT_EQ(rs->count, 2.0);
-  EXPECT_EQ(rs->ranks, 4);
-  expect_relative(ag->bytes, 2 * P);
-  EXPECT_EQ(ag->count, 1.0);
+  const CommRecord& rs =
+      comm_record(*e2.cluster, "dp.grad", Collective::reduce_scatter, Pass::backward);
+  const CommRecord& ag =
+      comm_record(*e2.cluster, "dp.param_gather", Collective::all_gather, Pass::forward);
+  expect_relative(rs.bytes, 4 * P);
+  EXPECT_EQ(rs.count, 2.0);
+  EXPECT_EQ(rs.ranks, 4);
+  expect_relative(ag.bytes, 2 * P);
+  EXPECT_EQ(ag.count, 1.0);
   // Ring reduce-scatter inside one node: 3/4 x 4 P / busbw + 2 latency steps.
   const NetworkProfile& net = network_or_default(a100());
   const double rs_s = 0.75 * 4 * P / net.intra_node.bus_bandwidth + 2 * net.intra_node.latency_s;
-  expect_relative(rs->time_s, rs_s, 1e-9);
+  expect_relative(rs.time_s, rs_s, 1e-9);
   expect_relative(e2.cluster->grad_reduce_exposed_s, 2 * rs_s, 1e-9);  // not overlapped
   // ZeRO 1: the same bytes, once per step, and unsharded gradients.
   c.parallel.zero = 1;
@@ -509,10 +522,9 @@ TEST(Cluster, PipelineTwoSendsAndBubble) {
   ASSERT_EQ(k.stages.size(), 2u);
   EXPECT_EQ(k.stages[0].layers, 4);
   EXPECT_EQ(k.stages[1].layers, 4);
-  const CommRecord* send = find_comm(k, "pp.activation", Collective::send_recv, Pass::forward);
-  ASSERT_NE(send, nullptr);
-  EXPECT_EQ(send->bytes, 2.0 * 128.0 * 256.0 * 2.0);
-  EXPECT_EQ(send->count, 2.0 * 4.0);  // forward + backward, 4 micro-batches
+  const CommRecord& send = comm_record(k, "pp.activation", Collective::send_recv, Pass::forward);
+  EXPECT_EQ(send.bytes, 2.0 * 128.0 * 256.0 * 2.0);
+  EXPECT_EQ(send.count, 2.0 * 4.0);  // forward + backward, 4 micro-batches
   double slowest = 0.0;
   for (const StageSummary& s : k.stages) {
     slowest = std::max(slowest, s.compute_s + s.exposed_comm_s);
@@ -755,14 +767,12 @@ TEST(Cluster, ModRouterScoresUnderSequenceParallelism) {
   c.device.count = 2;
   const Estimate e = estimate(c, a100());
   EXPECT_EQ(e.cluster->mod_score_gather_bytes, 2.0 * 128.0 * 4.0 * 4.0);  // 4 routed layers
-  const CommRecord* scores =
-      find_comm(*e.cluster, "tp.mod_router_scores", Collective::all_gather, Pass::forward);
-  ASSERT_NE(scores, nullptr);
-  EXPECT_EQ(scores->bytes, 2.0 * 128.0 * 4.0);
-  const CommRecord* routed =
-      find_comm(*e.cluster, "tp.routed_layer", Collective::all_gather, Pass::forward);
-  ASSERT_NE(routed, nullptr);
-  EXPECT_EQ(routed->bytes, 2.0 * 16.0 * 256.0 * 2.0);  // b k d B, k = 16
+  const CommRecord& scores =
+      comm_record(*e.cluster, "tp.mod_router_scores", Collective::all_gather, Pass::forward);
+  EXPECT_EQ(scores.bytes, 2.0 * 128.0 * 4.0);
+  const CommRecord& routed =
+      comm_record(*e.cluster, "tp.routed_layer", Collective::all_gather, Pass::forward);
+  EXPECT_EQ(routed.bytes, 2.0 * 16.0 * 256.0 * 2.0);  // b k d B, k = 16
 }
 
 // Gradient traffic follows total parameters: a model with 1.5x the
@@ -776,13 +786,12 @@ TEST(Cluster, GradientTrafficFollowsParameters) {
   c.mod.capacity = 0.125;
   c.model.n_layers = 12;  // 1.5x the layers, fewer FLOPs per token per layer
   const Estimate mod = estimate(c, a100());
-  const CommRecord* a =
-      find_comm(*dense.cluster, "dp.grad", Collective::all_reduce, Pass::backward);
-  const CommRecord* b = find_comm(*mod.cluster, "dp.grad", Collective::all_reduce, Pass::backward);
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  expect_relative(b->bytes / a->bytes, mod.params.total / dense.params.total);
-  EXPECT_EQ(a->level, NetLevel::inter_node);
+  const CommRecord& a =
+      comm_record(*dense.cluster, "dp.grad", Collective::all_reduce, Pass::backward);
+  const CommRecord& b =
+      comm_record(*mod.cluster, "dp.grad", Collective::all_reduce, Pass::backward);
+  expect_relative(b.bytes / a.bytes, mod.params.total / dense.params.total);
+  EXPECT_EQ(a.level, NetLevel::inter_node);
 }
 
 
@@ -872,12 +881,11 @@ void expect_main_gradients_by_hand(DType dtype, GradReduceInFp32 setting, double
   const double P = fused.params.total;
   const double accumulation_s = 4.0 * (accumulation * P / bandwidth + launch);
   EXPECT_NEAR(unfused.time.step_s - fused.time.step_s, accumulation_s, 1e-6 * accumulation_s);
-  const CommRecord* ar =
-      find_comm(*fused.cluster, "dp.grad", Collective::all_reduce, Pass::backward);
-  ASSERT_NE(ar, nullptr);
-  expect_relative(ar->bytes, reduced * P);
-  expect_relative(ar->time_s, 2 * 2e-6 + reduced * P / 232.5e9);
-  expect_relative(fused.cluster->grad_reduce_exposed_s, ar->time_s);
+  const CommRecord& ar =
+      comm_record(*fused.cluster, "dp.grad", Collective::all_reduce, Pass::backward);
+  expect_relative(ar.bytes, reduced * P);
+  expect_relative(ar.time_s, 2 * 2e-6 + reduced * P / 232.5e9);
+  expect_relative(fused.cluster->grad_reduce_exposed_s, ar.time_s);
   expect_relative(fused.memory.gradients, 4 * P);
   expect_relative(estimate(one, a100()).time.grad_norm_s, norm * P / bandwidth + launch, 1e-12);
 }
@@ -919,18 +927,16 @@ TEST(Cluster, PipelineScatterGatherUnderTensorParallelism) {
   c.device.count = 4;
   c.train.global_batch = 8;  // m = 4 micro-batches of 2
   const Estimate e = estimate(c, a100());
-  const CommRecord* send =
-      find_comm(*e.cluster, "pp.activation", Collective::send_recv, Pass::forward);
-  const CommRecord* gather =
-      find_comm(*e.cluster, "pp.gather", Collective::all_gather, Pass::forward);
-  ASSERT_NE(send, nullptr);
-  ASSERT_NE(gather, nullptr);
+  const CommRecord& send =
+      comm_record(*e.cluster, "pp.activation", Collective::send_recv, Pass::forward);
+  const CommRecord& gather =
+      comm_record(*e.cluster, "pp.gather", Collective::all_gather, Pass::forward);
   const double activation = 2.0 * 128.0 * 256.0 * 2.0;
-  EXPECT_EQ(send->bytes, activation / 2.0);
-  EXPECT_EQ(gather->bytes, activation);
-  EXPECT_EQ(gather->ranks, 2);
-  EXPECT_EQ(gather->count, 2.0 * 4.0);
-  expect_relative(gather->time_s, 2e-6 + 0.5 * activation / 232.5e9);
+  EXPECT_EQ(send.bytes, activation / 2.0);
+  EXPECT_EQ(gather.bytes, activation);
+  EXPECT_EQ(gather.ranks, 2);
+  EXPECT_EQ(gather.count, 2.0 * 4.0);
+  expect_relative(gather.time_s, 2e-6 + 0.5 * activation / 232.5e9);
   c.parallel.sequence_parallel = true;
   const Estimate sp = estimate(c, a100());
   EXPECT_EQ(find_comm(*sp.cluster, "pp.gather", Collective::all_gather, Pass::forward), nullptr);
@@ -976,17 +982,15 @@ TEST(Cluster, TensorParallelOverlapHidesOnlyTheBackwardAllReduces) {
   c.parallel.tp_comm_overlap = TpCommOverlap::backward;
   const Estimate backward = estimate(c, a100());
   const ClusterEstimate& k = *backward.cluster;
-  const CommRecord* fwd = find_comm(k, "tp.layer", Collective::all_reduce, Pass::forward);
-  const CommRecord* bwd = find_comm(k, "tp.layer", Collective::all_reduce, Pass::backward);
-  ASSERT_NE(fwd, nullptr);
-  ASSERT_NE(bwd, nullptr);
-  EXPECT_EQ(fwd->exposed_fraction, 1.0);
-  EXPECT_LT(bwd->exposed_fraction, 1.0);
+  const CommRecord& fwd = comm_record(k, "tp.layer", Collective::all_reduce, Pass::forward);
+  const CommRecord& bwd = comm_record(k, "tp.layer", Collective::all_reduce, Pass::backward);
+  EXPECT_EQ(fwd.exposed_fraction, 1.0);
+  EXPECT_LT(bwd.exposed_fraction, 1.0);
   const double hidden = k.overlapped_comm_s;
   EXPECT_GT(hidden, 0.0);
-  EXPECT_LE(hidden, 8.0 * 2.0 * bwd->time_s * (1.0 + 1e-12));  // 8 layers x 2 all-reduces
+  EXPECT_LE(hidden, 8.0 * 2.0 * bwd.time_s * (1.0 + 1e-12));  // 8 layers x 2 all-reduces
   expect_relative(none.time.step_s - backward.time.step_s, hidden, 1e-9);
-  expect_relative(hidden, bwd->count * bwd->time_s * (1.0 - bwd->exposed_fraction), 1e-9);
+  expect_relative(hidden, bwd.count * bwd.time_s * (1.0 - bwd.exposed_fraction), 1e-9);
   c.parallel.tp_comm_overlap = TpCommOverlap::full;
   EXPECT_EQ(estimate(c, a100()).time.step_s, backward.time.step_s);
   // With SP, "full" also hides forward all-gathers / reduce-scatters.

@@ -101,6 +101,8 @@ TEST(Config, OutOfRangeValuesNameKeyValueAndAllowed) {
   EXPECT_EQ(with("model.n_layers=2.5"), "ConfigError: model.n_layers = 2.5: must be an integer");
   EXPECT_EQ(with("model.mlp=relu"),
             "ConfigError: model.mlp = relu: must be \"gelu\", \"swiglu\" or \"geglu\"");
+  EXPECT_EQ(with("train.dtype=fp64"),
+            "ConfigError: train.dtype = fp64: must be \"fp32\", \"bf16\" or \"fp16\"");
   EXPECT_EQ(with("model.tie_embeddings=yes"),
             "ConfigError: model.tie_embeddings = yes: must be true or false");
   EXPECT_EQ(with("dar.block_layers=0"),
@@ -150,6 +152,15 @@ TEST(Config, EnumNamesAndDefaults) {
   EXPECT_EQ(dtype_bytes(DType::bf16), 2);
   EXPECT_EQ(parse_attention_flops("full", "x"), AttentionFlops::full);
   EXPECT_THROW(parse_attention_flops("half", "--attention-flops"), ConfigError);
+  try {
+    parse_attention_flops("half", "x");
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), "x = half: must be \"causal\", \"full\" or \"flash\"");
+  }
+  // fp64 has a name (the runtime's reference dtype) but is no train.dtype.
+  EXPECT_STREQ(to_string(DType::fp64), "fp64");
+  EXPECT_STREQ(to_string(RecomputeGranularity::selective), "selective");
+  EXPECT_STREQ(to_string(PipelineSchedule::one_f_one_b), "1f1b");
   ModelConfig m;
   m.d_model = 768;
   m.mlp = MlpKind::swiglu;
