@@ -102,6 +102,7 @@ void estimate_into(const Config& config, const TimingModel& timing, StepKind ste
                    OpList& /*scratch*/, Estimate& out) {
   const DeviceProfile& profile = timing.profile();
   check_profile_dtype(profile, config.train.dtype);  // O(1) unless it throws
+  check_attention_kernel(profile, config.train.attention_kernel);
   out.params = detail::closed_form_params(config);
   out.cluster.reset();  // single-device until apply_parallel_model()
 

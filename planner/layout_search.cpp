@@ -130,8 +130,7 @@ LayoutSpace layout_space(const Config& config, const TimingModel& timing,
       continue;
     }
     for (int64_t cp : divisors_up_to(options.gpus / t, dims.context ? options.gpus : 1)) {
-      if (cp > 1 && (m.seq_len % (2 * cp * t) != 0 ||
-                     config.train.attention_kernel != AttentionKernel::flash)) {
+      if (cp > 1 && (m.seq_len % (2 * cp * t) != 0 || !is_fused(config.train.attention_kernel))) {
         continue;
       }
       for (int64_t p : divisors_up_to(options.gpus / (t * cp), m.n_layers)) {

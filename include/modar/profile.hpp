@@ -219,6 +219,11 @@ bool profile_measures_dtype(const DeviceProfile& profile, DType dtype);
 // roofline while claiming its op table: refuse (ConfigError naming
 // train.dtype).  Datasheet profiles (no measurements) pass.
 void check_profile_dtype(const DeviceProfile& profile, DType dtype);
+// train.attention_kernel = a named FlashAttention generation needs a GPU
+// kernel-model profile (kernel.sm_count) whose device class has a published
+// rate for it (docs/kernel_model.md "Attention kernel generations");
+// ConfigError naming the field, the value and what is allowed otherwise.
+void check_attention_kernel(const DeviceProfile& profile, AttentionKernel kernel);
 std::string to_toml(const DeviceProfile& profile);
 // Write atomically (temp file + rename): a killed writer never leaves a
 // half-written profile behind.
