@@ -30,8 +30,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <numeric>
 #include <optional>
 #include <stdexcept>
+#include <vector>
 
 #include "attention_kernel.hpp"
 #include "grad_accumulation.hpp"
@@ -1588,31 +1590,73 @@ double cluster_step_lower_bound(const Config& config, const TimingModel& timing,
   // (and every stage its host time per micro-batch); the step adds the
   // bubble of that and the host time per step.  What it leaves out (pipeline
   // sends, gradient accumulation, ZeRO-3 gathers, the data-parallel reduce
-  // and the optimizer) is never negative.  The layers' sum is memoised in
+  // and the optimizer) is never negative.  The layers' sums are memoised in
   // `compute` (layouts differing in ZeRO, micro-batch count or interleaving
-  // share it).
-  double per_micro_batch = 0.0;
-  const auto memo = std::find_if(compute.layer_cost_sums.begin(), compute.layer_cost_sums.end(),
-                                 [&c](const RankCompute::LayerCostSum& s) {
-                                   return s.pipeline == c.p && s.data == c.dp &&
-                                          s.gpus_per_node == c.gpus_per_node &&
-                                          s.tp_comm_overlap == c.par.tp_comm_overlap;
-                                 });
-  if (memo != compute.layer_cost_sums.end()) {
-    per_micro_batch = memo->seconds;
-  } else {
-    for (const double cost : layer_costs(c, compute, layer_comm(c, compute))) {
-      per_micro_batch += cost;
-    }
-    compute.layer_cost_sums.push_back(
-        {c.p, c.dp, c.gpus_per_node, c.par.tp_comm_overlap, per_micro_batch});
+  // share them): all of them, and the ceil(L / p) cheapest (no stage holding
+  // that many layers is faster).
+  const int64_t most_layers = (c.L + c.p - 1) / c.p;  // some stage holds as many
+  auto memo = std::find_if(compute.layer_cost_sums.begin(), compute.layer_cost_sums.end(),
+                           [&c](const RankCompute::LayerCostSum& s) {
+                             return s.pipeline == c.p && s.data == c.dp &&
+                                    s.gpus_per_node == c.gpus_per_node &&
+                                    s.tp_comm_overlap == c.par.tp_comm_overlap;
+                           });
+  if (memo == compute.layer_cost_sums.end()) {
+    std::vector<double> costs = layer_costs(c, compute, layer_comm(c, compute));
+    RankCompute::LayerCostSum sums{c.p, c.dp, c.gpus_per_node, c.par.tp_comm_overlap};
+    sums.seconds = std::accumulate(costs.begin(), costs.end(), 0.0);
+    std::nth_element(costs.begin(), costs.begin() + (most_layers - 1), costs.end());
+    sums.cheapest_stage_s = std::accumulate(costs.begin(), costs.begin() + most_layers, 0.0);
+    compute.layer_cost_sums.push_back(sums);
+    memo = compute.layer_cost_sums.end() - 1;
   }
-  const double slowest =
-      per_micro_batch / static_cast<double>(c.p) + c.kernel.micro_batch_overhead_s;
+  const double slowest = memo->seconds / static_cast<double>(c.p) + c.kernel.micro_batch_overhead_s;
   const double ideal = c.m * slowest;
   const double bubble =
       c.p > 1 ? ideal * static_cast<double>(c.p - 1) / (static_cast<double>(c.v) * c.m) : 0.0;
-  return ideal + bubble + c.kernel.step_overhead_s;
+  const ParallelConfig& par = c.par;
+  if (!par.overlap_grad_reduce || c.grad_ranks <= 1) {
+    return ideal + bubble + c.kernel.step_overhead_s;
+  }
+  // The data-parallel gradient reduction overlapped with the backward
+  // (stage_data_parallel, exposed_reduction_s): R reductions per step (r
+  // each; the dense parameters', the experts' only add), R = m under ZeRO 2
+  // and 3 (one per micro-batch), else 1, sharing the data-parallel channel
+  // with ZeRO 3's overlapped layer gathers (G per micro-batch; else G = 0).
+  // With W the stage's compute, X its exposed traffic (tensor, expert,
+  // pipeline) and A its further time per micro-batch (gradient accumulation,
+  // host), C = W + A, estimate_cluster's stage takes A + X + max(W, G) >=
+  // X + max(C, G) per micro-batch; with each of the first R - 1 reductions'
+  // exposed max(0, G + r - C) - max(0, G - C) that is X + max(C, G + r).
+  // The last reduction hides behind the last backward (2C / 3, half of the
+  // gathers in it): with its micro-batch X + max(C, C / 3 + G / 2 + r) if
+  // G / 2 <= 2C / 3, else X + max(C, G) + r, which is no less.  The step
+  // holds m of the slowest stage's micro-batches (no faster than this
+  // stage's), the bubble and the largest stage's exposed reduction; the
+  // terms are non-decreasing in C, X, G and r.  The stage: one holding
+  // ceil(L / p) layers or more, X + C at least their cheapest costs + host,
+  // its parameters at least a middle (or end) stage's of that many layers.
+  const StageMemoryModel memory(config, timing.profile(), detail::closed_form_params(config));
+  const double stage_s =
+      (c.p == 1 ? memo->seconds : memo->cheapest_stage_s) + c.kernel.micro_batch_overhead_s;
+  const double gathers = par.zero == 3 && par.overlap_param_gather
+                             ? 2.0 * static_cast<double>(most_layers) *
+                                   c.comm(Collective::all_gather, memory.layer_param_bytes(),
+                                          c.grad_ranks, c.grad_level, c.dp_per_node)
+                             : 0.0;
+  double dense_params = INFINITY;
+  for (const int64_t stage : {int64_t{0}, std::min<int64_t>(1, c.p - 1), memory.last_stage()}) {
+    dense_params = std::min(dense_params, memory.stage_params(stage, most_layers) -
+                                              memory.expert_stage_params(most_layers));
+  }
+  const double reduce = c.comm(par.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter,
+                               dense_params * detail::main_grad_bytes_per_param(config),
+                               c.grad_ranks, c.grad_level, c.dp_per_node);
+  const double reductions = par.zero >= 2 ? c.m : 1.0;
+  const double channel = (c.m - reductions) * stage_s +
+                         (reductions - 1.0) * std::max(stage_s, gathers + reduce) +
+                         std::max(stage_s, stage_s / 3.0 + gathers / 2.0 + reduce);
+  return std::max(ideal, channel) + bubble + c.kernel.step_overhead_s;
 }
 
 bool ClusterMemoryBound::may_fit() const {

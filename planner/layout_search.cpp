@@ -241,7 +241,11 @@ class LayoutEstimator {
   double step_lower_bound(const Config& c) {
     Config lightest = c;
     lightest.train.recompute = Recompute::none;
-    return cluster_step_lower_bound(lightest, timing_, compute_for(lightest));
+    return step_lower_bound_at(lightest);
+  }
+  // The same under `c`'s own recompute.
+  double step_lower_bound_at(const Config& c) {
+    return cluster_step_lower_bound(c, timing_, compute_for(c));
   }
 
   // The single-device estimate of `c` and its cluster estimate.
@@ -361,27 +365,77 @@ double ShapeLayouts::tokens_per_step() const {
 }
 
 double ShapeLayouts::step_floor_s() {
-  // Every layout of the space, fitting or not (the search's answer is one of
-  // them: the fastest that fits, or the one with the least memory), at the
-  // step-time lower bound the search prunes with (any recompute), with the
-  // same slack.
-  // The bound does not depend on the ZeRO stage (it leaves out what ZeRO
-  // changes), the space's innermost dimension: one bound per run of
-  // candidates differing only in it.
+  // The search's answer is the fastest layout that fits, or (nothing fits)
+  // the one with the least memory.  A layout the memory screen rules out
+  // under every recompute cannot be the first kind, and under an exact
+  // screen (cluster_memory_bound) the search takes the first recompute it
+  // leaves (more recompute only adds ops: the bound with recompute none
+  // bounds every choice, used where the screen is not exact).  Once the
+  // screen proves that some layout fits, the answer is the first kind: the
+  // floor is the least such bound over the layouts it leaves.  Without that
+  // proof the least-memory layout may be the answer: every layout's bound.
+  // A layout is screened only when its bound could lower the floor.
   State& s = *state_;
-  double floor_s = INFINITY;
-  const Candidate* bounded = nullptr;
+  const DeviceProfile& profile = s.timing.profile();
+  const auto config_of = [&s](const Candidate& l, Recompute recompute) {
+    return layout_config(s.config, s.space, l, recompute);
+  };
+  // The bound depends on the ZeRO stage (the space's innermost dimension)
+  // only through ZeRO 3's data-parallel channel: bounds are kept per run of
+  // candidates differing only in ZeRO, for ZeRO 0-2 and for ZeRO 3.
+  const Candidate* run = nullptr;
+  double run_bounds[2][3];
+  const auto bound_of = [&](const Candidate& l, Recompute recompute) {
+    if (run == nullptr || run->t != l.t || run->p != l.p || run->v != l.v || run->mb != l.mb ||
+        run->sp != l.sp || run->cp != l.cp || run->ep != l.ep || run->etp != l.etp) {
+      run = &l;
+      std::fill(&run_bounds[0][0], &run_bounds[0][0] + 6, NAN);
+    }
+    double& bound = run_bounds[l.zero == 3 ? 1 : 0][static_cast<int>(recompute)];
+    if (std::isnan(bound)) {
+      bound = s.estimator.step_lower_bound_at(config_of(l, recompute));
+    }
+    return bound;
+  };
+  double every_floor_s = INFINITY;    // every layout, any recompute
+  double fitting_floor_s = INFINITY;  // the layouts the screen leaves
+  bool some_layout_fits = false;
+  int64_t proven_size = 0;  // t x p of the first layout proven to fit
+  std::vector<const Candidate*> unscreened;
   for (const Candidate& l : s.space.candidates) {
-    if (bounded != nullptr && bounded->t == l.t && bounded->p == l.p && bounded->v == l.v &&
-        bounded->mb == l.mb && bounded->sp == l.sp && bounded->cp == l.cp && bounded->ep == l.ep &&
-        bounded->etp == l.etp) {
+    if (proven_size > 0 && l.t * l.p > 4 * proven_size) {
+      break;  // the search stops before (its first fit is no larger)
+    }
+    const double lightest_s = bound_of(l, Recompute::none);
+    every_floor_s = std::min(every_floor_s, lightest_s);
+    if (lightest_s >= fitting_floor_s) {
+      unscreened.push_back(&l);  // cannot lower the floor; may still prove a fit
       continue;
     }
-    bounded = &l;
-    floor_s = std::min(floor_s, s.estimator.step_lower_bound(
-                                    layout_config(s.config, s.space, l, Recompute::none)));
+    for (Recompute recompute : s.options.dimensions.recomputes) {
+      const ClusterMemoryBound memory = cluster_memory_bound(config_of(l, recompute), profile);
+      if (memory.may_fit()) {
+        if (!some_layout_fits && memory.fits()) {
+          some_layout_fits = true;
+          proven_size = l.t * l.p;
+        }
+        fitting_floor_s =
+            std::min(fitting_floor_s, memory.exact ? bound_of(l, recompute) : lightest_s);
+        break;
+      }
+    }
   }
-  return floor_s * (1.0 - kBoundSlack);
+  for (size_t i = 0; i < unscreened.size() && !some_layout_fits; ++i) {
+    for (Recompute recompute : s.options.dimensions.recomputes) {
+      const ClusterMemoryBound memory =
+          cluster_memory_bound(config_of(*unscreened[i], recompute), profile);
+      if (memory.may_fit()) {
+        some_layout_fits = memory.fits();
+        break;
+      }
+    }
+  }
+  return (some_layout_fits ? fitting_floor_s : every_floor_s) * (1.0 - kBoundSlack);
 }
 
 LayoutSearchResult search_layout(const Config& config, const TimingModel& timing,

@@ -72,8 +72,8 @@ LayoutSearchResult search_layout(const Config& config, const TimingModel& timing
 
 // search_layout() in two steps, for a caller that may not need the second:
 // step_floor_s() bounds from below the step time search() will return
-// (fitting or not) from the lowered rank computes alone, without memory
-// screens or full estimates; search() then shares those computes.  The
+// (fitting or not) from the memory screen and the lowered rank computes
+// alone, without full estimates; search() then shares those computes.  The
 // planner prunes shapes whose floor already rules them out.
 class ShapeLayouts {
  public:
@@ -83,7 +83,9 @@ class ShapeLayouts {
   ShapeLayouts& operator=(const ShapeLayouts&) = delete;
 
   // <= search().estimate.time.step_s: the least step-time lower bound
-  // (cluster_step_lower_bound) over every layout of the space.
+  // (cluster_step_lower_bound) over the layouts the memory screen
+  // (cluster_memory_bound) leaves once it proves that one fits, else over
+  // every layout of the space (the least-memory answer may be any).
   double step_floor_s();
   // Tokens per step of every layout (search().estimate.flops.tokens_per_step).
   double tokens_per_step() const;

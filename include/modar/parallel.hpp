@@ -189,12 +189,15 @@ struct RankCompute {
   };
   mutable std::vector<Split> balanced_splits;
   // Memo of the sum of the layer costs per micro-batch that
-  // cluster_step_lower_bound() spreads over the stages: keyed like the
-  // splits, by the pipeline and data-parallel sizes (the groups' placement).
+  // cluster_step_lower_bound() spreads over the stages, and of the
+  // ceil(L / p) cheapest (the least a stage that holds that many takes):
+  // keyed like the splits, by the pipeline and data-parallel sizes (the
+  // groups' placement).
   struct LayerCostSum {
     int64_t pipeline = 0, data = 0, gpus_per_node = 0;
     TpCommOverlap tp_comm_overlap = TpCommOverlap::backward;
     double seconds = 0.0;
+    double cheapest_stage_s = 0.0;
   };
   mutable std::vector<LayerCostSum> layer_cost_sums;
   // Memo of each DAR block's prefix read, forward + backward (index block -
@@ -215,8 +218,12 @@ ClusterEstimate estimate_cluster(const Config& config, const TimingModel& timing
 // A lower bound on estimate_cluster(config, ...).step_s, without the
 // pipeline partition or the memory: m micro-batches of the average stage's
 // layer time (the slowest stage is no faster), the bubble of that and the
-// host time; everything left out is a non-negative addition.  The layout
-// search skips layouts whose bound cannot beat the fastest found.  More
+// host time; everything left out is a non-negative addition.  With the
+// gradient reduction overlapped, the data-parallel channel too: a stage
+// holding ceil(L / p) layers or more waits for what the backward does not
+// hide of its reductions (one per micro-batch under ZeRO 2 and 3) and of
+// ZeRO 3's layer gathers sharing the channel.  The layout search skips
+// layouts whose bound cannot beat the fastest found.  More
 // recompute only adds ops and forward passes, so a layout's bound with
 // recompute none bounds it under every recompute choice.
 double cluster_step_lower_bound(const Config& config, const TimingModel& timing,

@@ -17,9 +17,7 @@ namespace {
 using CliRun = modar_test::CliResult;
 
 CliRun run_cli(const std::string& arguments) {
-  static int calls = 0;
-  return modar_test::run_cli(
-      modar_test::temp_path_for("modar_cluster_cli_", std::to_string(++calls)), "", arguments);
+  return modar_test::run_cli_numbered("modar_cluster_cli_", "", arguments);
 }
 
 const std::string kGpt = std::string(MODAR_SOURCE_DIR) + "/examples/configs/gpt175b.toml";

@@ -16,10 +16,7 @@ namespace {
 using Result = modar_test::CliResult;
 
 Result run(const std::string& arguments) {
-  // Unique names: ctest runs the tests of this file as parallel processes.
-  static int calls = 0;
-  return modar_test::run_cli(modar_test::temp_path_for("modar_cli_", std::to_string(++calls)), "",
-                             arguments);
+  return modar_test::run_cli_numbered("modar_cli_", "", arguments);
 }
 
 std::string example(const std::string& name) {

@@ -17,9 +17,7 @@ namespace {
 using modar_test::CliResult;
 
 CliResult run(const std::string& arguments) {
-  static int calls = 0;
-  return modar_test::run_cli(modar_test::temp_path_for("modar_hf_cli_", std::to_string(++calls)),
-                             "", arguments);
+  return modar_test::run_cli_numbered("modar_hf_cli_", "", arguments);
 }
 
 std::string write_file(const std::string& name, const std::string& text) {

@@ -204,51 +204,67 @@ const std::string kMpirun =
     "env OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 mpirun --allow-run-as-root "
     "--oversubscribe --bind-to none --mca btl self,vader -np 2 ";
 
-TEST(CliInterrupt, OptimalStopsAndPrintsNothing) {
-  const std::string out = temp_path("optimal.txt");
-  const Interrupted r = interrupt_when_ready(
-      cli() + " optimal --gpu-hours 1e7 --gpus 4096 --profile h100-80gb-dgx --arch " +
-          "baseline,mod,dar,mod+dar,moe,mode-staged,mode-integrated > " + out,
-      "modar optimal: ");
-  expect_interrupted(r, "optimal");
+// `modar ARGUMENTS > OUT`, interrupted at `ready` on its stderr: exit 130
+// and nothing printed.
+void expect_stops_printing_nothing(const std::string& what, const std::string& arguments,
+                                   const std::string& ready) {
+  const std::string out = temp_path(what.substr(0, what.find(' ')) + ".txt");
+  const Interrupted r = interrupt_when_ready(cli() + " " + arguments + " > " + out, ready);
+  expect_interrupted(r, what);
   expect_printed_nothing(out);
+}
+
+// `modar VERB ARGUMENTS OUT` (ARGUMENTS ends with the output flag),
+// interrupted at its first progress line: exit 130 and no OUT, nor a
+// temporary beside it.
+void expect_stops_unwritten(const std::string& verb, const std::string& arguments,
+                            const std::string& out_name) {
+  const std::string out = temp_path(out_name);
+  std::remove(out.c_str());
+  const Interrupted r = interrupt_when_ready(
+      cli() + " " + verb + " " + arguments + " " + out + " > /dev/null", "modar " + verb + ": ");
+  expect_interrupted(r, verb);
+  expect_not_written(out);
+}
+
+// A runs file holding `csv` for fit and calibrate.
+std::string write_runs(const std::string& name, const std::string& csv) {
+  const std::string runs = temp_path(name);
+  std::ofstream(runs) << csv;
+  return runs;
+}
+
+TEST(CliInterrupt, OptimalStopsAndPrintsNothing) {
+  expect_stops_printing_nothing("optimal",
+                                "optimal --gpu-hours 1e7 --gpus 4096 --profile h100-80gb-dgx "
+                                "--arch baseline,mod,dar,mod+dar,moe,mode-staged,mode-integrated",
+                                "modar optimal: ");
 }
 
 TEST(CliInterrupt, ExportFromOptimalStopsAndPrintsNothing) {
   // `export --from-optimal` runs optimal first: the same progress and Ctrl-C.
-  const std::string out = temp_path("export.txt");
-  const Interrupted r = interrupt_when_ready(
-      cli() + " export --from-optimal --gpu-hours 1e7 --gpus 4096 --profile h100-80gb-dgx " +
-          "--arch baseline,mod,dar,mod+dar,moe,mode-staged,mode-integrated --pick baseline > " +
-          out,
+  expect_stops_printing_nothing(
+      "export --from-optimal",
+      "export --from-optimal --gpu-hours 1e7 --gpus 4096 --profile h100-80gb-dgx "
+      "--arch baseline,mod,dar,mod+dar,moe,mode-staged,mode-integrated --pick baseline",
       "modar optimal: ");
-  expect_interrupted(r, "export --from-optimal");
-  expect_printed_nothing(out);
 }
 
 TEST(CliInterrupt, LayoutStopsAndPrintsNothing) {
   // 103,536 layouts of a small MoE model (EP and expert TP multiply the
   // space) on 16,384 GPUs: over 2 s of CPU, past the first progress line.
-  const std::string out = temp_path("layout.txt");
-  const Interrupted r = interrupt_when_ready(
-      cli() + " layout " + MODAR_SOURCE_DIR +
-          "/examples/configs/moe_small.toml --gpus 16384 --profile h100-80gb-dgx > " + out,
-      "modar layout: ");
-  expect_interrupted(r, "layout");
-  expect_printed_nothing(out);
+  expect_stops_printing_nothing("layout",
+                                std::string("layout ") + MODAR_SOURCE_DIR +
+                                    "/examples/configs/moe_small.toml --gpus 16384 --profile "
+                                    "h100-80gb-dgx",
+                                "modar layout: ");
 }
 
 TEST(CliInterrupt, SweepStopsAndWritesNothing) {
-  const std::string out = temp_path("sweep.csv");
-  std::remove(out.c_str());
-  const Interrupted r = interrupt_when_ready(
-      cli() +
-          " sweep --flops 1e19,1e20,1e21,1e22,1e23 --arch baseline,mod,dar,moe,mod+dar "
-          "--every 1,2,4 --gpus 1024 --profile a100-80gb-dgx --output " +
-          out,
-      "modar sweep: ");
-  expect_interrupted(r, "sweep");
-  expect_not_written(out);
+  expect_stops_unwritten("sweep",
+                         "--flops 1e19,1e20,1e21,1e22,1e23 --arch baseline,mod,dar,moe,mod+dar "
+                         "--every 1,2,4 --gpus 1024 --profile a100-80gb-dgx --output",
+                         "sweep.csv");
 }
 
 TEST(CliInterrupt, FitStopsAndWritesNothing) {
@@ -261,15 +277,8 @@ TEST(CliInterrupt, FitStopsAndWritesNothing) {
       csv += line;
     }
   }
-  const std::string runs = temp_path("runs.csv");
-  std::ofstream(runs) << csv;
-  const std::string fit = temp_path("runs.fit.toml");
-  std::remove(fit.c_str());
-  const Interrupted r = interrupt_when_ready(
-      cli() + " fit " + runs + " --bootstrap 100000 --output " + fit + " > /dev/null",
-      "modar fit: ");
-  expect_interrupted(r, "fit");
-  expect_not_written(fit);
+  const std::string runs = write_runs("runs.csv", csv);
+  expect_stops_unwritten("fit", runs + " --bootstrap 100000 --output", "runs.fit.toml");
   std::remove(runs.c_str());
 }
 
@@ -294,15 +303,8 @@ TEST(CliInterrupt, CalibrateStopsAndWritesNoProfile) {
              row.substr(comma + 1, config_end - comma - 1) + row.substr(config_end) + "\n";
     }
   }
-  const std::string runs = temp_path("cal_runs.csv");
-  std::ofstream(runs) << csv;
-  const std::string out = temp_path("calibrated.toml");
-  std::remove(out.c_str());
-  const Interrupted r = interrupt_when_ready(
-      cli() + " calibrate " + runs + " --profile a100-80gb-dgx --out " + out + " > /dev/null",
-      "modar calibrate: ");
-  expect_interrupted(r, "calibrate");
-  expect_not_written(out);
+  const std::string runs = write_runs("cal_runs.csv", csv);
+  expect_stops_unwritten("calibrate", runs + " --profile a100-80gb-dgx --out", "calibrated.toml");
   std::remove(runs.c_str());
 }
 
@@ -318,11 +320,8 @@ TEST(CliInterrupt, ProfileStopsAndWritesNoProfile) {
 }
 
 TEST(CliInterrupt, ValidateStopsAndPrintsNothing) {
-  const std::string out = temp_path("validate.txt");
-  const Interrupted r = interrupt_when_ready(
-      cli() + " validate --profile cpu-measured-quick --rounds 50 > " + out, "modar validate: ");
-  expect_interrupted(r, "validate");
-  expect_printed_nothing(out);
+  expect_stops_printing_nothing("validate", "validate --profile cpu-measured-quick --rounds 50",
+                                "modar validate: ");
 }
 
 TEST(CliInterrupt, CommProfileRanksStopTogetherAndWriteNothing) {

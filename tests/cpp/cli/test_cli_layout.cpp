@@ -13,9 +13,7 @@ namespace {
 const std::string kLlama = std::string(MODAR_SOURCE_DIR) + "/examples/configs/llama2_7b.toml";
 
 modar_test::CliResult layout(const std::string& arguments) {
-  static int calls = 0;
-  return modar_test::run_cli(modar_test::temp_path_for("layout", std::to_string(++calls)), "",
-                             "layout " + arguments);
+  return modar_test::run_cli_numbered("layout", "", "layout " + arguments);
 }
 
 TEST(CliLayout, RanksTensorPipelineAndZeroLayoutsOfLlama2AtOneGlobalBatch) {

@@ -10,10 +10,8 @@
 namespace {
 
 modar_test::CliResult run(const std::string& arguments) {
-  static int calls = 0;
-  return modar_test::run_cli(
-      modar_test::temp_path_for("cli_vpar_", "run" + std::to_string(++calls)),
-      "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 ", arguments);
+  return modar_test::run_cli_numbered("cli_vpar_run",
+                                      "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 ", arguments);
 }
 
 void expect_one_line_error(const modar_test::CliResult& r, const std::string& needle) {

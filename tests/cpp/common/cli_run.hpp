@@ -48,4 +48,13 @@ inline CliResult run_cli(const std::string& stem, const std::string& prefix,
   return r;
 }
 
+// run_cli with capture files <tag><pid>_<n>, n counting this process's calls:
+// unique per process and call, as ctest runs a file's tests as parallel
+// processes.
+inline CliResult run_cli_numbered(const std::string& tag, const std::string& prefix,
+                                  const std::string& arguments) {
+  static int calls = 0;
+  return run_cli(temp_path_for(tag, std::to_string(++calls)), prefix, arguments);
+}
+
 }  // namespace modar_test

@@ -12,8 +12,9 @@
 #include <functional>
 #include <string>
 
-#include "modar/cost_model.hpp"
+#include "../common/moe_families.hpp"
 #include "modar/base/errors.hpp"
+#include "modar/cost_model.hpp"
 #include "modar/parallel.hpp"
 
 namespace modar {
@@ -524,33 +525,20 @@ PerToken moe_layer_per_token(Config c) {
           (two.router_buffers - one.router_buffers) / tokens};
 }
 
-// Mixtral-8x7B's layer: d 4096, 32 heads of 128 with 8 KV heads, 8 experts
-// of width 14336 (SwiGLU), top-2; s 4096, bf16, FlashAttention, no recompute.
+// Mixtral-8x7B's layer (common/moe_families.hpp): d 4096, 32 heads of 128
+// with 8 KV heads, 8 experts of width 14336 (SwiGLU), top-2; s 4096, bf16,
+// FlashAttention, no recompute.
 Config mixtral_layer() {
-  Config c;
-  c.model = {.d_model = 4096,
-             .n_heads = 32,
-             .n_kv_heads = 8,
-             .d_ff = 14336,
-             .mlp = MlpKind::swiglu,
-             .vocab_size = 32000,
-             .seq_len = 4096};
-  c.moe = {.experts = 8, .top_k = 2, .expert_ffn = 14336};
+  Config c = modar_test::mixtral_8x7b();
   c.train.micro_batch = 1;
   return c;
 }
 
-// OLMoE-1B-7B's layer: d 2048, 16 heads of 128 (MHA), 64 experts of width
-// 1024 (SwiGLU), top-8.
+// OLMoE-1B-7B's layer (common/moe_families.hpp): d 2048, 16 heads of 128
+// (MHA), 64 experts of width 1024 (SwiGLU), top-8; s 4096, as Mixtral's.
 Config olmoe_layer() {
-  Config c = mixtral_layer();
-  c.model.d_model = 2048;
-  c.model.n_heads = 16;
-  c.model.n_kv_heads = 0;
-  c.model.d_ff = 1024;
-  c.moe.experts = 64;
-  c.moe.top_k = 8;
-  c.moe.expert_ffn = 1024;
+  Config c = modar_test::olmoe_1b_7b();
+  c.train.micro_batch = 1;
   return c;
 }
 

@@ -19,10 +19,7 @@ namespace {
 using CliRun = modar_test::CliResult;
 
 CliRun run_cli(const std::string& args) {
-  // Unique per process and call: ctest runs the tests of this file in parallel.
-  static int calls = 0;
-  return modar_test::run_cli(
-      modar_test::temp_path_for("modar_planner_cli.", std::to_string(++calls)), "", args);
+  return modar_test::run_cli_numbered("modar_planner_cli.", "", args);
 }
 
 std::string write_temp(const std::string& name, const std::string& text) {

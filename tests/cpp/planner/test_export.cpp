@@ -9,6 +9,7 @@
 #include <string>
 #include <tuple>
 
+#include "../common/moe_families.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/config.hpp"
 #include "modar/export.hpp"
@@ -80,20 +81,11 @@ const std::set<std::string> kMegatronArguments = {"--num-layers",
                                                   "--attention-backend",
                                                   "--no-gradient-accumulation-fusion"};
 
-// Mixtral-8x7B's shape on 64 GPUs: TP 2 with SP, PP 4 (even split), EP 4,
-// distributed optimizer, micro-batch 1, global batch 256.
+// Mixtral-8x7B's shape (common/moe_families.hpp) on 64 GPUs: TP 2 with SP,
+// PP 4 (even split), EP 4, distributed optimizer, micro-batch 1, global
+// batch 256.
 Config mixtral_layout() {
-  Config c;
-  c.model = {.d_model = 4096,
-             .n_layers = 32,
-             .n_heads = 32,
-             .n_kv_heads = 8,
-             .d_ff = 14336,
-             .mlp = MlpKind::swiglu,
-             .vocab_size = 32000,
-             .seq_len = 4096,
-             .norm_eps = 1e-5};
-  c.moe = {.experts = 8, .top_k = 2, .aux_loss_coef = 0.02};
+  Config c = modar_test::mixtral_8x7b();
   c.train = {.micro_batch = 1, .global_batch = 256, .recompute = Recompute::full};
   c.device.count = 64;
   c.parallel = {.tensor = 2,

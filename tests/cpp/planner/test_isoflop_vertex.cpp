@@ -107,10 +107,7 @@ TEST(IsoflopVertex, OptimalReportsEachCurvesMinimumNearItsShape) {
   // the shape grid puts the recommended MoD at 1.07x.  Each minimum lies
   // within one depth step of its recommended shape's FLOPs (on the aspect
   // edge one layer moves the FLOPs by about 3 / L, under 30 % here).
-  modar::OptimalRequest request;
-  request.flops = 2e19;
-  request.arch = {"baseline", "mod"};
-  const modar::OptimalResult result = modar::optimal(request);
+  const modar::OptimalResult result = optimal_at(2e19, {"baseline", "mod"});
   const auto& baseline = find(result, "baseline", "isoflop_optimal");
   const auto& mod = find(result, "mod", "isoflop_optimal");
   ASSERT_TRUE(baseline.curve_forward_flops.has_value());

@@ -23,26 +23,29 @@ modar::Config with_arch(const std::string& name) {
   return config;
 }
 
+// A published expert prior: known, acting on the data term, eps and its band
+// [eps_low, eps_high] as worked by hand (to 1e-4).
+void expect_data_term_prior(const modar::EfficiencyPrior& prior, const char* arch, double eps,
+                            double eps_low, double eps_high) {
+  ASSERT_TRUE(prior.known) << arch;
+  EXPECT_EQ(prior.acts_on, modar::PriorTerm::data) << arch;
+  EXPECT_NEAR(prior.eps, eps, 1e-4) << arch;
+  EXPECT_NEAR(prior.eps_low, eps_low, 1e-4) << arch;
+  EXPECT_NEAR(prior.eps_high, eps_high, 1e-4) << arch;
+}
+
 TEST(MoePriors, Figure7CurvesUnderEpochActOnTheDataTerm) {
   const modar::LossFit epoch = modar::load_fit("epoch");
   const auto moe = modar::efficiency_prior(with_arch("moe"), epoch);
-  ASSERT_TRUE(moe.known);
-  EXPECT_EQ(moe.acts_on, modar::PriorTerm::data);
   // The figure's budget: of 6e18 / 2e19 / 1e20 the one whose baseline
   // isoFLOP curve passes nearest figure 7's baseline readings, 1e20 (largest
   // deviation by hand 0.015 / 0.008 / 0.003).  eps at the budgets (by hand,
   // 1 - sum w (1 - q) / sum w^2): 0.89415, 0.87921, 0.85351; at 1e20 with the
   // readings -+0.003: 0.82803 .. 0.87899.
-  EXPECT_NEAR(moe.eps, 0.85351, 1e-4);
-  EXPECT_NEAR(moe.eps_low, 0.82803, 1e-4);
-  EXPECT_NEAR(moe.eps_high, 0.89415, 1e-4);
+  expect_data_term_prior(moe, "moe", 0.85351, 0.82803, 0.89415);
   const auto mode = modar::efficiency_prior(with_arch("mode-integrated"), epoch);
-  ASSERT_TRUE(mode.known);
-  EXPECT_EQ(mode.acts_on, modar::PriorTerm::data);
   // Budgets 0.78475, 0.75414, 0.70148; at 1e20, readings -+0.003: 0.67664 .. 0.72632.
-  EXPECT_NEAR(mode.eps, 0.70148, 1e-4);
-  EXPECT_NEAR(mode.eps_low, 0.67664, 1e-4);
-  EXPECT_NEAR(mode.eps_high, 0.78475, 1e-4);
+  expect_data_term_prior(mode, "mode-integrated", 0.70148, 0.67664, 0.78475);
   EXPECT_NE(mode.derivation.find("0.7015"), std::string::npos) << mode.derivation;
   // Staged MoDE compounds the two published priors: MoD's (0.96730, figure 4)
   // on the whole reducible loss and MoE's on the data term.

@@ -50,10 +50,7 @@ TEST(OneSearch, SweepBestRowIsOptimalsRecommendation) {
     }
     EXPECT_EQ(recommended, 1) << arch;  // one star per curve
 
-    modar::OptimalRequest request;
-    request.flops = 1e20;
-    request.arch = {arch};
-    const modar::OptimalResult result = modar::optimal(request);
+    const modar::OptimalResult result = optimal_at(1e20, {arch});
     const modar::Recommendation& rec = find(result, arch, "isoflop_optimal");
 
     const modar::SweepRow* best = best_row(rows);

@@ -47,10 +47,7 @@ TEST(Optimal, ReproducesModPaperFindings) {
   // MoD paper section 4.1 / figure 4, default model (Epoch fit, MoD 12.5 %
   // every 2, seq 2048, H200 profile).
   for (const double flops : {6e18, 2e19, 1e20}) {
-    modar::OptimalRequest request;
-    request.flops = flops;
-    request.arch = {"baseline", "mod"};
-    const modar::OptimalResult result = modar::optimal(request);
+    const modar::OptimalResult result = optimal_at(flops, {"baseline", "mod"});
     const auto& baseline = find(result, "baseline", "isoflop_optimal");
     const auto& mod = find(result, "mod", "isoflop_optimal");
     const auto& parity = find(result, "mod", "parity_fastest");
