@@ -64,7 +64,8 @@ constexpr size_t kConfigDTypes = 3;
 constexpr const char* kOptimizerNames[] = {"adamw"};
 // Recompute and Megatron's RecomputeGranularity name their values alike.
 constexpr const char* kRecomputeNames[] = {"none", "selective", "full"};
-constexpr const char* kAttentionKernelNames[] = {"flash", "unfused"};
+constexpr const char* kAttentionKernelNames[] = {"flash",  "unfused", "flash1",
+                                                 "flash2", "flash3",  "triton"};
 constexpr const char* kGradAccumulationNames[] = {"fused", "unfused"};
 constexpr const char* kGradReduceInFp32Names[] = {"auto", "true", "false"};
 constexpr const char* kTpCommOverlapNames[] = {"none", "backward", "full"};
@@ -970,9 +971,10 @@ void validate_parallel(const Config& config) {
                "parallel.context" + (p.sequence_parallel ? " x parallel.tensor" : "") + " = " +
                std::to_string(chunking) + " (each rank holds 2 load-balanced chunks)");
     }
-    if (config.train.attention_kernel != AttentionKernel::flash) {
+    if (!is_fused(config.train.attention_kernel)) {
       fail("parallel.context", std::to_string(p.context),
-           "needs train.attention_kernel = \"flash\" (ring attention runs fused kernels on "
+           "needs a fused train.attention_kernel (\"flash\", \"flash1\", \"flash2\", "
+           "\"flash3\" or \"triton\", not \"unfused\": ring attention runs fused kernels on "
            "each KV block)");
     }
   }
