@@ -1,5 +1,10 @@
 // Time of an attention op under the configured kernel (train.attention_kernel).
 //
+// flash1 / flash2 / flash3 / triton: a named FlashAttention generation, the
+// kernel model's FlashAttention time with the profile's attention rate
+// scaled to that generation's published rate (kernel_model.hpp
+// flash_generation_factor; GPU kernel-model profiles with a device class).
+//
 // flash: the TimingModel's own time (FlashAttention: half square, no scores
 // in HBM; on a GPU kernel-model profile, the FlashAttention papers' rates;
 // with attention dropout the kernel regenerates its mask from the RNG state,
@@ -49,11 +54,29 @@ inline double unfused_attention_gemms_s(const OpShape& shape, bool backward,
   return time(s_k, d, s_q) + time(s_q, s_k, d) + time(s_q, d, s_k) + time(s_k, d, s_q);
 }
 
+// A named FlashAttention generation (flash1 / flash2 / flash3 / triton): the
+// kernel model's FlashAttention time at the profile's attention rate times
+// the generation's factor (check_attention_kernel has accepted the pair).
+inline double flash_generation_time_s(const OpRecord& op, const TimingModel& timing,
+                                      AttentionKernel kernel, TimingModel::Source* source) {
+  const OpCost cost = op_cost(op.shape, op.pass, AttentionFlops::flash);
+  const AttentionDims x = op.shape.as<AttentionDims>();
+  const AttentionShape attention{x.sequences, x.heads,    x.kv_heads,    x.query_len,
+                                 x.key_len,   x.head_dim, x.causal != 0, op.shape.dtype};
+  *source = TimingModel::Source::kernel_model;
+  return flash_attention_time_s(
+      attention, op.pass == Pass::backward ? Pass::backward : Pass::forward, cost.flops, cost.bytes,
+      timing.rates(), flash_generation_factor(timing.profile().kernel.device_class, kernel));
+}
+
 inline double attention_kernel_time_s(const OpRecord& op, const TimingModel& timing,
                                       AttentionKernel kernel, bool attention_dropout,
                                       TimingModel::Source* source) {
   if (kernel == AttentionKernel::flash || op.shape.kind != OpKind::attention) {
     return timing.op_time_s(op, source);
+  }
+  if (kernel != AttentionKernel::unfused) {
+    return flash_generation_time_s(op, timing, kernel, source);
   }
   const AttentionDims x = op.shape.as<AttentionDims>();
   const double scores = static_cast<double>(x.sequences) * static_cast<double>(x.heads) *

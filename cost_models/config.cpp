@@ -65,7 +65,8 @@ constexpr size_t kConfigDTypes = 3;
 constexpr const char* kOptimizerNames[] = {"adamw"};
 // Recompute and Megatron's RecomputeGranularity name their values alike.
 constexpr const char* kRecomputeNames[] = {"none", "selective", "full"};
-constexpr const char* kAttentionKernelNames[] = {"flash", "unfused"};
+constexpr const char* kAttentionKernelNames[] = {"flash",  "unfused", "flash1",
+                                                 "flash2", "flash3",  "triton"};
 constexpr const char* kGradAccumulationNames[] = {"fused", "unfused"};
 constexpr const char* kGradReduceInFp32Names[] = {"auto", "true", "false"};
 constexpr const char* kTpCommOverlapNames[] = {"none", "backward", "full"};
@@ -227,31 +228,32 @@ Enum enum_at(const Value& v) {
   return static_cast<Enum>(v.integer);
 }
 
-// Table rows for a plain field of a section (Config::*Section).*Field: the
+// The table row for a plain field of a section, (Config::*Section).*Field: its
+// key type follows the field's C++ type (bool, floating point, integer); the
 // setter stores the typed value, the getter writes its TOML literal.
 template <auto Section, auto Field>
-KeySpec integer_key(const char* key) {
-  return {key,
-          KeyType::integer,
-          {},
-          [](Config& c, const Value& v) { (c.*Section).*Field = v.integer; },
-          [](const Config& c) { return integer_literal((c.*Section).*Field); }};
-}
-template <auto Section, auto Field>
-KeySpec real_key(const char* key) {
-  return {key,
-          KeyType::real,
-          {},
-          [](Config& c, const Value& v) { (c.*Section).*Field = v.real; },
-          [](const Config& c) { return toml_float_literal((c.*Section).*Field); }};
-}
-template <auto Section, auto Field>
-KeySpec boolean_key(const char* key) {
-  return {key,
-          KeyType::boolean,
-          {},
-          [](Config& c, const Value& v) { (c.*Section).*Field = v.boolean; },
-          [](const Config& c) { return std::string((c.*Section).*Field ? "true" : "false"); }};
+KeySpec plain_key(const char* key) {
+  using Field_t = std::remove_cvref_t<decltype(std::declval<Config&>().*Section.*Field)>;
+  if constexpr (std::is_same_v<Field_t, bool>) {
+    return {key,
+            KeyType::boolean,
+            {},
+            [](Config& c, const Value& v) { (c.*Section).*Field = v.boolean; },
+            [](const Config& c) { return std::string((c.*Section).*Field ? "true" : "false"); }};
+  } else if constexpr (std::is_floating_point_v<Field_t>) {
+    return {key,
+            KeyType::real,
+            {},
+            [](Config& c, const Value& v) { (c.*Section).*Field = v.real; },
+            [](const Config& c) { return toml_float_literal((c.*Section).*Field); }};
+  } else {
+    static_assert(std::is_integral_v<Field_t>, "plain_key: a bool, floating or integer field");
+    return {key,
+            KeyType::integer,
+            {},
+            [](Config& c, const Value& v) { (c.*Section).*Field = v.integer; },
+            [](const Config& c) { return integer_literal((c.*Section).*Field); }};
+  }
 }
 // `choices`: the enum's names in enum order (its k...Names list).
 template <auto Section, auto Field>
@@ -269,56 +271,56 @@ KeySpec choice_key(const char* key, std::span<const char* const> choices) {
 const std::vector<KeySpec>& key_specs() {
   static const std::vector<KeySpec> specs = {
       // [model]
-      integer_key<&Config::model, &ModelConfig::d_model>("model.d_model"),
-      integer_key<&Config::model, &ModelConfig::n_layers>("model.n_layers"),
-      integer_key<&Config::model, &ModelConfig::n_heads>("model.n_heads"),
-      integer_key<&Config::model, &ModelConfig::n_kv_heads>("model.n_kv_heads"),
-      integer_key<&Config::model, &ModelConfig::d_head>("model.d_head"),
-      integer_key<&Config::model, &ModelConfig::d_ff>("model.d_ff"),
+      plain_key<&Config::model, &ModelConfig::d_model>("model.d_model"),
+      plain_key<&Config::model, &ModelConfig::n_layers>("model.n_layers"),
+      plain_key<&Config::model, &ModelConfig::n_heads>("model.n_heads"),
+      plain_key<&Config::model, &ModelConfig::n_kv_heads>("model.n_kv_heads"),
+      plain_key<&Config::model, &ModelConfig::d_head>("model.d_head"),
+      plain_key<&Config::model, &ModelConfig::d_ff>("model.d_ff"),
       choice_key<&Config::model, &ModelConfig::mlp>("model.mlp", kMlpKindNames),
-      integer_key<&Config::model, &ModelConfig::vocab_size>("model.vocab_size"),
-      integer_key<&Config::model, &ModelConfig::make_vocab_size_divisible_by>(
+      plain_key<&Config::model, &ModelConfig::vocab_size>("model.vocab_size"),
+      plain_key<&Config::model, &ModelConfig::make_vocab_size_divisible_by>(
           "model.make_vocab_size_divisible_by"),
-      boolean_key<&Config::model, &ModelConfig::tie_embeddings>("model.tie_embeddings"),
-      integer_key<&Config::model, &ModelConfig::seq_len>("model.seq_len"),
-      real_key<&Config::model, &ModelConfig::norm_eps>("model.norm_eps"),
-      boolean_key<&Config::model, &ModelConfig::qkv_bias>("model.qkv_bias"),
+      plain_key<&Config::model, &ModelConfig::tie_embeddings>("model.tie_embeddings"),
+      plain_key<&Config::model, &ModelConfig::seq_len>("model.seq_len"),
+      plain_key<&Config::model, &ModelConfig::norm_eps>("model.norm_eps"),
+      plain_key<&Config::model, &ModelConfig::qkv_bias>("model.qkv_bias"),
       choice_key<&Config::model, &ModelConfig::qk_norm>("model.qk_norm", kQkNormNames),
       // [mod]
-      real_key<&Config::mod, &ModConfig::capacity>("mod.capacity"),
-      integer_key<&Config::mod, &ModConfig::every>("mod.every"),
-      integer_key<&Config::mod, &ModConfig::offset>("mod.offset"),
+      plain_key<&Config::mod, &ModConfig::capacity>("mod.capacity"),
+      plain_key<&Config::mod, &ModConfig::every>("mod.every"),
+      plain_key<&Config::mod, &ModConfig::offset>("mod.offset"),
       choice_key<&Config::mod, &ModConfig::router_scale>("mod.router_scale", kRouterScaleNames),
       choice_key<&Config::mod, &ModConfig::causal_router>("mod.causal_router", kCausalRouterNames),
-      integer_key<&Config::mod, &ModConfig::predictor_hidden>("mod.predictor_hidden"),
+      plain_key<&Config::mod, &ModConfig::predictor_hidden>("mod.predictor_hidden"),
       // [dar]
       choice_key<&Config::dar, &DarConfig::variant>("dar.variant", kDarVariantNames),
-      integer_key<&Config::dar, &DarConfig::block_layers>("dar.block_layers"),
-      integer_key<&Config::dar, &DarConfig::streams>("dar.streams"),
+      plain_key<&Config::dar, &DarConfig::block_layers>("dar.block_layers"),
+      plain_key<&Config::dar, &DarConfig::streams>("dar.streams"),
       choice_key<&Config::dar, &DarConfig::kernel>("dar.kernel", kDarKernelNames),
       choice_key<&Config::dar, &DarConfig::packs>("dar.packs", kDarPacksNames),
       // [moe]: experts and MoDE (docs/model.md experts, docs/moe.md).
-      integer_key<&Config::moe, &MoeConfig::experts>("moe.experts"),
-      integer_key<&Config::moe, &MoeConfig::top_k>("moe.top_k"),
-      integer_key<&Config::moe, &MoeConfig::expert_ffn>("moe.expert_ffn"),
-      integer_key<&Config::moe, &MoeConfig::shared_experts>("moe.shared_experts"),
-      integer_key<&Config::moe, &MoeConfig::shared_expert_ffn>("moe.shared_expert_ffn"),
-      boolean_key<&Config::moe, &MoeConfig::shared_expert_gate>("moe.shared_expert_gate"),
-      integer_key<&Config::moe, &MoeConfig::interval>("moe.interval"),
-      integer_key<&Config::moe, &MoeConfig::first_dense>("moe.first_dense"),
-      real_key<&Config::moe, &MoeConfig::capacity_factor>("moe.capacity_factor"),
-      real_key<&Config::moe, &MoeConfig::aux_loss_coef>("moe.aux_loss_coef"),
-      real_key<&Config::moe, &MoeConfig::z_loss_coef>("moe.z_loss_coef"),
-      real_key<&Config::moe, &MoeConfig::load_imbalance>("moe.load_imbalance"),
+      plain_key<&Config::moe, &MoeConfig::experts>("moe.experts"),
+      plain_key<&Config::moe, &MoeConfig::top_k>("moe.top_k"),
+      plain_key<&Config::moe, &MoeConfig::expert_ffn>("moe.expert_ffn"),
+      plain_key<&Config::moe, &MoeConfig::shared_experts>("moe.shared_experts"),
+      plain_key<&Config::moe, &MoeConfig::shared_expert_ffn>("moe.shared_expert_ffn"),
+      plain_key<&Config::moe, &MoeConfig::shared_expert_gate>("moe.shared_expert_gate"),
+      plain_key<&Config::moe, &MoeConfig::interval>("moe.interval"),
+      plain_key<&Config::moe, &MoeConfig::first_dense>("moe.first_dense"),
+      plain_key<&Config::moe, &MoeConfig::capacity_factor>("moe.capacity_factor"),
+      plain_key<&Config::moe, &MoeConfig::aux_loss_coef>("moe.aux_loss_coef"),
+      plain_key<&Config::moe, &MoeConfig::z_loss_coef>("moe.z_loss_coef"),
+      plain_key<&Config::moe, &MoeConfig::load_imbalance>("moe.load_imbalance"),
       choice_key<&Config::moe, &MoeConfig::mode>("moe.mode", kMoeModeNames),
-      integer_key<&Config::moe, &MoeConfig::null_experts>("moe.null_experts"),
+      plain_key<&Config::moe, &MoeConfig::null_experts>("moe.null_experts"),
       choice_key<&Config::moe, &MoeConfig::router_weights>("moe.router_weights",
                                                            kRouterWeightsNames),
       choice_key<&Config::moe, &MoeConfig::token_dispatcher>("moe.token_dispatcher",
                                                              kTokenDispatcherNames),
       // [train]
-      integer_key<&Config::train, &TrainConfig::micro_batch>("train.micro_batch"),
-      integer_key<&Config::train, &TrainConfig::global_batch>("train.global_batch"),
+      plain_key<&Config::train, &TrainConfig::micro_batch>("train.micro_batch"),
+      plain_key<&Config::train, &TrainConfig::global_batch>("train.global_batch"),
       // The config's dtypes: kDTypeNames without fp64.
       choice_key<&Config::train, &TrainConfig::dtype>(
           "train.dtype", std::span(kDTypeNames).first<kConfigDTypes>()),
@@ -343,37 +345,37 @@ const std::vector<KeySpec>& key_specs() {
       choice_key<&Config::train, &TrainConfig::grad_reduce_in_fp32>("train.grad_reduce_in_fp32",
                                                                     kGradReduceInFp32Names),
       // train.hidden_dropout / attention_dropout (docs/cluster.md "Dropout").
-      real_key<&Config::train, &TrainConfig::hidden_dropout>("train.hidden_dropout"),
-      real_key<&Config::train, &TrainConfig::attention_dropout>("train.attention_dropout"),
+      plain_key<&Config::train, &TrainConfig::hidden_dropout>("train.hidden_dropout"),
+      plain_key<&Config::train, &TrainConfig::attention_dropout>("train.attention_dropout"),
       // [device]
       {"device.profile",
        KeyType::text,
        {},
        [](Config& c, const Value& v) { c.device.profile = v.text; },
        [](const Config& c) { return string_literal(c.device.profile); }},
-      integer_key<&Config::device, &DeviceConfig::count>("device.count"),
+      plain_key<&Config::device, &DeviceConfig::count>("device.count"),
       // [parallel] and [cluster]: cluster-scale planning (docs/cluster.md).
-      integer_key<&Config::parallel, &ParallelConfig::tensor>("parallel.tensor"),
-      boolean_key<&Config::parallel, &ParallelConfig::sequence_parallel>(
+      plain_key<&Config::parallel, &ParallelConfig::tensor>("parallel.tensor"),
+      plain_key<&Config::parallel, &ParallelConfig::sequence_parallel>(
           "parallel.sequence_parallel"),
-      integer_key<&Config::parallel, &ParallelConfig::context>("parallel.context"),
-      integer_key<&Config::parallel, &ParallelConfig::pipeline>("parallel.pipeline"),
+      plain_key<&Config::parallel, &ParallelConfig::context>("parallel.context"),
+      plain_key<&Config::parallel, &ParallelConfig::pipeline>("parallel.pipeline"),
       choice_key<&Config::parallel, &ParallelConfig::schedule>("parallel.schedule",
                                                                kPipelineScheduleNames),
-      integer_key<&Config::parallel, &ParallelConfig::virtual_stages>("parallel.virtual_stages"),
-      integer_key<&Config::parallel, &ParallelConfig::zero>("parallel.zero"),
-      boolean_key<&Config::parallel, &ParallelConfig::overlap_grad_reduce>(
+      plain_key<&Config::parallel, &ParallelConfig::virtual_stages>("parallel.virtual_stages"),
+      plain_key<&Config::parallel, &ParallelConfig::zero>("parallel.zero"),
+      plain_key<&Config::parallel, &ParallelConfig::overlap_grad_reduce>(
           "parallel.overlap_grad_reduce"),
-      boolean_key<&Config::parallel, &ParallelConfig::overlap_param_gather>(
+      plain_key<&Config::parallel, &ParallelConfig::overlap_param_gather>(
           "parallel.overlap_param_gather"),
       choice_key<&Config::parallel, &ParallelConfig::tp_comm_overlap>("parallel.tp_comm_overlap",
                                                                       kTpCommOverlapNames),
-      integer_key<&Config::parallel, &ParallelConfig::expert>("parallel.expert"),
-      integer_key<&Config::parallel, &ParallelConfig::expert_tensor>("parallel.expert_tensor"),
-      boolean_key<&Config::parallel, &ParallelConfig::balance_stages>("parallel.balance_stages"),
-      boolean_key<&Config::parallel, &ParallelConfig::dar_bank_cache>("parallel.dar_bank_cache"),
-      integer_key<&Config::cluster, &ClusterConfig::gpus_per_node>("cluster.gpus_per_node"),
-      integer_key<&Config::cluster, &ClusterConfig::nodes>("cluster.nodes"),
+      plain_key<&Config::parallel, &ParallelConfig::expert>("parallel.expert"),
+      plain_key<&Config::parallel, &ParallelConfig::expert_tensor>("parallel.expert_tensor"),
+      plain_key<&Config::parallel, &ParallelConfig::balance_stages>("parallel.balance_stages"),
+      plain_key<&Config::parallel, &ParallelConfig::dar_bank_cache>("parallel.dar_bank_cache"),
+      plain_key<&Config::cluster, &ClusterConfig::gpus_per_node>("cluster.gpus_per_node"),
+      plain_key<&Config::cluster, &ClusterConfig::nodes>("cluster.nodes"),
       // [counting]: conventions only (docs/cost_model.md counting), no effect on the model.
       {"counting.attention_flops",
        KeyType::choice,
@@ -974,9 +976,10 @@ void validate_parallel(const Config& config) {
                "parallel.context" + (p.sequence_parallel ? " x parallel.tensor" : "") + " = " +
                std::to_string(chunking) + " (each rank holds 2 load-balanced chunks)");
     }
-    if (config.train.attention_kernel != AttentionKernel::flash) {
+    if (!is_fused(config.train.attention_kernel)) {
       fail("parallel.context", std::to_string(p.context),
-           "needs train.attention_kernel = \"flash\" (ring attention runs fused kernels on "
+           "needs a fused train.attention_kernel (\"flash\", \"flash1\", \"flash2\", "
+           "\"flash3\" or \"triton\", not \"unfused\": ring attention runs fused kernels on "
            "each KV block)");
     }
   }

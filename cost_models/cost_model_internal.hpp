@@ -30,11 +30,17 @@ int64_t accumulation_steps(const Config& config);
 // Sums the counted FLOPs of lowered ops (one micro-batch) by pass and part.
 struct FlopAccumulator {
   double forward = 0, backward = 0, recompute = 0, attention = 0, router = 0, depth_reads = 0;
+  // Forward + backward attention FLOPs as counted (op.flops), and counted
+  // causal / full whatever the config's convention (FlopCounts).
+  double attention_train = 0, attention_train_causal = 0, attention_train_full = 0;
   void add(const OpRecord& op) {
     if (!is_counted_kind(op.shape.kind)) {
       return;
     }
     const double total = op.flops * static_cast<double>(op.multiplicity) * op.weight;
+    if (op.shape.kind == OpKind::attention && op.pass != Pass::recompute) {
+      add_attention_conventions(op, total);
+    }
     switch (op.pass) {
       case Pass::forward:
         forward += total;
@@ -56,6 +62,7 @@ struct FlopAccumulator {
     }
   }
   FlopCounts finish(const Config& config, StepKind step) const;
+  void add_attention_conventions(const OpRecord& op, double counted);
 };
 
 // Receives lowered ops one at a time (streaming lowering: nothing is stored).

@@ -107,7 +107,19 @@ FlopCounts FlopAccumulator::finish(const Config& config, StepKind step) const {
   flops.train_per_step = flops.train_per_token * flops.tokens_per_step;
   flops.hardware_per_step =
       (flops.train_per_token + flops.recompute_per_token) * flops.tokens_per_step;
+  const double per_step = flops.tokens_per_step / tokens;
+  flops.train_per_step_causal_attention =
+      flops.train_per_step + (attention_train_causal - attention_train) * per_step;
+  flops.train_per_step_full_attention =
+      flops.train_per_step + (attention_train_full - attention_train) * per_step;
   return flops;
+}
+
+void FlopAccumulator::add_attention_conventions(const OpRecord& op, double counted) {
+  const double weight = static_cast<double>(op.multiplicity) * op.weight;
+  attention_train += counted;
+  attention_train_causal += op_cost(op.shape, op.pass, AttentionFlops::causal).flops * weight;
+  attention_train_full += op_cost(op.shape, op.pass, AttentionFlops::full).flops * weight;
 }
 
 FlopCounts flop_counts_from_ops(const Config& config, StepKind step, const OpList& ops) {

@@ -71,17 +71,38 @@ std::string conventions_text(const Config& config, const DeviceProfile& profile,
   return text;
 }
 
-void flag_published_mfu(const DeviceProfile& profile, TimeEstimate& time) {
+void set_utilization(const DeviceProfile& profile, const FlopCounts& flops, double peak_flops,
+                     TimeEstimate& time) {
+  const double capacity = time.step_s * peak_flops;  // FLOPs the job could have run
+  const auto utilization = [capacity](double step_flops) {
+    return capacity > 0.0 ? step_flops / capacity : 0.0;
+  };
+  time.mfu = utilization(flops.train_per_step);
+  time.hfu = utilization(flops.hardware_per_step);
+  time.mfu_full_attention = utilization(flops.train_per_step_full_attention);
   const PublishedMfu* published = published_mfu(profile);
-  time.published_mfu = published != nullptr ? published->mfu : 0.0;
-  time.published_mfu_source = published != nullptr ? published->source : "";
-  time.mfu_beyond_published = published != nullptr && time.mfu > published->mfu;
+  if (published == nullptr) {
+    time.published_mfu = 0.0;
+    time.mfu_as_published = 0.0;
+    time.published_mfu_attention_flops = "";
+    time.published_mfu_source = "";
+    time.mfu_beyond_published = false;
+    return;
+  }
+  time.published_mfu = published->mfu;
+  time.mfu_as_published = published->attention_flops == AttentionFlops::full
+                              ? time.mfu_full_attention
+                              : utilization(flops.train_per_step_causal_attention);
+  time.published_mfu_attention_flops = to_string(published->attention_flops);
+  time.published_mfu_source = published->source;
+  time.mfu_beyond_published = time.mfu_as_published > published->mfu;
 }
 
 void estimate_into(const Config& config, const TimingModel& timing, StepKind step,
                    OpList& /*scratch*/, Estimate& out) {
   const DeviceProfile& profile = timing.profile();
   check_profile_dtype(profile, config.train.dtype);  // O(1) unless it throws
+  check_attention_kernel(profile, config.train.attention_kernel);
   out.params = detail::closed_form_params(config);
   out.cluster.reset();  // single-device until apply_parallel_model()
 
@@ -154,12 +175,8 @@ void estimate_into(const Config& config, const TimingModel& timing, StepKind ste
   const double peak = profile.ceilings.peak_flops(config.train.dtype) * devices;
   if (time.step_s > 0.0) {
     time.tokens_per_s = out.flops.tokens_per_step / time.step_s;
-    if (peak > 0.0) {
-      time.mfu = out.flops.train_per_step / (time.step_s * peak);
-      time.hfu = out.flops.hardware_per_step / (time.step_s * peak);
-    }
   }
-  flag_published_mfu(profile, time);
+  set_utilization(profile, out.flops, peak, time);
   // The text depends on a few switches only: build it once per combination
   // and copy it into the caller's buffer (no allocation once it is large enough).
   struct CachedConventions {
@@ -220,10 +237,7 @@ void apply_cluster(const Config& config, const TimingModel& timing, Estimate& ou
   const double peak = timing.profile().ceilings.peak_flops(config.train.dtype) *
                       static_cast<double>(config.device.count);
   time.tokens_per_s = time.step_s > 0 ? out.flops.tokens_per_step / time.step_s : 0.0;
-  time.mfu = time.step_s > 0 && peak > 0 ? out.flops.train_per_step / (time.step_s * peak) : 0.0;
-  time.hfu =
-      time.step_s > 0 && peak > 0 ? out.flops.hardware_per_step / (time.step_s * peak) : 0.0;
-  flag_published_mfu(timing.profile(), time);
+  set_utilization(timing.profile(), out.flops, peak, time);
   out.conventions = cluster_conventions(out.conventions, *cluster);
   out.cluster = std::move(cluster);
 }

@@ -24,7 +24,13 @@ void write_time_rates_json(JsonWriter& json, const TimeEstimate& time) {
   json.field("step_s", time.step_s);
   json.field("tokens_per_s", time.tokens_per_s);
   json.field("mfu", time.mfu);
+  json.field("mfu_full_attention", time.mfu_full_attention);
   json.field("hfu", time.hfu);
+  json.field("mfu_beyond_published", time.mfu_beyond_published);
+  json.field("mfu_as_published", time.mfu_as_published);
+  json.field("published_mfu", time.published_mfu);
+  json.field("published_mfu_attention_flops", time.published_mfu_attention_flops);
+  json.field("published_mfu_source", time.published_mfu_source);
 }
 
 void write_memory_parts_json(JsonWriter& json, const MemoryBreakdown& memory,
@@ -129,6 +135,8 @@ std::string estimate_to_json(const Config& config, const DeviceProfile& profile,
   json.field("recompute_per_token", e.flops.recompute_per_token);
   json.field("train_per_token", e.flops.train_per_token);
   json.field("train_per_step", e.flops.train_per_step);
+  json.field("train_per_step_causal_attention", e.flops.train_per_step_causal_attention);
+  json.field("train_per_step_full_attention", e.flops.train_per_step_full_attention);
   json.field("hardware_per_step", e.flops.hardware_per_step);
   json.field("tokens_per_step", e.flops.tokens_per_step);
   json.end_object();
@@ -156,9 +164,6 @@ std::string estimate_to_json(const Config& config, const DeviceProfile& profile,
   json.field("ops_extrapolated", e.time.ops_extrapolated);
   json.field("ops_roofline", e.time.ops_roofline);
   json.field("ops_kernel_model", e.time.ops_kernel_model);
-  json.field("mfu_beyond_published", e.time.mfu_beyond_published);
-  json.field("published_mfu", e.time.published_mfu);
-  json.field("published_mfu_source", e.time.published_mfu_source);
   json.key("by_kind").begin_array();
   for (const OpKindTime& kind : e.time.by_kind) {
     if (kind.count == 0) {

@@ -13,6 +13,7 @@
 #include "modar/base/files.hpp"
 #include "modar/base/json.hpp"
 #include "modar/base/text.hpp"
+#include "modar/kernel_model.hpp"
 #include "modar/profile_io.hpp"
 #include "network_internal.hpp"
 #include "toml_text.hpp"
@@ -366,6 +367,25 @@ void check_profile_dtype(const DeviceProfile& profile, DType dtype) {
                     " ops; allowed: train.dtype = " + measured.substr(0, measured.find(',')) +
                     ", a profile measured in " + to_string(dtype) +
                     " (the profiler's dtype), or a datasheet profile");
+}
+
+void check_attention_kernel(const DeviceProfile& profile, AttentionKernel kernel) {
+  if (!is_fused(kernel) || kernel == AttentionKernel::flash ||
+      (profile.kernel.sm_count > 0 &&
+       flash_generation_factor(profile.kernel.device_class, kernel) > 0.0)) {
+    return;
+  }
+  const std::string head = std::string("train.attention_kernel = \"") + to_string(kernel) +
+                           "\": device.profile = \"" + shown_value(profile.name) + "\" ";
+  const std::string known = flash_generations_of(profile.kernel.device_class);
+  if (profile.kernel.sm_count <= 0 || known.empty()) {
+    throw ConfigError(head +
+                      "is not a GPU kernel-model profile with a kernel.device_class (the "
+                      "FlashAttention generation its attention rate describes); allowed there: "
+                      "\"flash\" (the profile's own rate) or \"unfused\"");
+  }
+  throw ConfigError(head + "(kernel.device_class \"" + profile.kernel.device_class +
+                    "\") has no published rate for it; allowed: \"flash\", \"unfused\", " + known);
 }
 
 std::string to_toml(const DeviceProfile& profile) {

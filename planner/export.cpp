@@ -341,8 +341,14 @@ void training_arguments(const Config& config, LaunchArguments& out) {
         "train.recompute = \"selective\": Megatron-LM recomputes the dense MLP's activation only "
         "with the whole MLP (--recompute-modules mlp); modar re-runs the activation alone");
   }
-  a.push_back({"--attention-backend",
-               t.attention_kernel == AttentionKernel::flash ? "flash" : "unfused", ""});
+  a.push_back({"--attention-backend", is_fused(t.attention_kernel) ? "flash" : "unfused", ""});
+  if (t.attention_kernel == AttentionKernel::triton ||
+      t.attention_kernel == AttentionKernel::flash1) {
+    out.not_expressible.push_back(std::string("train.attention_kernel = \"") +
+                                  to_string(t.attention_kernel) +
+                                  "\": Megatron-LM has no such attention backend; written as "
+                                  "--attention-backend flash");
+  }
   if (t.grad_accumulation == GradAccumulation::unfused) {
     a.push_back({"--no-gradient-accumulation-fusion", "", ""});
   }

@@ -130,8 +130,7 @@ LayoutSpace layout_space(const Config& config, const TimingModel& timing,
       continue;
     }
     for (int64_t cp : divisors_up_to(options.gpus / t, dims.context ? options.gpus : 1)) {
-      if (cp > 1 && (m.seq_len % (2 * cp * t) != 0 ||
-                     config.train.attention_kernel != AttentionKernel::flash)) {
+      if (cp > 1 && (m.seq_len % (2 * cp * t) != 0 || !is_fused(config.train.attention_kernel))) {
         continue;
       }
       for (int64_t p : divisors_up_to(options.gpus / (t * cp), m.n_layers)) {
@@ -242,11 +241,7 @@ class LayoutEstimator {
   double step_lower_bound(const Config& c) {
     Config lightest = c;
     lightest.train.recompute = Recompute::none;
-    return step_lower_bound_at(lightest);
-  }
-  // The same under `c`'s own recompute.
-  double step_lower_bound_at(const Config& c) {
-    return cluster_step_lower_bound(c, timing_, compute_for(c));
+    return cluster_step_lower_bound(lightest, timing_, compute_for(lightest));
   }
 
   // The single-device estimate of `c` and its cluster estimate.
@@ -317,9 +312,7 @@ void fill(LayoutSearchResult& out, const Config& c, const Estimate& single,
   const double peak_flops =
       timing.profile().ceilings.peak_flops(c.train.dtype) * double(c.device.count);
   time.tokens_per_s = out.estimate.flops.tokens_per_step / time.step_s;
-  time.mfu = out.estimate.flops.train_per_step / (time.step_s * peak_flops);
-  time.hfu = out.estimate.flops.hardware_per_step / (time.step_s * peak_flops);
-  flag_published_mfu(timing.profile(), time);
+  set_utilization(timing.profile(), out.estimate.flops, peak_flops, time);
   out.estimate.conventions = cluster_conventions(single.conventions, *cluster);
   out.estimate.cluster = cluster;
   out.fits = busiest.memory.fits;
@@ -369,15 +362,15 @@ double ShapeLayouts::tokens_per_step() const {
 
 double ShapeLayouts::step_floor_s() {
   // The search's answer is the fastest layout that fits, or (nothing fits)
-  // the one with the least memory.  A layout the memory screen rules out
-  // under every recompute cannot be the first kind, and under an exact
-  // screen (cluster_memory_bound) the search takes the first recompute it
-  // leaves (more recompute only adds ops: the bound with recompute none
-  // bounds every choice, used where the screen is not exact).  Once the
-  // screen proves that some layout fits, the answer is the first kind: the
-  // floor is the least such bound over the layouts it leaves.  Without that
-  // proof the least-memory layout may be the answer: every layout's bound.
-  // A layout is screened only when its bound could lower the floor.
+  // the one with the least memory.  A layout the memory screen
+  // (cluster_memory_bound) rules out under every recompute cannot be the
+  // first kind.  Once the screen proves that some layout fits, the answer is
+  // the first kind: the floor is the least step-time bound (with recompute
+  // none: more recompute only adds ops) over the layouts it leaves.  Without
+  // that proof the least-memory layout may be the answer: every layout's
+  // bound.  A layout is screened only when its bound could lower the floor.
+  // (The bound at the first recompute an exact screen leaves is tighter, but
+  // its further lowerings cost more than the shapes it rules out save.)
   State& s = *state_;
   const DeviceProfile& profile = s.timing.profile();
   const auto config_of = [&s](const Candidate& l, Recompute recompute) {
@@ -387,16 +380,16 @@ double ShapeLayouts::step_floor_s() {
   // only through ZeRO 3's data-parallel channel: bounds are kept per run of
   // candidates differing only in ZeRO, for ZeRO 0-2 and for ZeRO 3.
   const Candidate* run = nullptr;
-  double run_bounds[2][3];
-  const auto bound_of = [&](const Candidate& l, Recompute recompute) {
+  double run_bounds[2];
+  const auto bound_of = [&](const Candidate& l) {
     if (run == nullptr || run->t != l.t || run->p != l.p || run->v != l.v || run->mb != l.mb ||
         run->sp != l.sp || run->cp != l.cp || run->ep != l.ep || run->etp != l.etp) {
       run = &l;
-      std::fill(&run_bounds[0][0], &run_bounds[0][0] + 6, NAN);
+      run_bounds[0] = run_bounds[1] = NAN;
     }
-    double& bound = run_bounds[l.zero == 3 ? 1 : 0][static_cast<int>(recompute)];
+    double& bound = run_bounds[l.zero == 3 ? 1 : 0];
     if (std::isnan(bound)) {
-      bound = s.estimator.step_lower_bound_at(config_of(l, recompute));
+      bound = s.estimator.step_lower_bound(config_of(l, Recompute::none));
     }
     return bound;
   };
@@ -409,7 +402,7 @@ double ShapeLayouts::step_floor_s() {
     if (proven_size > 0 && l.t * l.p > 4 * proven_size) {
       break;  // the search stops before (its first fit is no larger)
     }
-    const double lightest_s = bound_of(l, Recompute::none);
+    const double lightest_s = bound_of(l);
     every_floor_s = std::min(every_floor_s, lightest_s);
     if (lightest_s >= fitting_floor_s) {
       unscreened.push_back(&l);  // cannot lower the floor; may still prove a fit
@@ -422,8 +415,7 @@ double ShapeLayouts::step_floor_s() {
           some_layout_fits = true;
           proven_size = l.t * l.p;
         }
-        fitting_floor_s =
-            std::min(fitting_floor_s, memory.exact ? bound_of(l, recompute) : lightest_s);
+        fitting_floor_s = std::min(fitting_floor_s, lightest_s);
         break;
       }
     }

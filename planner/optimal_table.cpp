@@ -145,6 +145,9 @@ TableRows recommendation_rows(const OptimalResult& result) {
   });
   add("tokens / s", [](const Recommendation& r) { return format_sci(r.time.tokens_per_s, 2); });
   add("MFU", [](const Recommendation& r) { return format_fixed(100 * r.time.mfu, 1) + "%"; });
+  add("  full attention square", [](const Recommendation& r) {
+    return format_fixed(100 * r.time.mfu_full_attention, 1) + "%";
+  });
   add("wall-clock", [](const Recommendation& r) { return format_fixed(r.train_hours, 1) + " h"; });
   add("  days", [](const Recommendation& r) { return format_fixed(r.train_hours / 24.0, 2); });
   add("GPU-hours", [gpus](const Recommendation& r) { return format_sci(r.train_hours * double(gpus), 2); });

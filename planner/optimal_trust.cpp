@@ -153,10 +153,13 @@ void flag_trust(Recommendation& rec) {
   }
   if (rec.time.mfu_beyond_published) {
     add_flag(rec, "mfu_beyond_published",
-             "MFU " + format_fixed(100.0 * rec.time.mfu, 1) +
-                 "% is above the best published for this device class (" +
-                 format_fixed(100.0 * rec.time.published_mfu, 1) + "%: " + rec.time.published_mfu_source +
-                 "): the predicted speed is optimistic");
+             "MFU " + format_fixed(100.0 * rec.time.mfu_as_published, 1) + "% (" +
+                 rec.time.published_mfu_attention_flops +
+                 " attention, as the published figure counts; MFU " +
+                 format_fixed(100.0 * rec.time.mfu, 1) +
+                 "% as counted here) is above the best published for this device class (" +
+                 format_fixed(100.0 * rec.time.published_mfu, 1) +
+                 "%: " + rec.time.published_mfu_source + "): the predicted speed is optimistic");
   }
   if (!rec.memory.fits) {
     add_flag(rec, "no_fit",

@@ -316,10 +316,23 @@ std::string report(const Config& config, const DeviceProfile& profile, StepKind 
   }
   out += "), ";
   out += format_count(e.time.tokens_per_s) + " tokens/s, MFU " + format_percent(e.time.mfu);
+  if (config.attention_flops != AttentionFlops::full) {
+    out += " (";
+    out += to_string(config.attention_flops);
+    out += " attention; " + format_percent(e.time.mfu_full_attention) + " full square)";
+  }
   if (e.time.hfu != e.time.mfu) {
     out += ", HFU " + format_percent(e.time.hfu);
   }
   out += "\n";
+  if (e.time.published_mfu > 0) {
+    out += "trust       MFU " + format_percent(e.time.mfu_as_published) +
+           " counted as the published figure (";
+    out += e.time.published_mfu_attention_flops;
+    out += " attention) is " + std::string(e.time.mfu_beyond_published ? "ABOVE" : "within") +
+           " the best published for this device class, " + format_percent(e.time.published_mfu) +
+           (e.time.mfu_beyond_published ? " (mfu_beyond_published: optimistic)" : "") + "\n";
+  }
   out += "timing      " + std::to_string(e.time.ops_interpolated) + " op records interpolated, " +
          std::to_string(e.time.ops_extrapolated) + " extrapolated, " +
          std::to_string(e.time.ops_roofline) + " roofline only, " +

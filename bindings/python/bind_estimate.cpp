@@ -202,7 +202,7 @@ constexpr const char* kParamsFlopsColumns[] = {
     "memory.capacity_bytes",
 };
 constexpr const char* kTimeColumns[] = {
-    "time.step_s", "time.tokens_per_s",  "time.mfu",
+    "time.step_s", "time.tokens_per_s", "time.mfu",       "time.mfu_full_attention",
     "time.hfu",    "time.micro_batch_s", "time.optimizer_s",
 };
 constexpr size_t kRealCount =
@@ -249,7 +249,7 @@ struct Outputs {
         e.memory.capacity,
     };
     const double time[std::size(kTimeColumns)] = {
-        e.time.step_s, e.time.tokens_per_s,  e.time.mfu,
+        e.time.step_s, e.time.tokens_per_s, e.time.mfu,       e.time.mfu_full_attention,
         e.time.hfu,    e.time.micro_batch_s, e.time.optimizer_s,
     };
     size_t c = 0;

@@ -37,7 +37,80 @@ constexpr PassShape kForward = {1.0, 50.8, 2.23, 1.225};
 constexpr PassShape kBackward = {0.874, 28.1, 3.31, 1.247};
 constexpr double kCausalMaskFactor = 0.935;
 
+// Each generation's forward asymptote relative to FlashAttention-2's on the
+// same device class, and the generation the class's profiles time as
+// "flash" (docs/kernel_model.md "Attention kernel generations"):
+// - FlashAttention-2 is "around 2x faster than FlashAttention" (Dao 2023,
+//   arXiv 2307.08691, section 4.1, A100): flash1 0.5.
+// - The Triton FlashAttention kernel (flash_attn_triton.py, which MosaicML's
+//   llm-foundry ran as attn_impl "triton"): "Overall Triton forward +
+//   backward is slightly slower than CUDA forward + backward" (its header;
+//   the CUDA version of the time: FlashAttention): FlashAttention's 0.5.
+// - Hopper: "FlashAttention-2 achieves only 35% utilization on H100" (Shah
+//   et al. 2024, arXiv 2407.08608), FlashAttention-3's fitted forward
+//   asymptote 651.5 TFLOP/s of 989 (figure 5): flash3 651.5 / (0.35 x 989).
+//   flash1 / triton keep the A100 ratio to FlashAttention-2 (no H100 figure).
+struct GenerationRates {
+  const char* device_class;
+  AttentionKernel profile_kernel;         // what the class's profiles time as "flash"
+  double flash1, flash2, flash3, triton;  // 0: not published / not available
+};
+constexpr double kFa3OverFa2Hopper = 651.5 / (0.35 * 989.0);
+constexpr GenerationRates kGenerationRates[] = {
+    {"a100", AttentionKernel::flash2, 0.5, 1.0, 0.0, 0.5},
+    {"hopper", AttentionKernel::flash3, 0.5, 1.0, kFa3OverFa2Hopper, 0.5},
+};
+
+double relative_to_fa2(const GenerationRates& g, AttentionKernel kernel) {
+  switch (kernel) {
+    case AttentionKernel::flash1:
+      return g.flash1;
+    case AttentionKernel::flash2:
+      return g.flash2;
+    case AttentionKernel::flash3:
+      return g.flash3;
+    case AttentionKernel::triton:
+      return g.triton;
+    case AttentionKernel::flash:
+    case AttentionKernel::unfused:
+      break;
+  }
+  return 0.0;
+}
+
+const GenerationRates* generation_rates_of(const std::string& device_class) {
+  for (const GenerationRates& g : kGenerationRates) {
+    if (device_class == g.device_class) {
+      return &g;
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace
+
+double flash_generation_factor(const std::string& device_class, AttentionKernel kernel) {
+  if (kernel == AttentionKernel::flash) {
+    return 1.0;
+  }
+  const GenerationRates* g = generation_rates_of(device_class);
+  if (g == nullptr) {
+    return 0.0;
+  }
+  return relative_to_fa2(*g, kernel) / relative_to_fa2(*g, g->profile_kernel);
+}
+
+std::string flash_generations_of(const std::string& device_class) {
+  std::string names;
+  const GenerationRates* g = generation_rates_of(device_class);
+  for (const AttentionKernel k : {AttentionKernel::flash1, AttentionKernel::flash2,
+                                  AttentionKernel::flash3, AttentionKernel::triton}) {
+    if (g != nullptr && relative_to_fa2(*g, k) > 0.0) {
+      names += (names.empty() ? "\"" : ", \"") + std::string(to_string(k)) + "\"";
+    }
+  }
+  return names;
+}
 
 double flash_attention_shape_factor(const AttentionShape& shape, Pass pass) {
   const PassShape& c = pass == Pass::backward ? kBackward : kForward;
@@ -58,10 +131,11 @@ double flash_attention_shape_factor(const AttentionShape& shape, Pass pass) {
 }
 
 double flash_attention_time_s(const AttentionShape& shape, Pass pass, double executed_flops,
-                              double bytes, const KernelRates& rates) {
+                              double bytes, const KernelRates& rates, double rate_factor) {
   const bool wide = shape.dtype == DType::fp32 || shape.dtype == DType::fp64;
   const double rate =
-      wide ? rates.fp32_flops : rates.attention_flops * flash_attention_shape_factor(shape, pass);
+      wide ? rates.fp32_flops
+           : rates.attention_flops * rate_factor * flash_attention_shape_factor(shape, pass);
   const double compute_s = rate > 0.0 ? executed_flops / rate : 0.0;
   const double memory_s = rates.bandwidth > 0.0 ? bytes / rates.bandwidth : 0.0;
   return std::max(compute_s, memory_s) + rates.launch_overhead_s;

@@ -63,7 +63,14 @@ enum class AttentionFlops { causal, full, flash };  // counting conventions (doc
 // The attention kernel a training step runs (time and memory, not counting):
 // flash = FlashAttention (default); unfused = scores materialised in HBM
 // (Megatron-LM before FlashAttention: batched GEMMs + fused softmax + dropout).
-enum class AttentionKernel { flash, unfused };
+// flash: the FlashAttention generation the profile's attention rate
+// describes; flash1 / flash2 / flash3 / triton: a named generation at its
+// published rate (docs/kernel_model.md "Attention kernel generations");
+// unfused: materialised scores.
+enum class AttentionKernel { flash, unfused, flash1, flash2, flash3, triton };
+inline constexpr bool is_fused(AttentionKernel v) {
+  return v != AttentionKernel::unfused;
+}
 // How each micro-batch's weight gradients reach the main-gradient buffer:
 // fused = the wgrad GEMM accumulates into it (beta = 1; Megatron-Core / TE
 // gradient_accumulation_fusion, default); unfused = the GEMM writes a fresh

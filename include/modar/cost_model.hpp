@@ -79,6 +79,12 @@ struct FlopCounts {
   double train_per_step = 0;     // model FLOPs per optimizer step (global batch)
   double hardware_per_step = 0;  // + recompute
   double tokens_per_step = 0;    // global batch x seq_len (decode: new tokens)
+  // train_per_step with every attention op counted by one convention,
+  // whatever counting.attention_flops says: causal (half of a causal op's
+  // s_q x s_k square) and full (the whole square: Megatron-LM's, MosaicML's
+  // and most published MFUs' count).  Backward 2x forward in both.
+  double train_per_step_causal_attention = 0;
+  double train_per_step_full_attention = 0;
 };
 
 struct MemoryBreakdown {  // bytes per device
@@ -150,6 +156,9 @@ struct TimeEstimate {
   double tokens_per_s = 0;  // per the whole job (all devices)
   double mfu = 0;           // model FLOPs / (time * peak * devices)
   double hfu = 0;
+  // The MFU with attention's whole s x s square counted (flops.
+  // train_per_step_full_attention), the count of the published MFUs.
+  double mfu_full_attention = 0;
   bool extrapolated = false;       // some op was outside the profile's measured grid
   bool calibrated = false;         // the profile had measurements for some op of the step
   double micro_batch_s = 0;        // forward + backward (+ recompute) of one micro-batch
@@ -164,12 +173,16 @@ struct TimeEstimate {
   int64_t ops_extrapolated = 0;    // op records timed by fitted efficiency x roofline
   int64_t ops_roofline = 0;        // op records with no measurement of their kind
   int64_t ops_kernel_model = 0;    // op records timed by the GPU kernel model (not measured)
-  // Trust (docs/kernel_model.md "Trust"): the MFU exceeds the best published
-  // for the profile's device class (kernel.device_class); published_mfu is
-  // that figure (0: the profile names no class) and published_mfu_source
-  // where it was published (a static string).
+  // Trust (docs/kernel_model.md "Trust"): the MFU, counted as the published
+  // figure counts its FLOPs (mfu_as_published, under
+  // published_mfu_attention_flops), exceeds the best published for the
+  // profile's device class (kernel.device_class); published_mfu is that
+  // figure (0: the profile names no class) and published_mfu_source where it
+  // was published (static strings).
   bool mfu_beyond_published = false;
   double published_mfu = 0;
+  double mfu_as_published = 0;
+  const char* published_mfu_attention_flops = "";
   const char* published_mfu_source = "";
   std::array<OpKindTime, kOpKindCount> by_kind{};
 };
@@ -293,10 +306,13 @@ inline double TimingModel::op_time_s(const OpRecord& op, Source* source) const {
   return calibrated_s(op.shape, op.pass, roofline, source);
 }
 
-// Sets time.published_mfu / published_mfu_source from the profile's device
-// class and time.mfu_beyond_published when time.mfu exceeds it (docs/
-// kernel_model.md "Trust"); call after time.mfu is set.
-void flag_published_mfu(const DeviceProfile& profile, TimeEstimate& time);
+// Sets time.mfu, hfu and mfu_full_attention from the step's FLOPs over
+// time.step_s x peak_flops (the whole job's peak FLOP/s), and the published-
+// MFU fields from the profile's device class: mfu_beyond_published when the
+// MFU counted as the published figure is above it (docs/kernel_model.md
+// "Trust").  Call after time.step_s is set.
+void set_utilization(const DeviceProfile& profile, const FlopCounts& flops, double peak_flops,
+                     TimeEstimate& time);
 
 ParamCounts count_params(const Config& config);
 FlopCounts count_flops(const Config& config);

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "modar/cost_model.hpp"
 
@@ -72,8 +73,20 @@ double flash_attention_shape_factor(const AttentionShape& shape, Pass pass);
 // Time of `executed_flops` (FlashAttention's count: op_cost with
 // AttentionFlops::flash) and `bytes` at that rate / the memory-bound
 // bandwidth, whichever is slower, plus a launch.
+// rate_factor scales the profile's attention rate (a FlashAttention
+// generation other than the profile's own: flash_generation_factor).
 double flash_attention_time_s(const AttentionShape& shape, Pass pass, double executed_flops,
-                              double bytes, const KernelRates& rates);
+                              double bytes, const KernelRates& rates, double rate_factor = 1.0);
+
+// The rate of the FlashAttention generation `kernel` (train.attention_kernel)
+// relative to the one a profile of `device_class` times as "flash"
+// (FlashAttention-3 on "hopper", FlashAttention-2 on "a100"), from the
+// published figures (docs/kernel_model.md "Attention kernel generations"):
+// 1 for AttentionKernel::flash; 0 where no figure is published for the class
+// (an unknown class; FlashAttention-3 off Hopper) or for unfused.
+double flash_generation_factor(const std::string& device_class, AttentionKernel kernel);
+// The generations a class has (for messages): "flash1", "flash2", ...
+std::string flash_generations_of(const std::string& device_class);
 
 // A memory-bound op of `bytes` in `family`: bytes / bandwidth + launch.
 double memory_op_time_s(double bytes, MemoryFamily family, const KernelRates& rates);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "modar/config_enums.hpp"
 #include "modar/ops.hpp"
 
 namespace modar {
@@ -159,9 +160,15 @@ struct DeviceProfile {
 };
 
 // ---- trust: the best training MFU published per device class --------------
+// The figure is an MFU under its source's FLOP count: `attention_flops` says
+// how that count takes causal attention (full: the whole s x s square, as
+// Megatron-LM's, MosaicML's and the FlashAttention-2 paper's formulas do;
+// causal: half of it, modar's default).  The flag compares modar's MFU
+// counted the same way (docs/kernel_model.md "Trust").
 struct PublishedMfu {
   const char* device_class = "";  // "a100", "hopper"
   double mfu = 0.0;               // model FLOPs utilization, fraction
+  AttentionFlops attention_flops = AttentionFlops::full;  // causal | full
   const char* source = "";        // where it was published
 };
 // nullptr for an unknown class (and for "").
@@ -212,6 +219,11 @@ bool profile_measures_dtype(const DeviceProfile& profile, DType dtype);
 // roofline while claiming its op table: refuse (ConfigError naming
 // train.dtype).  Datasheet profiles (no measurements) pass.
 void check_profile_dtype(const DeviceProfile& profile, DType dtype);
+// train.attention_kernel = a named FlashAttention generation needs a GPU
+// kernel-model profile (kernel.sm_count) whose device class has a published
+// rate for it (docs/kernel_model.md "Attention kernel generations");
+// ConfigError naming the field, the value and what is allowed otherwise.
+void check_attention_kernel(const DeviceProfile& profile, AttentionKernel kernel);
 std::string to_toml(const DeviceProfile& profile);
 // Write atomically (temp file + rename): a killed writer never leaves a
 // half-written profile behind.

@@ -81,6 +81,20 @@ void scatter_kept_rows(C* dst, const C* src, const int32_t* idx, int64_t batch, 
   }
 }
 
+// The geometry every gather / scatter shares: the sequence tensor's [b, s, d], the k
+// kept slots of `indices` [b, k], each index checked to be -1 (an empty slot) or a
+// position < s before any row moves.
+struct RoutedRows {
+  int64_t batch, seq, d, k;
+  const int32_t* idx;
+};
+
+RoutedRows routed_rows(const char* op, const TensorView& sequence, const TensorView& indices) {
+  const int64_t seq = sequence.shape[1];
+  check_index_range(op, "call.indices", indices, -1, seq);
+  return {sequence.shape[0], seq, sequence.shape[2], indices.shape[1], indices.ptr<int32_t>()};
+}
+
 }  // namespace
 
 void CpuBackend::run_op(const RouterForwardArgs& call) {
@@ -163,10 +177,9 @@ void CpuBackend::run_op(const TopkMaskArgs& call) {
 }
 
 void CpuBackend::run_op(const GatherRowsForwardArgs& call) {
-  const int64_t batch = call.x.shape[0], seq = call.x.shape[1], d = call.x.shape[2],
-                k = call.indices.shape[1];
-  check_index_range("gather_rows_forward", "call.indices", call.indices, -1, seq);
-  const int32_t* idx = call.indices.ptr<int32_t>();
+  const RoutedRows rows = routed_rows("gather_rows_forward", call.x, call.indices);
+  const int64_t batch = rows.batch, seq = rows.seq, d = rows.d, k = rows.k;
+  const int32_t* idx = rows.idx;
   const int64_t row_bytes = d * scalar_bytes(call.x.dtype);
   const char* src = static_cast<const char*>(call.x.data);
   char* dst = static_cast<char*>(call.out.data);
@@ -185,10 +198,9 @@ void CpuBackend::run_op(const GatherRowsForwardArgs& call) {
 }
 
 void CpuBackend::run_op(const GatherRowsBackwardArgs& call) {
-  const int64_t batch = call.dx.shape[0], seq = call.dx.shape[1], d = call.dx.shape[2],
-                k = call.indices.shape[1];
-  check_index_range("gather_rows_backward", "call.indices", call.indices, -1, seq);
-  const int32_t* idx = call.indices.ptr<int32_t>();
+  const RoutedRows rows = routed_rows("gather_rows_backward", call.dx, call.indices);
+  const int64_t batch = rows.batch, seq = rows.seq, d = rows.d, k = rows.k;
+  const int32_t* idx = rows.idx;
   dispatch_compute(call.dx.dtype, [&](auto tag) {
     using C = decltype(tag);
     Input<C> g(call.dout);
@@ -200,10 +212,9 @@ void CpuBackend::run_op(const GatherRowsBackwardArgs& call) {
 }
 
 void CpuBackend::run_op(const ScatterAddScaledForwardArgs& call) {
-  const int64_t batch = call.x.shape[0], seq = call.x.shape[1], d = call.x.shape[2],
-                k = call.indices.shape[1];
-  check_index_range("scatter_add_scaled_forward", "call.indices", call.indices, -1, seq);
-  const int32_t* idx = call.indices.ptr<int32_t>();
+  const RoutedRows rows = routed_rows("scatter_add_scaled_forward", call.x, call.indices);
+  const int64_t batch = rows.batch, seq = rows.seq, d = rows.d, k = rows.k;
+  const int32_t* idx = rows.idx;
   dispatch_compute(call.x.dtype, [&](auto tag) {
     using C = decltype(tag);
     Input<C> delta_in(call.delta);
@@ -216,10 +227,9 @@ void CpuBackend::run_op(const ScatterAddScaledForwardArgs& call) {
 }
 
 void CpuBackend::run_op(const ScatterAddScaledBackwardArgs& call) {
-  const int64_t batch = call.dx.shape[0], seq = call.dx.shape[1], d = call.dx.shape[2],
-                k = call.indices.shape[1];
-  check_index_range("scatter_add_scaled_backward", "call.indices", call.indices, -1, seq);
-  const int32_t* idx = call.indices.ptr<int32_t>();
+  const RoutedRows rows = routed_rows("scatter_add_scaled_backward", call.dx, call.indices);
+  const int64_t batch = rows.batch, seq = rows.seq, d = rows.d, k = rows.k;
+  const int32_t* idx = rows.idx;
   dispatch_compute(call.dx.dtype, [&](auto tag) {
     using C = decltype(tag);
     Input<C> g(call.dx), delta_in(call.delta);

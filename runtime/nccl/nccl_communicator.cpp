@@ -247,18 +247,10 @@ class NcclCommunicator final : public Communicator {
                "ncclBroadcast", comm_);
   }
   void send(const TensorView& buf, int peer) override {
-    check_buffer("send", "buf", buf, DeviceKind::cuda);
-    check_peer("send", "peer", peer, size_, rank_);
-    enter();
-    check_nccl(api().send(buf.data, count_of(buf), nccl_type(buf.dtype), peer, comm_, stream_),
-               "ncclSend", comm_);
+    point_to_point(Direction::send, buf, peer);
   }
   void recv(const TensorView& buf, int peer) override {
-    check_buffer("recv", "buf", buf, DeviceKind::cuda);
-    check_peer("recv", "peer", peer, size_, rank_);
-    enter();
-    check_nccl(api().recv(buf.data, count_of(buf), nccl_type(buf.dtype), peer, comm_, stream_),
-               "ncclRecv", comm_);
+    point_to_point(Direction::recv, buf, peer);
   }
   void send_recv(const TensorView& send_buf, int send_peer, const TensorView& recv_buf,
                  int recv_peer) override {
@@ -268,12 +260,8 @@ class NcclCommunicator final : public Communicator {
     check_peer("send_recv", "recv_peer", recv_peer, size_, rank_);
     enter();
     check_nccl(api().group_start(), "ncclGroupStart");
-    check_nccl(api().send(send_buf.data, count_of(send_buf), nccl_type(send_buf.dtype), send_peer,
-                          comm_, stream_),
-               "ncclSend", comm_);
-    check_nccl(api().recv(recv_buf.data, count_of(recv_buf), nccl_type(recv_buf.dtype), recv_peer,
-                          comm_, stream_),
-               "ncclRecv", comm_);
+    post(Direction::send, send_buf, send_peer);
+    post(Direction::recv, recv_buf, recv_peer);
     check_nccl(api().group_end(), "ncclGroupEnd (send_recv)", comm_);
   }
   void barrier() override {
@@ -298,9 +286,29 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
+  enum class Direction { send, recv };
+
   static const NcclApi& api() { return nccl_api(); }
   // NCCL calls act on the current device: the backend's.
   void enter() const { check_cuda(cudaSetDevice(device_), "cudaSetDevice"); }
+  // send / recv: the checks (errors name the op "send" / "recv"), then one post.
+  void point_to_point(Direction direction, const TensorView& buf, int peer) {
+    const char* op = direction == Direction::send ? "send" : "recv";
+    check_buffer(op, "buf", buf, DeviceKind::cuda);
+    check_peer(op, "peer", peer, size_, rank_);
+    enter();
+    post(direction, buf, peer);
+  }
+  // One ncclSend of `buf` to `peer` or ncclRecv into it from `peer`, on the stream.
+  void post(Direction direction, const TensorView& buf, int peer) {
+    const size_t count = count_of(buf);
+    const ncclDataType_t type = nccl_type(buf.dtype);
+    if (direction == Direction::send) {
+      check_nccl(api().send(buf.data, count, type, peer, comm_, stream_), "ncclSend", comm_);
+    } else {
+      check_nccl(api().recv(buf.data, count, type, peer, comm_, stream_), "ncclRecv", comm_);
+    }
+  }
 
   Backend& backend_;
   ncclComm_t comm_;

@@ -63,6 +63,28 @@ TEST(Flops, CausalAndFlashConventions) {
                   3.0 * (causal_forward - attention_forward) + 3.5 * attention_forward);
 }
 
+// The per-step FLOPs in both attention conventions, whatever counting.
+// attention_flops says: full = Narayanan et al.'s 72 L d^2 (1 + s/(6d) +
+// V/(12 L d)) per token (the whole square, as MosaicML's 6 N + 12 L d s and
+// the FlashAttention-2 paper count), causal = 3 x Megatron-LM's causal
+// forward (half the square); 8 sequences of 2048 tokens per step.
+TEST(Flops, PerStepInBothAttentionConventionsWhateverTheCounting) {
+  const double L = 24, d = 2048, s = 2048, V = 50304, tokens = 8.0 * 2048.0;
+  const double full_per_token = 72.0 * L * d * d * (1.0 + s / (6.0 * d) + V / (12.0 * L * d));
+  const double causal_per_token = 3.0 * (24.0 * L * d * d + 2.0 * L * s * d + 2.0 * V * d);
+  // The difference is the other half of the square, forward + backward: 3 x 2 L s d.
+  expect_relative(full_per_token - causal_per_token, 6.0 * L * s * d);
+  for (const AttentionFlops counting :
+       {AttentionFlops::causal, AttentionFlops::full, AttentionFlops::flash}) {
+    Config c = fixture();
+    c.train.global_batch = 8;
+    c.attention_flops = counting;
+    const FlopCounts flops = count_flops(c);
+    expect_relative(flops.train_per_step_full_attention, full_per_token * tokens);
+    expect_relative(flops.train_per_step_causal_attention, causal_per_token * tokens);
+  }
+}
+
 TEST(Flops, PerStepUsesTheGlobalBatch) {
   Config c = fixture();
   c.train.micro_batch = 4;

@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "modar/base/errors.hpp"
 #include "modar/kernel_model.hpp"
 
 namespace modar {
@@ -179,6 +180,70 @@ TEST(KernelModelAttention, MatchesTheFlashAttention3Figures) {
           << "d " << row.d << (row.causal ? " causal" : "") << " s " << s;
     }
   }
+}
+
+// train.attention_kernel = a named FlashAttention generation times the
+// profile's FlashAttention at that generation's published rate.  By hand
+// from the sources: on h200 (its "flash" is FlashAttention-3, fitted
+// asymptote 651.5 TFLOP/s, Shah et al. 2024) FlashAttention-2 runs at 35% of
+// 989 TFLOP/s (the same paper), the Triton kernel and FlashAttention at half
+// of FlashAttention-2 (Dao 2023 "around 2x"; the Triton kernel's header:
+// slightly slower than FlashAttention); on the A100 (its "flash" is
+// FlashAttention-2) flash1 and triton at half its rate.  So each step equals
+// the "flash" step on a copy of the profile whose kernel.attention_efficiency
+// is scaled by that factor.
+TEST(KernelModelAttention, NamedGenerationIsTheProfileAtItsPublishedRate) {
+  struct Case {
+    const char* profile;
+    AttentionKernel kernel;
+    double factor;
+  };
+  const double fa2_over_fa3 = 0.35 * 989.0 / 651.5;
+  for (const Case& c : {Case{"h200", AttentionKernel::flash2, fa2_over_fa3},
+                        Case{"h200", AttentionKernel::triton, 0.5 * fa2_over_fa3},
+                        Case{"h200", AttentionKernel::flash3, 1.0},
+                        Case{"a100-80gb-dgx", AttentionKernel::flash1, 0.5},
+                        Case{"a100-80gb-dgx", AttentionKernel::flash2, 1.0},
+                        Case{"a100-80gb-dgx", AttentionKernel::triton, 0.5}}) {
+    const DeviceProfile profile = load_profile(c.profile);
+    Config config;
+    config.model.seq_len = 8192;  // attention a large share of the step
+    config.train.attention_kernel = c.kernel;
+    const Estimate named = estimate(config, profile, StepKind::train);
+    DeviceProfile scaled = profile;
+    scaled.kernel.attention_efficiency =
+        resolve_kernel_params(profile).attention_efficiency * c.factor;
+    config.train.attention_kernel = AttentionKernel::flash;
+    const Estimate by_hand = estimate(config, scaled, StepKind::train);
+    EXPECT_NEAR(named.time.step_s / by_hand.time.step_s, 1.0, 1e-12)
+        << c.profile << " " << to_string(c.kernel);
+    const auto& attention = named.time.by_kind[static_cast<size_t>(OpKind::attention)];
+    const auto& flash = estimate(config, profile, StepKind::train)
+                            .time.by_kind[static_cast<size_t>(OpKind::attention)];
+    if (c.factor < 1.0) {
+      EXPECT_GT(attention.time_s, flash.time_s) << c.profile << " " << to_string(c.kernel);
+    } else {
+      EXPECT_NEAR(attention.time_s / flash.time_s, 1.0, 1e-12) << c.profile;
+    }
+  }
+}
+
+// Where no rate is published the setting is refused in one line naming the
+// field, the value and what is allowed.
+TEST(KernelModelAttention, GenerationWithoutAPublishedRateIsRefused) {
+  Config config;
+  config.train.attention_kernel = AttentionKernel::flash3;
+  try {
+    estimate(config, load_profile("a100-80gb-dgx"), StepKind::train);
+    ADD_FAILURE() << "flash3 on the A100 accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "train.attention_kernel = \"flash3\": device.profile = \"a100-80gb-dgx\" "
+              "(kernel.device_class \"a100\") has no published rate for it; allowed: \"flash\", "
+              "\"unfused\", \"flash1\", \"flash2\", \"triton\"");
+  }
+  config.train.attention_kernel = AttentionKernel::triton;
+  EXPECT_THROW(estimate(config, load_profile("cpu-generic"), StepKind::train), ConfigError);
 }
 
 TEST(KernelModelTiming, ProfileWithSmCountUsesTheModel) {

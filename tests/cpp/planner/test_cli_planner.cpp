@@ -68,6 +68,28 @@ TEST(PlannerCli, MissingOrMalformedFiles) {
   expect_one_line_error("fit " + bad_runs, "modar_bad_runs.csv:3:");
 }
 
+// Cluster flags are honoured or refused with the reason, never replaced in
+// silence: --micro-batch fixes the layout search's micro-batch (it used to
+// run 4), a --global-batch that micro-batch x data-parallel size divides is
+// kept, and a budget in units the flag does not take is a one-line error
+// naming what to give.
+TEST(PlannerCli, ClusterFlagsAreHonouredOrRefusedWithTheReason) {
+  const CliRun fixed =
+      run_cli("optimal --flops 1e21 --gpus 64 --micro-batch 2 --arch baseline --json");
+  ASSERT_EQ(fixed.exit_code, 0) << fixed.err;
+  EXPECT_NE(fixed.out.find("\"micro_batch_fixed\": true"), std::string::npos) << fixed.out;
+  EXPECT_NE(fixed.out.find(", mb 2, recompute"), std::string::npos) << fixed.out;
+  EXPECT_EQ(fixed.out.find(", mb 4, recompute"), std::string::npos) << fixed.out;
+  const CliRun global =
+      run_cli("optimal --flops 1e21 --gpus 64 --global-batch 768 --arch baseline --json");
+  ASSERT_EQ(global.exit_code, 0) << global.err;
+  EXPECT_NE(global.out.find("\"global_batch\": 768"), std::string::npos) << global.out;
+  expect_one_line_error("optimal --gpu-hours 2w --gpus 8 --arch baseline",
+                        "must be a number of GPU-hours");
+  expect_one_line_error("optimal --days 2x --gpus 8 --arch baseline",
+                        "--days = 2x: must be a wall-clock duration");
+}
+
 TEST(PlannerCli, OptimalJsonHasTheContractFields) {
   const CliRun run = run_cli("optimal --flops 1e20 --json");
   ASSERT_EQ(run.exit_code, 0) << run.err;
