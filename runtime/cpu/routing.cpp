@@ -61,26 +61,6 @@ C gate_derivative(C r, RouterScale gate) {
   return s * (C(1) - s);
 }
 
-// dst[i, p] += factor(i, p) src[i, j] for each kept top-k position p = idx[i, j]
-// of row i (p < 0: an empty slot): the gather's backward (factor 1) and the
-// routed delta's scatter (factor g(r)).
-template <class C, class Factor>
-void scatter_kept_rows(C* dst, const C* src, const int32_t* idx, int64_t batch, int64_t seq,
-                       int64_t k, int64_t d, Factor factor) {
-  for (int64_t i = 0; i < batch; ++i) {
-    for (int64_t j = 0; j < k; ++j) {
-      const int32_t p = idx[i * k + j];
-      if (p < 0)
-        continue;
-      const C w = factor(i, p);
-      const C* row = src + (i * k + j) * d;
-      C* out = dst + (i * seq + p) * d;
-      for (int64_t c = 0; c < d; ++c)
-        out[c] += w * row[c];
-    }
-  }
-}
-
 // The geometry every gather / scatter shares: the sequence tensor's [b, s, d], the k
 // kept slots of `indices` [b, k], each index checked to be -1 (an empty slot) or a
 // position < s before any row moves.
@@ -93,6 +73,26 @@ RoutedRows routed_rows(const char* op, const TensorView& sequence, const TensorV
   const int64_t seq = sequence.shape[1];
   check_index_range(op, "call.indices", indices, -1, seq);
   return {sequence.shape[0], seq, sequence.shape[2], indices.shape[1], indices.ptr<int32_t>()};
+}
+
+// dst[i, p] += factor(i, p) src[i, j] for each kept top-k position p = idx[i, j]
+// of row i (p < 0: an empty slot): the gather's backward (factor 1) and the
+// routed delta's scatter (factor g(r)).
+template <class C, class Factor>
+void scatter_kept_rows(C* dst, const C* src, const RoutedRows& rows, Factor factor) {
+  const auto [batch, seq, d, k, idx] = rows;
+  for (int64_t i = 0; i < batch; ++i) {
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t p = idx[i * k + j];
+      if (p < 0)
+        continue;
+      const C w = factor(i, p);
+      const C* row = src + (i * k + j) * d;
+      C* out = dst + (i * seq + p) * d;
+      for (int64_t c = 0; c < d; ++c)
+        out[c] += w * row[c];
+    }
+  }
 }
 
 }  // namespace
@@ -177,9 +177,7 @@ void CpuBackend::run_op(const TopkMaskArgs& call) {
 }
 
 void CpuBackend::run_op(const GatherRowsForwardArgs& call) {
-  const RoutedRows rows = routed_rows("gather_rows_forward", call.x, call.indices);
-  const int64_t batch = rows.batch, seq = rows.seq, d = rows.d, k = rows.k;
-  const int32_t* idx = rows.idx;
+  const auto [batch, seq, d, k, idx] = routed_rows("gather_rows_forward", call.x, call.indices);
   const int64_t row_bytes = d * scalar_bytes(call.x.dtype);
   const char* src = static_cast<const char*>(call.x.data);
   char* dst = static_cast<char*>(call.out.data);
@@ -199,46 +197,41 @@ void CpuBackend::run_op(const GatherRowsForwardArgs& call) {
 
 void CpuBackend::run_op(const GatherRowsBackwardArgs& call) {
   const RoutedRows rows = routed_rows("gather_rows_backward", call.dx, call.indices);
-  const int64_t batch = rows.batch, seq = rows.seq, d = rows.d, k = rows.k;
-  const int32_t* idx = rows.idx;
   dispatch_compute(call.dx.dtype, [&](auto tag) {
     using C = decltype(tag);
     Input<C> g(call.dout);
     Output<C> dx_acc(call.dx, OutputMode::accumulate);
-    scatter_kept_rows(dx_acc.data(), g.data(), idx, batch, seq, k, d,
-                      [](int64_t, int64_t) { return C(1); });
+    scatter_kept_rows(dx_acc.data(), g.data(), rows, [](int64_t, int64_t) { return C(1); });
     dx_acc.commit();
   });
 }
 
 void CpuBackend::run_op(const ScatterAddScaledForwardArgs& call) {
   const RoutedRows rows = routed_rows("scatter_add_scaled_forward", call.x, call.indices);
-  const int64_t batch = rows.batch, seq = rows.seq, d = rows.d, k = rows.k;
-  const int32_t* idx = rows.idx;
   dispatch_compute(call.x.dtype, [&](auto tag) {
     using C = decltype(tag);
     Input<C> delta_in(call.delta);
     Output<C> x_mod(call.x, OutputMode::modify);
     const C* r = call.router_logits.ptr<C>();
-    scatter_kept_rows(x_mod.data(), delta_in.data(), idx, batch, seq, k, d,
-                      [&](int64_t i, int64_t p) { return gate_value(r[i * seq + p], call.gate); });
+    scatter_kept_rows(x_mod.data(), delta_in.data(), rows, [&](int64_t i, int64_t p) {
+      return gate_value(r[i * rows.seq + p], call.gate);
+    });
     x_mod.commit();
   });
 }
 
 void CpuBackend::run_op(const ScatterAddScaledBackwardArgs& call) {
   const RoutedRows rows = routed_rows("scatter_add_scaled_backward", call.dx, call.indices);
-  const int64_t batch = rows.batch, seq = rows.seq, d = rows.d, k = rows.k;
-  const int32_t* idx = rows.idx;
+  const int64_t seq = rows.seq, d = rows.d, k = rows.k;
   dispatch_compute(call.dx.dtype, [&](auto tag) {
     using C = decltype(tag);
     Input<C> g(call.dx), delta_in(call.delta);
     Output<C> ddelta_acc(call.ddelta, OutputMode::accumulate);
     const C* r = call.router_logits.ptr<C>();
     C* dr = call.drouter_logits.empty() ? nullptr : call.drouter_logits.ptr<C>();
-    for (int64_t i = 0; i < batch; ++i) {
+    for (int64_t i = 0; i < rows.batch; ++i) {
       for (int64_t j = 0; j < k; ++j) {
-        const int32_t p = idx[i * k + j];
+        const int32_t p = rows.idx[i * k + j];
         if (p < 0)
           continue;
         const C logit = r[i * seq + p];
