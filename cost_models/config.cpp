@@ -50,6 +50,46 @@ int64_t MoeConfig::expert_capacity(int64_t tokens) const {
 
 namespace {
 
+// RFC 3629 UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF
+// (what the TOML reader accepts in a string).
+bool is_valid_utf8(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+    const unsigned char b0 = byte(i);
+    size_t extra = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
+    if (b0 < 0x80) {
+      extra = 0;
+    } else if (b0 >= 0xC2 && b0 <= 0xDF) {
+      extra = 1;
+    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+      extra = 2;
+      lo = b0 == 0xE0 ? 0xA0 : 0x80;
+      hi = b0 == 0xED ? 0x9F : 0xBF;
+    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+      extra = 3;
+      lo = b0 == 0xF0 ? 0x90 : 0x80;
+      hi = b0 == 0xF4 ? 0x8F : 0xBF;
+    } else {
+      return false;
+    }
+    if (i + extra >= text.size()) {  // the sequence runs past the end
+      return false;
+    }
+    for (size_t k = 1; k <= extra; ++k) {
+      const unsigned char b = byte(i + k);
+      const unsigned char min = k == 1 ? lo : 0x80, max = k == 1 ? hi : 0xBF;
+      if (b < min || b > max) {
+        return false;
+      }
+    }
+    i += extra + 1;
+  }
+  return true;
+}
+
+
 constexpr const char* kMlpKindNames[] = {"gelu", "swiglu", "geglu"};
 constexpr const char* kQkNormNames[] = {"none", "head", "projection"};
 constexpr const char* kRouterScaleNames[] = {"linear", "sigmoid"};
@@ -1119,6 +1159,12 @@ void validate(const Config& config) {
       fail("device.profile", config.device.profile,
            "must not contain control characters (a profile name or a file path)");
     }
+  }
+  if (!is_valid_utf8(config.device.profile)) {
+    // A --set override is not read by the TOML parser, which refuses such text
+    // in a file: refuse it here too, so that to_toml() always reads back.
+    fail("device.profile", config.device.profile,
+         "must be valid UTF-8 text (a profile name or a file path)");
   }
 
   // 2. Cross-field rules (every operand is bounded above, no overflow).
