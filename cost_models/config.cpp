@@ -339,6 +339,7 @@ const std::vector<KeySpec>& key_specs() {
       plain_key<&Config::dar, &DarConfig::streams>("dar.streams"),
       choice_key<&Config::dar, &DarConfig::kernel>("dar.kernel", kDarKernelNames),
       choice_key<&Config::dar, &DarConfig::packs>("dar.packs", kDarPacksNames),
+      plain_key<&Config::dar, &DarConfig::prefix_memory_efficiency>("dar.prefix_memory_efficiency"),
       // [moe]: experts and MoDE (docs/model.md experts, docs/moe.md).
       plain_key<&Config::moe, &MoeConfig::experts>("moe.experts"),
       plain_key<&Config::moe, &MoeConfig::top_k>("moe.top_k"),
@@ -1120,6 +1121,8 @@ void validate(const Config& config) {
            "must be in [1, model.n_layers = " + std::to_string(m.n_layers) + "]");
     }
   }
+  require_finite_range("dar.prefix_memory_efficiency", dar.prefix_memory_efficiency, 0.01, 1.0,
+                       "must be in [0.01, 1] (fraction of the profile's memory bandwidth)");
   if (dar.streams < 1 || dar.streams > 16) {
     fail("dar.streams", std::to_string(dar.streams), "must be in [1, 16]");
   }

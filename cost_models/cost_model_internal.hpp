@@ -118,6 +118,14 @@ double dar_prefix_retained_bytes(const Config& config, double tokens);
 // `tokens` tokens of one micro-batch over the whole model (docs/moe.md
 // "Which packs are kept").
 double dar_kept_packs_bytes(const Config& config, double tokens);
+// The largest DAR transient of the backward, one block's (docs/dar_math.md
+// 5.4), for `tokens` tokens of one micro-batch: the bank gradient, the
+// block's phase-1 gradients and outputs, the partial's gradients, one
+// branch's recomputed read; with the prefix kernels the rebuilt packs and
+// their gradients instead of the recomputed outputs.  0 without AttnRes / DAR.
+// One formula for the single-device model (memory.cpp) and every pipeline
+// stage holding depth reads (parallel.cpp StageMemoryModel).
+double dar_block_backward_bytes(const Config& config, double tokens);
 // AttnRes / DAR: what `layers` layers holding `blocks` depth blocks keep for
 // the merges' backward, per micro-batch of `tokens` tokens (memory.cpp).
 // `blocks` is where the two models differ: one device counts the whole

@@ -38,6 +38,7 @@
 //               work is its expectation (docs/cost_model.md "Decode").
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "cost_model_internal.hpp"
 #include "step_accumulator.hpp"
@@ -392,6 +393,9 @@ class Lowerer {
         dtype_(config.train.dtype),
         bytes_per_element_(static_cast<double>(dtype_bytes(config.train.dtype))),
         convention_(config.attention_flops),
+        prefix_efficiency_(config.dar.enabled() && config.dar.kernel == DarKernel::prefix
+                               ? config.dar.prefix_memory_efficiency
+                               : 0.0),
         recompute_mask_(recompute_mask(detail::recompute_plan(config))),
         ops_(ops),
         recompute_(recompute),
@@ -415,6 +419,9 @@ class Lowerer {
     op.bytes = cost.bytes;
     op.label = label;
     op.counts_as_model_flops = is_counted_kind(kind_of<Dims>) && pass != Pass::recompute;
+    // The DAR paper's prefix kernels: every dar.* record at their own rate.
+    op.memory_efficiency =
+        prefix_efficiency_ > 0.0 && std::strncmp(label, "dar.", 4) == 0 ? prefix_efficiency_ : 0.0;
   }
 
   template <class Dims>
@@ -637,6 +644,7 @@ class Lowerer {
   const DType dtype_;
   const double bytes_per_element_;
   const AttentionFlops convention_;
+  const double prefix_efficiency_;  // OpRecord::memory_efficiency of dar.* (0: none)
   const uint32_t recompute_mask_;  // bit r: ops tagged Recomputed r are re-run
   OpList& ops_;
   OpList& recompute_;

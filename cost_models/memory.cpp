@@ -153,6 +153,37 @@ double dar_prefix_retained_bytes(const Config& config, double tokens) {
   return logits + retrieved;
 }
 
+double dar_block_backward_bytes(const Config& config, double tokens) {
+  if (!config.dar.enabled()) {
+    return 0.0;
+  }
+  const LayerCounts counts = layer_counts(config);
+  const double N = static_cast<double>(counts.dar_blocks);
+  const double n = static_cast<double>(counts.dar_streams);
+  const double B = static_cast<double>(dtype_bytes(config.train.dtype));
+  const double width = static_cast<double>(config.model.d_model);
+  const double T = tokens;
+  // The backward of a block (docs/dar_math.md 5.4) holds: the bank gradient dH
+  // ((N+1) n T d), the block's phase-1 gradients d o-bar and d lse (S n T (d B
+  // + 4), consumed by the prefix backward after the block), its phase-1
+  // outputs o-bar recomputed from the bank and the saved lse (S n T d),
+  // dP^i and dP^{i-1} (2 n T d), and one branch's recomputed R and dR
+  // (2 n T d).  This exceeds the forward's transients (the live partial and
+  // one block's phase-1 outputs).
+  const double branches_per_block = static_cast<double>(config.dar.branches_per_block());
+  double bytes = (N + 1.0) * n * T * width * B +
+                 branches_per_block * n * T * (2.0 * width * B + 4.0) + 4.0 * n * T * width * B;
+  if (config.dar.kernel == DarKernel::prefix) {
+    // The paper's prefix kernels keep the retrieved states (no recompute:
+    // S n T d fewer), rebuild the packed keys and values of the block's
+    // sources (at most N entries) and hold their gradients: 4 N n T d.
+    // Kept packs (dar_packs) are not rebuilt: only their gradients.
+    const double pack_tensors = config.dar.packs_kept() ? 2.0 : 4.0;
+    bytes += pack_tensors * N * n * T * width * B - branches_per_block * n * T * width * B;
+  }
+  return bytes;
+}
+
 double dar_kept_packs_bytes(const Config& config, double tokens) {
   if (!config.dar.packs_kept()) {
     return 0.0;
@@ -281,27 +312,10 @@ MemoryBreakdown memory_from_params(const Config& config, double total_params,
         scalars_per_token += reads * (2.0 * n + 1.0) + (2.0 * layers - blocks) * transport;
       }
       mem.dar_bank = (blocks + 1.0) * n * T * (width * B + 4.0) + 4.0 * T * scalars_per_token;
-      // The backward of a block (docs/dar_math.md 5.4) holds: the bank gradient dH
-      // ((N+1) n T d), the block's phase-1 gradients d o-bar and d lse (S n T (d B
-      // + 4), consumed by the prefix backward after the block), its phase-1
-      // outputs o-bar recomputed from the bank and the saved lse (S n T d),
-      // dP^i and dP^{i-1} (2 n T d), and one branch's recomputed R and dR
-      // (2 n T d).  This exceeds the forward's transients (the live partial and
-      // one block's phase-1 outputs).
-      const double branches_per_block = static_cast<double>(config.dar.branches_per_block());
-      dar_transient = (blocks + 1.0) * n * T * width * B +
-                      branches_per_block * n * T * (2.0 * width * B + 4.0) +
-                      4.0 * n * T * width * B;
+      dar_transient = dar_block_backward_bytes(config, T);
       if (config.dar.kernel == DarKernel::prefix) {
-        // The paper's prefix kernels keep the retrieved states (no recompute:
-        // S n T d fewer), rebuild the packed keys and values of the block's
-        // sources (at most N entries) and hold their gradients: 4 N n T d.
-        // Kept packs (dar_packs) are not rebuilt: only their gradients.
         mem.dar_retained = dar_prefix_retained_bytes(config, T);
         mem.dar_packs = dar_kept_packs_bytes(config, T);
-        const double pack_tensors = config.dar.packs_kept() ? 2.0 : 4.0;
-        dar_transient +=
-            pack_tensors * blocks * n * T * width * B - branches_per_block * n * T * width * B;
       }
     }
 

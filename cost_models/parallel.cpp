@@ -616,6 +616,10 @@ class StageMemoryModel {
                                         B * slots * expert_up / moe_share_.expert_tensor +
                                         gathered);
     }
+    // A DAR block's backward on top (memory.cpp's formula, the whole bank's
+    // gradient: an upper bound for a stage ending before the last block), by
+    // tokens under SP like the depth reads.
+    layer_ws += detail::dar_block_backward_bytes(config_, T) * token_share;
     mem.workspace = std::max(head_ws, layer_ws);
     mem.peak = detail::sum_of_parts(mem);  // no KV cache in training (0)
     mem.fits = mem.capacity <= 0.0 || mem.peak <= mem.capacity;
@@ -1061,10 +1065,17 @@ double dar_prefix_s(const ClusterContext& c, int64_t block) {
                                       .streams = c.n_streams,
                                       .variant = static_cast<int64_t>(c.config.dar.variant)},
                   c.config.train.dtype);
+  // The paper's prefix kernels run at their own rate (lowering.cpp fill:
+  // every dar.* record's OpRecord::memory_efficiency).
+  const bool prefix = c.config.dar.kernel == DarKernel::prefix;
+  const double efficiency = prefix ? c.config.dar.prefix_memory_efficiency : 0.0;
   TimingModel::Source source = TimingModel::Source::roofline;
-  double seconds = c.timing.op_time_s(shape, Pass::forward, &source) +
-                   c.timing.op_time_s(shape, Pass::backward, &source);
-  if (c.config.dar.kernel == DarKernel::prefix) {
+  const auto time_s = [&](const OpShape& op, Pass pass) {
+    return c.timing.at_memory_efficiency_s(c.timing.op_time_s(op, pass, &source), op.kind,
+                                           efficiency);
+  };
+  double seconds = time_s(shape, Pass::forward) + time_s(shape, Pass::backward);
+  if (prefix) {
     // The packs of the paper's prefix kernels (lowering.cpp depth_read):
     // forward, rebuilt in the backward unless kept, and their gradients
     // folded back.
@@ -1082,12 +1093,9 @@ double dar_prefix_s(const ClusterContext& c, int64_t block) {
         OpShape::of(ElementwiseDims{.elements = elements, .inputs = 1, .outputs = 0}, dtype);
     const OpShape operand_grad =
         OpShape::of(ElementwiseDims{.elements = elements, .inputs = 1, .outputs = 1}, dtype);
-    seconds += c.timing.op_time_s(operand, Pass::forward, &source) +
-               c.timing.op_time_s(operand_grad, Pass::backward, &source);
-    seconds += pack_passes * c.timing.op_time_s(keys, Pass::forward, &source) +
-               c.timing.op_time_s(keys, Pass::backward, &source) +
-               pack_passes * c.timing.op_time_s(values, Pass::forward, &source) +
-               c.timing.op_time_s(values_grad, Pass::backward, &source);
+    seconds += time_s(operand, Pass::forward) + time_s(operand_grad, Pass::backward);
+    seconds += pack_passes * time_s(keys, Pass::forward) + time_s(keys, Pass::backward) +
+               pack_passes * time_s(values, Pass::forward) + time_s(values_grad, Pass::backward);
   }
   return seconds;
 }

@@ -275,6 +275,17 @@ double TimingModel::roofline_s(const OpShape& shape, Pass pass) const {
   return roofline_from_cost_s(shape.kind, shape.dtype, cost.flops, cost.bytes);
 }
 
+double TimingModel::at_memory_efficiency_s(double seconds, OpKind kind, double efficiency) const {
+  const double peak = profile_->ceilings.memory_bandwidth;
+  const double family = rates_.bandwidth_of(kind);
+  if (efficiency <= 0.0 || peak <= 0.0 || family <= 0.0 || kind == OpKind::gemm ||
+      kind == OpKind::attention || kind == OpKind::expert_gemm) {
+    return seconds;
+  }
+  const double body_s = std::max(seconds - launch_overhead_s_, 0.0);
+  return launch_overhead_s_ + body_s * family / (efficiency * peak);
+}
+
 double TimingModel::op_time_s(const OpShape& shape, Pass pass, Source* source) const {
   if (op_kind_info(shape.kind).timing == OpTiming::per_pass_else_gemm &&
       (index_ == nullptr || !index_->has_measurements[static_cast<size_t>(shape.kind)])) {
@@ -475,7 +486,8 @@ double TimingModel::datasheet_s(const OpShape& shape, Pass pass, double roofline
 double predict_op_time_s(const OpRecord& op, const DeviceProfile& profile, bool* extrapolated) {
   const TimingModel timing(profile);
   TimingModel::Source source = TimingModel::Source::roofline;
-  const double seconds = timing.op_time_s(op.shape, op.pass, &source);
+  const double seconds = timing.at_memory_efficiency_s(timing.op_time_s(op.shape, op.pass, &source),
+                                                       op.shape.kind, op.memory_efficiency);
   if (extrapolated != nullptr) {
     *extrapolated = source == TimingModel::Source::extrapolated;
   }

@@ -88,6 +88,10 @@ struct DarConfig {
   int64_t streams = 2;       // n; forced to 1 for attnres
   DarKernel kernel = DarKernel::fused;  // time and memory only (config_enums.hpp)
   DarPacks packs = DarPacks::paper;     // prefix kernel only (config_enums.hpp)
+  // Prefix kernel only: the fraction of the profile's ceilings.memory_bandwidth
+  // the paper's Triton kernels reach (every dar.* op record); docs/moe.md
+  // "The prefix kernels' bandwidth".
+  double prefix_memory_efficiency = 0.62;
 
   bool enabled() const { return variant != DarVariant::none; }
   int64_t resolved_streams() const {

@@ -248,6 +248,11 @@ class TimingModel {
   // The same for a lowered op, reusing its FLOPs / bytes (the fast path).
   double op_time_s(const OpRecord& op, Source* source) const;
   double roofline_s(const OpShape& shape, Pass pass) const;
+  // `seconds` of a memory-bound op of `kind` (one copy, launch included) at
+  // `efficiency` x ceilings.memory_bandwidth instead of its family's rate:
+  // the time above the launch scaled by family rate / that rate.  Unchanged
+  // for efficiency <= 0, GEMMs and attention, or a profile without a bandwidth.
+  double at_memory_efficiency_s(double seconds, OpKind kind, double efficiency) const;
   // The profile this model reads; it must outlive the TimingModel.
   const DeviceProfile& profile() const { return *profile_; }
   // The profile's resolved rates ([ceilings] and [kernel]).
@@ -286,6 +291,12 @@ inline double TimingModel::roofline_from_cost_s(OpKind kind, DType dtype, double
 }
 
 inline double TimingModel::op_time_s(const OpRecord& op, Source* source) const {
+  if (op.memory_efficiency > 0.0) {
+    OpRecord family_rate = op;
+    family_rate.memory_efficiency = 0.0;
+    return at_memory_efficiency_s(op_time_s(family_rate, source), op.shape.kind,
+                                  op.memory_efficiency);
+  }
   if (op_kind_info(op.shape.kind).timing == OpTiming::per_pass_else_gemm) {
     return op_time_s(op.shape, op.pass, source);  // may be timed as a GEMM (ops.hpp)
   }

@@ -398,6 +398,10 @@ struct OpRecord {
   double bytes = 0.0;                 // minimum bytes moved (reads + writes)
   const char* label = "";             // static string, e.g. "attn.qkv", "mlp.up", "router"
   bool counts_as_model_flops = true;  // false for recompute and for ops outside the counted set
+  // > 0: the fraction of the profile's memory bandwidth this memory-bound
+  // kernel reaches instead of its family's (TimingModel::at_memory_efficiency_s;
+  // the DAR paper's prefix kernels, dar.prefix_memory_efficiency); 0: its family's.
+  double memory_efficiency = 0.0;
 };
 
 inline const char* to_string(OpKind kind) {

@@ -5,6 +5,8 @@
 // retained logits, shifted scores and retrieved states; dar.packs: whether
 // the packs are kept for the backward or rebuilt.  Counts by hand for a
 // tiny Block DAR (L = 4, K = 2: N = 2 blocks of S = 4 branches, n = 2).
+// dar.prefix_memory_efficiency: every dar.* record of the prefix kernels at
+// that fraction of the HBM bandwidth, by hand from each record's bytes.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -161,6 +163,114 @@ TEST(DarPrefixKernel, ConfigKeyRoundTripsAndRejectsUnknownNames) {
   EXPECT_EQ(c.dar.packs, DarPacks::rebuilt);
   EXPECT_STREQ(to_string(c.dar.packs), "rebuilt");
   EXPECT_THROW(apply_override(c, "dar.packs=some"), std::exception);
+}
+
+// The prefix kernels' records run at dar.prefix_memory_efficiency x the
+// profile's memory bandwidth (the h800 GPU kernel model: a memory-bound op is
+// its bytes over that rate plus one launch); every other record keeps its
+// family's rate (kernel.memory_efficiency 0.85 on this profile).
+TEST(DarPrefixKernel, PrefixRecordsRunAtTheirOwnBandwidthByHand) {
+  const DeviceProfile h800 = load_profile("h800-80gb-hgx");
+  const TimingModel timing(h800);
+  const double launch_s = h800.ceilings.launch_overhead_s;
+  const double peak = h800.ceilings.memory_bandwidth;
+  Config c = tiny_dar(DarKernel::prefix);
+  c.dar.prefix_memory_efficiency = 0.5;
+  int dar_records = 0;
+  for (const OpRecord& op : lower(c)) {
+    TimingModel::Source source = TimingModel::Source::roofline;
+    const double seconds = timing.op_time_s(op, &source);
+    if (std::string(op.label).rfind("dar.", 0) == 0) {
+      ++dar_records;
+      EXPECT_DOUBLE_EQ(op.memory_efficiency, 0.5) << op.label;
+      EXPECT_NEAR(seconds, launch_s + op.bytes / (0.5 * peak), 1e-15) << op.label;
+    } else if (std::string(op.label) == "attn.norm") {
+      EXPECT_NEAR(seconds, launch_s + op.bytes / (0.85 * peak), 1e-15);
+    }
+  }
+  EXPECT_GT(dar_records, 20);
+  // The fused kernels are modar's own: their records keep the family's rate.
+  for (const OpRecord& op : lower(tiny_dar(DarKernel::fused))) {
+    EXPECT_EQ(op.memory_efficiency, 0.0) << op.label;
+  }
+}
+
+// The micro-batch time moves by exactly the dar.* records' bytes over the
+// two rates (single device), and not at all with the fused kernels.
+TEST(DarPrefixKernel, StepTimeMovesByTheRecordsBytesOverTheRate) {
+  const DeviceProfile h800 = load_profile("h800-80gb-hgx");
+  Config half = tiny_dar(DarKernel::prefix);
+  half.dar.prefix_memory_efficiency = 0.5;
+  Config full = half;
+  full.dar.prefix_memory_efficiency = 1.0;
+  double dar_bytes = 0.0;
+  for (const OpRecord& op : lower(half)) {
+    if (std::string(op.label).rfind("dar.", 0) == 0) {
+      dar_bytes += op.bytes * static_cast<double>(op.multiplicity) * op.weight;
+    }
+  }
+  const double expected_s = dar_bytes / (0.5 * h800.ceilings.memory_bandwidth) -
+                            dar_bytes / (1.0 * h800.ceilings.memory_bandwidth);
+  const double moved_s =
+      estimate(half, h800).time.micro_batch_s - estimate(full, h800).time.micro_batch_s;
+  EXPECT_NEAR(moved_s, expected_s, 1e-9 * expected_s);
+  Config fused = tiny_dar(DarKernel::fused);
+  const double fused_s = estimate(fused, h800).time.step_s;
+  fused.dar.prefix_memory_efficiency = 0.5;
+  EXPECT_EQ(estimate(fused, h800).time.step_s, fused_s);
+}
+
+// The cluster model prices the prefix reads per block (parallel.cpp
+// dar_prefix_s) at the same rate: a slower rate slows the pipeline step.
+TEST(DarPrefixKernel, ClusterPrefixReadsUseTheSameRate) {
+  const DeviceProfile h800 = load_profile("h800-80gb-hgx");
+  Config c = tiny_dar(DarKernel::prefix);
+  c.parallel.pipeline = 2;
+  c.device.count = 2;
+  c.train.global_batch = 8;
+  const double fast_s = estimate(c, h800).time.step_s;
+  c.dar.prefix_memory_efficiency = 0.3;
+  EXPECT_GT(estimate(c, h800).time.step_s, fast_s);
+}
+
+// The block backward's transient (docs/dar_math.md 5.4) is one formula for
+// the single device and a pipeline stage: at p = 1 (two data-parallel ranks,
+// each the whole model) the cluster's workspace is the single device's, for
+// both kernels; by hand for the fused kernel (T = 64, d = 64, bf16, n = 2,
+// N = 2, S = 4): dH 3 n T d B = 49152, phase-1 gradients and outputs
+// S n T (2 d B + 4) = 133120, dP and R 4 n T d B = 65536.
+TEST(DarPrefixKernel, BlockBackwardTransientAgreesAtOneStage) {
+  const DeviceProfile h800 = load_profile("h800-80gb-hgx");
+  for (const DarKernel kernel : {DarKernel::fused, DarKernel::prefix}) {
+    Config c = tiny_dar(kernel);
+    c.train.global_batch = 4;
+    const double single = estimate_memory(c, h800).workspace;
+    c.device.count = 2;
+    const Estimate cluster = estimate(c, h800);
+    ASSERT_TRUE(cluster.cluster != nullptr);
+    EXPECT_DOUBLE_EQ(cluster.memory.workspace, single) << to_string(kernel);
+  }
+  Config fused = tiny_dar(DarKernel::fused);
+  const double with_dar = estimate_memory(fused, h800).workspace;
+  fused.dar.variant = DarVariant::none;
+  const double without = estimate_memory(fused, h800).workspace;
+  EXPECT_DOUBLE_EQ(with_dar - without, 49152.0 + 133120.0 + 65536.0);
+}
+
+TEST(DarPrefixKernel, MemoryEfficiencyKeyRoundTripsAndRejectsOutOfRange) {
+  Config c = tiny_dar(DarKernel::prefix);
+  EXPECT_DOUBLE_EQ(c.dar.prefix_memory_efficiency, 0.62);
+  apply_override(c, "dar.prefix_memory_efficiency=0.7");
+  EXPECT_DOUBLE_EQ(c.dar.prefix_memory_efficiency, 0.7);
+  EXPECT_DOUBLE_EQ(parse_config_toml(to_toml(c)).dar.prefix_memory_efficiency, 0.7);
+  apply_override(c, "dar.prefix_memory_efficiency=1.5");
+  try {
+    validate(c);
+    ADD_FAILURE() << "1.5 accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("dar.prefix_memory_efficiency = 1.5"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
