@@ -11,8 +11,8 @@
 #include <iterator>
 #include <sstream>
 
+#include "../profile_sections.hpp"
 #include "../toml_text.hpp"
-#include "kernel_params_internal.hpp"
 #include "modar/base/enum_names.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/base/text.hpp"
