@@ -84,18 +84,23 @@ inline std::vector<ConfigCaseResult> config_case_errors(const std::string& table
   return results;
 }
 
-// The defaults a test states by hand: every key of [section] in
-// tests/data/config_defaults.toml, its literal in `config` (actual) beside
-// the file's (expected, read with the config reader).
-inline std::vector<ConfigCaseResult> stated_defaults(const std::string& section,
-                                                     const modar::Config& config) {
-  const DataFile file = read_data_file("config_defaults.toml");
+// Config values a test states by hand in a data file: every key of every
+// section of tests/data/<file> (a config TOML: config_defaults.toml, a model
+// of models/), its literal in `config` (actual) beside the file's (expected,
+// read with the config reader).
+inline std::vector<ConfigCaseResult> keys_as_stated(const std::string& file_name,
+                                                    const modar::Config& config) {
+  const DataFile file = read_data_file(file_name);
   const modar::Config stated = modar::load_config_file(test_data_path(file.name));
   std::vector<ConfigCaseResult> results;
-  for (const auto& [name, node] : file.part<toml::table>(section)) {
-    const modar::ConfigKey key(section + "." + std::string(name.str()));
-    results.push_back({file.line_of(node), key.literal(config), key.literal(stated)});
+  for (const auto& [section, keys] : file.root) {
+    for (const auto& [name, node] : file.part<toml::table>(std::string(section.str()))) {
+      const modar::ConfigKey key(std::string(section.str()) + "." + std::string(name.str()));
+      results.push_back({file.line_of(node), key.literal(config), key.literal(stated)});
+    }
   }
+  if (results.empty())
+    throw std::runtime_error(file.name + ": no keys");
   return results;
 }
 

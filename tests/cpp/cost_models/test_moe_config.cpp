@@ -28,7 +28,7 @@ TEST(MoeConfig, DefaultsAreDenseAndEveryKeyIsListed) {
   const Config c;
   EXPECT_FALSE(c.moe.enabled());
   // The [moe] defaults stated in tests/data/config_defaults.toml.
-  for (const auto& row : modar_test::stated_defaults("moe", c))
+  for (const auto& row : modar_test::keys_as_stated("config_defaults.toml", c))
     EXPECT_EQ(row.actual, row.expected) << row.where;
   EXPECT_EQ(c.moe.moe_layers(24), 0);
   EXPECT_FALSE(c.moe.is_moe_layer(0));
