@@ -153,15 +153,28 @@ double dar_prefix_retained_bytes(const Config& config, double tokens) {
   return logits + retrieved;
 }
 
+namespace {
+
+// The sizes the depth-read memory terms are written in: N blocks, n streams,
+// B bytes per activation element, the width d.
+struct DarSizes {
+  double N, n, B, width;
+};
+
+DarSizes dar_sizes(const Config& config) {
+  const LayerCounts counts = layer_counts(config);
+  return {static_cast<double>(counts.dar_blocks), static_cast<double>(counts.dar_streams),
+          static_cast<double>(dtype_bytes(config.train.dtype)),
+          static_cast<double>(config.model.d_model)};
+}
+
+}  // namespace
+
 double dar_block_backward_bytes(const Config& config, double tokens) {
   if (!config.dar.enabled()) {
     return 0.0;
   }
-  const LayerCounts counts = layer_counts(config);
-  const double N = static_cast<double>(counts.dar_blocks);
-  const double n = static_cast<double>(counts.dar_streams);
-  const double B = static_cast<double>(dtype_bytes(config.train.dtype));
-  const double width = static_cast<double>(config.model.d_model);
+  const auto [N, n, B, width] = dar_sizes(config);
   const double T = tokens;
   // The backward of a block (docs/dar_math.md 5.4) holds: the bank gradient dH
   // ((N+1) n T d), the block's phase-1 gradients d o-bar and d lse (S n T (d B
@@ -188,11 +201,7 @@ double dar_kept_packs_bytes(const Config& config, double tokens) {
   if (!config.dar.packs_kept()) {
     return 0.0;
   }
-  const LayerCounts counts = layer_counts(config);
-  const double N = static_cast<double>(counts.dar_blocks);
-  const double n = static_cast<double>(counts.dar_streams);
-  const double B = static_cast<double>(dtype_bytes(config.train.dtype));
-  const double width = static_cast<double>(config.model.d_model);
+  const auto [N, n, B, width] = dar_sizes(config);
   // Entries packed per stream (lowering.cpp depth_read): block b's prefix
   // read packs H_0..H_{b-1} (N (N + 1) / 2 over the blocks), the output read
   // H_0..H_N; each as a normalised key view and a value, n T d each.
