@@ -54,6 +54,19 @@ auto read_back(const Parse& parse, const std::string& text, const char* what) {
   std::abort();  // not reached: require(false, ...) aborts
 }
 
+// to_toml() of an accepted value (a Config, a DeviceProfile), read back by
+// `parse` (text, source name -> value) and written again: a rejection, or a
+// second text that differs, is a property violation about `what`.  Returns
+// the text and the value read back.
+template <class T, class Parse>
+std::pair<std::string, T> round_trip(const T& value, const Parse& parse, const std::string& what) {
+  std::string text = to_toml(value);
+  T back = read_back([&](const std::string& t) { return parse(t, "round-trip.toml"); }, text,
+                     ("to_toml() of " + what + " is rejected").c_str());
+  require(to_toml(back) == text, ("to_toml() of " + what + " is not stable").c_str(), text);
+  return {std::move(text), std::move(back)};
+}
+
 // Split at the first line that is exactly `marker`: (text before, lines after).
 inline std::pair<std::string, std::vector<std::string>> split_at_marker(const std::string& input,
                                                                         const std::string& marker) {
