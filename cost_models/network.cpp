@@ -26,7 +26,7 @@
 #include "modar/base/json.hpp"
 #include "modar/base/text.hpp"
 #include "modar/parallel.hpp"
-#include "network_internal.hpp"
+#include "profile_sections.hpp"
 #include "toml_text.hpp"
 
 namespace modar {

@@ -8,14 +8,13 @@
 #include <cstdio>
 #include <sstream>
 
-#include "kernel_model/kernel_params_internal.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/base/files.hpp"
 #include "modar/base/json.hpp"
 #include "modar/base/text.hpp"
 #include "modar/kernel_model.hpp"
 #include "modar/profile_io.hpp"
-#include "network_internal.hpp"
+#include "profile_sections.hpp"
 #include "toml_text.hpp"
 
 namespace modar {

@@ -5,12 +5,14 @@
 //
 // An unset [kernel] field is derived from [ceilings] (resolve_kernel_params),
 // so a profile written before [kernel] existed times exactly as it did.
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <iterator>
 #include <sstream>
 
+#include "../profile_sections.hpp"
 #include "../toml_text.hpp"
-#include "kernel_params_internal.hpp"
 #include "modar/base/enum_names.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/base/text.hpp"
@@ -26,49 +28,55 @@ const char* to_string(MemoryFamily v) {
   return name_of(kMemoryFamilyNames, v);
 }
 
+// The family of each memory-bound kind.  GEMMs, attention and expert GEMMs
+// are not listed: their memory-bound regime takes the base fraction.
+struct KindFamily {
+  OpKind kind;
+  MemoryFamily family;
+};
+constexpr KindFamily kKindFamilies[] = {
+    {OpKind::rmsnorm, MemoryFamily::norm},
+    {OpKind::elementwise, MemoryFamily::elementwise},
+    {OpKind::rope, MemoryFamily::rope},
+    {OpKind::router, MemoryFamily::routing},
+    {OpKind::topk, MemoryFamily::routing},
+    {OpKind::moe_topk, MemoryFamily::routing},
+    {OpKind::gather, MemoryFamily::gather_scatter},
+    {OpKind::scatter_add, MemoryFamily::gather_scatter},
+    {OpKind::permute, MemoryFamily::gather_scatter},
+    {OpKind::unpermute, MemoryFamily::gather_scatter},
+    {OpKind::depth_read_prefix, MemoryFamily::depth_read},
+    {OpKind::depth_read_merge, MemoryFamily::depth_read},
+    {OpKind::dar_coefficients, MemoryFamily::depth_read},
+    {OpKind::dar_write, MemoryFamily::depth_read},
+    {OpKind::embedding, MemoryFamily::embedding},
+    {OpKind::cross_entropy, MemoryFamily::loss},
+    {OpKind::optimizer_update, MemoryFamily::optimizer},
+};
+constexpr int kNoFamily = -1;
+
+// kKindFamilies by kind (kNoFamily: a compute kind), built once at compile time.
+constexpr std::array<int, kOpKindCount> kFamilyByKind = [] {
+  std::array<int, kOpKindCount> by_kind{};
+  by_kind.fill(kNoFamily);
+  for (const KindFamily& row : kKindFamilies)
+    by_kind[static_cast<size_t>(row.kind)] = static_cast<int>(row.family);
+  return by_kind;
+}();
+// Each kind listed once, and every kind but the three compute kinds listed: a
+// new kind fails here until it is given a family (or joins the compute kinds).
+static_assert(std::size(kKindFamilies) + 3 == kOpKindCount);
+static_assert(std::count(kFamilyByKind.begin(), kFamilyByKind.end(), kNoFamily) == 3);
+static_assert(kFamilyByKind[static_cast<size_t>(OpKind::gemm)] == kNoFamily &&
+              kFamilyByKind[static_cast<size_t>(OpKind::attention)] == kNoFamily &&
+              kFamilyByKind[static_cast<size_t>(OpKind::expert_gemm)] == kNoFamily);
+
 bool memory_family_of(OpKind kind, MemoryFamily* family) {
-  switch (kind) {
-    case OpKind::gemm:
-    case OpKind::attention:
-    case OpKind::expert_gemm:
-      return false;
-    case OpKind::rmsnorm:
-      *family = MemoryFamily::norm;
-      return true;
-    case OpKind::elementwise:
-      *family = MemoryFamily::elementwise;
-      return true;
-    case OpKind::rope:
-      *family = MemoryFamily::rope;
-      return true;
-    case OpKind::router:
-    case OpKind::topk:
-    case OpKind::moe_topk:
-      *family = MemoryFamily::routing;
-      return true;
-    case OpKind::gather:
-    case OpKind::scatter_add:
-    case OpKind::permute:
-    case OpKind::unpermute:
-      *family = MemoryFamily::gather_scatter;
-      return true;
-    case OpKind::depth_read_prefix:
-    case OpKind::depth_read_merge:
-    case OpKind::dar_coefficients:
-    case OpKind::dar_write:
-      *family = MemoryFamily::depth_read;
-      return true;
-    case OpKind::embedding:
-      *family = MemoryFamily::embedding;
-      return true;
-    case OpKind::cross_entropy:
-      *family = MemoryFamily::loss;
-      return true;
-    case OpKind::optimizer_update:
-      *family = MemoryFamily::optimizer;
-      return true;
-  }
-  return false;
+  const int found = kFamilyByKind[static_cast<size_t>(kind)];
+  if (found == kNoFamily)
+    return false;
+  *family = static_cast<MemoryFamily>(found);
+  return true;
 }
 
 namespace {
@@ -106,36 +114,16 @@ struct Row {
 
 constexpr double kMinEfficiency = 0.01;
 
-double* launch_slot(DeviceProfile& p) {
-  return &p.ceilings.launch_overhead_s;
+// The field of a profile a row reads and writes: section.*field (ceilings or kernel).
+template <auto Section, auto Field>
+double* slot(DeviceProfile& p) {
+  return &(p.*Section.*Field);
 }
-double* gemm_slot(DeviceProfile& p) {
-  return &p.kernel.gemm_efficiency;
-}
-double* attention_slot(DeviceProfile& p) {
-  return &p.kernel.attention_efficiency;
-}
-double* memory_slot(DeviceProfile& p) {
-  return &p.kernel.memory_efficiency;
-}
+template <auto Field>
+constexpr auto kernel_slot = &slot<&DeviceProfile::kernel, Field>;
 template <MemoryFamily F>
 double* family_slot(DeviceProfile& p) {
   return &p.kernel.family_memory_efficiency[static_cast<size_t>(F)];
-}
-double* intra_slot(DeviceProfile& p) {
-  return &p.kernel.collective_efficiency_intra_node;
-}
-double* inter_slot(DeviceProfile& p) {
-  return &p.kernel.collective_efficiency_inter_node;
-}
-double* step_slot(DeviceProfile& p) {
-  return &p.kernel.step_overhead_s;
-}
-double* micro_batch_slot(DeviceProfile& p) {
-  return &p.kernel.micro_batch_overhead_s;
-}
-double* quantization_slot(DeviceProfile& p) {
-  return &p.kernel.gemm_quantization;
 }
 
 template <MemoryFamily F>
@@ -150,18 +138,18 @@ const std::vector<Row>& rows() {
   static const std::vector<Row> table = {
       {{"kernel.gemm_efficiency", "fraction of ceilings.peak_flops_bf16", kMinEfficiency, 1.0,
         "the rate the largest 16-bit GEMMs reach (maximum achievable matmul FLOPS)"},
-       &gemm_slot},
+       kernel_slot<&KernelParams::gemm_efficiency>},
       {{"kernel.gemm_quantization", "fraction of the GEMM model's tile / wave quantization loss",
         0.0, 1.0,
         "the share of the modelled tile / wave quantization loss GEMMs pay (1: all, 0: none)"},
-       &quantization_slot,
+       kernel_slot<&KernelParams::gemm_quantization>,
        true},
       {{"kernel.attention_efficiency", "fraction of ceilings.peak_flops_bf16", kMinEfficiency, 1.0,
         "the rate flash attention reaches at its best shape (default: gemm_efficiency)"},
-       &attention_slot},
+       kernel_slot<&KernelParams::attention_efficiency>},
       {{"kernel.memory_efficiency", "fraction of ceilings.memory_bandwidth", kMinEfficiency, 1.0,
         "the bandwidth memory-bound kernels reach (each family below defaults to it)"},
-       &memory_slot},
+       kernel_slot<&KernelParams::memory_efficiency>},
       family_row<MemoryFamily::norm>("RMSNorm"),
       family_row<MemoryFamily::elementwise>("activations, residual adds, gradient accumulation"),
       family_row<MemoryFamily::rope>("rotary embedding"),
@@ -175,19 +163,19 @@ const std::vector<Row>& rows() {
       family_row<MemoryFamily::grad_norm>("gradient norm and clipping"),
       {{"kernel.collective_efficiency_intra_node", "fraction of network.intra_node.bus_bandwidth",
         kMinEfficiency, 1.0, "the bus bandwidth a job's collectives get inside a node"},
-       &intra_slot},
+       kernel_slot<&KernelParams::collective_efficiency_intra_node>},
       {{"kernel.collective_efficiency_inter_node", "fraction of network.inter_node.bus_bandwidth",
         kMinEfficiency, 1.0, "the bus bandwidth a job's collectives get between nodes"},
-       &inter_slot},
+       kernel_slot<&KernelParams::collective_efficiency_inter_node>},
       {{"kernel.step_overhead_s", "seconds per optimizer step", 0.0, 60.0,
         "host time per step (data loading, logging, synchronisation)"},
-       &step_slot},
+       kernel_slot<&KernelParams::step_overhead_s>},
       {{"kernel.micro_batch_overhead_s", "seconds per micro-batch", 0.0, 1.0,
         "host time per micro-batch (Python, kernel launches not hidden)"},
-       &micro_batch_slot},
+       kernel_slot<&KernelParams::micro_batch_overhead_s>},
       {{"ceilings.launch_overhead_s", "seconds per kernel", 0.0, 1.0,
         "the launch / latency cost of every kernel"},
-       &launch_slot},
+       &slot<&DeviceProfile::ceilings, &DeviceCeilings::launch_overhead_s>},
   };
   return table;
 }

@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "../common/config_cases.hpp"
 #include "../common/roofline_profile.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/cost_model.hpp"
@@ -220,56 +221,9 @@ TEST(Cluster, NetworkSectionErrorsNameTheField) {
 }
 
 TEST(Cluster, ParallelConfigValidation) {
-  auto error_of = [](std::vector<std::string> sets) {
-    Config c = small();
-    try {
-      for (const std::string& s : sets) {
-        apply_override(c, s);
-      }
-      validate(c);
-    } catch (const std::exception& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  EXPECT_EQ(error_of({"parallel.tensor=3", "device.count=3"}),
-            "parallel.tensor = 3: must divide model.n_heads = 4");
-  EXPECT_EQ(error_of({"parallel.tensor=2"}),
-            "device.count = 1: must be a multiple of parallel.tensor * parallel.context * "
-            "parallel.pipeline = 2");
-  EXPECT_EQ(error_of({"parallel.expert=2"}),
-            "parallel.expert = 2: must be 1 without experts (set moe.experts > 0 for expert "
-            "parallelism)");
-  EXPECT_EQ(error_of({"parallel.zero=4", "device.count=2"}),
-            "parallel.zero = 4: must be 0, 1, 2 or 3 (3 = FSDP full shard)");
-  EXPECT_EQ(error_of({"parallel.zero=1"}),
-            "parallel.zero = 1: needs data-parallel size x parallel.context >= 2 (device.count "
-            "/ (parallel.tensor * parallel.pipeline))");
-  EXPECT_EQ(error_of({"parallel.virtual_stages=2", "parallel.pipeline=2", "device.count=2"}),
-            "parallel.virtual_stages = 2: must be 1 with parallel.schedule = \"1f1b\" (use "
-            "\"interleaved\")");
-  EXPECT_EQ(error_of({"parallel.schedule=interleaved"}),
-            "parallel.schedule = \"interleaved\": needs parallel.pipeline >= 2");
-  EXPECT_EQ(error_of({"parallel.schedule=zigzag"}),
-            "parallel.schedule = zigzag: must be \"1f1b\" or \"interleaved\"");
-  EXPECT_EQ(error_of({"parallel.pipeline=16", "device.count=16"}),
-            "parallel.pipeline = 16: parallel.pipeline * parallel.virtual_stages must be <= "
-            "model.n_layers = 8");
-  EXPECT_EQ(error_of({"parallel.sequence_parallel=true"}),
-            "parallel.sequence_parallel = true: needs parallel.tensor > 1");
-  EXPECT_EQ(error_of({"parallel.tensor=4", "device.count=8", "cluster.gpus_per_node=2"}),
-            "parallel.tensor = 4: must be <= cluster.gpus_per_node = 2 (a tensor group stays "
-            "inside a node)");
-  EXPECT_EQ(error_of({"device.count=16", "cluster.nodes=3"}),
-            "cluster.nodes = 3: must hold device.count = 16 at 8 GPUs per node "
-            "(ceil(device.count / gpus_per_node))");
-  EXPECT_EQ(error_of({"parallel.tensor=2", "device.count=4", "train.global_batch=6"}),
-            "train.global_batch = 6: must be a multiple of train.micro_batch * data-parallel "
-            "size (device.count / (parallel.tensor * parallel.context * parallel.pipeline)) = 4");
-  EXPECT_EQ(error_of({"parallel.tensor=2", "parallel.pipeline=2", "device.count=8",
-                      "parallel.zero=3", "parallel.schedule=interleaved",
-                      "parallel.virtual_stages=2", "train.global_batch=16"}),
-            "no error");
+  // The [[parallel]] rows of tests/data/config_errors.toml, on small().
+  for (const auto& row : modar_test::config_case_errors("parallel", small()))
+    EXPECT_EQ(row.actual, row.expected) << row.where;
   // TOML round trip keeps the new sections.
   Config c = small();
   apply_override(c, "parallel.tensor=2");

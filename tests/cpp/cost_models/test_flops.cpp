@@ -5,28 +5,21 @@
 
 #include <cmath>
 
-#include "modar/cost_model.hpp"
 #include "../common/dar_hand_count.hpp"
+#include "../common/expect_relative.hpp"
+#include "../common/model_files.hpp"
+#include "modar/cost_model.hpp"
 
 namespace modar {
 namespace {
 
+// d 2048, 24 layers, 16 heads, GELU, V 50304 untied, s 2048, micro-batch 1, no
+// recompute (tests/data/models/gpt_1p3b_narayanan.toml).
 Config fixture() {
-  Config c;
-  c.model = {.d_model = 2048,
-             .n_layers = 24,
-             .n_heads = 16,
-             .mlp = MlpKind::gelu,
-             .vocab_size = 50304,
-             .tie_embeddings = false,
-             .seq_len = 2048};
-  c.train = {.micro_batch = 1, .recompute = Recompute::none};
-  return c;
+  return modar_test::model_file("gpt_1p3b_narayanan");
 }
 
-void expect_relative(double actual, double expected, double tolerance = 1e-12) {
-  EXPECT_NEAR(actual / expected, 1.0, tolerance) << "actual " << actual << " expected " << expected;
-}
+using modar_test::expect_relative;
 
 TEST(Flops, NarayananFixtureUnderFullAttention) {
   Config c = fixture();
@@ -96,16 +89,9 @@ TEST(Flops, PerStepUsesTheGlobalBatch) {
 }
 
 TEST(Flops, GqaAndSwigluByHand) {
-  Config c;
-  c.model = {.d_model = 512,
-             .n_layers = 3,
-             .n_heads = 8,
-             .n_kv_heads = 2,
-             .mlp = MlpKind::swiglu,
-             .vocab_size = 1000,
-             .tie_embeddings = true,
-             .seq_len = 256};
-  c.train.micro_batch = 2;
+  // d 512, 3 layers, 8 heads over 2 KV heads, SwiGLU, V 1000 tied, s 256,
+  // micro-batch 2 (tests/data/models/gqa_swiglu_tied_512x3.toml).
+  const Config c = modar_test::model_file("gqa_swiglu_tied_512x3");
   // d_head = 512 / 8 = 64.  SwiGLU default width: 8 * 512 / 3 = 1365.3 ->
   // next multiple of 64 = 1408 (22 * 64).
   EXPECT_EQ(c.model.resolved_d_ff(), 1408);

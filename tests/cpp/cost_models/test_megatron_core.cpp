@@ -12,6 +12,8 @@
 #include <functional>
 #include <string>
 
+#include "../common/config_error_of.hpp"
+#include "../common/model_files.hpp"
 #include "../common/moe_families.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/cost_model.hpp"
@@ -47,20 +49,10 @@ double comm_count(const ClusterEstimate& c, const char* label, Collective kind, 
 
 // A small MoE: d 1024, 4 layers, 16 heads of 64, SwiGLU, vocab 32000 untied,
 // 8 experts of width 512, top-2, every layer MoE, dropless; s = 1024, micro-
-// batch 1, global batch 8 sequences; bf16 (B = 2); 8 H100 in one node.
+// batch 1, global batch 8 sequences; bf16 (B = 2); 8 H100 in one node
+// (tests/data/models/small_moe_1024x4.toml).
 Config small_moe() {
-  Config c;
-  c.model = {.d_model = 1024,
-             .n_layers = 4,
-             .n_heads = 16,
-             .d_ff = 2048,
-             .mlp = MlpKind::swiglu,
-             .vocab_size = 32000,
-             .seq_len = 1024};
-  c.moe = {.experts = 8, .top_k = 2, .expert_ffn = 512};
-  c.train = {.micro_batch = 1, .global_batch = 8};
-  c.device = {.profile = "h100-80gb-dgx", .count = 8};
-  return c;
+  return modar_test::model_file("small_moe_1024x4");
 }
 
 ClusterEstimate cluster_of(const Config& c) {
@@ -279,16 +271,11 @@ TEST(MegatronCore, VocabularyPaddingByHand) {
 // ---- dropout (train.hidden_dropout, train.attention_dropout) ---------------
 
 // A GPT-style layer as Korthikanti et al. 2022 count it: GELU, MHA, 4d MLP,
-// fp16, unfused attention, no recompute.
+// fp16, unfused attention, no recompute; d 1024, 16 heads, V 1024, s 512,
+// micro-batch 2, dropout 0.1 (tests/data/models/korthikanti_gpt_layer.toml).
 Config korthikanti_layer(int64_t layers) {
-  Config c;
-  c.model = {
-      .d_model = 1024, .n_layers = layers, .n_heads = 16, .vocab_size = 1024, .seq_len = 512};
-  c.train = {.micro_batch = 2,
-             .dtype = DType::fp16,
-             .attention_kernel = AttentionKernel::unfused,
-             .hidden_dropout = 0.1,
-             .attention_dropout = 0.1};
+  Config c = modar_test::model_file("korthikanti_gpt_layer");
+  c.model.n_layers = layers;
   return c;
 }
 
@@ -645,17 +632,11 @@ TEST(MegatronCore, AllGatherDispatcherByHand) {
 // ---- recompute: Megatron's granularity and modules beside modar's ----------
 
 // d 1024, 16 heads of 64 (MHA), SwiGLU 2816, s 1024, micro-batch 1, bf16,
-// FlashAttention; one layer's saved bytes by differencing 2 and 1 layers.
+// FlashAttention; one layer's saved bytes by differencing 2 and 1 layers
+// (tests/data/models/swiglu_1024_recompute.toml, vocabulary 1024).
 Config recompute_layer(int64_t layers) {
-  Config c;
-  c.model = {.d_model = 1024,
-             .n_layers = layers,
-             .n_heads = 16,
-             .d_ff = 2816,
-             .mlp = MlpKind::swiglu,
-             .vocab_size = 1024,
-             .seq_len = 1024};
-  c.train.micro_batch = 1;
+  Config c = modar_test::model_file("swiglu_1024_recompute");
+  c.model.n_layers = layers;
   return c;
 }
 
@@ -713,13 +694,9 @@ TEST(MegatronCore, RecomputeModulesByHand) {
   EXPECT_THROW(validate(both), ConfigError);
   Config typo = recompute_layer(1);
   typo.train.recompute_modules = "core_atn";
-  try {
-    validate(typo);
-    ADD_FAILURE() << "core_atn accepted";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown module 'core_atn'"), std::string::npos)
-        << e.what();
-  }
+  const std::string error = modar_test::error_of([&] { validate(typo); });
+  EXPECT_NE(error.find("ConfigError: "), std::string::npos) << error;
+  EXPECT_NE(error.find("unknown module 'core_atn'"), std::string::npos) << error;
 }
 
 TEST(MegatronCore, MoeRecomputeModulesByHand) {

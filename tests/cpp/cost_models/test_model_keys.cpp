@@ -4,6 +4,9 @@
 // d_head = 64, SwiGLU width 1408, V = 1000, s = 128).
 #include <gtest/gtest.h>
 
+#include "../common/config_error_of.hpp"
+#include "../common/expect_relative.hpp"
+#include "../common/model_files.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/cost_model.hpp"
 #include "modar/profile.hpp"
@@ -19,23 +22,13 @@ constexpr double kAttention = d * (H + 2 * G) * dh + H * dh * d;
 constexpr double kMlp = 3 * d * f;
 constexpr double kPlain = L * (kAttention + kMlp + 2 * d) + d + 2 * V * d;
 
+// The model of the constants above, untied, micro-batch 1
+// (tests/data/models/gqa_swiglu_512x4.toml).
 Config base() {
-  Config c;
-  c.model = {.d_model = 512,
-             .n_layers = 4,
-             .n_heads = 8,
-             .n_kv_heads = 2,
-             .d_ff = 1408,
-             .mlp = MlpKind::swiglu,
-             .vocab_size = 1000,
-             .seq_len = 128};
-  c.train.micro_batch = 1;
-  return c;
+  return modar_test::model_file("gqa_swiglu_512x4");
 }
 
-void expect_relative(double actual, double expected) {
-  EXPECT_NEAR(actual / expected, 1.0, 1e-12) << "actual " << actual << " expected " << expected;
-}
+using modar_test::expect_relative;
 
 TEST(ModelKeys, PlainCountIsTheHandCount) {
   expect_relative(count_params(base()).total, kPlain);
@@ -79,13 +72,9 @@ TEST(ModelKeys, GegluHasSwigluShapes) {
 TEST(ModelKeys, SharedExpertKeysNeedSharedExperts) {
   Config c = base();
   c.moe = {.experts = 4, .shared_expert_ffn = 256};
-  try {
-    validate(c);
-    FAIL() << "expected ConfigError";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("moe.shared_expert_ffn = 256"), std::string::npos)
-        << e.what();
-  }
+  const std::string error = modar_test::error_of([&] { validate(c); });
+  EXPECT_NE(error.find("ConfigError: "), std::string::npos) << error;
+  EXPECT_NE(error.find("moe.shared_expert_ffn = 256"), std::string::npos) << error;
   c.moe.shared_expert_ffn = 0;
   c.moe.shared_expert_gate = true;
   EXPECT_THROW(validate(c), ConfigError);

@@ -4,6 +4,7 @@
 
 #include <functional>
 
+#include "../common/config_cases.hpp"
 #include "../common/config_error_of.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/config.hpp"
@@ -116,57 +117,14 @@ TEST(MoeConfig, CapacityIsCeilOfFactorTimesTokensTimesKOverChoices) {
 }
 
 TEST(MoeConfig, ErrorsNameTheKeyTheValueAndWhatIsAllowed) {
-  EXPECT_EQ(with({"moe.experts=-1"}),
-            "ConfigError: moe.experts = -1: must be >= 0 (0 = dense, no experts)");
-  EXPECT_EQ(with({"moe.experts=8", "moe.top_k=0"}),
-            "ConfigError: moe.top_k = 0: must be a positive integer");
-  EXPECT_EQ(with({"moe.experts=8", "moe.top_k=9"}),
-            "ConfigError: moe.top_k = 9: must be <= moe.experts = 8");
-  EXPECT_EQ(with({"moe.capacity_factor=-0.5"}),
-            "ConfigError: moe.capacity_factor = -0.5: must be in [0, 1024] (0 = dropless)");
-  EXPECT_EQ(with({"moe.load_imbalance=0.5"}),
-            "ConfigError: moe.load_imbalance = 0.5: must be a finite number >= 1 (busiest "
-            "expert's tokens / mean)");
-  EXPECT_EQ(with({"moe.experts=8", "moe.top_k=2", "moe.load_imbalance=5"}),
-            "ConfigError: moe.load_imbalance = 5: must be <= (moe.experts + null experts) / "
-            "moe.top_k = 4 (the busiest expert receives at most every token)");
-  EXPECT_EQ(with({"moe.interval=0"}), "ConfigError: moe.interval = 0: must be a positive integer");
-  EXPECT_EQ(with({"moe.mode=\"staged\""}),
-            "ConfigError: moe.mode = \"staged\": needs moe.experts > 0 (MoDE routes among experts)");
-  EXPECT_EQ(with({"moe.mode=fancy"}),
-            "ConfigError: moe.mode = fancy: must be \"none\", \"staged\" or \"integrated\"");
-  EXPECT_EQ(with({"moe.experts=8", "moe.mode=staged"}),
-            "ConfigError: moe.mode = \"staged\": needs MoD routing around the blocks (set "
-            "mod.every > 0)");
-  EXPECT_EQ(with({"moe.experts=8", "moe.null_experts=4"}),
-            "ConfigError: moe.null_experts = 4: needs moe.mode = \"integrated\" (null experts "
-            "are integrated MoDE's no-op choices)");
-  EXPECT_EQ(with({"moe.experts=8", "mod.every=2"}),
-            "ConfigError: moe.mode = \"none\": with mod.every > 0 and moe.experts > 0 must be "
-            "\"staged\" (MoD around the block, experts inside)");
-  EXPECT_EQ(with({"moe.experts=8", "moe.first_dense=24"}),
-            "ConfigError: moe.first_dense = 24: must be < model.n_layers = 24 (at least one MoE "
-            "layer; set moe.experts = 0 for a dense model)");
-  EXPECT_EQ(with({"parallel.expert=2", "device.count=2"}),
-            "ConfigError: parallel.expert = 2: must be 1 without experts (set moe.experts > 0 "
-            "for expert parallelism)");
-  EXPECT_EQ(with({"moe.experts=6", "parallel.expert=4", "device.count=4"}),
-            "ConfigError: parallel.expert = 4: must divide moe.experts = 6");
-  EXPECT_EQ(with({"moe.experts=8", "parallel.expert=4", "device.count=2"}),
-            "ConfigError: parallel.expert = 4: parallel.expert x parallel.expert_tensor = 4 x 1 "
-            "must divide the ranks of a pipeline stage, parallel.tensor x parallel.context x "
-            "data-parallel size = device.count / parallel.pipeline = 2 (Megatron-Core folds the "
-            "expert groups over the tensor, context and data-parallel ranks)");
+  // The [[moe]] rows of tests/data/config_errors.toml, on the defaults.
+  for (const auto& row : modar_test::config_case_errors("moe", Config{}))
+    EXPECT_EQ(row.actual, row.expected) << row.where;
   // Slots x widths stay far from 64-bit overflow (the lowering multiplies them).
   EXPECT_EQ(with({"moe.experts=65536", "moe.expert_ffn=16777216", "moe.shared_experts=64",
                   "moe.capacity_factor=1024", "train.micro_batch=64"})
                 .rfind("ConfigError: moe.experts = 65536: expert slots x width = ", 0),
             0u);
-  EXPECT_EQ(with({"moe.experts=8", "moe.top_k=2", "moe.mode=integrated", "moe.null_experts=8",
-                  "moe.load_imbalance=8"}),
-            "no error");
-  EXPECT_EQ(with({"moe.experts=8", "mod.every=2", "moe.mode=staged"}), "no error");
-  EXPECT_EQ(with({"moe.experts=8", "parallel.expert=8", "device.count=8"}), "no error");
 }
 
 }  // namespace

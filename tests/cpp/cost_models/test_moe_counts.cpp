@@ -7,6 +7,8 @@
 
 #include <cmath>
 
+#include "../common/expect_relative.hpp"
+#include "../common/model_files.hpp"
 #include "modar/cost_model.hpp"
 #include "modar/profile.hpp"
 
@@ -14,22 +16,12 @@ namespace modar {
 namespace {
 
 // d = 512, L = 4, H = 8, GELU (d_ff = 4d = 2048), V = 1000, s = 128, b = 1.
+// Causal attention FLOPs (tests/data/models/gelu_512x4.toml).
 Config base() {
-  Config c;
-  c.model = {.d_model = 512,
-             .n_layers = 4,
-             .n_heads = 8,
-             .mlp = MlpKind::gelu,
-             .vocab_size = 1000,
-             .seq_len = 128};
-  c.train.micro_batch = 1;
-  c.attention_flops = AttentionFlops::causal;
-  return c;
+  return modar_test::model_file("gelu_512x4");
 }
 
-void expect_relative(double actual, double expected, double tolerance = 1e-12) {
-  EXPECT_NEAR(actual / expected, 1.0, tolerance) << "actual " << actual << " expected " << expected;
-}
+using modar_test::expect_relative;
 
 constexpr double d = 512, s = 128, V = 1000, f = 2048;
 // Per layer: attention 4 d^2, GELU FFN 2 d f, two norms 2 d.

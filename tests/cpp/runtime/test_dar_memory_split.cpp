@@ -7,6 +7,7 @@
 // runtime agree on it.
 #include <gtest/gtest.h>
 
+#include "../common/model_files.hpp"
 #include "modar/config.hpp"
 #include "modar/cost_model.hpp"
 #include "modar/profile.hpp"
@@ -22,18 +23,9 @@ TEST(DarMemorySplit, ModelMatchesTheRuntimesMeasuredExtraPeak) {
   double measured[3] = {0, 0, 0};
   double predicted[3] = {0, 0, 0};
   for (int variant = 0; variant < 3; ++variant) {
-    Config c;
-    c.model = {.d_model = 128,
-               .n_layers = 4,
-               .n_heads = 2,
-               .n_kv_heads = 2,
-               .d_head = 64,
-               .d_ff = 512,
-               .vocab_size = 256,
-               .seq_len = 64};
-    c.train.micro_batch = 2;
-    c.train.dtype = DType::fp32;
-    c.device.profile = "cpu-generic";
+    // d 128, 4 layers, 2 heads of 64, d_ff 512, V 256, s 64, micro-batch 2 in
+    // fp32 on cpu-generic (tests/data/models/cpu_memory_split_128x4.toml).
+    Config c = modar_test::model_file("cpu_memory_split_128x4");
     if (variant == 1) {
       c.dar.variant = DarVariant::attnres;
       c.dar.block_layers = 2;
