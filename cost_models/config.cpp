@@ -188,7 +188,8 @@ struct Value {
   std::string text;
 };
 
-enum class KeyType { integer, real, boolean, choice, text };
+// The key table's value types are the public ones (ConfigKey::type()).
+using KeyType = ConfigValueType;
 
 struct KeySpec {
   const char* key;  // dotted: section.name
@@ -601,19 +602,7 @@ const char* ConfigKey::name() const {
 }
 
 ConfigValueType ConfigKey::type() const {
-  switch (spec_at(spec_).type) {
-    case KeyType::integer:
-      return ConfigValueType::integer;
-    case KeyType::real:
-      return ConfigValueType::real;
-    case KeyType::boolean:
-      return ConfigValueType::boolean;
-    case KeyType::choice:
-      return ConfigValueType::choice;
-    case KeyType::text:
-      break;
-  }
-  return ConfigValueType::text;
+  return spec_at(spec_).type;
 }
 
 void ConfigKey::set_integer(Config& config, int64_t value) const {
