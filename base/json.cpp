@@ -1,6 +1,8 @@
 // The JSON writer of modar/base/json.hpp.
 #include "modar/base/json.hpp"
 
+#include "modar/base/text.hpp"
+
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -21,7 +23,21 @@ std::string json_quote(std::string_view text) {
   std::string out;
   out.reserve(text.size() + 2);
   out += '"';
-  for (char ch : text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    if (static_cast<unsigned char>(ch) >= 0x80) {
+      // JSON text is UTF-8 (RFC 8259): a well-formed sequence is copied, a
+      // byte that starts none (a Latin-1 path, a cut-off name) is written as
+      // U+FFFD, so every document parses.
+      const size_t length = utf8_sequence_length(text, i);
+      if (length == 0) {
+        out += "\\ufffd";
+      } else {
+        out.append(text.substr(i, length));
+        i += length - 1;
+      }
+      continue;
+    }
     switch (ch) {
       case '"':
         out += "\\\"";
@@ -50,7 +66,7 @@ std::string json_quote(std::string_view text) {
           std::snprintf(buffer, sizeof(buffer), "\\u%04x", static_cast<unsigned>(ch));
           out += buffer;
         } else {
-          out += ch;  // UTF-8 bytes pass through unchanged
+          out += ch;
         }
     }
   }

@@ -158,6 +158,50 @@ bool parse_finite_number_text(const std::string& text, double* out) {
 
 // ---- text in messages -----------------------------------------------------------
 
+size_t utf8_sequence_length(std::string_view text, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char b0 = byte(i);
+  size_t extra = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
+  if (b0 < 0x80) {
+    return 1;
+  } else if (b0 >= 0xC2 && b0 <= 0xDF) {
+    extra = 1;
+  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    extra = 2;
+    lo = b0 == 0xE0 ? 0xA0 : 0x80;  // E0 80..9F would be overlong
+    hi = b0 == 0xED ? 0x9F : 0xBF;  // ED A0..BF would be a surrogate
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    extra = 3;
+    lo = b0 == 0xF0 ? 0x90 : 0x80;  // F0 80..8F would be overlong
+    hi = b0 == 0xF4 ? 0x8F : 0xBF;  // F4 90.. would be above U+10FFFF
+  } else {
+    return 0;  // a continuation byte, C0/C1 (overlong) or F5..FF
+  }
+  if (i + extra >= text.size()) {
+    return 0;
+  }
+  for (size_t k = 1; k <= extra; ++k) {
+    const unsigned char b = byte(i + k);
+    const unsigned char min = k == 1 ? lo : 0x80, max = k == 1 ? hi : 0xBF;
+    if (b < min || b > max) {
+      return 0;
+    }
+  }
+  return extra + 1;
+}
+
+bool is_valid_utf8(std::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    const size_t length = utf8_sequence_length(text, i);
+    if (length == 0) {
+      return false;
+    }
+    i += length;
+  }
+  return true;
+}
+
 std::string shown_value(const std::string& text, size_t max_chars) {
   std::string out;
   size_t shown = 0;

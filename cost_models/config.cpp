@@ -50,46 +50,6 @@ int64_t MoeConfig::expert_capacity(int64_t tokens) const {
 
 namespace {
 
-// RFC 3629 UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF
-// (what the TOML reader accepts in a string).
-bool is_valid_utf8(const std::string& text) {
-  size_t i = 0;
-  while (i < text.size()) {
-    const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
-    const unsigned char b0 = byte(i);
-    size_t extra = 0;
-    unsigned char lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
-    if (b0 < 0x80) {
-      extra = 0;
-    } else if (b0 >= 0xC2 && b0 <= 0xDF) {
-      extra = 1;
-    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-      extra = 2;
-      lo = b0 == 0xE0 ? 0xA0 : 0x80;
-      hi = b0 == 0xED ? 0x9F : 0xBF;
-    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-      extra = 3;
-      lo = b0 == 0xF0 ? 0x90 : 0x80;
-      hi = b0 == 0xF4 ? 0x8F : 0xBF;
-    } else {
-      return false;
-    }
-    if (i + extra >= text.size()) {  // the sequence runs past the end
-      return false;
-    }
-    for (size_t k = 1; k <= extra; ++k) {
-      const unsigned char b = byte(i + k);
-      const unsigned char min = k == 1 ? lo : 0x80, max = k == 1 ? hi : 0xBF;
-      if (b < min || b > max) {
-        return false;
-      }
-    }
-    i += extra + 1;
-  }
-  return true;
-}
-
-
 constexpr const char* kMlpKindNames[] = {"gelu", "swiglu", "geglu"};
 constexpr const char* kQkNormNames[] = {"none", "head", "projection"};
 constexpr const char* kRouterScaleNames[] = {"linear", "sigmoid"};
@@ -228,7 +188,8 @@ struct Value {
   std::string text;
 };
 
-enum class KeyType { integer, real, boolean, choice, text };
+// The key table's value types are the public ones (ConfigKey::type()).
+using KeyType = ConfigValueType;
 
 struct KeySpec {
   const char* key;  // dotted: section.name
@@ -509,6 +470,11 @@ Value value_from_text(const KeySpec& spec, const std::string& text) {
       break;
     }
     case KeyType::text:
+      // A --set value does not go through the TOML reader, which refuses
+      // such text in a file: refuse it here too, so to_toml() reads back.
+      if (!is_valid_utf8(text)) {
+        fail(spec.key, text, "must be valid UTF-8 text");
+      }
       value.text = text;
       if (value.text.size() >= 2 && value.text.front() == '"' && value.text.back() == '"') {
         value.text = value.text.substr(1, value.text.size() - 2);
@@ -636,19 +602,7 @@ const char* ConfigKey::name() const {
 }
 
 ConfigValueType ConfigKey::type() const {
-  switch (spec_at(spec_).type) {
-    case KeyType::integer:
-      return ConfigValueType::integer;
-    case KeyType::real:
-      return ConfigValueType::real;
-    case KeyType::boolean:
-      return ConfigValueType::boolean;
-    case KeyType::choice:
-      return ConfigValueType::choice;
-    case KeyType::text:
-      break;
-  }
-  return ConfigValueType::text;
+  return spec_at(spec_).type;
 }
 
 void ConfigKey::set_integer(Config& config, int64_t value) const {

@@ -3,10 +3,22 @@
 // directly (no virtual call) and inlines it per emission site.
 #pragma once
 
+#include <iterator>
+
 #include "attention_kernel.hpp"
 #include "cost_model_internal.hpp"
 
 namespace modar::detail {
+
+// The TimeEstimate counter of each TimingModel::Source, in the enum's order.
+inline constexpr int64_t TimeEstimate::*kOpsBySource[] = {
+    &TimeEstimate::ops_roofline, &TimeEstimate::ops_interpolated, &TimeEstimate::ops_extrapolated,
+    &TimeEstimate::ops_kernel_model};
+static_assert(static_cast<size_t>(TimingModel::Source::roofline) == 0 &&
+              static_cast<size_t>(TimingModel::Source::interpolated) == 1 &&
+              static_cast<size_t>(TimingModel::Source::extrapolated) == 2 &&
+              static_cast<size_t>(TimingModel::Source::kernel_model) == 3 &&
+              std::size(kOpsBySource) == 4);
 
 // Sums FLOPs and op times as the lowering streams the ops.
 class StepAccumulator final : public OpConsumer {
@@ -41,20 +53,7 @@ class StepAccumulator final : public OpConsumer {
     bucket.flops += op.flops * copies * op.weight;
     bucket.bytes += op.bytes * copies * op.weight;
     bucket.time_s += seconds;
-    switch (source) {
-      case TimingModel::Source::interpolated:
-        ++time_.ops_interpolated;
-        break;
-      case TimingModel::Source::extrapolated:
-        ++time_.ops_extrapolated;
-        break;
-      case TimingModel::Source::roofline:
-        ++time_.ops_roofline;
-        break;
-      case TimingModel::Source::kernel_model:
-        ++time_.ops_kernel_model;
-        break;
-    }
+    ++(time_.*kOpsBySource[static_cast<size_t>(source)]);
   }
 
   FlopAccumulator sums;

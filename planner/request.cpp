@@ -39,10 +39,11 @@ std::vector<std::string> default_sweep_archs() {
 }
 
 // `field = value: must be ...` for a budget (positive, finite, in (least, most]).
-void check_budget_value(const char* field, double value, double least, double most) {
+void check_budget_value(const char* field, const char* unit, double value, double least,
+                        double most) {
   if (!std::isfinite(value) || !(value > 0) || value < least || value > most) {
     throw ConfigError(std::string(field) + " = " + format_number(value) +
-                      ": must be a positive finite number" +
+                      ": must be a positive finite number of " + unit +
                       (least > 0 ? " >= " + format_number(least) + " and" : std::string()) +
                       " <= " + format_number(most));
   }
@@ -157,30 +158,51 @@ std::optional<double> number_with_unit(const std::string& text,
 
 }  // namespace
 
-double parse_gpu_hours(const std::string& text) {
-  if (const auto value = number_with_unit(text, {{"k", 1e3}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}})) {
-    return *value;
-  }
-  throw ConfigError("gpu_hours = " + shown_value(text) +
-                    ": must be a number of GPU-hours (all GPUs together), e.g. 2e5, 86016 or "
-                    "200k; for a wall-clock duration on gpus GPUs give days (e.g. 14 or 2w)");
+namespace {
+
+const std::vector<std::pair<std::string, double>>& gpu_hour_units() {
+  static const std::vector<std::pair<std::string, double>> units = {
+      {"k", 1e3}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}};
+  return units;
 }
 
-double parse_days(const std::string& text) {
-  if (const auto value = number_with_unit(text, {{"days", 1.0},
-                                                 {"day", 1.0},
-                                                 {"d", 1.0},
-                                                 {"weeks", 7.0},
-                                                 {"week", 7.0},
-                                                 {"w", 7.0},
-                                                 {"hours", 1.0 / 24.0},
-                                                 {"hour", 1.0 / 24.0},
-                                                 {"h", 1.0 / 24.0}})) {
+const std::vector<std::pair<std::string, double>>& day_units() {
+  static const std::vector<std::pair<std::string, double>> units = {
+      {"days", 1.0}, {"day", 1.0},          {"d", 1.0},           {"weeks", 7.0},   {"week", 7.0},
+      {"w", 7.0},    {"hours", 1.0 / 24.0}, {"hour", 1.0 / 24.0}, {"h", 1.0 / 24.0}};
+  return units;
+}
+
+}  // namespace
+
+double parse_gpu_hours(const std::string& text, const BudgetFieldNames& names) {
+  if (const auto value = number_with_unit(text, gpu_hour_units())) {
     return *value;
   }
-  throw ConfigError("days = " + shown_value(text) +
-                    ": must be a wall-clock duration: a number of days (14, 14d), weeks (2w) or "
-                    "hours (336h)");
+  const std::string shown = shown_value(text);
+  const std::string hint = number_with_unit(text, day_units())
+                               ? "; " + shown + " is a wall-clock duration: give " + names.days +
+                                     names.set + shown + " with " + names.gpus + names.set + "N"
+                               : "";
+  throw ConfigError(names.gpu_hours + " = " + shown +
+                    ": not a number of GPU-hours; allowed: the GPU-hours of all GPUs together, a "
+                    "number with an optional k, M or G (2e5, 86016, 200k)" +
+                    hint);
+}
+
+double parse_days(const std::string& text, const BudgetFieldNames& names) {
+  if (const auto value = number_with_unit(text, day_units())) {
+    return *value;
+  }
+  const std::string shown = shown_value(text);
+  const std::string hint =
+      number_with_unit(text, gpu_hour_units())
+          ? "; " + shown + " reads as GPU-hours: give " + names.gpu_hours + names.set + shown
+          : "";
+  throw ConfigError(names.days + " = " + shown +
+                    ": not a wall-clock duration; allowed: days (14 or 14d), weeks (2w) or hours "
+                    "(336h)" +
+                    hint);
 }
 
 PlannerRun resolve_planner_run(const PlannerRunRequest& request) {
@@ -303,7 +325,7 @@ OptimalSettings resolve_optimal(const OptimalRequest& request) {
   settings.run = resolve_planner_run(request);
   const PlannerRun& run = settings.run;
   if (request.flops) {
-    check_budget_value("flops", *request.flops, kMinTrainFlops, kMaxTrainFlops);
+    check_budget_value("flops", "FLOPs", *request.flops, kMinTrainFlops, kMaxTrainFlops);
     settings.flops = request.flops;
   }
   if (request.gpu_hours && request.days) {
@@ -312,11 +334,11 @@ OptimalSettings resolve_optimal(const OptimalRequest& request) {
                       ": both are the wall-clock budget; allowed: one of them");
   }
   if (request.gpu_hours) {
-    check_budget_value("gpu_hours", *request.gpu_hours, 0.0, kMaxGpuHours);
+    check_budget_value("gpu_hours", "GPU-hours", *request.gpu_hours, 0.0, kMaxGpuHours);
     settings.gpu_hours = request.gpu_hours;
   }
   if (request.days) {
-    check_budget_value("days", *request.days, 0.0, kMaxDays);
+    check_budget_value("days", "days", *request.days, 0.0, kMaxDays);
     settings.days = request.days;
     settings.gpu_hours = *request.days * 24.0 * double(run.gpus);
   }
@@ -361,7 +383,7 @@ SweepSettings resolve_sweep(const SweepRequest& request) {
     throw ConfigError("flops: no budget; allowed: one or more training-FLOP budgets");
   }
   for (const double budget : request.flops) {
-    check_budget_value("flops", budget, kMinTrainFlops, kMaxTrainFlops);
+    check_budget_value("flops", "FLOPs", budget, kMinTrainFlops, kMaxTrainFlops);
   }
   settings.flops = request.flops;
   const std::vector<std::string> names =

@@ -285,7 +285,8 @@ std::string name_typed_flags(const std::string& message, const ParsedArgs& parse
     const bool field = key.find('.') == std::string::npos;
     size_t at = 0;
     while ((at = out.find(key, at)) != std::string::npos) {
-      const bool starts = at == 0 || !is_key_char(out[at - 1]);
+      // Not inside a word, nor the flag already ("--gpus = x" stays).
+      const bool starts = at == 0 || (!is_key_char(out[at - 1]) && out[at - 1] != '-');
       const size_t after = at + key.size();
       if (!starts) {
         at = after;

@@ -44,12 +44,13 @@ OptimalRequest optimal_request(const ParsedArgs& parsed) {
   }
   // Only what the user said; the library resolves and checks it.
   OptimalRequest request;
-  set_if_given(parsed, "--flops", request.flops, parse_double);
+  set_if_given(parsed, "--flops", request.flops, parse_flop_budget);
+  const BudgetFieldNames flags{"--gpu-hours", "--days", "--gpus", " "};
   if (const auto v = parsed.value("--gpu-hours")) {
-    request.gpu_hours = parse_gpu_hours(*v);
+    request.gpu_hours = parse_gpu_hours(*v, flags);
   }
   if (const auto v = parsed.value("--days")) {
-    request.days = parse_days(*v);
+    request.days = parse_days(*v, flags);
   }
   set_if_given(parsed, "--arch", request.arch, parse_list);
   set_if_given(parsed, "--capacity", request.capacity, parse_double);

@@ -44,7 +44,7 @@ std::vector<FlagSpec> sweep_flags(const SweepSettings& d) {
 
 SweepRequest sweep_request(const ParsedArgs& parsed) {
   SweepRequest request;
-  request.flops = parse_double_list("--flops", *parsed.value("--flops"));
+  request.flops = parse_flop_budget_list("--flops", *parsed.value("--flops"));
   set_if_given(parsed, "--arch", request.arch, parse_list);
   set_if_given(parsed, "--capacity", request.capacity, parse_double_list);
   set_if_given(parsed, "--every", request.every, parse_int_list);

@@ -164,6 +164,33 @@ double parse_number(const std::string& flag, const std::string& text) {
   return parse_double(flag, text);
 }
 
+namespace {
+
+double flop_budget(const std::string& flag, const std::string& text, const char* wall_clock) {
+  double value = 0.0;
+  if (!parse_finite_number_text(text, &value)) {
+    throw ConfigError(flag + " = " + shown_value(text) +
+                      ": not a number of FLOPs; allowed: a finite number of training FLOPs "
+                      "such as 1e20 or 6e18; a wall-clock budget is " +
+                      wall_clock);
+  }
+  return value;
+}
+
+}  // namespace
+
+double parse_flop_budget(const std::string& flag, const std::string& text) {
+  return flop_budget(flag, text, "--gpu-hours H or --days D");
+}
+
+std::vector<double> parse_flop_budget_list(const std::string& flag, const std::string& text) {
+  std::vector<double> values;
+  for (const std::string& piece : parse_list(flag, text)) {
+    values.push_back(flop_budget(flag, piece, "modar optimal's --gpu-hours H or --days D"));
+  }
+  return values;
+}
+
 std::vector<double> parse_double_list(const std::string& flag, const std::string& text) {
   std::vector<double> values;
   for (const std::string& piece : parse_list(flag, text)) {

@@ -34,6 +34,10 @@ std::vector<int64_t> parse_int_list(const std::string& flag, const std::string& 
 // A flag's number ("nan", "inf" and trailing garbage refused); its range is
 // the library's.
 double parse_number(const std::string& flag, const std::string& text);
+// --flops: a FLOP budget, or a list of them; text that is not a number is
+// refused naming the wall-clock budget flags (--gpu-hours, --days).
+double parse_flop_budget(const std::string& flag, const std::string& text);
+std::vector<double> parse_flop_budget_list(const std::string& flag, const std::string& text);
 
 // "baseline, mod, dar, mod+dar, moe, moe+dar, ...": every architecture name.
 std::string arch_list_text();

@@ -214,8 +214,12 @@ void bind_planner(py::module_& m) {
   m.def("builtin_fit_names", &builtin_fit_names);
   m.def("arch_names", &arch_names);
   m.def("parse_eps_overrides", &parse_eps_overrides, py::arg("text"));
-  m.def("parse_days", &parse_days, py::arg("text"), "'14', '14d', '2w', '336h' -> days.");
-  m.def("parse_gpu_hours", &parse_gpu_hours, py::arg("text"), "'2e5', '200k' -> GPU-hours.");
+  m.def(
+      "parse_days", [](const std::string& text) { return parse_days(text); }, py::arg("text"),
+      "'14', '14d', '2w', '336h' -> days.");
+  m.def(
+      "parse_gpu_hours", [](const std::string& text) { return parse_gpu_hours(text); },
+      py::arg("text"), "'2e5', '200k' -> GPU-hours.");
   m.def(
       "load_fit_toml",
       [](const std::string& name_or_path) { return to_toml(load_fit(name_or_path)); },

@@ -363,9 +363,18 @@ struct OptimalRequest : PlannerRunRequest {
 // Budgets as people write them (the CLI's --gpu-hours and --days, Python's
 // days="2w"): gpu_hours "2e5", "86016", "200k", "1.5M"; days "14", "14d",
 // "2w", "336h".  The number only; its range is resolve_optimal()'s.  Throws
-// ConfigError naming the field and the forms allowed.
-double parse_gpu_hours(const std::string& text);
-double parse_days(const std::string& text);
+// ConfigError naming the field, the value and the forms allowed, and pointing
+// a duration given as GPU-hours ("2w") to days, GPU-hours given as days
+// ("200k") to gpu_hours.  `names` are the words the message uses for the
+// three fields (the CLI passes its flags).
+struct BudgetFieldNames {
+  std::string gpu_hours = "gpu_hours";
+  std::string days = "days";
+  std::string gpus = "gpus";
+  std::string set = " = ";  // between a name and its value in advice ("days = 2w")
+};
+double parse_gpu_hours(const std::string& text, const BudgetFieldNames& names = {});
+double parse_days(const std::string& text, const BudgetFieldNames& names = {});
 
 // The resolved OptimalRequest.
 struct OptimalSettings {

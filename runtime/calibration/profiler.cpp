@@ -195,9 +195,8 @@ std::unique_ptr<PreparedOp> prepare_op(Backend& backend, const OpShape& shape, P
     sets.resize(static_cast<size_t>(copies));
     for (auto& set : sets) {
       for (const SampleTensor& tensor : tensors) {
-        ScalarType dtype{};
-        if (sample_dtype(tensor.role, spec.dtype, &dtype)) {
-          set.emplace_back(backend, tensor.shape, dtype);
+        if (const std::optional<ScalarType> dtype = sample_dtype(tensor.role, spec.dtype)) {
+          set.emplace_back(backend, tensor.shape, *dtype);
         } else {
           set.emplace_back();  // absent in this dtype (an empty view)
         }

@@ -14,6 +14,7 @@
 //     vocab 50K), axis steps of 4x (quick) or 2x (full).
 // The lists are documented in docs/profiler.md; changing them changes which
 // predictions interpolate and which extrapolate.
+#include <array>
 #include <string>
 #include <vector>
 
@@ -124,6 +125,27 @@ class GridBuilder {
   std::vector<ProfilePoint> points_;
 };
 
+// Every combination of the axes' values, the first axis outermost (the order
+// nested loops over them would give): each kind's tensor-product grid.
+template <class... AxisLists>
+std::vector<std::array<int64_t, sizeof...(AxisLists)>> product(const AxisLists&... axes) {
+  std::vector<std::array<int64_t, sizeof...(AxisLists)>> points(1);
+  size_t position = 0;
+  const auto extend = [&](const Axis& axis) {
+    std::vector<std::array<int64_t, sizeof...(AxisLists)>> longer;
+    longer.reserve(points.size() * axis.size());
+    for (const auto& point : points)
+      for (int64_t value : axis) {
+        longer.push_back(point);
+        longer.back()[position] = value;
+      }
+    points = std::move(longer);
+    ++position;
+  };
+  (extend(axes), ...);
+  return points;
+}
+
 }  // namespace
 
 const char* to_string(GridSize size) {
@@ -134,76 +156,63 @@ std::vector<ProfilePoint> profile_grid(GridSize size, DeviceKind device, DType d
   const Axes a = axes_for(size, device);
   GridBuilder grid(dtype);
   // GEMM: timed the same in every pass, so forward only (m, n, k; batch 1).
-  for (int64_t m : a.gemm)
-    for (int64_t n : a.gemm)
-      for (int64_t k : a.gemm)
-        grid.add(GemmDims{.m = m, .n = n, .k = k, .batch = 1}, false);
+  for (const auto& [m, n, k] : product(a.gemm, a.gemm, a.gemm))
+    grid.add(GemmDims{.m = m, .n = n, .k = k, .batch = 1}, false);
   // Attention: causal, s_q = s_k, MHA (G = H), one sequence: TimingModel
   // scales by b * H (see docs/profiler.md).
-  for (int64_t heads : a.attn_heads)
-    for (int64_t s : a.attn_seq)
-      for (int64_t dh : a.attn_head_dim)
-        grid.add(AttentionDims{.sequences = 1,
-                               .heads = heads,
-                               .kv_heads = heads,
-                               .query_len = s,
-                               .key_len = s,
-                               .head_dim = dh,
-                               .causal = 1},
-                 true);
-  for (int64_t rows : a.tokens)
-    for (int64_t d : a.width) {
-      grid.add(RmsnormDims{.rows = rows, .width = d}, true);
-      grid.add(RouterDims{.rows = rows, .width = d}, true);
-      grid.add(GatherDims{.rows = rows, .width = d}, true);
-      grid.add(ScatterAddDims{.rows = rows, .width = d}, true);
-      grid.add(EmbeddingDims{.rows = rows, .width = d}, true);
-    }
-  for (int64_t rows : a.tokens)
-    for (int64_t heads : a.rope_heads)
-      for (int64_t dh : a.attn_head_dim)
-        grid.add(RopeDims{.rows = rows, .heads = heads, .head_dim = dh}, true);
-  for (int64_t b : a.topk_batch)
-    for (int64_t s : a.topk_seq)
-      for (int64_t k : a.topk_k)
-        grid.add(TopkDims{.sequences = b, .seq_len = s, .k = k}, false);
+  for (const auto& [heads, s, dh] : product(a.attn_heads, a.attn_seq, a.attn_head_dim))
+    grid.add(AttentionDims{.sequences = 1,
+                           .heads = heads,
+                           .kv_heads = heads,
+                           .query_len = s,
+                           .key_len = s,
+                           .head_dim = dh,
+                           .causal = 1},
+             true);
+  for (const auto& [rows, d] : product(a.tokens, a.width)) {
+    grid.add(RmsnormDims{.rows = rows, .width = d}, true);
+    grid.add(RouterDims{.rows = rows, .width = d}, true);
+    grid.add(GatherDims{.rows = rows, .width = d}, true);
+    grid.add(ScatterAddDims{.rows = rows, .width = d}, true);
+    grid.add(EmbeddingDims{.rows = rows, .width = d}, true);
+  }
+  for (const auto& [rows, heads, dh] : product(a.tokens, a.rope_heads, a.attn_head_dim))
+    grid.add(RopeDims{.rows = rows, .heads = heads, .head_dim = dh}, true);
+  for (const auto& [b, s, k] : product(a.topk_batch, a.topk_seq, a.topk_k))
+    grid.add(TopkDims{.sequences = b, .seq_len = s, .k = k}, false);
   // Depth reads: AttnRes (n = 1) and DAR (n = 2, default variant).
   const int64_t attnres = static_cast<int64_t>(DarVariant::attnres);
   const int64_t dar = static_cast<int64_t>(DarVariant::dar);
   for (const auto& [n, variant] : {std::pair<int64_t, int64_t>{1, attnres}, {2, dar}}) {
-    for (int64_t T : a.depth_tokens)
-      for (int64_t sources : a.depth_sources)
-        for (int64_t q : a.depth_queries_per_stream)
-          for (int64_t d : a.width)
-            grid.add(DepthReadPrefixDims{.tokens = T,
-                                         .sources = sources,
-                                         .queries = q * n,
-                                         .width = d,
-                                         .streams = n,
-                                         .variant = variant},
-                     true);
-    for (int64_t T : a.depth_tokens)
-      for (int64_t d : a.width) {
-        grid.add(DepthReadMergeDims{.tokens = T, .streams = n, .width = d, .variant = variant},
+    for (const auto& [T, sources, q, d] :
+         product(a.depth_tokens, a.depth_sources, a.depth_queries_per_stream, a.width))
+      grid.add(DepthReadPrefixDims{.tokens = T,
+                                   .sources = sources,
+                                   .queries = q * n,
+                                   .width = d,
+                                   .streams = n,
+                                   .variant = variant},
+               true);
+    for (const auto& [T, d] : product(a.depth_tokens, a.width)) {
+      grid.add(DepthReadMergeDims{.tokens = T, .streams = n, .width = d, .variant = variant}, true);
+      if (n >= 2) {
+        grid.add(DarCoefficientsDims{.tokens = T, .streams = n, .width = d, .outputs = 2 * n},
                  true);
-        if (n >= 2) {
-          grid.add(DarCoefficientsDims{.tokens = T, .streams = n, .width = d, .outputs = 2 * n},
-                   true);
-          grid.add(DarCoefficientsDims{.tokens = T,
-                                       .streams = n,
-                                       .width = d,
-                                       .outputs = 2 * n + DarConfig::transport_params(n)},
-                   true);
-        }
-        grid.add(DarWriteDims{.tokens = T, .streams = n, .width = d, .mode = 2, .emit_rstd = 1},
-                 true);  // bank init
-        grid.add(DarWriteDims{.tokens = T, .streams = n, .width = d, .mode = 0, .emit_rstd = 0},
-                 true);  // first branch of a block
-        grid.add(DarWriteDims{.tokens = T, .streams = n, .width = d, .mode = 1, .emit_rstd = 0},
-                 true);  // middle branch
-        grid.add(DarWriteDims{.tokens = T, .streams = n, .width = d, .mode = 1, .emit_rstd = 1},
-                 true);  // last branch (+ entry rstd)
+        grid.add(DarCoefficientsDims{.tokens = T,
+                                     .streams = n,
+                                     .width = d,
+                                     .outputs = 2 * n + DarConfig::transport_params(n)},
+                 true);
       }
+      grid.add(DarWriteDims{.tokens = T, .streams = n, .width = d, .mode = 2, .emit_rstd = 1},
+               true);  // bank init
+      grid.add(DarWriteDims{.tokens = T, .streams = n, .width = d, .mode = 0, .emit_rstd = 0},
+               true);  // first branch of a block
+      grid.add(DarWriteDims{.tokens = T, .streams = n, .width = d, .mode = 1, .emit_rstd = 0},
+               true);  // middle branch
+      grid.add(DarWriteDims{.tokens = T, .streams = n, .width = d, .mode = 1, .emit_rstd = 1},
+               true);  // last branch (+ entry rstd)
+    }
   }
   // Elementwise, by (inputs, outputs) as the lowering emits them.
   for (int64_t e : a.elements) {
@@ -218,9 +227,8 @@ std::vector<ProfilePoint> profile_grid(GridSize size, DeviceKind device, DType d
     grid.add_pass(ElementwiseDims{.elements = e, .inputs = 1, .outputs = 1},
                   Pass::backward);  // predictor activation
   }
-  for (int64_t rows : a.ce_rows)
-    for (int64_t vocab : a.vocab)
-      grid.add(CrossEntropyDims{.rows = rows, .vocab = vocab}, true);
+  for (const auto& [rows, vocab] : product(a.ce_rows, a.vocab))
+    grid.add(CrossEntropyDims{.rows = rows, .vocab = vocab}, true);
   for (int64_t p : a.params)
     grid.add(OptimizerUpdateDims{.params = p}, false);
   // Experts: grouped GEMMs in both passes (the lowering labels dgrad / wgrad
@@ -228,29 +236,22 @@ std::vector<ProfilePoint> profile_grid(GridSize size, DeviceKind device, DType d
   // router top-k over rows x choices x k; the permutations over slots x d x
   // rows (x k).  Empty on the GPU until the MoE CUDA kernels (moe.cu) have
   // passed the op harness on one.
-  for (int64_t ragged : {0, 1})
-    for (int64_t groups : a.expert_groups)
-      for (int64_t rows : a.expert_rows)
-        for (int64_t n : a.expert_width)
-          for (int64_t k : a.expert_width)
-            grid.add(ExpertGemmDims{.groups = groups,
-                                    .rows = rows,
-                                    .n = n,
-                                    .k = k,
-                                    .imbalance_permille = 1000,
-                                    .ragged_inner = ragged},
-                     true);
-  for (int64_t rows : a.expert_tokens)
-    for (int64_t choices : a.expert_choices)
-      for (int64_t k : a.expert_k)
-        grid.add(MoeTopkDims{.rows = rows, .choices = choices, .k = k}, true);
-  for (int64_t slots : a.expert_tokens)
-    for (int64_t d : a.width)
-      for (int64_t rows : a.expert_tokens) {
-        grid.add(PermuteDims{.slots = slots, .width = d, .rows = rows}, true);
-        for (int64_t k : a.expert_k)
-          grid.add(UnpermuteDims{.slots = slots, .width = d, .rows = rows, .k = k}, true);
-      }
+  for (const auto& [ragged, groups, rows, n, k] :
+       product(Axis{0, 1}, a.expert_groups, a.expert_rows, a.expert_width, a.expert_width))
+    grid.add(ExpertGemmDims{.groups = groups,
+                            .rows = rows,
+                            .n = n,
+                            .k = k,
+                            .imbalance_permille = 1000,
+                            .ragged_inner = ragged},
+             true);
+  for (const auto& [rows, choices, k] : product(a.expert_tokens, a.expert_choices, a.expert_k))
+    grid.add(MoeTopkDims{.rows = rows, .choices = choices, .k = k}, true);
+  for (const auto& [slots, d, rows] : product(a.expert_tokens, a.width, a.expert_tokens)) {
+    grid.add(PermuteDims{.slots = slots, .width = d, .rows = rows}, true);
+    for (int64_t k : a.expert_k)
+      grid.add(UnpermuteDims{.slots = slots, .width = d, .rows = rows, .k = k}, true);
+  }
   return grid.take();
 }
 

@@ -7,6 +7,7 @@
 #include <map>
 #include <utility>
 
+#include "backend_module.hpp"
 #include "modar/base/errors.hpp"
 
 namespace modar::runtime {
@@ -58,11 +59,23 @@ std::vector<std::string> available_backends() {
     if (entry.first != "cpu")
       names.push_back(entry.first);
   }
+  for (const std::string& name : detail::module_backend_names()) {
+    if (registry().count(name) == 0)
+      names.push_back(name);
+  }
   return names;
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& name) {
-  const auto it = registry().find(name);
+  auto it = registry().find(name);
+  if (it == registry().end() && detail::load_backend_module(name)) {
+    it = registry().find(name);
+    if (it == registry().end()) {
+      throw BackendError("backend = " + name +
+                         ": its module loaded but registered no backend (the program must export "
+                         "its symbols: link it with modar_runtime)");
+    }
+  }
   if (it != registry().end())
     return it->second();
   std::string allowed;

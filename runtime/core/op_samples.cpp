@@ -78,26 +78,22 @@ double sample_value(const SampleTensor& tensor, SampleFill fill, int64_t i, int6
   }
 }
 
+// The bytes of `value` as a T, at out (unaligned).
+template <class T>
+void store(T value, unsigned char* out) {
+  std::memcpy(out, &value, sizeof(T));
+}
+
 void encode(ScalarType type, double value, unsigned char* out) {
   switch (type) {
     case ScalarType::fp64:
-      std::memcpy(out, &value, sizeof(double));
-      break;
-    case ScalarType::fp32: {
-      const float v = static_cast<float>(value);
-      std::memcpy(out, &v, sizeof(float));
-      break;
-    }
-    case ScalarType::bf16: {
-      const uint16_t v = float_to_bf16(static_cast<float>(value));
-      std::memcpy(out, &v, sizeof(uint16_t));
-      break;
-    }
-    case ScalarType::i32: {
-      const int32_t v = static_cast<int32_t>(value);
-      std::memcpy(out, &v, sizeof(int32_t));
-      break;
-    }
+      return store(value, out);
+    case ScalarType::fp32:
+      return store(static_cast<float>(value), out);
+    case ScalarType::bf16:
+      return store(float_to_bf16(static_cast<float>(value)), out);
+    case ScalarType::i32:
+      return store(static_cast<int32_t>(value), out);
   }
 }
 
@@ -109,47 +105,41 @@ OpSample op_sample(OpId op, const SampleSizes& sizes) {
   return kRecipes[static_cast<size_t>(op)](sizes);
 }
 
-bool sample_dtype(SampleRole role, ScalarType data, ScalarType* dtype) {
+std::optional<ScalarType> sample_dtype(SampleRole role, ScalarType data) {
   const ScalarType master = data == ScalarType::fp64 ? ScalarType::fp64 : ScalarType::fp32;
   switch (role) {
     case SampleRole::data:
     case SampleRole::positive:
-      *dtype = data;
-      return true;
+      return data;
     case SampleRole::stats:
     case SampleRole::stats_positive:
     case SampleRole::stats_unit:
     case SampleRole::stats_small:
-      *dtype = stats_type(data);
-      return true;
+      return stats_type(data);
     case SampleRole::master:
     case SampleRole::master_small:
-      *dtype = master;
-      return true;
-    case SampleRole::lowp:
-      *dtype = data;
-      return data != master;
+      return master;
+    case SampleRole::lowp:  // absent when the data is already the master type
+      return data != master ? std::optional(data) : std::nullopt;
     case SampleRole::fp32:
-      *dtype = ScalarType::fp32;
-      return true;
+      return ScalarType::fp32;
     case SampleRole::index:
     case SampleRole::sorted:
     case SampleRole::sorted_ragged:
     case SampleRole::given:
-      *dtype = ScalarType::i32;
-      return true;
+      return ScalarType::i32;
   }
-  return false;
+  return std::nullopt;
 }
 
 int64_t sample_tensor_bytes(const SampleTensor& tensor, ScalarType data) {
-  ScalarType dtype{};
-  if (!sample_dtype(tensor.role, data, &dtype))
+  const std::optional<ScalarType> dtype = sample_dtype(tensor.role, data);
+  if (!dtype)
     return 0;
   int64_t count = 1;
   for (int64_t d : tensor.shape)
     count *= d;
-  return count * scalar_bytes(dtype);
+  return count * scalar_bytes(*dtype);
 }
 
 void fill_sample_tensor(Backend& backend, const TensorView& view, const SampleTensor& tensor,
@@ -181,13 +171,13 @@ SampleTensors make_sample_tensors(Backend& backend, const OpSample& sample, Scal
   SampleTensors made;
   for (size_t i = 0; i < sample.tensors.size(); ++i) {
     const SampleTensor& tensor = sample.tensors[i];
-    ScalarType dtype{};
-    if (!sample_dtype(tensor.role, data, &dtype)) {
+    const std::optional<ScalarType> dtype = sample_dtype(tensor.role, data);
+    if (!dtype) {
       made.tensors.emplace_back();
       made.views.emplace_back();
       continue;
     }
-    made.tensors.emplace_back(backend, tensor.shape, dtype);
+    made.tensors.emplace_back(backend, tensor.shape, *dtype);
     made.views.push_back(made.tensors.back().view());
     fill_sample_tensor(backend, made.views.back(), tensor, fill, seed + 7919 * i);
   }

@@ -159,6 +159,7 @@ def test_fit_recovers_a_known_law_and_equals_cli(tmp_path):
         (lambda: modar.optimal(flops=1e20, arch=["baseline", "dar"], capacity=0.5), "capacity"),
         (lambda: modar.optimal(days="2 fortnights", gpus=8), "days"),
         (lambda: modar.optimal(gpu_hours="2w"), "gpu_hours"),
+        (lambda: modar.optimal(gpu_hours="2w"), "give days = 2w with gpus = N"),
         (lambda: modar.optimal(gpu_hours=100, days=1, gpus=4), "days"),
         (lambda: modar.optimal(flops=1e20, eps={"mod": 1e-300}), "eps[mod]"),
         (lambda: modar.optimal(flops=1e20, fit="chinchilla"), "chinchilla"),

@@ -74,7 +74,8 @@ class JsonWriter {
   bool expecting_value_after_key_ = false;
 };
 
-// "text" with JSON escapes (quotes included).
+// "text" with JSON escapes (quotes included); a byte that is not part of
+// well-formed UTF-8 is written as \ufffd, so the output always parses.
 std::string json_quote(std::string_view text);
 // Shortest round-trip text of a double; "null" for NaN / inf.
 std::string json_number(double number);

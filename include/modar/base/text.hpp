@@ -6,6 +6,8 @@
 //  * parse_*_text: the strict text -> number grammar of every boundary
 //    (TOML --set values, CLI flags, CSV cells).
 //  * shown_value: a user-supplied value as it may appear in a one-line error.
+//  * utf8_sequence_length / is_valid_utf8: RFC 3629 UTF-8, the one check of
+//    every boundary that takes free text (--set string values, JSON output).
 //  * edit_distance / nearest_name: "did you mean" suggestions.
 //  * format_fixed / format_sci / format_general and the unit formatters
 //    (format_count, format_bytes, format_seconds, format_percent): report
@@ -14,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace modar {
@@ -56,6 +59,15 @@ bool parse_finite_number_text(const std::string& text, double* out);
 // `max_chars` characters cut to "...(N characters)", so no error is ever
 // multi-line or a megabyte long.  Every echoed value goes through this.
 std::string shown_value(const std::string& text, size_t max_chars = 60);
+
+// ---- UTF-8 ------------------------------------------------------------------------
+
+// The length (1 to 4) of the well-formed RFC 3629 UTF-8 sequence starting at
+// text[i], or 0 where the bytes there are not one (a stray continuation byte,
+// an overlong form, a surrogate, a code point above U+10FFFF, a sequence cut
+// off by the end).  What TOML and JSON accept as text.
+size_t utf8_sequence_length(std::string_view text, size_t i);
+bool is_valid_utf8(std::string_view text);
 
 // Levenshtein distance, and the candidate nearest to `word` ("" when none is
 // close enough to be a plausible typo: more than a third of the word, and

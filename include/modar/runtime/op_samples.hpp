@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "modar/runtime/backend.hpp"
@@ -110,9 +111,9 @@ struct OpSample {
 // The recipe of `op` at `sizes`.
 OpSample op_sample(OpId op, const SampleSizes& sizes = {});
 
-// The dtype of a role for data dtype `data`; false when the tensor is absent
+// The dtype of a role for data dtype `data`; none when the tensor is absent
 // (lowp for fp32 / fp64 data).
-bool sample_dtype(SampleRole role, ScalarType data, ScalarType* dtype);
+std::optional<ScalarType> sample_dtype(SampleRole role, ScalarType data);
 int64_t sample_tensor_bytes(const SampleTensor& tensor, ScalarType data);
 
 // How the outputs start.

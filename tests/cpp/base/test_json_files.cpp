@@ -47,6 +47,16 @@ TEST(BaseJson, WriterProducesExactText) {
   EXPECT_THROW(bad.str(), std::logic_error);
 }
 
+// RFC 8259: JSON text is UTF-8.  Well-formed sequences are copied; a byte
+// that starts none becomes \ufffd (each such byte), so the output parses.
+TEST(BaseJson, TextThatIsNotUtf8IsWrittenAsReplacementCharacters) {
+  EXPECT_EQ(json_quote("caf\xc3\xa9 \xe2\x82\xac \xf0\x9d\x84\x9e"),
+            "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9d\x84\x9e\"");
+  EXPECT_EQ(json_quote("caf\xe9.toml"), "\"caf\\ufffd.toml\"");
+  EXPECT_EQ(json_quote("\xed\xa0\x80"), "\"\\ufffd\\ufffd\\ufffd\"");  // a surrogate
+  EXPECT_EQ(json_quote("a\xe2\x82"), "\"a\\ufffd\\ufffd\"");              // cut off
+}
+
 TEST(BaseJson, OptionalIsTheValueOrNull) {
   JsonWriter json(0);
   json.begin_object();

@@ -46,6 +46,17 @@ TEST(InputHardening, MicroBatchTimesDeviceCountCannotWrapToZero) {
             "ConfigError: device.count = 4294967296: must be <= 16777216");
 }
 
+// A --set string value is not read by the TOML reader (which refuses text
+// that is not UTF-8): each string key refuses it itself, naming the key.
+TEST(InputHardening, EveryStringOverrideMustBeUtf8) {
+  for (const std::string key : {"device.profile", "train.recompute_modules"}) {
+    const std::string error = validate_with({(key + "=caf\xe9").c_str()});
+    EXPECT_EQ(error.rfind("ConfigError: " + key + " = caf", 0), 0u) << error;
+    EXPECT_NE(error.find("must be valid UTF-8 text"), std::string::npos) << error;
+  }
+  EXPECT_EQ(validate_with({"device.profile=caf\xc3\xa9.toml"}), "no error");
+}
+
 // A huge d_model used to be blamed on n_heads ("must divide d_model").
 TEST(InputHardening, EachFieldIsCheckedAgainstItsOwnRangeFirst) {
   EXPECT_EQ(validate_with({"model.d_model=1000000001"}),

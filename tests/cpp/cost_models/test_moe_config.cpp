@@ -27,13 +27,9 @@ std::string with(const std::vector<std::string>& assignments) {
 TEST(MoeConfig, DefaultsAreDenseAndEveryKeyIsListed) {
   const Config c;
   EXPECT_FALSE(c.moe.enabled());
-  EXPECT_EQ(c.moe.experts, 0);
-  EXPECT_EQ(c.moe.top_k, 1);
-  EXPECT_EQ(c.moe.interval, 1);
-  EXPECT_EQ(c.moe.capacity_factor, 0.0);
-  EXPECT_EQ(c.moe.aux_loss_coef, 0.01);
-  EXPECT_EQ(c.moe.load_imbalance, 1.0);
-  EXPECT_EQ(c.moe.mode, MoeMode::none);
+  // The [moe] defaults stated in tests/data/config_defaults.toml.
+  for (const auto& row : modar_test::keys_as_stated("config_defaults.toml", c))
+    EXPECT_EQ(row.actual, row.expected) << row.where;
   EXPECT_EQ(c.moe.moe_layers(24), 0);
   EXPECT_FALSE(c.moe.is_moe_layer(0));
   for (const char* key : {"moe.experts", "moe.top_k", "moe.expert_ffn", "moe.shared_experts",

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "../common/cli_run.hpp"
 
@@ -85,9 +86,37 @@ TEST(PlannerCli, ClusterFlagsAreHonouredOrRefusedWithTheReason) {
   ASSERT_EQ(global.exit_code, 0) << global.err;
   EXPECT_NE(global.out.find("\"global_batch\": 768"), std::string::npos) << global.out;
   expect_one_line_error("optimal --gpu-hours 2w --gpus 8 --arch baseline",
-                        "must be a number of GPU-hours");
+                        "--gpu-hours = 2w: not a number of GPU-hours");
   expect_one_line_error("optimal --days 2x --gpus 8 --arch baseline",
-                        "--days = 2x: must be a wall-clock duration");
+                        "--days = 2x: not a wall-clock duration");
+}
+
+// A budget in the wrong unit names the flag, the value, what the flag takes
+// and, when the value is another budget flag's, that flag with the value as
+// the user would type it; a flag is never named twice ("----gpus").
+TEST(PlannerCli, BudgetUnitMistakesNameTheFlagTheValueAndTheRightFlag) {
+  const auto expect_error = [](const std::string& args, const std::vector<std::string>& needles) {
+    const CliRun run = run_cli(args);
+    EXPECT_EQ(run.exit_code, 2) << args << "\n" << run.err;
+    EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << args << "\n" << run.err;
+    for (const std::string& needle : needles) {
+      EXPECT_NE(run.err.find(needle), std::string::npos) << args << ": " << needle << "\n"
+                                                         << run.err;
+    }
+    EXPECT_EQ(run.err.find("----"), std::string::npos) << args << "\n" << run.err;
+    EXPECT_EQ(run.err.find("gpu_hours"), std::string::npos) << args << "\n" << run.err;
+  };
+  expect_error("optimal --gpu-hours 2w --gpus 8",
+               {"--gpu-hours = 2w", "200k", "give --days 2w with --gpus N"});
+  expect_error("optimal --gpu-hours 3days --gpus 8", {"give --days 3days"});
+  expect_error("optimal --gpu-hours lots --gpus 8", {"--gpu-hours = lots", "2e5"});
+  expect_error("optimal --days 200k --gpus 8",
+               {"--days = 200k", "weeks (2w)", "give --gpu-hours 200k"});
+  expect_error("optimal --days -3 --gpus 8", {"--days = -3", "number of days"});
+  expect_error("optimal --gpu-hours 0 --gpus 8", {"--gpu-hours = 0", "number of GPU-hours"});
+  expect_error("optimal --flops 2w", {"--flops = 2w", "not a number of FLOPs", "--days D"});
+  expect_error("sweep --flops 1e19,2w", {"--flops = 2w", "modar optimal's --gpu-hours"});
+  expect_error("optimal --flops 1e20 --gpus x", {"--gpus = x"});
 }
 
 TEST(PlannerCli, OptimalJsonHasTheContractFields) {

@@ -141,6 +141,38 @@ TEST(PlannerHardening, LargeFitRecoversTheLaw) {
   }
 }
 
+// optimal() reports its steps with an ETA once one step is done (the CLI and
+// Python print these lines, through progress_line, for calls over about a
+// second): every report before the last is not final and has done <= total, a report after the
+// first finished step carries an ETA >= 0 and its line says ", ETA ", and
+// the last is final with done = total.
+TEST(PlannerHardening, OptimalReportsStepsWithAnEta) {
+  modar::OptimalRequest request;
+  request.flops = 1e21;
+  request.gpus = 64;
+  request.arch = {"baseline", "mod"};
+  std::vector<modar::RunProgress> reports;
+  modar::RunControl control;
+  control.progress_interval_s = 0.0;  // every unit
+  control.progress = [&](const modar::RunProgress& p) { reports.push_back(p); };
+  modar::optimal(request, control);
+  ASSERT_GE(reports.size(), 3u);
+  bool eta_seen = false;
+  for (size_t i = 0; i + 1 < reports.size(); ++i) {
+    const modar::RunProgress& p = reports[i];
+    EXPECT_FALSE(p.final);
+    EXPECT_LE(p.done, p.total);
+    if (p.done > 0) {
+      EXPECT_GE(p.eta_s, 0.0) << modar::progress_line(p);
+      eta_seen = eta_seen || modar::progress_line(p).find(", ETA ") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(eta_seen);
+  EXPECT_TRUE(reports.back().final);
+  EXPECT_EQ(reports.back().done, reports.back().total);
+  EXPECT_NE(modar::progress_line(reports.back()).find(", done"), std::string::npos);
+}
+
 TEST(PlannerHardening, FitAndSweepStopOnInterrupt) {
   const modar::LossFitParams truth{1.9, 400.0, 1800.0, 0.33, 0.36};
   modar::request_interrupt();
