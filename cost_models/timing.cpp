@@ -302,7 +302,12 @@ struct CachedLookup {
   TimingModel::Source source = TimingModel::Source::roofline;
   double seconds = 0.0;
 };
-constexpr size_t kLookupCacheSize = 4096;
+// 65,536 slots (~6 MB per thread and cache): the wall-clock planner's step
+// floors lower tens of thousands of layouts whose GEMMs recur across shapes;
+// with 4,096 slots the documented h100 call (`modar optimal --gpu-hours 2e5
+// --gpus 512 --profile h100-80gb-dgx`) missed 556,521 times (the kernel
+// model's GEMM timing: 21 % of its instructions), with 65,536 61,704 times.
+constexpr size_t kLookupCacheSize = 65536;
 
 size_t lookup_slot(uint64_t model_id, const OpShape& shape, Pass pass) {
   // Independent multiplies (no dependent chain): a slot costs a few cycles.

@@ -205,9 +205,10 @@ LayoutSpace layout_space(const Config& config, const TimingModel& timing,
   return space;
 }
 
-Config layout_config(const Config& config, const LayoutSpace& space, const Candidate& l,
-                     Recompute recompute) {
-  Config c = config;
+// `c` (a copy of the shape's configuration) set to layout `l` with
+// `recompute`: every field a layout sets is assigned, so reusing one copy
+// for many layouts gives the configurations layout_config() would.
+void set_layout(Config& c, const LayoutSpace& space, const Candidate& l, Recompute recompute) {
   c.device.count = space.gpus;
   c.cluster.gpus_per_node = space.per_node;
   c.cluster.nodes = 0;
@@ -225,6 +226,12 @@ Config layout_config(const Config& config, const LayoutSpace& space, const Candi
   c.train.global_batch = space.global;
   c.train.recompute = recompute;
   c.train.recompute_granularity = RecomputeGranularity::none;  // modar's recompute is searched
+}
+
+Config layout_config(const Config& config, const LayoutSpace& space, const Candidate& l,
+                     Recompute recompute) {
+  Config c = config;
+  set_layout(c, space, l, recompute);
   return c;
 }
 
@@ -239,6 +246,9 @@ class LayoutEstimator {
   // A lower bound on the step time of `c`'s layout under any recompute
   // choice (cluster_step_lower_bound of the layout with recompute none).
   double step_lower_bound(const Config& c) {
+    if (c.train.recompute == Recompute::none) {
+      return cluster_step_lower_bound(c, timing_, compute_for(c));
+    }
     Config lightest = c;
     lightest.train.recompute = Recompute::none;
     return cluster_step_lower_bound(lightest, timing_, compute_for(lightest));
@@ -373,8 +383,11 @@ double ShapeLayouts::step_floor_s() {
   // its further lowerings cost more than the shapes it rules out save.)
   State& s = *state_;
   const DeviceProfile& profile = s.timing.profile();
-  const auto config_of = [&s](const Candidate& l, Recompute recompute) {
-    return layout_config(s.config, s.space, l, recompute);
+  // One configuration, set to each layout in turn (no copy per layout).
+  Config scratch = s.config;
+  const auto config_of = [&s, &scratch](const Candidate& l, Recompute recompute) -> const Config& {
+    set_layout(scratch, s.space, l, recompute);
+    return scratch;
   };
   // The bound depends on the ZeRO stage (the space's innermost dimension)
   // only through ZeRO 3's data-parallel channel: bounds are kept per run of
@@ -455,25 +468,26 @@ LayoutSearchResult ShapeLayouts::search() {
   // not timed: it would not fit.  Once one fits, a candidate whose step-time
   // lower bound (any recompute) cannot beat the fastest is skipped whole: it
   // could not be chosen, fitting or not (options.prune).
+  Config trial = config;  // set to each layout in turn (set_layout)
   for (const Candidate& l : space.candidates) {
     if (first_fit_size > 0 && l.t * l.p > 4 * first_fit_size) {
       break;
     }
     if (options.prune && std::isfinite(best_step)) {
-      const Config lightest = layout_config(config, space, l, Recompute::none);
-      if (estimator.step_lower_bound(lightest) * (1.0 - kBoundSlack) >= best_step) {
+      set_layout(trial, space, l, Recompute::none);
+      if (estimator.step_lower_bound(trial) * (1.0 - kBoundSlack) >= best_step) {
         ++evaluated;
         continue;
       }
     }
     for (Recompute recompute : options.dimensions.recomputes) {
-      const Config c = layout_config(config, space, l, recompute);
+      set_layout(trial, space, l, recompute);
       ++evaluated;
-      if (!cluster_memory_bound(c, profile).may_fit()) {
+      if (!cluster_memory_bound(trial, profile).may_fit()) {
         continue;
       }
       std::shared_ptr<ClusterEstimate> cluster;
-      const Estimate& single = estimator.estimate(c, &cluster);
+      const Estimate& single = estimator.estimate(trial, &cluster);
       const StageSummary& busiest = cluster->stages[static_cast<size_t>(cluster->busiest_stage)];
       if (!busiest.memory.fits) {
         continue;
@@ -483,7 +497,7 @@ LayoutSearchResult ShapeLayouts::search() {
       }
       if (cluster->step_s < best_step) {
         best_step = cluster->step_s;
-        fill(best, c, single, cluster, timing);
+        fill(best, trial, single, cluster, timing);
       }
       break;
     }

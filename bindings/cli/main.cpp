@@ -2,6 +2,8 @@
 // typed errors to exit codes: bad input -> 2 (one line naming the field, the
 // value and what is allowed), internal failure -> 1.  Nothing reaches the user
 // as an uncaught exception.
+#include <malloc.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -67,6 +69,12 @@ std::string command_names() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The heap grows and shrinks in steps of 64 MiB more than asked: the
+  // planner's searches allocate and free tens of MB per shape, and glibc's
+  // default (128 KiB) gave the memory back and faulted it in again each time
+  // (the documented h100 call: 42,787 minor faults and 0.17-0.19 s of system
+  // time -> 19,711 and 0.09 s).  Pages are still only touched when used.
+  mallopt(M_TOP_PAD, 64 << 20);
   if (argc < 2) {
     std::fputs(usage().c_str(), stderr);
     return 2;

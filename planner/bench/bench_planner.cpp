@@ -2,16 +2,79 @@
 // search, one budget) at several budgets, the sweep rate in candidates per
 // second with and without per-candidate memory / step-time estimates, and the
 // wall-clock budgets the docs run on clusters.
+// The wall-clock rows also time the `modar` CLI beside this program as one
+// process per call (what a user timing the command sees: start-up, loading,
+// the search, the output), user + system CPU seconds from wait4.
 // Prints a table; no assertions (speed is shown by programs, not tests).
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "bench_clock.hpp"
 #include "modar/planner.hpp"
+
+namespace {
+
+// The `modar` CLI built beside this program ("" when there is none).
+std::string cli_beside_this_program() {
+  char buffer[4096];
+  const ssize_t n = readlink("/proc/self/exe", buffer, sizeof buffer - 1);
+  if (n <= 0) {
+    return {};
+  }
+  std::string path(buffer, static_cast<size_t>(n));
+  path = path.substr(0, path.rfind('/') + 1) + "modar";
+  return access(path.c_str(), X_OK) == 0 ? path : std::string();
+}
+
+struct ProcessCost {
+  double cpu_s = NAN;  // user + system
+  double system_s = NAN;
+  long max_rss_kib = 0;
+};
+
+// One run of `cli arguments...` (output discarded): its own CPU time.
+ProcessCost run_process(const std::string& cli, const std::vector<std::string>& arguments) {
+  std::vector<char*> argv{const_cast<char*>(cli.c_str())};
+  for (const std::string& argument : arguments) {
+    argv.push_back(const_cast<char*>(argument.c_str()));
+  }
+  argv.push_back(nullptr);
+  std::fflush(nullptr);  // else the child would write this program's buffered tables again
+  const pid_t child = fork();
+  if (child == 0) {
+    const int null = open("/dev/null", O_WRONLY);
+    if (null < 0 || dup2(null, STDOUT_FILENO) < 0 || dup2(null, STDERR_FILENO) < 0) {
+      _exit(127);
+    }
+    execv(cli.c_str(), argv.data());
+    _exit(127);
+  }
+  ProcessCost cost;
+  int status = 0;
+  rusage usage{};
+  if (child > 0 && wait4(child, &status, 0, &usage) == child && WIFEXITED(status) &&
+      WEXITSTATUS(status) == 0) {
+    const auto seconds = [](const timeval& t) {
+      return double(t.tv_sec) + 1e-6 * double(t.tv_usec);
+    };
+    cost.system_s = seconds(usage.ru_stime);
+    cost.cpu_s = seconds(usage.ru_utime) + cost.system_s;
+    cost.max_rss_kib = usage.ru_maxrss;
+  }
+  return cost;
+}
+
+}  // namespace
 
 int main() {
   // candidates = shapes whose predicted loss was computed; timed = shapes
@@ -88,10 +151,15 @@ int main() {
   // The wall-clock budgets the docs run (docs/cluster.md, docs/planner.md):
   // `modar optimal --gpu-hours H --gpus N --profile P`, default architectures.
   // CPU seconds: the least of three calls (a shared host's load only adds).
-  std::printf("\nmodar optimal --gpu-hours H --gpus N --profile P (default architectures), "
-              "CPU s: min of 3 calls\n");
-  std::printf("%-10s %6s %-16s %10s %12s %8s %10s %10s\n", "GPU-hours", "GPUs", "profile",
-              "CPU s", "candidates", "timed", "layouts", "l. timed");
+  // CLI: one `modar optimal ... --quiet` process per run, 5 runs: the least
+  // and the median of user + system CPU s, and the system part of the least.
+  const std::string cli = cli_beside_this_program();
+  std::printf(
+      "\nmodar optimal --gpu-hours H --gpus N --profile P (default architectures), "
+      "CPU s: in this process, min of 3 calls; CLI: one `modar` process per run, user + "
+      "system, min / median of 5 runs (sys of the min run, max RSS)\n");
+  std::printf("%-10s %6s %-16s %10s %12s %8s %10s %10s   %s\n", "GPU-hours", "GPUs", "profile",
+              "CPU s", "candidates", "timed", "layouts", "l. timed", "CLI CPU s min / median");
   struct WallClock {
     double gpu_hours;
     int64_t gpus;
@@ -110,12 +178,30 @@ int main() {
       result = modar::optimal(request);
       elapsed = std::min(elapsed, cpu_seconds() - start);
     }
-    std::printf("%-10.6g %6lld %-16s %10.3f %12lld %8lld %10lld %10lld\n", run.gpu_hours,
+    std::string cli_text = "(no modar beside this program)";
+    if (!cli.empty()) {
+      char gpu_hours[32], gpus[32];
+      std::snprintf(gpu_hours, sizeof gpu_hours, "%.17g", run.gpu_hours);
+      std::snprintf(gpus, sizeof gpus, "%lld", static_cast<long long>(run.gpus));
+      std::vector<ProcessCost> runs;
+      for (int repeat = 0; repeat < 5; ++repeat) {
+        runs.push_back(run_process(cli, {"optimal", "--gpu-hours", gpu_hours, "--gpus", gpus,
+                                         "--profile", run.profile, "--quiet"}));
+      }
+      std::sort(runs.begin(), runs.end(),
+                [](const ProcessCost& a, const ProcessCost& b) { return a.cpu_s < b.cpu_s; });
+      char text[96];
+      std::snprintf(text, sizeof text, "%.3f / %.3f (sys %.3f, %ld MiB)", runs.front().cpu_s,
+                    runs[runs.size() / 2].cpu_s, runs.front().system_s,
+                    runs.front().max_rss_kib / 1024);
+      cli_text = text;
+    }
+    std::printf("%-10.6g %6lld %-16s %10.3f %12lld %8lld %10lld %10lld   %s\n", run.gpu_hours,
                 static_cast<long long>(run.gpus), run.profile, elapsed,
                 static_cast<long long>(result.candidates_evaluated),
                 static_cast<long long>(result.cost_evaluations),
                 static_cast<long long>(result.layouts_evaluated),
-                static_cast<long long>(result.layouts_timed));
+                static_cast<long long>(result.layouts_timed), cli_text.c_str());
   }
   return 0;
 }

@@ -28,18 +28,15 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
-  const auto parsed = modar::fuzz::accepted_runs_csv(
-      "calibrate", text, [](const std::string& csv, const std::string& dir) {
-        return modar::parse_calibration_runs(csv, "fuzz.csv", dir);
-      });
-  if (!parsed) {
+  const auto runs =
+      modar::fuzz::accepted_runs_csv("calibrate", text, modar::parse_calibration_runs);
+  if (!runs) {
     return 0;
   }
-  const std::vector<modar::CalibrationRun>& runs = *parsed;
-  modar::fuzz::require(!runs.empty(), "accepted a CSV without runs", text);
-  int64_t previous_line = 0;
+  modar::fuzz::require(!runs->empty(), "accepted a CSV without runs", text);
+  modar::fuzz::require_increasing_lines(*runs, text);
   std::set<std::string> names;
-  for (const modar::CalibrationRun& run : runs) {
+  for (const modar::CalibrationRun& run : *runs) {
     const std::string where = "line " + std::to_string(run.line) + "\n" + text;
     modar::fuzz::require(!run.name.empty() && names.insert(run.name).second,
                          "accepted an empty or repeated run name", where);
@@ -53,8 +50,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } catch (const modar::ConfigError&) {
       modar::fuzz::require(false, "accepted a run whose config does not validate", where);
     }
-    modar::fuzz::require(run.line > previous_line, "run line numbers do not increase", text);
-    previous_line = run.line;
   }
   return 0;
 }

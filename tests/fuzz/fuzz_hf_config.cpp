@@ -33,10 +33,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const std::string summary = modar::hf_import_summary(imported, "config.json", {});
   modar::fuzz::require(summary.find('\n') == std::string::npos, "the summary spans lines", summary);
-  const std::string text = modar::to_toml(imported.config);
-  const modar::Config back = modar::fuzz::read_back(
-      [](const std::string& t) { return modar::parse_config_toml(t, "round-trip.toml"); }, text,
-      "to_toml() of an imported config is rejected");
+  const auto [text, back] =
+      modar::fuzz::round_trip(imported.config, modar::parse_config_toml, "an imported config");
   modar::fuzz::require(modar::config_values(back) == modar::config_values(imported.config),
                        "to_toml() does not read back to the same values", text);
   return 0;

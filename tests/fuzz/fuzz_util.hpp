@@ -54,6 +54,19 @@ auto read_back(const Parse& parse, const std::string& text, const char* what) {
   std::abort();  // not reached: require(false, ...) aborts
 }
 
+// to_toml() of an accepted value (a Config, a DeviceProfile), read back by
+// `parse` (text, source name -> value) and written again: a rejection, or a
+// second text that differs, is a property violation about `what`.  Returns
+// the text and the value read back.
+template <class T, class Parse>
+std::pair<std::string, T> round_trip(const T& value, const Parse& parse, const std::string& what) {
+  std::string text = to_toml(value);
+  T back = read_back([&](const std::string& t) { return parse(t, "round-trip.toml"); }, text,
+                     ("to_toml() of " + what + " is rejected").c_str());
+  require(to_toml(back) == text, ("to_toml() of " + what + " is not stable").c_str(), text);
+  return {std::move(text), std::move(back)};
+}
+
 // Split at the first line that is exactly `marker`: (text before, lines after).
 inline std::pair<std::string, std::vector<std::string>> split_at_marker(const std::string& input,
                                                                         const std::string& marker) {
@@ -120,18 +133,28 @@ inline std::filesystem::path csv_config_folder(const std::string& tag) {
   return dir;
 }
 
-// The runs CSV targets' parse: `parse(text, folder)`, with `folder` the
-// csv_config_folder(tag) (made by the first call), or nullopt when the text
-// contains '/' (skipped: a cell could name a file outside that folder) or
-// the library refuses it (accepted()).
+// The runs CSV targets' parse: `parse(text, "fuzz.csv", folder)`, with
+// `folder` the csv_config_folder(tag) (made by the first call), or nullopt
+// when the text contains '/' (skipped: a cell could name a file outside that
+// folder) or the library refuses it (accepted()).
 template <class Parse>
 auto accepted_runs_csv(const std::string& tag, const std::string& text, const Parse& parse)
-    -> std::optional<decltype(parse(text, std::string()))> {
+    -> std::optional<decltype(parse(text, std::string(), std::string()))> {
   static const std::string folder = csv_config_folder(tag).string();
   if (text.find('/') != std::string::npos) {
     return std::nullopt;
   }
-  return accepted([&] { return parse(text, folder); });
+  return accepted([&] { return parse(text, "fuzz.csv", folder); });
+}
+
+// Each run names the CSV line it came from: the lines must increase.
+template <class Run>
+void require_increasing_lines(const std::vector<Run>& runs, const std::string& text) {
+  int64_t previous_line = 0;
+  for (const Run& run : runs) {
+    require(run.line > previous_line, "run line numbers do not increase", text);
+    previous_line = run.line;
+  }
 }
 
 }  // namespace modar::fuzz
