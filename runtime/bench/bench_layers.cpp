@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_main.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/runtime/backend.hpp"
 #include "modar/runtime/layers.hpp"
@@ -333,21 +334,11 @@ void bench_model(Backend& backend, const Options& o) {
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
-  try {
+  return run_benchmark("modar_bench_layers", [&] {
     std::unique_ptr<Backend> backend = make_backend(o.backend);
     if (o.layers)
       bench_layers(*backend, o);
     if (o.model)
       bench_model(*backend, o);
-  } catch (const modar::FileError& e) {
-    std::fprintf(stderr, "modar_bench_layers: %s\n", e.what());
-    return 2;
-  } catch (const modar::ConfigError& e) {
-    std::fprintf(stderr, "modar_bench_layers: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "modar_bench_layers: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  });
 }

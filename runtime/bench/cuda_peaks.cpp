@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_main.hpp"
 #include "modar/base/errors.hpp"
 #include "modar/runtime/backend.hpp"
 #include "modar/runtime/cuda_backend.hpp"
@@ -252,7 +253,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  try {
+  return run_benchmark("modar_cuda_peaks", [&] {
     auto backend_owner = make_cuda_backend();
     Backend& gpu = *backend_owner;
     const auto provenance = cuda_provenance(0);
@@ -357,15 +358,5 @@ int main(int argc, char** argv) {
     if (!side_path.empty()) {
       side_by_side(gpu, reps, side_path);
     }
-  } catch (const modar::BackendError& error) {
-    std::fprintf(stderr, "modar_cuda_peaks: %s\n", error.what());
-    return 2;
-  } catch (const modar::FileError& error) {
-    std::fprintf(stderr, "modar_cuda_peaks: %s\n", error.what());
-    return 2;
-  } catch (const std::exception& error) {
-    std::fprintf(stderr, "modar_cuda_peaks: %s\n", error.what());
-    return 1;
-  }
-  return 0;
+  });
 }
