@@ -148,7 +148,11 @@ struct Buckets final : detail::OpConsumer {
  private:
   // The tensor-parallel linears' GEMMs by pass ("attn.qkv", "attn.qkv.dgrad",
   // "attn.qkv.wgrad", ...; SwiGLU's fused gate and up count as up).
-  void add_linear_gemm(const char* label, double seconds) {
+  struct LinearPlace {
+    double RankCompute::LinearGemms::*field = nullptr;  // none: not such a linear
+    RankCompute::LinearGemms Buckets::*pass = nullptr;  // forward, dgrad or wgrad
+  };
+  static LinearPlace linear_place(const char* label) {
     static const struct {
       const char* name;
       double RankCompute::LinearGemms::*field;
@@ -164,12 +168,37 @@ struct Buckets final : detail::OpConsumer {
       }
       const char* suffix = label + n;
       if (*suffix == '\0') {
-        forward.*linear.field += seconds;
-      } else if (std::strcmp(suffix, ".dgrad") == 0) {
-        dgrad.*linear.field += seconds;
-      } else if (std::strcmp(suffix, ".wgrad") == 0) {
-        wgrad.*linear.field += seconds;
+        return {linear.field, &Buckets::forward};
       }
+      if (std::strcmp(suffix, ".dgrad") == 0) {
+        return {linear.field, &Buckets::dgrad};
+      }
+      if (std::strcmp(suffix, ".wgrad") == 0) {
+        return {linear.field, &Buckets::wgrad};
+      }
+    }
+    return {};
+  }
+  // linear_place() memoised by the label's address, as cached_label_place():
+  // the floors lower the same labels millions of times.
+  static LinearPlace cached_linear_place(const char* label) {
+    struct Slot {
+      const char* label = nullptr;
+      LinearPlace place;
+    };
+    constexpr size_t kSlots = 512;
+    thread_local std::array<Slot, kSlots> slots{};
+    Slot& slot = slots[(reinterpret_cast<uintptr_t>(label) >> 3) & (kSlots - 1)];
+    if (slot.label != label) {
+      slot.place = linear_place(label);
+      slot.label = label;
+    }
+    return slot.place;
+  }
+  void add_linear_gemm(const char* label, double seconds) {
+    const LinearPlace place = cached_linear_place(label);
+    if (place.field != nullptr) {
+      (this->*place.pass).*place.field += seconds;
     }
   }
   const TimingModel& timing_;

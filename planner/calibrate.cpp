@@ -654,11 +654,7 @@ std::string to_json(const CalibrationResult& result) {
   json.field("iterations", result.iterations).field("converged", result.converged);
   json.field("estimates", result.estimates);
   json.end_object();
-  json.key("notes").begin_array();
-  for (const std::string& note : result.notes) {
-    json.value(note);
-  }
-  json.end_array();
+  json.field("notes", result.notes);
   json.end_object();
   return json.str() + "\n";
 }

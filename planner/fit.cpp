@@ -574,6 +574,20 @@ FitResult fit_runs(const std::vector<RunRecord>& input, const FitOptions& option
   return result;
 }
 
+namespace {
+
+// The five constants' summaries with their names, in the order of the law.
+std::array<std::pair<const char*, const FitParamSummary*>, 5> param_summaries(
+    const FitResult& result) {
+  return {{{"E", &result.E},
+           {"A", &result.A},
+           {"B", &result.B},
+           {"alpha", &result.alpha},
+           {"beta", &result.beta}}};
+}
+
+}  // namespace
+
 std::string to_json(const FitResult& result) {
   JsonWriter json;
   json.begin_object();
@@ -582,12 +596,7 @@ std::string to_json(const FitResult& result) {
   json.field("objective", result.objective).field("rms_log_residual", result.rms_log_residual);
   json.field("source", result.fit.source);
   json.key("params").begin_object();
-  const std::pair<const char*, const FitParamSummary*> rows[] = {{"E", &result.E},
-                                                                 {"A", &result.A},
-                                                                 {"B", &result.B},
-                                                                 {"alpha", &result.alpha},
-                                                                 {"beta", &result.beta}};
-  for (const auto& [name, summary] : rows) {
+  for (const auto& [name, summary] : param_summaries(result)) {
     json.key(name)
         .begin_object()
         .field("estimate", summary->estimate)
@@ -607,12 +616,7 @@ std::string to_text(const FitResult& result) {
   std::snprintf(line, sizeof line, "%-6s %14s %14s %14s %14s\n", "param", "estimate",
                 "bootstrap SE", "2.5%", "97.5%");
   out += line;
-  const std::pair<const char*, const FitParamSummary*> rows[] = {{"E", &result.E},
-                                                                 {"A", &result.A},
-                                                                 {"B", &result.B},
-                                                                 {"alpha", &result.alpha},
-                                                                 {"beta", &result.beta}};
-  for (const auto& [name, s] : rows) {
+  for (const auto& [name, s] : param_summaries(result)) {
     std::snprintf(line, sizeof line, "%-6s %14.6g %14.4g %14.6g %14.6g\n", name, s->estimate,
                   s->standard_error, s->ci_low, s->ci_high);
     out += line;

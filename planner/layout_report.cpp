@@ -108,11 +108,7 @@ std::string to_json(const LayoutRanking& ranking) {
     write_row(json, row);
   }
   json.end_array();
-  json.key("skipped").begin_array();
-  for (const std::string& why : ranking.skipped) {
-    json.value(why);
-  }
-  json.end_array();
+  json.field("skipped", ranking.skipped);
   json.end_object();
   return json.str();
 }

@@ -5,8 +5,17 @@
 #include "modar/estimate_json.hpp"
 #include "modar/layout_search.hpp"
 #include "modar/planner.hpp"
+#include "planner_internal.hpp"
 
 namespace modar {
+
+void detail::write_planned_parallel_json(JsonWriter& json, const Config& layout) {
+  json.key("parallel").begin_object();
+  write_parallel_layout_json(json, parallel_layout_json(layout));
+  json.field("global_batch", layout.train.global_batch);
+  json.field("recompute", to_string(layout.train.recompute));
+  json.end_object();
+}
 
 namespace {
 
@@ -36,11 +45,7 @@ void write_recommendation_json(JsonWriter& json, const Recommendation& rec,
     json.key(key).raw(literal);
   }
   json.end_object();
-  json.key("parallel").begin_object();
-  write_parallel_layout_json(json, parallel_layout_json(rec.config));
-  json.field("global_batch", rec.config.train.global_batch);
-  json.field("recompute", to_string(rec.config.train.recompute));
-  json.end_object();
+  detail::write_planned_parallel_json(json, rec.config);
   json.key("mod").begin_object();
   json.field("capacity", rec.config.mod.enabled() ? rec.config.mod.capacity : 1.0);
   json.field("every", rec.config.mod.every);
@@ -221,11 +226,7 @@ std::string to_json(const OptimalResult& result) {
     json.end_object();
   }
   json.end_array();
-  json.key("notes").begin_array();
-  for (const std::string& note : result.notes) {
-    json.value(note);
-  }
-  json.end_array();
+  json.field("notes", result.notes);
   json.end_object();
   return json.str();
 }

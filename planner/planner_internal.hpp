@@ -1,4 +1,4 @@
-// Internal pieces shared by optimal.cpp and sweep.cpp.  Not a public header.
+// Internal pieces shared by optimal.cpp, optimal_json.cpp and sweep.cpp.  Not a public header.
 #pragma once
 
 #include <optional>
@@ -7,7 +7,16 @@
 
 #include "modar/planner.hpp"
 
+namespace modar {
+class JsonWriter;
+}
+
 namespace modar::detail {
+
+// The "parallel" object of a planned configuration: the layout fields
+// (write_parallel_layout_json), then global_batch and recompute.  optimal's
+// recommendations and sweep's JSON lines both write it (planner/optimal_json.cpp).
+void write_planned_parallel_json(JsonWriter& json, const Config& layout);
 
 // Validate a budget value given on the CLI / API; throws ConfigError.
 void check_budget(const char* flag, const std::optional<double>& value);

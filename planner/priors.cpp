@@ -101,6 +101,31 @@ std::optional<double> mod_eps(double E, double exponent, std::string* text) {
   return std::exp(log_sum / 3.0);
 }
 
+// The last part of each prior's range: the eps at the fit's E +- 1.96 SE (E is
+// the one constant whose standard error means something alone: A, alpha and
+// B, beta are strongly correlated in every published fit).  Widens the
+// prior's [eps_low, eps_high] to both ends and notes them in `interval`;
+// nothing without a standard error of E or where either end has no eps.
+template <typename EpsAtE>
+void widen_by_fit_e(const LossFit& fit, const EpsAtE& eps_at_e, EfficiencyPrior& prior,
+                    std::string& interval) {
+  if (!fit.standard_errors || fit.standard_errors->E <= 0) {
+    return;
+  }
+  const double se = fit.standard_errors->E;
+  const std::optional<double> up = eps_at_e(fit.params.E + kZ95 * se);
+  const std::optional<double> down = eps_at_e(fit.params.E - kZ95 * se);
+  if (!up || !down) {
+    return;
+  }
+  const double lo = std::min(*up, *down);
+  const double hi = std::max(*up, *down);
+  prior.eps_low = std::min(prior.eps_low, lo);
+  prior.eps_high = std::max(prior.eps_high, hi);
+  interval += "fit E +- 1.96 SE (" + format_number(se) + "): " + format_fixed(lo, 4) + " .. " +
+              format_fixed(hi, 4) + "\n";
+}
+
 EfficiencyPrior mod_prior(const LossFit& fit) {
   const LossFitParams& p = fit.params;
   EfficiencyPrior prior;
@@ -158,21 +183,9 @@ EfficiencyPrior mod_prior(const LossFit& fit) {
                          " .. " + format_fixed(reading_high, 4) + "\n";
   interval += "spread of the three budgets' eps_i: " + format_fixed(point_low, 4) + " .. " +
               format_fixed(point_high, 4) + "\n";
-  // (3) The fit's E (the one constant whose standard error means something
-  // alone: A, alpha and B, beta are strongly correlated in every published fit).
-  if (fit.standard_errors && fit.standard_errors->E > 0) {
-    const double se = fit.standard_errors->E;
-    const std::optional<double> up = mod_eps(p.E + kZ95 * se, exponent, nullptr);
-    const std::optional<double> down = mod_eps(p.E - kZ95 * se, exponent, nullptr);
-    if (up && down) {
-      const double lo = std::min(*up, *down);
-      const double hi = std::max(*up, *down);
-      prior.eps_low = std::min(prior.eps_low, lo);
-      prior.eps_high = std::max(prior.eps_high, hi);
-      interval += "fit E +- 1.96 SE (" + format_number(se) + "): " + format_fixed(lo, 4) + " .. " +
-                  format_fixed(hi, 4) + "\n";
-    }
-  }
+  // (3) The fit's E.
+  widen_by_fit_e(
+      fit, [&](double E) { return mod_eps(E, exponent, nullptr); }, prior, interval);
   interval += "eps_mod range (envelope) = " + format_fixed(prior.eps_low, 4) + " .. " +
               format_fixed(prior.eps_high, 4);
   prior.interval = interval;
@@ -274,24 +287,16 @@ EfficiencyPrior dar_prior(const LossFit& fit, bool full) {
     prior.eps_low = std::min(prior.eps_low, all_low);
     prior.eps_high = std::max(prior.eps_high, all_high);
   }
-  if (fit.standard_errors && fit.standard_errors->E > 0) {
-    const double se = fit.standard_errors->E;
-    double log_up = 0.0, log_down = 0.0;
-    for (const DarReduction* r : selected_points) {
-      log_up += std::log(std::max(dar_point_eps(p, p.E + kZ95 * se, *r, r->relative_loss_drop),
-                                  1e-300));
-      log_down += std::log(std::max(dar_point_eps(p, p.E - kZ95 * se, *r, r->relative_loss_drop),
-                                    1e-300));
-    }
-    const double up = std::exp(log_up / used);
-    const double down = std::exp(log_down / used);
-    const double lo = std::min(up, down);
-    const double hi = std::max(up, down);
-    prior.eps_low = std::min(prior.eps_low, lo);
-    prior.eps_high = std::max(prior.eps_high, hi);
-    interval += "fit E +- 1.96 SE (" + format_number(se) + "): " + format_fixed(lo, 4) + " .. " +
-                format_fixed(hi, 4) + "\n";
-  }
+  widen_by_fit_e(
+      fit,
+      [&](double E) {
+        double log_sum = 0.0;
+        for (const DarReduction* r : selected_points) {
+          log_sum += std::log(std::max(dar_point_eps(p, E, *r, r->relative_loss_drop), 1e-300));
+        }
+        return std::optional<double>(std::exp(log_sum / used));
+      },
+      prior, interval);
   interval += std::string(full ? "eps_dar_full" : "eps_dar (Block)") +
               " range (envelope) = " + format_fixed(prior.eps_low, 4) + " .. " +
               format_fixed(prior.eps_high, 4) + "; measured at " + sci2(size_min) +
@@ -462,22 +467,14 @@ EfficiencyPrior figure7_prior(const LossFit& fit, const std::string& key, bool m
                          format_fixed(up ? *up : prior.eps, 4) + "\n";
   interval += "spread over the three budgets: " + format_fixed(point_low, 4) + " .. " +
               format_fixed(point_high, 4) + "\n";
-  if (fit.standard_errors && fit.standard_errors->E > 0) {
-    const double se = fit.standard_errors->E;
-    LossFitParams q = p;
-    q.E = p.E + kZ95 * se;
-    const std::optional<double> e_up = figure7_eps(q, mode, 0.0, nullptr, nullptr, nullptr);
-    q.E = p.E - kZ95 * se;
-    const std::optional<double> e_down = figure7_eps(q, mode, 0.0, nullptr, nullptr, nullptr);
-    if (e_up && e_down) {
-      const double lo = std::min(*e_up, *e_down);
-      const double hi = std::max(*e_up, *e_down);
-      prior.eps_low = std::min(prior.eps_low, lo);
-      prior.eps_high = std::max(prior.eps_high, hi);
-      interval += "fit E +- 1.96 SE (" + format_number(se) + "): " + format_fixed(lo, 4) + " .. " +
-                  format_fixed(hi, 4) + "\n";
-    }
-  }
+  widen_by_fit_e(
+      fit,
+      [&](double E) {
+        LossFitParams q = p;
+        q.E = E;
+        return figure7_eps(q, mode, 0.0, nullptr, nullptr, nullptr);
+      },
+      prior, interval);
   interval += "eps_" + key + " range (envelope) = " + format_fixed(prior.eps_low, 4) + " .. " +
               format_fixed(prior.eps_high, 4);
   prior.interval = interval;

@@ -198,6 +198,7 @@ SweepRow make_row(const SweepSettings& settings, double budget, const VariantSpa
       row.data_parallel = layout.parallel.data(layout.device.count);
       row.micro_batch = layout.train.micro_batch;
       row.recompute = layout.train.recompute;
+      row.layout_config = layout;
     }
   }
   return row;
@@ -403,15 +404,7 @@ std::string to_json_line(const SweepRow& row) {
   }
   if (row.has_layout) {
     json.field("layout", row.layout);
-    json.key("parallel").begin_object();
-    json.field("tensor", row.parallel.tensor);
-    json.field("sequence_parallel", row.parallel.sequence_parallel);
-    json.field("pipeline", row.parallel.pipeline);
-    json.field("virtual_stages", row.parallel.virtual_stages);
-    json.field("data", row.data_parallel).field("zero", row.parallel.zero);
-    json.field("micro_batch", row.micro_batch);
-    json.field("recompute", to_string(row.recompute));
-    json.end_object();
+    detail::write_planned_parallel_json(json, row.layout_config);
   }
   json.end_object();
   return json.str();

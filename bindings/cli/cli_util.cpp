@@ -2,6 +2,7 @@
 #include "cli_util.hpp"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -9,9 +10,9 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <limits>
 #include <memory>
-
-#include <unistd.h>
+#include <utility>
 
 #include "modar/base/errors.hpp"
 #include "modar/base/interrupt.hpp"
@@ -175,12 +176,24 @@ bool print_help_if_asked(const Args& args, const std::string& command, const std
   return true;
 }
 
-double parse_double(const std::string& flag, const std::string& text) {
-  double value = 0.0;
-  if (!parse_finite_number_text(text, &value)) {
-    throw ConfigError(flag + " = " + shown_value(text) + ": must be a finite number");
+namespace {
+
+// `text` read whole by `parse` (base/text.hpp), or the ConfigError
+// "FLAG = TEXT: must be WHAT".
+template <typename T>
+T parse_whole(const std::string& flag, const std::string& text,
+              bool (*parse)(const std::string&, T*), const char* what) {
+  T value{};
+  if (!parse(text, &value)) {
+    throw ConfigError(flag + " = " + shown_value(text) + ": must be " + what);
   }
   return value;
+}
+
+}  // namespace
+
+double parse_double(const std::string& flag, const std::string& text) {
+  return parse_whole(flag, text, &parse_finite_number_text, "a finite number");
 }
 
 double parse_positive_double(const std::string& flag, const std::string& text) {
@@ -192,11 +205,7 @@ double parse_positive_double(const std::string& flag, const std::string& text) {
 }
 
 int64_t parse_int(const std::string& flag, const std::string& text) {
-  int64_t value = 0;
-  if (!parse_integer_text(text, &value)) {
-    throw ConfigError(flag + " = " + shown_value(text) + ": must be an integer");
-  }
-  return value;
+  return parse_whole(flag, text, &parse_integer_text, "an integer");
 }
 
 int64_t parse_positive_int(const std::string& flag, const std::string& text) {
@@ -205,6 +214,45 @@ int64_t parse_positive_int(const std::string& flag, const std::string& text) {
     throw ConfigError(flag + " = " + shown_value(text) + ": must be a positive integer");
   }
   return value;
+}
+
+namespace {
+
+int narrowed_to_int(const std::string& flag, const std::string& text, int64_t value) {
+  if (value < std::numeric_limits<int>::min() || value > std::numeric_limits<int>::max()) {
+    throw ConfigError(flag + " = " + text + ": out of range");
+  }
+  return static_cast<int>(value);
+}
+
+}  // namespace
+
+int parse_int32(const std::string& flag, const std::string& text) {
+  return narrowed_to_int(flag, text, parse_int(flag, text));
+}
+
+int parse_positive_int32(const std::string& flag, const std::string& text) {
+  return narrowed_to_int(flag, text, parse_positive_int(flag, text));
+}
+
+std::vector<std::string> parse_list(const std::string& flag, const std::string& text) {
+  std::vector<std::string> pieces;
+  std::string current;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    if (i == text.size() || text[i] == ',') {
+      const auto begin = current.find_first_not_of(" \t");
+      const auto end = current.find_last_not_of(" \t");
+      if (begin == std::string::npos) {
+        throw ConfigError(flag + " " + shown_value(text) +
+                          ": empty item; allowed: a comma-separated list");
+      }
+      pieces.push_back(current.substr(begin, end - begin + 1));
+      current.clear();
+    } else {
+      current += text[i];
+    }
+  }
+  return pieces;
 }
 
 int parse_int_in_range(const std::string& flag, const std::string& text, int64_t low,

@@ -102,6 +102,13 @@ int64_t parse_positive_int(const std::string& flag, const std::string& text);
 // (so 4294967297 is refused, never silently read as 1).
 int parse_int_in_range(const std::string& flag, const std::string& text, int64_t low,
                        int64_t high);
+// An integer that fits an int (range-checked in 64 bits: "FLAG = TEXT: out of
+// range" otherwise); the positive one also refuses 0 and below.
+int parse_int32(const std::string& flag, const std::string& text);
+int parse_positive_int32(const std::string& flag, const std::string& text);
+// A comma-separated list, each item trimmed ("a, b" -> {"a", "b"}); an empty
+// item ("a,,b", "a,", "") is a ConfigError naming the flag.
+std::vector<std::string> parse_list(const std::string& flag, const std::string& text);
 // Index of `text` in `choices`, or ConfigError listing them.
 size_t parse_choice(const std::string& flag, const std::string& text,
                     const std::vector<std::string>& choices);

@@ -16,24 +16,6 @@ namespace modar::cli {
 
 namespace {
 
-std::vector<std::string> split_names(const std::string& text) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = text.find(',', start);
-    const std::string piece =
-        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (!piece.empty()) {
-      out.push_back(piece);
-    }
-    if (comma == std::string::npos) {
-      break;
-    }
-    start = comma + 1;
-  }
-  return out;
-}
-
 std::string parameter_list() {
   std::string text;
   for (const CalibrationParameter& p : calibration_parameters()) {
@@ -99,9 +81,7 @@ int cmd_calibrate(const Args& args) {
     check_output_path("--out", *out, "config file", config);
   }
   CalibrateRequest request;
-  if (const auto v = parsed.value("--fit")) {
-    request.parameters = split_names(*v);
-  }
+  set_if_given(parsed, "--fit", request.parameters, parse_list);
   if (const auto v = parsed.value("--name")) {
     request.name = *v;
   }

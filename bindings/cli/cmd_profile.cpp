@@ -16,6 +16,7 @@
 #include "modar/runtime/comm.hpp"
 #include "modar/runtime/comm_profile.hpp"
 #include "modar/runtime/profiler.hpp"
+#include "runtime_flags.hpp"
 
 namespace modar::cli {
 namespace {
@@ -110,30 +111,6 @@ const std::vector<FlagKey> kProfileFlagKeys = {
     {"--max-seconds", "max_seconds"},
 };
 
-// An int flag that must fit an int (the library checks the range and names the field).
-int parse_int_flag(const ParsedArgs& parsed, const char* flag) {
-  const int64_t value = parse_int(flag, *parsed.value(flag));
-  if (value < std::numeric_limits<int>::min() || value > std::numeric_limits<int>::max()) {
-    throw ConfigError(std::string(flag) + " = " + *parsed.value(flag) + ": out of range");
-  }
-  return static_cast<int>(value);
-}
-
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> items;
-  std::string item;
-  for (char c : text + ",") {
-    if (c == ',') {
-      if (!item.empty())
-        items.push_back(item);
-      item.clear();
-    } else if (c != ' ') {
-      item += c;
-    }
-  }
-  return items;
-}
-
 // `modar profile --comm`: every rank runs it; rank 0 prints and writes.
 int cmd_profile_comm(const ParsedArgs& parsed) {
   for (const char* op_only :
@@ -145,9 +122,7 @@ int cmd_profile_comm(const ParsedArgs& parsed) {
                         ": not used with --comm (it sets the op profiler; see modar profile --help)");
     }
   }
-  const std::vector<std::string> backends = {"cpu", "cuda"};
-  const std::string backend_name =
-      backends[parse_choice("--backend", parsed.value_or("--backend", "cpu"), backends)];
+  const std::string backend_name = backend_flag(parsed);
   if (!parsed.has("--out")) {
     throw ConfigError("--out is missing: give the path of the profile to write, e.g. --out "
                       "profiles/cpu-comm.toml");
@@ -155,7 +130,7 @@ int cmd_profile_comm(const ParsedArgs& parsed) {
   const std::string out_path = *parsed.value("--out");
   runtime::CommProfileRequest request;
   if (parsed.has("--collectives")) {
-    for (const std::string& name : split_list(*parsed.value("--collectives"))) {
+    for (const std::string& name : parse_list("--collectives", *parsed.value("--collectives"))) {
       Collective kind;
       if (!parse_collective(name, &kind)) {
         throw ConfigError("--collectives: '" + name +
@@ -166,35 +141,27 @@ int cmd_profile_comm(const ParsedArgs& parsed) {
     }
   }
   if (parsed.has("--group-sizes")) {
-    for (const std::string& g : split_list(*parsed.value("--group-sizes"))) {
+    for (const std::string& g : parse_list("--group-sizes", *parsed.value("--group-sizes"))) {
       request.group_sizes.push_back(parse_int_in_range("--group-sizes", g, 2, 1 << 20));
     }
   }
-  if (parsed.has("--min-bytes")) {
-    request.min_bytes = parse_positive_int("--min-bytes", *parsed.value("--min-bytes"));
-  }
-  if (parsed.has("--max-bytes")) {
-    request.max_bytes = parse_positive_int("--max-bytes", *parsed.value("--max-bytes"));
-  }
+  set_if_given(parsed, "--min-bytes", request.min_bytes, parse_positive_int);
+  set_if_given(parsed, "--max-bytes", request.max_bytes, parse_positive_int);
   if (parsed.has("--arrival")) {
     const std::vector<std::string> arrivals = {"cold", "hot"};
     request.arrival = parse_choice("--arrival", *parsed.value("--arrival"), arrivals) == 0
                           ? runtime::CommArrival::cold
                           : runtime::CommArrival::hot;
   }
-  if (parsed.has("--compute-before-ms")) {
-    request.compute_before_s =
-        parse_positive_double("--compute-before-ms", *parsed.value("--compute-before-ms")) * 1e-3;
-  }
-  if (parsed.has("--budget")) {
-    request.budget_s = parse_positive_double("--budget", *parsed.value("--budget"));
-  }
-  if (parsed.has("--dtype")) {
-    const std::vector<std::string> dtypes = {"fp32", "bf16"};
-    request.dtype = parse_choice("--dtype", *parsed.value("--dtype"), dtypes) == 0
-                        ? runtime::ScalarType::fp32
-                        : runtime::ScalarType::bf16;
-  }
+  set_if_given(parsed, "--compute-before-ms", request.compute_before_s,
+               [](const std::string& flag, const std::string& text) {
+                 return parse_positive_double(flag, text) * 1e-3;
+               });
+  set_if_given(parsed, "--budget", request.budget_s, parse_positive_double);
+  set_if_given(parsed, "--dtype", request.dtype,
+               [](const std::string& flag, const std::string& text) {
+                 return runtime::scalar_type(parse_timed_dtype(flag, text));
+               });
   // The base profile is read before anything is measured: a bad path fails
   // in a second, not after the run.
   std::string base_name = parsed.value_or("--base", "");
@@ -215,12 +182,7 @@ int cmd_profile_comm(const ParsedArgs& parsed) {
                       " or datasheet profile");
   }
 
-  std::unique_ptr<runtime::Backend> backend;
-  try {
-    backend = runtime::make_backend(backend_name);
-  } catch (const BackendError& e) {
-    throw ConfigError(std::string("--backend ") + backend_name + ": " + e.what());
-  }
+  std::unique_ptr<runtime::Backend> backend = backend_of_flag(backend_name);
   std::unique_ptr<runtime::Communicator> world = runtime::make_world_communicator(*backend);
   const runtime::CommProfileOptions resolved =
       runtime::resolve_comm_profile_options(request, backend->device(), world->size());
@@ -317,9 +279,7 @@ int cmd_profile(const Args& args) {
   // Only what the user said; the defaults belong to the library
   // (runtime::resolve_profile_options), shared with modar.profile().
   runtime::ProfileRequest request;
-  const std::vector<std::string> backends = {"cpu", "cuda"};
-  request.backend =
-      backends[parse_choice("--backend", parsed.value_or("--backend", "cpu"), backends)];
+  request.backend = backend_flag(parsed);
   if (!parsed.has("--out")) {
     throw ConfigError(
         "--out is missing: give the path of the profile to write, e.g. --out "
@@ -328,61 +288,29 @@ int cmd_profile(const Args& args) {
   request.out_path = *parsed.value("--out");
   request.quick = parsed.has("--quick");
   request.resume = parsed.has("--resume");
-  if (parsed.has("--threads")) {
-    request.threads = parse_int_flag(parsed, "--threads");
-  }
-  if (parsed.has("--dtype")) {
-    const std::vector<std::string> dtypes = {"fp32", "bf16"};
-    request.dtype =
-        parse_choice("--dtype", *parsed.value("--dtype"), dtypes) == 0 ? DType::fp32 : DType::bf16;
-  }
-  if (parsed.has("--budget")) {
-    request.budget_s = parse_double("--budget", *parsed.value("--budget"));
-  }
-  if (parsed.has("--rotate-bytes")) {
-    request.rotation_bytes = parse_int("--rotate-bytes", *parsed.value("--rotate-bytes"));
-  }
-  if (parsed.has("--gpu-l2-bytes")) {
-    request.device_cache_bytes = parse_int("--gpu-l2-bytes", *parsed.value("--gpu-l2-bytes"));
-  }
-  if (parsed.has("--max-point-bytes")) {
-    request.max_point_bytes = parse_int("--max-point-bytes", *parsed.value("--max-point-bytes"));
-  }
-  if (parsed.has("--gpu-memory-bytes")) {
-    // Written as 80e9 as often as 80000000000: a number, whole bytes.
-    const double bytes = parse_double("--gpu-memory-bytes", *parsed.value("--gpu-memory-bytes"));
-    request.device_memory_bytes =
-        bytes >= 9.2e18 ? int64_t{-1} : static_cast<int64_t>(std::max(-1.0, bytes));
-  }
-  if (parsed.has("--clock")) {
-    const std::vector<std::string> clocks = {"wall", "cpu"};
-    request.clock = parse_choice("--clock", *parsed.value("--clock"), clocks) == 0
-                        ? runtime::Clock::wall
-                        : runtime::Clock::cpu;
-  }
-  if (parsed.has("--kinds")) {
-    request.kinds = split_list(*parsed.value("--kinds"));
-  }
-  if (parsed.has("--max-dim")) {
-    request.max_dim = parse_int("--max-dim", *parsed.value("--max-dim"));
-  }
+  // The library checks the ranges and names the fields; an int field's
+  // value must fit an int first.
+  set_if_given(parsed, "--threads", request.threads, parse_int32);
+  set_if_given(parsed, "--dtype", request.dtype, parse_timed_dtype);
+  set_if_given(parsed, "--budget", request.budget_s, parse_double);
+  set_if_given(parsed, "--rotate-bytes", request.rotation_bytes, parse_int);
+  set_if_given(parsed, "--gpu-l2-bytes", request.device_cache_bytes, parse_int);
+  set_if_given(parsed, "--max-point-bytes", request.max_point_bytes, parse_int);
+  // Written as 80e9 as often as 80000000000: a number, whole bytes.
+  set_if_given(parsed, "--gpu-memory-bytes", request.device_memory_bytes,
+               [](const std::string& flag, const std::string& text) {
+                 const double bytes = parse_double(flag, text);
+                 return bytes >= 9.2e18 ? int64_t{-1} : static_cast<int64_t>(std::max(-1.0, bytes));
+               });
+  set_if_given(parsed, "--clock", request.clock, parse_clock);
+  set_if_given(parsed, "--kinds", request.kinds, parse_list);
+  set_if_given(parsed, "--max-dim", request.max_dim, parse_int);
   request.measure_ceilings = !parsed.has("--no-ceilings");
-  if (parsed.has("--rounds")) {
-    request.rounds = parse_int_flag(parsed, "--rounds");
-  }
-  if (parsed.has("--drift-tolerance")) {
-    request.drift_tolerance = parse_double("--drift-tolerance", *parsed.value("--drift-tolerance"));
-  }
-  if (parsed.has("--max-seconds")) {
-    request.max_seconds = parse_double("--max-seconds", *parsed.value("--max-seconds"));
-  }
+  set_if_given(parsed, "--rounds", request.rounds, parse_int32);
+  set_if_given(parsed, "--drift-tolerance", request.drift_tolerance, parse_double);
+  set_if_given(parsed, "--max-seconds", request.max_seconds, parse_double);
 
-  std::unique_ptr<runtime::Backend> backend;
-  try {
-    backend = runtime::make_backend(request.backend);
-  } catch (const BackendError& e) {
-    throw ConfigError(std::string("--backend ") + request.backend + ": " + e.what());
-  }
+  std::unique_ptr<runtime::Backend> backend = backend_of_flag(request.backend);
   runtime::ProfileOptions options = with_typed_flags(parsed, kProfileFlagKeys, [&] {
     return runtime::resolve_profile_options(request, *backend);
   });

@@ -16,6 +16,7 @@
 #include "modar/runtime/profiler.hpp"
 #include "modar/runtime/validate.hpp"
 #include "modar/runtime/validate_parallel.hpp"
+#include "runtime_flags.hpp"
 
 namespace modar::cli {
 namespace {
@@ -55,22 +56,6 @@ constexpr const char* kDescription =
     "profiles/cpu-comm.toml`): the multi-process training steps against the planner's cluster\n"
     "model and the profile's [network] tables (docs/profiler.md).\n";
 
-std::vector<std::string> split_names(const std::string& text) {
-  std::vector<std::string> names;
-  std::string item;
-  for (const char ch : text + ",") {
-    if (ch == ',') {
-      if (!item.empty()) {
-        names.push_back(item);
-      }
-      item.clear();
-    } else {
-      item += ch;
-    }
-  }
-  return names;
-}
-
 // `modar validate --parallel`: every rank runs it; rank 0 prints.
 int cmd_validate_parallel(const ParsedArgs& parsed, const std::string& backend_name) {
   for (const char* single : {"--threads", "--clock", "--repeats", "--refuse-under-load"}) {
@@ -96,12 +81,11 @@ int cmd_validate_parallel(const ParsedArgs& parsed, const std::string& backend_n
       runtime::load_measured_profile(*parsed.value("--profile"), backend_name);
   runtime::ParallelValidationOptions options;
   options.quick = parsed.has("--quick");
-  if (parsed.has("--rounds")) {
-    options.rounds = static_cast<int>(parse_int_in_range("--rounds", *parsed.value("--rounds"), 1, 1000));
-  }
-  if (parsed.has("--cases")) {
-    options.only = split_names(*parsed.value("--cases"));
-  }
+  set_if_given(parsed, "--rounds", options.rounds,
+               [](const std::string& flag, const std::string& text) {
+                 return parse_int_in_range(flag, text, 1, 1000);
+               });
+  set_if_given(parsed, "--cases", options.only, parse_list);
   std::unique_ptr<runtime::Backend> backend = runtime::make_backend(backend_name);
   std::unique_ptr<runtime::Communicator> world = runtime::make_world_communicator(*backend);
   const std::vector<runtime::ParallelValidationCase> cases =
@@ -154,9 +138,7 @@ int cmd_validate(const Args& args) {
   if (!parsed.has("--profile")) {
     throw ConfigError("--profile is missing: give a profile written by `modar profile --out PATH`");
   }
-  const std::vector<std::string> backends = {"cpu", "cuda"};
-  const std::string backend_name =
-      backends[parse_choice("--backend", parsed.value_or("--backend", "cpu"), backends)];
+  const std::string backend_name = backend_flag(parsed);
   if (parsed.has("--parallel")) {
     try {
       return cmd_validate_parallel(parsed, backend_name);
@@ -184,41 +166,18 @@ int cmd_validate(const Args& args) {
   runtime::ValidationRequest request;
   request.backend = backend_name;
   request.quick = parsed.has("--quick");
-  const auto int_flag = [&](const char* flag) {
-    const int64_t value = parse_positive_int(flag, *parsed.value(flag));
-    if (value > std::numeric_limits<int>::max()) {
-      throw ConfigError(std::string(flag) + " = " + *parsed.value(flag) + ": out of range");
-    }
-    return static_cast<int>(value);
-  };
-  if (parsed.has("--rounds")) {
-    request.rounds = int_flag("--rounds");
-  }
-  if (parsed.has("--repeats")) {
-    request.repeats = int_flag("--repeats");
-  }
+  set_if_given(parsed, "--rounds", request.rounds, parse_positive_int32);
+  set_if_given(parsed, "--repeats", request.repeats, parse_positive_int32);
   request.refuse_under_load = parsed.has("--refuse-under-load");
-  if (parsed.has("--threads")) {
-    request.threads = int_flag("--threads");
-  }
-  if (parsed.has("--clock")) {
-    const std::vector<std::string> clocks = {"wall", "cpu"};
-    request.clock = parse_choice("--clock", *parsed.value("--clock"), clocks) == 0
-                        ? runtime::Clock::wall
-                        : runtime::Clock::cpu;
-  }
+  set_if_given(parsed, "--threads", request.threads, parse_positive_int32);
+  set_if_given(parsed, "--clock", request.clock, parse_clock);
   runtime::ValidationOptions options = runtime::resolve_validation_options(request, profile);
   if (parsed.has("--dry-run")) {
     std::fputs(runtime::validation_settings_json(options, request, profile).c_str(), stdout);
     return 0;
   }
   options.progress = parsed.has("--quiet") ? nullptr : stderr;
-  std::unique_ptr<runtime::Backend> backend;
-  try {
-    backend = runtime::make_backend(backend_name);
-  } catch (const BackendError& e) {
-    throw ConfigError(std::string("--backend ") + backend_name + ": " + e.what());
-  }
+  std::unique_ptr<runtime::Backend> backend = backend_of_flag(backend_name);
   // Ctrl-C: the run stops between cases / rounds, exit 130, nothing printed.
   const InterruptScope ctrl_c;
   options.should_stop = [] { return interrupt_requested(); };

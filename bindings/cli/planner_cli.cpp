@@ -160,26 +160,6 @@ const std::vector<FlagKey>& planner_flag_keys() {
   return keys;
 }
 
-std::vector<std::string> parse_list(const std::string& flag, const std::string& text) {
-  std::vector<std::string> pieces;
-  std::string current;
-  for (size_t i = 0; i <= text.size(); ++i) {
-    if (i == text.size() || text[i] == ',') {
-      const auto begin = current.find_first_not_of(" \t");
-      const auto end = current.find_last_not_of(" \t");
-      if (begin == std::string::npos) {
-        throw ConfigError(flag + " " + shown_value(text) +
-                          ": empty item; allowed: a comma-separated list");
-      }
-      pieces.push_back(current.substr(begin, end - begin + 1));
-      current.clear();
-    } else {
-      current += text[i];
-    }
-  }
-  return pieces;
-}
-
 double parse_number(const std::string& flag, const std::string& text) {
   return parse_double(flag, text);
 }

@@ -28,8 +28,7 @@ void parse_planner_run_flags(const ParsedArgs& parsed, PlannerRunRequest& reques
 // with_typed_flags / name_typed_flags).
 const std::vector<FlagKey>& planner_flag_keys();
 
-// "a,b,c" -> pieces (empty pieces are an error naming the flag).
-std::vector<std::string> parse_list(const std::string& flag, const std::string& text);
+// "a,b,c" -> values (cli_util's parse_list, each piece parsed).
 std::vector<double> parse_double_list(const std::string& flag, const std::string& text);
 std::vector<int64_t> parse_int_list(const std::string& flag, const std::string& text);
 // A flag's number ("nan", "inf" and trailing garbage refused); its range is

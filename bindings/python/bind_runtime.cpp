@@ -23,6 +23,7 @@
 #include "modar/runtime/backend.hpp"
 #include "modar/runtime/profiler.hpp"
 #include "modar/runtime/validate.hpp"
+#include "progress.hpp"
 
 namespace modar::python {
 
@@ -57,11 +58,7 @@ class ProgressStream {
 
   // After the C++ call (GIL held): re-raise what the callback raised.
   void rethrow_pending() {
-    if (pending_error_) {
-      pending_error_->restore();
-      pending_error_.reset();
-      throw py::error_already_set();
-    }
+    pending_error_.rethrow();
   }
 
  private:
@@ -81,14 +78,14 @@ class ProgressStream {
     }
     py::gil_scoped_acquire acquire;
     try {
-      if (PyErr_CheckSignals() != 0) {
-        throw py::error_already_set();
+      if (self->pending_error_.keep_signal()) {
+        return static_cast<ssize_t>(size);
       }
       for (const std::string& line : lines) {
         self->callback_(line);
       }
     } catch (py::error_already_set& e) {
-      self->pending_error_ = std::make_unique<py::error_already_set>(std::move(e));
+      self->pending_error_.keep(std::move(e));
     } catch (...) {  // never unwind through C stdio
     }
     return static_cast<ssize_t>(size);
@@ -97,7 +94,7 @@ class ProgressStream {
   py::object callback_;
   std::FILE* file_ = nullptr;
   std::string buffer_;
-  std::unique_ptr<py::error_already_set> pending_error_;
+  PendingPythonError pending_error_;
 };
 
 std::unique_ptr<runtime::Backend> backend_or_config_error(const std::string& name) {
@@ -112,24 +109,14 @@ std::unique_ptr<runtime::Backend> backend_or_config_error(const std::string& nam
 // between grid points / rounds and asks Python whether a signal (Ctrl-C) came.
 // The Python exception is kept and re-raised when the run returns.
 struct SignalCheck {
-  std::unique_ptr<py::error_already_set> pending;
+  PendingPythonError pending;
   std::function<bool()> hook() {
     return [this] {
       py::gil_scoped_acquire acquire;
-      if (PyErr_CheckSignals() != 0) {
-        pending = std::make_unique<py::error_already_set>();
-        return true;
-      }
-      return false;
+      return pending.keep_signal();
     };
   }
-  void rethrow() {
-    if (pending) {
-      pending->restore();
-      pending.reset();
-      throw py::error_already_set();
-    }
-  }
+  void rethrow() { pending.rethrow(); }
 };
 
 std::optional<DType> dtype_of(const std::optional<std::string>& name) {

@@ -25,6 +25,37 @@
 
 namespace modar::python {
 
+// A Python exception met inside a C++ call that runs without the GIL (a
+// callback raised, or a signal handler did: Ctrl-C), kept until the call
+// returns and then raised in its place.  Every use holds the GIL.
+class PendingPythonError {
+ public:
+  explicit operator bool() const { return error_ != nullptr; }
+  void keep(py::error_already_set&& error) {
+    error_ = std::make_unique<py::error_already_set>(std::move(error));
+  }
+  // Runs Python's signal handlers; keeps what they raised.  True when one did.
+  bool keep_signal() {
+    if (PyErr_CheckSignals() != 0) {
+      error_ = std::make_unique<py::error_already_set>();
+      return true;
+    }
+    return false;
+  }
+  void forget() { error_.reset(); }
+  // Raises the kept exception, if any.
+  void rethrow() {
+    if (error_) {
+      error_->restore();
+      error_.reset();
+      throw py::error_already_set();
+    }
+  }
+
+ private:
+  std::unique_ptr<py::error_already_set> error_;
+};
+
 class PythonRunControl {
  public:
   // progress: None / False (quiet), True (a line on stderr) or a callable
@@ -48,20 +79,13 @@ class PythonRunControl {
         try {
           callback_(p.done, p.total);
         } catch (py::error_already_set& e) {
-          pending_ = std::make_unique<py::error_already_set>(std::move(e));
+          pending_.keep(std::move(e));
         }
       };
     }
     control_.should_stop = [this] {
       py::gil_scoped_acquire acquire;
-      if (pending_) {
-        return true;
-      }
-      if (PyErr_CheckSignals() != 0) {
-        pending_ = std::make_unique<py::error_already_set>();
-        return true;
-      }
-      return false;
+      return bool(pending_) || pending_.keep_signal();
     };
   }
   PythonRunControl(const PythonRunControl&) = delete;
@@ -73,11 +97,7 @@ class PythonRunControl {
   // or the callback's exception), and end the stderr line.
   void rethrow_pending() {
     close_line();
-    if (pending_) {
-      pending_->restore();
-      pending_.reset();
-      throw py::error_already_set();
-    }
+    pending_.rethrow();
   }
 
   // Run `body` with the GIL released; an Interrupted it throws because
@@ -93,7 +113,7 @@ class PythonRunControl {
       throw;
     } catch (...) {
       close_line();
-      pending_.reset();
+      pending_.forget();
       throw;
     }
     rethrow_pending();
@@ -121,7 +141,7 @@ class PythonRunControl {
 
   py::object callback_;
   RunControl control_;
-  std::unique_ptr<py::error_already_set> pending_;
+  PendingPythonError pending_;
   bool line_open_ = false;
 };
 

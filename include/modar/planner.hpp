@@ -586,6 +586,7 @@ struct SweepRow {
   int64_t data_parallel = 1;
   int64_t micro_batch = 1;
   Recompute recompute = Recompute::none;
+  Config layout_config;      // the whole configuration of that layout (JSON "parallel")
   bool recommended = false;  // optimal's choice for this budget and architecture
 };
 

@@ -86,6 +86,27 @@ def test_sweep_with_time_equals_cli_and_reports_progress():
     assert calls and calls[-1] == (2, 2)  # curves: the final report always comes, done = total
 
 
+def test_sweep_row_on_a_cluster_has_optimals_parallel_block():
+    """docs/cluster.md "modar sweep --gpus N": a --jsonl row's `parallel` is the
+    same object as an `optimal --json` recommendation's.  The sweep's
+    recommended row is optimal's answer (one search, one layout search), so
+    the two objects must be equal key for key: the context and expert sizes
+    and the global batch included (the sweep's own block lacked them)."""
+    args = ("--flops", "1e20", "--arch", "moe", "--gpus", "8")
+    rows = [json.loads(line) for line in run_cli("sweep", *args, "--jsonl").splitlines()
+            if line.strip()]
+    plan = run_cli_json("optimal", *args, "--json")
+    rec = next(r for r in plan["recommendations"] if r["role"] == "isoflop_optimal")
+    [best] = [r for r in rows if r["recommended"]]
+    assert (best["n_layers"], best["d_model"]) == (rec["shape"]["n_layers"], rec["shape"]["d_model"])
+    assert best["layout"] == rec["layout"]
+    assert best["parallel"] == rec["parallel"]
+    par = best["parallel"]
+    assert {"context", "expert", "expert_tensor", "expert_data", "global_batch"} <= par.keys()
+    assert par["tensor"] * par["context"] * par["pipeline"] * par["data"] == 8
+    assert par["global_batch"] == plan["shape_search"]["global_batch"]
+
+
 def _synthetic_runs(law: dict) -> pd.DataFrame:
     """Losses exactly on a known law (no noise), over a 5 x 5 (N, D) grid."""
     rows = []

@@ -31,6 +31,16 @@ def time_by_kind(document: dict) -> dict[str, float]:
     return {row["kind"]: float(row["time_s"]) for row in document["time"]["by_kind"]}
 
 
+def _handle_or_document(name: str, section: str, key: str, doc: str | None = None) -> property:
+    """A read-only number of an EstimateResult: the C++ struct's `name`, or for
+    a result made from a document (older callers) document[section][key]."""
+
+    def read(self: "EstimateResult") -> Any:
+        return getattr(self._handle, name) if self._handle is not None else self._doc[section][key]
+
+    return property(read, doc=doc)
+
+
 class EstimateResult(Result):
     """One configuration's counts and predicted time (`modar estimate --json`).
 
@@ -57,30 +67,12 @@ class EstimateResult(Result):
         self.__dict__["_document"] = value
 
     # Read straight from the C++ structs (no document needed).
-    @property
-    def step_s(self) -> float:
-        """Seconds per optimizer step."""
-        return self._handle.step_s if self._handle is not None else self._doc["time"]["step_s"]
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self._handle.tokens_per_s if self._handle is not None else self._doc["time"]["tokens_per_s"]
-
-    @property
-    def mfu(self) -> float:
-        return self._handle.mfu if self._handle is not None else self._doc["time"]["mfu"]
-
-    @property
-    def peak_bytes(self) -> float:
-        return self._handle.peak_bytes if self._handle is not None else self._doc["memory"]["peak_bytes"]
-
-    @property
-    def fits(self) -> bool:
-        return self._handle.fits if self._handle is not None else self._doc["memory"]["fits"]
-
-    @property
-    def params_total(self) -> float:
-        return self._handle.params_total if self._handle is not None else self._doc["params"]["total"]
+    step_s = _handle_or_document("step_s", "time", "step_s", "Seconds per optimizer step.")
+    tokens_per_s = _handle_or_document("tokens_per_s", "time", "tokens_per_s")
+    mfu = _handle_or_document("mfu", "time", "mfu")
+    peak_bytes = _handle_or_document("peak_bytes", "memory", "peak_bytes")
+    fits = _handle_or_document("fits", "memory", "fits")
+    params_total = _handle_or_document("params_total", "params", "total")
 
     def to_pandas(self):
         """The step time by op kind: count, FLOPs, bytes, seconds, share."""

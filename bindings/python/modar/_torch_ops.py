@@ -107,6 +107,16 @@ def _backward(outputs: Callable[[dict], tuple], wrt: tuple[str, ...], grads: tup
     return prepare, run
 
 
+def _one_output_bench(make, forward, backward: bool, wrt: tuple[str, ...], grads: tuple[str, ...],
+                      forward_bytes: int, backward_bytes: int) -> "Bench":
+    """The bench of an op with one output: its forward, or (backward) the
+    autograd backward of that output to `wrt`, given the gradients `grads`."""
+    if not backward:
+        return Bench(make, forward, bytes_per_copy=forward_bytes)
+    prepare, run = _backward(lambda ctx: (forward(ctx),), wrt, grads)
+    return Bench(make, run, prepare, bytes_per_copy=backward_bytes)
+
+
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
     if hasattr(F, "rms_norm"):
         return F.rms_norm(x, (x.shape[-1],), weight, eps=RMS_EPS)
@@ -301,10 +311,8 @@ def _attention(dims, backward, T, dtype, st, options):
 
     shapes = [((b, s_q, H, dh), dtype), ((b, s_k, G, dh), dtype), ((b, s_k, G, dh), dtype),
               ((b, s_q, H, dh), dtype)]
-    if not backward:
-        return Bench(make, forward, bytes_per_copy=_nbytes(shapes))
-    prepare, run = _backward(lambda ctx: (forward(ctx),), ("q", "k", "v"), ("dout",))
-    return Bench(make, run, prepare, bytes_per_copy=_nbytes(shapes * 2))
+    return _one_output_bench(make, forward, backward, ("q", "k", "v"), ("dout",),
+                             _nbytes(shapes), _nbytes(shapes * 2))
 
 
 def _rmsnorm(dims, backward, T, dtype, st, options):
@@ -320,10 +328,7 @@ def _rmsnorm(dims, backward, T, dtype, st, options):
         return _rms_norm(ctx["x"], ctx["w"])
 
     size = _nbytes([((rows, d), dtype)] * (4 if backward else 2))
-    if not backward:
-        return Bench(make, forward, bytes_per_copy=size)
-    prepare, run = _backward(lambda ctx: (forward(ctx),), ("x", "w"), ("dout",))
-    return Bench(make, run, prepare, bytes_per_copy=size)
+    return _one_output_bench(make, forward, backward, ("x", "w"), ("dout",), size, size)
 
 
 def _rope(dims, backward, T, dtype, st, options):
@@ -349,10 +354,7 @@ def _rope(dims, backward, T, dtype, st, options):
         return x * ctx["cos"] + rotated * ctx["sin"]
 
     size = _nbytes([((rows, heads, dh), dtype)] * (3 if backward else 2))
-    if not backward:
-        return Bench(make, forward, bytes_per_copy=size)
-    prepare, run = _backward(lambda ctx: (forward(ctx),), ("x",), ("dout",))
-    return Bench(make, run, prepare, bytes_per_copy=size)
+    return _one_output_bench(make, forward, backward, ("x",), ("dout",), size, size)
 
 
 def _router(dims, backward, T, dtype, st, options):
@@ -368,10 +370,7 @@ def _router(dims, backward, T, dtype, st, options):
         return (ctx["x"] @ ctx["w"]).float()
 
     size = _nbytes([((rows, d), dtype)] * (2 if backward else 1))
-    if not backward:
-        return Bench(make, forward, bytes_per_copy=size)
-    prepare, run = _backward(lambda ctx: (forward(ctx),), ("x", "w"), ("dlogits",))
-    return Bench(make, run, prepare, bytes_per_copy=size)
+    return _one_output_bench(make, forward, backward, ("x", "w"), ("dlogits",), size, size)
 
 
 def _topk(dims, backward, T, dtype, st, options):
@@ -449,10 +448,7 @@ def _embedding(dims, backward, T, dtype, st, options):
         return F.embedding(ctx["tokens"], ctx["table"])
 
     size = _nbytes([((EMBEDDING_TABLE_ROWS, d), dtype), ((rows, d), dtype)])
-    if not backward:
-        return Bench(make, forward, bytes_per_copy=size)
-    prepare, run = _backward(lambda ctx: (forward(ctx),), ("table",), ("dout",))
-    return Bench(make, run, prepare, bytes_per_copy=2 * size)
+    return _one_output_bench(make, forward, backward, ("table",), ("dout",), size, 2 * size)
 
 
 def _depth_read_prefix(dims, backward, T, dtype, st, options):
@@ -480,10 +476,7 @@ def _depth_read_prefix(dims, backward, T, dtype, st, options):
         return torch.stack(outs)
 
     size = _nbytes([((n, sources, tokens, d), dtype), ((n, q, tokens, d), dtype)])
-    if not backward:
-        return Bench(make, forward, bytes_per_copy=size)
-    prepare, run = _backward(lambda ctx: (forward(ctx),), ("bank", "queries"), ("dout",))
-    return Bench(make, run, prepare, bytes_per_copy=2 * size)
+    return _one_output_bench(make, forward, backward, ("bank", "queries"), ("dout",), size, 2 * size)
 
 
 def _depth_read_merge(dims, backward, T, dtype, st, options):
@@ -510,11 +503,8 @@ def _depth_read_merge(dims, backward, T, dtype, st, options):
         return torch.stack(outs)
 
     size = _nbytes([((n, tokens, d), dtype)] * 3)
-    if not backward:
-        return Bench(make, forward, bytes_per_copy=size)
-    prepare, run = _backward(lambda ctx: (forward(ctx),),
-                             ("prefix_out", "prefix_lse", "partial", "query"), ("dout",))
-    return Bench(make, run, prepare, bytes_per_copy=2 * size)
+    return _one_output_bench(make, forward, backward, ("prefix_out", "prefix_lse", "partial", "query"),
+                             ("dout",), size, 2 * size)
 
 
 def _dar_coefficients(dims, backward, T, dtype, st, options):
@@ -634,10 +624,7 @@ def _cross_entropy(dims, backward, T, dtype, st, options):
         return F.cross_entropy(ctx["logits"], ctx["targets"]).float()
 
     size = _nbytes([((rows, vocab), dtype)])
-    if not backward:
-        return Bench(make, forward, bytes_per_copy=size)
-    prepare, run = _backward(lambda ctx: (forward(ctx),), ("logits",), ("dloss",))
-    return Bench(make, run, prepare, bytes_per_copy=2 * size)
+    return _one_output_bench(make, forward, backward, ("logits",), ("dloss",), size, 2 * size)
 
 
 def _optimizer_update(dims, backward, T, dtype, st, options):
@@ -793,11 +780,8 @@ def _permutation(kind, dims, backward, T, dtype, st):
 
     forward = permute if kind == "permute" else unpermute
     size = _nbytes([((rows, d), dtype), ((slots, d), dtype)])
-    if not backward:
-        return Bench(make, forward, bytes_per_copy=size)
     wrt = ("tokens",) if kind == "permute" else ("expert_rows", "gates")
-    prepare, run = _backward(lambda ctx: (forward(ctx),), wrt, ("dout",))
-    return Bench(make, run, prepare, bytes_per_copy=2 * size)
+    return _one_output_bench(make, forward, backward, wrt, ("dout",), size, 2 * size)
 
 
 def _permute(dims, backward, T, dtype, st, options):

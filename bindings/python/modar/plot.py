@@ -45,6 +45,13 @@ def _save(fig, path: str | os.PathLike | None, dpi: int) -> None:
     os.replace(tmp, target)
 
 
+def _figure_and_axes(ax, figsize: tuple[float, float]):
+    """(figure, axes): a new figure of that size, or the one `ax` is drawn in."""
+    if ax is None:
+        return plt.subplots(figsize=figsize)
+    return ax.figure, ax
+
+
 def _column(row: Mapping[str, Any], *names: str) -> Any:
     for name in names:
         if name in row:
@@ -93,10 +100,7 @@ def isoflop_curves(
     if not curves:
         raise ValueError("isoflop_curves: no rows with a known loss to plot")
 
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(7.5, 5.0))
-    else:
-        fig = ax.figure
+    fig, ax = _figure_and_axes(ax, (7.5, 5.0))
     budgets = sorted({b for b, _ in curves})
     colours = plt.get_cmap("viridis")([i / max(1, len(budgets) - 1) * 0.85 for i in range(len(budgets))])
     for (budget, arch), points in sorted(curves.items()):
@@ -162,10 +166,7 @@ def step_time_breakdown(
     if not kinds:
         raise ValueError("step_time_breakdown: no op kind has a positive time")
 
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(max(4.5, 1.6 * len(tables) + 3), 5.0))
-    else:
-        fig = ax.figure
+    fig, ax = _figure_and_axes(ax, (max(4.5, 1.6 * len(tables) + 3), 5.0))
     colours = plt.get_cmap("tab20")(range(len(kinds)))
     bottoms = [0.0] * len(tables)
     for colour, kind in zip(colours, kinds):
@@ -196,10 +197,7 @@ def predicted_vs_measured(
     points = validation_points(report, quantity)
     if not points:
         raise ValueError("predicted_vs_measured: the report holds no measured configuration")
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(5.5, 5.0))
-    else:
-        fig = ax.figure
+    fig, ax = _figure_and_axes(ax, (5.5, 5.0))
     measured = [p[1] for p in points]
     predicted = [p[2] for p in points]
     ax.scatter(measured, predicted, s=36, color="tab:blue", edgecolor="black", zorder=3)

@@ -11,8 +11,9 @@
 #include <set>
 #include <string>
 
-#include "modar/cost_model.hpp"
+#include "../common/model_files.hpp"
 #include "modar/base/errors.hpp"
+#include "modar/cost_model.hpp"
 #include "modar/layout_search.hpp"
 #include "modar/parallel.hpp"
 
@@ -21,16 +22,7 @@ namespace {
 
 // d 1024, 8 layers, 16 heads, SwiGLU 2816, vocab 32000, s = 4096, bf16.
 Config small_dense() {
-  Config c;
-  c.model = {.d_model = 1024,
-             .n_layers = 8,
-             .n_heads = 16,
-             .d_ff = 2816,
-             .mlp = MlpKind::swiglu,
-             .vocab_size = 32000,
-             .seq_len = 4096};
-  c.device.profile = "h100-80gb-dgx";
-  return c;
+  return modar_test::model_file("dense_swiglu_1024x8");
 }
 
 LayoutSearchOptions ranking_options(int64_t gpus, int64_t global_batch) {
@@ -140,16 +132,7 @@ TEST(LayoutRanking, ExpertLayoutsAreRanked) {
 TEST(LayoutRanking, LargeMoeOn256GpusPicksExpertParallelism) {
   // d 6144, 32 layers, 48 heads (8 KV heads), 32 experts of width 6144
   // (SwiGLU), top-2: ~120B parameters (the 122B case), s = 4096.
-  Config c;
-  c.model = {.d_model = 6144,
-             .n_layers = 32,
-             .n_heads = 48,
-             .n_kv_heads = 8,
-             .mlp = MlpKind::swiglu,
-             .vocab_size = 32768,
-             .seq_len = 4096};
-  c.moe = {.experts = 32, .top_k = 2, .expert_ffn = 6144};
-  c.device.profile = "h100-80gb-dgx";
+  const Config c = modar_test::model_file("moe_122b_6144x32");
   const double total = count_params(c).total;
   EXPECT_GT(total, 115e9);
   EXPECT_LT(total, 130e9);
