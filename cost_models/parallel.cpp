@@ -78,22 +78,28 @@ LabelPlace label_place(const char* label) {
   return place;
 }
 
-// label_place() memoised by the label's address (labels are static strings,
+// compute(label) memoised by the label's address (labels are static strings,
 // ops.hpp; a slot holds one address, so a collision only recomputes): the
-// layout search lowers the same few dozen labels millions of times.
-LabelPlace cached_label_place(const char* label) {
+// layout search and the floors lower the same few dozen labels millions of
+// times.  One table per (Place, compute) pair and thread.
+template <typename Place, Place (*compute)(const char*)>
+Place memoised_by_label(const char* label) {
   struct Slot {
     const char* label = nullptr;
-    LabelPlace place;
+    Place place;
   };
   constexpr size_t kSlots = 512;
   thread_local std::array<Slot, kSlots> slots{};
   Slot& slot = slots[(reinterpret_cast<uintptr_t>(label) >> 3) & (kSlots - 1)];
   if (slot.label != label) {
-    slot.place = label_place(label);
+    slot.place = compute(label);
     slot.label = label;
   }
   return slot.place;
+}
+
+LabelPlace cached_label_place(const char* label) {
+  return memoised_by_label<LabelPlace, label_place>(label);
 }
 
 // Time of one micro-batch's ops by where they run.
@@ -179,24 +185,8 @@ struct Buckets final : detail::OpConsumer {
     }
     return {};
   }
-  // linear_place() memoised by the label's address, as cached_label_place():
-  // the floors lower the same labels millions of times.
-  static LinearPlace cached_linear_place(const char* label) {
-    struct Slot {
-      const char* label = nullptr;
-      LinearPlace place;
-    };
-    constexpr size_t kSlots = 512;
-    thread_local std::array<Slot, kSlots> slots{};
-    Slot& slot = slots[(reinterpret_cast<uintptr_t>(label) >> 3) & (kSlots - 1)];
-    if (slot.label != label) {
-      slot.place = linear_place(label);
-      slot.label = label;
-    }
-    return slot.place;
-  }
   void add_linear_gemm(const char* label, double seconds) {
-    const LinearPlace place = cached_linear_place(label);
+    const LinearPlace place = memoised_by_label<LinearPlace, linear_place>(label);
     if (place.field != nullptr) {
       (this->*place.pass).*place.field += seconds;
     }
