@@ -278,8 +278,9 @@ double TimingModel::roofline_s(const OpShape& shape, Pass pass) const {
 double TimingModel::at_memory_efficiency_s(double seconds, OpKind kind, double efficiency) const {
   const double peak = profile_->ceilings.memory_bandwidth;
   const double family = rates_.bandwidth_of(kind);
-  if (efficiency <= 0.0 || peak <= 0.0 || family <= 0.0 || kind == OpKind::gemm ||
-      kind == OpKind::attention || kind == OpKind::expert_gemm) {
+  MemoryFamily memory_family;  // none: a compute kind, timed by its own rates
+  if (efficiency <= 0.0 || peak <= 0.0 || family <= 0.0 ||
+      !memory_family_of(kind, &memory_family)) {
     return seconds;
   }
   const double body_s = std::max(seconds - launch_overhead_s_, 0.0);
