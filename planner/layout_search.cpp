@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <deque>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -241,17 +242,22 @@ Config layout_config(const Config& config, const LayoutSpace& space, const Candi
 // compute per (tensor size, micro-batch, recompute).
 class LayoutEstimator {
  public:
-  explicit LayoutEstimator(const TimingModel& timing) : timing_(timing) {}
+  // `shared`: the bounds' rank computes come from it (lowered at
+  // `shared_layers` layers), else from this estimator's own.
+  explicit LayoutEstimator(const TimingModel& timing,
+                           std::shared_ptr<RankComputeCache> shared = nullptr,
+                           int64_t shared_layers = 0)
+      : timing_(timing), shared_(std::move(shared)), shared_layers_(shared_layers) {}
 
   // A lower bound on the step time of `c`'s layout under any recompute
   // choice (cluster_step_lower_bound of the layout with recompute none).
   double step_lower_bound(const Config& c) {
     if (c.train.recompute == Recompute::none) {
-      return cluster_step_lower_bound(c, timing_, compute_for(c));
+      return cluster_step_lower_bound(c, timing_, bound_compute_for(c));
     }
     Config lightest = c;
     lightest.train.recompute = Recompute::none;
-    return cluster_step_lower_bound(lightest, timing_, compute_for(lightest));
+    return cluster_step_lower_bound(lightest, timing_, bound_compute_for(lightest));
   }
 
   // The single-device estimate of `c` and its cluster estimate.
@@ -291,6 +297,22 @@ class LayoutEstimator {
     return computes_.back();
   }
 
+  // The rank compute the step bounds of `c` read: the shared lowering (a
+  // copy: its memos of layer sums depend on this shape's depth), or
+  // compute_for().
+  const RankCompute& bound_compute_for(const Config& c) {
+    if (shared_ == nullptr) {
+      return compute_for(c);
+    }
+    for (const RankCompute& entry : bound_computes_) {
+      if (entry.matches(c)) {
+        return entry;
+      }
+    }
+    bound_computes_.push_back(shared_->lowered(c, shared_layers_, timing_));
+    return bound_computes_.back();
+  }
+
   // The single-device estimate (FLOPs per token and per step): the same for
   // every layout of one micro-batch, recompute, data-parallel size (the
   // step's micro-batches) and tensor size (the padded vocabulary).
@@ -302,8 +324,11 @@ class LayoutEstimator {
     Estimate estimate;
   };
   const TimingModel& timing_;
+  std::shared_ptr<RankComputeCache> shared_;
+  int64_t shared_layers_ = 0;
   std::deque<Single> singles_;        // stable addresses
   std::deque<RankCompute> computes_;
+  std::deque<RankCompute> bound_computes_;  // with shared_: copies of its lowerings
   OpList scratch_;
   int64_t timed_ = 0;
 };
@@ -342,16 +367,87 @@ int64_t layout_global_batch(const Config& config, const LayoutSearchOptions& opt
   return global;
 }
 
+struct RankComputeCache::Impl {
+  // What a rank compute of one architecture base's configurations depends
+  // on: the shape (its depth as shared_layers()) and RankCompute::matches().
+  struct Key {
+    int64_t layers, d_model, n_heads, n_kv_heads, d_head, d_ff, seq_len, vocab_size;
+    int64_t tensor, micro_batch, expert, expert_tensor, context;
+    bool sequence_parallel;
+    Recompute recompute;
+    RecomputeGranularity granularity;
+    std::string modules;
+    auto operator<=>(const Key&) const = default;
+  };
+  std::map<Key, RankCompute> entries;
+};
+
+RankComputeCache::RankComputeCache() : impl_(std::make_unique<Impl>()) {}
+RankComputeCache::~RankComputeCache() = default;
+
+int64_t RankComputeCache::lowerings() const {
+  return static_cast<int64_t>(impl_->entries.size());
+}
+
+int64_t RankComputeCache::shared_layers(const Config& config) {
+  const int64_t layers = config.model.n_layers;
+  if (config.dar.enabled() || config.moe.enabled()) {
+    return layers;
+  }
+  const LayerCounts counts = layer_counts(config);
+  Config fewer = config;
+  for (int64_t l = 1; l < layers; ++l) {
+    fewer.model.n_layers = l;
+    const LayerCounts kinds = layer_counts(fewer);
+    if ((kinds.full_layers > 0) == (counts.full_layers > 0) &&
+        (kinds.routed_layers > 0) == (counts.routed_layers > 0)) {
+      return l;
+    }
+  }
+  return layers;
+}
+
+const RankCompute& RankComputeCache::lowered(const Config& config, int64_t layers,
+                                             const TimingModel& timing) {
+  const ModelConfig& m = config.model;
+  const ParallelConfig& par = config.parallel;
+  Impl::Key key{layers,
+                m.d_model,
+                m.n_heads,
+                m.n_kv_heads,
+                m.d_head,
+                m.d_ff,
+                m.seq_len,
+                m.vocab_size,
+                par.tensor,
+                config.train.micro_batch,
+                par.expert,
+                par.resolved_expert_tensor(),
+                par.context,
+                par.sequence_parallel,
+                config.train.recompute,
+                config.train.recompute_granularity,
+                config.train.recompute_modules};
+  auto found = impl_->entries.find(key);
+  if (found == impl_->entries.end()) {
+    Config shallow = config;
+    shallow.model.n_layers = layers;
+    found = impl_->entries.emplace(std::move(key), rank_compute(shallow, timing)).first;
+  }
+  return found->second;
+}
+
 // One shape's layout space with its lowered computes, shared by the step
 // floor and the search.
 struct ShapeLayouts::State {
   State(const Config& config_in, const TimingModel& timing_in,
-        const LayoutSearchOptions& options_in)
+        const LayoutSearchOptions& options_in, std::shared_ptr<RankComputeCache> shared)
       : config(config_in),
         timing(timing_in),
         options(options_in),
         space(layout_space(config_in, timing_in, options_in)),
-        estimator(timing_in) {}
+        estimator(timing_in, shared,
+                  shared != nullptr ? RankComputeCache::shared_layers(config_in) : 0) {}
   Config config;
   const TimingModel& timing;
   LayoutSearchOptions options;
@@ -360,8 +456,9 @@ struct ShapeLayouts::State {
 };
 
 ShapeLayouts::ShapeLayouts(const Config& config, const TimingModel& timing,
-                           const LayoutSearchOptions& options)
-    : state_(std::make_unique<State>(config, timing, options)) {}
+                           const LayoutSearchOptions& options,
+                           std::shared_ptr<RankComputeCache> shared)
+    : state_(std::make_unique<State>(config, timing, options, std::move(shared))) {}
 
 ShapeLayouts::~ShapeLayouts() = default;
 

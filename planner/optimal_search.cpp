@@ -119,25 +119,27 @@ double Evaluator::tokens_for(const Config& arch_base, Point& point) {
   return *point.tokens;
 }
 
-std::optional<double> Evaluator::step_floor(const Config& arch_base, Point& point) {
+std::optional<double> Evaluator::step_floor(const Config& arch_base, Point& point,
+                                            const std::shared_ptr<RankComputeCache>& computes) {
   if (run_.gpus <= 1 || !wall_clock()) {
     return std::nullopt;
   }
   if (!point.step_floor_s) {
     check();
     point.layouts = std::make_shared<ShapeLayouts>(with_shape(arch_base, point.candidate.shape),
-                                                   timing_, layout_options());
+                                                   timing_, layout_options(), computes);
     point.step_floor_s = point.layouts->step_floor_s();
     point.layout_tokens_per_step = point.layouts->tokens_per_step();
   }
   return point.step_floor_s;
 }
 
-double Evaluator::tokens_floor_bound(const Config& arch_base, Point& point) {
+double Evaluator::tokens_floor_bound(const Config& arch_base, Point& point,
+                                     const std::shared_ptr<RankComputeCache>& computes) {
   if (point.tokens) {
     return *point.tokens;
   }
-  const std::optional<double> floor_s = step_floor(arch_base, point);
+  const std::optional<double> floor_s = step_floor(arch_base, point, computes);
   if (!floor_s) {
     return tokens_bound(point);
   }
@@ -255,7 +257,7 @@ std::optional<double> ArchSpace::loss_unless_above(Point& point, double eps, dou
   if (!point.tokens && std::isfinite(limit)) {
     const double bound =
         predicted_loss(evaluator_.law(), scale(eps), point.candidate.params.flop_active,
-                       evaluator_.tokens_floor_bound(arch_base_, point));
+                       evaluator_.tokens_floor_bound(arch_base_, point, computes_));
     if (bound > limit) {
       point.layouts.reset();  // no layout search for this shape (its floor is kept)
       return std::nullopt;
@@ -504,7 +506,7 @@ int fastest_at_parity(ArchSpace& space, double eps, double target_loss,
     if (!point.estimate) {
       // On a cluster under a wall-clock budget, the layouts' step floor rules
       // out a shape that cannot step faster or reach the target loss.
-      const std::optional<double> floor_s = evaluator.step_floor(space.arch_base(), point);
+      const std::optional<double> floor_s = evaluator.step_floor(space.arch_base(), point, space.computes());
       if (floor_s && *floor_s >= fastest_s) {
         point.layouts.reset();
         continue;

@@ -98,9 +98,12 @@ class Evaluator {
   // budget: the budget's seconds at the shape's layouts' step floor (lowers
   // the shape's rank computes, no memory screen or full estimate); else
   // tokens_bound(); tokens_for() once the point is costed.
-  double tokens_floor_bound(const Config& arch_base, Point& point);
+  // `computes`: the rank computes `arch_base`'s floors share (ArchSpace).
+  double tokens_floor_bound(const Config& arch_base, Point& point,
+                            const std::shared_ptr<RankComputeCache>& computes);
   // The floor itself (nullopt where no layout search costs the point).
-  std::optional<double> step_floor(const Config& arch_base, Point& point);
+  std::optional<double> step_floor(const Config& arch_base, Point& point,
+                                   const std::shared_ptr<RankComputeCache>& computes);
   // Step time can be no shorter than the step's model FLOPs at the rate
   // ceiling (model_flop_rate_ceiling).
   double step_time_lower_bound(const Config& arch_base, const Point& point) const;
@@ -172,12 +175,15 @@ class ArchSpace {
 
   std::vector<Point>& points() { return points_; }
   const Config& arch_base() const { return arch_base_; }
+  // The rank computes this architecture's step floors share.
+  const std::shared_ptr<RankComputeCache>& computes() const { return computes_; }
   Evaluator& evaluator() { return evaluator_; }
   double smallest() const { return smallest_; }
   double largest() const { return largest_; }
 
  private:
   Config arch_base_;
+  std::shared_ptr<RankComputeCache> computes_ = std::make_shared<RankComputeCache>();
   ShapeSearchOptions options_;
   Evaluator& evaluator_;
   EfficiencyPrior prior_;

@@ -70,6 +70,39 @@ struct LayoutSearchResult {
 LayoutSearchResult search_layout(const Config& config, const TimingModel& timing,
                                  const LayoutSearchOptions& options);
 
+struct RankCompute;
+
+// The rank computes the step floors of one architecture's shapes share (the
+// planner keeps one per architecture it searches).  A lowering's per-layer
+// times do not depend on the layer count (a model is L copies of its layers
+// plus the embedding and the head), so shapes that differ only in depth share
+// one lowering per (width, heads, d_ff, tensor size, SP, micro-batch,
+// recompute, context and expert layout), lowered at the fewest layers with
+// the same kinds of layer (a full one; a MoD-routed one where the shape has
+// both).  With DAR (block reads that grow with the depth) or experts (a
+// per-layer average over dense and MoE layers) only equal depths share.  For
+// step-time bounds only: their per-layer sums differ from the whole model's
+// lowering in the last bits, which the bounds' slack (1e-9) covers; the full
+// estimates of a layout search lower the whole model as before.  For
+// configurations of one architecture base (with_shape + a layout).
+class RankComputeCache {
+ public:
+  RankComputeCache();
+  ~RankComputeCache();
+  RankComputeCache(const RankComputeCache&) = delete;
+  RankComputeCache& operator=(const RankComputeCache&) = delete;
+  // rank_compute() of `config` with `layers` layers (shared_layers(config)),
+  // lowered once.
+  const RankCompute& lowered(const Config& config, int64_t layers, const TimingModel& timing);
+  // The layer count `config`'s shape is lowered at.
+  static int64_t shared_layers(const Config& config);
+  int64_t lowerings() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // search_layout() in two steps, for a caller that may not need the second:
 // step_floor_s() bounds from below the step time search() will return
 // (fitting or not) from the memory screen and the lowered rank computes
@@ -77,7 +110,10 @@ LayoutSearchResult search_layout(const Config& config, const TimingModel& timing
 // planner prunes shapes whose floor already rules them out.
 class ShapeLayouts {
  public:
-  ShapeLayouts(const Config& config, const TimingModel& timing, const LayoutSearchOptions& options);
+  // `shared`: the step bounds' rank computes come from it (null: this
+  // shape's own lowerings, shared with the search's estimates).
+  ShapeLayouts(const Config& config, const TimingModel& timing, const LayoutSearchOptions& options,
+               std::shared_ptr<RankComputeCache> shared = nullptr);
   ~ShapeLayouts();
   ShapeLayouts(const ShapeLayouts&) = delete;
   ShapeLayouts& operator=(const ShapeLayouts&) = delete;

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <string>
 #include <utility>
@@ -72,6 +73,13 @@ ProcessCost run_process(const std::string& cli, const std::vector<std::string>& 
     cost.max_rss_kib = usage.ru_maxrss;
   }
   return cost;
+}
+
+// The host's 1-minute load average (NaN where unknown): beside every CPU
+// figure of a shared host.
+double load_average() {
+  double load[1] = {NAN};
+  return getloadavg(load, 1) == 1 ? load[0] : NAN;
 }
 
 }  // namespace
@@ -157,7 +165,8 @@ int main() {
   std::printf(
       "\nmodar optimal --gpu-hours H --gpus N --profile P (default architectures), "
       "CPU s: in this process, min of 3 calls; CLI: one `modar` process per run, user + "
-      "system, min / median of 5 runs (sys of the min run, max RSS)\n");
+      "system, min / median of 5 runs (sys of the min run, max RSS; the host's 1-minute load "
+      "average before / after the 5 runs)\n");
   std::printf("%-10s %6s %-16s %10s %12s %8s %10s %10s   %s\n", "GPU-hours", "GPUs", "profile",
               "CPU s", "candidates", "timed", "layouts", "l. timed", "CLI CPU s min / median");
   struct WallClock {
@@ -184,16 +193,17 @@ int main() {
       std::snprintf(gpu_hours, sizeof gpu_hours, "%.17g", run.gpu_hours);
       std::snprintf(gpus, sizeof gpus, "%lld", static_cast<long long>(run.gpus));
       std::vector<ProcessCost> runs;
+      const double load_before = load_average();
       for (int repeat = 0; repeat < 5; ++repeat) {
         runs.push_back(run_process(cli, {"optimal", "--gpu-hours", gpu_hours, "--gpus", gpus,
                                          "--profile", run.profile, "--quiet"}));
       }
       std::sort(runs.begin(), runs.end(),
                 [](const ProcessCost& a, const ProcessCost& b) { return a.cpu_s < b.cpu_s; });
-      char text[96];
-      std::snprintf(text, sizeof text, "%.3f / %.3f (sys %.3f, %ld MiB)", runs.front().cpu_s,
-                    runs[runs.size() / 2].cpu_s, runs.front().system_s,
-                    runs.front().max_rss_kib / 1024);
+      char text[128];
+      std::snprintf(text, sizeof text, "%.3f / %.3f (sys %.3f, %ld MiB; load %.1f / %.1f)",
+                    runs.front().cpu_s, runs[runs.size() / 2].cpu_s, runs.front().system_s,
+                    runs.front().max_rss_kib / 1024, load_before, load_average());
       cli_text = text;
     }
     std::printf("%-10.6g %6lld %-16s %10.3f %12lld %8lld %10lld %10lld   %s\n", run.gpu_hours,
