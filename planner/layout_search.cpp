@@ -245,7 +245,7 @@ class LayoutEstimator {
   // `shared`: the bounds' rank computes come from it (lowered at
   // `shared_layers` layers), else from this estimator's own.
   explicit LayoutEstimator(const TimingModel& timing,
-                           std::shared_ptr<RankComputeCache> shared = nullptr,
+                           std::shared_ptr<LayoutCache> shared = nullptr,
                            int64_t shared_layers = 0)
       : timing_(timing), shared_(std::move(shared)), shared_layers_(shared_layers) {}
 
@@ -324,7 +324,7 @@ class LayoutEstimator {
     Estimate estimate;
   };
   const TimingModel& timing_;
-  std::shared_ptr<RankComputeCache> shared_;
+  std::shared_ptr<LayoutCache> shared_;
   int64_t shared_layers_ = 0;
   std::deque<Single> singles_;        // stable addresses
   std::deque<RankCompute> computes_;
@@ -367,7 +367,7 @@ int64_t layout_global_batch(const Config& config, const LayoutSearchOptions& opt
   return global;
 }
 
-struct RankComputeCache::Impl {
+struct LayoutCache::Impl {
   // What a rank compute of one architecture base's configurations depends
   // on: the shape (its depth as shared_layers()) and RankCompute::matches().
   struct Key {
@@ -380,16 +380,61 @@ struct RankComputeCache::Impl {
     auto operator<=>(const Key&) const = default;
   };
   std::map<Key, RankCompute> entries;
+  // The layout spaces by what layout_space() reads of a shape (the rest of
+  // the configuration is the architecture base's): its depth and which
+  // tensor sizes (dividing the GPUs, at most a node's) divide its heads, KV heads and d_ff
+  // (bit t of `divides`), and with experts the expert width (bit t of
+  // `expert_divides`).  Nodes of 64 GPUs or more: no sharing.
+  struct SpaceKey {
+    int64_t layers;
+    uint64_t divides, expert_divides;
+    auto operator<=>(const SpaceKey&) const = default;
+  };
+  std::map<SpaceKey, std::shared_ptr<const LayoutSpace>> spaces;
+  std::shared_ptr<const LayoutSpace> space(const Config& config, const TimingModel& timing,
+                                           const LayoutSearchOptions& options) {
+    const int64_t per_node = options.gpus_per_node > 0
+                                 ? options.gpus_per_node
+                                 : network_or_default(timing.profile()).gpus_per_node;
+    if (per_node >= 64) {
+      return std::make_shared<const LayoutSpace>(layout_space(config, timing, options));
+    }
+    const ModelConfig& m = config.model;
+    SpaceKey key{m.n_layers, 0, 0};
+    const bool experts = config.moe.enabled();
+    const int64_t expert_ffn = experts ? config.moe.resolved_expert_ffn(m) : 0;
+    const int64_t heads = m.n_heads, kv_heads = m.resolved_kv_heads(), d_ff = m.resolved_d_ff();
+    for (int64_t t = 1; t <= per_node; ++t) {
+      if (options.gpus % t != 0) {
+        continue;  // not a tensor size of this space
+      }
+      if (heads % t == 0 && kv_heads % t == 0 && d_ff % t == 0) {
+        key.divides |= uint64_t{1} << t;
+      }
+      if (experts && expert_ffn % t == 0) {
+        key.expert_divides |= uint64_t{1} << t;
+      }
+    }
+    std::shared_ptr<const LayoutSpace>& entry = spaces[key];
+    if (entry == nullptr) {
+      entry = std::make_shared<const LayoutSpace>(layout_space(config, timing, options));
+    }
+    return entry;
+  }
 };
 
-RankComputeCache::RankComputeCache() : impl_(std::make_unique<Impl>()) {}
-RankComputeCache::~RankComputeCache() = default;
+struct LayoutCacheAccess {
+  static LayoutCache::Impl& impl(LayoutCache& cache) { return *cache.impl_; }
+};
 
-int64_t RankComputeCache::lowerings() const {
+LayoutCache::LayoutCache() : impl_(std::make_unique<Impl>()) {}
+LayoutCache::~LayoutCache() = default;
+
+int64_t LayoutCache::lowerings() const {
   return static_cast<int64_t>(impl_->entries.size());
 }
 
-int64_t RankComputeCache::shared_layers(const Config& config) {
+int64_t LayoutCache::shared_layers(const Config& config) {
   const int64_t layers = config.model.n_layers;
   if (config.dar.enabled() || config.moe.enabled()) {
     return layers;
@@ -407,7 +452,7 @@ int64_t RankComputeCache::shared_layers(const Config& config) {
   return layers;
 }
 
-const RankCompute& RankComputeCache::lowered(const Config& config, int64_t layers,
+const RankCompute& LayoutCache::lowered(const Config& config, int64_t layers,
                                              const TimingModel& timing) {
   const ModelConfig& m = config.model;
   const ParallelConfig& par = config.parallel;
@@ -441,24 +486,29 @@ const RankCompute& RankComputeCache::lowered(const Config& config, int64_t layer
 // floor and the search.
 struct ShapeLayouts::State {
   State(const Config& config_in, const TimingModel& timing_in,
-        const LayoutSearchOptions& options_in, std::shared_ptr<RankComputeCache> shared)
+        const LayoutSearchOptions& options_in, const std::shared_ptr<LayoutCache>& shared)
       : config(config_in),
         timing(timing_in),
         options(options_in),
-        space(layout_space(config_in, timing_in, options_in)),
+        space_owner(shared != nullptr
+                        ? shared->impl_->space(config_in, timing_in, options_in)
+                        : std::make_shared<const LayoutSpace>(
+                              layout_space(config_in, timing_in, options_in))),
+        space(*space_owner),
         estimator(timing_in, shared,
-                  shared != nullptr ? RankComputeCache::shared_layers(config_in) : 0) {}
+                  shared != nullptr ? LayoutCache::shared_layers(config_in) : 0) {}
   Config config;
   const TimingModel& timing;
   LayoutSearchOptions options;
-  LayoutSpace space;
+  std::shared_ptr<const LayoutSpace> space_owner;  // shared by the shapes with the same space
+  const LayoutSpace& space;
   LayoutEstimator estimator;
 };
 
 ShapeLayouts::ShapeLayouts(const Config& config, const TimingModel& timing,
                            const LayoutSearchOptions& options,
-                           std::shared_ptr<RankComputeCache> shared)
-    : state_(std::make_unique<State>(config, timing, options, std::move(shared))) {}
+                           std::shared_ptr<LayoutCache> shared)
+    : state_(std::make_unique<State>(config, timing, options, shared)) {}
 
 ShapeLayouts::~ShapeLayouts() = default;
 
@@ -631,8 +681,13 @@ LayoutSearchResult ShapeLayouts::search() {
 }
 
 LayoutFeasibility layout_fits(const Config& config, const TimingModel& timing,
-                              const LayoutSearchOptions& options) {
-  const LayoutSpace space = layout_space(config, timing, options);
+                              const LayoutSearchOptions& options,
+                              const std::shared_ptr<LayoutCache>& shared) {
+  const std::shared_ptr<const LayoutSpace> space_owner =
+      shared != nullptr
+          ? LayoutCacheAccess::impl(*shared).space(config, timing, options)
+          : std::make_shared<const LayoutSpace>(layout_space(config, timing, options));
+  const LayoutSpace& space = *space_owner;
   const DeviceProfile& profile = timing.profile();
   LayoutFeasibility out;
   // Exact screens first (cheap); layouts only a full estimate can decide

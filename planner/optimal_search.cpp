@@ -80,7 +80,8 @@ const Estimate& Evaluator::cost_of(const Config& arch_base, Point& point) {
   return *point.estimate;
 }
 
-bool Evaluator::fits(const Config& arch_base, Point& point) {
+bool Evaluator::fits(const Config& arch_base, Point& point,
+                     const std::shared_ptr<LayoutCache>& computes) {
   if (point.estimate) {
     return point.estimate->memory.fits;
   }
@@ -90,7 +91,8 @@ bool Evaluator::fits(const Config& arch_base, Point& point) {
     if (!point.layout_fits) {
       check();
       const LayoutFeasibility screen =
-          layout_fits(with_shape(arch_base, point.candidate.shape), timing_, layout_options());
+          layout_fits(with_shape(arch_base, point.candidate.shape), timing_, layout_options(),
+                      computes);
       point.layout_fits = screen.fits;
       layouts_evaluated_ += screen.screened;
       layouts_timed_ += screen.timed;
@@ -120,7 +122,7 @@ double Evaluator::tokens_for(const Config& arch_base, Point& point) {
 }
 
 std::optional<double> Evaluator::step_floor(const Config& arch_base, Point& point,
-                                            const std::shared_ptr<RankComputeCache>& computes) {
+                                            const std::shared_ptr<LayoutCache>& computes) {
   if (run_.gpus <= 1 || !wall_clock()) {
     return std::nullopt;
   }
@@ -135,7 +137,7 @@ std::optional<double> Evaluator::step_floor(const Config& arch_base, Point& poin
 }
 
 double Evaluator::tokens_floor_bound(const Config& arch_base, Point& point,
-                                     const std::shared_ptr<RankComputeCache>& computes) {
+                                     const std::shared_ptr<LayoutCache>& computes) {
   if (point.tokens) {
     return *point.tokens;
   }
@@ -371,7 +373,7 @@ Argmin isoflop_argmin(ArchSpace& space, double eps, double centre_flops) {
         unconstrained = i;
       }
       if ((best_fit < 0 || losses[at] < losses[static_cast<size_t>(best_fit)]) &&
-          evaluator.fits(space.arch_base(), points[at])) {
+          evaluator.fits(space.arch_base(), points[at], space.computes())) {
         best_fit = i;
       }
     }
@@ -410,7 +412,7 @@ Argmin isoflop_argmin(ArchSpace& space, double eps, double centre_flops) {
       if (losses[i] > tie_limit) {
         continue;  // deepest_tie() ignores it: spare its memory check (a layout search on a cluster)
       }
-      if (!result.fits || evaluator.fits(space.arch_base(), points[i])) {
+      if (!result.fits || evaluator.fits(space.arch_base(), points[i], space.computes())) {
         eligible.push_back(static_cast<int>(i));
       }
     }
@@ -458,7 +460,7 @@ int fastest_at_parity(ArchSpace& space, double eps, double target_loss,
   // fits, and (`supported`) lies in the prior's sizes and the fit's band.
   const auto qualifies = [&](Point& point) {
     if (space.loss(point, eps) > target_loss * (1.0 + 1e-12) ||
-        !evaluator.fits(space.arch_base(), point)) {
+        !evaluator.fits(space.arch_base(), point, space.computes())) {
       return false;
     }
     if (!supported) {
@@ -539,7 +541,7 @@ int flops_match(ArchSpace& space, double target_forward_flops, double baseline_n
   int deepest = -1;
   for (size_t i = 0; i < points.size(); ++i) {
     Point& point = points[i];
-    if (!evaluator.fits(space.arch_base(), point)) {
+    if (!evaluator.fits(space.arch_base(), point, space.computes())) {
       continue;
     }
     const double distance =

@@ -82,7 +82,9 @@ class Evaluator {
   const Estimate& cost_of(const Config& arch_base, Point& point);
   // The memory-only part of cost_of(), without lowering the step (cheap: it
   // screens every candidate).  A layout search must answer both consistently.
-  bool fits(const Config& arch_base, Point& point);
+  // `computes`: what `arch_base`'s layout work shares (ArchSpace).
+  bool fits(const Config& arch_base, Point& point,
+            const std::shared_ptr<LayoutCache>& computes = nullptr);
   // Tokens the budget buys for this configuration.
   double tokens_for(const Config& arch_base, Point& point);
   // FLOPs C_bound with D <= C_bound / (6 N_f) for every shape (and D <=
@@ -100,10 +102,10 @@ class Evaluator {
   // tokens_bound(); tokens_for() once the point is costed.
   // `computes`: the rank computes `arch_base`'s floors share (ArchSpace).
   double tokens_floor_bound(const Config& arch_base, Point& point,
-                            const std::shared_ptr<RankComputeCache>& computes);
+                            const std::shared_ptr<LayoutCache>& computes);
   // The floor itself (nullopt where no layout search costs the point).
   std::optional<double> step_floor(const Config& arch_base, Point& point,
-                                   const std::shared_ptr<RankComputeCache>& computes);
+                                   const std::shared_ptr<LayoutCache>& computes);
   // Step time can be no shorter than the step's model FLOPs at the rate
   // ceiling (model_flop_rate_ceiling).
   double step_time_lower_bound(const Config& arch_base, const Point& point) const;
@@ -176,14 +178,14 @@ class ArchSpace {
   std::vector<Point>& points() { return points_; }
   const Config& arch_base() const { return arch_base_; }
   // The rank computes this architecture's step floors share.
-  const std::shared_ptr<RankComputeCache>& computes() const { return computes_; }
+  const std::shared_ptr<LayoutCache>& computes() const { return computes_; }
   Evaluator& evaluator() { return evaluator_; }
   double smallest() const { return smallest_; }
   double largest() const { return largest_; }
 
  private:
   Config arch_base_;
-  std::shared_ptr<RankComputeCache> computes_ = std::make_shared<RankComputeCache>();
+  std::shared_ptr<LayoutCache> computes_ = std::make_shared<LayoutCache>();
   ShapeSearchOptions options_;
   Evaluator& evaluator_;
   EfficiencyPrior prior_;

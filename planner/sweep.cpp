@@ -52,7 +52,8 @@ int best_in_bin(ArchSpace& space, const std::vector<int>& bin, double eps) {
   double reference = by_loss.front().first;
   bool any_fits = false;
   for (const auto& [loss, i] : by_loss) {
-    if (evaluator.fits(space.arch_base(), space.points()[static_cast<size_t>(i)])) {
+    if (evaluator.fits(space.arch_base(), space.points()[static_cast<size_t>(i)],
+                       space.computes())) {
       reference = loss;
       any_fits = true;
       break;
@@ -64,7 +65,7 @@ int best_in_bin(ArchSpace& space, const std::vector<int>& bin, double eps) {
       break;
     }
     Point& point = space.points()[static_cast<size_t>(i)];
-    if (any_fits && !evaluator.fits(space.arch_base(), point)) {
+    if (any_fits && !evaluator.fits(space.arch_base(), point, space.computes())) {
       continue;
     }
     if (chosen < 0 || point.candidate.shape.n_layers >
@@ -175,7 +176,7 @@ SweepRow make_row(const SweepSettings& settings, double budget, const VariantSpa
     row.loss = space.loss(point, variant.prior.eps);
   }
   row.recommended = recommended;
-  row.fits = evaluator.fits(space.arch_base(), point);
+  row.fits = evaluator.fits(space.arch_base(), point, space.computes());
   if (point.memory) {
     row.has_memory = true;
     row.peak_memory_bytes = point.memory->peak;

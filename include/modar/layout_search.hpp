@@ -72,8 +72,12 @@ LayoutSearchResult search_layout(const Config& config, const TimingModel& timing
 
 struct RankCompute;
 
-// The rank computes the step floors of one architecture's shapes share (the
-// planner keeps one per architecture it searches).  A lowering's per-layer
+// What the layout work of one architecture's shapes shares (the planner
+// keeps one per architecture it searches), for configurations of one
+// architecture base (with_shape + a layout):
+// - the layout spaces: shapes with the same depth whose heads, KV heads,
+//   d_ff (and expert width) the same tensor sizes divide have the same space;
+// - the step bounds' rank computes.  A lowering's per-layer
 // times do not depend on the layer count (a model is L copies of its layers
 // plus the embedding and the head), so shapes that differ only in depth share
 // one lowering per (width, heads, d_ff, tensor size, SP, micro-batch,
@@ -83,14 +87,13 @@ struct RankCompute;
 // per-layer average over dense and MoE layers) only equal depths share.  For
 // step-time bounds only: their per-layer sums differ from the whole model's
 // lowering in the last bits, which the bounds' slack (1e-9) covers; the full
-// estimates of a layout search lower the whole model as before.  For
-// configurations of one architecture base (with_shape + a layout).
-class RankComputeCache {
+// estimates of a layout search lower the whole model as before.
+class LayoutCache {
  public:
-  RankComputeCache();
-  ~RankComputeCache();
-  RankComputeCache(const RankComputeCache&) = delete;
-  RankComputeCache& operator=(const RankComputeCache&) = delete;
+  LayoutCache();
+  ~LayoutCache();
+  LayoutCache(const LayoutCache&) = delete;
+  LayoutCache& operator=(const LayoutCache&) = delete;
   // rank_compute() of `config` with `layers` layers (shared_layers(config)),
   // lowered once.
   const RankCompute& lowered(const Config& config, int64_t layers, const TimingModel& timing);
@@ -99,6 +102,8 @@ class RankComputeCache {
   int64_t lowerings() const;
 
  private:
+  friend class ShapeLayouts;
+  friend struct LayoutCacheAccess;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
@@ -113,7 +118,7 @@ class ShapeLayouts {
   // `shared`: the step bounds' rank computes come from it (null: this
   // shape's own lowerings, shared with the search's estimates).
   ShapeLayouts(const Config& config, const TimingModel& timing, const LayoutSearchOptions& options,
-               std::shared_ptr<RankComputeCache> shared = nullptr);
+               std::shared_ptr<LayoutCache> shared = nullptr);
   ~ShapeLayouts();
   ShapeLayouts(const ShapeLayouts&) = delete;
   ShapeLayouts& operator=(const ShapeLayouts&) = delete;
@@ -143,7 +148,8 @@ struct LayoutFeasibility {
 // estimate of that layout only when the bound cannot decide.  What the
 // planner asks of every candidate shape (docs/cluster.md "Memory screen").
 LayoutFeasibility layout_fits(const Config& config, const TimingModel& timing,
-                              const LayoutSearchOptions& options);
+                              const LayoutSearchOptions& options,
+                              const std::shared_ptr<LayoutCache>& shared = nullptr);
 
 // Sequences per optimizer step the search sizes its layouts for (the
 // options', else the config's, else ~4M tokens; see LayoutSearchOptions).

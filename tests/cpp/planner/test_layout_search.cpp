@@ -339,6 +339,66 @@ TEST(LayoutSearch, PrunedSearchEqualsTimingEveryLayout) {
   EXPECT_GT(floors_within_10_percent, 0);
 }
 
+// The planner's shared layout work (LayoutCache, one per architecture):
+// shapes of one architecture base at several depths and head counts, visited
+// through one cache, get the floors and searches of unshared ShapeLayouts
+// (the reference: every shape lowered whole, its own layout space).  The
+// floors of dense and MoD shapes come from a lowering at fewer layers: equal
+// to the last bits; DAR and MoE share only equal depths: equal.  A dense
+// architecture lowers once per width and layout whatever the depths.
+TEST(LayoutSearch, SharedLayoutWorkGivesTheUnsharedFloorsAndSearches) {
+  int64_t compared = 0, searched_model_parallel = 0;
+  for (const Config& base : screen_shapes_with_moe()) {
+    for (const double capacity : {0.35e9, 80e9}) {
+      const A100WithMemory a100(capacity);
+      const TimingModel& timing = a100.timing;
+      const LayoutSearchOptions options = search_options(8, 32);
+      const auto cache = std::make_shared<LayoutCache>();
+      for (const int64_t heads : {4, 8}) {  // TP 8 divides the heads of one only
+        for (const int64_t layers : {8, 3, 12, 4}) {
+          Config shape = base;
+          shape.model.n_layers = layers;
+          shape.model.n_heads = heads;
+          SCOPED_TRACE("capacity " + std::to_string(capacity) + " heads " +
+                       std::to_string(heads) + " L " + std::to_string(layers) + " mod " +
+                       std::to_string(base.mod.every) + " dar " +
+                       std::to_string(base.dar.enabled()) + " moe " +
+                       std::to_string(base.moe.enabled()));
+          EXPECT_EQ(layout_fits(shape, timing, options, cache).fits,
+                    layout_fits(shape, timing, options).fits);
+          ShapeLayouts own(shape, timing, options);
+          ShapeLayouts shared(shape, timing, options, cache);
+          const double own_floor = own.step_floor_s();
+          const double shared_floor = shared.step_floor_s();
+          if (base.dar.enabled() || base.moe.enabled()) {
+            EXPECT_EQ(shared_floor, own_floor);
+          } else {
+            EXPECT_NEAR(shared_floor, own_floor, 1e-12 * own_floor);
+          }
+          const LayoutSearchResult a = own.search();
+          const LayoutSearchResult b = shared.search();
+          EXPECT_EQ(b.fits, a.fits);
+          EXPECT_EQ(b.summary, a.summary);
+          EXPECT_EQ(config_values(b.config), config_values(a.config));
+          EXPECT_EQ(b.estimate.time.step_s, a.estimate.time.step_s);
+          EXPECT_EQ(b.timed, a.timed);
+          EXPECT_LE(shared_floor, b.estimate.time.step_s);
+          searched_model_parallel += b.config.parallel.tensor * b.config.parallel.pipeline > 1;
+          ++compared;
+        }
+      }
+      if (!base.dar.enabled() && !base.moe.enabled() && base.mod.every == 0) {
+        // Bounds lower recompute none only: per head count at most 4 tensor
+        // sizes x 3 micro-batches, whatever the 4 depths.
+        EXPECT_LE(cache->lowerings(), 2 * 4 * 3);
+        EXPECT_GT(cache->lowerings(), 0);
+      }
+    }
+  }
+  EXPECT_EQ(compared, 6 * 2 * 2 * 4);
+  EXPECT_GT(searched_model_parallel, 0);
+}
+
 // layout_fits() answers exactly what search_layout() finds, over shapes and
 // device memories from "everything fits" to "nothing fits".
 TEST(LayoutSearch, LayoutFitsAgreesWithTheFullSearch) {
