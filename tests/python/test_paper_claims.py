@@ -105,3 +105,23 @@ def test_same_size_loss_and_every_claim_is_reported(claims):
     for row in claims.values():
         assert row["holds"] in (True, False, None)
         assert row["criterion"] and row["paper"]
+
+
+def test_decode_accounting_adds_up():
+    """The batch-1 decode accounting's parts add up to each step (modar's own
+    step time, from `modar estimate --step decode`), the LM head is the same
+    GEMV in both, and the step ratio is the sampling claim's."""
+    script = REPO / "examples" / "paper_claims.py"
+    out = json.loads(subprocess.run([sys.executable, str(script), "--modar", _cli(), "--json"],
+                                    capture_output=True, text=True, check=True,
+                                    timeout=600).stdout)
+    parts = out["decode_accounting"]
+    for name in ("baseline", "mod"):
+        part = parts[name]
+        total = sum(v for k, v in part.items() if k != "step")
+        assert abs(total - part["step"]) <= 1e-9 * part["step"], name
+        assert abs(part["other (overheads)"]) <= 0.01 * part["step"], name
+    assert parts["baseline"]["LM head GEMM"] == parts["mod"]["LM head GEMM"]
+    claims = {row["id"]: row for row in out["claims"]}
+    speed = parts["baseline"]["step"] / parts["mod"]["step"]
+    assert abs(speed - claims["mod.sampling_same_size.batch1"]["modar"]) < 1e-9
