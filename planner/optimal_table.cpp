@@ -47,7 +47,7 @@ std::string table_header(const OptimalResult& result) {
   out += " on " + std::to_string(settings.run.gpus) + " x " + result.profile_name + "\n";
   const LossFitParams& p = result.fit.params;
   out += "loss model: L = E + eps*A/N_f^alpha + B/D^beta (MoD: E + eps*(A/N_f^alpha + "
-         "B/D^beta); experts: E + A/N_f^alpha + eps*B/D^beta), fit '" +
+         "B/D^beta); experts: E + eps_p*A/N_f^alpha + eps*B/D^beta, eps_p fixed with eps), fit '" +
          result.fit.name + "' (E " +
          format_number(p.E) + ", A " + format_number(p.A) + ", B " + format_number(p.B) +
          ", alpha " + format_number(p.alpha) + ", beta " + format_number(p.beta) + ")\n\n";

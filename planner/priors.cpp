@@ -324,26 +324,49 @@ constexpr Figure7Point kFigure7[] = {{0.25, 1.035, 1.037, 0.0},
                                      {1.00, 1.000, 0.978, 0.957}};
 constexpr double kFigure7ReadingHalfWidth = 0.003;
 
-// Where the experts' prior acts: the gain grows with x in figure 7 (MoE ~0 at
-// 0.25x, -2.2 % at 1.0x), which a factor on the data term gives (at a fixed
-// budget a larger model sees fewer tokens, so B / D^beta grows with x) and a
-// factor on the parameter term contradicts (its gain is largest at small x).
-// At a budget C with the baseline's closed-form optimum N*, D*, a model of x N*
-// trains on D* / x tokens and the figure's ratio q(x) = arch(x) / baseline(x) is
-//   q(x) = 1 - (1 - eps) w(x),  w(x) = B (D* / x)^-beta / L(x),
-// linear in eps, so the least-squares eps over the points is
-//   1 - eps = sum w (1 - q) / sum w^2.
+// Where the experts' prior acts: figure 7's gain over the baseline of the same
+// FLOPs is about zero at the small end (MoE -0.2 % at 0.25x) and 2.2-2.4 % from
+// 0.6x to 1.0x (MoDE 2.3 % at 0.35x, 4.3 % at 1.0x).  The figure is an isoFLOP
+// sweep: at a budget C with the baseline's closed-form optimum N*, D*, a model
+// of x N* trains on D* / x tokens, so a small x is a small model on many tokens
+// (parameter term large) and a large x a large model on few tokens (data term
+// large).  One constant factor on each reducible term,
+//   L = E + eps_p A / N^alpha + eps_d B / D^beta,
+// is the most general constant prior the loss model admits; the ratio the
+// figure shows is then
+//   q(x) = arch(x) / baseline(x) = 1 - (1 - eps_p) u(x) - (1 - eps_d) w(x),
+//   u(x) = A (x N*)^-alpha / L(x),  w(x) = B (D* / x)^-beta / L(x),
+// linear in (1 - eps_p, 1 - eps_d): ordinary least squares over the curve's
+// points.  A factor on the data term alone (modar's earlier form) cannot reach
+// zero gain at 0.25x (w(0.25) / w(1.0) = 0.58 under Epoch at 1e20); the fit
+// finds eps_p > 1 (the routed model loses per active parameter where the
+// parameter term dominates) and eps_d < 1 (it gains per token where the data
+// term dominates).  eps (the range the planner carries) is eps_d; eps_p rides
+// along as EfficiencyPrior::params_factor, printed with its own range.
 // The figure gives ratios, not a budget; its baseline curve gives one: of the
 // MoD paper's three isoFLOP budgets (figure 4: 6e18, 2e19, 1e20), the one whose
 // baseline curve under the fit, L(x N*, D*/x) / L(N*, D*), passes nearest the
 // figure's baseline readings (least squares; the MoE and MoDE readings play no
-// part).  eps is the fit at that budget; the range adds the other two budgets'
-// fits, the reading +-0.003 on every point and the fit's E +- 1.96 SE.
-std::optional<double> figure7_eps_at(const LossFitParams& p, double budget_flops, bool mode,
-                                     double shift) {
+// part).  The fit is at that budget; the range adds the other two budgets'
+// fits, the readings' precision (each reading uniform within +-0.003,
+// independent, propagated through the least squares: 95 %) and the fit's
+// E +- 1.96 SE.
+struct Figure7Fit {
+  double eps_params = 1.0;
+  double eps_data = 1.0;
+  double sd_params = 0.0;  // standard deviations from the readings' precision
+  double sd_data = 0.0;
+};
+
+std::optional<Figure7Fit> figure7_fit_at(const LossFitParams& p, double budget_flops, bool mode) {
   const ClosedFormOptimum optimum = closed_form_optimum(p, budget_flops);
-  double numerator = 0.0;
-  double denominator = 0.0;
+  // Normal equations of y = a u + b w (a = 1 - eps_p, b = 1 - eps_d).
+  double uu = 0.0, uw = 0.0, ww = 0.0, uy = 0.0, wy = 0.0;
+  struct Row {
+    double u, w, variance;
+  };
+  std::vector<Row> rows;
+  const double h2 = kFigure7ReadingHalfWidth * kFigure7ReadingHalfWidth / 3.0;
   for (const Figure7Point& point : kFigure7) {
     const double arch = mode ? point.mode : point.moe;
     if (arch <= 0.0) {
@@ -351,20 +374,44 @@ std::optional<double> figure7_eps_at(const LossFitParams& p, double budget_flops
     }
     const double n = point.x * optimum.n_opt;
     const double tokens = optimum.tokens_opt / point.x;
-    const double data_term = p.B / std::pow(tokens, p.beta);
-    const double w = data_term / predicted_loss(p, 1.0, n, tokens);
-    const double q = (arch + shift) / point.baseline;
-    numerator += w * (1.0 - q);
-    denominator += w * w;
+    const double loss = predicted_loss(p, 1.0, n, tokens);
+    const double u = p.A / std::pow(n, p.alpha) / loss;
+    const double w = p.B / std::pow(tokens, p.beta) / loss;
+    const double y = 1.0 - arch / point.baseline;
+    uu += u * u;
+    uw += u * w;
+    ww += w * w;
+    uy += u * y;
+    wy += w * y;
+    // Var(arch / baseline) to first order, both readings uniform within +-h.
+    const double variance =
+        h2 * (1.0 / (point.baseline * point.baseline) +
+              arch * arch / std::pow(point.baseline, 4));
+    rows.push_back({u, w, variance});
   }
-  if (!(denominator > 0.0)) {
+  const double det = uu * ww - uw * uw;
+  if (!(det > 0.0) || rows.size() < 2) {
     return std::nullopt;
   }
-  const double eps = 1.0 - numerator / denominator;
-  if (!(eps > 0.0)) {
+  const double a = (ww * uy - uw * wy) / det;
+  const double b = (uu * wy - uw * uy) / det;
+  Figure7Fit fit;
+  fit.eps_params = 1.0 - a;
+  fit.eps_data = 1.0 - b;
+  if (!(fit.eps_params > 0.0) || !(fit.eps_data > 0.0)) {
     return std::nullopt;
   }
-  return eps;
+  // (M^T M)^-1 M^T diag(var) M (M^T M)^-1, M's rows (u, w).
+  double var_a = 0.0, var_b = 0.0;
+  for (const Row& row : rows) {
+    const double ka = (ww * row.u - uw * row.w) / det;
+    const double kb = (uu * row.w - uw * row.u) / det;
+    var_a += ka * ka * row.variance;
+    var_b += kb * kb * row.variance;
+  }
+  fit.sd_params = std::sqrt(var_a);
+  fit.sd_data = std::sqrt(var_b);
+  return fit;
 }
 
 // Sum of squared misfits of the figure's baseline readings to the fit's
@@ -392,30 +439,38 @@ double figure7_budget(const LossFitParams& p) {
   return best;
 }
 
-// eps at figure7_budget(); low / high collect the three budgets' spread.
-std::optional<double> figure7_eps(const LossFitParams& p, bool mode, double shift,
-                                  std::string* text, double* low, double* high) {
+struct Figure7Spread {
+  double data_low = INFINITY, data_high = 0.0;
+  double params_low = INFINITY, params_high = 0.0;
+};
+
+// The fit at figure7_budget(); `spread` collects the three budgets' fits.
+std::optional<Figure7Fit> figure7_fit(const LossFitParams& p, bool mode, std::string* text,
+                                      Figure7Spread* spread) {
   const double budget = figure7_budget(p);
-  std::optional<double> eps;
+  std::optional<Figure7Fit> chosen;
   for (const IsoflopMinimum& m : kModFigure4) {
-    const std::optional<double> eps_i = figure7_eps_at(p, m.budget_flops, mode, shift);
-    if (!eps_i) {
+    const std::optional<Figure7Fit> fit = figure7_fit_at(p, m.budget_flops, mode);
+    if (!fit) {
       return std::nullopt;
     }
     if (m.budget_flops == budget) {
-      eps = eps_i;
+      chosen = fit;
     }
-    if (low != nullptr) {
-      *low = std::min(*low, *eps_i);
-      *high = std::max(*high, *eps_i);
+    if (spread != nullptr) {
+      spread->data_low = std::min(spread->data_low, fit->eps_data);
+      spread->data_high = std::max(spread->data_high, fit->eps_data);
+      spread->params_low = std::min(spread->params_low, fit->eps_params);
+      spread->params_high = std::max(spread->params_high, fit->eps_params);
     }
     if (text != nullptr) {
       *text += "  C = " + format_number(m.budget_flops) + ": baseline misfit (sum of squares) " +
                format_number(figure7_baseline_misfit(p, m.budget_flops)) +
-               ", least-squares eps over the points = " + format_fixed(*eps_i, 4) + "\n";
+               ", least squares over the points: eps_p = " + format_fixed(fit->eps_params, 4) +
+               ", eps_d = " + format_fixed(fit->eps_data, 4) + "\n";
     }
   }
-  return eps;
+  return chosen;
 }
 
 EfficiencyPrior figure7_prior(const LossFit& fit, const std::string& key, bool mode) {
@@ -425,28 +480,33 @@ EfficiencyPrior figure7_prior(const LossFit& fit, const std::string& key, bool m
   prior.acts_on = PriorTerm::data;
   prior.source = std::string(
                      "Raposo et al. 2024 (Mixture-of-Depths) section 4.3, figure 7: normalised "
-                     "loss against normalised FLOPs per FFN, read from the plot (+-0.003): ") +
+                     "loss against normalised FLOPs per forward pass, read from the plot "
+                     "(+-0.003): ") +
                  (mode ? "MoDE 0.995 / 0.969 / 0.957 at 0.35 / 0.6 / 1.0x"
                        : "MoE 1.037 / 1.008 / 0.983 / 0.981 / 0.978 at 0.25 / 0.35 / 0.6 / "
                          "0.8 / 1.0x") +
                  " (baseline 1.035 / 1.018 / 1.007 / 1.004 / 1.000)";
-  std::string text = "fit " + fit.name + ": E = " + format_number(p.E) + "; L = E + A / N^alpha + eps B / D^beta\n";
+  std::string text = "fit " + fit.name + ": E = " + format_number(p.E) +
+                     "; L = E + eps_p A / N^alpha + eps_d B / D^beta (eps = eps_d)\n";
   text += "q(x) = " + std::string(mode ? "MoDE" : "MoE") +
-          "(x) / baseline(x) read from figure 7; model: q(x) = 1 - (1 - eps) w(x), w = B (D*/x)^-beta / "
-          "L(x) at the baseline's closed-form N*, D*\n";
+          "(x) / baseline(x) read from figure 7; model: q(x) = 1 - (1 - eps_p) u(x) - (1 - eps_d) "
+          "w(x), u = A (x N*)^-alpha / L(x), w = B (D*/x)^-beta / L(x) at the baseline's "
+          "closed-form N*, D*\n";
   text +=
-      "1 - eps = sum w (1 - q) / sum w^2, at the MoD paper's figure-4 budgets (the figure's "
-      "budget: the one whose baseline curve fits figure 7's baseline readings best):\n";
-  double point_low = INFINITY, point_high = 0.0;
-  const std::optional<double> eps = figure7_eps(p, mode, 0.0, &text, &point_low, &point_high);
-  if (!eps) {
-    prior.derivation = text + "no positive eps under this fit";
+      "least squares for (1 - eps_p, 1 - eps_d) at the MoD paper's figure-4 budgets (the "
+      "figure's budget: the one whose baseline curve fits figure 7's baseline readings best):\n";
+  Figure7Spread spread;
+  const std::optional<Figure7Fit> fitted = figure7_fit(p, mode, &text, &spread);
+  if (!fitted) {
+    prior.derivation = text + "no positive eps_p, eps_d under this fit";
     return prior;
   }
   prior.known = true;
-  prior.eps = *eps;
-  text += "eps_" + key + " = the fit at C = " + format_number(figure7_budget(p)) + " = " +
-          format_fixed(prior.eps, 4);
+  prior.eps = fitted->eps_data;
+  prior.params_factor = fitted->eps_params;
+  text += "eps_" + key + " = eps_d at C = " + format_number(figure7_budget(p)) + " = " +
+          format_fixed(prior.eps, 4) + ", with eps_p = " + format_fixed(prior.params_factor, 4) +
+          " on the parameter term";
   prior.derivation = text;
   prior.points = mode ? 3 : 5;
   prior.size_measure = "params_total";
@@ -454,29 +514,34 @@ EfficiencyPrior figure7_prior(const LossFit& fit, const std::string& key, bool m
   prior.measured_size_max = kModMeasuredParamsMax;
   prior.measured_budget_min = kModFigure4[0].budget_flops;
   prior.measured_budget_max = kModFigure4[2].budget_flops;
-  // Range: every reading +-h together (a lower ratio means a smaller eps), the
-  // spread over the three budgets, and the fit's E +- 1.96 SE.
-  const std::optional<double> down =
-      figure7_eps(p, mode, -kFigure7ReadingHalfWidth, nullptr, nullptr, nullptr);
-  const std::optional<double> up =
-      figure7_eps(p, mode, kFigure7ReadingHalfWidth, nullptr, nullptr, nullptr);
-  prior.eps_low = std::min(point_low, down ? *down : prior.eps);
-  prior.eps_high = std::max(point_high, up ? *up : prior.eps);
-  std::string interval = "readings +- " + format_fixed(kFigure7ReadingHalfWidth, 3) + ": " +
-                         format_fixed(down ? *down : prior.eps, 4) + " .. " +
-                         format_fixed(up ? *up : prior.eps, 4) + "\n";
-  interval += "spread over the three budgets: " + format_fixed(point_low, 4) + " .. " +
-              format_fixed(point_high, 4) + "\n";
+  // Range of eps_d: the readings' 95 % band, the spread over the three
+  // budgets, the fit's E +- 1.96 SE (eps_p held at its fit; its own range is
+  // printed).
+  const double reading_low = fitted->eps_data - kZ95 * fitted->sd_data;
+  const double reading_high = fitted->eps_data + kZ95 * fitted->sd_data;
+  prior.eps_low = std::max(1e-3, std::min(reading_low, spread.data_low));
+  prior.eps_high = std::max(reading_high, spread.data_high);
+  std::string interval =
+      "readings +-" + format_fixed(kFigure7ReadingHalfWidth, 3) +
+      " each (independent, uniform; through the least squares): 95% eps_d " +
+      format_fixed(reading_low, 4) + " .. " + format_fixed(reading_high, 4) + ", eps_p " +
+      format_fixed(fitted->eps_params - kZ95 * fitted->sd_params, 4) + " .. " +
+      format_fixed(fitted->eps_params + kZ95 * fitted->sd_params, 4) + "\n";
+  interval += "spread over the three budgets: eps_d " + format_fixed(spread.data_low, 4) + " .. " +
+              format_fixed(spread.data_high, 4) + ", eps_p " + format_fixed(spread.params_low, 4) +
+              " .. " + format_fixed(spread.params_high, 4) + "\n";
   widen_by_fit_e(
       fit,
-      [&](double E) {
+      [&](double E) -> std::optional<double> {
         LossFitParams q = p;
         q.E = E;
-        return figure7_eps(q, mode, 0.0, nullptr, nullptr, nullptr);
+        const std::optional<Figure7Fit> at_e = figure7_fit(q, mode, nullptr, nullptr);
+        return at_e ? std::optional<double>(at_e->eps_data) : std::nullopt;
       },
       prior, interval);
-  interval += "eps_" + key + " range (envelope) = " + format_fixed(prior.eps_low, 4) + " .. " +
-              format_fixed(prior.eps_high, 4);
+  interval += "eps_" + key + " (eps_d) range (envelope) = " + format_fixed(prior.eps_low, 4) +
+              " .. " + format_fixed(prior.eps_high, 4) + " (eps_p held at " +
+              format_fixed(prior.params_factor, 4) + ")";
   prior.interval = interval;
   return prior;
 }
@@ -484,8 +549,9 @@ EfficiencyPrior figure7_prior(const LossFit& fit, const std::string& key, bool m
 // Staged MoDE (MoD routing around the whole block, experts inside it): the
 // paper reports that "the performance improvements offered by MoD compound with
 // those of MoE", so its prior is the two published ones together: the MoD
-// prior on the whole reducible loss (figure 4) and the MoE prior on the data
-// term (figure 7's MoE curve): L = E + eps_mod (A / N^alpha + eps_moe B / D^beta).
+// prior on the whole reducible loss (figure 4) and the MoE prior (figure 7's
+// MoE curve, one factor on each term):
+//   L = E + eps_mod (eps_p A / N^alpha + eps_d B / D^beta).
 // Integrated MoDE gets figure 7's MoDE curve (an assumption: the figure plots
 // one MoDE curve and does not say which form; the text's one comparison is of
 // the integrated form).
@@ -501,9 +567,10 @@ EfficiencyPrior staged_mode_prior(const LossFit& fit) {
                  "with those of MoE'): the MoD prior (figure 4) times the MoE prior (" +
                  prior.source + ")";
   prior.derivation = "staged MoDE = MoD routing with experts inside the routed blocks: "
-                     "L = E + eps_mod (A / N^alpha + eps_moe B / D^beta)\n" +
+                     "L = E + eps_mod (eps_p A / N^alpha + eps_d B / D^beta)\n" +
                      mod.derivation + "\n" + prior.derivation +
-                     "\neps_mode-staged = eps_moe above, on the data term, with eps_mod = " +
+                     "\neps_mode-staged = eps_d above (MoE's), with eps_p = " +
+                     format_fixed(prior.params_factor, 4) + " and eps_mod = " +
                      format_fixed(mod.eps, 4) + " on the whole reducible loss";
   prior.interval += "\n(eps_mod held at " + format_fixed(mod.eps, 4) + "; its own range: " +
                     format_fixed(mod.eps_low, 4) + " .. " + format_fixed(mod.eps_high, 4) + ")";
@@ -551,7 +618,8 @@ std::string arch_key(const Config& config) {
 LossScale loss_scale(const EfficiencyPrior& prior, double eps) {
   const double params = prior.acts_on == PriorTerm::data ? 1.0 : eps;
   const double data = prior.acts_on == PriorTerm::parameters ? 1.0 : eps;
-  return LossScale{prior.reducible_factor * params, prior.reducible_factor * data,
+  return LossScale{prior.reducible_factor * prior.params_factor * params,
+                   prior.reducible_factor * data,
                    1.0 + prior.loss_penalty};
 }
 
@@ -577,7 +645,7 @@ void check_eps_override(const std::string& arch, double eps) {
     throw ConfigError("eps[" + shown_value(arch) + "] = " + format_number(eps) +
                       ": an efficiency prior must be in [" + format_number(kEpsMin) + ", " +
                       format_number(kEpsMax) +
-                      "] (1 = the dense baseline; the published priors lie in 0.68 .. 0.98; "
+                      "] (1 = the dense baseline; the published priors lie in 0.55 .. 0.98; "
                       "docs/planner.md \"Architecture priors\")");
   }
 }

@@ -159,6 +159,10 @@ struct EfficiencyPrior {
   // A second factor on the whole reducible loss, fixed (not part of the eps
   // range): staged MoDE's MoD prior beside its experts' data-term eps.
   double reducible_factor = 1.0;
+  // A second factor on the parameter term, fixed (not part of the eps range):
+  // the experts' figure-7 priors fit one factor on each reducible term (eps on
+  // the data term, this on the parameter term; docs/moe.md).
+  double params_factor = 1.0;
 };
 
 // `eps` placed where `prior` acts (its eps, eps_low or eps_high).
