@@ -1649,6 +1649,14 @@ double cluster_step_lower_bound(const Config& config, const TimingModel& timing,
     sums.seconds = std::accumulate(costs.begin(), costs.end(), 0.0);
     std::nth_element(costs.begin(), costs.begin() + (most_layers - 1), costs.end());
     sums.cheapest_stage_s = std::accumulate(costs.begin(), costs.begin() + most_layers, 0.0);
+    const StageMemoryModel memory(config, timing.profile(), detail::closed_form_params(config));
+    sums.layer_param_bytes = memory.layer_param_bytes();
+    sums.stage_dense_params = INFINITY;
+    for (const int64_t stage : {int64_t{0}, std::min<int64_t>(1, c.p - 1), memory.last_stage()}) {
+      sums.stage_dense_params =
+          std::min(sums.stage_dense_params, memory.stage_params(stage, most_layers) -
+                                                memory.expert_stage_params(most_layers));
+    }
     compute.layer_cost_sums.push_back(sums);
     memo = compute.layer_cost_sums.end() - 1;
   }
@@ -1678,19 +1686,16 @@ double cluster_step_lower_bound(const Config& config, const TimingModel& timing,
   // terms are non-decreasing in C, X, G and r.  The stage: one holding
   // ceil(L / p) layers or more, X + C at least their cheapest costs + host,
   // its parameters at least a middle (or end) stage's of that many layers.
-  const StageMemoryModel memory(config, timing.profile(), detail::closed_form_params(config));
+  // (The sizes come from the memo: a stage's parameters depend on the
+  // pipeline size, its last stage p - 1 whatever the interleaving.)
   const double stage_s =
       (c.p == 1 ? memo->seconds : memo->cheapest_stage_s) + c.kernel.micro_batch_overhead_s;
   const double gathers = par.zero == 3 && par.overlap_param_gather
                              ? 2.0 * static_cast<double>(most_layers) *
-                                   c.comm(Collective::all_gather, memory.layer_param_bytes(),
+                                   c.comm(Collective::all_gather, memo->layer_param_bytes,
                                           c.grad_ranks, c.grad_level, c.dp_per_node)
                              : 0.0;
-  double dense_params = INFINITY;
-  for (const int64_t stage : {int64_t{0}, std::min<int64_t>(1, c.p - 1), memory.last_stage()}) {
-    dense_params = std::min(dense_params, memory.stage_params(stage, most_layers) -
-                                              memory.expert_stage_params(most_layers));
-  }
+  const double dense_params = memo->stage_dense_params;
   const double reduce = c.comm(par.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter,
                                dense_params * detail::main_grad_bytes_per_param(config),
                                c.grad_ranks, c.grad_level, c.dp_per_node);

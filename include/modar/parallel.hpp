@@ -198,6 +198,12 @@ struct RankCompute {
     TpCommOverlap tp_comm_overlap = TpCommOverlap::backward;
     double seconds = 0.0;
     double cheapest_stage_s = 0.0;
+    // The data-parallel channel's sizes (they depend on the pipeline size,
+    // not on the micro-batch count, interleaving or ZeRO): one layer's
+    // parameter bytes per rank and the least dense parameters of a stage of
+    // ceil(L / p) layers.
+    double layer_param_bytes = 0.0;
+    double stage_dense_params = 0.0;
   };
   mutable std::vector<LayerCostSum> layer_cost_sums;
   // Memo of each DAR block's prefix read, forward + backward (index block -
