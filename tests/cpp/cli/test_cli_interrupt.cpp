@@ -251,11 +251,16 @@ TEST(CliInterrupt, ExportFromOptimalStopsAndPrintsNothing) {
 }
 
 TEST(CliInterrupt, LayoutStopsAndPrintsNothing) {
-  // 103,536 layouts of a small MoE model (EP and expert TP multiply the
-  // space) on 16,384 GPUs: over 2 s of CPU, past the first progress line.
+  // 204,432 layouts of a small MoE model (EP and expert TP multiply the
+  // space) on 16,384 GPUs, 16 per node, global batch 4096: 2.7 s of CPU on
+  // the 2-core build host at a load of 0.5 (2 December), well past the first
+  // progress line (after 1 s); the 103,536 layouts at 8 per node and the
+  // config's batch had come down to 1.3 s, and the run sometimes ended
+  // before the signal.
   expect_stops_printing_nothing("layout",
                                 std::string("layout ") + MODAR_SOURCE_DIR +
-                                    "/examples/configs/moe_small.toml --gpus 16384 --profile "
+                                    "/examples/configs/moe_small.toml --gpus 16384 "
+                                    "--gpus-per-node 16 --global-batch 4096 --profile "
                                     "h100-80gb-dgx",
                                 "modar layout: ");
 }
