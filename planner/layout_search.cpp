@@ -427,6 +427,18 @@ struct LayoutCacheAccess {
   static LayoutCache::Impl& impl(LayoutCache& cache) { return *cache.impl_; }
 };
 
+namespace {
+// `config`'s layout space: the cache's shared one, or (no cache) its own.
+std::shared_ptr<const LayoutSpace> shared_or_own_space(LayoutCache* shared, const Config& config,
+                                                       const TimingModel& timing,
+                                                       const LayoutSearchOptions& options) {
+  if (shared != nullptr) {
+    return LayoutCacheAccess::impl(*shared).space(config, timing, options);
+  }
+  return std::make_shared<const LayoutSpace>(layout_space(config, timing, options));
+}
+}  // namespace
+
 LayoutCache::LayoutCache() : impl_(std::make_unique<Impl>()) {}
 LayoutCache::~LayoutCache() = default;
 
@@ -490,10 +502,7 @@ struct ShapeLayouts::State {
       : config(config_in),
         timing(timing_in),
         options(options_in),
-        space_owner(shared != nullptr
-                        ? shared->impl_->space(config_in, timing_in, options_in)
-                        : std::make_shared<const LayoutSpace>(
-                              layout_space(config_in, timing_in, options_in))),
+        space_owner(shared_or_own_space(shared.get(), config_in, timing_in, options_in)),
         space(*space_owner),
         estimator(timing_in, shared,
                   shared != nullptr ? LayoutCache::shared_layers(config_in) : 0) {}
@@ -684,9 +693,7 @@ LayoutFeasibility layout_fits(const Config& config, const TimingModel& timing,
                               const LayoutSearchOptions& options,
                               const std::shared_ptr<LayoutCache>& shared) {
   const std::shared_ptr<const LayoutSpace> space_owner =
-      shared != nullptr
-          ? LayoutCacheAccess::impl(*shared).space(config, timing, options)
-          : std::make_shared<const LayoutSpace>(layout_space(config, timing, options));
+      shared_or_own_space(shared.get(), config, timing, options);
   const LayoutSpace& space = *space_owner;
   const DeviceProfile& profile = timing.profile();
   LayoutFeasibility out;

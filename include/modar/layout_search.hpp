@@ -102,7 +102,6 @@ class LayoutCache {
   int64_t lowerings() const;
 
  private:
-  friend class ShapeLayouts;
   friend struct LayoutCacheAccess;
   struct Impl;
   std::unique_ptr<Impl> impl_;
